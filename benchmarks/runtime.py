@@ -1,0 +1,199 @@
+"""Throughput and latency through the whole supervisor, next to raw process spawning.
+
+Prints, in one run on this machine:
+  * raw ``trio.run_process`` of a command that exits at once, at concurrency 8;
+  * runs per second through ``herdsman run`` (a separate process): submit over
+    HTTP -> SQLite ledger -> spawn -> finish, same command, concurrency 8,
+    measured from the first submit to the last finish (the ledger's times);
+  * submit-to-spawn latency with a free slot (p50, p99): the child prints the
+    time it was exec'd; the client noted the time just before its POST.
+
+Run: python benchmarks/runtime.py [--runs N] [--latency-samples N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import trio
+
+CONCURRENCY = 8
+TRUE = "/bin/true"
+DATE = "/bin/date"
+
+
+async def raw_spawn_rate(runs: int) -> float:
+    limiter = trio.CapacityLimiter(CONCURRENCY)
+
+    async def one() -> None:
+        async with limiter:
+            await trio.run_process([TRUE], stdin=b"prompt")
+
+    began = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(runs):
+            nursery.start_soon(one)
+    return runs / (time.perf_counter() - began)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def write_config(directory: Path, port: int) -> Path:
+    path = directory / "supervisor.toml"
+    path.write_text(
+        f"""\
+[supervisor]
+state_dir = "state"
+parallel_preamble = false
+
+[providers.true]
+exec = ["{TRUE}"]
+concurrency = {CONCURRENCY}
+
+[providers.date]
+exec = ["{DATE}", "+%s.%N"]
+concurrency = 1
+
+[api]
+listen = "127.0.0.1:{port}"
+"""
+    )
+    return path
+
+
+def start_supervisor(directory: Path) -> subprocess.Popen[bytes]:
+    log = (directory / "supervisor.log").open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "herdsman",
+            "run",
+            "-c",
+            "supervisor.toml",
+            "--log-level",
+            "warning",
+        ],
+        cwd=directory,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    token = directory / "state" / "api-token"
+    deadline = time.monotonic() + 30
+    while not token.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit((directory / "supervisor.log").read_text())
+        time.sleep(0.05)
+    return process
+
+
+async def wait_ready(client: httpx.AsyncClient) -> None:
+    with trio.fail_after(30):
+        while True:
+            try:
+                if (await client.get("/v1/status")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await trio.sleep(0.05)
+
+
+async def supervised_rate(client: httpx.AsyncClient, runs: int) -> float:
+    ids: list[str] = []
+    limiter = trio.CapacityLimiter(16)
+
+    async def submit(n: int) -> None:
+        async with limiter:
+            response = await client.post(
+                "/v1/runs", json={"provider": "true", "prompt": "go", "id": f"t{n}"}
+            )
+            response.raise_for_status()
+            ids.append(response.json()["id"])
+
+    async with trio.open_nursery() as nursery:
+        for n in range(runs):
+            nursery.start_soon(submit, n)
+    records = []
+    for run_id in ids:
+        response = await client.get(f"/v1/runs/{run_id}", params={"wait": 120})
+        records.append(response.json())
+    failed = [r for r in records if r["status"] != "succeeded"]
+    if failed:
+        raise SystemExit(f"{len(failed)} runs did not succeed, e.g. {failed[0]}")
+    span = max(r["finished_at"] for r in records) - min(r["submitted_at"] for r in records)
+    return runs / span
+
+
+async def spawn_latencies(client: httpx.AsyncClient, samples: int) -> list[float]:
+    latencies = []
+    for n in range(samples):
+        before = time.time()
+        response = await client.post(
+            "/v1/runs", json={"provider": "date", "prompt": "go", "id": f"d{n}"}
+        )
+        response.raise_for_status()
+        done = (await client.get(f"/v1/runs/d{n}", params={"wait": 30})).json()
+        spawned = float(done["result"])
+        latencies.append((spawned - before) * 1000)
+        await trio.sleep(0.01)
+    return latencies
+
+
+async def main_async(runs: int, samples: int) -> None:
+    raw = await raw_spawn_rate(runs)
+    print(f"raw trio.run_process({TRUE}), concurrency {CONCURRENCY}: {raw:8,.0f} runs/s")
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        port = free_port()
+        write_config(directory, port)
+        process = await trio.to_thread.run_sync(start_supervisor, directory)
+        try:
+            token = (directory / "state" / "api-token").read_text().strip()
+            async with httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{port}",
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=180,
+            ) as client:
+                await wait_ready(client)
+                rate = await supervised_rate(client, runs)
+                print(
+                    f"herdsman run, submit over HTTP -> finish:        {rate:8,.0f} runs/s "
+                    f"({rate / raw:.0%} of raw)"
+                )
+                lat = await spawn_latencies(client, samples)
+                quantiles = statistics.quantiles(lat, n=100)
+                print(
+                    f"submit-to-spawn latency, free slot ({samples} samples): "
+                    f"p50 {statistics.median(lat):.1f} ms, p99 {quantiles[98]:.1f} ms"
+                )
+        finally:
+            process.send_signal(signal.SIGTERM)
+            await trio.to_thread.run_sync(process.wait)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--latency-samples", type=int, default=200)
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} CPUs")
+    trio.run(main_async, args.runs, args.latency_samples)
+
+
+if __name__ == "__main__":
+    main()

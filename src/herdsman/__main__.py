@@ -1,0 +1,5 @@
+"""Allow ``python -m herdsman``."""
+
+from herdsman.cli import main
+
+raise SystemExit(main())

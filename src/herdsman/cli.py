@@ -1,0 +1,158 @@
+"""The ``herdsman`` command line: a thin argparse layer over the library.
+
+Each subcommand is a function taking the parsed arguments and returning the
+exit status: 0 success, 1 a problem with the configuration or the request,
+2 a usage error (argparse's own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from herdsman import __version__
+from herdsman.config import (
+    ConfigError,
+    EditResult,
+    environment_warnings,
+    get_value,
+    load_config,
+    set_value,
+)
+from herdsman.config.locate import find_config_file
+from herdsman.config.report import check_json, check_text
+from herdsman.runtime_cli import add_runtime_commands
+
+__all__ = ["main"]
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _config_options(with_overrides: bool = True) -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument(
+        "-c",
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="configuration file (default: $HERDSMAN_CONFIG, ./supervisor.toml, "
+        "$XDG_CONFIG_HOME/herdsman/supervisor.toml)",
+    )
+    if with_overrides:
+        options.add_argument(
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override a setting for this command (repeatable); VALUE is TOML or a bare word",
+        )
+    return options
+
+
+def _print_errors(error: ConfigError) -> int:
+    for problem in error.problems:
+        print(problem, file=sys.stderr)
+    return 1
+
+
+def _check(args: argparse.Namespace) -> int:
+    try:
+        loaded = load_config(args.config, args.overrides)
+    except ConfigError as error:
+        if args.json:
+            print(json.dumps(check_json(None, error.problems), indent=2))
+            return 1
+        return _print_errors(error)
+    loaded.warnings.extend(environment_warnings(loaded))
+    if args.json:
+        print(json.dumps(check_json(loaded), indent=2))
+    else:
+        sys.stdout.write(check_text(loaded))
+    return 0
+
+
+def _config_get(args: argparse.Namespace) -> int:
+    try:
+        loaded = load_config(args.config, args.overrides)
+        result = get_value(loaded, args.key)
+    except ConfigError as error:
+        return _print_errors(error)
+    if result.toml is None:
+        print(f"{result.key}: not set in {loaded.path} and has no default", file=sys.stderr)
+        return 0
+    if result.origin.kind == "default":
+        print(f"{result.key}: not set in {loaded.path}; this is the default", file=sys.stderr)
+    print(result.toml)
+    return 0
+
+
+def after_config_write(result: EditResult) -> None:
+    """Called after ``config set`` has written the file.
+
+    The seam for telling a running supervisor to reload; nothing runs yet.
+    """
+
+
+def _config_set(args: argparse.Namespace) -> int:
+    try:
+        path = find_config_file(args.config, os.environ)
+        result = set_value(path, args.key, args.value)
+    except ConfigError as error:
+        return _print_errors(error)
+    after_config_write(result)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; later subcommands (run, status, reload, sim) add to it."""
+    parser = argparse.ArgumentParser(
+        prog="herdsman", description="A supervisor for coding-agent runs."
+    )
+    parser.add_argument("--version", action="version", version=f"herdsman {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    check = commands.add_parser(
+        "check",
+        parents=[_config_options()],
+        help="validate the configuration and show the effective settings",
+    )
+    check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.set_defaults(handler=_check)
+
+    config = commands.add_parser("config", help="read or edit the configuration file")
+    config_commands = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    get = config_commands.add_parser(
+        "get", parents=[_config_options()], help="print the effective value of KEY as TOML"
+    )
+    get.add_argument("key", metavar="KEY", help="a key path, e.g. providers.claude.concurrency")
+    get.set_defaults(handler=_config_get)
+    set_ = config_commands.add_parser(
+        "set",
+        parents=[_config_options(with_overrides=False)],
+        help="set KEY to VALUE in the file, keeping its layout",
+    )
+    set_.add_argument("key", metavar="KEY", help="a key path, e.g. providers.claude.concurrency")
+    set_.add_argument(
+        "value", metavar="VALUE", help='a TOML value (3, "15m", ["a", "b"]) or a bare word'
+    )
+    set_.set_defaults(handler=_config_set)
+
+    add_runtime_commands(commands, _config_options)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    args = build_parser().parse_args(argv)
+    handler: Command = args.handler
+    try:
+        return handler(args)
+    except BrokenPipeError:
+        # The reader went away (`herdsman check | head`); say nothing more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

@@ -1,0 +1,297 @@
+# ruff: noqa: RUF009  -- `setting()` wraps attrs.field(); ruff only recognises the latter.
+"""The configuration model: frozen attrs classes, one per TOML table.
+
+Each field's metadata carries its :mod:`kind <herdsman.config.kinds>` (how the
+raw TOML value is checked and normalised) and a one-line ``doc``. A field with
+an attrs default is optional and takes that default; ``default_from`` computes
+a default that depends on the environment or on other settings. Instances are
+only built by :func:`herdsman.config.load_config`, after validation.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+
+from herdsman.config import kinds
+
+if TYPE_CHECKING:
+    from herdsman.config.keypath import KeyPath
+    from herdsman.config.validate import Checker
+
+__all__ = [
+    "Account",
+    "ApiSettings",
+    "Config",
+    "Provider",
+    "Repo",
+    "RetentionSettings",
+    "SchedulingSettings",
+    "SupervisorSettings",
+    "TraceSettings",
+    "default_state_dir",
+]
+
+DefaultFrom = Callable[["Checker"], Any]
+
+
+def setting(
+    kind: kinds.Kind,
+    doc: str,
+    *,
+    default: Any = attrs.NOTHING,
+    factory: Callable[[], Any] | None = None,
+    default_from: DefaultFrom | None = None,
+) -> Any:
+    """Declare a field with its kind and documentation (see the module docstring)."""
+    return attrs.field(
+        default=attrs.Factory(factory) if factory is not None else default,
+        kw_only=True,
+        metadata={"kind": kind, "doc": doc, "default_from": default_from},
+    )
+
+
+def default_state_dir(environ: Mapping[str, str]) -> Path:
+    """``$XDG_STATE_HOME/herdsman``, else ``~/.local/state/herdsman``.
+
+    A relative ``XDG_STATE_HOME`` is ignored, as the XDG spec asks.
+    """
+    xdg = environ.get("XDG_STATE_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "herdsman"
+    return Path("~/.local/state/herdsman").expanduser()
+
+
+def _budget_needs_window(
+    raw: Mapping[str, Any], out: dict[str, Any], path: KeyPath, checker: Checker
+) -> None:
+    if "budget" in raw and "window" not in raw:
+        checker.problem(
+            (*path, "budget"),
+            'requires a window to count it in, e.g. window = "5h"; window is not set',
+        )
+
+
+def _resume_needs_session(
+    raw: Mapping[str, Any], out: dict[str, Any], path: KeyPath, checker: Checker
+) -> None:
+    args = out.get("resume_args")
+    if args and not any("{session}" in arg for arg in args):
+        checker.problem(
+            (*path, "resume_args"),
+            'must contain "{session}" where the session id goes, e.g. ["--resume", "{session}"]',
+        )
+
+
+@attrs.frozen(kw_only=True)
+class SupervisorSettings:
+    """``[supervisor]``: the process as a whole."""
+
+    state_dir: Path = setting(
+        kinds.PathValue(),
+        "where herdsman keeps its ledger, worktrees and traces",
+        default_from=lambda checker: default_state_dir(checker.environ),
+    )
+    max_concurrency: int | None = setting(
+        kinds.WholeNumber(1),
+        "machine-wide cap on runs across all providers; absent means no global cap",
+        default=None,
+    )
+    shutdown_grace: timedelta = setting(
+        kinds.Duration(),
+        "how long running runs may finish after the first SIGINT/SIGTERM",
+        default=timedelta(minutes=10),
+    )
+    parallel_preamble: bool = setting(
+        kinds.Boolean(),
+        "when runs may execute side by side, prepend a short note saying so to each prompt",
+        default=True,
+    )
+
+
+@attrs.frozen(kw_only=True)
+class SchedulingSettings:
+    """``[scheduling]``: rules the scheduler applies to every run."""
+
+    agent_exclusive: bool = setting(
+        kinds.Boolean(), "at most one run per workspace+agent at a time", default=True
+    )
+
+
+@attrs.frozen(kw_only=True)
+class Account:
+    """``[[providers.NAME.accounts]]``: one account a provider's runs can spend."""
+
+    name: str = setting(
+        kinds.Name(r"[A-Za-z0-9_.-]+", "a name of letters, digits, '_', '.' and '-'"),
+        "unique within the provider",
+    )
+    env: Mapping[str, str] = setting(
+        kinds.StringTable(), "environment added to runs that spend this account", factory=dict
+    )
+    window: timedelta | None = setting(
+        kinds.Duration(positive=True), 'rolling quota window, e.g. "5h"', default=None
+    )
+    budget: int | None = setting(
+        kinds.WholeNumber(1), "runs or run-minutes allowed per window (needs window)", default=None
+    )
+    budget_unit: Literal["runs", "run_minutes"] = setting(
+        kinds.Choice(("runs", "run_minutes")), "what budget counts", default="runs"
+    )
+    concurrency: int | None = setting(
+        kinds.WholeNumber(1, 64), "cap on this account's simultaneous runs", default=None
+    )
+
+
+@attrs.frozen(kw_only=True)
+class Provider:
+    """``[providers.NAME]``: a command that reads a prompt on stdin."""
+
+    exec: tuple[str, ...] = setting(
+        kinds.StringList(), "the command and its arguments; the prompt arrives on stdin"
+    )
+    concurrency: int = setting(
+        kinds.WholeNumber(1, 64), "simultaneous runs of this provider", default=1
+    )
+    timeout: timedelta | None = setting(
+        kinds.Duration(zero_is_none=True),
+        'wall-clock limit per run; "0" (None) means none',
+        default=None,
+    )
+    idle_timeout: timedelta | None = setting(
+        kinds.Duration(zero_is_none=True),
+        'limit on a run\'s silence (no output); "0" (None) means none',
+        default=timedelta(minutes=15),
+    )
+    env: Mapping[str, str] = setting(
+        kinds.StringTable(), "environment added to every run", factory=dict
+    )
+    protocol: Literal["plain", "claude", "codex"] = setting(
+        kinds.Choice(("plain", "claude", "codex")), "how the output stream is read", default="plain"
+    )
+    workdir: Path | None = setting(
+        kinds.PathValue(),
+        "working directory for runs (default: <state_dir>/workspace)",
+        default=None,
+    )
+    resume_args: tuple[str, ...] = setting(
+        kinds.StringList(non_empty=False, example='["--resume", "{session}"]'),
+        "arguments appended to exec to resume a conversation's session; {session} is its id",
+        factory=tuple,
+    )
+    usage_limit_pattern: str | None = setting(
+        kinds.Regex(),
+        'regex that marks a plain CLI\'s output as "usage limit reached"',
+        default=None,
+    )
+    accounts: tuple[Account, ...] = setting(
+        kinds.ArrayOfTables(
+            kinds.Table(Account, _budget_needs_window), unique="name", scope=" in this provider"
+        ),
+        "accounts this provider's runs can spend",
+        factory=tuple,
+    )
+
+
+@attrs.frozen(kw_only=True)
+class Repo:
+    """``[[repos]]``: a git checkout each conversation gets its own worktree of."""
+
+    name: str = setting(
+        kinds.Name(r"[A-Za-z0-9._-]+", "a name of letters, digits, '.', '_' and '-'", (".", "..")),
+        "unique across repos; names the worktree folder",
+    )
+    path: Path = setting(kinds.PathValue(), "the git checkout")
+
+
+@attrs.frozen(kw_only=True)
+class RetentionSettings:
+    """``[retention]``: when idle worktrees are removed."""
+
+    idle: timedelta = setting(
+        kinds.Duration(),
+        "idleness after which a clean worktree is removed",
+        default=timedelta(days=14),
+    )
+    sweep_interval: timedelta = setting(
+        kinds.Duration(positive=True), "how often the sweeper looks", default=timedelta(hours=1)
+    )
+    finished_runs: timedelta = setting(
+        kinds.Duration(positive=True),
+        "how long finished runs stay in the ledger before they are pruned",
+        default=timedelta(days=30),
+    )
+
+
+@attrs.frozen(kw_only=True)
+class ApiSettings:
+    """``[api]``: the HTTP API."""
+
+    listen: str = setting(kinds.Listen(), "HOST:PORT to listen on", default="127.0.0.1:7878")
+    token_file: Path | None = setting(
+        kinds.PathValue(),
+        "file holding the bearer token clients must send (default <state_dir>/api-token)",
+        default=None,
+    )
+
+    @property
+    def host(self) -> str:
+        """The host part of ``listen``, without IPv6 brackets."""
+        return self.listen.rpartition(":")[0].removeprefix("[").removesuffix("]")
+
+    @property
+    def port(self) -> int:
+        """The port part of ``listen``."""
+        return int(self.listen.rpartition(":")[2])
+
+
+def _default_trace_dir(checker: Checker) -> Path | None:
+    state_dir = checker.value_of(("supervisor", "state_dir"))
+    return state_dir / "traces" if isinstance(state_dir, Path) else None
+
+
+@attrs.frozen(kw_only=True)
+class TraceSettings:
+    """``[trace]``: the JSON Lines decision trace."""
+
+    enabled: bool = setting(kinds.Boolean(), "write a trace of every decision", default=True)
+    record_prompts: bool = setting(
+        kinds.Boolean(), "include each run's prompt in its submit event", default=False
+    )
+    dir: Path = setting(
+        kinds.PathValue(),
+        "where trace files go (default <state_dir>/traces)",
+        default_from=_default_trace_dir,
+    )
+    max_bytes: int = setting(
+        kinds.WholeNumber(4096), "size at which a trace file is rotated", default=268_435_456
+    )
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    """The whole ``supervisor.toml``."""
+
+    supervisor: SupervisorSettings = setting(kinds.Table(SupervisorSettings), "[supervisor]")
+    scheduling: SchedulingSettings = setting(kinds.Table(SchedulingSettings), "[scheduling]")
+    providers: Mapping[str, Provider] = setting(
+        kinds.NamedTables(
+            kinds.Table(Provider, _resume_needs_session),
+            min_count=1,
+            noun="provider is",
+            example='[providers.claude] with exec = ["claude", "-p"]',
+        ),
+        "[providers.NAME]",
+        factory=dict,
+    )
+    repos: tuple[Repo, ...] = setting(
+        kinds.ArrayOfTables(kinds.Table(Repo), unique="name"), "[[repos]]", factory=tuple
+    )
+    retention: RetentionSettings = setting(kinds.Table(RetentionSettings), "[retention]")
+    api: ApiSettings = setting(kinds.Table(ApiSettings), "[api]")
+    trace: TraceSettings = setting(kinds.Table(TraceSettings), "[trace]")

@@ -1,0 +1,83 @@
+"""What went wrong and where: locations, problems, origins and the error type."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+import attrs
+
+__all__ = ["ConfigError", "ConfigProblem", "Location", "Origin"]
+
+
+@attrs.frozen(order=True)
+class Location:
+    """Where a problem sits: a file position, or a ``--set KEY=VALUE`` argument.
+
+    Orders file positions before overrides, then by line, column and the order
+    the overrides were given, which is the order problems are reported in.
+    """
+
+    source: str
+    line: int = 0
+    col: int = 0
+    override_index: int = -1
+
+    @classmethod
+    def in_file(cls, source: str, line: int, col: int) -> Location:
+        """A 1-based line and column in the named file."""
+        return cls(source, line, col)
+
+    @classmethod
+    def override(cls, text: str, index: int) -> Location:
+        """The ``index``-th ``--set`` argument, whose text is ``KEY=VALUE``."""
+        return cls(f"--set {text}", override_index=index)
+
+    @property
+    def sort_key(self) -> tuple[int, int, int]:
+        """File positions first (by line, column), then overrides in given order."""
+        if self.override_index >= 0:
+            return (1, self.override_index, 0)
+        return (0, self.line, self.col)
+
+    def __str__(self) -> str:
+        if self.override_index >= 0 or self.line == 0:
+            return self.source
+        return f"{self.source}:{self.line}:{self.col}"
+
+
+@attrs.frozen
+class ConfigProblem:
+    """One error in a configuration: ``location: key.path: message``."""
+
+    location: Location
+    key_path: str
+    message: str
+
+    def __str__(self) -> str:
+        parts = [str(self.location), self.key_path, self.message]
+        return ": ".join(part for part in parts if part)
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; ``problems`` lists every error, in file order."""
+
+    def __init__(self, problems: Iterable[ConfigProblem]) -> None:
+        self.problems: list[ConfigProblem] = sorted(problems, key=lambda p: p.location.sort_key)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+@attrs.frozen
+class Origin:
+    """Where an effective value came from: a file line, a default or ``--set``."""
+
+    kind: Literal["file", "default", "override"]
+    source: str = ""
+    line: int = 0
+
+    def __str__(self) -> str:
+        if self.kind == "file":
+            return f"{self.source}:{self.line}"
+        if self.kind == "override":
+            return "--set"
+        return "default"

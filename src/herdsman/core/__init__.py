@@ -1,0 +1,23 @@
+"""Sans-IO decision cores: plain classes that take events and return decisions."""
+
+from herdsman.core.runs import DEFAULT_WORKSPACE, RunRequest, exclusion_keys
+from herdsman.core.scheduler import (
+    CancelOutcome,
+    Limits,
+    RunState,
+    Scheduler,
+    SchedulerError,
+    SchedulerSnapshot,
+)
+
+__all__ = [
+    "DEFAULT_WORKSPACE",
+    "CancelOutcome",
+    "Limits",
+    "RunRequest",
+    "RunState",
+    "Scheduler",
+    "SchedulerError",
+    "SchedulerSnapshot",
+    "exclusion_keys",
+]

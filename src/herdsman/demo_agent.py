@@ -1,0 +1,105 @@
+"""A stand-in agent CLI: reads a prompt on stdin, waits, replies.
+
+``python -m herdsman.demo_agent [--delay SECONDS] [--protocol plain|claude]
+[--fail] [--spawn-grandchild]``
+
+It lets the example config, the tests and a first try of herdsman run
+without any real agent CLI installed. The delay defaults to 1 second, or to
+``HERDSMAN_DEMO_DELAY`` when set; ``--delay`` wins over both. With
+``--protocol claude`` it prints the shape Claude Code prints with
+``--output-format stream-json --verbose``: a ``system``/``init`` line with a
+session id, then a ``result`` line. ``--fail`` makes it exit with code 1 after
+reporting an error. ``--spawn-grandchild`` first starts a process that sleeps
+for an hour holding stdout and stderr open, and prints its pid on stderr, so
+tests can check that the whole process group is stopped.
+
+It imports only the standard library's light modules, so it starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+DELAY_ENV = "HERDSMAN_DEMO_DELAY"
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m herdsman.demo_agent", description=__doc__)
+    parser.add_argument("--delay", type=float, default=None, help="seconds to wait (default 1)")
+    parser.add_argument("--protocol", choices=("plain", "claude"), default="plain")
+    parser.add_argument("--fail", action="store_true", help="report an error and exit 1")
+    parser.add_argument(
+        "--spawn-grandchild", action="store_true", help="start a long-sleeping grandchild"
+    )
+    return parser.parse_args(argv)
+
+
+def _spawn_grandchild() -> int:
+    # fork keeps this module free of the subprocess import; the grandchild
+    # inherits stdout/stderr, so it also holds the run's pipes open.
+    pid = os.fork()
+    if pid == 0:
+        try:
+            time.sleep(3600)
+        finally:
+            os._exit(0)
+    return pid
+
+
+def _emit(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo agent; returns the exit code."""
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    delay = args.delay
+    if delay is None:
+        delay = float(os.environ.get(DELAY_ENV, "1.0"))
+    prompt = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+    # The last line: a preamble herdsman adds goes before the user's words.
+    lines = [line for line in prompt.splitlines() if line.strip()]
+    last_line = lines[-1] if lines else ""
+    session_id = "demo-" + os.urandom(8).hex()
+    if args.spawn_grandchild:
+        sys.stderr.write(f"demo agent: grandchild pid {_spawn_grandchild()}\n")
+        sys.stderr.flush()
+    if args.protocol == "claude":
+        _emit(
+            json.dumps(
+                {
+                    "type": "system",
+                    "subtype": "init",
+                    "session_id": session_id,
+                    "model": "demo",
+                    "tools": [],
+                }
+            )
+        )
+    time.sleep(max(delay, 0.0))
+    reply = f"demo reply: {last_line}"
+    error = "demo agent: failing as asked (--fail)"
+    if args.protocol == "claude":
+        result = {
+            "type": "result",
+            "subtype": "error_during_execution" if args.fail else "success",
+            "is_error": args.fail,
+            "result": error if args.fail else reply,
+            "session_id": session_id,
+            "num_turns": 1,
+        }
+        _emit(json.dumps(result))
+    elif args.fail:
+        sys.stderr.write(f"Error: {error}\n")
+    else:
+        _emit(reply)
+    return 1 if args.fail else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""The JSON HTTP API (Starlette, served by hypercorn's trio worker).
+
+Every request must carry ``Authorization: Bearer <token>``. Errors are JSON
+``{"error": message}``: 400 malformed, 401 token, 404 unknown run, 409
+conflicting state, 422 invalid field, 503 shutting down.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from herdsman.runtime.intake import InvalidRequest, parse_submit
+from herdsman.runtime.store import RunStatus
+from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
+from herdsman.runtime.views import run_view
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+MAX_WAIT = 300.0
+MAX_LIST = 1000
+
+
+def error(status: int, message: str) -> JSONResponse:
+    """A JSON error response."""
+    return JSONResponse({"error": message}, status_code=status)
+
+
+async def read_json(request: Request) -> Any:
+    """The request body as JSON, or a 400."""
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(400, f"the request body is not valid JSON: {exc}") from None
+
+
+def number_param(request: Request, name: str, default: float, maximum: float) -> float:
+    """A numeric query parameter within ``[0, maximum]``, or a 422."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidRequest(422, f"{name}: must be a number, got {raw!r}") from None
+    if not 0 <= value <= maximum:
+        raise InvalidRequest(422, f"{name}: must be from 0 to {maximum:g}, got {raw}")
+    return value
+
+
+class Api:
+    """The endpoint handlers of one supervisor."""
+
+    def __init__(self, supervisor: Supervisor, token: str) -> None:
+        self.supervisor = supervisor
+        self._expected = f"Bearer {token}".encode()
+
+    def guarded(self, handler: Handler) -> Handler:
+        """Check the bearer token, and turn intake errors into JSON answers."""
+
+        async def wrapper(request: Request) -> Response:
+            given = request.headers.get("authorization", "").encode()
+            if not secrets.compare_digest(given, self._expected):
+                return error(401, "missing or wrong bearer token (see the token file in state_dir)")
+            try:
+                return await handler(request)
+            except InvalidRequest as exc:
+                return error(exc.status, exc.message)
+            except RunNotFound as exc:
+                return error(404, f"no run with id {exc.args[0]!r}")
+            except RunConflict as exc:
+                return error(409, str(exc))
+            except NotAdmitting as exc:
+                return error(503, str(exc))
+
+        return wrapper
+
+    async def submit(self, request: Request) -> Response:
+        """``POST /v1/runs``: 201 for a new run, 200 with the existing one for a known id."""
+        providers = self.supervisor.config.providers
+        new, on_busy = parse_submit(await read_json(request), providers)
+        record, created = await self.supervisor.submit(new, on_busy)
+        return JSONResponse(run_view(record), status_code=201 if created else 200)
+
+    async def get_run(self, request: Request) -> Response:
+        """``GET /v1/runs/{id}[?wait=SECONDS]``."""
+        run_id = request.path_params["run_id"]
+        wait = number_param(request, "wait", 0.0, MAX_WAIT)
+        if wait > 0:
+            return JSONResponse(run_view(await self.supervisor.wait(run_id, wait)))
+        record = await self.supervisor.get(run_id)
+        if record is None:
+            raise RunNotFound(run_id)
+        return JSONResponse(run_view(record))
+
+    async def list_runs(self, request: Request) -> Response:
+        """``GET /v1/runs`` with filters, newest first."""
+        params = request.query_params
+        unknown = sorted(set(params) - {"status", "provider", "conversation", "workspace", "limit"})
+        if unknown:
+            raise InvalidRequest(422, f"{unknown[0]}: unknown filter")
+        status = params.get("status")
+        if status is not None and status not in {s.value for s in RunStatus}:
+            choices = ", ".join(s.value for s in RunStatus)
+            raise InvalidRequest(422, f"status: must be one of {choices}, got {status!r}")
+        limit = int(number_param(request, "limit", 100, MAX_LIST))
+        runs = await self.supervisor.list_runs(
+            status=RunStatus(status) if status else None,
+            provider=params.get("provider"),
+            conversation=params.get("conversation"),
+            workspace=params.get("workspace"),
+            limit=limit,
+        )
+        return JSONResponse({"runs": [run_view(r) for r in runs]})
+
+    async def cancel(self, request: Request) -> Response:
+        """``POST /v1/runs/{id}/cancel``: 200 once ended, 202 if still being stopped."""
+        run_id = request.path_params["run_id"]
+        record = await self.supervisor.cancel(run_id)
+        if not record.is_terminal:
+            # A running run: its process group is being stopped; give the
+            # runner its kill grace to record the outcome before answering.
+            record = await self.supervisor.wait(run_id, 10.0)
+        return JSONResponse(run_view(record), status_code=200 if record.is_terminal else 202)
+
+    async def status(self, request: Request) -> Response:
+        """``GET /v1/status``."""
+        return JSONResponse(self.supervisor.status())
+
+    async def reload(self, request: Request) -> Response:
+        """``POST /v1/reload`` (not available yet)."""
+        return error(501, "reload is not available yet; restart the supervisor to apply changes")
+
+    async def metrics(self, request: Request) -> Response:
+        """``GET /metrics`` in the Prometheus text format."""
+        body = self.supervisor.metrics.render()
+        return Response(body, media_type="text/plain; version=0.0.4")
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (unknown path, wrong method) as JSON too."""
+    assert isinstance(exc, HTTPException)
+    return error(exc.status_code, exc.detail)
+
+
+def create_app(supervisor: Supervisor, token: str) -> Starlette:
+    """The API application bound to one supervisor and its bearer token."""
+    api = Api(supervisor, token)
+    guarded = api.guarded
+    routes = [
+        Route("/v1/runs", guarded(api.submit), methods=["POST"]),
+        Route("/v1/runs", guarded(api.list_runs), methods=["GET"]),
+        Route("/v1/runs/{run_id}", guarded(api.get_run), methods=["GET"]),
+        Route("/v1/runs/{run_id}/cancel", guarded(api.cancel), methods=["POST"]),
+        Route("/v1/status", guarded(api.status), methods=["GET"]),
+        Route("/v1/reload", guarded(api.reload), methods=["POST"]),
+        Route("/metrics", guarded(api.metrics), methods=["GET"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})

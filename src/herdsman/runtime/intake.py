@@ -1,0 +1,119 @@
+"""Validation of what clients submit: every field checked, every error named."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import attrs
+
+from herdsman.core import DEFAULT_WORKSPACE
+from herdsman.runtime.ids import id_problem, new_run_id, run_id_problem
+from herdsman.runtime.store import NewRun
+from herdsman.runtime.supervisor import OnBusy
+
+MAX_PROMPT_BYTES = 1 << 20
+MAX_METADATA_BYTES = 16 << 10
+MAX_URL_LENGTH = 2048
+
+SUBMIT_FIELDS = (
+    "id",
+    "provider",
+    "prompt",
+    "conversation",
+    "agent",
+    "workspace",
+    "on_busy",
+    "callback_url",
+    "metadata",
+)
+
+
+@attrs.frozen
+class InvalidRequest(Exception):
+    """A request the API refuses: ``status`` is the HTTP status to answer with."""
+
+    status: int
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _string(body: Mapping[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidRequest(422, f"{key}: must be a string, got {type(value).__name__}")
+    return value
+
+
+def parse_submit(body: Any, providers: Collection[str]) -> tuple[NewRun, OnBusy]:
+    """Turn a ``POST /v1/runs`` body into a run, or raise :class:`InvalidRequest`."""
+    if not isinstance(body, dict):
+        raise InvalidRequest(400, "the request body must be a JSON object")
+    unknown = sorted(set(body) - set(SUBMIT_FIELDS))
+    if unknown:
+        raise InvalidRequest(
+            422, f"{unknown[0]}: unknown field; expected one of {', '.join(SUBMIT_FIELDS)}"
+        )
+
+    provider = _string(body, "provider")
+    if provider is None:
+        raise InvalidRequest(422, "provider: required")
+    if provider not in providers:
+        known = ", ".join(sorted(providers)) or "none"
+        raise InvalidRequest(422, f"provider: unknown provider {provider!r}; configured: {known}")
+
+    prompt = _string(body, "prompt")
+    if prompt is None or not prompt.strip():
+        raise InvalidRequest(422, "prompt: required and must not be empty")
+    size = len(prompt.encode("utf-8"))
+    if size > MAX_PROMPT_BYTES:
+        raise InvalidRequest(422, f"prompt: at most {MAX_PROMPT_BYTES} bytes, got {size}")
+
+    run_id = _string(body, "id")
+    if run_id is None:
+        run_id = new_run_id()
+    elif problem := run_id_problem(run_id):
+        raise InvalidRequest(422, f"id: {problem}")
+
+    ids: dict[str, str | None] = {}
+    for key in ("conversation", "agent", "workspace"):
+        value = _string(body, key)
+        if value is not None and (problem := id_problem(value)):
+            raise InvalidRequest(422, f"{key}: {problem}")
+        ids[key] = value
+
+    on_busy = body.get("on_busy", "queue")
+    if on_busy not in ("queue", "skip"):
+        raise InvalidRequest(422, f'on_busy: must be "queue" or "skip", got {on_busy!r}')
+
+    callback_url = _string(body, "callback_url")
+    if callback_url is not None:
+        parts = urlsplit(callback_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise InvalidRequest(422, "callback_url: must be an http:// or https:// URL")
+        if len(callback_url) > MAX_URL_LENGTH:
+            raise InvalidRequest(422, f"callback_url: at most {MAX_URL_LENGTH} characters")
+
+    metadata = body.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise InvalidRequest(422, "metadata: must be a JSON object")
+    if len(json.dumps(metadata)) > MAX_METADATA_BYTES:
+        raise InvalidRequest(422, f"metadata: at most {MAX_METADATA_BYTES} bytes of JSON")
+
+    new = NewRun(
+        id=run_id,
+        provider=provider,
+        prompt=prompt,
+        conversation=ids["conversation"],
+        agent=ids["agent"],
+        workspace=ids["workspace"] or DEFAULT_WORKSPACE,
+        callback_url=callback_url,
+        metadata=metadata,
+    )
+    return new, on_busy

@@ -1,0 +1,87 @@
+"""Turning a run record and the config into the process to execute."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from herdsman.config import Config, Provider
+from herdsman.executables import resolve_executable
+from herdsman.runtime.runner import ProcessSpec
+from herdsman.runtime.store import RunRecord
+
+PARALLEL_PREAMBLE = """\
+[herdsman] Other agent runs may be executing on this machine at the same time
+as this one. Name any scratch or temporary files uniquely (for example with
+the run id in $HERDSMAN_RUN_ID), and do not assume that a branch, worktree or
+file you did not create in this run is yours to change or delete.
+
+"""
+
+
+def may_run_in_parallel(config: Config) -> bool:
+    """Whether more than one run can ever execute at once under ``config``."""
+    slots = sum(p.concurrency for p in config.providers.values())
+    cap = config.supervisor.max_concurrency
+    return min(slots, cap) > 1 if cap is not None else slots > 1
+
+
+def run_environment(
+    record: RunRecord,
+    provider: Provider,
+    *,
+    account_env: Mapping[str, str],
+    parallel: bool,
+    base: Mapping[str, str],
+) -> dict[str, str]:
+    """The child's environment: ambient, then provider, then account, then herdsman's."""
+    env = dict(base)
+    env.update(provider.env)
+    env.update(account_env)
+    env["HERDSMAN_RUN_ID"] = record.id
+    env["HERDSMAN_CONVERSATION"] = record.conversation or ""
+    if parallel:
+        env["HERDSMAN_PARALLEL"] = "1"
+    else:
+        env.pop("HERDSMAN_PARALLEL", None)
+    return env
+
+
+def build_argv(provider: Provider, resume: Sequence[str] = ()) -> tuple[str, ...]:
+    """The provider's argv with its program resolved and resume arguments appended."""
+    program = resolve_executable(provider.exec[0]) or provider.exec[0]
+    return (program, *provider.exec[1:], *resume)
+
+
+def build_spec(
+    record: RunRecord,
+    config: Config,
+    *,
+    account_env: Mapping[str, str] | None = None,
+    resume: Sequence[str] = (),
+    base_env: Mapping[str, str] | None = None,
+) -> ProcessSpec:
+    """Everything the runner needs to execute ``record``."""
+    provider = config.providers[record.provider]
+    state_dir = config.supervisor.state_dir
+    parallel = may_run_in_parallel(config)
+    prompt = record.prompt
+    if parallel and config.supervisor.parallel_preamble:
+        prompt = PARALLEL_PREAMBLE + prompt
+    return ProcessSpec(
+        argv=build_argv(provider, resume),
+        env=run_environment(
+            record,
+            provider,
+            account_env=account_env or {},
+            parallel=parallel,
+            base=os.environ if base_env is None else base_env,
+        ),
+        cwd=provider.workdir or state_dir / "workspace",
+        prompt=prompt,
+        timeout=provider.timeout.total_seconds() if provider.timeout else None,
+        idle_timeout=provider.idle_timeout.total_seconds() if provider.idle_timeout else None,
+        log_path=state_dir / "logs" / f"{record.id}.log",
+        protocol=provider.protocol,
+        usage_limit_pattern=provider.usage_limit_pattern,
+    )

@@ -1,0 +1,132 @@
+"""``herdsman run``: one trio nursery owning the supervisor, the API and signals."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import signal
+from functools import partial
+from pathlib import Path
+
+import attrs
+import trio
+
+from herdsman.config import Config
+from herdsman.runtime.api.app import create_app
+from herdsman.runtime.api.server import ensure_token, serve_api
+from herdsman.runtime.lockfile import StateDirLock
+from herdsman.runtime.store import SqliteStore
+from herdsman.runtime.supervisor import ShutdownReport, Supervisor
+from herdsman.trace import TraceWriter
+
+log = logging.getLogger("herdsman")
+
+DB_NAME = "herdsman.db"
+
+
+def token_path(config: Config) -> Path:
+    """Where the API's bearer token lives."""
+    return config.api.token_file or config.supervisor.state_dir / "api-token"
+
+
+def config_for_trace(config: Config) -> dict[str, object]:
+    """The effective config as the trace header records it (JSON-safe)."""
+    from herdsman.config.report import config_as_json  # noqa: PLC0415 - heavy, only here
+
+    return config_as_json(config)
+
+
+@attrs.frozen
+class Serving:
+    """What ``serve`` reports once the API answers: its URLs and the supervisor."""
+
+    urls: tuple[str, ...]
+    supervisor: Supervisor
+
+
+async def serve(
+    config: Config,
+    *,
+    handle_signals: bool = True,
+    task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
+) -> ShutdownReport:
+    """Run the supervisor until a shutdown signal; return how it stopped.
+
+    The state-directory lock must already be held by the caller. Signals
+    (SIGINT/SIGTERM: drain, then cancel) are handled when ``handle_signals``;
+    tests call ``Serving.supervisor.request_shutdown()`` instead.
+    """
+    state_dir = config.supervisor.state_dir
+    # Private by default: the ledger holds prompts and the API token.
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    store = await trio.to_thread.run_sync(SqliteStore, state_dir / DB_NAME)
+    trace = None
+    if config.trace.enabled:
+        trace = TraceWriter(
+            config.trace.dir,
+            max_bytes=config.trace.max_bytes,
+            config=config_for_trace(config),
+            clock=trio.current_time,
+            wall=lambda: dt.datetime.now(dt.UTC),
+        )
+    supervisor = Supervisor(config, store, trace=trace)
+    token = ensure_token(token_path(config))
+    try:
+        # Recover before the API answers, so no new submit can get ahead of
+        # the runs that were queued before the restart.
+        await supervisor.recover()
+        api_stopped = trio.Event()
+        signals_scope = trio.CancelScope()
+
+        async def watch_signals() -> None:
+            with signals_scope:
+                await _watch_signals(supervisor)
+
+        async with trio.open_nursery() as nursery:
+            if handle_signals:
+                nursery.start_soon(watch_signals)
+            urls = await nursery.start(
+                partial(
+                    serve_api,
+                    create_app(supervisor, token),
+                    config.api.listen,
+                    shutdown_trigger=api_stopped.wait,
+                )
+            )
+            log.info("herdsman is running; API on %s; state in %s", ", ".join(urls), state_dir)
+            task_status.started(Serving(tuple(urls), supervisor))
+            report = await supervisor.run()
+            signals_scope.cancel()
+            api_stopped.set()
+    finally:
+        if trace is not None:
+            trace.close()
+        store.close()
+    return report
+
+
+async def _watch_signals(supervisor: Supervisor) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                log.warning("SIGHUP: reload is not available yet; restart to apply changes")
+                continue
+            if supervisor.admitting:
+                log.info(
+                    "%s: draining (send it again to cancel running runs)",
+                    signal.Signals(signum).name,
+                )
+            else:
+                log.info("%s: cancelling running runs", signal.Signals(signum).name)
+            supervisor.request_shutdown()
+
+
+def run_supervisor(config: Config) -> int:
+    """Take the state-directory lock and serve; the exit code says how it went."""
+    with StateDirLock(config.supervisor.state_dir):
+        report = trio.run(serve, config)
+    if report.drained:
+        log.info("stopped cleanly")
+        return 0
+    log.warning("stopped after cancelling %d running run(s)", len(report.cancelled))
+    return 3

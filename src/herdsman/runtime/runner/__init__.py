@@ -1,0 +1,39 @@
+"""The runner: executing one agent process under limits (see docs/runner.md)."""
+
+from herdsman.runtime.runner.cancel import RunCancel
+from herdsman.runtime.runner.excerpt import EXCERPT_LIMIT, FAILURE_MARKERS, ExcerptBuilder
+from herdsman.runtime.runner.process import execute
+from herdsman.runtime.runner.protocols import (
+    ClaudeAdapter,
+    CodexAdapter,
+    PlainAdapter,
+    ProtocolAdapter,
+    Verdict,
+    make_adapter,
+)
+from herdsman.runtime.runner.spec import (
+    PROTOCOLS,
+    Outcome,
+    ProcessOutcome,
+    ProcessSpec,
+    UsageLimit,
+)
+
+__all__ = [
+    "EXCERPT_LIMIT",
+    "FAILURE_MARKERS",
+    "PROTOCOLS",
+    "ClaudeAdapter",
+    "CodexAdapter",
+    "ExcerptBuilder",
+    "Outcome",
+    "PlainAdapter",
+    "ProcessOutcome",
+    "ProcessSpec",
+    "ProtocolAdapter",
+    "RunCancel",
+    "UsageLimit",
+    "Verdict",
+    "execute",
+    "make_adapter",
+]

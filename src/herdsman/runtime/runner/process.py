@@ -1,0 +1,437 @@
+"""``execute``: run one agent process under its limits and say how it ended.
+
+The life of a run:
+
+1. The child is spawned with the spec's argv, cwd and complete environment,
+   as the leader of a new session and so of its own process group; every
+   process it starts stays in that group unless it moves itself out.
+2. The prompt is written to its stdin by a task of its own and stdin is
+   closed; stdout and stderr are read concurrently, so a large prompt cannot
+   deadlock against a child that writes before it has read everything.
+3. Every chunk read goes to the log file at once (nothing accumulates in
+   memory), to the excerpt builder, and, split into lines, to the protocol
+   adapter.
+4. A watchdog enforces ``timeout`` (from spawn) and ``idle_timeout`` (since the
+   last byte on stdout or stderr).
+5. The run ends when the child exits, a limit fires, ``RunCancel.cancel`` is
+   called, or the caller's cancel scope is cancelled. In every case what is
+   left of the process group is stopped (below), the child is reaped, and the
+   pipes are drained; this cleanup runs shielded, so it completes even while
+   the caller is being cancelled, and then ``trio.Cancelled`` is re-raised.
+
+Stopping the group: SIGTERM to the whole group, then, after ``kill_grace``
+seconds, SIGKILL to whatever is still alive. A group counts as empty when all
+its members are zombies: an init that never reaps orphans (common in
+containers) must not make every stop wait the full grace.
+
+When the child exits by itself while processes it started still hold stdout
+or stderr open, the runner waits at most ``EXIT_EOF_GRACE`` seconds for the
+pipes to close and then stops the rest of the group: a run's processes do not
+outlive the run. Output a process already wrote is still read (the pipes are
+drained for up to ``DRAIN_GRACE`` seconds after the group is stopped).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import BinaryIO, Final
+
+import trio
+
+from herdsman.runtime.runner.cancel import RunCancel
+from herdsman.runtime.runner.excerpt import ExcerptBuilder
+from herdsman.runtime.runner.protocols import ProtocolAdapter, make_adapter
+from herdsman.runtime.runner.spec import Outcome, ProcessOutcome, ProcessSpec
+
+EXIT_EOF_GRACE: Final = 0.5
+"""Seconds to wait for the pipes to close once the child has exited."""
+
+DRAIN_GRACE: Final = 1.0
+"""Seconds to keep reading the pipes after the group was stopped."""
+
+MAX_LINE: Final = 8 * 1024 * 1024
+"""The longest stdout line handed to an adapter whole; longer ones arrive in pieces."""
+
+_CHUNK: Final = 64 * 1024
+_POLL: Final = 0.02  # how often a stopping group is checked for survivors
+
+
+def _human_seconds(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{int(seconds // 3600)}h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{int(seconds // 60)}m"
+    return f"{seconds:g}s"
+
+
+class _LineSplitter:
+    """Cuts one stream into lines for an adapter, holding at most ``MAX_LINE`` bytes."""
+
+    def __init__(self) -> None:
+        self._partial = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        lines: list[bytes] = []
+        start = 0
+        while (newline := data.find(b"\n", start)) >= 0:
+            if self._partial:
+                self._partial += data[start : newline + 1]
+                lines.append(bytes(self._partial))
+                self._partial.clear()
+            else:
+                lines.append(data[start : newline + 1])
+            start = newline + 1
+        self._partial += data[start:]
+        while len(self._partial) >= MAX_LINE:
+            lines.append(bytes(self._partial[:MAX_LINE]))
+            del self._partial[:MAX_LINE]
+        return lines
+
+    def flush(self) -> bytes | None:
+        if not self._partial:
+            return None
+        rest = bytes(self._partial)
+        self._partial.clear()
+        return rest
+
+
+class _Output:
+    """Where output goes: the log file, the excerpt and the adapter."""
+
+    def __init__(self, log: BinaryIO, adapter: ProtocolAdapter, excerpt: ExcerptBuilder) -> None:
+        self._log = log
+        self._adapter = adapter
+        self._excerpt = excerpt
+        self._splitters = {"stdout": _LineSplitter(), "stderr": _LineSplitter()}
+        self.open_streams = {"stdout", "stderr"}
+        self.all_closed = trio.Event()
+        self.last_activity = trio.current_time()
+
+    def feed(self, stream: str, chunk: bytes) -> None:
+        self.last_activity = trio.current_time()
+        self._log.write(chunk)
+        # Flushed per chunk so `tail -f` on the log shows the run live.
+        self._log.flush()
+        self._excerpt.feed(chunk, stream)
+        for line in self._splitters[stream].feed(chunk):
+            self._to_adapter(stream, line)
+
+    def _to_adapter(self, stream: str, line: bytes) -> None:
+        if stream == "stdout":
+            self._adapter.feed_line(line)
+        else:
+            self._adapter.feed_stderr_line(line)
+
+    def close_stream(self, stream: str) -> None:
+        rest = self._splitters[stream].flush()
+        if rest is not None:
+            self._to_adapter(stream, rest)
+        self.open_streams.discard(stream)
+        if not self.open_streams:
+            self.all_closed.set()
+
+    def finish(self) -> None:
+        """Hand the adapter the partial last lines of streams that never closed."""
+        for stream in sorted(self.open_streams):
+            rest = self._splitters[stream].flush()
+            if rest is not None:
+                self._to_adapter(stream, rest)
+
+
+class _Stop:
+    """The first request to stop the run early: a limit or a ``RunCancel``."""
+
+    def __init__(self) -> None:
+        self.status: Outcome | None = None
+        self.limit: str | None = None
+        self.reason: str | None = None
+        self.child_exited = False
+        self._scope: trio.CancelScope | None = None
+
+    def request(self, status: Outcome, reason: str, limit: str | None = None) -> None:
+        # Once the child exited by itself, its own verdict stands.
+        if self.status is not None or self.child_exited:
+            return
+        self.status, self.reason, self.limit = status, reason, limit
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def cancelled(self, reason: str) -> None:
+        self.request(Outcome.CANCELLED, f"cancelled: {reason}")
+
+    def bind(self, scope: trio.CancelScope) -> None:
+        self._scope = scope
+        if self.status is not None:
+            scope.cancel()
+
+
+async def _feed_stdin(stdin: trio.abc.SendStream, prompt: bytes) -> None:
+    try:
+        if prompt:
+            await stdin.send_all(prompt)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        # The child closed stdin or exited before reading it all; its exit
+        # status and output tell the story, not this.
+        pass
+    finally:
+        await stdin.aclose()
+
+
+async def _pump(stream: trio.abc.ReceiveStream, name: str, output: _Output) -> None:
+    while chunk := await stream.receive_some(_CHUNK):
+        output.feed(name, bytes(chunk))  # a no-op copy for bytes
+    output.close_stream(name)
+
+
+async def _watchdog(spec: ProcessSpec, output: _Output, started_at: float, stop: _Stop) -> None:
+    while True:
+        deadlines: list[tuple[float, str]] = []
+        if spec.timeout is not None:
+            deadlines.append((started_at + spec.timeout, "timeout"))
+        if spec.idle_timeout is not None:
+            deadlines.append((output.last_activity + spec.idle_timeout, "idle_timeout"))
+        if not deadlines:
+            return
+        deadline, limit = min(deadlines)
+        if trio.current_time() >= deadline:
+            if limit == "timeout":
+                reason = f"wall-clock timeout of {_human_seconds(spec.timeout or 0)} exceeded"
+            else:
+                reason = f"no output for {_human_seconds(spec.idle_timeout or 0)} (idle_timeout)"
+            stop.request(Outcome.TIMED_OUT, reason, limit)
+            return
+        # Output moves the idle deadline; the loop re-reads it on waking.
+        await trio.sleep_until(deadline)
+
+
+async def _wait_exited(process: trio.Process) -> None:
+    """Wait until the child exited, without reaping it where Linux allows.
+
+    An unreaped child keeps its pid, and so the group id, from being reused,
+    which makes the SIGTERM to the group that follows safe.
+    """
+    if sys.platform == "linux":
+        try:
+            pidfd = os.pidfd_open(process.pid)
+        except OSError:
+            pass
+        else:
+            try:
+                await trio.lowlevel.wait_readable(pidfd)
+            finally:
+                trio.lowlevel.notify_closing(pidfd)
+                os.close(pidfd)
+            return
+    await process.wait()
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
+        os.killpg(pgid, signum)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` is still running (zombies don't count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # killpg also succeeds on a group of zombies nobody reaps; look closer.
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat_file:
+                stat = stat_file.read()
+        except OSError:
+            continue
+        # Fields after the parenthesised command name: state, ppid, pgrp, ...
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+async def _stop_group(process: trio.Process, grace: float) -> None:
+    """SIGTERM the child's group, SIGKILL it after ``grace`` if needed, reap the child."""
+    pgid = process.pid  # the child leads its own group (start_new_session)
+    _signal_group(pgid, signal.SIGTERM)
+    with trio.move_on_after(grace):
+        await process.wait()
+        while await trio.to_thread.run_sync(_group_alive, pgid):
+            await trio.sleep(_POLL)
+        return
+    _signal_group(pgid, signal.SIGKILL)
+    await process.wait()
+
+
+async def _finish(process: trio.Process, spec: ProcessSpec, output: _Output) -> None:
+    """Stop what is left of the group, drain the pipes (bounded), close everything."""
+    assert process.stdout is not None
+    assert process.stderr is not None
+    async with trio.open_nursery() as nursery:
+        # The readers of the first phase may have been cancelled; reading goes
+        # on here so output written while the group dies is still logged.
+        if "stdout" in output.open_streams:
+            nursery.start_soon(_pump, process.stdout, "stdout", output)
+        if "stderr" in output.open_streams:
+            nursery.start_soon(_pump, process.stderr, "stderr", output)
+        await _stop_group(process, spec.kill_grace)
+        # A process that left the group (setsid) may hold the pipes forever.
+        with trio.move_on_after(DRAIN_GRACE):
+            await output.all_closed.wait()
+        nursery.cancel_scope.cancel()
+    output.finish()
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            await stream.aclose()
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
+
+
+@contextlib.contextmanager
+def _internal_nursery_errors() -> Iterator[None]:
+    """Let errors out of execute's own nursery the way callers expect them.
+
+    The nursery is an implementation detail: a caller being cancelled should
+    see ``trio.Cancelled``, and one failure (say, the disk filling under the
+    log) should be that exception, not a group of it and the Cancelled its
+    sibling tasks got.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        real = [exc for exc in leaves if not isinstance(exc, trio.Cancelled)]
+        if len(real) == 1:
+            raise real[0] from group
+        if not real:
+            raise leaves[0] from None
+        raise
+
+
+def _never_started(reason: str | None) -> ProcessOutcome:
+    return ProcessOutcome(
+        status=Outcome.CANCELLED,
+        exit_code=None,
+        reason=reason,
+        limit=None,
+        result=None,
+        session_id=None,
+        excerpt="",
+        usage_limit=None,
+    )
+
+
+async def execute(
+    spec: ProcessSpec,
+    *,
+    cancel: RunCancel | None = None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> ProcessOutcome:
+    """Run ``spec`` to the end and return how it ended.
+
+    Reports the child's pid through ``task_status`` once it is spawned. If
+    ``cancel`` was cancelled before the process could be spawned, returns a
+    ``cancelled`` outcome without spawning (and without calling
+    ``task_status.started``). A failure to spawn (missing program, bad cwd, log
+    file not writable) raises ``OSError``. If the caller's cancel scope is
+    cancelled, the process group is stopped and reaped, then
+    ``trio.Cancelled`` propagates.
+    """
+    stop = _Stop()
+    if cancel is not None:
+        cancel._attach(stop.cancelled)
+        if cancel.reason is not None:
+            stop.cancelled(cancel.reason)
+    try:
+        if stop.status is None:
+            await trio.to_thread.run_sync(
+                lambda: spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+            )
+        if stop.status is not None:
+            return _never_started(stop.reason)
+        return await _run(spec, stop, task_status)
+    finally:
+        if cancel is not None:
+            cancel._detach()
+
+
+async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]) -> ProcessOutcome:
+    adapter = make_adapter(spec.protocol, usage_limit_pattern=spec.usage_limit_pattern)
+    excerpt = ExcerptBuilder()
+    with open(spec.log_path, "wb") as log:
+        output = _Output(log, adapter, excerpt)
+        process = await trio.lowlevel.open_process(
+            list(spec.argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(spec.env),
+            cwd=spec.cwd,
+            start_new_session=True,
+        )
+        # Nothing may checkpoint between the spawn and this try: a cancel
+        # landing there would leave the group running.
+        try:
+            assert process.stdin is not None
+            assert process.stdout is not None
+            assert process.stderr is not None
+            task_status.started(process.pid)
+            started_at = trio.current_time()
+            with _internal_nursery_errors(), trio.CancelScope() as run_scope:
+                stop.bind(run_scope)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_feed_stdin, process.stdin, spec.prompt.encode("utf-8"))
+                    nursery.start_soon(_pump, process.stdout, "stdout", output)
+                    nursery.start_soon(_pump, process.stderr, "stderr", output)
+                    nursery.start_soon(_watchdog, spec, output, started_at, stop)
+                    await _wait_exited(process)
+                    stop.child_exited = True
+                    with trio.move_on_after(EXIT_EOF_GRACE):
+                        await output.all_closed.wait()
+                    nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await _finish(process, spec, output)
+    exit_code = process.returncode
+    assert exit_code is not None  # reaped by _finish
+    if stop.status is not None:
+        return ProcessOutcome(
+            status=stop.status,
+            exit_code=exit_code,
+            reason=stop.reason,
+            limit=stop.limit,
+            result=None,
+            session_id=adapter.session_id,
+            excerpt=excerpt.text(),
+            usage_limit=adapter.usage_limit,
+        )
+    verdict = adapter.verdict(exit_code)
+    return ProcessOutcome(
+        status=verdict.status,
+        exit_code=exit_code,
+        reason=verdict.error,
+        limit=None,
+        result=verdict.result,
+        session_id=verdict.session_id,
+        excerpt=excerpt.text(),
+        usage_limit=verdict.usage_limit,
+    )

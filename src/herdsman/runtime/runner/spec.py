@@ -1,0 +1,132 @@
+"""What to run (``ProcessSpec``) and how it ended (``ProcessOutcome``)."""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+
+import attrs
+
+PROTOCOLS: tuple[str, ...] = ("plain", "claude", "codex")
+"""The output protocols the runner understands (see ``protocols.py``)."""
+
+
+class Outcome(enum.StrEnum):
+    """How a run ended. The values equal the store's run statuses of the same name."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+
+@attrs.frozen
+class UsageLimit:
+    """The provider said the account is out of quota.
+
+    ``resets_at`` is when it said the quota comes back (unix seconds), if it said
+    so in a form we could parse; ``message`` is what it said, for humans.
+    """
+
+    resets_at: float | None
+    message: str
+
+
+def _argv(argv: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(argv, str):  # tuple("claude") would run "c" with arguments "l", "a", ...
+        raise TypeError("argv must be a sequence of strings, not one string")
+    return tuple(argv)
+
+
+def _path(value: str | os.PathLike[str]) -> Path:
+    return Path(value)
+
+
+def _frozen_env(env: Mapping[str, str]) -> Mapping[str, str]:
+    # A snapshot: the caller may keep mutating its own dict (os.environ, say)
+    # after building the spec; the run must see what was there at build time.
+    return MappingProxyType(dict(env))
+
+
+def _positive_or_none(
+    _: object, attribute: attrs.Attribute[float | None], value: float | None
+) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{attribute.name} must be positive or None, not {value!r}")
+
+
+def _non_negative(_: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not value >= 0:
+        raise ValueError(f"{attribute.name} must be >= 0, not {value!r}")
+
+
+def _non_empty(
+    _: object, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]
+) -> None:
+    if not value:
+        raise ValueError(f"{attribute.name} must name a program")
+
+
+def _valid_pattern(_: object, attribute: attrs.Attribute[str | None], value: str | None) -> None:
+    if value is None:
+        return
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{attribute.name} is not a valid regular expression: {exc}") from None
+
+
+@attrs.frozen
+class ProcessSpec:
+    """One agent process to run, completely described.
+
+    ``argv`` is executed directly (no shell); a bare ``argv[0]`` is looked up on
+    the ``PATH`` of ``env``. ``env`` is the child's *complete* environment:
+    nothing is inherited from herdsman. ``prompt`` reaches the child on stdin
+    only, never through argv or the environment, so it never shows up in
+    ``ps`` or ``/proc/<pid>/cmdline``.
+
+    ``timeout`` bounds the wall-clock time from spawn; ``idle_timeout`` bounds
+    the time without a single byte on stdout or stderr. ``kill_grace`` is the
+    delay between SIGTERM and SIGKILL when the process group is stopped.
+    ``usage_limit_pattern`` (a regex) lets the ``plain`` protocol recognise a
+    usage-limit message on stdout or stderr; a named group ``resets_at`` holding
+    unix seconds is taken as the reset time.
+    """
+
+    argv: tuple[str, ...] = attrs.field(converter=_argv, validator=_non_empty)
+    env: Mapping[str, str] = attrs.field(converter=_frozen_env, hash=False)
+    cwd: Path = attrs.field(converter=_path)
+    prompt: str
+    timeout: float | None = attrs.field(validator=_positive_or_none)
+    idle_timeout: float | None = attrs.field(validator=_positive_or_none)
+    log_path: Path = attrs.field(converter=_path)
+    protocol: str = attrs.field(validator=attrs.validators.in_(PROTOCOLS))
+    kill_grace: float = attrs.field(default=5.0, validator=_non_negative)
+    usage_limit_pattern: str | None = attrs.field(default=None, validator=_valid_pattern)
+
+
+@attrs.frozen
+class ProcessOutcome:
+    """How one process run ended, with what it produced.
+
+    ``exit_code`` is the return code as Python reports it (negative: killed by
+    that signal), or None if no process was started. ``reason`` explains any
+    status but ``succeeded``; ``limit`` names the limit that fired
+    (``"timeout"`` or ``"idle_timeout"``) for ``timed_out``. ``result`` is the
+    agent's reply and is only set when the process ended by itself.
+    ``excerpt`` is at most 4 KiB of the combined output (see ``excerpt.py``).
+    """
+
+    status: Outcome
+    exit_code: int | None
+    reason: str | None
+    limit: str | None
+    result: str | None
+    session_id: str | None
+    excerpt: str
+    usage_limit: UsageLimit | None

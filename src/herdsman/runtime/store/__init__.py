@@ -1,0 +1,36 @@
+"""The run ledger: every run, its status and its outcome (see docs/store.md)."""
+
+from herdsman.runtime.store.base import Store
+from herdsman.runtime.store.errors import RunNotFound, StoreConflict, StoreError
+from herdsman.runtime.store.memory import MemoryStore
+from herdsman.runtime.store.records import (
+    FINISH_STATUSES,
+    JSON,
+    LEGAL_TRANSITIONS,
+    LOST_ON_RESTART,
+    TERMINAL_STATUSES,
+    NewRun,
+    RunRecord,
+    RunStatus,
+    is_terminal,
+)
+from herdsman.runtime.store.sqlite import SCHEMA_VERSION, SqliteStore
+
+__all__ = [
+    "FINISH_STATUSES",
+    "JSON",
+    "LEGAL_TRANSITIONS",
+    "LOST_ON_RESTART",
+    "SCHEMA_VERSION",
+    "TERMINAL_STATUSES",
+    "MemoryStore",
+    "NewRun",
+    "RunNotFound",
+    "RunRecord",
+    "RunStatus",
+    "SqliteStore",
+    "Store",
+    "StoreConflict",
+    "StoreError",
+    "is_terminal",
+]

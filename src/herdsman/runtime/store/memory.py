@@ -1,0 +1,283 @@
+"""The in-memory store the simulator uses: the SQLite store's semantics, without SQLite.
+
+The simulator runs under pyfakefs, where SQLite cannot work (it is not
+faked), and must be fast. The shared contract tests and a differential
+property test keep this store behaving exactly like :class:`SqliteStore`,
+errors and ordering included.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from herdsman.runtime.store.errors import StoreError
+from herdsman.runtime.store.records import (
+    LOST_ON_RESTART,
+    NewRun,
+    RunRecord,
+    RunStatus,
+    check_limit,
+    check_now,
+    check_text,
+    finished,
+    is_terminal,
+    new_record,
+    not_found,
+    not_queued,
+    requeued,
+    started,
+)
+
+
+class MemoryStore:
+    """A :class:`~herdsman.runtime.store.base.Store` held in dicts.
+
+    Point operations are O(1); listings, ``recover`` and ``prune`` scan every
+    run, which is fine at simulator sizes and keeps this store obviously
+    right. Nothing is durable, which is the point.
+    """
+
+    def __init__(self) -> None:
+        # Insertion order is seq order: a run is inserted once, with the next
+        # seq, and never re-inserted (prune only deletes).
+        self._runs: dict[str, RunRecord] = {}
+        self._sessions: dict[tuple[str, str, str], str] = {}
+        self._counts: Counter[RunStatus] = Counter()
+        self._last_seq = 0
+        self._closed = False
+
+    def submit(self, new: NewRun, now: float) -> tuple[RunRecord, bool]:
+        """See :meth:`Store.submit`."""
+        return self._create(new, now, RunStatus.QUEUED, None)
+
+    def skip(self, new: NewRun, now: float, reason: str) -> tuple[RunRecord, bool]:
+        """See :meth:`Store.skip`."""
+        return self._create(new, now, RunStatus.SKIPPED, reason)
+
+    def _create(
+        self, new: NewRun, now: float, status: RunStatus, reason: str | None
+    ) -> tuple[RunRecord, bool]:
+        self._check_open()
+        now = check_now(now)
+        existing = self._runs.get(new.id)
+        if existing is not None:
+            return existing, False
+        record = new_record(new, self._last_seq + 1, now, status, reason)
+        self._last_seq += 1
+        self._put(record)
+        return record, True
+
+    def mark_running(self, run_id: str, now: float, account: str | None) -> RunRecord:
+        """See :meth:`Store.mark_running`."""
+        return self.mark_running_many([(run_id, account)], now)[0]
+
+    def mark_running_many(
+        self, items: Sequence[tuple[str, str | None]], now: float
+    ) -> list[RunRecord]:
+        """See :meth:`Store.mark_running_many`."""
+        self._check_open()
+        now = check_now(now)
+        # Stage every change first so an illegal item leaves nothing applied,
+        # like the rolled-back transaction of the SQLite store.
+        staged: dict[str, RunRecord] = {}
+        out: list[RunRecord] = []
+        for run_id, account in items:
+            current = staged.get(run_id)
+            if current is None:
+                current = self._runs.get(run_id)
+            if current is None:
+                raise not_found(run_id)
+            record = started(current, now, account)
+            staged[run_id] = record
+            out.append(record)
+        for record in out:
+            self._put(record)
+        return out
+
+    def finish(
+        self,
+        run_id: str,
+        status: RunStatus,
+        now: float,
+        *,
+        exit_code: int | None = None,
+        reason: str | None = None,
+        result: str | None = None,
+        session_id: str | None = None,
+        excerpt: str | None = None,
+        log_path: str | None = None,
+    ) -> RunRecord:
+        """See :meth:`Store.finish`."""
+        self._check_open()
+        now = check_now(now)
+        record = finished(
+            self._existing(run_id),
+            status,
+            now,
+            exit_code=exit_code,
+            reason=reason,
+            result=result,
+            session_id=session_id,
+            excerpt=excerpt,
+            log_path=log_path,
+        )
+        self._put(record)
+        return record
+
+    def cancel_queued(self, run_id: str, now: float, reason: str) -> RunRecord:
+        """See :meth:`Store.cancel_queued`."""
+        self._check_open()
+        now = check_now(now)
+        current = self._existing(run_id)
+        if current.status is not RunStatus.QUEUED:
+            raise not_queued(current)
+        record = finished(
+            current,
+            RunStatus.CANCELLED,
+            now,
+            exit_code=None,
+            reason=reason,
+            result=None,
+            session_id=None,
+            excerpt=None,
+            log_path=None,
+        )
+        self._put(record)
+        return record
+
+    def requeue(self, run_id: str) -> RunRecord:
+        """See :meth:`Store.requeue`."""
+        self._check_open()
+        record = requeued(self._existing(run_id))
+        self._put(record)
+        return record
+
+    def get(self, run_id: str) -> RunRecord | None:
+        """See :meth:`Store.get`."""
+        self._check_open()
+        return self._runs.get(run_id)
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        provider: str | None = None,
+        conversation: str | None = None,
+        workspace: str | None = None,
+        limit: int = 100,
+        after_seq: int | None = None,
+        before_seq: int | None = None,
+    ) -> list[RunRecord]:
+        """See :meth:`Store.list_runs`."""
+        self._check_open()
+        check_limit(limit)
+        out: list[RunRecord] = []
+        if limit == 0:
+            return out
+        for record in reversed(self._runs.values()):
+            if (
+                (status is None or record.status is status)
+                and (provider is None or record.provider == provider)
+                and (conversation is None or record.conversation == conversation)
+                and (workspace is None or record.workspace == workspace)
+                and (after_seq is None or record.seq > after_seq)
+                and (before_seq is None or record.seq < before_seq)
+            ):
+                out.append(record)
+                if len(out) == limit:
+                    break
+        return out
+
+    def queued_in_order(self) -> list[RunRecord]:
+        """See :meth:`Store.queued_in_order`."""
+        self._check_open()
+        return [r for r in self._runs.values() if r.status is RunStatus.QUEUED]
+
+    def recover(self, now: float) -> list[RunRecord]:
+        """See :meth:`Store.recover`."""
+        self._check_open()
+        now = check_now(now)
+        lost = [
+            finished(
+                r,
+                RunStatus.LOST,
+                now,
+                exit_code=None,
+                reason=LOST_ON_RESTART,
+                result=None,
+                session_id=None,
+                excerpt=None,
+                log_path=None,
+            )
+            for r in self._runs.values()
+            if r.status is RunStatus.RUNNING
+        ]
+        for record in lost:
+            self._put(record)
+        return lost
+
+    def prune(self, finished_before: float) -> int:
+        """See :meth:`Store.prune`."""
+        self._check_open()
+        finished_before = check_now(finished_before)
+        doomed = [
+            r
+            for r in self._runs.values()
+            if is_terminal(r.status)
+            and r.finished_at is not None
+            and r.finished_at < finished_before
+        ]
+        for record in doomed:
+            del self._runs[record.id]
+            self._counts[record.status] -= 1
+        return len(doomed)
+
+    def conversation_session(self, provider: str, workspace: str, conversation: str) -> str | None:
+        """See :meth:`Store.conversation_session`."""
+        self._check_open()
+        return self._sessions.get((provider, workspace, conversation))
+
+    def set_conversation_session(
+        self, provider: str, workspace: str, conversation: str, session_id: str | None
+    ) -> None:
+        """See :meth:`Store.set_conversation_session`."""
+        self._check_open()
+        check_text(
+            conversation,
+            provider=provider,
+            workspace=workspace,
+            conversation=conversation,
+            session_id=session_id,
+        )
+        key = (provider, workspace, conversation)
+        if session_id is None:
+            self._sessions.pop(key, None)
+        else:
+            self._sessions[key] = session_id
+
+    def counts(self) -> Mapping[RunStatus, int]:
+        """See :meth:`Store.counts`."""
+        self._check_open()
+        return {status: self._counts[status] for status in RunStatus}
+
+    def close(self) -> None:
+        """See :meth:`Store.close`."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the store is closed")
+
+    def _existing(self, run_id: str) -> RunRecord:
+        record = self._runs.get(run_id)
+        if record is None:
+            raise not_found(run_id)
+        return record
+
+    def _put(self, record: RunRecord) -> None:
+        previous = self._runs.get(record.id)
+        if previous is not None:
+            self._counts[previous.status] -= 1
+        self._runs[record.id] = record
+        self._counts[record.status] += 1

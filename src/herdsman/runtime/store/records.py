@@ -1,0 +1,317 @@
+"""Run records, their statuses and the legal transitions between them.
+
+Everything here is shared by every store implementation, so the rules (which
+transition is legal, how a record changes, how metadata is normalised) exist
+exactly once and the implementations cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Mapping
+from typing import TypeAlias
+
+import attrs
+
+from herdsman.core.runs import DEFAULT_WORKSPACE
+from herdsman.runtime.store.errors import RunNotFound, StoreConflict, StoreError
+
+JSON: TypeAlias = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | None
+
+LOST_ON_RESTART = "supervisor restarted before this run finished"
+"""The ``reason`` every run found ``running`` by :meth:`Store.recover` gets."""
+
+
+class RunStatus(enum.StrEnum):
+    """Where a run is in its lifecycle. The values are what the store persists."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+    SKIPPED = "skipped"
+    USAGE_LIMITED = "usage_limited"
+
+
+TERMINAL_STATUSES: frozenset[RunStatus] = frozenset(
+    {
+        RunStatus.SUCCEEDED,
+        RunStatus.FAILED,
+        RunStatus.TIMED_OUT,
+        RunStatus.CANCELLED,
+        RunStatus.LOST,
+        RunStatus.SKIPPED,
+    }
+)
+"""Statuses a run never leaves. ``usage_limited`` is not one: it may be re-queued."""
+
+LEGAL_TRANSITIONS: Mapping[RunStatus, frozenset[RunStatus]] = {
+    RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.SKIPPED}),
+    RunStatus.RUNNING: frozenset(
+        {
+            RunStatus.SUCCEEDED,
+            RunStatus.FAILED,
+            RunStatus.TIMED_OUT,
+            RunStatus.CANCELLED,
+            RunStatus.LOST,
+            RunStatus.USAGE_LIMITED,
+        }
+    ),
+    RunStatus.USAGE_LIMITED: frozenset({RunStatus.QUEUED}),
+    **{status: frozenset() for status in TERMINAL_STATUSES},
+}
+"""From each status, the statuses a run may move to next (the lifecycle table)."""
+
+FINISH_STATUSES: frozenset[RunStatus] = TERMINAL_STATUSES | {RunStatus.USAGE_LIMITED}
+"""The outcomes :meth:`Store.finish` accepts; ``queued``/``running`` have their own methods."""
+
+
+def is_terminal(status: RunStatus) -> bool:
+    """Whether a run in ``status`` is done for good (and may be pruned)."""
+    return status in TERMINAL_STATUSES
+
+
+def check_transition(run_id: str, current: RunStatus, target: RunStatus) -> None:
+    """Raise :class:`StoreConflict` unless ``current → target`` is in the lifecycle table."""
+    if target not in LEGAL_TRANSITIONS[current]:
+        raise StoreConflict(
+            f"run {run_id!r} is {current.value}; it cannot become {target.value}"
+            f" (allowed from {current.value}: {_allowed(current)})"
+        )
+
+
+def _allowed(status: RunStatus) -> str:
+    targets = sorted(t.value for t in LEGAL_TRANSITIONS[status])
+    return ", ".join(targets) if targets else "nothing, it is final"
+
+
+def not_found(run_id: str) -> RunNotFound:
+    """The error for a state change on an unknown run id."""
+    return RunNotFound(f"no run with id {run_id!r}")
+
+
+def not_queued(record: RunRecord) -> StoreConflict:
+    """The error for :meth:`Store.cancel_queued` on a run that is not queued."""
+    return StoreConflict(
+        f"run {record.id!r} is {record.status.value}; it cannot become cancelled this way:"
+        " only a queued run can be (stop a running run's process, then record it with finish())"
+    )
+
+
+def check_limit(limit: int) -> None:
+    """Refuse a negative listing limit (SQLite would read it as "no limit")."""
+    if limit < 0:
+        raise StoreError(f"limit must be 0 or more, got {limit}")
+
+
+def check_now(now: float) -> float:
+    """Return ``now`` as a float; refuse NaN and infinities.
+
+    Both stores normalise to float so an ``int`` timestamp reads back as the
+    same type from SQLite (which would otherwise keep it an INTEGER) and from
+    memory.
+    """
+    value = float(now)
+    if not math.isfinite(value):
+        raise StoreError(f"timestamp must be a finite number of seconds, got {now!r}")
+    return value
+
+
+def normalise_metadata(run_id: str, metadata: Mapping[str, JSON]) -> dict[str, JSON]:
+    """Return a private copy of ``metadata`` exactly as it reads back from JSON text.
+
+    SQLite persists metadata as JSON text; the in-memory store round-trips it
+    the same way so both return equal values (tuples become lists, keys
+    become strings) and both refuse what JSON cannot hold (NaN, sets, ...).
+    """
+    try:
+        text = json.dumps(metadata, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"metadata of run {run_id!r} is not JSON: {exc}") from exc
+    value: dict[str, JSON] = json.loads(text)
+    return value
+
+
+def check_text(run_id: str, **fields: str | None) -> None:
+    """Refuse strings SQLite cannot store: lone surrogates.
+
+    They do reach us: JSON may carry ``"\\ud800"`` and process output decoded
+    with ``surrogateescape`` holds them. The in-memory store refuses them too,
+    so the simulator cannot accept what production would reject.
+    """
+    for name, value in fields.items():
+        if value is None:
+            continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise StoreError(f"{name} of run {run_id!r} is not valid UTF-8 text: {exc}") from None
+
+
+@attrs.frozen(slots=True)
+class NewRun:
+    """A run as submitted: what to run, where, and who to tell.
+
+    ``metadata`` is free-form JSON the caller attaches; the store keeps a
+    normalised copy (see :func:`normalise_metadata`).
+    """
+
+    id: str
+    provider: str
+    prompt: str
+    conversation: str | None = None
+    agent: str | None = None
+    workspace: str = DEFAULT_WORKSPACE
+    callback_url: str | None = None
+    # Excluded from the hash (dicts are unhashable) but still compared.
+    metadata: Mapping[str, JSON] = attrs.field(factory=dict, hash=False)
+
+
+@attrs.frozen(slots=True)
+class RunRecord:
+    """A run as the ledger holds it: the submission plus everything that happened.
+
+    ``seq`` is the submission order, assigned by the store, strictly
+    increasing and never reused (not even after :meth:`Store.prune`).
+    ``attempts`` counts starts: 0 while first queued, 1 once running, and one
+    more for every start after a re-queue. Records are values; treat
+    ``metadata`` as read-only.
+    """
+
+    id: str
+    provider: str
+    prompt: str
+    conversation: str | None
+    agent: str | None
+    workspace: str
+    callback_url: str | None
+    metadata: Mapping[str, JSON] = attrs.field(hash=False)
+    seq: int
+    status: RunStatus
+    submitted_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    account: str | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    result: str | None = None
+    session_id: str | None = None
+    excerpt: str | None = None
+    log_path: str | None = None
+    attempts: int = 0
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether this run is done for good."""
+        return is_terminal(self.status)
+
+
+def new_record(
+    new: NewRun, seq: int, now: float, status: RunStatus, reason: str | None = None
+) -> RunRecord:
+    """The record a store creates for ``new`` (queued, or skipped straight away)."""
+    check_text(
+        new.id,
+        id=new.id,
+        provider=new.provider,
+        prompt=new.prompt,
+        conversation=new.conversation,
+        agent=new.agent,
+        workspace=new.workspace,
+        callback_url=new.callback_url,
+        reason=reason,
+    )
+    return RunRecord(
+        id=new.id,
+        provider=new.provider,
+        prompt=new.prompt,
+        conversation=new.conversation,
+        agent=new.agent,
+        workspace=new.workspace,
+        callback_url=new.callback_url,
+        metadata=normalise_metadata(new.id, new.metadata),
+        seq=seq,
+        status=status,
+        submitted_at=now,
+        finished_at=now if status is RunStatus.SKIPPED else None,
+        reason=reason,
+    )
+
+
+def started(record: RunRecord, now: float, account: str | None) -> RunRecord:
+    """``record`` moved from queued to running."""
+    check_transition(record.id, record.status, RunStatus.RUNNING)
+    check_text(record.id, account=account)
+    return attrs.evolve(
+        record,
+        status=RunStatus.RUNNING,
+        started_at=now,
+        account=account,
+        attempts=record.attempts + 1,
+    )
+
+
+def finished(
+    record: RunRecord,
+    status: RunStatus,
+    now: float,
+    *,
+    exit_code: int | None,
+    reason: str | None,
+    result: str | None,
+    session_id: str | None,
+    excerpt: str | None,
+    log_path: str | None,
+) -> RunRecord:
+    """``record`` moved to the outcome ``status``; the outcome fields are set as given."""
+    if status not in FINISH_STATUSES:
+        raise StoreError(
+            f"finish() takes an outcome status, not {status.value}"
+            f" (outcomes: {', '.join(sorted(s.value for s in FINISH_STATUSES))})"
+        )
+    check_transition(record.id, record.status, status)
+    check_text(
+        record.id,
+        reason=reason,
+        result=result,
+        session_id=session_id,
+        excerpt=excerpt,
+        log_path=log_path,
+    )
+    return attrs.evolve(
+        record,
+        status=status,
+        finished_at=now,
+        exit_code=exit_code,
+        reason=reason,
+        result=result,
+        session_id=session_id,
+        excerpt=excerpt,
+        log_path=log_path,
+    )
+
+
+def requeued(record: RunRecord) -> RunRecord:
+    """``record`` moved from usage_limited back to queued.
+
+    The attempt's outcome is cleared; ``seq`` (its place in submission
+    order), ``attempts`` and ``session_id`` (to resume the conversation) stay.
+    """
+    check_transition(record.id, record.status, RunStatus.QUEUED)
+    return attrs.evolve(
+        record,
+        status=RunStatus.QUEUED,
+        started_at=None,
+        finished_at=None,
+        account=None,
+        exit_code=None,
+        reason=None,
+        result=None,
+        excerpt=None,
+        log_path=None,
+    )

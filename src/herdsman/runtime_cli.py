@@ -1,0 +1,310 @@
+"""The runtime subcommands: ``run`` (the supervisor) and the API clients.
+
+``submit``, ``status``, ``runs``, ``cancel``, ``logs`` and ``reload`` talk to
+a running supervisor over its HTTP API, found through the same configuration
+file (``api.listen`` and the token file in ``state_dir``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from herdsman.config import Config, ConfigError, load_config
+from herdsman.runtime.api.client import ApiClient, ApiError, ApiUnavailable
+from herdsman.runtime.ids import run_id_problem
+
+OptionsFactory = Callable[..., argparse.ArgumentParser]
+TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "lost", "skipped", "usage_limited"}
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed as one line, exit status 1."""
+
+
+def _load(args: argparse.Namespace) -> Config:
+    return load_config(args.config, args.overrides).config
+
+
+def _client(config: Config) -> ApiClient:
+    from herdsman.runtime.main import token_path  # noqa: PLC0415 - keeps `check` light
+
+    return ApiClient.for_config(config, token_path(config))
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _guard(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except ConfigError as error:
+            for problem in error.problems:
+                print(problem, file=sys.stderr)
+        except ApiUnavailable as error:
+            print(f"herdsman: {error}", file=sys.stderr)
+        except ApiError as error:
+            print(f"herdsman: {error.message} (HTTP {error.status})", file=sys.stderr)
+        except CommandError as error:
+            print(f"herdsman: {error}", file=sys.stderr)
+        return 1
+
+    return run
+
+
+# -- run ----------------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace) -> int:
+    from herdsman.runtime.lockfile import StateDirLocked  # noqa: PLC0415
+    from herdsman.runtime.main import run_supervisor  # noqa: PLC0415
+
+    config = _load(args)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return run_supervisor(config)
+    except StateDirLocked as error:
+        raise CommandError(str(error)) from None
+    except OSError as error:
+        # Typically the API address is taken or the state_dir is not writable.
+        raise CommandError(f"cannot start: {error}") from None
+
+
+# -- submit -------------------------------------------------------------------
+
+
+def _submit(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if args.prompt is None or args.prompt == "-":
+        if sys.stdin.isatty():
+            raise CommandError("give the prompt as an argument or on stdin")
+        prompt = sys.stdin.read()
+    else:
+        prompt = args.prompt
+    body: dict[str, Any] = {"provider": args.provider, "prompt": prompt}
+    for key in ("id", "conversation", "agent", "workspace", "callback_url"):
+        value = getattr(args, key)
+        if value is not None:
+            body[key] = value
+    if args.skip_if_busy:
+        body["on_busy"] = "skip"
+    with _client(config) as client:
+        status, run = client.request("POST", "/v1/runs", json=body)
+        if status == 200:
+            print(f"{run['id']}: already known ({run['status']})", file=sys.stderr)
+        if not args.wait:
+            print(run["id"])
+            return 0
+        run = _wait(client, run, args.wait_timeout)
+    if args.json:
+        _print_json(run)
+    elif run["status"] == "succeeded":
+        print(run.get("result") or "")
+    else:
+        detail = run.get("reason") or ""
+        print(f"{run['id']}: {run['status']}{': ' + detail if detail else ''}", file=sys.stderr)
+    return 0 if run["status"] == "succeeded" else 1
+
+
+def _wait(client: ApiClient, run: Mapping[str, Any], seconds: float | None) -> dict[str, Any]:
+    deadline = time.monotonic() + seconds if seconds is not None else None
+    current = dict(run)
+    while current["status"] not in TERMINAL:
+        left = 60.0 if deadline is None else min(60.0, deadline - time.monotonic())
+        if left <= 0:
+            raise CommandError(f"{current['id']} is still {current['status']} after {seconds}s")
+        _, current = client.request(
+            "GET", f"/v1/runs/{current['id']}", params={"wait": left}, timeout=left + 10
+        )
+    return current
+
+
+# -- status, runs, cancel, reload ---------------------------------------------
+
+
+def _status(args: argparse.Namespace) -> int:
+    with _client(_load(args)) as client:
+        _, status = client.request("GET", "/v1/status")
+    if args.json:
+        _print_json(status)
+        return 0
+    limits = status["limits"]
+    print(f"admitting new runs: {'yes' if status['admitting'] else 'no (shutting down)'}")
+    print(f"config generation:  {status['generation']}")
+    print(f"global cap:         {limits['global'] if limits['global'] is not None else 'none'}")
+    print(f"running: {status['running']}   queued: {status['queued']}", end="")
+    age = status["oldest_queued_age"]
+    print(f"   oldest queued: {age:.1f}s" if age is not None else "")
+    print()
+    print(f"  {'provider':<20} {'cap':>4} {'running':>8} {'queued':>7}")
+    for provider, cap in sorted(limits["providers"].items()):
+        running = status["running_by_provider"].get(provider, 0)
+        queued = status["queued_by_provider"].get(provider, 0)
+        print(f"  {provider:<20} {cap:>4} {running:>8} {queued:>7}")
+    if status["queued_by_lane"]:
+        print()
+        print("  queued per lane")
+        for lane, count in status["queued_by_lane"].items():
+            print(f"  {count:>5}  {lane}")
+    return 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    with _client(_load(args)) as client:
+        if args.run_id is not None:
+            _, run = client.request("GET", f"/v1/runs/{args.run_id}")
+            _print_json(run)
+            return 0
+        params = {
+            "status": args.status,
+            "provider": args.provider,
+            "conversation": args.conversation,
+            "limit": args.limit,
+        }
+        _, body = client.request("GET", "/v1/runs", params=params)
+    if args.json:
+        _print_json(body)
+        return 0
+    print(f"{'id':<38} {'status':<13} {'provider':<12} conversation")
+    for run in body["runs"]:
+        conversation = run["conversation"] or "-"
+        print(f"{run['id']:<38} {run['status']:<13} {run['provider']:<12} {conversation}")
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    with _client(_load(args)) as client:
+        status, run = client.request("POST", f"/v1/runs/{args.run_id}/cancel")
+    state = run["status"] if status == 200 else f"{run['status']} (being stopped)"
+    print(f"{run['id']}: {state}")
+    return 0
+
+
+def _reload(args: argparse.Namespace) -> int:
+    with _client(_load(args)) as client:
+        _, body = client.request("POST", "/v1/reload")
+    _print_json(body)
+    return 0
+
+
+# -- logs ---------------------------------------------------------------------
+
+
+def _logs(args: argparse.Namespace) -> int:
+    if problem := run_id_problem(args.run_id):
+        raise CommandError(f"run id {problem}")
+    config = _load(args)
+    path = config.supervisor.state_dir / "logs" / f"{args.run_id}.log"
+    if not args.follow:
+        _copy_log(path, 0)
+        return 0
+    with _client(config) as client:
+        offset = 0
+        while True:
+            _, run = client.request("GET", f"/v1/runs/{args.run_id}")
+            offset = _copy_log(path, offset, missing_ok=True)
+            if run["status"] in TERMINAL:
+                _copy_log(path, offset, missing_ok=True)
+                return 0
+            time.sleep(0.5)
+
+
+def _copy_log(path: Path, offset: int, *, missing_ok: bool = False) -> int:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+    except FileNotFoundError:
+        if missing_ok:
+            return offset
+        raise CommandError(f"no log at {path} (the run has not started, or was pruned)") from None
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+    return offset + len(data)
+
+
+# -- parser -------------------------------------------------------------------
+
+
+def add_runtime_commands(commands: Any, config_options: OptionsFactory) -> None:
+    """Register ``run``, ``submit``, ``status``, ``runs``, ``cancel``, ``logs``, ``reload``."""
+    run = commands.add_parser(
+        "run", parents=[config_options()], help="start the supervisor (the main job)"
+    )
+    run.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="how much to log on stderr (default info)",
+    )
+    run.set_defaults(handler=_guard(_run))
+
+    submit = commands.add_parser(
+        "submit", parents=[config_options()], help="submit a run to the running supervisor"
+    )
+    submit.add_argument("prompt", nargs="?", help="the prompt (default: read stdin)")
+    submit.add_argument("-p", "--provider", required=True, help="provider name from the config")
+    submit.add_argument("--conversation", help="conversation id (runs in one never overlap)")
+    submit.add_argument("--agent", help="agent id (one run per agent at a time)")
+    submit.add_argument("--workspace", help='workspace scope (default "default")')
+    submit.add_argument("--id", help="run id (default: a fresh one); resubmitting is idempotent")
+    submit.add_argument("--callback-url", help="URL to POST the finished run to")
+    submit.add_argument(
+        "--skip-if-busy",
+        action="store_true",
+        help="record the run as skipped if its conversation or agent is busy",
+    )
+    submit.add_argument(
+        "--wait", action="store_true", help="wait for the run to end and print its reply"
+    )
+    submit.add_argument(
+        "--wait-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="with --wait: give up after SECONDS (default: wait as long as it takes)",
+    )
+    submit.add_argument("--json", action="store_true", help="with --wait: print the whole run")
+    submit.set_defaults(handler=_guard(_submit))
+
+    status = commands.add_parser(
+        "status", parents=[config_options()], help="limits, running and queued runs"
+    )
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(handler=_guard(_status))
+
+    runs = commands.add_parser("runs", parents=[config_options()], help="list runs, or show one")
+    runs.add_argument("run_id", nargs="?", metavar="RUN_ID", help="show this run in full")
+    runs.add_argument("--status", help="only runs in this status")
+    runs.add_argument("--provider", help="only runs of this provider")
+    runs.add_argument("--conversation", help="only runs of this conversation")
+    runs.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    runs.add_argument("--json", action="store_true", help="machine-readable output")
+    runs.set_defaults(handler=_guard(_runs))
+
+    cancel = commands.add_parser(
+        "cancel", parents=[config_options()], help="cancel a queued or running run"
+    )
+    cancel.add_argument("run_id", metavar="RUN_ID")
+    cancel.set_defaults(handler=_guard(_cancel))
+
+    logs = commands.add_parser("logs", parents=[config_options()], help="print a run's output")
+    logs.add_argument("run_id", metavar="RUN_ID")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
+    logs.set_defaults(handler=_guard(_logs))
+
+    reload = commands.add_parser(
+        "reload", parents=[config_options()], help="ask the supervisor to reload its config"
+    )
+    reload.set_defaults(handler=_guard(_reload))

@@ -1,0 +1,264 @@
+"""The decision trace: one JSON line per scheduling event, the simulator's input.
+
+The format is a public, versioned contract (docs/trace-format.md). A trace
+file starts with a header line::
+
+    {"herdsman_trace": 1, "started_at": "2026-11-29T12:00:00.000000Z", "config": {...}}
+
+followed by one event per line, ``{"t": 1.25, "seq": 0, "event": "submit", ...}``,
+where ``t`` is seconds since the header and ``seq`` counts events in the file.
+When a file reaches ``max_bytes`` the writer starts a new one whose header
+also carries the runs still queued or running (``"carry"``), so every file can
+be replayed on its own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import attrs
+
+TRACE_VERSION = 1
+
+#: Event kinds and the fields each must carry (beyond t, seq, event).
+EVENT_FIELDS: Mapping[str, frozenset[str]] = {
+    "submit": frozenset({"run"}),
+    "start": frozenset({"run_id"}),
+    "finish": frozenset({"run_id", "outcome"}),
+    "cancel": frozenset({"run_id"}),
+    "skip": frozenset({"run"}),
+    "lost": frozenset({"run_id"}),
+    "reload": frozenset({"generation", "config"}),
+    "reload_rejected": frozenset({"errors"}),
+}
+
+RUN_FIELDS = frozenset({"id", "provider", "conversation", "agent", "workspace", "prompt"})
+
+
+def _dumps(obj: Mapping[str, Any]) -> str:
+    # Insertion order, no spaces: the same events always give the same bytes.
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def format_time(when: dt.datetime) -> str:
+    """ISO-8601 in UTC with microseconds and a ``Z``, as headers carry it."""
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class TraceWriter:
+    """Appends events to JSON Lines files in ``directory``, rotating at ``max_bytes``.
+
+    Each event is flushed to the OS as it is written, so a crash loses at most
+    the event being written. ``clock`` is a monotonic seconds clock (the trio
+    clock in the supervisor, the fake clock in the simulator); ``wall`` gives
+    the header's ``started_at``. ``carry`` returns the runs to restate in the
+    header of a rotated file.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        max_bytes: int,
+        config: Mapping[str, Any],
+        clock: Callable[[], float],
+        wall: Callable[[], dt.datetime],
+        carry: Callable[[], Mapping[str, Any]] | None = None,
+    ) -> None:
+        self._directory = directory
+        self._max_bytes = max_bytes
+        self._config: Mapping[str, Any] = config
+        self._clock = clock
+        self._wall = wall
+        self._carry = carry
+        self._file: IO[str] | None = None
+        self._path: Path | None = None
+        self._origin = 0.0
+        self._seq = 0
+        self._size = 0
+        self._files_opened = 0
+
+    @property
+    def path(self) -> Path | None:
+        """The file being written, once the first event opened one."""
+        return self._path
+
+    def set_config(self, config: Mapping[str, Any]) -> None:
+        """The effective config to put in the next rotated file's header."""
+        self._config = config
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """Append one event; opens or rotates the file as needed."""
+        if kind not in EVENT_FIELDS:
+            raise ValueError(f"unknown trace event {kind!r}")
+        if self._file is None or self._size >= self._max_bytes:
+            self._open_new()
+        assert self._file is not None
+        record: dict[str, Any] = {
+            "t": round(self._clock() - self._origin, 6),
+            "seq": self._seq,
+            "event": kind,
+        }
+        record.update(fields)
+        self._write(_dumps(record))
+        self._seq += 1
+
+    def close(self) -> None:
+        """Close the current file."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _open_new(self) -> None:
+        carry = self._carry() if self._carry is not None and self._file is not None else None
+        self.close()
+        self._directory.mkdir(parents=True, exist_ok=True)
+        started = self._wall()
+        stamp = started.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%S")
+        self._files_opened += 1
+        path = self._directory / f"trace-{stamp}-{os.getpid()}-{self._files_opened}.jsonl"
+        self._file = path.open("w", encoding="utf-8")
+        self._path = path
+        self._origin = self._clock()
+        self._seq = 0
+        self._size = 0
+        header: dict[str, Any] = {
+            "herdsman_trace": TRACE_VERSION,
+            "started_at": format_time(started),
+            "config": self._config,
+        }
+        if carry:
+            header["carry"] = carry
+        self._write(_dumps(header))
+
+    def _write(self, line: str) -> None:
+        assert self._file is not None
+        data = line + "\n"
+        self._file.write(data)
+        self._file.flush()
+        self._size += len(data.encode("utf-8"))
+
+
+class TraceFormatError(Exception):
+    """A trace line that does not follow docs/trace-format.md."""
+
+
+@attrs.frozen
+class TraceEvent:
+    """One event line: its time, sequence number, kind and the other fields."""
+
+    t: float
+    seq: int
+    event: str
+    fields: Mapping[str, Any]
+    line: int
+
+
+@attrs.frozen
+class TraceHeader:
+    """The first line of a trace file."""
+
+    version: int
+    started_at: str
+    config: Mapping[str, Any]
+    carry: Mapping[str, Any] | None
+
+
+def read_trace(path: Path) -> tuple[TraceHeader, Iterator[TraceEvent]]:
+    """Read and validate a trace file.
+
+    The header is read at once; events are validated lazily as they are
+    iterated. Errors name the file, the line and what was wrong.
+    """
+    lines = _numbered_lines(path)
+    try:
+        number, first = next(lines)
+    except StopIteration:
+        raise TraceFormatError(f"{path}: empty file, expected a trace header") from None
+    header = _parse_header(path, number, first)
+    return header, _events(path, lines)
+
+
+def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read trace: {exc.strerror}") from None
+    with handle:
+        for number, text in enumerate(handle, start=1):
+            if text.strip():
+                yield number, text
+
+
+def _load(path: Path, number: int, text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(f"{path}:{number}: not JSON: {exc.msg}") from None
+    if not isinstance(value, dict):
+        raise TraceFormatError(f"{path}:{number}: expected a JSON object")
+    return value
+
+
+def _parse_header(path: Path, number: int, text: str) -> TraceHeader:
+    obj = _load(path, number, text)
+    version = obj.get("herdsman_trace")
+    if version != TRACE_VERSION:
+        raise TraceFormatError(
+            f"{path}:{number}: herdsman_trace: "
+            f"expected trace format {TRACE_VERSION}, got {version!r}"
+        )
+    started = obj.get("started_at")
+    config = obj.get("config")
+    carry = obj.get("carry")
+    if not isinstance(started, str):
+        raise TraceFormatError(f"{path}:{number}: started_at: expected an ISO-8601 string")
+    if not isinstance(config, dict):
+        raise TraceFormatError(f"{path}:{number}: config: expected an object")
+    if carry is not None and not isinstance(carry, dict):
+        raise TraceFormatError(f"{path}:{number}: carry: expected an object")
+    return TraceHeader(version, started, config, carry)
+
+
+def _events(path: Path, lines: Iterator[tuple[int, str]]) -> Iterator[TraceEvent]:
+    last_t = 0.0
+    for number, text in lines:
+        obj = _load(path, number, text)
+        where = f"{path}:{number}"
+        t, seq, kind = obj.pop("t", None), obj.pop("seq", None), obj.pop("event", None)
+        if not isinstance(t, int | float) or isinstance(t, bool) or t < 0:
+            raise TraceFormatError(f"{where}: t: expected seconds >= 0, got {t!r}")
+        if t < last_t:
+            raise TraceFormatError(f"{where}: t: went backwards from {last_t} to {t}")
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise TraceFormatError(f"{where}: seq: expected a whole number, got {seq!r}")
+        if kind not in EVENT_FIELDS:
+            known = ", ".join(sorted(EVENT_FIELDS))
+            raise TraceFormatError(f"{where}: event: expected one of {known}, got {kind!r}")
+        missing = EVENT_FIELDS[kind] - obj.keys()
+        if missing:
+            raise TraceFormatError(f"{where}: {kind}: missing {', '.join(sorted(missing))}")
+        run = obj.get("run")
+        if run is not None:
+            _check_run(where, run)
+        last_t = float(t)
+        yield TraceEvent(float(t), seq, kind, obj, number)
+
+
+def _check_run(where: str, run: Any) -> None:
+    if not isinstance(run, dict):
+        raise TraceFormatError(f"{where}: run: expected an object")
+    unknown = run.keys() - RUN_FIELDS
+    if unknown:
+        raise TraceFormatError(f"{where}: run: unknown field {sorted(unknown)[0]!r}")
+    for key in ("id", "provider"):
+        if not isinstance(run.get(key), str) or not run[key]:
+            raise TraceFormatError(f"{where}: run.{key}: expected a non-empty string")
+    for key in ("conversation", "agent", "workspace", "prompt"):
+        if key in run and run[key] is not None and not isinstance(run[key], str):
+            raise TraceFormatError(f"{where}: run.{key}: expected a string or null")

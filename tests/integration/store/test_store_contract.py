@@ -1,0 +1,611 @@
+"""The store contract, run against every implementation.
+
+One suite, parametrised over SqliteStore (on a real file) and MemoryStore:
+passing it is what says the simulator's fake behaves like the real ledger.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from herdsman.runtime.store import (
+    LOST_ON_RESTART,
+    MemoryStore,
+    NewRun,
+    RunNotFound,
+    RunRecord,
+    RunStatus,
+    SqliteStore,
+    Store,
+    StoreConflict,
+    StoreError,
+    is_terminal,
+)
+
+T0 = 1_700_000_000.0
+Q, R, UL = RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.USAGE_LIMITED
+
+# The lifecycle, written out here rather than read from the code under test.
+EXPECTED_LEGAL = {
+    (Q, R),
+    (Q, RunStatus.CANCELLED),
+    (Q, RunStatus.SKIPPED),
+    (R, RunStatus.SUCCEEDED),
+    (R, RunStatus.FAILED),
+    (R, RunStatus.TIMED_OUT),
+    (R, RunStatus.CANCELLED),
+    (R, RunStatus.LOST),
+    (R, UL),
+    (UL, Q),
+}
+OUTCOMES = [
+    RunStatus.SUCCEEDED,
+    RunStatus.FAILED,
+    RunStatus.TIMED_OUT,
+    RunStatus.CANCELLED,
+    RunStatus.LOST,
+    RunStatus.USAGE_LIMITED,
+]
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    made: Store = (
+        SqliteStore(tmp_path / "herdsman.db") if request.param == "sqlite" else MemoryStore()
+    )
+    yield made
+    made.close()
+
+
+def new(run_id: str, **fields: Any) -> NewRun:
+    defaults: dict[str, Any] = {"provider": "claude", "prompt": f"prompt of {run_id}"}
+    return NewRun(id=run_id, **(defaults | fields))
+
+
+def in_status(store: Store, run_id: str, status: RunStatus) -> RunRecord:
+    """Bring a fresh run into ``status`` by the shortest legal path."""
+    if status is RunStatus.SKIPPED:
+        return store.skip(new(run_id), T0, "not wanted")[0]
+    record, _ = store.submit(new(run_id), T0)
+    if status is Q:
+        return record
+    record = store.mark_running(run_id, T0 + 1, "acct")
+    if status is R:
+        return record
+    return store.finish(run_id, status, T0 + 2, reason="because")
+
+
+def attempt(store: Store, run_id: str, target: RunStatus) -> RunRecord:
+    """Ask for ``target`` through the method that leads there."""
+    if target is R:
+        return store.mark_running(run_id, T0 + 10, "acct-2")
+    if target is Q:
+        return store.requeue(run_id)
+    return store.finish(run_id, target, T0 + 10, reason="why")
+
+
+# --- submit and skip -------------------------------------------------------
+
+
+def test_submit_records_a_queued_run_with_every_field(store: Store) -> None:
+    record, created = store.submit(
+        NewRun(
+            id="r1",
+            provider="codex",
+            prompt="fix the bug",
+            conversation="c1",
+            agent="a1",
+            workspace="ws",
+            callback_url="http://example.invalid/hook",
+            metadata={"ticket": 7, "tags": ["x", "y"], "nested": {"ok": True, "none": None}},
+        ),
+        T0,
+    )
+    assert created
+    assert record == RunRecord(
+        id="r1",
+        provider="codex",
+        prompt="fix the bug",
+        conversation="c1",
+        agent="a1",
+        workspace="ws",
+        callback_url="http://example.invalid/hook",
+        metadata={"ticket": 7, "tags": ["x", "y"], "nested": {"ok": True, "none": None}},
+        seq=1,
+        status=Q,
+        submitted_at=T0,
+    )
+    assert record.attempts == 0
+    assert store.get("r1") == record
+
+
+def test_submit_defaults(store: Store) -> None:
+    record, _ = store.submit(NewRun(id="r", provider="claude", prompt="p"), T0)
+    assert (record.conversation, record.agent, record.workspace) == (None, None, "default")
+    assert (record.callback_url, record.metadata) == (None, {})
+
+
+def test_seq_is_strictly_increasing_in_submission_order(store: Store) -> None:
+    seqs = [store.submit(new(f"r{i}"), T0 - i)[0].seq for i in range(5)]
+    seqs.append(store.skip(new("s"), T0, "no")[0].seq)
+    assert seqs == sorted(seqs)
+    assert len(set(seqs)) == len(seqs)
+    assert seqs[0] == 1
+
+
+def test_submit_is_idempotent_even_when_other_fields_differ(store: Store) -> None:
+    first, created = store.submit(new("r", metadata={"a": 1}), T0)
+    assert created
+    store.mark_running("r", T0 + 1, "acct")
+    now_record = store.get("r")
+    again, created_again = store.submit(
+        new("r", provider="other", prompt="different", metadata={"b": 2}), T0 + 5
+    )
+    assert not created_again
+    assert again == now_record
+    assert again.seq == first.seq
+    # A repeated submit does not consume a seq.
+    assert store.submit(new("next"), T0)[0].seq == first.seq + 1
+
+
+def test_skip_records_a_new_run_as_skipped(store: Store) -> None:
+    record, created = store.skip(new("r", conversation="c"), T0, "provider disabled")
+    assert created
+    assert record.status is RunStatus.SKIPPED
+    assert (record.reason, record.submitted_at, record.finished_at) == (
+        "provider disabled",
+        T0,
+        T0,
+    )
+    assert record.started_at is None
+    assert record.attempts == 0
+    assert store.get("r") == record
+
+
+def test_skip_of_an_existing_id_returns_the_existing_record(store: Store) -> None:
+    queued, _ = store.submit(new("r"), T0)
+    record, created = store.skip(new("r"), T0 + 1, "late")
+    assert not created
+    assert record == queued
+    skipped, _ = store.skip(new("s"), T0, "first")
+    assert store.submit(new("s"), T0 + 1) == (skipped, False)
+
+
+def test_metadata_is_normalised_to_what_json_reads_back(store: Store) -> None:
+    source: dict[str, Any] = {"pair": (1, 2), "float": 1.5, "deep": [{"k": (None,)}]}
+    record, _ = store.submit(new("r", metadata=source), T0)
+    assert record.metadata == {"pair": [1, 2], "float": 1.5, "deep": [{"k": [None]}]}
+    # The store kept its own copy: changing the caller's dict changes nothing.
+    source["pair"] = "changed"
+    assert store.get("r") == record
+
+
+@pytest.mark.parametrize("bad", [{"x": float("nan")}, {"x": {1, 2}}, {"x": object()}])
+def test_metadata_that_is_not_json_is_refused(store: Store, bad: dict[str, Any]) -> None:
+    with pytest.raises(StoreError, match=r"metadata of run 'r' is not JSON"):
+        store.submit(new("r", metadata=bad), T0)
+    assert store.get("r") is None
+    assert store.submit(new("ok"), T0)[0].seq == 1
+
+
+def test_text_sqlite_cannot_hold_is_refused_everywhere(store: Store) -> None:
+    with pytest.raises(StoreError, match=r"prompt of run 'r' is not valid UTF-8"):
+        store.submit(new("r", prompt="half a pair \ud800"), T0)
+    assert store.get("r") is None
+    store.submit(new("r"), T0)
+    store.mark_running("r", T0, None)
+    with pytest.raises(StoreError, match=r"result of run 'r' is not valid UTF-8"):
+        store.finish("r", RunStatus.SUCCEEDED, T0, result="bad \udcff")
+    assert store.get("r").status is R  # type: ignore[union-attr]
+    # Metadata goes through JSON escapes, so surrogates there are fine.
+    record, _ = store.submit(new("m", metadata={"s": "\ud800"}), T0)
+    assert record.metadata == {"s": "\ud800"}
+    assert store.get("m") == record
+
+
+@pytest.mark.parametrize("now", [float("nan"), float("inf"), -float("inf")])
+def test_timestamps_must_be_finite(store: Store, now: float) -> None:
+    with pytest.raises(StoreError, match="finite"):
+        store.submit(new("r"), now)
+    assert store.get("r") is None
+
+
+def test_integer_timestamps_read_back_as_floats(store: Store) -> None:
+    record, _ = store.submit(new("r"), 1_700_000_000)
+    assert type(record.submitted_at) is float
+    assert type(store.get("r").submitted_at) is float  # type: ignore[union-attr]
+
+
+# --- starting --------------------------------------------------------------
+
+
+def test_mark_running_starts_a_queued_run(store: Store) -> None:
+    store.submit(new("r"), T0)
+    record = store.mark_running("r", T0 + 3, "work-account")
+    assert (record.status, record.started_at, record.account, record.attempts) == (
+        R,
+        T0 + 3,
+        "work-account",
+        1,
+    )
+    assert record.finished_at is None
+    assert store.get("r") == record
+
+
+def test_mark_running_many_starts_all_in_the_order_given(store: Store) -> None:
+    for run_id in ("a", "b", "c"):
+        store.submit(new(run_id), T0)
+    records = store.mark_running_many([("c", "x"), ("a", None), ("b", "y")], T0 + 1)
+    assert [(r.id, r.account, r.status) for r in records] == [
+        ("c", "x", R),
+        ("a", None, R),
+        ("b", "y", R),
+    ]
+    assert [store.get(i) for i in ("c", "a", "b")] == records
+    assert store.mark_running_many([], T0) == []
+
+
+@pytest.mark.parametrize(
+    ("items", "error", "message"),
+    [
+        ([("a", None), ("b", None), ("a", None)], StoreConflict, "run 'a' is running"),
+        ([("a", None), ("ghost", None)], RunNotFound, "no run with id 'ghost'"),
+        ([("a", None), ("done", None)], StoreConflict, "run 'done' is succeeded"),
+    ],
+)
+def test_mark_running_many_is_all_or_nothing(
+    store: Store, items: list[tuple[str, str | None]], error: type[Exception], message: str
+) -> None:
+    store.submit(new("a"), T0)
+    store.submit(new("b"), T0)
+    in_status(store, "done", RunStatus.SUCCEEDED)
+    before = store.list_runs()
+    with pytest.raises(error, match=message):
+        store.mark_running_many(items, T0 + 1)
+    assert store.list_runs() == before
+    assert [r.id for r in store.queued_in_order()] == ["a", "b"]
+
+
+# --- every transition ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("current", "target"),
+    list(itertools.product(RunStatus, RunStatus)),
+    ids=lambda s: s.value,
+)
+def test_every_transition_is_legal_exactly_as_the_lifecycle_says(
+    store: Store, current: RunStatus, target: RunStatus
+) -> None:
+    before = in_status(store, "r", current)
+    assert before.status is current
+    if (current, target) in EXPECTED_LEGAL:
+        after = attempt(store, "r", target)
+        assert after.status is target
+        assert store.get("r") == after
+        assert after.seq == before.seq
+    else:
+        with pytest.raises(StoreConflict) as caught:
+            attempt(store, "r", target)
+        message = str(caught.value)
+        assert f"run 'r' is {current.value}" in message
+        assert f"cannot become {target.value}" in message
+        assert store.get("r") == before
+
+
+@pytest.mark.parametrize("status", [Q, R])
+def test_finish_takes_only_outcomes(store: Store, status: RunStatus) -> None:
+    before = in_status(store, "r", R)
+    with pytest.raises(StoreError, match=f"finish\\(\\) takes an outcome status, not {status}"):
+        store.finish("r", status, T0)
+    assert store.get("r") == before
+
+
+@pytest.mark.parametrize("status", OUTCOMES)
+def test_finish_records_the_outcome(store: Store, status: RunStatus) -> None:
+    in_status(store, "r", R)
+    record = store.finish(
+        "r",
+        status,
+        T0 + 9,
+        exit_code=3,
+        reason="why",
+        result="the reply",
+        session_id="sess-1",
+        excerpt="last lines",
+        log_path="/logs/r.log",
+    )
+    assert (record.status, record.finished_at, record.started_at) == (status, T0 + 9, T0 + 1)
+    assert (record.exit_code, record.reason, record.result) == (3, "why", "the reply")
+    assert (record.session_id, record.excerpt, record.log_path) == (
+        "sess-1",
+        "last lines",
+        "/logs/r.log",
+    )
+    assert record.account == "acct"
+    assert store.get("r") == record
+
+
+def test_a_queued_run_may_be_finished_as_skipped(store: Store) -> None:
+    store.submit(new("r"), T0)
+    record = store.finish("r", RunStatus.SKIPPED, T0 + 1, reason="provider removed")
+    assert (record.status, record.finished_at, record.started_at, record.attempts) == (
+        RunStatus.SKIPPED,
+        T0 + 1,
+        None,
+        0,
+    )
+
+
+def test_cancel_queued(store: Store) -> None:
+    store.submit(new("r"), T0)
+    record = store.cancel_queued("r", T0 + 4, "user asked")
+    assert (record.status, record.reason, record.finished_at) == (
+        RunStatus.CANCELLED,
+        "user asked",
+        T0 + 4,
+    )
+    assert store.get("r") == record
+    assert store.queued_in_order() == []
+
+
+@pytest.mark.parametrize("status", [s for s in RunStatus if s is not Q])
+def test_cancel_queued_refuses_any_run_not_queued(store: Store, status: RunStatus) -> None:
+    before = in_status(store, "r", status)
+    with pytest.raises(StoreConflict, match=f"run 'r' is {status.value}; it cannot become"):
+        store.cancel_queued("r", T0 + 4, "too late")
+    assert store.get("r") == before
+
+
+def test_requeue_clears_the_attempt_and_keeps_its_place(store: Store) -> None:
+    store.submit(new("first"), T0)
+    in_status(store, "r", UL)
+    store.submit(new("later"), T0)
+    record = store.requeue("r")
+    assert record.status is Q
+    assert (record.started_at, record.finished_at, record.account, record.reason) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert record.attempts == 1
+    assert [r.id for r in store.queued_in_order()] == ["first", "r", "later"]
+    again = store.mark_running("r", T0 + 20, "acct-2")
+    assert again.attempts == 2
+
+
+def test_requeue_keeps_the_session(store: Store) -> None:
+    store.submit(new("r"), T0)
+    store.mark_running("r", T0, "a")
+    store.finish("r", UL, T0 + 1, session_id="sess", exit_code=1, result="limit", excerpt="x")
+    record = store.requeue("r")
+    assert record.session_id == "sess"
+    assert (record.exit_code, record.result, record.excerpt, record.log_path) == (
+        None,
+        None,
+        None,
+        None,
+    )
+
+
+def test_state_changes_on_unknown_runs_raise_run_not_found(store: Store) -> None:
+    calls: list[Callable[[], object]] = [
+        lambda: store.mark_running("ghost", T0, None),
+        lambda: store.mark_running_many([("ghost", None)], T0),
+        lambda: store.finish("ghost", RunStatus.FAILED, T0),
+        lambda: store.cancel_queued("ghost", T0, "x"),
+        lambda: store.requeue("ghost"),
+    ]
+    for call in calls:
+        with pytest.raises(RunNotFound, match="no run with id 'ghost'"):
+            call()
+    assert store.get("ghost") is None
+    assert issubclass(RunNotFound, StoreError)
+    assert issubclass(StoreConflict, StoreError)
+
+
+# --- queries ---------------------------------------------------------------
+
+
+def populate(store: Store) -> None:
+    """Six runs across providers, conversations, workspaces and statuses."""
+    store.submit(new("r1", provider="claude", conversation="c1"), T0)
+    store.submit(new("r2", provider="codex", conversation="c1", workspace="w2"), T0)
+    store.submit(new("r3", provider="claude", conversation="c2"), T0)
+    store.submit(new("r4", provider="claude"), T0)
+    store.skip(new("r5", provider="codex", conversation="c1"), T0, "no")
+    store.submit(new("r6", provider="claude", conversation="c1"), T0)
+    store.mark_running("r3", T0 + 1, None)
+    store.mark_running("r1", T0 + 1, None)
+    store.finish("r1", RunStatus.SUCCEEDED, T0 + 2)
+
+
+def ids(records: list[RunRecord]) -> list[str]:
+    return [r.id for r in records]
+
+
+def test_list_runs_is_newest_first_and_filters(store: Store) -> None:
+    populate(store)
+    assert ids(store.list_runs()) == ["r6", "r5", "r4", "r3", "r2", "r1"]
+    assert ids(store.list_runs(status=Q)) == ["r6", "r4", "r2"]
+    assert ids(store.list_runs(provider="codex")) == ["r5", "r2"]
+    assert ids(store.list_runs(conversation="c1")) == ["r6", "r5", "r2", "r1"]
+    assert ids(store.list_runs(workspace="w2")) == ["r2"]
+    assert ids(store.list_runs(conversation="c1", workspace="default", provider="claude")) == [
+        "r6",
+        "r1",
+    ]
+    assert ids(store.list_runs(status=RunStatus.SUCCEEDED, provider="codex")) == []
+    assert store.list_runs(status=R) == [store.get("r3")]
+
+
+def test_list_runs_limit_and_cursors(store: Store) -> None:
+    populate(store)
+    assert ids(store.list_runs(limit=2)) == ["r6", "r5"]
+    assert store.list_runs(limit=0) == []
+    assert ids(store.list_runs(after_seq=4)) == ["r6", "r5"]
+    assert ids(store.list_runs(before_seq=3)) == ["r2", "r1"]
+    assert ids(store.list_runs(after_seq=1, before_seq=4)) == ["r3", "r2"]
+    # Paging newest to oldest with before_seq visits every run once.
+    pages: list[list[str]] = []
+    cursor: int | None = None
+    while page := store.list_runs(limit=4, before_seq=cursor):
+        pages.append(ids(page))
+        cursor = page[-1].seq
+    assert pages == [["r6", "r5", "r4", "r3"], ["r2", "r1"]]
+    with pytest.raises(StoreError, match="limit must be 0 or more"):
+        store.list_runs(limit=-1)
+
+
+def test_queued_in_order_is_submission_order(store: Store) -> None:
+    for i in range(5):
+        store.submit(new(f"r{i}"), T0 + 10 - i)  # submitted_at deliberately decreasing
+    store.mark_running("r1", T0, None)
+    store.cancel_queued("r3", T0, "no")
+    assert ids(store.queued_in_order()) == ["r0", "r2", "r4"]
+    assert store.queued_in_order() == [store.get(i) for i in ("r0", "r2", "r4")]
+
+
+# --- recovery and pruning --------------------------------------------------
+
+
+def test_recover_marks_every_running_run_lost_and_never_requeues(store: Store) -> None:
+    populate(store)
+    in_status(store, "limited", UL)
+    store.submit(new("late"), T0)
+    store.mark_running("late", T0 + 3, "acct")
+    queued_before = store.queued_in_order()
+    lost = store.recover(T0 + 100)
+    assert ids(lost) == ["r3", "late"]
+    for record in lost:
+        assert record.status is RunStatus.LOST
+        assert record.reason == "supervisor restarted before this run finished"
+        assert record.reason == LOST_ON_RESTART
+        assert record.finished_at == T0 + 100
+        assert record.attempts == 1
+        assert store.get(record.id) == record
+    assert store.get("late").account == "acct"  # type: ignore[union-attr]
+    assert store.queued_in_order() == queued_before
+    assert store.get("limited").status is UL  # type: ignore[union-attr]
+    assert store.recover(T0 + 200) == []
+
+
+def test_prune_deletes_terminal_runs_finished_before_the_time(store: Store) -> None:
+    for status in RunStatus:
+        in_status(store, f"old-{status.value}", status)
+    store.submit(new("fresh"), T0)
+    store.mark_running("fresh", T0, None)
+    store.finish("fresh", RunStatus.FAILED, T0 + 50)
+    # Terminal runs above finished at T0 + 2 (skipped at T0); T0 + 2 is not before it.
+    assert store.prune(T0 + 2) == 1
+    assert store.get("old-skipped") is None
+    assert store.prune(T0 + 3) == 5
+    survivors = {r.id for r in store.list_runs()}
+    assert survivors == {"old-queued", "old-running", "old-usage_limited", "fresh"}
+    assert store.prune(T0 + 3) == 0
+    assert store.prune(T0 + 51) == 1
+    assert store.counts()[RunStatus.FAILED] == 0
+
+
+def test_seq_is_never_reused_after_prune(store: Store) -> None:
+    in_status(store, "a", RunStatus.SUCCEEDED)
+    last = in_status(store, "b", RunStatus.SUCCEEDED)
+    assert store.prune(T0 + 1000) == 2
+    assert store.submit(new("c"), T0)[0].seq == last.seq + 1
+    # A pruned id is forgotten: submitting it again makes a new run.
+    record, created = store.submit(new("a"), T0)
+    assert created
+    assert record.seq == last.seq + 2
+
+
+# --- session memory, counts, close -----------------------------------------
+
+
+def test_conversation_sessions_are_remembered_per_provider_workspace_conversation(
+    store: Store,
+) -> None:
+    assert store.conversation_session("claude", "default", "c") is None
+    store.set_conversation_session("claude", "default", "c", "s1")
+    store.set_conversation_session("codex", "default", "c", "s2")
+    store.set_conversation_session("claude", "w2", "c", "s3")
+    assert store.conversation_session("claude", "default", "c") == "s1"
+    assert store.conversation_session("codex", "default", "c") == "s2"
+    assert store.conversation_session("claude", "w2", "c") == "s3"
+    assert store.conversation_session("claude", "default", "other") is None
+    store.set_conversation_session("claude", "default", "c", "s4")
+    assert store.conversation_session("claude", "default", "c") == "s4"
+    store.set_conversation_session("claude", "default", "c", None)
+    assert store.conversation_session("claude", "default", "c") is None
+    store.set_conversation_session("claude", "default", "never-set", None)
+    assert store.conversation_session("codex", "default", "c") == "s2"
+
+
+def test_counts_has_every_status(store: Store) -> None:
+    assert dict(store.counts()) == dict.fromkeys(RunStatus, 0)
+    assert list(store.counts()) == list(RunStatus)
+    populate(store)
+    in_status(store, "limited", UL)
+    counts = store.counts()
+    assert counts[Q] == 3
+    assert counts[R] == 1
+    assert counts[RunStatus.SUCCEEDED] == 1
+    assert counts[RunStatus.SKIPPED] == 1
+    assert counts[UL] == 1
+    assert sum(counts.values()) == len(store.list_runs(limit=1000))
+
+
+def test_records_are_hashable_values(store: Store) -> None:
+    record, _ = store.submit(new("r", metadata={"k": [1]}), T0)
+    assert not record.is_terminal
+    assert hash(record) == hash(store.get("r"))
+    done = store.finish("r", RunStatus.SKIPPED, T0)
+    assert done.is_terminal
+
+
+def test_is_terminal() -> None:
+    assert {s for s in RunStatus if is_terminal(s)} == {
+        RunStatus.SUCCEEDED,
+        RunStatus.FAILED,
+        RunStatus.TIMED_OUT,
+        RunStatus.CANCELLED,
+        RunStatus.LOST,
+        RunStatus.SKIPPED,
+    }
+    assert [s.value for s in RunStatus] == [
+        "queued",
+        "running",
+        "succeeded",
+        "failed",
+        "timed_out",
+        "cancelled",
+        "lost",
+        "skipped",
+        "usage_limited",
+    ]
+
+
+def test_close_is_idempotent_and_final(store: Store) -> None:
+    store.submit(new("r"), T0)
+    store.close()
+    store.close()
+    calls: list[Callable[[], object]] = [
+        lambda: store.get("r"),
+        lambda: store.submit(new("x"), T0),
+        lambda: store.mark_running("r", T0, None),
+        store.list_runs,
+        store.queued_in_order,
+        lambda: store.recover(T0),
+        lambda: store.prune(T0),
+        store.counts,
+        lambda: store.conversation_session("p", "w", "c"),
+        lambda: store.set_conversation_session("p", "w", "c", "s"),
+    ]
+    for call in calls:
+        with pytest.raises(StoreError, match="the store is closed"):
+            call()

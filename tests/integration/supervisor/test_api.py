@@ -1,0 +1,272 @@
+"""The supervisor through its real HTTP API: intake, scheduling, execution, shutdown."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+from supervisor_support import Running, Start, config_at, write_config
+
+from herdsman.trace import read_trace
+
+
+async def submit(running: Running, expect: int = 201, **body: Any) -> dict[str, Any]:
+    body.setdefault("provider", "demo")
+    body.setdefault("prompt", "hello")
+    response = await running.client.post("/v1/runs", json=body)
+    assert response.status_code == expect, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def max_overlap(runs: list[dict[str, Any]]) -> int:
+    """The largest number of runs whose [started_at, finished_at) intervals overlap."""
+    points = []
+    for run in runs:
+        points.append((run["started_at"], 1))
+        points.append((run["finished_at"], -1))
+    current = best = 0
+    for _, delta in sorted(points, key=lambda p: (p[0], p[1])):
+        current += delta
+        best = max(best, current)
+    return best
+
+
+async def test_a_run_is_executed_and_its_reply_recorded(start: Start, tmp_path: Path) -> None:
+    running = await start(config_at(write_config(tmp_path)))
+    created = await submit(running, prompt="about trio\nwrite a haiku", conversation="c1")
+    assert created["status"] in ("queued", "running")
+    done = await running.wait(created["id"])
+    assert done["status"] == "succeeded"
+    assert done["result"] == "demo reply: write a haiku\n"
+    assert done["exit_code"] == 0
+    assert done["started_at"] >= done["submitted_at"]
+    log = Path(done["log_path"])
+    assert log.read_text().strip() == "demo reply: write a haiku"
+
+
+async def test_submitting_a_known_id_returns_the_existing_run(start: Start, tmp_path: Path) -> None:
+    running = await start(config_at(write_config(tmp_path)))
+    first = await submit(running, id="job-1", prompt="first")
+    again = await submit(running, expect=200, id="job-1", prompt="something else")
+    assert again["id"] == "job-1"
+    assert again["prompt"] == "first"
+    assert again["seq"] == first["seq"]
+    done = await running.wait("job-1")
+    assert done["result"] == "demo reply: first\n"
+    listed = (await running.client.get("/v1/runs")).json()["runs"]
+    assert [r["id"] for r in listed] == ["job-1"]
+
+
+async def test_caps_hold_under_load(start: Start, tmp_path: Path) -> None:
+    running = await start(config_at(write_config(tmp_path, concurrency=2, delay=0.3)))
+    ids = [(await submit(running, conversation=f"c{n}"))["id"] for n in range(8)]
+    runs = [await running.wait(run_id) for run_id in ids]
+    assert all(r["status"] == "succeeded" for r in runs)
+    assert max_overlap(runs) == 2
+    # Earliest submitted first among free runs.
+    starts = sorted(runs, key=lambda r: r["started_at"])
+    assert [r["seq"] for r in starts[:2]] == sorted(r["seq"] for r in runs)[:2]
+
+
+async def test_one_conversation_runs_in_order_without_overlap(start: Start, tmp_path: Path) -> None:
+    running = await start(config_at(write_config(tmp_path, concurrency=4, delay=0.2)))
+    ids = [(await submit(running, conversation="same", prompt=f"p{n}"))["id"] for n in range(3)]
+    other = await submit(running, conversation="other")
+    runs = [await running.wait(run_id) for run_id in ids]
+    assert max_overlap(runs) == 1
+    assert [r["started_at"] for r in runs] == sorted(r["started_at"] for r in runs)
+    # The other conversation was not held up behind the busy one.
+    other_done = await running.wait(other["id"])
+    assert other_done["started_at"] < runs[1]["started_at"]
+
+
+async def test_on_busy_skip_records_the_run_as_skipped(start: Start, tmp_path: Path) -> None:
+    running = await start(config_at(write_config(tmp_path, delay=0.5)))
+    first = await submit(running, conversation="c")
+    skipped = await submit(running, conversation="c", on_busy="skip")
+    assert skipped["status"] == "skipped"
+    assert "already has a queued or running run" in skipped["reason"]
+    await running.wait(first["id"])
+    free = await submit(running, conversation="c", on_busy="skip")
+    assert free["status"] in ("queued", "running")
+
+
+async def test_cancel_a_queued_and_a_running_run(start: Start, tmp_path: Path) -> None:
+    running = await start(config_at(write_config(tmp_path, concurrency=1, delay=30)))
+    busy = await submit(running)
+    queued = await submit(running)
+    response = await running.client.post(f"/v1/runs/{queued['id']}/cancel")
+    assert response.status_code == 200
+    assert response.json()["status"] == "cancelled"
+    with trio.fail_after(10):
+        while (await running.client.get(f"/v1/runs/{busy['id']}")).json()["status"] != "running":
+            await trio.sleep(0.05)
+    response = await running.client.post(f"/v1/runs/{busy['id']}/cancel")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["status"] == "cancelled"
+    assert body["reason"].startswith("cancelled")
+    again = await running.client.post(f"/v1/runs/{busy['id']}/cancel")
+    assert again.status_code == 409
+    assert "already ended as cancelled" in again.json()["error"]
+
+
+async def test_requests_without_the_token_are_refused(start: Start, tmp_path: Path) -> None:
+    running = await start(config_at(write_config(tmp_path)))
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        async with httpx.AsyncClient(base_url=running.client.base_url, headers=headers) as bare:
+            response = await bare.get("/v1/status")
+        assert response.status_code == 401
+        assert "bearer token" in response.json()["error"]
+    token_file = running.config.supervisor.state_dir / "api-token"
+    assert token_file.stat().st_mode & 0o777 == 0o600
+
+
+async def test_bad_requests_get_precise_errors(start: Start, tmp_path: Path) -> None:
+    running = await start(config_at(write_config(tmp_path)))
+    post = running.client.post
+    response = await post("/v1/runs", content=b"{not json")
+    assert response.status_code == 400
+    cases: list[tuple[dict[str, Any], str]] = [
+        (
+            {"provider": "nope", "prompt": "x"},
+            "provider: unknown provider 'nope'; configured: demo",
+        ),
+        ({"provider": "demo", "prompt": "  "}, "prompt: required and must not be empty"),
+        ({"provider": "demo", "prompt": "x", "colour": 1}, "colour: unknown field"),
+        ({"provider": "demo", "prompt": "x", "conversation": "a\x00b"}, "conversation: must not"),
+        ({"provider": "demo", "prompt": "x", "agent": "a" * 10_000}, "agent: must be at most 256"),
+        ({"provider": "demo", "prompt": "x", "id": "../etc"}, "id: must start with a letter"),
+        ({"provider": "demo", "prompt": "x", "on_busy": "wait"}, 'on_busy: must be "queue"'),
+        ({"provider": "demo", "prompt": 3}, "prompt: must be a string, got int"),
+    ]
+    for body, message in cases:
+        response = await post("/v1/runs", json=body)
+        assert response.status_code == 422, body
+        assert response.json()["error"].startswith(message), response.json()
+    assert (await running.client.get("/v1/runs/nope")).status_code == 404
+    assert (await running.client.get("/v1/runs", params={"status": "x"})).status_code == 422
+    assert (await running.client.get("/v1/runs/x", params={"wait": "soon"})).status_code == 422
+    # Nothing was recorded by any of the refused requests.
+    assert (await running.client.get("/v1/runs")).json()["runs"] == []
+
+
+async def test_a_hostile_conversation_id_is_contained(start: Start, tmp_path: Path) -> None:
+    running = await start(config_at(write_config(tmp_path)))
+    run = await submit(running, conversation="../../escape")
+    done = await running.wait(run["id"])
+    assert done["status"] == "succeeded"
+    assert done["conversation"] == "../../escape"
+    assert not (tmp_path / "escape").exists()
+    assert not (tmp_path.parent / "escape").exists()
+
+
+async def test_status_and_metrics(start: Start, tmp_path: Path) -> None:
+    running = await start(config_at(write_config(tmp_path, concurrency=1, delay=0.5)))
+    first = await submit(running, conversation="a")
+    await submit(running, conversation="a")
+    status = (await running.client.get("/v1/status")).json()
+    assert status["limits"] == {"global": None, "providers": {"demo": 1}}
+    assert status["queued_by_lane"] == {"conversation:default/a": 1}
+    assert status["oldest_queued_age"] >= 0
+    await running.wait(first["id"])
+    metrics = (await running.client.get("/metrics")).text
+    assert 'herdsman_runs_finished_total{outcome="succeeded",provider="demo"} 1.0' in metrics
+    assert "herdsman_queue_wait_seconds_bucket" in metrics
+    assert (await running.client.post("/v1/reload")).status_code == 501
+
+
+async def test_graceful_shutdown_lets_running_runs_finish(start: Start, tmp_path: Path) -> None:
+    running = await start(config_at(write_config(tmp_path, concurrency=1, delay=0.5)))
+    busy = await submit(running)
+    queued = await submit(running)
+    with trio.fail_after(10):
+        while (await running.client.get(f"/v1/runs/{busy['id']}")).json()["status"] != "running":
+            await trio.sleep(0.02)
+    running.supervisor.request_shutdown()
+    refused = await running.client.post("/v1/runs", json={"provider": "demo", "prompt": "late"})
+    assert refused.status_code == 503
+    with trio.fail_after(20):
+        await running.stopped.wait()
+    from herdsman.runtime.store import SqliteStore
+
+    store = SqliteStore(running.config.supervisor.state_dir / "herdsman.db")
+    try:
+        after_busy = store.get(busy["id"])
+        after_queued = store.get(queued["id"])
+        assert after_busy is not None
+        assert after_busy.status.value == "succeeded"
+        assert after_queued is not None
+        assert after_queued.status.value == "queued"  # stays queued for the next start
+    finally:
+        store.close()
+
+
+async def test_a_second_shutdown_request_cancels_running_runs(start: Start, tmp_path: Path) -> None:
+    running = await start(config_at(write_config(tmp_path, concurrency=1, delay=60)))
+    busy = await submit(running)
+    with trio.fail_after(10):
+        while (await running.client.get(f"/v1/runs/{busy['id']}")).json()["status"] != "running":
+            await trio.sleep(0.02)
+    running.supervisor.request_shutdown()
+    running.supervisor.request_shutdown()
+    with trio.fail_after(20):
+        await running.stopped.wait()
+    trace_dir = running.config.trace.dir
+    (trace_file,) = trace_dir.glob("trace-*.jsonl")
+    _header, events = read_trace(trace_file)
+    finishes = [e.fields for e in events if e.event == "finish"]
+    assert finishes == [
+        {"run_id": busy["id"], "outcome": "cancelled", "exit_code": finishes[0]["exit_code"]}
+    ]
+
+
+async def test_every_decision_is_traced(start: Start, tmp_path: Path) -> None:
+    running = await start(config_at(write_config(tmp_path, concurrency=1, delay=0.1)))
+    first = await submit(running, id="r1", conversation="c")
+    await submit(running, id="r2", conversation="c")
+    await running.client.post("/v1/runs/r2/cancel")
+    await running.wait(first["id"])
+    (trace_file,) = running.config.trace.dir.glob("trace-*.jsonl")
+    header, events = read_trace(trace_file)
+    assert header.config["providers"]["demo"]["concurrency"] == 1
+    got = [(e.event, e.fields.get("run_id") or e.fields["run"]["id"]) for e in events]
+    by_run = {run_id: [kind for kind, rid in got if rid == run_id] for run_id in ("r1", "r2")}
+    assert by_run == {"r1": ["submit", "start", "finish"], "r2": ["submit", "cancel"]}
+    assert got.index(("submit", "r1")) < got.index(("submit", "r2"))
+    first_line = json.loads(trace_file.read_text().splitlines()[1])
+    assert first_line["run"] == {
+        "id": "r1",
+        "provider": "demo",
+        "conversation": "c",
+        "workspace": "default",
+    }
+
+
+async def test_parallel_runs_get_the_preamble_and_environment(start: Start, tmp_path: Path) -> None:
+    script = (
+        "import os, sys; prompt = sys.stdin.read(); "
+        "print(os.environ['HERDSMAN_RUN_ID'], os.environ['HERDSMAN_CONVERSATION'], "
+        "os.environ.get('HERDSMAN_PARALLEL'), os.environ['FROM_PROVIDER'], os.getcwd()); "
+        "print(prompt, end='')"
+    )
+    extra = (
+        "[providers.env]\n"
+        f'exec = ["{sys.executable}", "-c", "{script}"]\n'
+        'env = { FROM_PROVIDER = "yes" }\n'
+    )
+    running = await start(config_at(write_config(tmp_path, preamble=True, extra=extra)))
+    run = await submit(running, provider="env", prompt="the task", conversation="conv")
+    done = await running.wait(run["id"])
+    assert done["status"] == "succeeded", done
+    first, *rest = done["result"].splitlines()
+    state_dir = running.config.supervisor.state_dir
+    assert first.split() == [run["id"], "conv", "1", "yes", str(state_dir / "workspace")]
+    prompt = "\n".join(rest)
+    assert prompt.startswith("[herdsman] Other agent runs may be executing")
+    assert prompt.endswith("\n\nthe task")

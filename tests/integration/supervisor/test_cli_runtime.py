@@ -1,0 +1,211 @@
+"""`herdsman run` as a real process: the CLI clients, signals, crashes and restarts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from supervisor_support import write_config
+
+from herdsman.runtime.store import RunStatus, SqliteStore
+
+
+def herdsman(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "herdsman", *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+class Supervisor:
+    """A `herdsman run` child process and the ways to stop it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.log = (directory / "supervisor.log").open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "herdsman", "run", "-c", "supervisor.toml"],
+            cwd=directory,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 20
+        while "herdsman is running" not in self.output():
+            assert self.process.poll() is None, self.output()
+            assert time.monotonic() < deadline, self.output()
+            time.sleep(0.05)
+
+    def output(self) -> str:
+        return (self.directory / "supervisor.log").read_text()
+
+    def stop(self, signum: int = signal.SIGTERM, timeout: float = 30) -> int:
+        self.process.send_signal(signum)
+        return self.process.wait(timeout)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+def started(directory: Path) -> Supervisor:
+    return Supervisor(directory)
+
+
+def test_submit_wait_status_and_a_clean_stop(workdir: Path) -> None:
+    write_config(workdir, delay=0.2)
+    sup = started(workdir)
+    try:
+        result = herdsman(
+            "submit",
+            "-c",
+            "supervisor.toml",
+            "-p",
+            "demo",
+            "--wait",
+            cwd=workdir,
+            stdin="what is 6 x 7?\n",
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "demo reply: what is 6 x 7?\n\n"
+        status = herdsman("status", "-c", "supervisor.toml", cwd=workdir)
+        assert status.returncode == 0, status.stderr
+        assert "demo" in status.stdout
+        assert sup.stop(signal.SIGTERM) == 0
+        assert "stopped cleanly" in sup.output()
+    finally:
+        sup.close()
+
+
+def test_clients_say_when_no_supervisor_answers(workdir: Path) -> None:
+    write_config(workdir)
+    result = herdsman("status", "-c", "supervisor.toml", cwd=workdir)
+    assert result.returncode == 1
+    assert "no supervisor has run with this state_dir yet" in result.stderr
+    assert "herdsman run" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_second_supervisor_on_the_same_state_dir_is_refused(workdir: Path) -> None:
+    write_config(workdir)
+    sup = started(workdir)
+    try:
+        second = herdsman("run", "-c", "supervisor.toml", cwd=workdir)
+        assert second.returncode == 1
+        assert f"another herdsman supervisor (pid {sup.process.pid})" in second.stderr
+        assert "Traceback" not in second.stderr
+    finally:
+        sup.close()
+
+
+def test_kill_9_mid_run_the_run_is_lost_not_rerun_and_queued_runs_keep_order(
+    workdir: Path,
+) -> None:
+    write_config(workdir, concurrency=1, delay=30)
+    sup = started(workdir)
+    try:
+        ids = []
+        for n in range(4):
+            result = herdsman(
+                "submit",
+                "-c",
+                "supervisor.toml",
+                "-p",
+                "demo",
+                "--id",
+                f"r{n}",
+                "--conversation",
+                f"c{n}",
+                f"prompt {n}",
+                cwd=workdir,
+            )
+            assert result.returncode == 0, result.stderr
+            ids.append(result.stdout.strip())
+        assert ids == ["r0", "r1", "r2", "r3"]
+        state = workdir / "state"
+        deadline = time.monotonic() + 20
+        while not (state / "logs" / "r0.log").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        sup.process.kill()  # SIGKILL: no cleanup at all
+        sup.process.wait()
+    finally:
+        sup.close()
+
+    # Restart with quick runs; r0 must be lost, never re-run.
+    write_config(workdir, concurrency=1, delay=0.1)
+    sup = started(workdir)
+    try:
+        result = herdsman(
+            "submit",
+            "-c",
+            "supervisor.toml",
+            "-p",
+            "demo",
+            "--id",
+            "r3",
+            "x",
+            "--wait",
+            "--wait-timeout",
+            "30",
+            cwd=workdir,
+        )
+        assert result.returncode == 0, result.stderr
+        assert sup.stop(signal.SIGTERM) == 0
+    finally:
+        sup.close()
+    store = SqliteStore(workdir / "state" / "herdsman.db")
+    try:
+        r0 = store.get("r0")
+        assert r0 is not None
+        assert r0.status is RunStatus.LOST
+        assert r0.reason == "supervisor restarted before this run finished"
+        assert r0.attempts == 1
+        rest = [store.get(f"r{n}") for n in (1, 2, 3)]
+        assert all(r is not None and r.status is RunStatus.SUCCEEDED for r in rest)
+        starts = [r.started_at for r in rest if r is not None]
+        assert starts == sorted(starts)
+    finally:
+        store.close()
+
+
+def test_second_signal_cancels_running_runs_and_the_exit_code_says_so(workdir: Path) -> None:
+    write_config(workdir, delay=60)
+    sup = started(workdir)
+    try:
+        herdsman("submit", "-c", "supervisor.toml", "-p", "demo", "--id", "long", "x", cwd=workdir)
+        deadline = time.monotonic() + 20
+        while not (workdir / "state" / "logs" / "long.log").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        sup.process.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert sup.process.poll() is None  # draining, waiting for the run
+        assert sup.stop(signal.SIGINT) == 3
+        assert "cancelling 1 running run" in sup.output()
+    finally:
+        sup.close()
+    store = SqliteStore(workdir / "state" / "herdsman.db")
+    try:
+        long = store.get("long")
+        assert long is not None
+        assert long.status is RunStatus.CANCELLED
+    finally:
+        store.close()
+    assert os.path.exists(workdir / "state" / "supervisor.lock")

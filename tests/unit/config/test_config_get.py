@@ -1,0 +1,71 @@
+"""``config get``: the effective value of one key, as TOML."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from herdsman.config import ConfigError, LoadedConfig, get_value
+
+Load = Callable[..., LoadedConfig]
+TEXT = """\
+[providers.claude]
+exec = ["claude", "-p"]
+concurrency = 4
+timeout = "1h30m"
+env = { TOKEN = "x" }
+
+[[providers.claude.accounts]]
+name = "work"
+window = "5h"
+"""
+
+
+@pytest.mark.parametrize(
+    ("key", "toml", "origin"),
+    [
+        ("providers.claude.concurrency", "4", "supervisor.toml:3"),
+        ("providers.claude.timeout", '"1h30m"', "supervisor.toml:4"),
+        ("providers.claude.exec", '["claude", "-p"]', "supervisor.toml:2"),
+        ("providers.claude.exec[1]", '"-p"', "supervisor.toml:2"),
+        ("providers.claude.env", '{TOKEN = "x"}', "supervisor.toml:5"),
+        ("providers.claude.env.TOKEN", '"x"', "supervisor.toml:5"),
+        ("providers.claude.idle_timeout", '"15m"', "default"),
+        ("providers.claude.accounts[0].window", '"5h"', "supervisor.toml:9"),
+        ("providers.claude.accounts[0].budget_unit", '"runs"', "default"),
+        ("api.listen", '"127.0.0.1:7878"', "default"),
+        ("scheduling.agent_exclusive", "true", "default"),
+        ("supervisor.max_concurrency", None, "default"),
+    ],
+)
+def test_effective_values(load: Load, key: str, toml: str | None, origin: str) -> None:
+    result = get_value(load(TEXT), key)
+    assert result.toml == toml
+    assert str(result.origin).rpartition("/")[2] == origin
+
+
+def test_a_table_prints_as_toml(load: Load) -> None:
+    result = get_value(load(TEXT), "providers.claude.accounts[0]")
+    assert result.toml == 'name = "work"\nwindow = "5h"\nbudget_unit = "runs"\n\n[env]'
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        (
+            "providers.claude.concurency",
+            "providers.claude.concurency: unknown key; did you mean 'concurrency'?",
+        ),
+        ("supervisr.state_dir", "supervisr: unknown key; did you mean 'supervisor'?"),
+        ("providers.codex.exec", "providers.codex.exec: not defined in "),
+        ("providers.claude.accounts[3].name", "providers.claude.accounts[3].name: not defined in "),
+        ("providers.claude.env.NOPE", "providers.claude.env.NOPE: not set (and no default) in "),
+        ("api.listen.port", "api.listen.port: api.listen has no part 'port'"),
+        ("a..b", "malformed key 'a..b' at character 3"),
+    ],
+)
+def test_unknown_keys_are_errors(load: Load, key: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        get_value(load(TEXT), key)
+    assert str(caught.value).startswith(message)

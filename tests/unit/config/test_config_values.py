@@ -1,0 +1,178 @@
+"""Valid files: normalised values, defaults, path resolution and origins."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from herdsman.config import Account, LoadedConfig, Origin, Provider, Repo
+
+Load = Callable[..., LoadedConfig]
+MINIMAL = '[providers.claude]\nexec = ["claude", "-p"]\n'
+
+
+def test_defaults_apply_and_are_marked_default(load: Load) -> None:
+    loaded = load(MINIMAL, environ={"XDG_STATE_HOME": "/var/state"})
+    config = loaded.config
+    assert config.supervisor.state_dir == Path("/var/state/herdsman")
+    assert config.supervisor.max_concurrency is None
+    assert config.supervisor.shutdown_grace == timedelta(minutes=10)
+    assert config.scheduling.agent_exclusive is True
+    assert config.providers == {
+        "claude": Provider(
+            exec=("claude", "-p"),
+            concurrency=1,
+            timeout=None,
+            idle_timeout=timedelta(minutes=15),
+            env={},
+            protocol="plain",
+            workdir=None,
+            usage_limit_pattern=None,
+            accounts=(),
+        )
+    }
+    assert config.repos == ()
+    assert config.retention.idle == timedelta(days=14)
+    assert config.retention.sweep_interval == timedelta(hours=1)
+    assert (config.api.listen, config.api.host, config.api.port) == (
+        "127.0.0.1:7878",
+        "127.0.0.1",
+        7878,
+    )
+    assert config.api.token_file is None
+    assert config.trace.enabled is True
+    assert config.trace.dir == Path("/var/state/herdsman/traces")
+    assert config.trace.max_bytes == 268_435_456
+    assert loaded.origins["providers.claude.exec"] == Origin("file", str(loaded.path), 2)
+    assert str(loaded.origins["providers.claude.exec"]).endswith("supervisor.toml:2")
+    assert loaded.origins["providers.claude.concurrency"] == Origin("default")
+    assert str(loaded.origins["trace.dir"]) == "default"
+
+
+def test_state_dir_falls_back_to_home_when_xdg_is_unset_or_relative(
+    load: Load, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for environ in ({}, {"XDG_STATE_HOME": "relative/state"}):
+        loaded = load(MINIMAL, environ=environ)
+        assert loaded.config.supervisor.state_dir == tmp_path / ".local/state/herdsman"
+
+
+def test_paths_resolve_against_the_config_folder_and_expand_home(
+    load: Load, config_path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HOME", "/home/u")
+    loaded = load(
+        '[supervisor]\nstate_dir = "state"\n'
+        + MINIMAL
+        + 'workdir = "~/work"\n[[repos]]\nname = "r"\npath = "."\n'
+        + '[api]\ntoken_file = "/etc/token"\n'
+    )
+    config = loaded.config
+    assert config.supervisor.state_dir == config_path.parent / "state"
+    assert config.trace.dir == config_path.parent / "state" / "traces"
+    assert config.providers["claude"].workdir == Path("/home/u/work")
+    assert config.repos == (Repo(name="r", path=config_path.parent),)
+    assert config.api.token_file == Path("/etc/token")
+
+
+def test_durations_and_zero_meaning_none(load: Load) -> None:
+    loaded = load(
+        MINIMAL
+        + 'timeout = "1h30m"\nidle_timeout = "0"\n'
+        + '[supervisor]\nshutdown_grace = "0"\n[retention]\nidle = "2d"\nsweep_interval = "90s"\n'
+    )
+    provider = loaded.config.providers["claude"]
+    assert provider.timeout == timedelta(hours=1, minutes=30)
+    assert provider.idle_timeout is None
+    assert loaded.toml_values["providers.claude.idle_timeout"] == "0"
+    assert loaded.config.supervisor.shutdown_grace == timedelta(0)
+    assert loaded.config.retention.idle == timedelta(days=2)
+    assert loaded.config.retention.sweep_interval == timedelta(seconds=90)
+
+
+def test_accounts_and_provider_settings(load: Load) -> None:
+    loaded = load(
+        MINIMAL
+        + 'protocol = "claude"\nconcurrency = 64\nusage_limit_pattern = "(?i)limit"\n'
+        + 'env = { A = "1" }\n'
+        + '[[providers.claude.accounts]]\nname = "work.1"\nwindow = "5h"\nbudget = 40\n'
+        + 'budget_unit = "run_minutes"\nconcurrency = 2\nenv = { B = "2" }\n'
+        + '[[providers.claude.accounts]]\nname = "spare"\n'
+    )
+    provider = loaded.config.providers["claude"]
+    assert (provider.protocol, provider.concurrency) == ("claude", 64)
+    assert provider.usage_limit_pattern == "(?i)limit"
+    assert provider.env == {"A": "1"}
+    assert provider.accounts == (
+        Account(
+            name="work.1",
+            env={"B": "2"},
+            window=timedelta(hours=5),
+            budget=40,
+            budget_unit="run_minutes",
+            concurrency=2,
+        ),
+        Account(
+            name="spare", env={}, window=None, budget=None, budget_unit="runs", concurrency=None
+        ),
+    )
+    assert loaded.origins["providers.claude.accounts[0].budget"] == Origin(
+        "file", str(loaded.path), 10
+    )
+
+
+@pytest.mark.parametrize(
+    ("listen", "host", "port"),
+    [
+        ("[::1]:7878", "::1", 7878),
+        ("0.0.0.0:1", "0.0.0.0", 1),
+        ("example.org:65535", "example.org", 65535),
+    ],
+)
+def test_listen_addresses(load: Load, listen: str, host: str, port: int) -> None:
+    api = load(MINIMAL + f'[api]\nlisten = "{listen}"\n').config.api
+    assert (api.host, api.port) == (host, port)
+
+
+def test_the_model_is_frozen(load: Load) -> None:
+    import attrs
+
+    config = load(MINIMAL).config
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        config.supervisor.max_concurrency = 3  # type: ignore[misc]
+
+
+def test_a_user_written_value_is_never_replaced_by_its_default(load: Load) -> None:
+    loaded = load(MINIMAL + "concurrency = 1\n")
+    assert loaded.origins["providers.claude.concurrency"].kind == "file"
+
+
+def test_environment_warnings_for_a_missing_repo_and_binary(load: Load, tmp_path: Path) -> None:
+    from herdsman.config import environment_warnings
+
+    loaded = load(
+        '[providers.x]\nexec = ["/nonexistent/agent"]\n[[repos]]\nname = "gone"\npath = "gone"\n'
+    )
+    assert [w.split(": ", 1)[1] for w in environment_warnings(loaded)] == [
+        "providers.x.exec: '/nonexistent/agent' does not exist or is not executable",
+        f"repos[0].path: {tmp_path / 'gone'} is not a directory",
+    ]
+
+
+def test_no_environment_warnings_for_a_present_binary_and_git_checkout(
+    load: Load, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    from herdsman.config import environment_warnings
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    loaded = load(
+        f'[providers.py]\nexec = ["{sys.executable}"]\n[[repos]]\nname = "r"\npath = "."\n'
+    )
+    assert environment_warnings(loaded) == []

@@ -1,0 +1,138 @@
+"""The trace writer and reader agree, rotate and reject malformed lines precisely."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from herdsman.trace import TraceFormatError, TraceWriter, read_trace
+
+WALL = dt.datetime(2026, 11, 29, 12, 0, 0, tzinfo=dt.UTC)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def writer(tmp_path: Path, clock: FakeClock, max_bytes: int = 1 << 20) -> TraceWriter:
+    return TraceWriter(
+        tmp_path,
+        max_bytes=max_bytes,
+        config={"providers": {"demo": {"concurrency": 2}}},
+        clock=clock,
+        wall=lambda: WALL,
+        carry=lambda: {"queued": ["r1"]},
+    )
+
+
+def test_written_events_read_back_in_order(tmp_path: Path) -> None:
+    clock = FakeClock()
+    w = writer(tmp_path, clock)
+    w.event("submit", run={"id": "r0", "provider": "demo", "conversation": "c"})
+    clock.now += 1.5
+    w.event("start", run_id="r0", account=None)
+    clock.now += 2
+    w.event("finish", run_id="r0", outcome="succeeded", exit_code=0)
+    w.close()
+    assert w.path is not None
+    header, events = read_trace(w.path)
+    assert header.started_at == "2026-11-29T12:00:00.000000Z"
+    assert header.config == {"providers": {"demo": {"concurrency": 2}}}
+    assert header.carry is None
+    got = [(e.t, e.seq, e.event) for e in events]
+    assert got == [(0.0, 0, "submit"), (1.5, 1, "start"), (3.5, 2, "finish")]
+
+
+def test_lines_are_compact_and_byte_stable(tmp_path: Path) -> None:
+    clock = FakeClock()
+    w = writer(tmp_path, clock)
+    w.event("cancel", run_id="r0")
+    w.close()
+    assert w.path is not None
+    lines = w.path.read_text(encoding="utf-8").splitlines()
+    assert lines[1] == '{"t":0.0,"seq":0,"event":"cancel","run_id":"r0"}'
+
+
+def test_rotation_starts_a_new_self_contained_file(tmp_path: Path) -> None:
+    clock = FakeClock()
+    w = writer(tmp_path, clock, max_bytes=200)
+    for n in range(10):
+        clock.now += 1
+        w.event("cancel", run_id=f"r{n}")
+    w.close()
+    files = sorted(tmp_path.glob("trace-*.jsonl"))
+    assert len(files) > 1
+    seen = []
+    for number, path in enumerate(files):
+        header, events = read_trace(path)
+        assert (header.carry is None) == (number == 0)
+        evs = list(events)
+        assert evs[0].t == 0.0
+        assert evs[0].seq == 0
+        seen += [e.fields["run_id"] for e in evs]
+    assert seen == [f"r{n}" for n in range(10)]
+    # Every file but the last stopped at the first event past max_bytes.
+    assert all(f.stat().st_size < 200 + 80 for f in files)
+
+
+def test_unknown_event_kind_is_refused_by_the_writer(tmp_path: Path) -> None:
+    w = writer(tmp_path, FakeClock())
+    with pytest.raises(ValueError, match="unknown trace event 'bogus'"):
+        w.event("bogus")
+
+
+HEADER = json.dumps({"herdsman_trace": 1, "started_at": "x", "config": {}})
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        ([], "empty file, expected a trace header"),
+        (["{not json"], ":1: not JSON"),
+        (['{"herdsman_trace": 2, "started_at": "x", "config": {}}'], "expected trace format 1"),
+        ([HEADER, '{"t": -1, "seq": 0, "event": "cancel", "run_id": "r"}'], ":2: t: expected"),
+        (
+            [
+                HEADER,
+                '{"t": 2, "seq": 0, "event": "cancel", "run_id": "r"}',
+                '{"t": 1, "seq": 1, "event": "cancel", "run_id": "r"}',
+            ],
+            ":3: t: went backwards from 2.0 to 1",
+        ),
+        ([HEADER, '{"t": 0, "seq": 0, "event": "launch"}'], ":2: event: expected one of"),
+        ([HEADER, '{"t": 0, "seq": 0, "event": "finish", "run_id": "r"}'], "missing outcome"),
+        (
+            [HEADER, '{"t": 0, "seq": 0, "event": "submit", "run": {"id": "r"}}'],
+            ":2: run.provider: expected a non-empty string",
+        ),
+        (
+            [HEADER, '{"t":0,"seq":0,"event":"submit","run":{"id":"r","provider":"p","x":1}}'],
+            ":2: run: unknown field 'x'",
+        ),
+    ],
+)
+def test_malformed_traces_name_the_line_and_the_fault(
+    tmp_path: Path, lines: list[str], message: str
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+    def read_all() -> None:
+        _header, events = read_trace(path)
+        list(events)
+
+    with pytest.raises(TraceFormatError, match=message) as info:
+        read_all()
+    assert str(info.value).startswith(str(path))
+
+
+def test_missing_trace_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(TraceFormatError, match="cannot read trace: No such file"):
+        read_trace(tmp_path / "nope.jsonl")
