@@ -17,6 +17,7 @@ from herdsman.runtime.supervisor import OnBusy
 MAX_PROMPT_BYTES = 1 << 20
 MAX_METADATA_BYTES = 16 << 10
 MAX_URL_LENGTH = 2048
+MAX_BATCH = 1000
 
 SUBMIT_FIELDS = (
     "id",
@@ -117,3 +118,27 @@ def parse_submit(body: Any, providers: Collection[str]) -> tuple[NewRun, OnBusy]
         metadata=metadata,
     )
     return new, on_busy
+
+
+def parse_batch(body: Any, providers: Collection[str]) -> list[tuple[NewRun, OnBusy]]:
+    """Turn a ``POST /v1/runs/batch`` body (``{"runs": [...]}``) into runs.
+
+    All or nothing: one invalid run refuses the whole batch, naming its index.
+    """
+    if not isinstance(body, dict):
+        raise InvalidRequest(400, "the request body must be a JSON object")
+    unknown = sorted(set(body) - {"runs"})
+    if unknown:
+        raise InvalidRequest(422, f"{unknown[0]}: unknown field; expected runs")
+    runs = body.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise InvalidRequest(422, "runs: must be a non-empty list of runs")
+    if len(runs) > MAX_BATCH:
+        raise InvalidRequest(422, f"runs: at most {MAX_BATCH} runs per batch, got {len(runs)}")
+    parsed = []
+    for index, run in enumerate(runs):
+        try:
+            parsed.append(parse_submit(run, providers))
+        except InvalidRequest as exc:
+            raise InvalidRequest(exc.status, f"runs[{index}].{exc.message}") from None
+    return parsed

@@ -47,9 +47,15 @@ def run_environment(
     return env
 
 
-def build_argv(provider: Provider, resume: Sequence[str] = ()) -> tuple[str, ...]:
-    """The provider's argv with its program resolved and resume arguments appended."""
-    program = resolve_executable(provider.exec[0]) or provider.exec[0]
+def build_argv(
+    provider: Provider, resume: Sequence[str] = (), program: str | None = None
+) -> tuple[str, ...]:
+    """The provider's argv with its program resolved and resume arguments appended.
+
+    ``program`` is an already resolved path for ``exec[0]`` (callers cache it).
+    """
+    if program is None:
+        program = resolve_executable(provider.exec[0]) or provider.exec[0]
     return (program, *provider.exec[1:], *resume)
 
 
@@ -60,6 +66,7 @@ def build_spec(
     account_env: Mapping[str, str] | None = None,
     resume: Sequence[str] = (),
     base_env: Mapping[str, str] | None = None,
+    program: str | None = None,
 ) -> ProcessSpec:
     """Everything the runner needs to execute ``record``."""
     provider = config.providers[record.provider]
@@ -69,7 +76,7 @@ def build_spec(
     if parallel and config.supervisor.parallel_preamble:
         prompt = PARALLEL_PREAMBLE + prompt
     return ProcessSpec(
-        argv=build_argv(provider, resume),
+        argv=build_argv(provider, resume, program),
         env=run_environment(
             record,
             provider,

@@ -72,9 +72,6 @@ async def serve(
     supervisor = Supervisor(config, store, trace=trace)
     token = ensure_token(token_path(config))
     try:
-        # Recover before the API answers, so no new submit can get ahead of
-        # the runs that were queued before the restart.
-        await supervisor.recover()
         api_stopped = trio.Event()
         signals_scope = trio.CancelScope()
 
@@ -83,6 +80,10 @@ async def serve(
                 await _watch_signals(supervisor)
 
         async with trio.open_nursery() as nursery:
+            # Recovery is done when start() returns: only then does the API
+            # answer, so no new submit can get ahead of the runs that were
+            # queued before the restart.
+            await nursery.start(supervisor.run)
             if handle_signals:
                 nursery.start_soon(watch_signals)
             urls = await nursery.start(
@@ -95,9 +96,11 @@ async def serve(
             )
             log.info("herdsman is running; API on %s; state in %s", ", ".join(urls), state_dir)
             task_status.started(Serving(tuple(urls), supervisor))
-            report = await supervisor.run()
+            await supervisor.finished.wait()
             signals_scope.cancel()
             api_stopped.set()
+        assert supervisor.report is not None
+        report = supervisor.report
     finally:
         if trace is not None:
             trace.close()

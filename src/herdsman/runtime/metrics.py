@@ -2,11 +2,41 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+#: Per provider: (queued, running), read when /metrics is scraped.
+QueueCounts = Callable[[], Mapping[str, tuple[int, int]]]
 
 # Agent runs take seconds to hours; queue waits from milliseconds to hours.
 _WAIT_BUCKETS = (0.01, 0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 14400)
 _DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400)
+
+
+class _QueueCollector(Collector):
+    """Queued and running runs per provider, computed at scrape time.
+
+    Reading the scheduler's counters when scraped costs nothing per event,
+    where keeping gauges up to date cost a label lookup per provider on
+    every submit, start and finish.
+    """
+
+    def __init__(self, counts: QueueCounts) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        queued = GaugeMetricFamily(
+            "herdsman_queued_runs", "Runs waiting to start", labels=["provider"]
+        )
+        running = GaugeMetricFamily("herdsman_running_runs", "Runs executing", labels=["provider"])
+        for provider, (waiting, executing) in sorted(self._counts().items()):
+            queued.add_metric([provider], waiting)
+            running.add_metric([provider], executing)
+        yield queued
+        yield running
 
 
 class Metrics:
@@ -15,10 +45,6 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.queued = Gauge(
-            "herdsman_queued_runs", "Runs waiting to start", ["provider"], registry=r
-        )
-        self.running = Gauge("herdsman_running_runs", "Runs executing", ["provider"], registry=r)
         self.submitted = Counter(
             "herdsman_runs_submitted", "Runs accepted", ["provider"], registry=r
         )
@@ -54,6 +80,10 @@ class Metrics:
             registry=r,
         )
         self.last_reload_ok.set(1)
+
+    def watch_queue(self, counts: QueueCounts) -> None:
+        """Report queued and running runs per provider from ``counts`` at each scrape."""
+        self.registry.register(_QueueCollector(counts))
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

@@ -1,29 +1,36 @@
 """The supervisor: intake, the scheduling loop and one task per running run.
 
-Every state change goes through the *ledger lock*: the store write and the
-matching scheduler call happen together, in the order the requests arrived,
-so the store's submission order and the scheduler's never disagree. Store
-calls run in a worker thread (SQLite commits fsync), never on the event loop.
+Every store call goes through the :class:`~herdsman.runtime.ledger.Ledger`,
+which applies calls in the order they were made and group-commits them. The
+scheduler, the trace, the metrics and waiters are updated in the ledger's
+``then`` callbacks, so they follow the ledger's order exactly; nothing
+depends on the order trio wakes tasks in.
 
-At most once: a run is committed as running (``mark_running_many``, one
-transaction for a burst of starts) before its process is spawned; a run found
-running at start-up is recorded as lost, never re-run.
+At most once: a run is committed as running (``mark_running_many``, fsynced,
+one transaction for a burst of starts) before its process is spawned; a run
+found running at start-up is recorded as lost, never re-run.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from operator import methodcaller
 from typing import Any, Literal, Protocol
 
 import attrs
+import outcome
 import trio
 
 from herdsman.config import Config
-from herdsman.core import CancelOutcome, Limits, RunRequest, Scheduler
+from herdsman.core import CancelOutcome, Limits, RunRequest, Scheduler, exclusion_keys
+from herdsman.executables import resolve_executable
 from herdsman.runtime.callbacks import deliver_callback
 from herdsman.runtime.launch import build_spec
+from herdsman.runtime.ledger import Ledger, RunSync, in_worker_thread
 from herdsman.runtime.metrics import Metrics
 from herdsman.runtime.runner import Outcome, ProcessOutcome, ProcessSpec, RunCancel, execute
 from herdsman.runtime.store import NewRun, RunRecord, RunStatus, Store
@@ -32,6 +39,7 @@ from herdsman.trace import TraceWriter
 log = logging.getLogger("herdsman.supervisor")
 
 OnBusy = Literal["queue", "skip"]
+SKIP_REASON = "skipped: its conversation or agent already has a queued or running run"
 
 
 class Execute(Protocol):
@@ -95,12 +103,13 @@ def trace_run(record: RunRecord | NewRun, *, with_prompt: bool) -> dict[str, Any
 
 
 class Supervisor:
-    """Owns the scheduler, the store and the tasks of running runs.
+    """Owns the scheduler, the ledger and the tasks of running runs.
 
     ``run`` is the long-lived task; the intake methods (``submit``,
-    ``cancel``, ``wait``, ``status``) are called by the API from the same
-    trio run. ``wall`` gives unix seconds for the ledger (the simulator passes
-    a fake); ``execute`` is the spawn port.
+    ``cancel``, ``get``, ``wait``, ``status``) are called by the API from the
+    same trio run. ``wall`` gives unix seconds for the ledger (the simulator
+    passes a fake); ``execute`` is the spawn port; ``run_sync`` is how store
+    batches run (a worker thread for SQLite, inline for the in-memory store).
     """
 
     def __init__(
@@ -112,39 +121,73 @@ class Supervisor:
         wall: Callable[[], float] = time.time,
         trace: TraceWriter | None = None,
         metrics: Metrics | None = None,
+        run_sync: RunSync = in_worker_thread,
     ) -> None:
         self.config = config
         self.generation = 1
         self.metrics = metrics or Metrics()
-        self._store = store
+        self.ledger = Ledger(store, run_sync=run_sync)
         self._execute = execute
         self._wall = wall
         self._trace = trace
         self._scheduler = Scheduler(
             limits_of(config), agent_exclusive=config.scheduling.agent_exclusive
         )
-        self._ledger = trio.Lock()
         self._wakeup = trio.Event()
         self._admitting = True
         self._drain_requested = trio.Event()
         self._force_requested = trio.Event()
         self._idle = trio.Event()
         self._handles: dict[str, RunCancel] = {}
+        self._programs: dict[str, str] = {}
+        # A snapshot: reading os.environ decodes every variable, on every run.
+        self._base_env = dict(os.environ)
         self._submitted_at: dict[str, float] = {}
+        # Keys of submits queued in the ledger but not yet in the scheduler,
+        # so on_busy="skip" sees a follow-up that arrived a moment earlier.
+        self._pending_keys: Counter[str] = Counter()
         self._waiters: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
         self._callbacks: trio.Nursery | None = None
         self.lost_at_startup: tuple[str, ...] = ()
-        self._recovered = False
+        self.finished = trio.Event()
+        self.report: ShutdownReport | None = None
         self.metrics.config_generation.set(self.generation)
+        self.metrics.watch_queue(self._queue_counts)
 
     # -- lifecycle ---------------------------------------------------------
 
     async def run(
         self, *, task_status: trio.TaskStatus[Supervisor] = trio.TASK_STATUS_IGNORED
     ) -> ShutdownReport:
-        """Schedule and execute runs until shut down (recovering first if not yet done)."""
-        await self.recover()
+        """Recover, then schedule and execute runs until shut down.
+
+        ``task_status.started`` is called once recovery is done: from then on
+        the intake methods may be used.
+        """
+        # The writer is shielded so that, even when the whole supervisor is
+        # cancelled from outside, the runs being stopped can still record how
+        # they ended; it is cancelled explicitly once nothing else records.
+        writer_scope = trio.CancelScope(shield=True)
+
+        async def writer() -> None:
+            with writer_scope:
+                await self.ledger.run()
+
+        try:
+            async with trio.open_nursery() as outer:
+                outer.start_soon(writer)
+                try:
+                    report = await self._serve(task_status)
+                finally:
+                    writer_scope.cancel()
+        finally:
+            self.finished.set()
+        self.report = report
+        return report
+
+    async def _serve(self, task_status: trio.TaskStatus[Supervisor]) -> ShutdownReport:
+        await self._recover()
         async with trio.open_nursery() as callbacks:
             self._callbacks = callbacks
             async with trio.open_nursery() as nursery:
@@ -178,7 +221,6 @@ class Supervisor:
         log.info(
             "shutting down: %d running run(s) may finish within %ss", len(self._handles), grace
         )
-        drained = True
         with trio.move_on_after(grace):
             async with trio.open_nursery() as race:
 
@@ -194,28 +236,20 @@ class Supervisor:
                 race.start_soon(on_idle)
         cancelled = tuple(self._handles)
         if cancelled:
-            drained = False
             log.warning("cancelling %d running run(s)", len(cancelled))
             for handle in list(self._handles.values()):
                 handle.cancel("supervisor shut down")
             await self._wait_idle()
-        return ShutdownReport(drained=drained, cancelled=cancelled)
+        return ShutdownReport(drained=not cancelled, cancelled=cancelled)
 
     async def _wait_idle(self) -> None:
         while self._handles:
             self._idle = trio.Event()
             await self._idle.wait()
 
-    async def recover(self) -> None:
-        """Record runs left running by a previous process as lost; re-queue the queued.
-
-        Idempotent; ``run`` calls it if the caller did not.
-        """
-        if self._recovered:
-            return
-        self._recovered = True
+    async def _recover(self) -> None:
         now = self._wall()
-        lost = await trio.to_thread.run_sync(self._store.recover, now)
+        lost = await self.ledger.call(lambda s: s.recover(now))
         self.lost_at_startup = tuple(r.id for r in lost)
         for record in lost:
             log.warning(
@@ -223,11 +257,9 @@ class Supervisor:
             )
             self._emit("lost", run_id=record.id)
             self.metrics.finished.labels(record.provider, RunStatus.LOST.value).inc()
-        queued = await trio.to_thread.run_sync(self._store.queued_in_order)
-        for record in queued:
+        for record in await self.ledger.call(lambda s: s.queued_in_order()):
             self._scheduler.submit(run_request(record))
             self._submitted_at[record.id] = record.submitted_at
-        self._refresh_gauges()
 
     # -- intake ------------------------------------------------------------
 
@@ -237,72 +269,107 @@ class Supervisor:
         With ``on_busy="skip"`` a run whose conversation or agent already has
         a queued or running run is recorded as skipped instead of queued.
         """
+        (result,) = await self.submit_many([(new, on_busy)])
+        return result
+
+    async def submit_many(
+        self, items: Sequence[tuple[NewRun, OnBusy]]
+    ) -> list[tuple[RunRecord, bool]]:
+        """Submit several runs in the given order, in one ledger operation."""
         if not self._admitting:
             raise NotAdmitting("the supervisor is shutting down and accepts no new runs")
-        async with self._ledger:
-            # Both store calls are idempotent: a known id returns its record.
+        now = self._wall()
+        plan: list[tuple[NewRun, RunRequest, bool]] = []
+        claimed: Counter[str] = Counter()
+        for new, on_busy in items:
             request = run_request(new)
-            now = self._wall()
-            if on_busy == "skip" and self._scheduler.is_busy(request):
-                reason = "skipped: its conversation or agent already has a queued or running run"
-                record, created = await trio.to_thread.run_sync(self._store.skip, new, now, reason)
-                if created:
-                    self._emit("skip", run=trace_run(new, with_prompt=self._trace_prompts))
+            keys = exclusion_keys(request, agent_exclusive=self._scheduler.agent_exclusive)
+            # Submits still in the ledger count as busy too, so a follow-up
+            # arriving a moment after its predecessor is still skipped.
+            busy = self._scheduler.is_busy(request) or any(self._pending_keys[k] for k in keys)
+            skip = on_busy == "skip" and busy
+            if not skip:
+                self._pending_keys.update(keys)
+                claimed.update(keys)
+            plan.append((new, request, skip))
+
+        def operation(store: Store) -> list[outcome.Outcome[tuple[RunRecord, bool]]]:
+            return [
+                outcome.capture(store.skip, new, now, SKIP_REASON)
+                if skip
+                else outcome.capture(store.submit, new, now)
+                for new, _, skip in plan
+            ]
+
+        def recorded(results: list[outcome.Outcome[tuple[RunRecord, bool]]]) -> None:
+            for (new, request, skip), result in zip(plan, results, strict=True):
+                if not isinstance(result, outcome.Value):
+                    continue
+                record, created = result.value
+                if not created:
+                    continue
+                traced = trace_run(new, with_prompt=self._trace_prompts)
+                if skip:
+                    self._emit("skip", run=traced)
                     self._notify(record.id)
-                return record, created
-            record, created = await trio.to_thread.run_sync(self._store.submit, new, now)
-            if created:
+                    continue
                 self._scheduler.submit(request)
                 self._submitted_at[record.id] = record.submitted_at
-                self._emit("submit", run=trace_run(new, with_prompt=self._trace_prompts))
+                self._emit("submit", run=traced)
                 self.metrics.submitted.labels(new.provider).inc()
-                self._refresh_gauges()
-        self._wake()
-        return record, created
+            self._wake()
+
+        try:
+            results = await self.ledger.call(operation, then=recorded)
+        finally:
+            self._pending_keys.subtract(claimed)
+            self._pending_keys = +self._pending_keys  # drop zero counts
+        return [result.unwrap() for result in results]
 
     async def cancel(self, run_id: str, reason: str = "cancelled by request") -> RunRecord:
         """Cancel a queued run at once, or stop a running one (its task records it)."""
-        async with self._ledger:
-            outcome = self._scheduler.cancel(run_id)
-            if outcome is CancelOutcome.REMOVED:
-                now = self._wall()
-                record = await trio.to_thread.run_sync(
-                    self._store.cancel_queued, run_id, now, reason
-                )
-                self._submitted_at.pop(run_id, None)
-                self._emit("cancel", run_id=run_id)
-                self.metrics.finished.labels(record.provider, RunStatus.CANCELLED.value).inc()
-                self._refresh_gauges()
-                self._notify(run_id)
-                self._wake()
-                return record
-            if outcome is CancelOutcome.RUNNING:
-                self._handles[run_id].cancel(reason)
-        record_or_none = await trio.to_thread.run_sync(self._store.get, run_id)
-        if record_or_none is None:
+        # Through the ledger, so a submit of this id still in flight lands first.
+        record = await self.get(run_id)
+        if record is None:
             raise RunNotFound(run_id)
-        if outcome is CancelOutcome.UNKNOWN:
-            raise RunConflict(f"run {run_id} already ended as {record_or_none.status.value}")
-        return record_or_none
+        withdrawn = self._scheduler.cancel(run_id)
+        if withdrawn is CancelOutcome.RUNNING:
+            self._handles[run_id].cancel(reason)
+            return record
+        if withdrawn is CancelOutcome.UNKNOWN:
+            raise RunConflict(f"run {run_id} already ended as {record.status.value}")
+        self._submitted_at.pop(run_id, None)
+        now = self._wall()
+
+        def cancelled(final: RunRecord) -> None:
+            self._emit("cancel", run_id=run_id)
+            self.metrics.finished.labels(final.provider, RunStatus.CANCELLED.value).inc()
+            self._notify(run_id)
+            self._wake()
+
+        return await self.ledger.call(
+            lambda s: s.cancel_queued(run_id, now, reason), then=cancelled
+        )
 
     async def get(self, run_id: str) -> RunRecord | None:
         """The run's record, or ``None``."""
-        return await trio.to_thread.run_sync(self._store.get, run_id)
+        return await self.ledger.call(lambda s: s.get(run_id))
 
     async def list_runs(self, **filters: Any) -> list[RunRecord]:
         """Runs matching the store's ``list_runs`` filters."""
-        return await trio.to_thread.run_sync(lambda: self._store.list_runs(**filters))
+        return await self.ledger.call(lambda s: s.list_runs(**filters))
 
     async def wait(self, run_id: str, timeout: float) -> RunRecord:
         """The run's record once it has ended, or as it stands after ``timeout``."""
         with trio.move_on_after(timeout):
             while True:
+                # Register before reading: an end recorded in between still wakes us.
+                event = self._waiters.setdefault(run_id, trio.Event())
                 record = await self.get(run_id)
                 if record is None:
                     raise RunNotFound(run_id)
                 if record.is_terminal:
                     return record
-                event = self._waiters.setdefault(run_id, trio.Event())
                 await event.wait()
         record = await self.get(run_id)
         if record is None:
@@ -346,51 +413,58 @@ class Supervisor:
         if event is not None:
             event.set()
 
-    def _refresh_gauges(self) -> None:
-        # O(providers): this runs on every event, so never take a snapshot here.
+    def _queue_counts(self) -> dict[str, tuple[int, int]]:
         scheduler = self._scheduler
-        for provider in self.config.providers:
-            self.metrics.queued.labels(provider).set(scheduler.queued_for(provider))
-            self.metrics.running.labels(provider).set(scheduler.running_for(provider))
+        return {
+            provider: (scheduler.queued_for(provider), scheduler.running_for(provider))
+            for provider in self.config.providers
+        }
 
     async def _dispatch_loop(self) -> None:
         while True:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
             if self._admitting:
+                # Waiting for this commit before looking again is what batches
+                # starts: whatever frees up meanwhile starts in the next commit.
                 await self._start_what_may_start()
 
     async def _start_what_may_start(self) -> None:
-        async with self._ledger:
-            starts = self._scheduler.take_startable()
-            if not starts:
-                return
-            # Handles exist before the commit so a cancel arriving meanwhile
-            # is not lost: RunCancel remembers a cancel made before execute.
-            for run in starts:
-                self._handles[run.id] = RunCancel()
-            now = self._wall()
-            records = await trio.to_thread.run_sync(
-                self._store.mark_running_many, [(run.id, None) for run in starts], now
+        starts = self._scheduler.take_startable()
+        if not starts:
+            return
+        # Handles exist before the commit so a cancel arriving meanwhile is
+        # not lost: RunCancel remembers a cancel made before execute.
+        for run in starts:
+            self._handles[run.id] = RunCancel()
+        items = [(run.id, None) for run in starts]
+        now = self._wall()
+        # Shielded: once queued, the commit happens whatever we do, and its
+        # callback must find the run nursery open to hand each run its task
+        # (which, if we are being cancelled, records it as cancelled at once).
+        with trio.CancelScope(shield=True):
+            await self.ledger.call(
+                lambda s: s.mark_running_many(items, now), durable=True, then=self._started
             )
+
+    def _started(self, records: list[RunRecord]) -> None:
         assert self._nursery is not None
         for record in records:
             self._emit("start", run_id=record.id, account=record.account)
             self.metrics.started.labels(record.provider).inc()
-            wait = (record.started_at or now) - record.submitted_at
+            wait = (record.started_at or record.submitted_at) - record.submitted_at
             self.metrics.queue_wait.labels(record.provider).observe(max(0.0, wait))
             self._submitted_at.pop(record.id, None)
             self._nursery.start_soon(self._execute_run, record, name=f"run {record.id}")
-        self._refresh_gauges()
 
     async def _execute_run(self, record: RunRecord) -> None:
         handle = self._handles[record.id]
-        outcome: ProcessOutcome | None = None
+        ended: ProcessOutcome | None = None
         try:
             spec = await self._spec_for(record)
-            outcome = await self._execute(spec, cancel=handle)
+            ended = await self._execute(spec, cancel=handle)
         except OSError as exc:
-            outcome = ProcessOutcome(
+            ended = ProcessOutcome(
                 status=Outcome.FAILED,
                 exit_code=None,
                 reason=f"could not start {record.provider}: {exc}",
@@ -403,81 +477,84 @@ class Supervisor:
         finally:
             # Shielded: a forced shutdown must still record how the run ended.
             with trio.CancelScope(shield=True):
-                await self._record_finish(record, outcome)
+                await self._record_finish(record, ended)
 
     async def _spec_for(self, record: RunRecord) -> ProcessSpec:
         provider = self.config.providers.get(record.provider)
         if provider is None:
             raise OSError(f"provider {record.provider!r} is no longer configured")
         resume: list[str] = []
-        if record.conversation is not None and provider.resume_args:
-            session = await trio.to_thread.run_sync(
-                self._store.conversation_session,
-                record.provider,
-                record.workspace,
-                record.conversation,
+        conversation = record.conversation
+        if conversation is not None and provider.resume_args:
+            session = await self.ledger.call(
+                lambda s: s.conversation_session(record.provider, record.workspace, conversation)
             )
             if session is not None:
                 resume = [arg.replace("{session}", session) for arg in provider.resume_args]
-        spec = build_spec(record, self.config, resume=resume)
-        await trio.to_thread.run_sync(lambda: spec.cwd.mkdir(parents=True, exist_ok=True))
+        program = self._programs.get(provider.exec[0])
+        if program is None:
+            # Resolved once and remembered: a PATH walk per run costs a stat
+            # per folder. A program still missing is looked up again next run.
+            program = resolve_executable(provider.exec[0])
+            if program is not None:
+                self._programs[provider.exec[0]] = program
+        spec = build_spec(
+            record, self.config, resume=resume, base_env=self._base_env, program=program
+        )
+        # Inline: microseconds on a local disk, less than a thread round trip.
+        spec.cwd.mkdir(parents=True, exist_ok=True)
         return spec
 
-    async def _record_finish(self, record: RunRecord, outcome: ProcessOutcome | None) -> None:
-        result: str | None = None
-        session_id: str | None = None
-        excerpt: str | None = None
-        exit_code: int | None = None
-        reason: str | None = "supervisor shut down"
-        status = RunStatus.CANCELLED  # the task was cancelled before an outcome existed
-        if outcome is not None:
-            status = RunStatus(outcome.status.value)
-            exit_code, reason = outcome.exit_code, outcome.reason
-            result, session_id, excerpt = outcome.result, outcome.session_id, outcome.excerpt
+    async def _record_finish(self, record: RunRecord, ended: ProcessOutcome | None) -> None:
         log_path = str(self.config.supervisor.state_dir / "logs" / f"{record.id}.log")
-        async with self._ledger:
-            now = self._wall()
-            final = await trio.to_thread.run_sync(
-                lambda: self._store.finish(
-                    record.id,
-                    status,
-                    now,
-                    exit_code=exit_code,
-                    reason=reason,
-                    result=result,
-                    session_id=session_id,
-                    excerpt=excerpt,
-                    log_path=log_path,
+        if ended is None:  # the task was cancelled before an outcome existed
+            status = RunStatus.CANCELLED
+            fields: dict[str, Any] = {"reason": "supervisor shut down", "log_path": log_path}
+        else:
+            status = RunStatus(ended.status.value)
+            fields = {
+                "exit_code": ended.exit_code,
+                "reason": ended.reason,
+                "result": ended.result,
+                "session_id": ended.session_id,
+                "excerpt": ended.excerpt,
+                "log_path": log_path,
+            }
+        exit_code = fields.get("exit_code")
+        session_id = fields.get("session_id")
+        now = self._wall()
+        conversation = record.conversation
+
+        def finish(store: Store) -> RunRecord:
+            final = store.finish(record.id, status, now, **fields)
+            if session_id and conversation is not None:
+                store.set_conversation_session(
+                    record.provider, record.workspace, conversation, session_id
                 )
-            )
-            if session_id and record.conversation is not None:
-                await trio.to_thread.run_sync(
-                    self._store.set_conversation_session,
-                    record.provider,
-                    record.workspace,
-                    record.conversation,
-                    session_id,
-                )
+            return final
+
+        def finished(final: RunRecord) -> None:
             self._scheduler.finish(record.id)
             del self._handles[record.id]
-        self._emit("finish", run_id=record.id, outcome=status.value, exit_code=exit_code)
-        self.metrics.finished.labels(record.provider, status.value).inc()
-        if final.started_at is not None and final.finished_at is not None:
-            duration = final.finished_at - final.started_at
-            self.metrics.run_duration.labels(record.provider).observe(max(0.0, duration))
-        self._refresh_gauges()
-        self._notify(record.id)
-        if not self._handles:
-            self._idle.set()
-        if final.callback_url and self._callbacks is not None:
-            self._callbacks.start_soon(deliver_callback, final, name=f"callback {record.id}")
-        self._wake()
+            self._emit("finish", run_id=record.id, outcome=status.value, exit_code=exit_code)
+            self.metrics.finished.labels(record.provider, status.value).inc()
+            if final.started_at is not None and final.finished_at is not None:
+                duration = final.finished_at - final.started_at
+                self.metrics.run_duration.labels(record.provider).observe(max(0.0, duration))
+            self._notify(record.id)
+            if not self._handles:
+                self._idle.set()
+            if final.callback_url and self._callbacks is not None:
+                self._callbacks.start_soon(deliver_callback, final, name=f"callback {record.id}")
+            self._wake()
+
+        await self.ledger.call(finish, then=finished)
 
     async def _prune_loop(self) -> None:
         keep = self.config.retention.finished_runs.total_seconds()
         while True:
             cutoff = self._wall() - keep
-            pruned = await trio.to_thread.run_sync(self._store.prune, cutoff)
+            pruned: int = await self.ledger.call(methodcaller("prune", cutoff))
             if pruned:
                 log.info("pruned %d finished run(s) older than %s", pruned, keep)
             await trio.sleep(min(3600.0, max(1.0, keep / 10)))

@@ -609,3 +609,55 @@ def test_close_is_idempotent_and_final(store: Store) -> None:
     for call in calls:
         with pytest.raises(StoreError, match="the store is closed"):
             call()
+
+
+# --- apply (group commit) --------------------------------------------------
+
+
+def test_apply_runs_operations_in_order_and_returns_each_result(store: Store) -> None:
+    results = store.apply(
+        [
+            lambda s: s.submit(new("a"), T0),
+            lambda s: s.submit(new("b"), T0),
+            lambda s: s.mark_running_many([("a", None)], T0 + 1),
+            lambda s: s.get("a"),
+        ],
+        durable=True,
+    )
+    (a, created_a), (b, created_b) = results[0].unwrap(), results[1].unwrap()
+    assert (created_a, created_b) == (True, True)
+    assert a.seq < b.seq
+    assert [r.status for r in results[2].unwrap()] == [R]
+    seen = results[3].unwrap()
+    assert seen is not None
+    assert seen.status is R
+    assert store.get("b") == b
+
+
+def test_apply_undoes_only_the_call_that_failed(store: Store) -> None:
+    store.submit(new("a"), T0)
+
+    def half_then_fail(s: Store) -> None:
+        s.submit(new("ghost"), T0)
+        s.finish("a", RunStatus.SUCCEEDED, T0 + 1)  # a is queued, not running
+
+    results = store.apply(
+        [
+            lambda s: s.cancel_queued("a", T0 + 1, "first"),
+            half_then_fail,
+            lambda s: s.submit(new("c"), T0 + 2),
+        ]
+    )
+    assert results[0].unwrap().status is RunStatus.CANCELLED
+    with pytest.raises(StoreConflict):
+        results[1].unwrap()
+    assert results[2].unwrap()[1] is True
+    # Each store call is all-or-nothing; calls before the failing one stay.
+    ghost = store.get("ghost")
+    assert ghost is not None
+    a = store.get("a")
+    assert a is not None
+    assert a.status is RunStatus.CANCELLED
+    got = store.get("c")
+    assert got is not None
+    assert got.status is Q

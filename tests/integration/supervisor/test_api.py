@@ -174,6 +174,8 @@ async def test_status_and_metrics(start: Start, tmp_path: Path) -> None:
     assert status["limits"] == {"global": None, "providers": {"demo": 1}}
     assert status["queued_by_lane"] == {"conversation:default/a": 1}
     assert status["oldest_queued_age"] >= 0
+    gauges = (await running.client.get("/metrics")).text
+    assert 'herdsman_queued_runs{provider="demo"} 1.0' in gauges
     await running.wait(first["id"])
     metrics = (await running.client.get("/metrics")).text
     assert 'herdsman_runs_finished_total{outcome="succeeded",provider="demo"} 1.0' in metrics
@@ -270,3 +272,101 @@ async def test_parallel_runs_get_the_preamble_and_environment(start: Start, tmp_
     prompt = "\n".join(rest)
     assert prompt.startswith("[herdsman] Other agent runs may be executing")
     assert prompt.endswith("\n\nthe task")
+
+
+async def test_a_batch_is_queued_in_order_and_refused_whole_when_one_run_is_bad(
+    start: Start, tmp_path: Path
+) -> None:
+    running = await start(config_at(write_config(tmp_path, concurrency=2, delay=0.2)))
+    bad = await running.client.post(
+        "/v1/runs/batch",
+        json={"runs": [{"provider": "demo", "prompt": "ok"}, {"provider": "demo", "prompt": ""}]},
+    )
+    assert bad.status_code == 422
+    assert bad.json()["error"] == "runs[1].prompt: required and must not be empty"
+    assert (await running.client.get("/v1/runs")).json()["runs"] == []
+
+    runs = [
+        {"provider": "demo", "prompt": "one", "id": "b1", "conversation": "c"},
+        {"provider": "demo", "prompt": "two", "id": "b2", "conversation": "c", "on_busy": "skip"},
+        {"provider": "demo", "prompt": "three", "id": "b3", "conversation": "c"},
+        {"provider": "demo", "prompt": "again", "id": "b1"},
+    ]
+    response = await running.client.post("/v1/runs/batch", json={"runs": runs})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [(r["run"]["id"], r["created"]) for r in results] == [
+        ("b1", True),
+        ("b2", True),
+        ("b3", True),
+        ("b1", False),
+    ]
+    # b2 is skipped: b1, earlier in the same batch, already holds the conversation.
+    assert results[1]["run"]["status"] == "skipped"
+    done = [await running.wait(run_id) for run_id in ("b1", "b3")]
+    assert [r["status"] for r in done] == ["succeeded", "succeeded"]
+    assert done[0]["finished_at"] <= done[1]["started_at"]
+
+
+AGENT_WITH_SESSIONS = """\
+import json, sys
+sys.stdin.read()
+print(json.dumps({"type": "system", "subtype": "init", "session_id": "sess-42"}))
+print(json.dumps({"type": "result", "subtype": "success", "is_error": False,
+                  "result": "args:" + " ".join(sys.argv[1:]), "session_id": "sess-42"}))
+"""
+
+
+async def test_a_conversations_next_run_resumes_the_reported_session(
+    start: Start, tmp_path: Path
+) -> None:
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT_WITH_SESSIONS)
+    extra = (
+        "[providers.claude]\n"
+        f'exec = ["{sys.executable}", "{agent}"]\n'
+        'protocol = "claude"\n'
+        'resume_args = ["--resume", "{session}"]\n'
+    )
+    running = await start(config_at(write_config(tmp_path, extra=extra)))
+    first = await running.wait((await submit(running, provider="claude", conversation="c"))["id"])
+    assert first["status"] == "succeeded", first
+    assert (first["result"], first["session_id"]) == ("args:", "sess-42")
+    second = await running.wait((await submit(running, provider="claude", conversation="c"))["id"])
+    assert second["result"] == "args:--resume sess-42"
+    other = await running.wait((await submit(running, provider="claude", conversation="d"))["id"])
+    assert other["result"] == "args:"  # another conversation starts fresh
+
+
+async def test_completion_callbacks_are_delivered_and_retried(
+    start: Start, tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    from hypercorn.config import Config as HypercornConfig
+    from hypercorn.trio import serve
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    received: list[dict[str, Any]] = []
+    arrived = trio.Event()
+
+    async def hook(request: Request) -> Response:
+        received.append(await request.json())
+        if len(received) == 1:
+            return Response(status_code=500)  # the first attempt fails: it must be retried
+        arrived.set()
+        return Response(status_code=204)
+
+    receiver = HypercornConfig()
+    receiver.bind = ["127.0.0.1:0"]
+    receiver.accesslog = None
+    app = Starlette(routes=[Route("/hook", hook, methods=["POST"])])
+    (url,) = await nursery.start(serve, app, receiver)  # type: ignore[arg-type]
+    running = await start(config_at(write_config(tmp_path)))
+    run = await submit(running, callback_url=f"{url}/hook", metadata={"ticket": 7})
+    with trio.fail_after(15):
+        await arrived.wait()
+    assert [r["id"] for r in received] == [run["id"], run["id"]]
+    assert received[-1]["status"] == "succeeded"
+    assert received[-1]["metadata"] == {"ticket": 7}

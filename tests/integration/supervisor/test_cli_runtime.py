@@ -14,6 +14,8 @@ from supervisor_support import write_config
 
 from herdsman.runtime.store import RunStatus, SqliteStore
 
+CLI = ("-c", "supervisor.toml")
+
 
 def herdsman(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -74,8 +76,7 @@ def test_submit_wait_status_and_a_clean_stop(workdir: Path) -> None:
     try:
         result = herdsman(
             "submit",
-            "-c",
-            "supervisor.toml",
+            *CLI,
             "-p",
             "demo",
             "--wait",
@@ -84,6 +85,20 @@ def test_submit_wait_status_and_a_clean_stop(workdir: Path) -> None:
         )
         assert result.returncode == 0, result.stderr
         assert result.stdout == "demo reply: what is 6 x 7?\n\n"
+        later = herdsman(
+            "submit",
+            *CLI,
+            "-p",
+            "demo",
+            "--id",
+            "later",
+            "follow me",
+            cwd=workdir,
+        )
+        assert later.stdout.strip() == "later"
+        followed = herdsman("logs", "-c", "supervisor.toml", "--follow", "later", cwd=workdir)
+        assert followed.returncode == 0, followed.stderr
+        assert followed.stdout == "demo reply: follow me\n"
         status = herdsman("status", "-c", "supervisor.toml", cwd=workdir)
         assert status.returncode == 0, status.stderr
         assert "demo" in status.stdout
@@ -124,8 +139,7 @@ def test_kill_9_mid_run_the_run_is_lost_not_rerun_and_queued_runs_keep_order(
         for n in range(4):
             result = herdsman(
                 "submit",
-                "-c",
-                "supervisor.toml",
+                *CLI,
                 "-p",
                 "demo",
                 "--id",
@@ -154,8 +168,7 @@ def test_kill_9_mid_run_the_run_is_lost_not_rerun_and_queued_runs_keep_order(
     try:
         result = herdsman(
             "submit",
-            "-c",
-            "supervisor.toml",
+            *CLI,
             "-p",
             "demo",
             "--id",
@@ -209,3 +222,49 @@ def test_second_signal_cancels_running_runs_and_the_exit_code_says_so(workdir: P
     finally:
         store.close()
     assert os.path.exists(workdir / "state" / "supervisor.lock")
+
+
+def test_runs_logs_and_cancel_from_the_command_line(workdir: Path) -> None:
+    write_config(workdir, concurrency=1, delay=30)
+    sup = started(workdir)
+    try:
+        herdsman("submit", *CLI, "-p", "demo", "--id", "busy", "long one", cwd=workdir)
+        herdsman(
+            "submit",
+            *CLI,
+            "-p",
+            "demo",
+            "--id",
+            "waiting",
+            "--conversation",
+            "c",
+            "next",
+            cwd=workdir,
+        )
+        listed = herdsman("runs", *CLI, cwd=workdir)
+        assert listed.returncode == 0, listed.stderr
+        rows = {line.split()[0]: line.split()[1] for line in listed.stdout.splitlines()[1:]}
+        assert rows["waiting"] == "queued"
+        cancelled = herdsman("cancel", *CLI, "waiting", cwd=workdir)
+        assert cancelled.stdout.strip() == "waiting: cancelled"
+        again = herdsman("cancel", *CLI, "waiting", cwd=workdir)
+        assert again.returncode == 1
+        assert "already ended as cancelled (HTTP 409)" in again.stderr
+        deadline = time.monotonic() + 20
+        while "running" not in herdsman("runs", *CLI, "busy", cwd=workdir).stdout:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        stopped = herdsman("cancel", *CLI, "busy", cwd=workdir)
+        assert stopped.stdout.strip() == "busy: cancelled", stopped.stderr
+        logs = herdsman("logs", *CLI, "busy", cwd=workdir)
+        assert logs.returncode == 0
+        missing = herdsman("logs", *CLI, "nope", cwd=workdir)
+        assert missing.returncode == 1
+        assert "no log at" in missing.stderr
+        hostile = herdsman("logs", *CLI, "../../etc/passwd", cwd=workdir)
+        assert hostile.returncode == 1
+        assert "run id must start with a letter or digit" in hostile.stderr
+        shown = herdsman("runs", *CLI, "busy", "--json", cwd=workdir)
+        assert '"status": "cancelled"' in shown.stdout
+    finally:
+        sup.close()

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from herdsman.runtime.intake import InvalidRequest, parse_submit
+from herdsman.runtime.intake import InvalidRequest, parse_batch, parse_submit
 from herdsman.runtime.store import RunStatus
 from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
 from herdsman.runtime.views import run_view
@@ -91,6 +91,13 @@ class Api:
         record, created = await self.supervisor.submit(new, on_busy)
         return JSONResponse(run_view(record), status_code=201 if created else 200)
 
+    async def submit_batch(self, request: Request) -> Response:
+        """``POST /v1/runs/batch``: several runs, queued in the order given."""
+        items = parse_batch(await read_json(request), self.supervisor.config.providers)
+        results = await self.supervisor.submit_many(items)
+        body = {"results": [{"created": c, "run": run_view(r)} for r, c in results]}
+        return JSONResponse(body)
+
     async def get_run(self, request: Request) -> Response:
         """``GET /v1/runs/{id}[?wait=SECONDS]``."""
         run_id = request.path_params["run_id"]
@@ -159,6 +166,7 @@ def create_app(supervisor: Supervisor, token: str) -> Starlette:
     routes = [
         Route("/v1/runs", guarded(api.submit), methods=["POST"]),
         Route("/v1/runs", guarded(api.list_runs), methods=["GET"]),
+        Route("/v1/runs/batch", guarded(api.submit_batch), methods=["POST"]),
         Route("/v1/runs/{run_id}", guarded(api.get_run), methods=["GET"]),
         Route("/v1/runs/{run_id}/cancel", guarded(api.cancel), methods=["POST"]),
         Route("/v1/status", guarded(api.status), methods=["GET"]),

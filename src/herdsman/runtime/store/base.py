@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import outcome
 
 from herdsman.runtime.store.records import NewRun, RunRecord, RunStatus
 
@@ -22,6 +24,25 @@ class Store(Protocol):
     refused (closed store, non-JSON metadata, non-finite ``now``) raises
     :class:`StoreError`. The lifecycle table is in ``docs/store.md``.
     """
+
+    def apply(
+        self, operations: Sequence[Callable[[Store], Any]], *, durable: bool = False
+    ) -> list[outcome.Outcome[Any]]:
+        """Run several operations (each called with this store) as one commit.
+
+        Group commit: the supervisor's ledger queues the calls that arrive
+        while the previous batch commits and applies them together, so one
+        commit — and with ``durable`` one fsync — serves all of them. Every
+        store call is all-or-nothing on its own, inside a batch too: a call
+        that raises is undone alone (the calls an operation made before it
+        stay), the operation's exception is returned in its slot
+        (``outcome.Error``), and the other operations still commit.
+        ``durable`` makes the whole batch (and everything committed before
+        it) reach the disk before this returns.
+        If the commit itself fails, :class:`StoreError` is raised and nothing
+        of the batch is kept.
+        """
+        ...
 
     def submit(self, new: NewRun, now: float) -> tuple[RunRecord, bool]:
         """Record ``new`` as queued; return the record and whether it was created.

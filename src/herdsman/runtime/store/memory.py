@@ -9,7 +9,10 @@ errors and ordering included.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import outcome
 
 from herdsman.runtime.store.errors import StoreError
 from herdsman.runtime.store.records import (
@@ -28,6 +31,9 @@ from herdsman.runtime.store.records import (
     requeued,
     started,
 )
+
+if TYPE_CHECKING:
+    from herdsman.runtime.store.base import Store
 
 
 class MemoryStore:
@@ -152,6 +158,13 @@ class MemoryStore:
         record = requeued(self._existing(run_id))
         self._put(record)
         return record
+
+    def apply(
+        self, operations: Sequence[Callable[[Store], Any]], *, durable: bool = False
+    ) -> list[outcome.Outcome[Any]]:
+        """See :meth:`Store.apply`. Each operation is already all-or-nothing here."""
+        self._check_open()
+        return [outcome.capture(operation, self) for operation in operations]
 
     def get(self, run_id: str) -> RunRecord | None:
         """See :meth:`Store.get`."""

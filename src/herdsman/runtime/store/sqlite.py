@@ -5,14 +5,18 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
+import outcome
 
 from herdsman.runtime.store.errors import StoreConflict, StoreError
+
+if TYPE_CHECKING:
+    from herdsman.runtime.store.base import Store
 from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
     TERMINAL_STATUSES,
@@ -122,7 +126,9 @@ class SqliteStore:
         process holding the file's write lock before failing.
         """
         self.path = path
-        self._lock = threading.Lock()
+        # Re-entrant: ``apply`` holds it while the operations it runs take it again.
+        self._lock = threading.RLock()
+        self._batch: sqlite3.Cursor | None = None
         self._closed = False
         try:
             # isolation_level=None: no implicit transactions; we issue
@@ -208,6 +214,11 @@ class SqliteStore:
         """
         with self._lock:
             self._check_open()
+            if self._batch is not None:
+                # Inside ``apply``: each operation is a savepoint of its transaction.
+                with self._savepoint(self._batch):
+                    yield self._batch
+                return
             cur = self._conn.cursor()
             wanted = "FULL" if durable else "NORMAL"
             try:
@@ -233,6 +244,30 @@ class SqliteStore:
                 raise
             finally:
                 cur.close()
+
+    @staticmethod
+    @contextmanager
+    def _savepoint(cur: sqlite3.Cursor) -> Iterator[None]:
+        """Undo only this operation if it fails; the batch goes on."""
+        cur.execute("SAVEPOINT operation")
+        try:
+            yield
+        except BaseException:
+            cur.execute("ROLLBACK TO operation")
+            cur.execute("RELEASE operation")
+            raise
+        cur.execute("RELEASE operation")
+
+    def apply(
+        self, operations: Sequence[Callable[[Store], Any]], *, durable: bool = False
+    ) -> list[outcome.Outcome[Any]]:
+        """See :meth:`Store.apply`: one transaction, one commit (one fsync if durable)."""
+        with self._transaction(durable=durable) as cur:
+            self._batch = cur
+            try:
+                return [outcome.capture(operation, self) for operation in operations]
+            finally:
+                self._batch = None
 
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:

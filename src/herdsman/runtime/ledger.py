@@ -1,0 +1,116 @@
+"""The ledger writer: every store call of the supervisor, in order, group-committed.
+
+Calls are queued in the order they are made and applied by one writer task.
+While a batch commits (in a worker thread: SQLite fsyncs), new calls pile up
+and the next batch applies them all in one transaction, so under load one
+commit — and one fsync when a batch holds a start — serves many calls.
+
+Each call may carry a ``then`` callback. The writer runs the callbacks of a
+batch synchronously, in queue order, right after the commit and before any
+caller resumes. The supervisor updates the scheduler, the trace and the
+metrics there, so they see changes in exactly the ledger's order — never in
+the order trio happens to wake the callers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any, Generic, TypeVar
+
+import outcome
+import trio
+
+from herdsman.runtime.store import Store, StoreError
+
+T = TypeVar("T")
+RunSync = Callable[[Callable[[], Any]], Awaitable[Any]]
+
+
+async def in_worker_thread(fn: Callable[[], Any]) -> Any:
+    """Run a blocking store batch off the event loop (the real store)."""
+    return await trio.to_thread.run_sync(fn)
+
+
+async def inline(fn: Callable[[], Any]) -> Any:
+    """Run a store batch on the event loop (the in-memory store of the simulator,
+    where a thread would let the fake clock jump while it runs)."""
+    return fn()
+
+
+class _Call(Generic[T]):
+    __slots__ = ("done", "durable", "operation", "result", "then")
+
+    def __init__(
+        self,
+        operation: Callable[[Store], T],
+        durable: bool,
+        then: Callable[[T], None] | None,
+    ) -> None:
+        self.operation = operation
+        self.durable = durable
+        self.then = then
+        self.result: outcome.Outcome[T] | None = None
+        self.done = trio.Event()
+
+
+class Ledger:
+    """Serialises and batches store calls; see the module docstring."""
+
+    def __init__(self, store: Store, *, run_sync: RunSync = in_worker_thread) -> None:
+        self.store = store
+        self._run_sync = run_sync
+        self._queue: list[_Call[Any]] = []
+        self._work = trio.Event()
+        self.batches = 0
+        self.calls = 0
+
+    async def call(
+        self,
+        operation: Callable[[Store], T],
+        *,
+        durable: bool = False,
+        then: Callable[[T], None] | None = None,
+    ) -> T:
+        """Queue ``operation(store)``; return its result once committed.
+
+        ``durable`` makes the commit reach the disk before this returns.
+        ``then(result)`` runs in ledger order right after the commit, only if
+        the operation succeeded. If the caller is cancelled while waiting, the
+        call still happens (it was queued), callbacks included.
+        """
+        pending = _Call(operation, durable, then)
+        self._queue.append(pending)
+        self._work.set()
+        await pending.done.wait()
+        assert pending.result is not None
+        return pending.result.unwrap()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The writer task: apply queued calls batch by batch, forever."""
+        task_status.started()
+        while True:
+            await self._work.wait()
+            self._work = trio.Event()
+            batch, self._queue = self._queue, []
+            # Shielded: a batch that reached the store must finish and report,
+            # or its callers (and their ``then``) would never learn the outcome.
+            with trio.CancelScope(shield=True):
+                await self._apply(batch)
+
+    async def _apply(self, batch: Sequence[_Call[Any]]) -> None:
+        self.batches += 1
+        self.calls += len(batch)
+        durable = any(c.durable for c in batch)
+        apply = partial(self.store.apply, [c.operation for c in batch], durable=durable)
+        try:
+            results: list[outcome.Outcome[Any]] = await self._run_sync(apply)
+        except StoreError as exc:  # the commit itself failed: nothing of it was kept
+            # One exception object per caller: each re-raises it in its own task.
+            results = [outcome.Error(StoreError(str(exc))) for _ in batch]
+        for pending, result in zip(batch, results, strict=True):
+            pending.result = result
+            if pending.then is not None and isinstance(result, outcome.Value):
+                pending.then(result.value)
+        for pending in batch:
+            pending.done.set()
