@@ -102,8 +102,10 @@ def _config_set(args: argparse.Namespace) -> int:
     try:
         path = find_config_file(args.config, os.environ)
         result = set_value(path, args.key, args.value)
+        written = get_value(result.loaded, args.key)
     except ConfigError as error:
         return _print_errors(error)
+    print(f"{written.key} = {written.toml}  ({path})")
     after_config_write(result)
     return 0
 

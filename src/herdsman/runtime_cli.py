@@ -8,6 +8,7 @@ file (``api.listen`` and the token file in ``state_dir``).
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import logging
 import sys
@@ -64,21 +65,23 @@ def _guard(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.N
 
 
 def _run(args: argparse.Namespace) -> int:
+    from herdsman.config import environment_warnings  # noqa: PLC0415
     from herdsman.runtime.lockfile import StateDirLocked  # noqa: PLC0415
-    from herdsman.runtime.main import run_supervisor  # noqa: PLC0415
+    from herdsman.runtime.main import StartFailed, run_supervisor  # noqa: PLC0415
 
-    config = _load(args)
+    loaded = load_config(args.config, args.overrides)
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    for warning in environment_warnings(loaded):
+        logging.getLogger("herdsman").warning("%s", warning)
     try:
-        return run_supervisor(config)
-    except StateDirLocked as error:
+        return run_supervisor(loaded.config)
+    except (StateDirLocked, StartFailed) as error:
         raise CommandError(str(error)) from None
-    except OSError as error:
-        # Typically the API address is taken or the state_dir is not writable.
+    except OSError as error:  # the state directory cannot be created or locked
         raise CommandError(f"cannot start: {error}") from None
 
 
@@ -113,8 +116,8 @@ def _submit(args: argparse.Namespace) -> int:
     elif run["status"] == "succeeded":
         print(run.get("result") or "")
     else:
-        detail = run.get("reason") or ""
-        print(f"{run['id']}: {run['status']}{': ' + detail if detail else ''}", file=sys.stderr)
+        detail = run.get("reason")
+        print(f"{run['id']}: {run['status']}{f' ({detail})' if detail else ''}", file=sys.stderr)
     return 0 if run["status"] == "succeeded" else 1
 
 
@@ -165,7 +168,10 @@ def _runs(args: argparse.Namespace) -> int:
     with _client(_load(args)) as client:
         if args.run_id is not None:
             _, run = client.request("GET", f"/v1/runs/{args.run_id}")
-            _print_json(run)
+            if args.json:
+                _print_json(run)
+            else:
+                _print_run(run)
             return 0
         params = {
             "status": args.status,
@@ -182,6 +188,20 @@ def _runs(args: argparse.Namespace) -> int:
         conversation = run["conversation"] or "-"
         print(f"{run['id']:<38} {run['status']:<13} {run['provider']:<12} {conversation}")
     return 0
+
+
+def _print_run(run: Mapping[str, Any]) -> None:
+    """One run, a field a line, times in local ISO-8601."""
+    for key, value in run.items():
+        if key.endswith("_at") and isinstance(value, int | float):
+            shown = dt.datetime.fromtimestamp(value).astimezone().isoformat(timespec="seconds")
+        elif isinstance(value, str) and "\n" in value:
+            shown = "\n    " + value.rstrip("\n").replace("\n", "\n    ")
+        elif value is None or value == {}:
+            continue
+        else:
+            shown = str(value)
+        print(f"{key + ':':<14}{shown}")
 
 
 def _cancel(args: argparse.Namespace) -> int:
@@ -229,7 +249,9 @@ def _copy_log(path: Path, offset: int, *, missing_ok: bool = False) -> int:
     except FileNotFoundError:
         if missing_ok:
             return offset
-        raise CommandError(f"no log at {path} (the run has not started, or was pruned)") from None
+        raise CommandError(
+            f"no log at {path}: no run with this id has started on this supervisor"
+        ) from None
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
     return offset + len(data)
@@ -285,7 +307,9 @@ def add_runtime_commands(commands: Any, config_options: OptionsFactory) -> None:
     status.set_defaults(handler=_guard(_status))
 
     runs = commands.add_parser("runs", parents=[config_options()], help="list runs, or show one")
-    runs.add_argument("run_id", nargs="?", metavar="RUN_ID", help="show this run in full")
+    runs.add_argument(
+        "run_id", nargs="?", metavar="RUN_ID", help="show this run in full (--json: as JSON)"
+    )
     runs.add_argument("--status", help="only runs in this status")
     runs.add_argument("--provider", help="only runs of this provider")
     runs.add_argument("--conversation", help="only runs of this conversation")

@@ -192,7 +192,8 @@ def test_config_set_changes_only_the_value_and_keeps_mode(workdir: Path) -> None
     path = workdir / "supervisor.toml"
     path.chmod(0o600)
     result = herdsman("config", "set", "providers.claude.concurrency", "7", cwd=workdir)
-    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == "providers.claude.concurrency = 7  (supervisor.toml)\n"
     assert path.read_text() == VALID.replace("concurrency = 2 # low", "concurrency = 7 # low")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     timeout = herdsman(

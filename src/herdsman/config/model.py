@@ -67,6 +67,16 @@ def default_state_dir(environ: Mapping[str, str]) -> Path:
     return Path("~/.local/state/herdsman").expanduser()
 
 
+def under_state_dir(name: str) -> DefaultFrom:
+    """A default of ``<state_dir>/<name>``, following whatever state_dir became."""
+
+    def default(checker: Checker) -> Path | None:
+        state_dir = checker.value_of(("supervisor", "state_dir"))
+        return state_dir / name if isinstance(state_dir, Path) else None
+
+    return default
+
+
 def _budget_needs_window(
     raw: Mapping[str, Any], out: dict[str, Any], path: KeyPath, checker: Checker
 ) -> None:
@@ -174,10 +184,10 @@ class Provider:
     protocol: Literal["plain", "claude", "codex"] = setting(
         kinds.Choice(("plain", "claude", "codex")), "how the output stream is read", default="plain"
     )
-    workdir: Path | None = setting(
+    workdir: Path = setting(
         kinds.PathValue(),
-        "working directory for runs (default: <state_dir>/workspace)",
-        default=None,
+        "working directory for runs (default <state_dir>/workspace)",
+        default_from=under_state_dir("workspace"),
     )
     resume_args: tuple[str, ...] = setting(
         kinds.StringList(non_empty=False, example='["--resume", "{session}"]'),
@@ -233,10 +243,10 @@ class ApiSettings:
     """``[api]``: the HTTP API."""
 
     listen: str = setting(kinds.Listen(), "HOST:PORT to listen on", default="127.0.0.1:7878")
-    token_file: Path | None = setting(
+    token_file: Path = setting(
         kinds.PathValue(),
         "file holding the bearer token clients must send (default <state_dir>/api-token)",
-        default=None,
+        default_from=under_state_dir("api-token"),
     )
 
     @property
@@ -250,11 +260,6 @@ class ApiSettings:
         return int(self.listen.rpartition(":")[2])
 
 
-def _default_trace_dir(checker: Checker) -> Path | None:
-    state_dir = checker.value_of(("supervisor", "state_dir"))
-    return state_dir / "traces" if isinstance(state_dir, Path) else None
-
-
 @attrs.frozen(kw_only=True)
 class TraceSettings:
     """``[trace]``: the JSON Lines decision trace."""
@@ -266,7 +271,7 @@ class TraceSettings:
     dir: Path = setting(
         kinds.PathValue(),
         "where trace files go (default <state_dir>/traces)",
-        default_from=_default_trace_dir,
+        default_from=under_state_dir("traces"),
     )
     max_bytes: int = setting(
         kinds.WholeNumber(4096), "size at which a trace file is rotated", default=268_435_456

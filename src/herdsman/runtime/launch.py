@@ -84,7 +84,7 @@ def build_spec(
             parallel=parallel,
             base=os.environ if base_env is None else base_env,
         ),
-        cwd=provider.workdir or state_dir / "workspace",
+        cwd=provider.workdir,
         prompt=prompt,
         timeout=provider.timeout.total_seconds() if provider.timeout else None,
         idle_timeout=provider.idle_timeout.total_seconds() if provider.idle_timeout else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import logging
 import signal
 from functools import partial
@@ -26,7 +27,7 @@ DB_NAME = "herdsman.db"
 
 def token_path(config: Config) -> Path:
     """Where the API's bearer token lives."""
-    return config.api.token_file or config.supervisor.state_dir / "api-token"
+    return config.api.token_file
 
 
 def config_for_trace(config: Config) -> dict[str, object]:
@@ -124,10 +125,36 @@ async def _watch_signals(supervisor: Supervisor) -> None:
             supervisor.request_shutdown()
 
 
+class StartFailed(Exception):
+    """The supervisor could not start (the API address is taken, say)."""
+
+
+def _leaves(group: BaseExceptionGroup[OSError]) -> list[OSError]:
+    out: list[OSError] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
 def run_supervisor(config: Config) -> int:
-    """Take the state-directory lock and serve; the exit code says how it went."""
+    """Take the state-directory lock and serve; the exit code says how it went.
+
+    Raises :class:`StartFailed` with a one-line reason when the API cannot
+    listen or the state directory cannot be used.
+    """
+    failure: OSError | None = None
     with StateDirLock(config.supervisor.state_dir):
-        report = trio.run(serve, config)
+        try:
+            report = trio.run(serve, config)
+        except* OSError as group:  # trio reports task errors in exception groups
+            failure = _leaves(group)[0]
+    if failure is not None:
+        if failure.errno == errno.EADDRINUSE:
+            raise StartFailed(
+                f"cannot listen on {config.api.listen}: the address is in use "
+                "(another supervisor or program?); choose another with api.listen"
+            )
+        raise StartFailed(f"cannot start: {failure}")
     if report.drained:
         log.info("stopped cleanly")
         return 0

@@ -25,7 +25,7 @@ import attrs
 import outcome
 import trio
 
-from herdsman.config import Config
+from herdsman.config import Config, format_duration
 from herdsman.core import CancelOutcome, Limits, RunRequest, Scheduler, exclusion_keys
 from herdsman.executables import resolve_executable
 from herdsman.runtime.callbacks import deliver_callback
@@ -39,7 +39,7 @@ from herdsman.trace import TraceWriter
 log = logging.getLogger("herdsman.supervisor")
 
 OnBusy = Literal["queue", "skip"]
-SKIP_REASON = "skipped: its conversation or agent already has a queued or running run"
+SKIP_REASON = "its conversation or agent already had a queued or running run"
 
 
 class Execute(Protocol):
@@ -217,11 +217,15 @@ class Supervisor:
     async def _shutdown_when_asked(self) -> ShutdownReport:
         await self._drain_requested.wait()
         self._admitting = False
-        grace = self.config.supervisor.shutdown_grace.total_seconds()
-        log.info(
-            "shutting down: %d running run(s) may finish within %ss", len(self._handles), grace
-        )
-        with trio.move_on_after(grace):
+        grace = self.config.supervisor.shutdown_grace
+        if self._handles:
+            log.info(
+                "shutting down: %d running run(s) may finish within %s",
+                len(self._handles),
+                format_duration(grace),
+            )
+        grace_seconds = grace.total_seconds()
+        with trio.move_on_after(grace_seconds):
             async with trio.open_nursery() as race:
 
                 async def on_force() -> None:
@@ -326,7 +330,7 @@ class Supervisor:
             self._pending_keys = +self._pending_keys  # drop zero counts
         return [result.unwrap() for result in results]
 
-    async def cancel(self, run_id: str, reason: str = "cancelled by request") -> RunRecord:
+    async def cancel(self, run_id: str, reason: str = "cancel requested") -> RunRecord:
         """Cancel a queued run at once, or stop a running one (its task records it)."""
         # Through the ledger, so a submit of this id still in flight lands first.
         record = await self.get(run_id)

@@ -92,7 +92,7 @@ async def test_run_cancel_stops_the_group_and_returns_cancelled(tmp_path: Path) 
         cancel.cancel("a second call changes nothing")
     [outcome] = outcomes
     assert outcome.status is Outcome.CANCELLED
-    assert outcome.reason == "cancelled: cancelled through the API"
+    assert outcome.reason == "cancelled through the API"
     assert outcome.limit is None
     assert outcome.exit_code == -15
     assert is_gone(pid)
@@ -105,7 +105,7 @@ async def test_run_cancel_before_execute_spawns_nothing(tmp_path: Path) -> None:
     cancel.cancel("shutting down")
     outcome = await execute(spec, cancel=cancel)
     assert outcome.status is Outcome.CANCELLED
-    assert outcome.reason == "cancelled: shutting down"
+    assert outcome.reason == "shutting down"
     assert outcome.exit_code is None
     assert not spec.log_path.exists()
 

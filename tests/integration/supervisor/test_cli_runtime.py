@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,19 @@ from supervisor_support import write_config
 from herdsman.runtime.store import RunStatus, SqliteStore
 
 CLI = ("-c", "supervisor.toml")
+
+
+def processes_with_env(entry: str) -> list[int]:
+    """Pids of live processes whose environment contains ``entry`` (KEY=VALUE)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if entry.encode() in environ:
+            found.append(int(pid))
+    return found
 
 
 def herdsman(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -161,6 +175,12 @@ def test_kill_9_mid_run_the_run_is_lost_not_rerun_and_queued_runs_keep_order(
         sup.process.wait()
     finally:
         sup.close()
+    # A supervisor killed this way cannot stop its runs: r0's agent lives on
+    # in its own process group. Stop it here so it does not outlive the test.
+    orphans = processes_with_env("HERDSMAN_RUN_ID=r0")
+    assert orphans, "the agent of r0 should have outlived its supervisor"
+    for pid in orphans:
+        os.killpg(pid, signal.SIGKILL)
 
     # Restart with quick runs; r0 must be lost, never re-run.
     write_config(workdir, concurrency=1, delay=0.1)
@@ -268,3 +288,23 @@ def test_runs_logs_and_cancel_from_the_command_line(workdir: Path) -> None:
         assert '"status": "cancelled"' in shown.stdout
     finally:
         sup.close()
+
+
+def test_a_taken_api_address_is_a_one_line_error(workdir: Path) -> None:
+    write_config(workdir)
+    listen = next(
+        line
+        for line in (workdir / "supervisor.toml").read_text().splitlines()
+        if line.startswith("listen")
+    )
+    port = int(listen.rpartition(":")[2].rstrip('"'))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        result = herdsman("run", *CLI, cwd=workdir)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"herdsman: cannot listen on 127.0.0.1:{port}: the address is in use "
+        "(another supervisor or program?); choose another with api.listen"
+    )

@@ -29,7 +29,7 @@ def test_defaults_apply_and_are_marked_default(load: Load) -> None:
             idle_timeout=timedelta(minutes=15),
             env={},
             protocol="plain",
-            workdir=None,
+            workdir=Path("/var/state/herdsman/workspace"),
             usage_limit_pattern=None,
             accounts=(),
         )
@@ -42,7 +42,7 @@ def test_defaults_apply_and_are_marked_default(load: Load) -> None:
         "127.0.0.1",
         7878,
     )
-    assert config.api.token_file is None
+    assert config.api.token_file == Path("/var/state/herdsman/api-token")
     assert config.trace.enabled is True
     assert config.trace.dir == Path("/var/state/herdsman/traces")
     assert config.trace.max_bytes == 268_435_456
@@ -50,6 +50,11 @@ def test_defaults_apply_and_are_marked_default(load: Load) -> None:
     assert str(loaded.origins["providers.claude.exec"]).endswith("supervisor.toml:2")
     assert loaded.origins["providers.claude.concurrency"] == Origin("default")
     assert str(loaded.origins["trace.dir"]) == "default"
+    # Defaults under state_dir follow it when it is set.
+    moved = load(MINIMAL + '[supervisor]\nstate_dir = "/srv/h"\n', environ={}).config
+    assert moved.api.token_file == Path("/srv/h/api-token")
+    assert moved.providers["claude"].workdir == Path("/srv/h/workspace")
+    assert moved.trace.dir == Path("/srv/h/traces")
 
 
 def test_state_dir_falls_back_to_home_when_xdg_is_unset_or_relative(

@@ -162,7 +162,8 @@ class _Stop:
             self._scope.cancel()
 
     def cancelled(self, reason: str) -> None:
-        self.request(Outcome.CANCELLED, f"cancelled: {reason}")
+        # Verbatim: the status already says "cancelled"; the reason says why.
+        self.request(Outcome.CANCELLED, reason)
 
     def bind(self, scope: trio.CancelScope) -> None:
         self._scope = scope

@@ -1,0 +1,1 @@
+"""Per-conversation git worktrees (the manager lands with the worktree issue)."""
