@@ -93,9 +93,16 @@ def _submit(args: argparse.Namespace) -> int:
     if args.prompt is None or args.prompt == "-":
         if sys.stdin.isatty():
             raise CommandError("give the prompt as an argument or on stdin")
-        prompt = sys.stdin.read()
+        try:
+            prompt = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise CommandError(f"the prompt on stdin is not UTF-8 text ({error})") from None
     else:
         prompt = args.prompt
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError:  # argv bytes that were not UTF-8
+            raise CommandError("the prompt argument is not UTF-8 text") from None
     body: dict[str, Any] = {"provider": args.provider, "prompt": prompt}
     for key in ("id", "conversation", "agent", "workspace", "callback_url"):
         value = getattr(args, key)
@@ -252,6 +259,8 @@ def _copy_log(path: Path, offset: int, *, missing_ok: bool = False) -> int:
         raise CommandError(
             f"no log at {path}: no run with this id has started on this supervisor"
         ) from None
+    except OSError as error:
+        raise CommandError(f"cannot read the log {path}: {error.strerror}") from None
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
     return offset + len(data)

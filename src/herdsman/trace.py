@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 import attrs
+
+log = logging.getLogger("herdsman.trace")
 
 TRACE_VERSION = 1
 
@@ -82,6 +85,8 @@ class TraceWriter:
         self._seq = 0
         self._size = 0
         self._files_opened = 0
+        #: Events that could not be written (the trace stops at the first).
+        self.failed = 0
 
     @property
     def path(self) -> Path | None:
@@ -92,10 +97,34 @@ class TraceWriter:
         """The effective config to put in the next rotated file's header."""
         self._config = config
 
+    def open(self) -> None:
+        """Open the first file now, so an unusable ``directory`` fails at start-up.
+
+        Raises ``OSError``.
+        """
+        if self._file is None:
+            self._open_new()
+
     def event(self, kind: str, **fields: Any) -> None:
-        """Append one event; opens or rotates the file as needed."""
+        """Append one event; opens or rotates the file as needed.
+
+        A write error (disk full, directory gone) is logged and stops the
+        trace; it never stops the supervisor, whose ledger is the record of
+        truth. ``failed`` counts the events lost.
+        """
         if kind not in EVENT_FIELDS:
             raise ValueError(f"unknown trace event {kind!r}")
+        if self.failed:
+            self.failed += 1
+            return
+        try:
+            self._append(kind, fields)
+        except OSError as exc:
+            self.failed += 1
+            # One line, no traceback: a full disk is news, not a bug.
+            log.error("the trace stops here: cannot write to %s: %s", self._directory, exc)
+
+    def _append(self, kind: str, fields: dict[str, Any]) -> None:
         if self._file is None or self._size >= self._max_bytes:
             self._open_new()
         assert self._file is not None

@@ -263,6 +263,10 @@ class StringList(Kind):
                     (*path, number), f"must be a non-empty string, got {describe(element)}"
                 )
                 good = False
+            elif "\0" in element:
+                # argv cannot hold it; refuse it here, not at the first run.
+                checker.problem((*path, number), "must not contain a NUL character")
+                good = False
         if not good:
             raise Invalid("")  # already reported per element
         return tuple(raw)
@@ -289,6 +293,10 @@ class StringTable(Kind):
                 good = False
             elif not isinstance(value, str):
                 checker.problem((*path, key), f"must be a string, got {describe(value)}")
+                good = False
+            elif "\0" in value:
+                # A process environment cannot hold it; refuse it here, not at the first run.
+                checker.problem((*path, key), "must not contain a NUL character")
                 good = False
         if not good:
             raise Invalid("")  # already reported per entry

@@ -34,6 +34,9 @@ async def deliver_callback(record: RunRecord, *, backoff: tuple[float, ...] = BA
             except httpx.HTTPError as exc:
                 log.warning("callback for %s, attempt %d: %s", record.id, attempt, exc)
                 continue
+            except Exception as exc:  # a URL httpx cannot use: retrying will not help
+                log.error("callback for %s cannot be sent: %s", record.id, exc)
+                return False
             if response.is_success:
                 return True
             log.warning(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 import attrs
+import httpx
 
 from herdsman.core import DEFAULT_WORKSPACE
 from herdsman.runtime.ids import id_problem, new_run_id, run_id_problem
@@ -49,6 +49,38 @@ def _string(body: Mapping[str, Any], key: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise InvalidRequest(422, f"{key}: must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        # JSON can carry lone surrogates ("\ud800"); they are not text.
+        raise InvalidRequest(422, f"{key}: must be valid Unicode text") from None
+    return value
+
+
+def _callback_url(value: str) -> str:
+    if len(value) > MAX_URL_LENGTH:
+        raise InvalidRequest(422, f"callback_url: at most {MAX_URL_LENGTH} characters")
+    try:
+        # Parsed exactly as the callback sender will parse it, port included.
+        url = httpx.URL(value)
+        url.port  # noqa: B018 - raises on a bad port
+    except (httpx.InvalidURL, ValueError, UnicodeError) as exc:
+        raise InvalidRequest(422, f"callback_url: not a valid URL ({exc})") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise InvalidRequest(422, "callback_url: must be an http:// or https:// URL")
+    return value
+
+
+def _metadata(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidRequest(422, "metadata: must be a JSON object")
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        size = len(text.encode("utf-8"))
+    except (ValueError, UnicodeEncodeError, RecursionError):
+        raise InvalidRequest(422, "metadata: must be plain JSON (no NaN or Infinity)") from None
+    if size > MAX_METADATA_BYTES:
+        raise InvalidRequest(422, f"metadata: at most {MAX_METADATA_BYTES} bytes of JSON")
     return value
 
 
@@ -95,17 +127,8 @@ def parse_submit(body: Any, providers: Collection[str]) -> tuple[NewRun, OnBusy]
 
     callback_url = _string(body, "callback_url")
     if callback_url is not None:
-        parts = urlsplit(callback_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise InvalidRequest(422, "callback_url: must be an http:// or https:// URL")
-        if len(callback_url) > MAX_URL_LENGTH:
-            raise InvalidRequest(422, f"callback_url: at most {MAX_URL_LENGTH} characters")
-
-    metadata = body.get("metadata", {})
-    if not isinstance(metadata, dict):
-        raise InvalidRequest(422, "metadata: must be a JSON object")
-    if len(json.dumps(metadata)) > MAX_METADATA_BYTES:
-        raise InvalidRequest(422, f"metadata: at most {MAX_METADATA_BYTES} bytes of JSON")
+        callback_url = _callback_url(callback_url)
+    metadata = _metadata(body.get("metadata", {}))
 
     new = NewRun(
         id=run_id,
@@ -142,3 +165,19 @@ def parse_batch(body: Any, providers: Collection[str]) -> list[tuple[NewRun, OnB
         except InvalidRequest as exc:
             raise InvalidRequest(exc.status, f"runs[{index}].{exc.message}") from None
     return parsed
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def load_json(raw: bytes) -> Any:
+    """Decode a request body, refusing what JSON does not allow (NaN, Infinity).
+
+    Raises :class:`InvalidRequest` (400) for anything that is not JSON,
+    including numbers too long to convert and nesting too deep to parse.
+    """
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise InvalidRequest(400, f"the request body is not valid JSON: {exc}") from None

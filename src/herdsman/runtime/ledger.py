@@ -14,6 +14,7 @@ the order trio happens to wake the callers.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, Generic, TypeVar
@@ -22,6 +23,8 @@ import outcome
 import trio
 
 from herdsman.runtime.store import Store, StoreError
+
+log = logging.getLogger("herdsman.ledger")
 
 T = TypeVar("T")
 RunSync = Callable[[Callable[[], Any]], Awaitable[Any]]
@@ -62,6 +65,7 @@ class Ledger:
         self._run_sync = run_sync
         self._queue: list[_Call[Any]] = []
         self._work = trio.Event()
+        self._closed = False
         self.batches = 0
         self.calls = 0
 
@@ -79,6 +83,8 @@ class Ledger:
         the operation succeeded. If the caller is cancelled while waiting, the
         call still happens (it was queued), callbacks included.
         """
+        if self._closed:
+            raise StoreError("the run ledger is closed: the supervisor is stopping")
         pending = _Call(operation, durable, then)
         self._queue.append(pending)
         self._work.set()
@@ -89,14 +95,24 @@ class Ledger:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The writer task: apply queued calls batch by batch, forever."""
         task_status.started()
-        while True:
-            await self._work.wait()
-            self._work = trio.Event()
-            batch, self._queue = self._queue, []
-            # Shielded: a batch that reached the store must finish and report,
-            # or its callers (and their ``then``) would never learn the outcome.
-            with trio.CancelScope(shield=True):
-                await self._apply(batch)
+        try:
+            while True:
+                await self._work.wait()
+                self._work = trio.Event()
+                batch, self._queue = self._queue, []
+                # Shielded: a batch that reached the store must finish and report,
+                # or its callers (and their ``then``) would never learn the outcome.
+                with trio.CancelScope(shield=True):
+                    await self._apply(batch)
+        finally:
+            # Nobody will apply what is still queued: fail it rather than let
+            # its callers wait forever.
+            self._closed = True
+            closed = StoreError("the run ledger is closed: the supervisor is stopping")
+            for pending in self._queue:
+                pending.result = outcome.Error(closed)
+                pending.done.set()
+            self._queue = []
 
     async def _apply(self, batch: Sequence[_Call[Any]]) -> None:
         self.batches += 1
@@ -108,9 +124,16 @@ class Ledger:
         except StoreError as exc:  # the commit itself failed: nothing of it was kept
             # One exception object per caller: each re-raises it in its own task.
             results = [outcome.Error(StoreError(str(exc))) for _ in batch]
-        for pending, result in zip(batch, results, strict=True):
-            pending.result = result
-            if pending.then is not None and isinstance(result, outcome.Value):
-                pending.then(result.value)
-        for pending in batch:
-            pending.done.set()
+        try:
+            for pending, result in zip(batch, results, strict=True):
+                pending.result = result
+                if pending.then is not None and isinstance(result, outcome.Value):
+                    try:
+                        pending.then(result.value)
+                    except Exception:
+                        # A failing callback (a trace write on a full disk, say)
+                        # must not take the writer, and every later call, down.
+                        log.exception("error after a ledger commit; carrying on")
+        finally:
+            for pending in batch:
+                pending.done.set()

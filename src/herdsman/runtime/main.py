@@ -8,6 +8,7 @@ import logging
 import signal
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import attrs
 import trio
@@ -16,11 +17,12 @@ from herdsman.config import Config
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.api.server import ensure_token, serve_api
 from herdsman.runtime.lockfile import StateDirLock
-from herdsman.runtime.store import SqliteStore
+from herdsman.runtime.store import SqliteStore, StoreError
 from herdsman.runtime.supervisor import ShutdownReport, Supervisor
 from herdsman.trace import TraceWriter
 
 log = logging.getLogger("herdsman")
+E = TypeVar("E", bound=BaseException)
 
 DB_NAME = "herdsman.db"
 
@@ -73,40 +75,50 @@ async def serve(
     supervisor = Supervisor(config, store, trace=trace)
     token = ensure_token(token_path(config))
     try:
-        api_stopped = trio.Event()
-        signals_scope = trio.CancelScope()
-
-        async def watch_signals() -> None:
-            with signals_scope:
-                await _watch_signals(supervisor)
-
-        async with trio.open_nursery() as nursery:
-            # Recovery is done when start() returns: only then does the API
-            # answer, so no new submit can get ahead of the runs that were
-            # queued before the restart.
-            await nursery.start(supervisor.run)
+        if trace is not None:
+            trace.open()  # an unusable trace folder fails the start, not a run
+        async with trio.open_nursery() as outer:
+            # Signals are watched until everything below has stopped, so a
+            # late Ctrl-C is still a shutdown request, never a traceback.
             if handle_signals:
-                nursery.start_soon(watch_signals)
-            urls = await nursery.start(
-                partial(
-                    serve_api,
-                    create_app(supervisor, token),
-                    config.api.listen,
-                    shutdown_trigger=api_stopped.wait,
-                )
-            )
-            log.info("herdsman is running; API on %s; state in %s", ", ".join(urls), state_dir)
-            task_status.started(Serving(tuple(urls), supervisor))
-            await supervisor.finished.wait()
-            signals_scope.cancel()
-            api_stopped.set()
-        assert supervisor.report is not None
-        report = supervisor.report
+                outer.start_soon(_watch_signals, supervisor)
+            report = await _serve_api_and_supervisor(supervisor, token, task_status)
+            outer.cancel_scope.cancel()
     finally:
         if trace is not None:
             trace.close()
         store.close()
     return report
+
+
+async def _serve_api_and_supervisor(
+    supervisor: Supervisor, token: str, task_status: trio.TaskStatus[Serving]
+) -> ShutdownReport:
+    config = supervisor.config
+    api_stopped = trio.Event()
+    async with trio.open_nursery() as nursery:
+        # The API binds first: if its address is taken, nothing has started.
+        # Its requests wait for recovery inside the supervisor, so no new
+        # submit can get ahead of the runs queued before a restart.
+        urls = await nursery.start(
+            partial(
+                serve_api,
+                create_app(supervisor, token),
+                config.api.listen,
+                shutdown_trigger=api_stopped.wait,
+            )
+        )
+        await nursery.start(supervisor.run)
+        log.info(
+            "herdsman is running; API on %s; state in %s",
+            ", ".join(urls),
+            config.supervisor.state_dir,
+        )
+        task_status.started(Serving(tuple(urls), supervisor))
+        await supervisor.finished.wait()
+        api_stopped.set()
+    assert supervisor.report is not None
+    return supervisor.report
 
 
 async def _watch_signals(supervisor: Supervisor) -> None:
@@ -129,8 +141,8 @@ class StartFailed(Exception):
     """The supervisor could not start (the API address is taken, say)."""
 
 
-def _leaves(group: BaseExceptionGroup[OSError]) -> list[OSError]:
-    out: list[OSError] = []
+def _leaves(group: BaseExceptionGroup[E]) -> list[E]:
+    out: list[E] = []
     for exc in group.exceptions:
         out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
     return out
@@ -143,11 +155,16 @@ def run_supervisor(config: Config) -> int:
     listen or the state directory cannot be used.
     """
     failure: OSError | None = None
+    ledger_failure: StoreError | None = None
     with StateDirLock(config.supervisor.state_dir):
         try:
             report = trio.run(serve, config)
         except* OSError as group:  # trio reports task errors in exception groups
             failure = _leaves(group)[0]
+        except* StoreError as group:  # a corrupt or too new ledger file, say
+            ledger_failure = _leaves(group)[0]
+    if ledger_failure is not None:
+        raise StartFailed(str(ledger_failure))
     if failure is not None:
         if failure.errno == errno.EADDRINUSE:
             raise StartFailed(

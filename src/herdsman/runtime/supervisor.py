@@ -33,7 +33,7 @@ from herdsman.runtime.launch import build_spec
 from herdsman.runtime.ledger import Ledger, RunSync, in_worker_thread
 from herdsman.runtime.metrics import Metrics
 from herdsman.runtime.runner import Outcome, ProcessOutcome, ProcessSpec, RunCancel, execute
-from herdsman.runtime.store import NewRun, RunRecord, RunStatus, Store
+from herdsman.runtime.store import NewRun, RunRecord, RunStatus, Store, StoreError
 from herdsman.trace import TraceWriter
 
 log = logging.getLogger("herdsman.supervisor")
@@ -80,6 +80,13 @@ def limits_of(config: Config) -> Limits:
         {name: p.concurrency for name, p in config.providers.items()},
         config.supervisor.max_concurrency,
     )
+
+
+def as_text(value: str | None) -> str | None:
+    """``value`` as storable text: an agent's output may carry lone surrogates."""
+    if value is None:
+        return None
+    return value.encode("utf-8", "replace").decode("utf-8")
 
 
 def run_request(record: RunRecord | NewRun) -> RunRequest:
@@ -146,7 +153,9 @@ class Supervisor:
         # Keys of submits queued in the ledger but not yet in the scheduler,
         # so on_busy="skip" sees a follow-up that arrived a moment earlier.
         self._pending_keys: Counter[str] = Counter()
-        self._waiters: dict[str, trio.Event] = {}
+        self._waiters: dict[str, list[trio.Event]] = {}
+        self._ready = trio.Event()  # recovery done: intake may proceed
+        self._stopping = False
         self._nursery: trio.Nursery | None = None
         self._callbacks: trio.Nursery | None = None
         self.lost_at_startup: tuple[str, ...] = ()
@@ -195,8 +204,14 @@ class Supervisor:
                 nursery.start_soon(self._dispatch_loop)
                 nursery.start_soon(self._prune_loop)
                 self._wake()
+                self._ready.set()
                 task_status.started(self)
                 report = await self._shutdown_when_asked()
+                # Long polls answer with the record as it stands, now, rather
+                # than hold the API's shutdown until they time out.
+                self._stopping = True
+                for run_id in list(self._waiters):
+                    self._notify(run_id)
                 nursery.cancel_scope.cancel()
             # Callbacks of the last runs get a short grace, then are dropped.
             callbacks.cancel_scope.deadline = trio.current_time() + 10
@@ -280,6 +295,7 @@ class Supervisor:
         self, items: Sequence[tuple[NewRun, OnBusy]]
     ) -> list[tuple[RunRecord, bool]]:
         """Submit several runs in the given order, in one ledger operation."""
+        await self._ready.wait()
         if not self._admitting:
             raise NotAdmitting("the supervisor is shutting down and accepts no new runs")
         now = self._wall()
@@ -332,11 +348,16 @@ class Supervisor:
 
     async def cancel(self, run_id: str, reason: str = "cancel requested") -> RunRecord:
         """Cancel a queued run at once, or stop a running one (its task records it)."""
-        # Through the ledger, so a submit of this id still in flight lands first.
+        await self._ready.wait()
+        # Decided the moment the request arrives when the scheduler knows the
+        # run; only an id it does not know waits for the ledger (a submit of
+        # it may still be in flight, and the ledger is FIFO).
+        withdrawn = self._scheduler.cancel(run_id)
         record = await self.get(run_id)
         if record is None:
             raise RunNotFound(run_id)
-        withdrawn = self._scheduler.cancel(run_id)
+        if withdrawn is CancelOutcome.UNKNOWN and self._scheduler.state_of(run_id) is not None:
+            withdrawn = self._scheduler.cancel(run_id)
         if withdrawn is CancelOutcome.RUNNING:
             self._handles[run_id].cancel(reason)
             return record
@@ -357,24 +378,39 @@ class Supervisor:
 
     async def get(self, run_id: str) -> RunRecord | None:
         """The run's record, or ``None``."""
+        await self._ready.wait()
         return await self.ledger.call(lambda s: s.get(run_id))
 
     async def list_runs(self, **filters: Any) -> list[RunRecord]:
         """Runs matching the store's ``list_runs`` filters."""
+        await self._ready.wait()
         return await self.ledger.call(lambda s: s.list_runs(**filters))
 
     async def wait(self, run_id: str, timeout: float) -> RunRecord:
-        """The run's record once it has ended, or as it stands after ``timeout``."""
+        """The run's record once it has ended, or as it stands after ``timeout``.
+
+        Also returns early, with the record as it stands, when the supervisor
+        stops.
+        """
         with trio.move_on_after(timeout):
-            while True:
+            while not self._stopping:
                 # Register before reading: an end recorded in between still wakes us.
-                event = self._waiters.setdefault(run_id, trio.Event())
-                record = await self.get(run_id)
-                if record is None:
-                    raise RunNotFound(run_id)
-                if record.is_terminal:
-                    return record
-                await event.wait()
+                event = trio.Event()
+                waiting = self._waiters.setdefault(run_id, [])
+                waiting.append(event)
+                try:
+                    record = await self.get(run_id)
+                    if record is None:
+                        raise RunNotFound(run_id)
+                    if record.is_terminal:
+                        return record
+                    await event.wait()
+                finally:
+                    # Leave no event behind for an id nobody waits on any more.
+                    if event in waiting:
+                        waiting.remove(event)
+                    if not waiting and self._waiters.get(run_id) is waiting:
+                        del self._waiters[run_id]
         record = await self.get(run_id)
         if record is None:
             raise RunNotFound(run_id)
@@ -413,8 +449,7 @@ class Supervisor:
             self._trace.event(kind, **fields)
 
     def _notify(self, run_id: str) -> None:
-        event = self._waiters.pop(run_id, None)
-        if event is not None:
+        for event in self._waiters.pop(run_id, ()):
             event.set()
 
     def _queue_counts(self) -> dict[str, tuple[int, int]]:
@@ -447,9 +482,26 @@ class Supervisor:
         # callback must find the run nursery open to hand each run its task
         # (which, if we are being cancelled, records it as cancelled at once).
         with trio.CancelScope(shield=True):
-            await self.ledger.call(
-                lambda s: s.mark_running_many(items, now), durable=True, then=self._started
-            )
+            try:
+                await self.ledger.call(
+                    lambda s: s.mark_running_many(items, now), durable=True, then=self._started
+                )
+            except StoreError as exc:
+                # Not recorded as started, so never spawned: they are still
+                # queued in the ledger and will start after a restart. Without
+                # a working ledger nothing else can be promised: drain and stop.
+                log.critical(
+                    "the run ledger could not record %d start(s) (%s); "
+                    "stopping: no run will start until the ledger works again",
+                    len(starts),
+                    exc,
+                )
+                for run in starts:
+                    self._scheduler.finish(run.id)
+                    del self._handles[run.id]
+                if not self._handles:
+                    self._idle.set()
+                self.request_shutdown()
 
     def _started(self, records: list[RunRecord]) -> None:
         assert self._nursery is not None
@@ -467,7 +519,9 @@ class Supervisor:
         try:
             spec = await self._spec_for(record)
             ended = await self._execute(spec, cancel=handle)
-        except OSError as exc:
+        except Exception as exc:  # a run's failure is its own, never the supervisor's
+            if not isinstance(exc, OSError):
+                log.exception("run %s could not be started", record.id)
             ended = ProcessOutcome(
                 status=Outcome.FAILED,
                 exit_code=None,
@@ -518,10 +572,10 @@ class Supervisor:
             status = RunStatus(ended.status.value)
             fields = {
                 "exit_code": ended.exit_code,
-                "reason": ended.reason,
-                "result": ended.result,
-                "session_id": ended.session_id,
-                "excerpt": ended.excerpt,
+                "reason": as_text(ended.reason),
+                "result": as_text(ended.result),
+                "session_id": as_text(ended.session_id),
+                "excerpt": as_text(ended.excerpt),
                 "log_path": log_path,
             }
         exit_code = fields.get("exit_code")
@@ -538,21 +592,37 @@ class Supervisor:
             return final
 
         def finished(final: RunRecord) -> None:
-            self._scheduler.finish(record.id)
-            del self._handles[record.id]
+            self._release(record.id)
             self._emit("finish", run_id=record.id, outcome=status.value, exit_code=exit_code)
             self.metrics.finished.labels(record.provider, status.value).inc()
             if final.started_at is not None and final.finished_at is not None:
                 duration = final.finished_at - final.started_at
                 self.metrics.run_duration.labels(record.provider).observe(max(0.0, duration))
-            self._notify(record.id)
-            if not self._handles:
-                self._idle.set()
             if final.callback_url and self._callbacks is not None:
                 self._callbacks.start_soon(deliver_callback, final, name=f"callback {record.id}")
-            self._wake()
 
-        await self.ledger.call(finish, then=finished)
+        try:
+            await self.ledger.call(finish, then=finished)
+        except StoreError as exc:
+            # The slot and the lanes are freed all the same; the ledger keeps
+            # the run as running, so the next start reports it lost, which is
+            # true: its outcome was not recorded.
+            log.error(
+                "could not record how run %s ended (%s): %s; the next start will report it lost",
+                record.id,
+                status.value,
+                exc,
+            )
+            self._release(record.id)
+
+    def _release(self, run_id: str) -> None:
+        """A run's process is over: free its slot and lanes, wake whoever waits."""
+        self._scheduler.finish(run_id)
+        del self._handles[run_id]
+        self._notify(run_id)
+        if not self._handles:
+            self._idle.set()
+        self._wake()
 
     async def _prune_loop(self) -> None:
         keep = self.config.retention.finished_runs.total_seconds()

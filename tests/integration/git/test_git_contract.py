@@ -153,6 +153,26 @@ async def test_add_on_a_new_branch(setup: Setup) -> None:
     assert not (setup.state / "c2").exists()
 
 
+async def test_an_existing_branch_gets_a_worktree_again(setup: Setup) -> None:
+    git, head = setup.git, await setup.git.head(setup.repo)
+    assert not await git.branch_exists(setup.repo, "herdsman/c1")
+    first = await add(setup, "c1", branch="herdsman/c1")
+    assert await git.branch_exists(setup.repo, "herdsman/c1")
+    # Checked out in c1 already: git refuses a second worktree on it.
+    with pytest.raises(GitError, match="already checked out"):
+        await git.add_worktree_on(setup.repo, setup.state / "c2" / "app", branch="herdsman/c1")
+    await git.remove_worktree(setup.repo, first)
+    assert await git.branch_exists(setup.repo, "herdsman/c1")  # removal keeps the branch
+    again = setup.state / "c1" / "app"
+    await git.add_worktree_on(setup.repo, again, branch="herdsman/c1")
+    assert snapshot(again) == snapshot(setup.repo)
+    assert await git.list_worktrees(setup.repo) == [
+        WorktreeEntry(path=again, head=head, branch="herdsman/c1", prunable=False)
+    ]
+    with pytest.raises(GitError):
+        await git.add_worktree_on(setup.repo, setup.state / "c3" / "app", branch="nope")
+
+
 async def test_add_by_branch_name_and_bad_commit(setup: Setup) -> None:
     git, head = setup.git, await setup.git.head(setup.repo)
     path = setup.state / "c1" / "app"

@@ -370,3 +370,75 @@ async def test_completion_callbacks_are_delivered_and_retried(
     assert [r["id"] for r in received] == [run["id"], run["id"]]
     assert received[-1]["status"] == "succeeded"
     assert received[-1]["metadata"] == {"ticket": 7}
+
+
+async def test_hostile_bodies_get_4xx_json_never_500(start: Start, tmp_path: Path) -> None:
+    running = await start(config_at(write_config(tmp_path)))
+    post = running.client.post
+    raw_cases = [
+        b'{"provider": "demo", "prompt": "x", "metadata": {"a": NaN}}',
+        b'{"provider": "demo", "prompt": "x", "n": ' + b"9" * 5000 + b"}",
+        b"[" * 100_000 + b"]" * 100_000,
+    ]
+    for raw in raw_cases:
+        response = await post("/v1/runs", content=raw)
+        assert response.status_code == 400, raw[:60]
+        assert "not valid JSON" in response.json()["error"]
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"provider": "demo", "prompt": "\ud800"}, "prompt: must be valid Unicode text"),
+        ({"provider": "demo", "prompt": "x", "callback_url": "http://[::1/"}, "callback_url: not"),
+        ({"provider": "demo", "prompt": "x", "callback_url": "http://x:abc/"}, "callback_url: not"),
+        ({"provider": "demo", "prompt": "x", "callback_url": "ftp://x/"}, "callback_url: must be"),
+        ({"provider": "demo", "prompt": "x", "metadata": {"k": "\udcff"}}, "metadata: must be"),
+    ]
+    for body, message in cases:
+        # json.dumps escapes lone surrogates as \ud800, as a JSON client may send them.
+        response = await post("/v1/runs", content=json.dumps(body).encode())
+        assert response.status_code == 422, body
+        assert response.json()["error"].startswith(message), response.json()
+    assert (await running.client.get("/v1/runs")).json()["runs"] == []
+
+
+LONE_SURROGATE_AGENT = """\
+import json, sys
+sys.stdin.read()
+print(json.dumps({"type": "result", "is_error": False, "result": "bad \\ud800 text",
+                  "session_id": "s\\udcff"}))
+"""
+
+
+async def test_an_agent_reply_that_is_not_text_is_stored_and_harms_nobody(
+    start: Start, tmp_path: Path
+) -> None:
+    agent = tmp_path / "agent.py"
+    agent.write_text(LONE_SURROGATE_AGENT)
+    extra = f'[providers.odd]\nexec = ["{sys.executable}", "{agent}"]\nprotocol = "claude"\n'
+    running = await start(config_at(write_config(tmp_path, delay=1, extra=extra)))
+    bystander = await submit(running, conversation="b")
+    odd = await running.wait((await submit(running, provider="odd", conversation="c"))["id"])
+    assert odd["status"] == "succeeded", odd
+    assert odd["result"] == "bad ? text"
+    assert (await running.wait(bystander["id"]))["status"] == "succeeded"
+
+
+async def test_long_polls_end_when_the_supervisor_stops(
+    start: Start, tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    running = await start(config_at(write_config(tmp_path, delay=60)))
+    run = await submit(running)
+    answered = trio.Event()
+    answers: list[int] = []
+
+    async def long_poll() -> None:
+        response = await running.client.get(f"/v1/runs/{run['id']}", params={"wait": 300})
+        answers.append(response.status_code)
+        answered.set()
+
+    nursery.start_soon(long_poll)
+    await trio.sleep(0.3)
+    running.supervisor.request_shutdown()
+    running.supervisor.request_shutdown()
+    with trio.fail_after(15):
+        await answered.wait()
+    assert answers == [200]
+    assert running.supervisor._waiters == {}

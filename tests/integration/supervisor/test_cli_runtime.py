@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from supervisor_support import write_config
 
-from herdsman.runtime.store import RunStatus, SqliteStore
+from herdsman.runtime.store import NewRun, RunStatus, SqliteStore
 
 CLI = ("-c", "supervisor.toml")
 
@@ -290,8 +290,13 @@ def test_runs_logs_and_cancel_from_the_command_line(workdir: Path) -> None:
         sup.close()
 
 
-def test_a_taken_api_address_is_a_one_line_error(workdir: Path) -> None:
+def test_a_taken_api_address_is_a_one_line_error_and_starts_nothing(workdir: Path) -> None:
     write_config(workdir)
+    state = workdir / "state"
+    state.mkdir()
+    ledger = SqliteStore(state / "herdsman.db")
+    ledger.submit(NewRun(id="q1", provider="demo", prompt="x"), 1.0)
+    ledger.close()
     listen = next(
         line
         for line in (workdir / "supervisor.toml").read_text().splitlines()
@@ -308,3 +313,36 @@ def test_a_taken_api_address_is_a_one_line_error(workdir: Path) -> None:
         f"herdsman: cannot listen on 127.0.0.1:{port}: the address is in use "
         "(another supervisor or program?); choose another with api.listen"
     )
+    ledger = SqliteStore(state / "herdsman.db")
+    try:
+        queued = ledger.get("q1")
+        assert queued is not None
+        assert (queued.status, queued.attempts) == (RunStatus.QUEUED, 0)  # never started
+    finally:
+        ledger.close()
+
+
+def test_a_broken_ledger_file_is_a_one_line_error(workdir: Path) -> None:
+    write_config(workdir)
+    (workdir / "state").mkdir()
+    (workdir / "state" / "herdsman.db").write_bytes(b"this is not a database" * 100)
+    result = herdsman("run", *CLI, cwd=workdir)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "cannot open the run ledger" in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_prompt_that_is_not_utf8_is_refused_in_one_line(workdir: Path) -> None:
+    write_config(workdir)
+    (workdir / "state").mkdir()
+    (workdir / "state" / "api-token").write_text("token\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "herdsman", "submit", *CLI, "-p", "demo"],
+        cwd=workdir,
+        input=b"abc\xff",
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.decode().startswith("herdsman: the prompt on stdin is not UTF-8 text")

@@ -245,3 +245,17 @@ def test_non_utf8_file_is_one_line(tmp_path: Path) -> None:
         str(caught.value)
         == f"{path}: cannot read file: not UTF-8 text (invalid start byte at byte 5)"
     )
+
+
+def test_nul_characters_in_exec_and_env_are_refused(errors: Errors) -> None:
+    text = (
+        "[providers.claude]\n"
+        'exec = ["claude", "-\\u0000p"]\n'
+        'env = { X = "a\\u0000b" }\n'
+        'resume_args = ["--resume\\u0000", "{session}"]\n'
+    )
+    assert errors(text) == [
+        "supervisor.toml:2:19: providers.claude.exec[1]: must not contain a NUL character",
+        "supervisor.toml:3:13: providers.claude.env.X: must not contain a NUL character",
+        "supervisor.toml:4:16: providers.claude.resume_args[0]: must not contain a NUL character",
+    ]

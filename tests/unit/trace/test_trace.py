@@ -136,3 +136,29 @@ def test_malformed_traces_name_the_line_and_the_fault(
 def test_missing_trace_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError, match="cannot read trace: No such file"):
         read_trace(tmp_path / "nope.jsonl")
+
+
+def test_a_write_error_stops_the_trace_but_not_the_caller(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    w = writer(tmp_path / "traces", clock, max_bytes=4096)
+    w.open()
+    w.event("cancel", run_id="r0")
+    w.close()
+    # The folder is replaced by a file: the next rotation cannot open anything.
+    for path in (tmp_path / "traces").iterdir():
+        path.unlink()
+    (tmp_path / "traces").rmdir()
+    (tmp_path / "traces").write_text("not a folder")
+    w.event("cancel", run_id="r1")
+    w.event("cancel", run_id="r2")
+    assert w.failed == 2
+    assert "the trace stops here" in caplog.text
+
+
+def test_open_reports_an_unusable_folder_at_once(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    w = writer(tmp_path / "file" / "traces", FakeClock())
+    with pytest.raises(OSError, match="Not a directory"):
+        w.open()

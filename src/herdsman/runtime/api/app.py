@@ -7,7 +7,7 @@ conflicting state, 422 invalid field, 503 shutting down.
 
 from __future__ import annotations
 
-import json
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,12 +18,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from herdsman.runtime.intake import InvalidRequest, parse_batch, parse_submit
+from herdsman.runtime.intake import InvalidRequest, load_json, parse_batch, parse_submit
 from herdsman.runtime.store import RunStatus
 from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
 from herdsman.runtime.views import run_view
 
 Handler = Callable[[Request], Awaitable[Response]]
+log = logging.getLogger("herdsman.api")
 
 MAX_WAIT = 300.0
 MAX_LIST = 1000
@@ -36,11 +37,7 @@ def error(status: int, message: str) -> JSONResponse:
 
 async def read_json(request: Request) -> Any:
     """The request body as JSON, or a 400."""
-    raw = await request.body()
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(400, f"the request body is not valid JSON: {exc}") from None
+    return load_json(await request.body())
 
 
 def number_param(request: Request, name: str, default: float, maximum: float) -> float:
@@ -153,6 +150,12 @@ class Api:
         return Response(body, media_type="text/plain; version=0.0.4")
 
 
+async def unexpected_error(request: Request, exc: Exception) -> Response:
+    """A bug or a failing store: logged with its traceback, answered as JSON."""
+    log.error("error answering %s %s", request.method, request.url.path, exc_info=exc)
+    return error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
 async def http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own errors (unknown path, wrong method) as JSON too."""
     assert isinstance(exc, HTTPException)
@@ -173,4 +176,7 @@ def create_app(supervisor: Supervisor, token: str) -> Starlette:
         Route("/v1/reload", guarded(api.reload), methods=["POST"]),
         Route("/metrics", guarded(api.metrics), methods=["GET"]),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    return Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: http_error, Exception: unexpected_error},
+    )

@@ -30,7 +30,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, get_args
 
@@ -51,6 +51,8 @@ Operation = Literal[
     "is_repository",
     "head",
     "add_worktree",
+    "branch_exists",
+    "add_worktree_on",
     "worktree_status",
     "remove_worktree",
     "prune",
@@ -322,22 +324,80 @@ class FakeGit:
         repo, path = _absolute(repo), _absolute(path)
         how = ("--detach",) if branch is None else ("-b", branch)
         argv = self._argv(repo, "worktree", "add", "--quiet", *how, str(path), commit)
-        await self._enter("add_worktree")
+
+        def choose(state: dict[str, Any]) -> str:
+            target = self._resolve_commit(state, commit, argv)
+            if branch is not None and branch in state["branches"]:
+                raise GitError(argv, f"fatal: a branch named '{branch}' already exists", 255)
+            return target
+
+        await self._add(
+            "add_worktree",
+            repo=repo,
+            path=path,
+            argv=argv,
+            choose=choose,
+            branch=branch,
+            create_branch=True,
+        )
+
+    async def branch_exists(self, repo: Path, branch: str) -> bool:
+        """See :meth:`Git.branch_exists`."""
+        await self._enter("branch_exists")
+        repo = _absolute(repo)
+        argv = self._argv(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}")
+        return branch in self._state(self._locate(repo, argv).repo)["branches"]
+
+    async def add_worktree_on(self, repo: Path, path: Path, *, branch: str) -> None:
+        """See :meth:`Git.add_worktree_on`."""
+        repo, path = _absolute(repo), _absolute(path)
+        argv = self._argv(repo, "worktree", "add", "--quiet", str(path), branch)
+
+        def choose(state: dict[str, Any]) -> str:
+            if branch not in state["branches"]:
+                raise GitError(argv, f"fatal: invalid reference: {branch}", 128)
+            return str(state["branches"][branch])
+
+        await self._add(
+            "add_worktree_on",
+            repo=repo,
+            path=path,
+            argv=argv,
+            choose=choose,
+            branch=branch,
+            create_branch=False,
+        )
+
+    async def _add(
+        self,
+        operation: Operation,
+        *,
+        repo: Path,
+        path: Path,
+        argv: tuple[str, ...],
+        choose: Callable[[dict[str, Any]], str],
+        branch: str | None,
+        create_branch: bool,
+    ) -> None:
+        await self._enter(operation)
         source = self._locate(repo, argv).repo
         async with self._lock(source):
             # Yield while holding the lock, as git runs while RealGit holds it,
             # so concurrent callers really do queue on it in the simulator.
             await trio.lowlevel.checkpoint()
             state = self._state(source)
-            target = self._resolve_commit(state, commit, argv)
-            if branch is not None and branch in state["branches"]:
-                raise GitError(argv, f"fatal: a branch named '{branch}' already exists", 255)
+            target = choose(state)
             if path.exists() and not (path.is_dir() and not any(path.iterdir())):
                 raise WorktreeExists(argv, f"fatal: '{path}' already exists", 128, path=path)
             registrations = self._registrations(source)
             if any(Path(record["path"]) == path for record in registrations.values()):
                 stderr = f"fatal: '{path}' is a missing but already registered worktree;"
                 raise WorktreeExists(argv, stderr, 128, path=path)
+            if branch is not None and not create_branch:
+                for record in registrations.values():
+                    if record["branch"] == branch:
+                        stderr = f"fatal: '{branch}' is already checked out at '{record['path']}'"
+                        raise GitError(argv, stderr, 128)
             # git names the registration after the directory, numbering clashes.
             name, number = path.name, 0
             while name in registrations or (source / ".git" / "worktrees" / name).exists():
@@ -349,7 +409,7 @@ class FakeGit:
             _write_json(
                 gitdir / _REGISTRATION, {"path": str(path), "head": target, "branch": branch}
             )
-            if branch is not None:
+            if branch is not None and create_branch:
                 state["branches"][branch] = target
                 _write_json(source / ".git" / _STATE, state)
 

@@ -190,6 +190,21 @@ class Git(Protocol):
         """
         ...
 
+    async def branch_exists(self, repo: Path, branch: str) -> bool:
+        """Whether ``repo`` has a local branch named ``branch``."""
+        ...
+
+    async def add_worktree_on(self, repo: Path, path: Path, *, branch: str) -> None:
+        """Create a linked worktree of ``repo`` at ``path`` on the existing ``branch``.
+
+        The counterpart of :meth:`add_worktree` for a branch made earlier (a
+        conversation coming back after its worktree was swept): its commits
+        are all there. Same path rules and errors as :meth:`add_worktree`; a
+        missing branch, or one checked out in another worktree, is a
+        :class:`GitError`.
+        """
+        ...
+
     async def worktree_status(self, path: Path) -> WorktreeState:
         """The clean/modified/untracked state of the worktree at ``path``.
 

@@ -175,10 +175,27 @@ class RealGit:
             args = ("worktree", "add", "--quiet", "--detach", str(path), commit)
         else:
             args = ("worktree", "add", "--quiet", "-b", branch, str(path), commit)
+        # git 2.39 creates the branch *before* it checks the path, so a refused
+        # add would leave a stray branch behind: check first.
+        await self._add(repo, path, args, check_first=branch is not None)
+
+    async def branch_exists(self, repo: Path, branch: str) -> bool:
+        """See :meth:`Git.branch_exists`."""
+        repo = _absolute(repo)
+        result = await self._run(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}")
+        return result.returncode == 0
+
+    async def add_worktree_on(self, repo: Path, path: Path, *, branch: str) -> None:
+        """See :meth:`Git.add_worktree_on`."""
+        repo, path = _absolute(repo), _absolute(path)
+        args = ("worktree", "add", "--quiet", str(path), branch)
+        await self._add(repo, path, args, check_first=True)
+
+    async def _add(
+        self, repo: Path, path: Path, args: tuple[str, ...], *, check_first: bool
+    ) -> None:
         async with self._lock(repo):
-            if branch is not None:
-                # git 2.39 creates the branch *before* it checks the path, so a
-                # refused add would leave a stray branch behind: check first.
+            if check_first:
                 await self._check_free(repo, path, args)
             result = await self._run(repo, *args)
         if result.returncode == 0:

@@ -1,0 +1,69 @@
+"""The ledger writer: ordered callbacks, batching, and no hang when things fail."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from herdsman.runtime.ledger import Ledger, inline
+from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, StoreError
+
+
+def new(run_id: str) -> NewRun:
+    return NewRun(id=run_id, provider="p", prompt="x")
+
+
+async def test_calls_queued_together_commit_as_one_batch_in_order(
+    nursery: trio.Nursery,
+) -> None:
+    ledger = Ledger(MemoryStore(), run_sync=inline)
+    seen: list[str] = []
+    results: dict[str, int] = {}
+
+    async def submit(run_id: str) -> None:
+        record, _ = await ledger.call(
+            lambda s: s.submit(new(run_id), 1.0), then=lambda r: seen.append(r[0].id)
+        )
+        results[run_id] = record.seq
+
+    async with trio.open_nursery() as callers:
+        for run_id in ("a", "b", "c"):
+            callers.start_soon(submit, run_id)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(ledger.run)
+    assert sorted(seen) == ["a", "b", "c"]
+    # Callbacks follow the ledger's order, which is the order of the seqs.
+    assert seen == sorted(seen, key=results.__getitem__)
+    assert ledger.batches == 1
+
+
+async def test_a_failing_callback_does_not_stop_the_writer(nursery: trio.Nursery) -> None:
+    ledger = Ledger(MemoryStore(), run_sync=inline)
+    await nursery.start(ledger.run)
+
+    def explode(_: object) -> None:
+        raise RuntimeError("trace disk full")
+
+    record, created = await ledger.call(lambda s: s.submit(new("a"), 1.0), then=explode)
+    assert created
+    assert record.id == "a"
+    got = await ledger.call(lambda s: s.get("a"))
+    assert got is not None
+
+
+async def test_operation_errors_reach_only_their_caller(nursery: trio.Nursery) -> None:
+    ledger = Ledger(MemoryStore(), run_sync=inline)
+    await nursery.start(ledger.run)
+    with pytest.raises(StoreError):
+        await ledger.call(lambda s: s.finish("nope", RunStatus.FAILED, 1.0))
+    assert (await ledger.call(lambda s: s.submit(new("b"), 1.0)))[1] is True
+
+
+async def test_a_stopped_ledger_fails_calls_instead_of_hanging() -> None:
+    ledger = Ledger(MemoryStore(), run_sync=inline)
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(ledger.run)
+            scope.cancel()
+    with pytest.raises(StoreError, match="the run ledger is closed"):
+        await ledger.call(lambda s: s.get("a"))
