@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from herdsman.config import Config, Provider
 from herdsman.executables import resolve_executable
@@ -67,23 +68,33 @@ def build_spec(
     resume: Sequence[str] = (),
     base_env: Mapping[str, str] | None = None,
     program: str | None = None,
+    checkouts_note: str = "",
+    repos_dir: Path | None = None,
 ) -> ProcessSpec:
-    """Everything the runner needs to execute ``record``."""
+    """Everything the runner needs to execute ``record``.
+
+    ``checkouts_note`` (what the worktree manager says about the run's
+    checkouts) goes before the prompt; ``repos_dir``, the folder holding
+    them, is exported as ``HERDSMAN_REPOS``.
+    """
     provider = config.providers[record.provider]
     state_dir = config.supervisor.state_dir
     parallel = may_run_in_parallel(config)
-    prompt = record.prompt
+    prompt = checkouts_note + record.prompt
     if parallel and config.supervisor.parallel_preamble:
         prompt = PARALLEL_PREAMBLE + prompt
+    env = run_environment(
+        record,
+        provider,
+        account_env=account_env or {},
+        parallel=parallel,
+        base=os.environ if base_env is None else base_env,
+    )
+    if repos_dir is not None:
+        env["HERDSMAN_REPOS"] = str(repos_dir)
     return ProcessSpec(
         argv=build_argv(provider, resume, program),
-        env=run_environment(
-            record,
-            provider,
-            account_env=account_env or {},
-            parallel=parallel,
-            base=os.environ if base_env is None else base_env,
-        ),
+        env=env,
         cwd=provider.workdir,
         prompt=prompt,
         timeout=provider.timeout.total_seconds() if provider.timeout else None,

@@ -29,11 +29,13 @@ from herdsman.config import Config, format_duration
 from herdsman.core import CancelOutcome, Limits, RunRequest, Scheduler, exclusion_keys
 from herdsman.executables import resolve_executable
 from herdsman.runtime.callbacks import deliver_callback
+from herdsman.runtime.git import Git, RealGit
 from herdsman.runtime.launch import build_spec
 from herdsman.runtime.ledger import Ledger, RunSync, in_worker_thread
 from herdsman.runtime.metrics import Metrics
 from herdsman.runtime.runner import Outcome, ProcessOutcome, ProcessSpec, RunCancel, execute
 from herdsman.runtime.store import NewRun, RunRecord, RunStatus, Store, StoreError
+from herdsman.runtime.worktrees.manager import WorktreeManager, checkouts_preamble
 from herdsman.trace import TraceWriter
 
 log = logging.getLogger("herdsman.supervisor")
@@ -129,6 +131,7 @@ class Supervisor:
         trace: TraceWriter | None = None,
         metrics: Metrics | None = None,
         run_sync: RunSync = in_worker_thread,
+        git: Git | None = None,
     ) -> None:
         self.config = config
         self.generation = 1
@@ -146,6 +149,14 @@ class Supervisor:
         self._force_requested = trio.Event()
         self._idle = trio.Event()
         self._handles: dict[str, RunCancel] = {}
+        self._worktrees: WorktreeManager | None = None
+        if config.repos:
+            self._worktrees = WorktreeManager(
+                git if git is not None else RealGit(),
+                config.supervisor.state_dir / "worktrees",
+                config.repos,
+                wall=wall,
+            )
         self._programs: dict[str, str] = {}
         # A snapshot: reading os.environ decodes every variable, on every run.
         self._base_env = dict(os.environ)
@@ -556,8 +567,19 @@ class Supervisor:
             program = resolve_executable(provider.exec[0])
             if program is not None:
                 self._programs[provider.exec[0]] = program
+        note, repos_dir = "", None
+        if self._worktrees is not None and conversation is not None:
+            checkouts = await self._worktrees.prepare(record.workspace, conversation)
+            note = checkouts_preamble(checkouts)
+            repos_dir = self._worktrees.folder(record.workspace, conversation)
         spec = build_spec(
-            record, self.config, resume=resume, base_env=self._base_env, program=program
+            record,
+            self.config,
+            resume=resume,
+            base_env=self._base_env,
+            program=program,
+            checkouts_note=note,
+            repos_dir=repos_dir,
         )
         # Inline: microseconds on a local disk, less than a thread round trip.
         spec.cwd.mkdir(parents=True, exist_ok=True)

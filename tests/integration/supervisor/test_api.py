@@ -442,3 +442,58 @@ async def test_long_polls_end_when_the_supervisor_stops(
         await answered.wait()
     assert answers == [200]
     assert running.supervisor._waiters == {}
+
+
+EDITING_AGENT = """\
+import os, pathlib, sys
+prompt = sys.stdin.read()
+repo = pathlib.Path(os.environ["HERDSMAN_REPOS"]) / "app"
+notes = repo / "notes.txt"
+before = notes.read_text() if notes.exists() else ""
+notes.write_text(before + os.environ["HERDSMAN_RUN_ID"] + "\\n")
+print(repr(before), prompt.splitlines()[1] if len(prompt.splitlines()) > 1 else "")
+"""
+
+
+async def test_each_conversation_works_in_its_own_persistent_checkout(
+    start: Start, tmp_path: Path
+) -> None:
+    import subprocess
+
+    repo = tmp_path / "app"
+    repo.mkdir()
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["config", "user.email", "t@t.invalid"],
+        ["config", "user.name", "t"],
+    ):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    (repo / "README.md").write_text("hello\n")
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(
+        ["git", "-C", str(repo), "-c", "commit.gpgsign=false", "commit", "-qm", "i"], check=True
+    )
+    agent = tmp_path / "agent.py"
+    agent.write_text(EDITING_AGENT)
+    extra = f'[[repos]]\nname = "app"\npath = "{repo}"\n'
+    provider = f'[providers.edit]\nexec = ["{sys.executable}", "{agent}"]\nconcurrency = 2\n'
+    running = await start(config_at(write_config(tmp_path, extra_provider=provider, extra=extra)))
+    a1 = await running.wait(
+        (await submit(running, provider="edit", id="a1", conversation="a"))["id"]
+    )
+    b1 = await running.wait(
+        (await submit(running, provider="edit", id="b1", conversation="b"))["id"]
+    )
+    a2 = await running.wait(
+        (await submit(running, provider="edit", id="a2", conversation="a"))["id"]
+    )
+    assert [r["status"] for r in (a1, b1, a2)] == ["succeeded"] * 3, (a1, b1, a2)
+    # Each conversation sees only its own earlier edits; the original is untouched.
+    assert a1["result"].startswith("''")
+    assert b1["result"].startswith("''")
+    assert a2["result"].startswith("'a1\\n'")
+    assert not (repo / "notes.txt").exists()
+    # The agent is told where its checkout is and what it replaces.
+    worktrees = running.config.supervisor.state_dir / "worktrees"
+    assert a1["result"].split(" ", 1)[1].startswith(f"- {worktrees}/a-")
+    assert a1["result"].rstrip().endswith(f"replaces {repo}")

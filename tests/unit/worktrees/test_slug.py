@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import PurePosixPath
 
 from hypothesis import given
@@ -48,3 +49,12 @@ def test_examples() -> None:
     assert conversation_slug("a", "c") != conversation_slug("b", "c")
     # Ids that fold to the same prefix still differ.
     assert conversation_slug("w", "a/b") != conversation_slug("w", "a:b")
+
+
+def test_slugs_make_valid_git_branch_names() -> None:
+    for conversation in ("a..b", "x.lock", "...", "-dash", "ünï/cødé", "a b\tc", "."):
+        branch = f"refs/heads/herdsman/{conversation_slug('default', conversation)}"
+        result = subprocess.run(
+            ["git", "check-ref-format", branch], capture_output=True, check=False
+        )
+        assert result.returncode == 0, branch

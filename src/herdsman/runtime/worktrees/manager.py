@@ -1,0 +1,187 @@
+"""Each conversation's own persistent checkout of every configured repository.
+
+Layout: ``<root>/<conversation-slug>/<repo-name>``, where ``root`` is
+``<state_dir>/worktrees``. A conversation's first run creates its worktrees;
+later runs find them as the previous run left them.
+
+Each worktree is on its own branch, ``herdsman/<slug>``, made at the source
+repository's HEAD when the worktree is first made. A branch rather than a
+detached HEAD because commits an agent makes there must outlive the worktree:
+the sweeper removes only clean worktrees, and a clean worktree may still hold
+commits that nothing else points at. The branch lives in the source
+repository and is never deleted by herdsman; when a swept conversation comes
+back, its worktree is made again on the same branch.
+
+Nothing here ever raises for git trouble: a checkout that cannot be made is
+returned with its reason, and the run goes on with that repository
+read-only (see :func:`checkouts_preamble`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from herdsman.config import Repo
+from herdsman.runtime.git import Git, GitError, WorktreeExists
+from herdsman.runtime.worktrees.slug import conversation_slug
+
+log = logging.getLogger("herdsman.worktrees")
+
+#: Written into each conversation's folder: who it belongs to and when a run last started.
+METADATA = ".herdsman-conversation.json"
+
+
+@attrs.frozen
+class Checkout:
+    """One repository as one run sees it: its own worktree, or why there is none."""
+
+    repo: Repo
+    path: Path
+    branch: str
+    error: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        """Whether the worktree exists and the agent should work in it."""
+        return self.error is None
+
+
+@attrs.frozen
+class ConversationFolder:
+    """A conversation's folder of worktrees and what its metadata says."""
+
+    path: Path
+    workspace: str
+    conversation: str
+    last_used: float
+
+
+class WorktreeManager:
+    """Makes and finds the worktrees of conversations. ``wall`` gives unix seconds."""
+
+    def __init__(
+        self, git: Git, root: Path, repos: Sequence[Repo], *, wall: Callable[[], float]
+    ) -> None:
+        self.git = git
+        self.root = root
+        self.repos = tuple(repos)
+        self._wall = wall
+
+    def folder(self, workspace: str, conversation: str) -> Path:
+        """Where a conversation's worktrees live (it may not exist yet)."""
+        return self.root / conversation_slug(workspace, conversation)
+
+    async def prepare(self, workspace: str, conversation: str) -> list[Checkout]:
+        """Make sure the conversation has a worktree of every repo; say which it has.
+
+        Repositories are handled in parallel; the git port serialises work
+        within one repository. The result is in the config's repo order.
+        """
+        folder = self.folder(workspace, conversation)
+        slug = folder.name
+        folder.mkdir(parents=True, exist_ok=True)
+        self._touch(folder, workspace, conversation)
+        results: dict[str, Checkout] = {}
+
+        async def one(repo: Repo) -> None:
+            results[repo.name] = await self._checkout(repo, folder / repo.name, slug)
+
+        async with trio.open_nursery() as nursery:
+            for repo in self.repos:
+                nursery.start_soon(one, repo)
+        return [results[repo.name] for repo in self.repos]
+
+    async def _checkout(self, repo: Repo, path: Path, slug: str) -> Checkout:
+        branch = f"herdsman/{slug}"
+        if (path / ".git").exists():
+            return Checkout(repo, path, branch)
+        try:
+            try:
+                await self._add(repo, path, branch)
+            except WorktreeExists:
+                # Registered, but its folder was deleted by hand: forget the
+                # stale registration and make it again.
+                if path.exists():
+                    raise
+                await self.git.prune(repo.path)
+                await self._add(repo, path, branch)
+        except (GitError, OSError) as exc:
+            log.warning("no worktree of %s for %s: %s", repo.name, path.parent.name, exc)
+            return Checkout(repo, path, branch, error=str(exc))
+        log.info("made worktree %s of %s on %s", path, repo.path, branch)
+        return Checkout(repo, path, branch)
+
+    async def _add(self, repo: Repo, path: Path, branch: str) -> None:
+        if await self.git.branch_exists(repo.path, branch):
+            await self.git.add_worktree_on(repo.path, path, branch=branch)
+        else:
+            head = await self.git.head(repo.path)
+            await self.git.add_worktree(repo.path, path, branch=branch, commit=head)
+
+    def _touch(self, folder: Path, workspace: str, conversation: str) -> None:
+        data = {"workspace": workspace, "conversation": conversation, "last_used": self._wall()}
+        tmp = folder / f"{METADATA}.tmp"
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, folder / METADATA)
+
+    def folders(self) -> list[ConversationFolder]:
+        """Every conversation folder under the root that has readable metadata, by path."""
+        found: list[ConversationFolder] = []
+        if not self.root.is_dir():
+            return found
+        for folder in sorted(self.root.iterdir()):
+            meta = _read_metadata(folder / METADATA)
+            if meta is not None:
+                found.append(
+                    ConversationFolder(
+                        folder, meta["workspace"], meta["conversation"], meta["last_used"]
+                    )
+                )
+        return found
+
+
+def _read_metadata(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    valid = (
+        isinstance(data, dict)
+        and isinstance(data.get("workspace"), str)
+        and isinstance(data.get("conversation"), str)
+        and isinstance(data.get("last_used"), int | float)
+    )
+    return data if valid else None
+
+
+def checkouts_preamble(checkouts: Sequence[Checkout]) -> str:
+    """What the agent is told about its checkouts, before the prompt."""
+    if not checkouts:
+        return ""
+    lines = ["[herdsman] This conversation has its own checkouts of these repositories:"]
+    for checkout in checkouts:
+        if checkout.usable:
+            lines.append(
+                f"- {checkout.path} (branch {checkout.branch}) replaces {checkout.repo.path}"
+            )
+    unusable = [c for c in checkouts if not c.usable]
+    if len(unusable) < len(checkouts):
+        lines.append(
+            "Do all repository work in these checkouts. Never switch branches, commit or "
+            "edit files in the original repositories, and do not run `git worktree add` "
+            "yourself."
+        )
+    for checkout in unusable:
+        lines.append(
+            f"- {checkout.repo.path} could not be checked out for you ({checkout.error}); "
+            "treat it as read-only for this run."
+        )
+    return "\n".join(lines) + "\n\n"

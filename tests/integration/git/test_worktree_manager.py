@@ -1,0 +1,168 @@
+"""The worktree manager against real git and the simulator's fake git alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+from git_support import git_init
+
+from herdsman.config import Repo
+from herdsman.runtime.git import FakeGit, Git, RealGit
+from herdsman.runtime.worktrees.manager import (
+    METADATA,
+    Checkout,
+    WorktreeManager,
+    checkouts_preamble,
+)
+from herdsman.runtime.worktrees.slug import conversation_slug
+
+FILES = {"README.md": "hello\n", "src/app.py": "print('app')\n"}
+
+
+@attrs.frozen
+class World:
+    git: Git
+    app: Repo
+    lib: Repo
+    root: Path
+    clock: list[float]
+
+    def manager(self, *repos: Repo) -> WorktreeManager:
+        return WorktreeManager(
+            self.git, self.root, repos or (self.app, self.lib), wall=lambda: self.clock[0]
+        )
+
+
+@pytest.fixture(params=["real", "fake"])
+def world(request: pytest.FixtureRequest, tmp_path: Path) -> World:
+    make: Callable[[Path, Mapping[str, str]], object]
+    if request.param == "real":
+        base = tmp_path.resolve()
+        git: Git = RealGit()
+        make = git_init
+    else:
+        request.getfixturevalue("fs")  # every path below is on the fake filesystem
+        base = Path("/sim")
+        fake = FakeGit()
+        git = fake
+        make = fake.init_repository
+    for name in ("app", "lib"):
+        make(base / "src" / name, FILES)
+    return World(
+        git=git,
+        app=Repo(name="app", path=base / "src" / "app"),
+        lib=Repo(name="lib", path=base / "src" / "lib"),
+        root=base / "state" / "worktrees",
+        clock=[1000.0],
+    )
+
+
+async def test_a_conversation_gets_its_own_worktree_of_every_repo(world: World) -> None:
+    checkouts = await world.manager().prepare("default", "c1")
+    slug = conversation_slug("default", "c1")
+    assert [(c.repo.name, c.path, c.branch, c.error) for c in checkouts] == [
+        ("app", world.root / slug / "app", f"herdsman/{slug}", None),
+        ("lib", world.root / slug / "lib", f"herdsman/{slug}", None),
+    ]
+    assert (checkouts[0].path / "src" / "app.py").read_text() == "print('app')\n"
+    entries = await world.git.list_worktrees(world.app.path)
+    assert [(e.path, e.branch) for e in entries] == [(checkouts[0].path, f"herdsman/{slug}")]
+
+
+async def test_the_next_run_finds_what_the_previous_one_left(world: World) -> None:
+    manager = world.manager()
+    (first, _) = await manager.prepare("default", "c1")
+    (first.path / "README.md").write_text("edited by run 1\n")
+    (first.path / "notes.txt").write_text("scratch\n")
+    (again, _) = await manager.prepare("default", "c1")
+    assert again.path == first.path
+    assert (again.path / "README.md").read_text() == "edited by run 1\n"
+    assert (again.path / "notes.txt").exists()
+    # The original is never touched.
+    assert (world.app.path / "README.md").read_text() == "hello\n"
+    assert not (world.app.path / "notes.txt").exists()
+
+
+async def test_conversations_and_workspaces_are_separate(world: World) -> None:
+    manager = world.manager(world.app)
+    (a,) = await manager.prepare("default", "c1")
+    (b,) = await manager.prepare("default", "c2")
+    (c,) = await manager.prepare("other", "c1")
+    assert len({a.path, b.path, c.path}) == 3
+    (a.path / "README.md").write_text("mine\n")
+    assert (b.path / "README.md").read_text() == "hello\n"
+    assert (c.path / "README.md").read_text() == "hello\n"
+
+
+async def test_ten_conversations_at_once_in_one_repo_all_get_a_worktree(world: World) -> None:
+    manager = world.manager(world.app)
+    results: dict[str, list[Checkout]] = {}
+
+    async def one(n: int) -> None:
+        results[f"c{n}"] = await manager.prepare("default", f"c{n}")
+
+    async with trio.open_nursery() as nursery:
+        for n in range(10):
+            nursery.start_soon(one, n)
+    assert all(checkouts[0].usable for checkouts in results.values()), results
+    assert len(await world.git.list_worktrees(world.app.path)) == 10
+
+
+async def test_a_worktree_deleted_by_hand_is_made_again(world: World) -> None:
+    manager = world.manager(world.app)
+    (first,) = await manager.prepare("default", "c1")
+    _delete_tree(first.path)
+    (again,) = await manager.prepare("default", "c1")
+    assert again.usable, again.error
+    assert (again.path / "README.md").read_text() == "hello\n"
+
+
+async def test_a_swept_conversation_comes_back_on_its_branch(world: World) -> None:
+    manager = world.manager(world.app)
+    (first,) = await manager.prepare("default", "c1")
+    await world.git.remove_worktree(world.app.path, first.path)
+    assert await world.git.branch_exists(world.app.path, first.branch)
+    (again,) = await manager.prepare("default", "c1")
+    assert again.usable, again.error
+    assert again.branch == first.branch
+
+
+async def test_a_repo_that_cannot_be_checked_out_does_not_stop_the_others(
+    world: World,
+) -> None:
+    broken = Repo(name="gone", path=world.root.parent / "not-a-repo")
+    broken.path.mkdir(parents=True)
+    manager = world.manager(world.app, broken)
+    app, gone = await manager.prepare("default", "c1")
+    assert app.usable
+    assert not gone.usable
+    assert gone.error
+    preamble = checkouts_preamble([app, gone])
+    assert f"- {app.path} (branch {app.branch}) replaces {world.app.path}" in preamble
+    assert "Never switch branches, commit or edit files in the original" in preamble
+    assert f"- {broken.path} could not be checked out for you (" in preamble
+    assert "treat it as read-only for this run." in preamble
+
+
+async def test_metadata_names_the_conversation_and_its_last_run(world: World) -> None:
+    manager = world.manager(world.app)
+    await manager.prepare("default", "slack/C1/123")
+    world.clock[0] = 2000.0
+    await manager.prepare("ws", "c2")
+    await manager.prepare("default", "slack/C1/123")
+    folders = {(f.workspace, f.conversation): f.last_used for f in manager.folders()}
+    assert folders == {("default", "slack/C1/123"): 2000.0, ("ws", "c2"): 2000.0}
+    assert all((f.path / METADATA).exists() for f in manager.folders())
+
+
+def _delete_tree(path: Path) -> None:
+    for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if child.is_dir() and not child.is_symlink():
+            child.rmdir()
+        else:
+            child.unlink()
+    path.rmdir()
