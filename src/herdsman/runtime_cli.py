@@ -219,6 +219,38 @@ def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _worktrees(args: argparse.Namespace) -> int:
+    with _client(_load(args)) as client:
+        if args.action == "sweep":
+            _, body = client.request(
+                "POST", "/v1/worktrees/sweep", json={"dry_run": args.dry_run}, timeout=600
+            )
+            rows = body["entries"]
+            if args.json:
+                _print_json(body)
+            elif not rows:
+                print("nothing is idle for longer than retention.idle")
+            for row in [] if args.json else rows:
+                detail = f"  ({row['detail']})" if row["detail"] else ""
+                print(f"{row['action']:<13} {row['path']}{detail}")
+            return 0
+        _, body = client.request("GET", "/v1/worktrees")
+    if args.json:
+        _print_json(body)
+        return 0
+    print(f"{'conversation':<28} {'repo':<12} {'last used':<26} {'state':<7} {'size':>9}  path")
+    for row in body["worktrees"]:
+        conversation = row["conversation"]
+        if row["workspace"] != "default":
+            conversation = f"{row['workspace']}/{conversation}"
+        size = f"{row['size_bytes'] / 1e6:.1f} MB"
+        print(
+            f"{conversation[:28]:<28} {row['repo']:<12} {row['last_used'][:25]:<26} "
+            f"{row['status'][:7]:<7} {size:>9}  {row['path']}"
+        )
+    return 0
+
+
 def _reload(args: argparse.Namespace) -> int:
     with _client(_load(args)) as client:
         _, body = client.request("POST", "/v1/reload")
@@ -336,6 +368,20 @@ def add_runtime_commands(commands: Any, config_options: OptionsFactory) -> None:
     logs.add_argument("run_id", metavar="RUN_ID")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
     logs.set_defaults(handler=_guard(_logs))
+
+    worktrees = commands.add_parser(
+        "worktrees",
+        parents=[config_options()],
+        help="list conversations' worktrees (or: worktrees sweep [--dry-run])",
+    )
+    worktrees.add_argument(
+        "action", nargs="?", choices=("sweep",), help="sweep idle clean worktrees now"
+    )
+    worktrees.add_argument(
+        "--dry-run", action="store_true", help="with sweep: say what would go, remove nothing"
+    )
+    worktrees.add_argument("--json", action="store_true", help="machine-readable output")
+    worktrees.set_defaults(handler=_guard(_worktrees))
 
     reload = commands.add_parser(
         "reload", parents=[config_options()], help="ask the supervisor to reload its config"

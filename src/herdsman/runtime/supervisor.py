@@ -27,6 +27,7 @@ import trio
 
 from herdsman.config import Config, format_duration
 from herdsman.core import CancelOutcome, Limits, RunRequest, Scheduler, exclusion_keys
+from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
 from herdsman.runtime.callbacks import deliver_callback
 from herdsman.runtime.git import Git, RealGit
@@ -35,7 +36,9 @@ from herdsman.runtime.ledger import Ledger, RunSync, in_worker_thread
 from herdsman.runtime.metrics import Metrics
 from herdsman.runtime.runner import Outcome, ProcessOutcome, ProcessSpec, RunCancel, execute
 from herdsman.runtime.store import NewRun, RunRecord, RunStatus, Store, StoreError
+from herdsman.runtime.worktrees.listing import describe_worktrees
 from herdsman.runtime.worktrees.manager import WorktreeManager, checkouts_preamble
+from herdsman.runtime.worktrees.sweeper import SweepReport, sweep
 from herdsman.trace import TraceWriter
 
 log = logging.getLogger("herdsman.supervisor")
@@ -214,6 +217,8 @@ class Supervisor:
                 self._nursery = nursery
                 nursery.start_soon(self._dispatch_loop)
                 nursery.start_soon(self._prune_loop)
+                if self._worktrees is not None:
+                    nursery.start_soon(self._sweep_loop)
                 self._wake()
                 self._ready.set()
                 task_status.started(self)
@@ -645,6 +650,38 @@ class Supervisor:
         if not self._handles:
             self._idle.set()
         self._wake()
+
+    def conversation_busy(self, workspace: str, conversation: str) -> bool:
+        """Whether a run of the conversation is queued, running, or being submitted."""
+        key = conversation_key(workspace, conversation)
+        probe = RunRequest("", "", conversation, None, workspace)
+        return self._scheduler.is_busy(probe) or self._pending_keys[key] > 0
+
+    async def sweep_worktrees(self, *, dry_run: bool = False) -> SweepReport:
+        """Remove the clean worktrees of idle conversations now (see sweeper.py)."""
+        if self._worktrees is None:
+            return SweepReport(())
+        return await sweep(
+            self._worktrees,
+            now=self._wall(),
+            idle=self.config.retention.idle.total_seconds(),
+            is_busy=self.conversation_busy,
+            dry_run=dry_run,
+        )
+
+    async def list_worktrees(self) -> list[dict[str, Any]]:
+        """Every conversation worktree: who, where, last used, clean or dirty, size."""
+        if self._worktrees is None:
+            return []
+        return await describe_worktrees(self._worktrees)
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await trio.sleep(self.config.retention.sweep_interval.total_seconds())
+            try:
+                await self.sweep_worktrees()
+            except Exception:  # a sweep that fails is tried again next time
+                log.exception("worktree sweep failed")
 
     async def _prune_loop(self) -> None:
         keep = self.config.retention.finished_runs.total_seconds()

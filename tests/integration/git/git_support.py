@@ -1,10 +1,25 @@
-"""Helpers shared by the git tests (a module, not a conftest, so tests can import it)."""
+"""Helpers and fixtures shared by the git tests.
+
+A module, not a conftest: every test folder's conftest is imported under the
+one name ``conftest``, and pyfakefs only patches modules it finds in
+``sys.modules`` — a fixture body in a shadowed conftest would see the real
+``pathlib`` under the fake filesystem.
+"""
 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+
+import attrs
+import pytest
+
+from herdsman.config import Repo
+from herdsman.runtime.git import FakeGit, Git, RealGit
+from herdsman.runtime.worktrees.manager import WorktreeManager
+
+FILES = {"README.md": "hello\n", "src/app.py": "print('app')\n"}
 
 
 def git_init(path: Path, files: Mapping[str, str]) -> None:
@@ -23,3 +38,41 @@ def git_init(path: Path, files: Mapping[str, str]) -> None:
     run("add", "-A")
     # A global commit.gpgsign=true must not make the fixture need a key.
     run("-c", "commit.gpgsign=false", "commit", "-q", "-m", "initial")
+
+
+@attrs.frozen
+class World:
+    git: Git
+    app: Repo
+    lib: Repo
+    root: Path
+    clock: list[float]
+
+    def manager(self, *repos: Repo) -> WorktreeManager:
+        return WorktreeManager(
+            self.git, self.root, repos or (self.app, self.lib), wall=lambda: self.clock[0]
+        )
+
+
+@pytest.fixture(params=["real", "fake"])
+def world(request: pytest.FixtureRequest, tmp_path: Path) -> World:
+    make: Callable[[Path, Mapping[str, str]], object]
+    if request.param == "real":
+        base = tmp_path.resolve()
+        git: Git = RealGit()
+        make = git_init
+    else:
+        request.getfixturevalue("fs")  # every path below is on the fake filesystem
+        base = Path("/sim")
+        fake = FakeGit()
+        git = fake
+        make = fake.init_repository
+    for name in ("app", "lib"):
+        make(base / "src" / name, FILES)
+    return World(
+        git=git,
+        app=Repo(name="app", path=base / "src" / "app"),
+        lib=Repo(name="lib", path=base / "src" / "lib"),
+        root=base / "state" / "worktrees",
+        clock=[1000.0],
+    )

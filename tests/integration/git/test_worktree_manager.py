@@ -2,63 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import attrs
-import pytest
 import trio
-from git_support import git_init
+from git_support import World
 
 from herdsman.config import Repo
-from herdsman.runtime.git import FakeGit, Git, RealGit
 from herdsman.runtime.worktrees.manager import (
     METADATA,
     Checkout,
-    WorktreeManager,
     checkouts_preamble,
 )
 from herdsman.runtime.worktrees.slug import conversation_slug
-
-FILES = {"README.md": "hello\n", "src/app.py": "print('app')\n"}
-
-
-@attrs.frozen
-class World:
-    git: Git
-    app: Repo
-    lib: Repo
-    root: Path
-    clock: list[float]
-
-    def manager(self, *repos: Repo) -> WorktreeManager:
-        return WorktreeManager(
-            self.git, self.root, repos or (self.app, self.lib), wall=lambda: self.clock[0]
-        )
-
-
-@pytest.fixture(params=["real", "fake"])
-def world(request: pytest.FixtureRequest, tmp_path: Path) -> World:
-    make: Callable[[Path, Mapping[str, str]], object]
-    if request.param == "real":
-        base = tmp_path.resolve()
-        git: Git = RealGit()
-        make = git_init
-    else:
-        request.getfixturevalue("fs")  # every path below is on the fake filesystem
-        base = Path("/sim")
-        fake = FakeGit()
-        git = fake
-        make = fake.init_repository
-    for name in ("app", "lib"):
-        make(base / "src" / name, FILES)
-    return World(
-        git=git,
-        app=Repo(name="app", path=base / "src" / "app"),
-        lib=Repo(name="lib", path=base / "src" / "lib"),
-        root=base / "state" / "worktrees",
-        clock=[1000.0],
-    )
 
 
 async def test_a_conversation_gets_its_own_worktree_of_every_repo(world: World) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -346,3 +347,52 @@ def test_a_prompt_that_is_not_utf8_is_refused_in_one_line(workdir: Path) -> None
     )
     assert result.returncode == 1
     assert result.stderr.decode().startswith("herdsman: the prompt on stdin is not UTF-8 text")
+
+
+def test_worktrees_are_listed_and_swept_from_the_command_line(workdir: Path) -> None:
+    repo = workdir / "app"
+    repo.mkdir()
+    (repo / "README.md").write_text("hello\n")
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["add", "-A"],
+        [
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t.invalid",
+            "-c",
+            "commit.gpgsign=false",
+            "commit",
+            "-qm",
+            "initial",
+        ],
+    ):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    extra = f'[[repos]]\nname = "app"\npath = "{repo}"\n\n[retention]\nidle = "1s"\n'
+    write_config(workdir, delay=0.1, extra=extra)
+    sup = started(workdir)
+    try:
+        done = herdsman(
+            "submit", *CLI, "-p", "demo", "--conversation", "chat-1", "--wait", "hi", cwd=workdir
+        )
+        assert done.returncode == 0, done.stderr
+        listed = herdsman("worktrees", *CLI, "--json", cwd=workdir)
+        (row,) = json.loads(listed.stdout)["worktrees"]
+        assert (row["conversation"], row["repo"], row["status"]) == ("chat-1", "app", "clean")
+        checkout = Path(row["path"])
+        (checkout / "README.md").write_text("work in progress\n")
+        time.sleep(1.2)  # past retention.idle
+        dry = herdsman("worktrees", *CLI, "sweep", "--dry-run", cwd=workdir)
+        assert dry.stdout.split()[:2] == ["kept-dirty", str(checkout)], dry.stdout
+        (checkout / "README.md").write_text("hello\n")
+        dry = herdsman("worktrees", *CLI, "sweep", "--dry-run", cwd=workdir)
+        assert dry.stdout.split()[:2] == ["would", "remove"], dry.stdout
+        assert checkout.exists()
+        swept = herdsman("worktrees", *CLI, "sweep", cwd=workdir)
+        assert swept.stdout.split()[:2] == ["removed", str(checkout)], swept.stdout
+        assert not checkout.exists()
+        after = herdsman("worktrees", *CLI, cwd=workdir)
+        assert after.stdout.splitlines()[1:] == []
+    finally:
+        sup.close()

@@ -136,6 +136,33 @@ class Api:
             record = await self.supervisor.wait(run_id, 10.0)
         return JSONResponse(run_view(record), status_code=200 if record.is_terminal else 202)
 
+    async def worktrees(self, request: Request) -> Response:
+        """``GET /v1/worktrees``: every conversation's checkouts and their state."""
+        return JSONResponse({"worktrees": await self.supervisor.list_worktrees()})
+
+    async def sweep(self, request: Request) -> Response:
+        """``POST /v1/worktrees/sweep`` ``{"dry_run": bool}``: sweep now, say what happened."""
+        raw = await request.body()
+        body = load_json(raw) if raw.strip() else {}
+        if not isinstance(body, dict) or set(body) - {"dry_run"}:
+            raise InvalidRequest(422, 'the body may only hold "dry_run"')
+        dry_run = body.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            raise InvalidRequest(422, "dry_run: must be true or false")
+        report = await self.supervisor.sweep_worktrees(dry_run=dry_run)
+        entries = [
+            {
+                "workspace": e.workspace,
+                "conversation": e.conversation,
+                "repo": e.repo,
+                "path": str(e.path),
+                "action": e.action,
+                "detail": e.detail,
+            }
+            for e in report.entries
+        ]
+        return JSONResponse({"dry_run": dry_run, "entries": entries})
+
     async def status(self, request: Request) -> Response:
         """``GET /v1/status``."""
         return JSONResponse(self.supervisor.status())
@@ -173,6 +200,8 @@ def create_app(supervisor: Supervisor, token: str) -> Starlette:
         Route("/v1/runs/{run_id}", guarded(api.get_run), methods=["GET"]),
         Route("/v1/runs/{run_id}/cancel", guarded(api.cancel), methods=["POST"]),
         Route("/v1/status", guarded(api.status), methods=["GET"]),
+        Route("/v1/worktrees", guarded(api.worktrees), methods=["GET"]),
+        Route("/v1/worktrees/sweep", guarded(api.sweep), methods=["POST"]),
         Route("/v1/reload", guarded(api.reload), methods=["POST"]),
         Route("/metrics", guarded(api.metrics), methods=["GET"]),
     ]

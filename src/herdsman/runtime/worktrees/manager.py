@@ -74,6 +74,15 @@ class WorktreeManager:
         self.root = root
         self.repos = tuple(repos)
         self._wall = wall
+        self._locks: dict[str, trio.Lock] = {}
+
+    def lock(self, workspace: str, conversation: str) -> trio.Lock:
+        """The lock that preparing a run and sweeping share for one conversation."""
+        slug = conversation_slug(workspace, conversation)
+        lock = self._locks.get(slug)
+        if lock is None:
+            lock = self._locks[slug] = trio.Lock()
+        return lock
 
     def folder(self, workspace: str, conversation: str) -> Path:
         """Where a conversation's worktrees live (it may not exist yet)."""
@@ -87,16 +96,19 @@ class WorktreeManager:
         """
         folder = self.folder(workspace, conversation)
         slug = folder.name
-        folder.mkdir(parents=True, exist_ok=True)
-        self._touch(folder, workspace, conversation)
         results: dict[str, Checkout] = {}
 
         async def one(repo: Repo) -> None:
             results[repo.name] = await self._checkout(repo, folder / repo.name, slug)
 
-        async with trio.open_nursery() as nursery:
-            for repo in self.repos:
-                nursery.start_soon(one, repo)
+        # Waits for a sweep of this conversation to finish, then makes again
+        # whatever it removed.
+        async with self.lock(workspace, conversation):
+            folder.mkdir(parents=True, exist_ok=True)
+            self._touch(folder, workspace, conversation)
+            async with trio.open_nursery() as nursery:
+                for repo in self.repos:
+                    nursery.start_soon(one, repo)
         return [results[repo.name] for repo in self.repos]
 
     async def _checkout(self, repo: Repo, path: Path, slug: str) -> Checkout:

@@ -1,0 +1,164 @@
+"""Retention: removing the worktrees of idle conversations, never losing work.
+
+A conversation's worktrees are removed once no run has started in it for
+``idle`` seconds, with ``git worktree remove`` *without* force: git refuses a
+checkout holding modified or untracked files, and such a checkout is kept,
+reported as kept-dirty, and tried again at the next sweep. The branch stays
+in the source repository.
+
+A conversation with a queued or running run is never swept. The check is
+made before each removal, with the conversation's lock held (the same lock
+the manager takes to prepare a run's checkouts), so a run that arrives
+mid-sweep stops the sweep of its conversation at once; at most the one
+removal already under way completes, and the run's start, which waits for
+the lock, then makes that worktree again on its branch — only files git
+ignores can be lost that way, never uncommitted work (git would have refused).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+from herdsman.runtime.git import GitError, WorktreeDirty
+from herdsman.runtime.worktrees.manager import METADATA, ConversationFolder, WorktreeManager
+
+log = logging.getLogger("herdsman.worktrees")
+
+#: ``(workspace, conversation) -> whether it has a queued or running run``.
+IsBusy = Callable[[str, str], bool]
+
+
+@attrs.frozen
+class SweptWorktree:
+    """What a sweep did, or would do, with one worktree."""
+
+    workspace: str
+    conversation: str
+    repo: str
+    path: Path
+    action: str  # "removed", "would remove", "kept-dirty", "busy", "failed"
+    detail: str = ""
+
+
+@attrs.frozen
+class SweepReport:
+    """Everything one sweep looked at that was old enough to go."""
+
+    entries: tuple[SweptWorktree, ...]
+
+    def count(self, action: str) -> int:
+        """How many entries ended with ``action``."""
+        return sum(1 for entry in self.entries if entry.action == action)
+
+
+async def sweep(
+    manager: WorktreeManager,
+    *,
+    now: float,
+    idle: float,
+    is_busy: IsBusy,
+    dry_run: bool = False,
+) -> SweepReport:
+    """Remove the clean worktrees of conversations idle for longer than ``idle``."""
+    entries: list[SweptWorktree] = []
+    for folder in manager.folders():
+        if now - folder.last_used <= idle:
+            continue
+        async with manager.lock(folder.workspace, folder.conversation):
+            entries.extend(
+                await _sweep_folder(
+                    manager, folder, now=now, idle=idle, is_busy=is_busy, dry_run=dry_run
+                )
+            )
+    report = SweepReport(tuple(entries))
+    if entries:
+        log.info(
+            "worktree sweep: %d removed, %d kept dirty, %d busy, %d failed",
+            report.count("removed"),
+            report.count("kept-dirty"),
+            report.count("busy"),
+            report.count("failed"),
+        )
+    return report
+
+
+async def _sweep_folder(
+    manager: WorktreeManager,
+    folder: ConversationFolder,
+    *,
+    now: float,
+    idle: float,
+    is_busy: IsBusy,
+    dry_run: bool,
+) -> list[SweptWorktree]:
+    # Re-read under the lock: a run may have prepared meanwhile.
+    fresh = {f.path: f for f in manager.folders()}.get(folder.path)
+    if fresh is None or now - fresh.last_used <= idle:
+        return []
+    entries = []
+    kept = False
+    for repo in manager.repos:
+        path = folder.path / repo.name
+        if not path.exists():
+            continue
+
+        def entry(
+            action: str, detail: str = "", repo_name: str = repo.name, where: Path = path
+        ) -> SweptWorktree:
+            return SweptWorktree(
+                folder.workspace, folder.conversation, repo_name, where, action, detail
+            )
+
+        # Checked right before each removal, with nothing awaited in between.
+        if is_busy(folder.workspace, folder.conversation):
+            entries.append(entry("busy"))
+            kept = True
+            continue
+        state = await manager.git.worktree_status(path)
+        if not state.clean:
+            files = ", ".join((*state.modified, *state.untracked)[:5])
+            entries.append(entry("kept-dirty", files))
+            kept = True
+            continue
+        if dry_run:
+            entries.append(entry("would remove"))
+            kept = True
+            continue
+        if is_busy(folder.workspace, folder.conversation):
+            entries.append(entry("busy"))
+            kept = True
+            continue
+        try:
+            await manager.git.remove_worktree(repo.path, path)
+        except WorktreeDirty as exc:  # changed between the status and the removal
+            entries.append(entry("kept-dirty", ", ".join((*exc.modified, *exc.untracked)[:5])))
+            kept = True
+        except (GitError, OSError) as exc:
+            log.warning("could not remove worktree %s: %s", path, exc)
+            entries.append(entry("failed", str(exc)))
+            kept = True
+        else:
+            entries.append(entry("removed"))
+    if not dry_run:
+        for repo in manager.repos:
+            try:
+                await manager.git.prune(repo.path)
+            except (GitError, OSError) as exc:
+                log.warning("git worktree prune in %s failed: %s", repo.path, exc)
+    if not kept and not dry_run:
+        _remove_folder(folder.path)
+    return entries
+
+
+def _remove_folder(path: Path) -> None:
+    """Drop the conversation's folder once nothing of value is left in it."""
+    leftovers = [p for p in path.iterdir() if p.name != METADATA]
+    if leftovers:
+        return  # something we did not make: leave it alone
+    os.remove(path / METADATA)
+    path.rmdir()
