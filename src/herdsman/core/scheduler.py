@@ -168,6 +168,11 @@ class Scheduler:
         entry = self._entries.get(run_id)
         return None if entry is None else entry.state
 
+    def request_of(self, run_id: str) -> RunRequest | None:
+        """The run as submitted, while it is queued or running."""
+        entry = self._entries.get(run_id)
+        return None if entry is None else entry.run
+
     def queued_for(self, provider: str) -> int:
         """Queued runs of ``provider``. O(1)."""
         return self._queued_by_provider.get(provider, 0)

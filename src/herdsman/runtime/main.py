@@ -172,6 +172,9 @@ def run_supervisor(config: Config) -> int:
                 "(another supervisor or program?); choose another with api.listen"
             )
         raise StartFailed(f"cannot start: {failure}")
+    if report.fatal is not None:
+        log.error("stopped because %s", report.fatal)
+        return 4
     if report.drained:
         log.info("stopped cleanly")
         return 0

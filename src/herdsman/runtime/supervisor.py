@@ -44,6 +44,9 @@ from herdsman.trace import TraceWriter
 log = logging.getLogger("herdsman.supervisor")
 
 OnBusy = Literal["queue", "skip"]
+#: How long, after cancelling them, running runs may take to stop before their
+#: tasks are cancelled outright (the runner's kill grace is 5 s).
+FORCED_STOP_WAIT = 15.0
 SKIP_REASON = "its conversation or agent already had a queued or running run"
 
 
@@ -77,6 +80,8 @@ class ShutdownReport:
 
     drained: bool
     cancelled: tuple[str, ...]
+    #: Why the supervisor stopped by itself (the ledger failed), if it did.
+    fatal: str | None = None
 
 
 def limits_of(config: Config) -> Limits:
@@ -84,6 +89,20 @@ def limits_of(config: Config) -> Limits:
     return Limits(
         {name: p.concurrency for name, p in config.providers.items()},
         config.supervisor.max_concurrency,
+    )
+
+
+def not_started(status: Outcome, reason: str) -> ProcessOutcome:
+    """The outcome of a run that ended before its process was spawned."""
+    return ProcessOutcome(
+        status=status,
+        exit_code=None,
+        reason=reason,
+        limit=None,
+        result=None,
+        session_id=None,
+        excerpt="",
+        usage_limit=None,
     )
 
 
@@ -152,6 +171,9 @@ class Supervisor:
         self._force_requested = trio.Event()
         self._idle = trio.Event()
         self._handles: dict[str, RunCancel] = {}
+        # Runs whose checkouts are being prepared (nothing spawned yet).
+        self._preparing: dict[str, trio.CancelScope] = {}
+        self._fatal: str | None = None
         self._worktrees: WorktreeManager | None = None
         if config.repos:
             self._worktrees = WorktreeManager(
@@ -272,10 +294,26 @@ class Supervisor:
         cancelled = tuple(self._handles)
         if cancelled:
             log.warning("cancelling %d running run(s)", len(cancelled))
-            for handle in list(self._handles.values()):
-                handle.cancel("supervisor shut down")
-            await self._wait_idle()
-        return ShutdownReport(drained=not cancelled, cancelled=cancelled)
+            for run_id in cancelled:
+                self._stop(run_id, "supervisor shut down")
+            # Process groups get SIGTERM, then SIGKILL after the kill grace;
+            # anything still not done after that is cancelled outright (its
+            # task still records it, shielded).
+            with trio.move_on_after(FORCED_STOP_WAIT):
+                await self._wait_idle()
+            if self._handles:
+                log.error("%d run(s) did not stop; cancelling their tasks", len(self._handles))
+                assert self._nursery is not None
+                self._nursery.cancel_scope.cancel()
+                await self._wait_idle()
+        return ShutdownReport(drained=not cancelled, cancelled=cancelled, fatal=self._fatal)
+
+    def _stop(self, run_id: str, reason: str) -> None:
+        """Stop a running run: its process group, or its preparation if not spawned yet."""
+        self._handles[run_id].cancel(reason)
+        preparing = self._preparing.get(run_id)
+        if preparing is not None:
+            preparing.cancel()
 
     async def _wait_idle(self) -> None:
         while self._handles:
@@ -368,18 +406,36 @@ class Supervisor:
         # Decided the moment the request arrives when the scheduler knows the
         # run; only an id it does not know waits for the ledger (a submit of
         # it may still be in flight, and the ledger is FIFO).
+        request = self._scheduler.request_of(run_id)
         withdrawn = self._scheduler.cancel(run_id)
+        submitted_at = self._submitted_at.pop(run_id, None)
+        try:
+            return await self._cancel_recorded(run_id, reason, withdrawn)
+        except StoreError:
+            if withdrawn is CancelOutcome.REMOVED and request is not None:
+                # The ledger still says queued: so must the scheduler (at the
+                # back of its lanes; the cancel can be asked for again).
+                self._scheduler.submit(request)
+                if submitted_at is not None:
+                    self._submitted_at[run_id] = submitted_at
+                self._wake()
+            raise
+
+    async def _cancel_recorded(
+        self, run_id: str, reason: str, withdrawn: CancelOutcome
+    ) -> RunRecord:
         record = await self.get(run_id)
         if record is None:
             raise RunNotFound(run_id)
         if withdrawn is CancelOutcome.UNKNOWN and self._scheduler.state_of(run_id) is not None:
+            # Its submit was still in flight a moment ago.
+            self._submitted_at.pop(run_id, None)
             withdrawn = self._scheduler.cancel(run_id)
         if withdrawn is CancelOutcome.RUNNING:
-            self._handles[run_id].cancel(reason)
+            self._stop(run_id, reason)
             return record
         if withdrawn is CancelOutcome.UNKNOWN:
             raise RunConflict(f"run {run_id} already ended as {record.status.value}")
-        self._submitted_at.pop(run_id, None)
         now = self._wall()
 
         def cancelled(final: RunRecord) -> None:
@@ -517,6 +573,7 @@ class Supervisor:
                     del self._handles[run.id]
                 if not self._handles:
                     self._idle.set()
+                self._fatal = f"the run ledger could not record a start: {exc}"
                 self.request_shutdown()
 
     def _started(self, records: list[RunRecord]) -> None:
@@ -533,22 +590,25 @@ class Supervisor:
         handle = self._handles[record.id]
         ended: ProcessOutcome | None = None
         try:
-            spec = await self._spec_for(record)
-            ended = await self._execute(spec, cancel=handle)
+            # Preparing (the checkouts above all) can be slow; a cancel or a
+            # shutdown must be able to stop it before anything is spawned.
+            spec = None
+            with trio.CancelScope() as preparing:
+                self._preparing[record.id] = preparing
+                if handle.cancelled:
+                    preparing.cancel()
+                spec = await self._spec_for(record)
+            self._preparing.pop(record.id, None)
+            if spec is None or handle.cancelled:
+                ended = not_started(Outcome.CANCELLED, handle.reason or "cancel requested")
+            else:
+                ended = await self._execute(spec, cancel=handle)
         except Exception as exc:  # a run's failure is its own, never the supervisor's
             if not isinstance(exc, OSError):
                 log.exception("run %s could not be started", record.id)
-            ended = ProcessOutcome(
-                status=Outcome.FAILED,
-                exit_code=None,
-                reason=f"could not start {record.provider}: {exc}",
-                limit=None,
-                result=None,
-                session_id=None,
-                excerpt="",
-                usage_limit=None,
-            )
+            ended = not_started(Outcome.FAILED, f"could not start {record.provider}: {exc}")
         finally:
+            self._preparing.pop(record.id, None)
             # Shielded: a forced shutdown must still record how the run ended.
             with trio.CancelScope(shield=True):
                 await self._record_finish(record, ended)
@@ -576,6 +636,12 @@ class Supervisor:
         if self._worktrees is not None and conversation is not None:
             checkouts = await self._worktrees.prepare(record.workspace, conversation)
             note = checkouts_preamble(checkouts)
+            for failed in (c for c in checkouts if not c.usable):
+                text = (
+                    f"repository {failed.repo.name} was read-only for this run: "
+                    f"it could not be checked out ({failed.error})"
+                )
+                await self.ledger.call(methodcaller("add_note", record.id, text))
             repos_dir = self._worktrees.folder(record.workspace, conversation)
         spec = build_spec(
             record,
@@ -687,7 +753,11 @@ class Supervisor:
         keep = self.config.retention.finished_runs.total_seconds()
         while True:
             cutoff = self._wall() - keep
-            pruned: int = await self.ledger.call(methodcaller("prune", cutoff))
-            if pruned:
-                log.info("pruned %d finished run(s) older than %s", pruned, keep)
+            try:
+                pruned: int = await self.ledger.call(methodcaller("prune", cutoff))
+            except StoreError as exc:  # a locked or full disk: try again next time
+                log.warning("could not prune finished runs: %s", exc)
+            else:
+                if pruned:
+                    log.info("pruned %d finished run(s) older than %s", pruned, keep)
             await trio.sleep(min(3600.0, max(1.0, keep / 10)))

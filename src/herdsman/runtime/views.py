@@ -29,6 +29,7 @@ def run_view(record: RunRecord) -> Mapping[str, Any]:
         "excerpt": record.excerpt,
         "log_path": record.log_path,
         "attempts": record.attempts,
+        "notes": list(record.notes),
         "callback_url": record.callback_url,
         "metadata": dict(record.metadata),
         "prompt": record.prompt,

@@ -47,6 +47,7 @@ class World:
     lib: Repo
     root: Path
     clock: list[float]
+    make: Callable[[Path, Mapping[str, str]], object]  # a new repository of FILES
 
     def manager(self, *repos: Repo) -> WorktreeManager:
         return WorktreeManager(
@@ -75,4 +76,5 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> World:
         lib=Repo(name="lib", path=base / "src" / "lib"),
         root=base / "state" / "worktrees",
         clock=[1000.0],
+        make=make,
     )

@@ -47,11 +47,12 @@ def logging_git(tmp_path: Path, log: Path) -> str:
     wrapper = tmp_path / "git-wrapper"
     wrapper.write_text(
         "#!/bin/sh\n"
-        'if [ "$3" = worktree ] && [ "$4" != list ]; then\n'
-        f'  echo "start $2" >> {log}\n'
+        # argv: -c core.hooksPath=/dev/null -C REPO worktree ...
+        'if [ "$5" = worktree ] && [ "$6" != list ]; then\n'
+        f'  echo "start $4" >> {log}\n'
         "  sleep 0.2\n"
         f'  {real} "$@"; rc=$?\n'
-        f'  echo "end $2" >> {log}\n'
+        f'  echo "end $4" >> {log}\n'
         "  exit $rc\n"
         "fi\n"
         f'exec {real} "$@"\n'
@@ -134,3 +135,16 @@ async def test_staged_rename_and_odd_names_are_parsed(tmp_path: Path) -> None:
         exists=True, clean=False, modified=("new\tname.txt",), untracked=("ünïcode.txt",)
     )
     assert os.fsencode(state.untracked[0]) == "ünïcode.txt".encode()
+
+
+async def test_hooks_of_the_repository_never_run(tmp_path: Path) -> None:
+    base = tmp_path.resolve()
+    repo = base / "app"
+    head = git_init(repo, {"a.txt": "a\n"})
+    hook = repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {base / 'hook-ran'}\nsleep 100\n")
+    hook.chmod(0o755)
+    git = RealGit()
+    with trio.fail_after(20):
+        await git.add_worktree(repo, base / "state" / "c1" / "app", branch="b1", commit=head)
+    assert not (base / "hook-ran").exists()

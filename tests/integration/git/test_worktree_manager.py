@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import trio
-from git_support import World
+from git_support import FILES, World
 
 from herdsman.config import Repo
 from herdsman.runtime.worktrees.manager import (
@@ -121,3 +121,39 @@ def _delete_tree(path: Path) -> None:
         else:
             child.unlink()
     path.rmdir()
+
+
+async def test_a_replaced_repository_is_never_reused_blindly(world: World) -> None:
+    manager = world.manager(world.app)
+    (first,) = await manager.prepare("default", "a")
+    # The source repository is deleted and made again at the same path.
+    _delete_tree(world.app.path)
+    world.make(world.app.path, FILES)
+    (again,) = await manager.prepare("default", "a")
+    assert not again.usable
+    assert "is not registered" in (again.error or "")
+    assert (first.path / "README.md").exists()  # left exactly as it was
+
+
+async def test_repairing_a_deleted_folder_leaves_the_users_own_worktrees_alone(
+    world: World,
+) -> None:
+    manager = world.manager(world.app)
+    head = await world.git.head(world.app.path)
+    users = world.root.parent / "users-worktree"
+    await world.git.add_worktree(world.app.path, users, branch=None, commit=head)
+    users.rename(users.with_name("unmounted"))  # the user's disk is away for now
+    (ours,) = await manager.prepare("default", "c")
+    _delete_tree(ours.path)
+    (again,) = await manager.prepare("default", "c")
+    assert again.usable, again.error
+    listed = {e.path for e in await world.git.list_worktrees(world.app.path)}
+    assert users in listed  # still registered: not pruned behind the user's back
+
+
+async def test_a_folder_that_cannot_be_made_leaves_every_repo_read_only(world: World) -> None:
+    world.root.parent.mkdir(parents=True, exist_ok=True)
+    world.root.write_text("a file where the worktrees folder should be")
+    checkouts = await world.manager().prepare("default", "c")
+    assert [c.usable for c in checkouts] == [False, False]
+    assert all(c.error for c in checkouts)

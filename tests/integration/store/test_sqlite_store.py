@@ -269,3 +269,28 @@ def test_starts_commit_with_full_sync_and_other_changes_with_normal(tmp_path: Pa
         assert sync_level_at_commit() == 1
     finally:
         store.close()
+
+
+def test_a_version_1_file_is_migrated_and_keeps_its_runs(tmp_path: Path) -> None:
+    from herdsman.runtime.store.sqlite import MIGRATIONS
+
+    path = tmp_path / "herdsman.db"
+    old = sqlite3.connect(path)
+    for statement in MIGRATIONS[0]:
+        old.execute(statement)
+    old.execute(
+        "INSERT INTO runs (id, provider, prompt, workspace, metadata, status, submitted_at,"
+        " attempts) VALUES ('r1', 'p', 'x', 'default', '{}', 'queued', 1.0, 0)"
+    )
+    old.execute("PRAGMA user_version = 1")
+    old.commit()
+    old.close()
+    store = SqliteStore(path)
+    try:
+        assert store.schema_version == SCHEMA_VERSION == 2
+        record = store.get("r1")
+        assert record is not None
+        assert (record.status, record.notes) == (RunStatus.QUEUED, ())
+        assert store.add_note("r1", "hello").notes == ("hello",)
+    finally:
+        store.close()

@@ -661,3 +661,23 @@ def test_apply_undoes_only_the_call_that_failed(store: Store) -> None:
     got = store.get("c")
     assert got is not None
     assert got.status is Q
+
+
+# --- notes -----------------------------------------------------------------
+
+
+def test_notes_are_appended_and_kept_through_the_lifecycle(store: Store) -> None:
+    store.submit(new("a"), T0)
+    store.mark_running("a", T0 + 1, None)
+    first = store.add_note("a", "app: could not be checked out (disk full)")
+    assert first.notes == ("app: could not be checked out (disk full)",)
+    store.add_note("a", "second")
+    final = store.finish("a", RunStatus.SUCCEEDED, T0 + 2)
+    assert final.notes == ("app: could not be checked out (disk full)", "second")
+    got = store.get("a")
+    assert got is not None
+    assert got.notes == final.notes
+    with pytest.raises(RunNotFound):
+        store.add_note("nope", "x")
+    with pytest.raises(StoreError):
+        store.add_note("a", "bad \ud800 text")

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import outcome
+import pytest
 import trio
 from supervisor_support import config_at, write_config
 
-from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, Store
+from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, Store, StoreError
 from herdsman.runtime.supervisor import Supervisor
 
 
@@ -50,3 +51,124 @@ async def test_cancelling_the_supervisor_during_a_start_commit_records_the_run(
     # the spawn: recorded as cancelled, never left running, never re-run.
     assert record.status is RunStatus.CANCELLED
     assert record.attempts == 1
+
+
+class StuckGit:
+    """A git whose worktree creation never finishes (a hanging hook, a dead NFS)."""
+
+    def __init__(self) -> None:
+        self.adding = trio.Event()
+
+    async def branch_exists(self, repo: Path, branch: str) -> bool:
+        return False
+
+    async def head(self, repo: Path) -> str:
+        return "0" * 40
+
+    async def add_worktree(
+        self, repo: Path, path: Path, *, branch: str | None, commit: str
+    ) -> None:
+        self.adding.set()
+        await trio.sleep_forever()
+
+
+def stuck_config(tmp_path: Path) -> Any:
+    return config_at(
+        write_config(tmp_path, delay=0.1, extra=f'[[repos]]\nname = "app"\npath = "{tmp_path}"\n')
+    )
+
+
+async def test_a_run_stuck_preparing_its_checkouts_can_be_cancelled(tmp_path: Path) -> None:
+    git = StuckGit()
+    store = MemoryStore()
+    supervisor = Supervisor(stuck_config(tmp_path), store, git=git)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x", conversation="c"))
+        with trio.fail_after(10):
+            await git.adding.wait()
+            await supervisor.cancel("r1")
+            done = await supervisor.wait("r1", 10)
+        assert (done.status, done.reason, done.exit_code) == (
+            RunStatus.CANCELLED,
+            "cancel requested",
+            None,
+        )
+        # The slot is free again: a run without a conversation (no checkout) starts.
+        await supervisor.submit(NewRun(id="r2", provider="demo", prompt="x"))
+        with trio.fail_after(10):
+            assert (await supervisor.wait("r2", 10)).status is RunStatus.SUCCEEDED
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_forced_shutdown_does_not_hang_on_a_stuck_preparation(tmp_path: Path) -> None:
+    git = StuckGit()
+    supervisor = Supervisor(stuck_config(tmp_path), MemoryStore(), git=git)  # type: ignore[arg-type]
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(supervisor.run)
+            await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x", conversation="c"))
+            await git.adding.wait()
+            supervisor.request_shutdown()
+            supervisor.request_shutdown()
+    assert supervisor.report is not None
+    assert supervisor.report.cancelled == ("r1",)
+
+
+class FlakyStore(MemoryStore):
+    """A ledger whose chosen operations fail, as a locked or full disk makes them."""
+
+    def __init__(self, failing: set[str]) -> None:
+        super().__init__()
+        self.failing = failing
+
+    def __getattribute__(self, name: str) -> Any:
+        failing = super().__getattribute__("failing")
+        if name in failing:
+
+            def fail(*args: Any, **kwargs: Any) -> Any:
+                raise StoreError(f"run ledger: database is locked ({name})")
+
+            return fail
+        return super().__getattribute__(name)
+
+
+async def test_a_prune_that_fails_is_logged_and_scheduling_goes_on(tmp_path: Path) -> None:
+    store = FlakyStore({"prune"})
+    supervisor = Supervisor(config_at(write_config(tmp_path, delay=0.1)), store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x"))
+        with trio.fail_after(10):
+            assert (await supervisor.wait("r1", 10)).status is RunStatus.SUCCEEDED
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_cancel_the_ledger_refuses_leaves_the_run_queued(tmp_path: Path) -> None:
+    store = FlakyStore({"cancel_queued"})
+    supervisor = Supervisor(config_at(write_config(tmp_path, concurrency=1, delay=0.5)), store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        await supervisor.submit(NewRun(id="busy", provider="demo", prompt="x"))
+        await supervisor.submit(NewRun(id="next", provider="demo", prompt="x"))
+        with pytest.raises(StoreError):
+            await supervisor.cancel("next")
+        # Still queued in both the ledger and the scheduler: it runs in turn.
+        with trio.fail_after(10):
+            assert (await supervisor.wait("next", 10)).status is RunStatus.SUCCEEDED
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_start_the_ledger_refuses_stops_the_supervisor_as_fatal(tmp_path: Path) -> None:
+    store = FlakyStore({"mark_running_many"})
+    supervisor = Supervisor(config_at(write_config(tmp_path)), store)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(supervisor.run)
+            await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x"))
+    assert supervisor.report is not None
+    assert supervisor.report.fatal is not None
+    assert "could not record a start" in supervisor.report.fatal
+    record = store.get("r1")
+    assert record is not None
+    assert (record.status, record.attempts) == (RunStatus.QUEUED, 0)

@@ -109,7 +109,9 @@ class RealGit:
         return self._locks.setdefault(os.fspath(repo), trio.Lock())
 
     async def _run(self, cwd: Path, *args: str, optional_locks: bool = True) -> _Result:
-        argv = (self._git, "-C", str(cwd), *args)
+        # No hooks: herdsman runs git unattended, and a repository's
+        # post-checkout hook could hang a run's start or do anything at all.
+        argv = (self._git, "-c", "core.hooksPath=/dev/null", "-C", str(cwd), *args)
         env = {key: value for key, value in os.environ.items() if key not in _REPOSITORY_ENV}
         env |= {
             "LC_ALL": "C",

@@ -112,6 +112,15 @@ class Store(Protocol):
         """
         ...
 
+    def add_note(self, run_id: str, note: str) -> RunRecord:
+        """Append ``note`` to the run's notes, whatever its status.
+
+        Notes record what a client should know beyond the outcome (a
+        repository that could not be checked out for the run, say). An
+        unknown id raises :class:`RunNotFound`.
+        """
+        ...
+
     def get(self, run_id: str) -> RunRecord | None:
         """The run with ``run_id``, or ``None``."""
         ...

@@ -28,6 +28,7 @@ from herdsman.runtime.store.records import (
     new_record,
     not_found,
     not_queued,
+    noted,
     requeued,
     started,
 )
@@ -149,6 +150,13 @@ class MemoryStore:
             excerpt=None,
             log_path=None,
         )
+        self._put(record)
+        return record
+
+    def add_note(self, run_id: str, note: str) -> RunRecord:
+        """See :meth:`Store.add_note`."""
+        self._check_open()
+        record = noted(self._existing(run_id), note)
         self._put(record)
         return record
 

@@ -204,6 +204,9 @@ class RunRecord:
     excerpt: str | None = None
     log_path: str | None = None
     attempts: int = 0
+    #: Things worth knowing that are not the outcome, e.g. a repository that
+    #: could not be checked out for this run. Appended by ``add_note``.
+    notes: tuple[str, ...] = ()
 
     @property
     def is_terminal(self) -> bool:
@@ -315,3 +318,9 @@ def requeued(record: RunRecord) -> RunRecord:
         excerpt=None,
         log_path=None,
     )
+
+
+def noted(record: RunRecord, note: str) -> RunRecord:
+    """``record`` with ``note`` appended to its notes (any status)."""
+    check_text(record.id, note=note)
+    return attrs.evolve(record, notes=(*record.notes, note))

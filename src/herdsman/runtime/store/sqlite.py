@@ -30,6 +30,7 @@ from herdsman.runtime.store.records import (
     new_record,
     not_found,
     not_queued,
+    noted,
     requeued,
     started,
 )
@@ -83,6 +84,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ) WITHOUT ROWID
         """,
     ),
+    # 2: notes on a run (a JSON list of strings), e.g. a failed checkout.
+    ("ALTER TABLE runs ADD COLUMN notes TEXT NOT NULL DEFAULT '[]'",),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -91,7 +94,7 @@ SCHEMA_VERSION = len(MIGRATIONS)
 _COLUMNS = (
     "seq, id, provider, prompt, conversation, agent, workspace, callback_url, metadata,"
     " status, submitted_at, started_at, finished_at, account, exit_code, reason, result,"
-    " session_id, excerpt, log_path, attempts"
+    " session_id, excerpt, log_path, attempts, notes"
 )
 _SELECT = f"SELECT {_COLUMNS} FROM runs"
 _INSERT = (
@@ -384,6 +387,17 @@ class SqliteStore:
             _update(cur, current, record)
             return record
 
+    def add_note(self, run_id: str, note: str) -> RunRecord:
+        """See :meth:`Store.add_note`."""
+        with self._transaction() as cur:
+            current = _existing(cur, run_id)
+            record = noted(current, note)
+            cur.execute(
+                "UPDATE runs SET notes = ? WHERE id = ?",
+                (json.dumps(list(record.notes)), run_id),
+            )
+            return record
+
     def get(self, run_id: str) -> RunRecord | None:
         """See :meth:`Store.get`."""
         with self._reading() as conn:
@@ -606,6 +620,7 @@ def _record(row: Sequence[Any]) -> RunRecord:
         excerpt,
         log_path,
         attempts,
+        notes,
     ) = row
     return RunRecord(
         id=run_id,
@@ -629,4 +644,5 @@ def _record(row: Sequence[Any]) -> RunRecord:
         excerpt=excerpt,
         log_path=log_path,
         attempts=attempts,
+        notes=tuple(json.loads(notes)),
     )

@@ -104,8 +104,16 @@ class WorktreeManager:
         # Waits for a sweep of this conversation to finish, then makes again
         # whatever it removed.
         async with self.lock(workspace, conversation):
-            folder.mkdir(parents=True, exist_ok=True)
-            self._touch(folder, workspace, conversation)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                self._touch(folder, workspace, conversation)
+            except OSError as exc:  # a full disk, say: every repo is read-only
+                log.warning("no worktrees for %s: %s", folder.name, exc)
+                branch = f"herdsman/{slug}"
+                return [
+                    Checkout(repo, folder / repo.name, branch, error=str(exc))
+                    for repo in self.repos
+                ]
             async with trio.open_nursery() as nursery:
                 for repo in self.repos:
                     nursery.start_soon(one, repo)
@@ -113,23 +121,42 @@ class WorktreeManager:
 
     async def _checkout(self, repo: Repo, path: Path, slug: str) -> Checkout:
         branch = f"herdsman/{slug}"
-        if (path / ".git").exists():
-            return Checkout(repo, path, branch)
         try:
+            if (path / ".git").exists():
+                await self._check_ours(repo, path, branch)
+                return Checkout(repo, path, branch)
             try:
                 await self._add(repo, path, branch)
             except WorktreeExists:
-                # Registered, but its folder was deleted by hand: forget the
-                # stale registration and make it again.
+                # Registered, but its folder was deleted by hand: drop that one
+                # registration (never `git worktree prune`, which would also
+                # drop the user's own worktrees that happen to be unmounted)
+                # and make it again.
                 if path.exists():
                     raise
-                await self.git.prune(repo.path)
+                await self.git.remove_worktree(repo.path, path)
                 await self._add(repo, path, branch)
         except (GitError, OSError) as exc:
             log.warning("no worktree of %s for %s: %s", repo.name, path.parent.name, exc)
             return Checkout(repo, path, branch, error=str(exc))
         log.info("made worktree %s of %s on %s", path, repo.path, branch)
         return Checkout(repo, path, branch)
+
+    async def _check_ours(self, repo: Repo, path: Path, branch: str) -> None:
+        """Refuse to reuse a folder that is not this repo's worktree on our branch.
+
+        A source repository replaced by another at the same path (re-cloned,
+        say) would otherwise leave a ``.git`` file pointing at whatever now
+        answers to that name — possibly another conversation's worktree.
+        """
+        for entry in await self.git.list_worktrees(repo.path):
+            if entry.path == path.resolve() and entry.branch == branch and not entry.prunable:
+                return
+        raise GitError(
+            ("git", "worktree", "list"),
+            f"{path} is not registered in {repo.path} on {branch} (was the repository "
+            "replaced?); it is left as it is",
+        )
 
     async def _add(self, repo: Repo, path: Path, branch: str) -> None:
         if await self.git.branch_exists(repo.path, branch):

@@ -144,12 +144,8 @@ async def _sweep_folder(
             kept = True
         else:
             entries.append(entry("removed"))
-    if not dry_run:
-        for repo in manager.repos:
-            try:
-                await manager.git.prune(repo.path)
-            except (GitError, OSError) as exc:
-                log.warning("git worktree prune in %s failed: %s", repo.path, exc)
+    # No `git worktree prune`: removal already dropped each registration, and
+    # pruning would also drop the user's own worktrees that are unmounted now.
     if not kept and not dry_run:
         _remove_folder(folder.path)
     return entries
