@@ -34,7 +34,14 @@ from herdsman.runtime.git import Git, RealGit
 from herdsman.runtime.launch import build_spec
 from herdsman.runtime.ledger import Ledger, RunSync, in_worker_thread
 from herdsman.runtime.metrics import Metrics
-from herdsman.runtime.runner import Outcome, ProcessOutcome, ProcessSpec, RunCancel, execute
+from herdsman.runtime.runner import (
+    Outcome,
+    ProcessOutcome,
+    ProcessSpec,
+    RunCancel,
+    execute,
+    not_started,
+)
 from herdsman.runtime.store import NewRun, RunRecord, RunStatus, Store, StoreError
 from herdsman.runtime.worktrees.listing import describe_worktrees
 from herdsman.runtime.worktrees.manager import WorktreeManager, checkouts_preamble
@@ -89,20 +96,6 @@ def limits_of(config: Config) -> Limits:
     return Limits(
         {name: p.concurrency for name, p in config.providers.items()},
         config.supervisor.max_concurrency,
-    )
-
-
-def not_started(status: Outcome, reason: str) -> ProcessOutcome:
-    """The outcome of a run that ended before its process was spawned."""
-    return ProcessOutcome(
-        status=status,
-        exit_code=None,
-        reason=reason,
-        limit=None,
-        result=None,
-        session_id=None,
-        excerpt="",
-        usage_limit=None,
     )
 
 

@@ -17,6 +17,7 @@ from herdsman.runtime.runner.spec import (
     ProcessOutcome,
     ProcessSpec,
     UsageLimit,
+    not_started,
 )
 
 __all__ = [
@@ -36,4 +37,5 @@ __all__ = [
     "Verdict",
     "execute",
     "make_adapter",
+    "not_started",
 ]

@@ -46,7 +46,7 @@ import trio
 from herdsman.runtime.runner.cancel import RunCancel
 from herdsman.runtime.runner.excerpt import ExcerptBuilder
 from herdsman.runtime.runner.protocols import ProtocolAdapter, make_adapter
-from herdsman.runtime.runner.spec import Outcome, ProcessOutcome, ProcessSpec
+from herdsman.runtime.runner.spec import Outcome, ProcessOutcome, ProcessSpec, not_started
 
 EXIT_EOF_GRACE: Final = 0.5
 """Seconds to wait for the pipes to close once the child has exited."""
@@ -338,19 +338,6 @@ def _internal_nursery_errors() -> Iterator[None]:
         raise
 
 
-def _never_started(reason: str | None) -> ProcessOutcome:
-    return ProcessOutcome(
-        status=Outcome.CANCELLED,
-        exit_code=None,
-        reason=reason,
-        limit=None,
-        result=None,
-        session_id=None,
-        excerpt="",
-        usage_limit=None,
-    )
-
-
 async def execute(
     spec: ProcessSpec,
     *,
@@ -379,7 +366,7 @@ async def execute(
             # more than the spawn itself under load.
             spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         if stop.status is not None:
-            return _never_started(stop.reason)
+            return not_started(Outcome.CANCELLED, stop.reason)
         return await _run(spec, stop, task_status)
     finally:
         if cancel is not None:

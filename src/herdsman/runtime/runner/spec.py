@@ -130,3 +130,17 @@ class ProcessOutcome:
     session_id: str | None
     excerpt: str
     usage_limit: UsageLimit | None
+
+
+def not_started(status: Outcome, reason: str | None) -> ProcessOutcome:
+    """The outcome of a run that ended before a process was spawned for it."""
+    return ProcessOutcome(
+        status=status,
+        exit_code=None,
+        reason=reason,
+        limit=None,
+        result=None,
+        session_id=None,
+        excerpt="",
+        usage_limit=None,
+    )
