@@ -5,6 +5,7 @@ Prints, for the core with 8 slots on one provider:
     lanes, (b) 100k runs of which 90% are on 8 hot lanes, (c) 1M runs over
     100k lanes. Each scenario submits its runs in one burst, then drains the
     queue: finish the oldest running run, take what may start, repeat.
+    (a) and (b) run three times and report the best; (c) once.
   * microseconds per decision with 1k, 10k, 100k and 1M runs queued: with the
     queue held at that depth, one decision is finish + take_startable (one
     start) + submit (one new run), averaged over many cycles.
@@ -106,8 +107,12 @@ def main() -> None:
         ("(b) 100k runs, 90% on 8 hot lanes", 100_000 // scale, lanes_hot(rng, 8, 10_000)),
         ("(c) 1M runs over 100k lanes", 1_000_000 // scale, lanes_round_robin(100_000)),
     ]
+    # Best of three: this kind of machine is noisy (one run to the next varies
+    # by a quarter), and the best run is the one least disturbed.
     for label, n, lane_of in scenarios:
-        print(f"  {label:<38} {throughput(n, lane_of):>10,.0f} runs/s")
+        rates = [throughput(n, lane_of) for _ in range(3 if n <= 100_000 else 1)]
+        each = ", ".join(f"{rate:,.0f}" for rate in rates)
+        print(f"  {label:<38} {max(rates):>10,.0f} runs/s  (runs: {each})")
 
     print("per decision (finish + start + submit) at a constant queue depth")
     costs = {}

@@ -8,11 +8,23 @@ never holds up runs on other lanes.
 
 How it stays cheap. Every key (a *lane*) keeps a FIFO of its queued runs and a
 count of running runs holding it. A run is *ready* when it heads every lane it
-is on and none of those lanes is held; a run is on at most two lanes, so that
-test is O(1). Ready runs wait in one heap per provider ordered by submission
-sequence. Readiness can only change for the new head of a lane whose front
-moved (a start, a finish, a cancel), so each event touches O(1) lanes and does
-O(log n) heap work. Cancelled runs are left in place as tombstones and dropped
+is on and none of those lanes is held; a run is on at most two lanes plus its
+working directory's (below), so that test is O(1) — O(depth) with a cwd.
+
+Working directories use multi-granularity locking: a run holds its own
+directory's lane *exclusively* and every ancestor's lane in *intention*
+mode. Exclusive conflicts with both, intention only with exclusive, so runs
+conflict exactly when one directory contains the other. FIFO holds per lane:
+an exclusive waiter waits for every earlier waiter, an intention waiter only
+for earlier exclusive ones. Whether a lane blocks a waiter only ever changes
+from blocked to free (blockers are always earlier runs), so each lane
+releases its intention waiters once, in order, as a prefix: amortised O(1)
+per waiter and lane.
+
+Ready runs wait in one heap per provider ordered by submission sequence.
+Readiness can only change for waiters of a lane whose holders or front
+changed (a finish, a cancel), so each event touches O(depth) lanes and does
+O(log n) heap work per run it frees. Cancelled runs are left in place as tombstones and dropped
 when they reach a lane's front or a heap's top (amortised O(1)). Picking the
 next start compares the heads of the provider heaps that have a free slot:
 O(P) in the number of configured providers, which is small and fixed by the
@@ -31,7 +43,7 @@ from collections.abc import Iterator, Mapping
 
 import attrs
 
-from herdsman.core.runs import RunRequest, exclusion_keys
+from herdsman.core.runs import RunRequest, exclusion_keys, intention_keys
 
 
 class RunState(enum.Enum):
@@ -94,30 +106,67 @@ class SchedulerSnapshot:
 
 
 class _Lane:
-    """One exclusion key: its queued runs in submission order, and its holders."""
+    """One exclusion key: its waiters in submission order, and its holders.
 
-    __slots__ = ("holders", "key", "live", "queue")
+    Conversation and agent lanes only ever see exclusive requests; a
+    directory's lane also sees intention requests from runs below it.
+    """
+
+    __slots__ = ("ix_holders", "ix_pending", "ix_queue", "key", "live", "x_holders", "x_queue")
 
     def __init__(self, key: str) -> None:
         self.key = key
-        # May contain cancelled tombstones anywhere; ``live`` counts the rest.
-        self.queue: deque[_Entry] = deque()
+        # Waiters may leave tombstones (cancelled or started runs) anywhere.
+        self.x_queue: deque[_Entry] = deque()
+        self.ix_queue: deque[_Entry] = deque()
+        # Intention waiters this lane has not released yet (a suffix of ix_queue).
+        self.ix_pending: deque[_Entry] = deque()
+        # Live exclusive waiters: the lane's own queued runs, for snapshots.
         self.live = 0
-        # Running runs that hold this key. Normally 0 or 1; it can exceed 1
-        # only after agent exclusivity is switched on while several runs of
-        # one agent are already running.
-        self.holders = 0
+        # Running holders. Exclusive ones are normally 0 or 1; more only after
+        # agent exclusivity is switched on while an agent runs several times.
+        self.x_holders = 0
+        self.ix_holders = 0
+
+
+def _front(queue: deque[_Entry]) -> _Entry | None:
+    """The first live waiter of ``queue``, dropping tombstones before it."""
+    while queue:
+        head = queue[0]
+        if head.state is RunState.QUEUED:
+            return head
+        queue.popleft()
+    return None
 
 
 class _Entry:
-    __slots__ = ("in_heap", "lanes", "run", "seq", "state")
+    __slots__ = ("in_heap", "locks", "run", "seq", "state")
 
-    def __init__(self, run: RunRequest, seq: int, lanes: tuple[_Lane, ...]) -> None:
+    def __init__(self, run: RunRequest, seq: int, locks: tuple[tuple[_Lane, bool], ...]) -> None:
         self.run = run
         self.seq = seq
-        self.lanes = lanes
-        self.state: RunState | None = RunState.QUEUED  # None once cancelled
+        self.locks = locks  # (lane, exclusive)
+        self.state: RunState | None = RunState.QUEUED  # None once cancelled or finished
         self.in_heap = False
+
+
+def _ready_on(lane: _Lane, entry: _Entry, exclusive: bool) -> bool:
+    """Whether ``lane`` lets ``entry`` start (the other lanes aside)."""
+    if lane.x_holders:
+        return False
+    if exclusive:
+        if lane.ix_holders:
+            return False
+        queue = lane.x_queue
+        # The common case first: the entry itself heads the queue.
+        if not (queue and queue[0] is entry) and _front(queue) is not entry:
+            return False
+        if not lane.ix_queue:
+            return True
+        first_ix = _front(lane.ix_queue)
+        return first_ix is None or first_ix.seq > entry.seq
+    first_x = _front(lane.x_queue)
+    return first_x is None or first_x.seq > entry.seq
 
 
 class Scheduler:
@@ -186,9 +235,10 @@ class Scheduler:
 
         This is the ``on_busy: "skip"`` guard against duplicate follow-ups.
         """
-        for key in exclusion_keys(run, agent_exclusive=self._agent_exclusive):
+        probe = attrs.evolve(run, cwd=None)  # a shared folder is not a duplicate
+        for key in exclusion_keys(probe, agent_exclusive=self._agent_exclusive):
             lane = self._lanes.get(key)
-            if lane is not None and (lane.live or lane.holders):
+            if lane is not None and (lane.live or lane.x_holders):
                 return True
         return False
 
@@ -204,7 +254,7 @@ class Scheduler:
         """Counts per provider and per lane. O(lanes + queued lone runs)."""
         by_lane = {k: lane.live for k, lane in self._lanes.items() if lane.live}
         for entry in self._entries.values():
-            if entry.state is RunState.QUEUED and not entry.lanes:
+            if entry.state is RunState.QUEUED and not entry.locks:
                 by_lane[f"run:{entry.run.workspace}/{entry.run.id}"] = 1
         return SchedulerSnapshot(
             queued=self.queued_count,
@@ -224,17 +274,24 @@ class Scheduler:
         """
         if run.id in self._entries:
             raise SchedulerError(f"run {run.id!r} is already queued or running")
-        lanes = self._lanes_for(run)
-        entry = _Entry(run, self._next_seq, lanes)
+        locks = self._locks_for(run)
+        entry = _Entry(run, self._next_seq, locks)
         self._next_seq += 1
         self._entries[run.id] = entry
         ready = True
-        for lane in lanes:
-            lane.queue.append(entry)
-            lane.live += 1
-            # Ready only if it is the lane's sole live run and the lane is free.
-            if lane.live != 1 or lane.holders:
-                ready = False
+        for lane, exclusive in locks:
+            if exclusive:
+                lane.x_queue.append(entry)
+                lane.live += 1
+                # Ready only if it is the lane's sole live waiter and it is free.
+                if ready and (lane.live != 1 or lane.x_holders or lane.ix_holders):
+                    ready = False
+                if ready and lane.ix_queue and _front(lane.ix_queue) is not None:
+                    ready = False
+            else:
+                self._enqueue(lane, entry, exclusive)
+                if ready and not _ready_on(lane, entry, exclusive):
+                    ready = False
         provider = run.provider
         self._queued_by_provider[provider] = self._queued_by_provider.get(provider, 0) + 1
         if ready:
@@ -279,10 +336,12 @@ class Scheduler:
         entry.state = None
         self._running -= 1
         self._running_by_provider[entry.run.provider] -= 1
-        for lane in entry.lanes:
-            lane.holders -= 1
-            if lane.holders == 0:
-                self._lane_front_moved(lane)
+        for lane, exclusive in entry.locks:
+            if exclusive:
+                lane.x_holders -= 1
+            else:
+                lane.ix_holders -= 1
+            self._lane_changed(lane)
 
     def cancel(self, run_id: str) -> CancelOutcome:
         """Withdraw a queued run. A running run is only reported, not stopped."""
@@ -294,12 +353,10 @@ class Scheduler:
         del self._entries[run_id]
         entry.state = None
         self._queued_by_provider[entry.run.provider] -= 1
-        for lane in entry.lanes:
-            lane.live -= 1
-            if lane.holders == 0:
-                # The entry may have been the live front even with tombstones
-                # before it, so always let the lane re-derive its head.
-                self._lane_front_moved(lane)
+        for lane, exclusive in entry.locks:
+            if exclusive:
+                lane.live -= 1
+            self._lane_changed(lane)
         return CancelOutcome.REMOVED
 
     def set_limits(self, limits: Limits) -> None:
@@ -320,36 +377,68 @@ class Scheduler:
         self._lanes = {}
         self._ready = {}
         for entry in self._entries.values():  # submission order
-            entry.lanes = self._lanes_for(entry.run)
+            entry.locks = self._locks_for(entry.run)
             entry.in_heap = False
-            for lane in entry.lanes:
-                if entry.state is RunState.RUNNING:
-                    lane.holders += 1
+            for lane, exclusive in entry.locks:
+                if entry.state is not RunState.RUNNING:
+                    self._enqueue(lane, entry, exclusive)
+                elif exclusive:
+                    lane.x_holders += 1
                 else:
-                    lane.queue.append(entry)
-                    lane.live += 1
+                    lane.ix_holders += 1
+        for lane in list(self._lanes.values()):
+            self._release_intentions(lane)
         for entry in self._entries.values():
             if entry.state is RunState.QUEUED:
                 self._offer(entry)
 
     # -- internals ---------------------------------------------------------
 
-    def _lanes_for(self, run: RunRequest) -> tuple[_Lane, ...]:
-        keys = exclusion_keys(run, agent_exclusive=self._agent_exclusive)
+    def _locks_for(self, run: RunRequest) -> tuple[tuple[_Lane, bool], ...]:
         lanes = self._lanes
-        result = []
-        for key in keys:
+        locks = []
+        for key in exclusion_keys(run, agent_exclusive=self._agent_exclusive):
             lane = lanes.get(key)
             if lane is None:
                 lane = lanes[key] = _Lane(key)
-            result.append(lane)
-        return tuple(result)
+            locks.append((lane, True))
+        if run.cwd is not None:
+            for key in intention_keys(run):
+                lane = lanes.get(key)
+                if lane is None:
+                    lane = lanes[key] = _Lane(key)
+                locks.append((lane, False))
+        return tuple(locks)
+
+    @staticmethod
+    def _enqueue(lane: _Lane, entry: _Entry, exclusive: bool) -> None:
+        if exclusive:
+            lane.x_queue.append(entry)
+            lane.live += 1
+        else:
+            lane.ix_queue.append(entry)
+            if _ready_on(lane, entry, False) and not lane.ix_pending:
+                return  # free on this lane from the start: nothing to release later
+            lane.ix_pending.append(entry)
 
     def _is_ready(self, entry: _Entry) -> bool:
-        # A plain loop: this is the hottest path, and all() over a generator
-        # costs about twice as much here.
-        for lane in entry.lanes:
-            if lane.holders or self._front(lane) is not entry:
+        # _ready_on inlined for exclusive locks, the hottest path by far (every
+        # conversation and agent lane); a plain loop, as all() over a
+        # generator costs about twice as much here.
+        for lane, exclusive in entry.locks:
+            if lane.x_holders:
+                return False
+            if exclusive:
+                queue = lane.x_queue
+                if lane.ix_holders or (
+                    not (queue and queue[0] is entry) and _front(queue) is not entry
+                ):
+                    return False
+                if lane.ix_queue:
+                    first_ix = _front(lane.ix_queue)
+                    if first_ix is not None and first_ix.seq < entry.seq:
+                        return False
+            elif not _ready_on(lane, entry, exclusive):
                 return False
         return True
 
@@ -375,32 +464,52 @@ class Scheduler:
             heapq.heappop(heap)
             entry.in_heap = False
 
-    @staticmethod
-    def _front(lane: _Lane) -> _Entry | None:
-        """The lane's first live queued run, dropping tombstones before it."""
-        queue = lane.queue
-        while queue:
-            head = queue[0]
-            if head.state is not None:
-                return head
-            queue.popleft()
-        return None
+    def _lane_changed(self, lane: _Lane) -> None:
+        """A holder left or a waiter was withdrawn: offer whoever it may have freed."""
+        if lane.x_holders:
+            return
+        if lane.ix_pending:
+            self._release_intentions(lane)
+        first_x = _front(lane.x_queue)
+        if lane.ix_holders:
+            return
+        first_ix = _front(lane.ix_queue) if lane.ix_queue else None
+        if first_x is not None:
+            if first_ix is None or first_ix.seq > first_x.seq:
+                self._offer(first_x)
+        elif first_ix is None and self._lanes.get(lane.key) is lane:
+            del self._lanes[lane.key]  # nothing holds or waits: drop it
 
-    def _lane_front_moved(self, lane: _Lane) -> None:
-        """An unheld lane's front may have changed: offer its new head, or drop it."""
-        head = self._front(lane)
-        if head is not None:
-            self._offer(head)
-        elif self._lanes.get(lane.key) is lane:
-            del self._lanes[lane.key]
+    def _release_intentions(self, lane: _Lane) -> None:
+        """Offer the intention waiters no earlier exclusive request blocks any more.
+
+        Each is released once: nothing later can block it on this lane again.
+        """
+        if lane.x_holders:
+            return
+        first_x = _front(lane.x_queue)
+        boundary = first_x.seq if first_x is not None else None
+        pending = lane.ix_pending
+        while pending:
+            entry = pending[0]
+            if entry.state is not RunState.QUEUED:
+                pending.popleft()
+                continue
+            if boundary is not None and entry.seq > boundary:
+                return
+            pending.popleft()
+            self._offer(entry)
 
     def _start(self, entry: _Entry) -> None:
-        for lane in entry.lanes:
-            # _drop_stale just checked that ``entry`` heads this lane.
-            lane.queue.popleft()
-            lane.live -= 1
-            lane.holders += 1
-        entry.state = RunState.RUNNING
+        entry.state = RunState.RUNNING  # a tombstone in every queue from now on
+        for lane, exclusive in entry.locks:
+            if exclusive:
+                # _drop_stale just checked that ``entry`` heads this lane.
+                lane.x_queue.popleft()
+                lane.live -= 1
+                lane.x_holders += 1
+            else:
+                lane.ix_holders += 1
         provider = entry.run.provider
         self._queued_by_provider[provider] -= 1
         self._running_by_provider[provider] = self._running_by_provider.get(provider, 0) + 1

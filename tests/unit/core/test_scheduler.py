@@ -303,3 +303,51 @@ def test_is_busy_reports_a_queued_or_running_run_on_a_shared_key() -> None:
     assert not s.is_busy(probe_conv)
     assert not s.is_busy(probe_agent)
     assert not s.is_busy(run("probe"))  # a lone run is never busy
+
+
+def at(run_id: str, cwd: str, provider: str = "claude") -> RunRequest:
+    return RunRequest(run_id, provider, cwd=cwd)
+
+
+def test_runs_in_overlapping_directories_never_run_together() -> None:
+    s = make()
+    s.submit(at("outer", "/repo"))
+    s.submit(at("inner", "/repo/sub"))
+    s.submit(at("same", "/repo"))
+    s.submit(at("sibling", "/other"))
+    s.submit(at("cousin", "/repo-two"))  # a prefix as text, not as a path
+    assert ids(s.take_startable()) == ["outer", "sibling", "cousin"]
+    s.finish("outer")
+    assert ids(s.take_startable()) == ["inner"]
+    s.finish("inner")
+    assert ids(s.take_startable()) == ["same"]
+
+
+def test_disjoint_subtrees_run_side_by_side_and_wait_for_their_ancestor() -> None:
+    s = make()
+    s.submit(at("root", "/"))
+    for name in ("a", "b", "c"):
+        s.submit(at(name, f"/repo/{name}"))
+    assert ids(s.take_startable()) == ["root"]
+    s.finish("root")
+    # Released together: none of them contains another.
+    assert ids(s.take_startable()) == ["a", "b", "c"]
+
+
+def test_fifo_holds_across_nested_directories() -> None:
+    # "first" (/repo) cannot start (its provider is full) and so holds back the
+    # later "second" (/repo/x), though second's own provider is free.
+    s = make({"claude": 1, "codex": 1})
+    s.submit(at("busy", "/elsewhere"))
+    s.submit(at("first", "/repo"))
+    s.submit(at("second", "/repo/x", provider="codex"))
+    assert ids(s.take_startable()) == ["busy"]
+    s.finish("busy")
+    assert ids(s.take_startable()) == ["first"]
+    s.finish("first")
+    assert ids(s.take_startable()) == ["second"]
+
+
+def test_a_relative_cwd_is_refused() -> None:
+    with pytest.raises(ValueError, match="cwd must be an absolute path"):
+        RunRequest("r", "claude", cwd="repo/sub")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 import attrs
@@ -54,6 +55,9 @@ PROVIDERS = ("p0", "p1", "px")
 WORKSPACES = ("default", "w1", "w2")
 CONVERSATIONS = (None, "c0", "c1", "c2")
 AGENTS = (None, "a0", "a1", "a2")
+# A small tree, so that containment (in both directions) and disjoint
+# siblings all come up often.
+CWDS = (None, None, "/r", "/r/a", "/r/a/x", "/r/b", "/s", "/")
 
 # Zero caps are legal but stall everything, so most caps leave some room.
 caps_st = st.sampled_from((1, 2, 3, 0, 4))
@@ -71,6 +75,7 @@ run_fields_st = st.fixed_dictionaries(
         "workspace": st.sampled_from((*WORKSPACES, "default")),
         "conversation": st.sampled_from(CONVERSATIONS),
         "agent": st.sampled_from((*AGENTS, "a0")),
+        "cwd": st.sampled_from(CWDS),
     }
 )
 
@@ -118,12 +123,23 @@ class ReferenceModel:
         cap = self.limits.global_cap
         return cap is None or len(self.running) < cap
 
+    @staticmethod
+    def overlap(a: RunRequest, b: RunRequest) -> bool:
+        """Whether one run's working directory contains the other's."""
+        if a.cwd is None or b.cwd is None:
+            return False
+        pa, pb = PurePosixPath(a.cwd), PurePosixPath(b.cwd)
+        return pa == pb or pa in pb.parents or pb in pa.parents
+
+    def conflicts(self, a: RunRequest, b: RunRequest) -> bool:
+        return bool(self.keys(a) & self.keys(b)) or self.overlap(a, b)
+
     def blocking_running(self, run: RunRequest) -> list[RunRequest]:
-        return [r for r in self.running if self.keys(r) & self.keys(run)]
+        return [r for r in self.running if self.conflicts(r, run)]
 
     def blocking_earlier_queued(self, run: RunRequest) -> list[RunRequest]:
         earlier = self.queued[: self.queued.index(run)]
-        return [r for r in earlier if self.keys(r) & self.keys(run)]
+        return [r for r in earlier if self.conflicts(r, run)]
 
     def is_free(self, run: RunRequest) -> bool:
         return (
@@ -200,7 +216,8 @@ def _count(items: Iterable[str]) -> dict[str, int]:
 
 def _describe(runs: Iterable[RunRequest]) -> list[str]:
     return [
-        f"{r.id}({r.provider} ws={r.workspace} conv={r.conversation} agent={r.agent})" for r in runs
+        f"{r.id}({r.provider} ws={r.workspace} conv={r.conversation} agent={r.agent} cwd={r.cwd})"
+        for r in runs
     ]
 
 
@@ -427,6 +444,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         running = model.running
         for i, a in enumerate(running):
             for b in running[i + 1 :]:
+                assert not model.overlap(a, b), ("overlapping working directories", a, b)
                 shared = model.keys(a) & model.keys(b)
                 if shared:
                     # Only runs already running when exclusivity came on may
