@@ -343,6 +343,17 @@ class Supervisor:
     ) -> list[tuple[RunRecord, bool]]:
         """Submit several runs in the given order, in one ledger operation."""
         await self._ready.wait()
+        if self._worktrees is not None:
+            # A sweep removing a conversation's worktrees holds its lock: a
+            # new run of that conversation is recorded only once it is done,
+            # so no worktree is ever removed while a run of its conversation
+            # is queued. (The run's start then makes the worktree again.)
+            for new, _ in items:
+                if new.conversation is not None:
+                    lock = self._worktrees.lock(new.workspace, new.conversation)
+                    if lock.locked():
+                        async with lock:
+                            pass
         if not self._admitting:
             raise NotAdmitting("the supervisor is shutting down and accepts no new runs")
         now = self._wall()

@@ -172,3 +172,28 @@ async def test_a_start_the_ledger_refuses_stops_the_supervisor_as_fatal(tmp_path
     record = store.get("r1")
     assert record is not None
     assert (record.status, record.attempts) == (RunStatus.QUEUED, 0)
+
+
+async def test_a_run_is_not_recorded_while_its_conversation_is_being_swept(
+    tmp_path: Path,
+) -> None:
+    store = MemoryStore()
+    supervisor = Supervisor(stuck_config(tmp_path), store, git=StuckGit())  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        assert supervisor._worktrees is not None
+        recorded = trio.Event()
+
+        async def submit() -> None:
+            await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x", conversation="c"))
+            recorded.set()
+
+        async with supervisor._worktrees.lock("default", "c"):  # a sweep at work
+            nursery.start_soon(submit)
+            await trio.testing.wait_all_tasks_blocked()
+            assert store.get("r1") is None
+            assert not supervisor.conversation_busy("default", "c")
+        with trio.fail_after(5):
+            await recorded.wait()
+        assert store.get("r1") is not None
+        nursery.cancel_scope.cancel()

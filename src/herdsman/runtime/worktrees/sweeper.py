@@ -7,12 +7,12 @@ reported as kept-dirty, and tried again at the next sweep. The branch stays
 in the source repository.
 
 A conversation with a queued or running run is never swept. The check is
-made before each removal, with the conversation's lock held (the same lock
-the manager takes to prepare a run's checkouts), so a run that arrives
-mid-sweep stops the sweep of its conversation at once; at most the one
-removal already under way completes, and the run's start, which waits for
-the lock, then makes that worktree again on its branch — only files git
-ignores can be lost that way, never uncommitted work (git would have refused).
+made before each removal, with the conversation's lock held. The same lock
+is taken by the manager to prepare a run's checkouts and awaited by the
+supervisor before it records a new run of that conversation, so no run of
+the conversation can become queued while one of its worktrees is being
+removed; a run submitted meanwhile is recorded right after, and its start
+makes the worktrees again on their branches.
 """
 
 from __future__ import annotations
