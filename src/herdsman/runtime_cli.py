@@ -11,6 +11,7 @@ import argparse
 import datetime as dt
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -104,7 +105,7 @@ def _submit(args: argparse.Namespace) -> int:
         except UnicodeEncodeError:  # argv bytes that were not UTF-8
             raise CommandError("the prompt argument is not UTF-8 text") from None
     body: dict[str, Any] = {"provider": args.provider, "prompt": prompt}
-    for key in ("id", "conversation", "agent", "workspace", "callback_url"):
+    for key in ("id", "conversation", "agent", "workspace", "callback_url", "cwd"):
         value = getattr(args, key)
         if value is not None:
             body[key] = value
@@ -324,6 +325,11 @@ def add_runtime_commands(commands: Any, config_options: OptionsFactory) -> None:
     submit.add_argument("--workspace", help='workspace scope (default "default")')
     submit.add_argument("--id", help="run id (default: a fresh one); resubmitting is idempotent")
     submit.add_argument("--callback-url", help="URL to POST the finished run to")
+    submit.add_argument(
+        "--cwd",
+        type=os.path.abspath,
+        help="the run's working directory (runs in overlapping directories never overlap)",
+    )
     submit.add_argument(
         "--skip-if-busy",
         action="store_true",

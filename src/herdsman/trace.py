@@ -40,7 +40,7 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     "reload_rejected": frozenset({"errors"}),
 }
 
-RUN_FIELDS = frozenset({"id", "provider", "conversation", "agent", "workspace", "prompt"})
+RUN_FIELDS = frozenset({"id", "provider", "conversation", "agent", "workspace", "cwd", "prompt"})
 
 
 def _dumps(obj: Mapping[str, Any]) -> str:
@@ -288,6 +288,6 @@ def _check_run(where: str, run: Any) -> None:
     for key in ("id", "provider"):
         if not isinstance(run.get(key), str) or not run[key]:
             raise TraceFormatError(f"{where}: run.{key}: expected a non-empty string")
-    for key in ("conversation", "agent", "workspace", "prompt"):
+    for key in ("conversation", "agent", "workspace", "cwd", "prompt"):
         if key in run and run[key] is not None and not isinstance(run[key], str):
             raise TraceFormatError(f"{where}: run.{key}: expected a string or null")

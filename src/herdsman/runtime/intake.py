@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -18,6 +19,7 @@ MAX_PROMPT_BYTES = 1 << 20
 MAX_METADATA_BYTES = 16 << 10
 MAX_URL_LENGTH = 2048
 MAX_BATCH = 1000
+MAX_PATH_LENGTH = 4096
 
 SUBMIT_FIELDS = (
     "id",
@@ -29,6 +31,7 @@ SUBMIT_FIELDS = (
     "on_busy",
     "callback_url",
     "metadata",
+    "cwd",
 )
 
 
@@ -69,6 +72,20 @@ def _callback_url(value: str) -> str:
     if url.scheme not in ("http", "https") or not url.host:
         raise InvalidRequest(422, "callback_url: must be an http:// or https:// URL")
     return value
+
+
+def _working_directory(value: str) -> str:
+    """An absolute path, resolved now: symlinks followed, a missing tail kept.
+
+    Resolving at submission is what makes overlap checks mean what they
+    say: ``/link/sub`` and ``/repo`` conflict when ``/link`` points at
+    ``/repo``.
+    """
+    if "\0" in value or len(value) > MAX_PATH_LENGTH:
+        raise InvalidRequest(422, "cwd: must be a path of at most 4096 characters, no NUL")
+    if not os.path.isabs(value):
+        raise InvalidRequest(422, f"cwd: must be an absolute path, got {value[:80]!r}")
+    return os.path.realpath(value)
 
 
 def _metadata(value: Any) -> dict[str, Any]:
@@ -129,6 +146,9 @@ def parse_submit(body: Any, providers: Collection[str]) -> tuple[NewRun, OnBusy]
     if callback_url is not None:
         callback_url = _callback_url(callback_url)
     metadata = _metadata(body.get("metadata", {}))
+    cwd = _string(body, "cwd")
+    if cwd is not None:
+        cwd = _working_directory(cwd)
 
     new = NewRun(
         id=run_id,
@@ -139,6 +159,7 @@ def parse_submit(body: Any, providers: Collection[str]) -> tuple[NewRun, OnBusy]
         workspace=ids["workspace"] or DEFAULT_WORKSPACE,
         callback_url=callback_url,
         metadata=metadata,
+        cwd=cwd,
     )
     return new, on_busy
 

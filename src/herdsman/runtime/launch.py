@@ -95,7 +95,7 @@ def build_spec(
     return ProcessSpec(
         argv=build_argv(provider, resume, program),
         env=env,
-        cwd=provider.workdir,
+        cwd=record.cwd if record.cwd is not None else provider.workdir,
         prompt=prompt,
         timeout=provider.timeout.total_seconds() if provider.timeout else None,
         idle_timeout=provider.idle_timeout.total_seconds() if provider.idle_timeout else None,

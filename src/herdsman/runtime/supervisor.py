@@ -109,7 +109,7 @@ def as_text(value: str | None) -> str | None:
 def run_request(record: RunRecord | NewRun) -> RunRequest:
     """The scheduler's view of a run."""
     return RunRequest(
-        record.id, record.provider, record.conversation, record.agent, record.workspace
+        record.id, record.provider, record.conversation, record.agent, record.workspace, record.cwd
     )
 
 
@@ -121,6 +121,8 @@ def trace_run(record: RunRecord | NewRun, *, with_prompt: bool) -> dict[str, Any
     if record.agent is not None:
         out["agent"] = record.agent
     out["workspace"] = record.workspace
+    if record.cwd is not None:
+        out["cwd"] = record.cwd
     if with_prompt:
         out["prompt"] = record.prompt
     return out

@@ -17,6 +17,7 @@ def run_view(record: RunRecord) -> Mapping[str, Any]:
         "conversation": record.conversation,
         "agent": record.agent,
         "workspace": record.workspace,
+        "cwd": record.cwd,
         "seq": record.seq,
         "submitted_at": record.submitted_at,
         "started_at": record.started_at,

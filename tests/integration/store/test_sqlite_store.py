@@ -287,10 +287,10 @@ def test_a_version_1_file_is_migrated_and_keeps_its_runs(tmp_path: Path) -> None
     old.close()
     store = SqliteStore(path)
     try:
-        assert store.schema_version == SCHEMA_VERSION == 2
+        assert store.schema_version == SCHEMA_VERSION == 3
         record = store.get("r1")
         assert record is not None
-        assert (record.status, record.notes) == (RunStatus.QUEUED, ())
+        assert (record.status, record.notes, record.cwd) == (RunStatus.QUEUED, (), None)
         assert store.add_note("r1", "hello").notes == ("hello",)
     finally:
         store.close()

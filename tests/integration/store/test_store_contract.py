@@ -681,3 +681,15 @@ def test_notes_are_appended_and_kept_through_the_lifecycle(store: Store) -> None
         store.add_note("nope", "x")
     with pytest.raises(StoreError):
         store.add_note("a", "bad \ud800 text")
+
+
+def test_a_runs_working_directory_is_kept(store: Store) -> None:
+    record, _ = store.submit(new("a", cwd="/srv/repo/sub"), T0)
+    assert record.cwd == "/srv/repo/sub"
+    store.mark_running("a", T0 + 1, None)
+    final = store.finish("a", RunStatus.SUCCEEDED, T0 + 2)
+    assert final.cwd == "/srv/repo/sub"
+    got = store.get("a")
+    assert got is not None
+    assert got.cwd == "/srv/repo/sub"
+    assert store.submit(new("b"), T0)[0].cwd is None

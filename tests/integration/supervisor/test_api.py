@@ -272,6 +272,11 @@ async def test_parallel_runs_get_the_preamble_and_environment(start: Start, tmp_
     prompt = "\n".join(rest)
     assert prompt.startswith("[herdsman] Other agent runs may be executing")
     assert prompt.endswith("\n\nthe task")
+    # A run that names a working directory runs there.
+    (tmp_path / "elsewhere").mkdir()
+    there = await submit(running, provider="env", prompt="t", cwd=str(tmp_path / "elsewhere"))
+    done = await running.wait(there["id"])
+    assert done["result"].splitlines()[0].split()[-1] == str((tmp_path / "elsewhere").resolve())
 
 
 async def test_a_batch_is_queued_in_order_and_refused_whole_when_one_run_is_bad(
@@ -504,3 +509,25 @@ async def test_each_conversation_works_in_its_own_persistent_checkout(
     # A repo that cannot be checked out does not fail the run: it is noted on it.
     (note,) = a1["notes"]
     assert note.startswith("repository gone was read-only for this run: it could not be")
+
+
+async def test_runs_in_overlapping_directories_never_overlap(start: Start, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "sub").mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "link").symlink_to(repo)
+    running = await start(config_at(write_config(tmp_path, concurrency=4, delay=0.4)))
+    refused = await running.client.post(
+        "/v1/runs", json={"provider": "demo", "prompt": "x", "cwd": "repo/sub"}
+    )
+    assert refused.status_code == 422
+    assert refused.json()["error"].startswith("cwd: must be an absolute path")
+    outer = await submit(running, cwd=str(repo))
+    inner = await submit(running, cwd=str(tmp_path / "link" / "sub"))  # /repo/sub, via a link
+    other = await submit(running, cwd=str(tmp_path / "other"))
+    assert inner["cwd"] == str((repo / "sub").resolve())
+    runs = [await running.wait(r["id"]) for r in (outer, inner, other)]
+    assert [r["status"] for r in runs] == ["succeeded"] * 3, runs
+    outer_done, inner_done, other_done = runs
+    assert inner_done["started_at"] >= outer_done["finished_at"]  # overlapping: one after the other
+    assert other_done["started_at"] < outer_done["finished_at"]  # disjoint: side by side

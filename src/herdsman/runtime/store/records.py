@@ -170,6 +170,8 @@ class NewRun:
     callback_url: str | None = None
     # Excluded from the hash (dicts are unhashable) but still compared.
     metadata: Mapping[str, JSON] = attrs.field(factory=dict, hash=False)
+    #: The run's working directory (absolute, resolved), if it names one.
+    cwd: str | None = None
 
 
 @attrs.frozen(slots=True)
@@ -204,6 +206,8 @@ class RunRecord:
     excerpt: str | None = None
     log_path: str | None = None
     attempts: int = 0
+    #: The run's working directory (absolute, resolved), if it named one.
+    cwd: str | None = None
     #: Things worth knowing that are not the outcome, e.g. a repository that
     #: could not be checked out for this run. Appended by ``add_note``.
     notes: tuple[str, ...] = ()
@@ -228,6 +232,7 @@ def new_record(
         workspace=new.workspace,
         callback_url=new.callback_url,
         reason=reason,
+        cwd=new.cwd,
     )
     return RunRecord(
         id=new.id,
@@ -238,6 +243,7 @@ def new_record(
         workspace=new.workspace,
         callback_url=new.callback_url,
         metadata=normalise_metadata(new.id, new.metadata),
+        cwd=new.cwd,
         seq=seq,
         status=status,
         submitted_at=now,

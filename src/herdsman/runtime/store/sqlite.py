@@ -86,6 +86,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # 2: notes on a run (a JSON list of strings), e.g. a failed checkout.
     ("ALTER TABLE runs ADD COLUMN notes TEXT NOT NULL DEFAULT '[]'",),
+    # 3: the working directory a run names, if any.
+    ("ALTER TABLE runs ADD COLUMN cwd TEXT",),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -94,14 +96,14 @@ SCHEMA_VERSION = len(MIGRATIONS)
 _COLUMNS = (
     "seq, id, provider, prompt, conversation, agent, workspace, callback_url, metadata,"
     " status, submitted_at, started_at, finished_at, account, exit_code, reason, result,"
-    " session_id, excerpt, log_path, attempts, notes"
+    " session_id, excerpt, log_path, attempts, notes, cwd"
 )
 _SELECT = f"SELECT {_COLUMNS} FROM runs"
 _INSERT = (
     "INSERT INTO runs (id, provider, prompt, conversation, agent, workspace, callback_url,"
     " metadata, status, submitted_at, started_at, finished_at, account, exit_code, reason,"
-    " result, session_id, excerpt, log_path, attempts)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " result, session_id, excerpt, log_path, attempts, cwd)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 # The status in the WHERE clause is the one read in the same transaction:
 # if anything else had moved the run meanwhile, no row matches and the change
@@ -594,6 +596,7 @@ def _insert_values(record: RunRecord) -> tuple[Any, ...]:
         record.excerpt,
         record.log_path,
         record.attempts,
+        record.cwd,
     )
 
 
@@ -621,6 +624,7 @@ def _record(row: Sequence[Any]) -> RunRecord:
         log_path,
         attempts,
         notes,
+        cwd,
     ) = row
     return RunRecord(
         id=run_id,
@@ -645,4 +649,5 @@ def _record(row: Sequence[Any]) -> RunRecord:
         log_path=log_path,
         attempts=attempts,
         notes=tuple(json.loads(notes)),
+        cwd=cwd,
     )
