@@ -450,13 +450,15 @@ async def test_long_polls_end_when_the_supervisor_stops(
 
 
 EDITING_AGENT = """\
-import os, pathlib, sys
+import os, pathlib, sys, time
 prompt = sys.stdin.read()
 repo = pathlib.Path(os.environ["HERDSMAN_REPOS"]) / "app"
-notes = repo / "notes.txt"
-before = notes.read_text() if notes.exists() else ""
+notes = repo / "README.md"  # the same tracked file in every conversation
+before = notes.read_text()
 notes.write_text(before + os.environ["HERDSMAN_RUN_ID"] + "\\n")
-print(repr(before), prompt.splitlines()[1] if len(prompt.splitlines()) > 1 else "")
+time.sleep(0.3)  # long enough for the other conversation's run to overlap
+after = notes.read_text()
+print(repr(before), repr(after), prompt.splitlines()[1] if len(prompt.splitlines()) > 1 else "")
 """
 
 
@@ -487,24 +489,24 @@ async def test_each_conversation_works_in_its_own_persistent_checkout(
     )
     provider = f'[providers.edit]\nexec = ["{sys.executable}", "{agent}"]\nconcurrency = 2\n'
     running = await start(config_at(write_config(tmp_path, extra_provider=provider, extra=extra)))
-    a1 = await running.wait(
-        (await submit(running, provider="edit", id="a1", conversation="a"))["id"]
-    )
-    b1 = await running.wait(
-        (await submit(running, provider="edit", id="b1", conversation="b"))["id"]
-    )
+    # Two conversations edit the same file of the same repo at the same time.
+    await submit(running, provider="edit", id="a1", conversation="a")
+    await submit(running, provider="edit", id="b1", conversation="b")
+    a1 = await running.wait("a1")
+    b1 = await running.wait("b1")
+    assert b1["started_at"] < a1["finished_at"]  # they did overlap
     a2 = await running.wait(
         (await submit(running, provider="edit", id="a2", conversation="a"))["id"]
     )
     assert [r["status"] for r in (a1, b1, a2)] == ["succeeded"] * 3, (a1, b1, a2)
-    # Each conversation sees only its own earlier edits; the original is untouched.
-    assert a1["result"].startswith("''")
-    assert b1["result"].startswith("''")
-    assert a2["result"].startswith("'a1\\n'")
-    assert not (repo / "notes.txt").exists()
+    # Each conversation sees only its own edits; the original is untouched.
+    assert a1["result"].startswith("'hello\\n' 'hello\\na1\\n'")
+    assert b1["result"].startswith("'hello\\n' 'hello\\nb1\\n'")
+    assert a2["result"].startswith("'hello\\na1\\n' 'hello\\na1\\na2\\n'")
+    assert (repo / "README.md").read_text() == "hello\n"
     # The agent is told where its checkout is and what it replaces.
     worktrees = running.config.supervisor.state_dir / "worktrees"
-    assert a1["result"].split(" ", 1)[1].startswith(f"- {worktrees}/a-")
+    assert a1["result"].split(" ", 2)[2].startswith(f"- {worktrees}/a-")
     assert f"replaces {repo}" in a1["result"]
     # A repo that cannot be checked out does not fail the run: it is noted on it.
     (note,) = a1["notes"]
