@@ -6,7 +6,9 @@ Prints, in one run on this machine:
     HTTP -> SQLite ledger -> spawn -> finish, same command, concurrency 8,
     measured from the first submit to the last finish (the ledger's times);
   * submit-to-spawn latency with a free slot (p50, p99): the child prints the
-    time it was exec'd; the client noted the time just before its POST.
+    time it was exec'd; the client noted the time just before its POST;
+  * for scale, the same HTTP stack (hypercorn + Starlette) answering a
+    hello-world route, with the same client: the ceiling for one request per run.
 
 Run: python benchmarks/runtime.py [--runs N] [--latency-samples N]
 """
@@ -172,6 +174,60 @@ async def spawn_latencies(client: httpx.AsyncClient, samples: int) -> list[float
     return latencies
 
 
+HELLO_SERVER = """
+import sys, trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+async def hello(request):
+    return JSONResponse({"ok": True})
+
+config = Config()
+config.bind = [sys.argv[1]]
+config.accesslog = None
+trio.run(serve, Starlette(routes=[Route("/", hello)]), config)
+"""
+
+
+async def hello_world_rate(requests: int) -> tuple[float, float]:
+    """Requests/s and server CPU ms per request of a bare hello-world app."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", HELLO_SERVER, f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            with trio.fail_after(30):
+                while True:
+                    try:
+                        await client.get("/")
+                        break
+                    except httpx.TransportError:
+                        await trio.sleep(0.05)
+            limiter = trio.CapacityLimiter(16)
+
+            async def one() -> None:
+                async with limiter:
+                    (await client.get("/")).raise_for_status()
+
+            cpu_before = cpu_seconds(server.pid)
+            began = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for _ in range(requests):
+                    nursery.start_soon(one)
+            elapsed = time.perf_counter() - began
+            cpu = (cpu_seconds(server.pid) - cpu_before) / requests * 1000
+        return requests / elapsed, cpu
+    finally:
+        server.terminate()
+        server.wait()
+
+
 async def main_async(runs: int, samples: int) -> None:
     raw = await raw_spawn_rate(runs)
     print(f"raw trio.run_process({TRUE}), concurrency {CONCURRENCY}: {raw:8,.0f} runs/s")
@@ -206,6 +262,11 @@ async def main_async(runs: int, samples: int) -> None:
         finally:
             process.send_signal(signal.SIGTERM)
             await trio.to_thread.run_sync(process.wait)
+        rate, cpu = await hello_world_rate(runs)
+        print(
+            f"for scale: hypercorn + Starlette hello world:  {rate:8,.0f} requests/s "
+            f"(server CPU {cpu:.2f} ms/request)"
+        )
 
 
 def main() -> None:

@@ -345,25 +345,17 @@ class Supervisor:
     ) -> list[tuple[RunRecord, bool]]:
         """Submit several runs in the given order, in one ledger operation."""
         await self._ready.wait()
-        if self._worktrees is not None:
-            # A sweep removing a conversation's worktrees holds its lock: a
-            # new run of that conversation is recorded only once it is done,
-            # so no worktree is ever removed while a run of its conversation
-            # is queued. (The run's start then makes the worktree again.)
-            for new, _ in items:
-                if new.conversation is not None:
-                    lock = self._worktrees.lock(new.workspace, new.conversation)
-                    if lock.locked():
-                        async with lock:
-                            pass
         if not self._admitting:
             raise NotAdmitting("the supervisor is shutting down and accepts no new runs")
-        now = self._wall()
         plan: list[tuple[NewRun, RunRequest, bool]] = []
         claimed: Counter[str] = Counter()
         for new, on_busy in items:
             request = run_request(new)
-            keys = exclusion_keys(request, agent_exclusive=self._scheduler.agent_exclusive)
+            # A shared working directory is not a duplicate follow-up: only
+            # conversation and agent keys count as busy (as in is_busy).
+            keys = exclusion_keys(
+                attrs.evolve(request, cwd=None), agent_exclusive=self._scheduler.agent_exclusive
+            )
             # Submits still in the ledger count as busy too, so a follow-up
             # arriving a moment after its predecessor is still skipped.
             busy = self._scheduler.is_busy(request) or any(self._pending_keys[k] for k in keys)
@@ -372,7 +364,23 @@ class Supervisor:
                 self._pending_keys.update(keys)
                 claimed.update(keys)
             plan.append((new, request, skip))
+        try:
+            if self._worktrees is not None:
+                # Claimed above, so no sweep starts removing these
+                # conversations' worktrees now; one removal may already be
+                # under way: the run is recorded once it has finished.
+                for new, _, skip in plan:
+                    if not skip and new.conversation is not None:
+                        await self._worktrees.removal_finished(new.workspace, new.conversation)
+            now = self._wall()
+            return await self._record_submits(plan, now)
+        finally:
+            self._pending_keys.subtract(claimed)
+            self._pending_keys = +self._pending_keys  # drop zero counts
 
+    async def _record_submits(
+        self, plan: list[tuple[NewRun, RunRequest, bool]], now: float
+    ) -> list[tuple[RunRecord, bool]]:
         def operation(store: Store) -> list[outcome.Outcome[tuple[RunRecord, bool]]]:
             return [
                 outcome.capture(store.skip, new, now, SKIP_REASON)
@@ -399,11 +407,7 @@ class Supervisor:
                 self.metrics.submitted.labels(new.provider).inc()
             self._wake()
 
-        try:
-            results = await self.ledger.call(operation, then=recorded)
-        finally:
-            self._pending_keys.subtract(claimed)
-            self._pending_keys = +self._pending_keys  # drop zero counts
+        results = await self.ledger.call(operation, then=recorded)
         return [result.unwrap() for result in results]
 
     async def cancel(self, run_id: str, reason: str = "cancel requested") -> RunRecord:
@@ -658,8 +662,10 @@ class Supervisor:
             checkouts_note=note,
             repos_dir=repos_dir,
         )
-        # Inline: microseconds on a local disk, less than a thread round trip.
-        spec.cwd.mkdir(parents=True, exist_ok=True)
+        if record.cwd is None:
+            # The provider's own folder is herdsman's to make (inline: it
+            # takes microseconds); a folder a client names must exist.
+            spec.cwd.mkdir(parents=True, exist_ok=True)
         return spec
 
     async def _record_finish(self, record: RunRecord, ended: ProcessOutcome | None) -> None:

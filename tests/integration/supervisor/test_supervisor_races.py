@@ -174,7 +174,7 @@ async def test_a_start_the_ledger_refuses_stops_the_supervisor_as_fatal(tmp_path
     assert (record.status, record.attempts) == (RunStatus.QUEUED, 0)
 
 
-async def test_a_run_is_not_recorded_while_its_conversation_is_being_swept(
+async def test_a_run_is_not_recorded_while_its_conversations_worktree_is_removed(
     tmp_path: Path,
 ) -> None:
     store = MemoryStore()
@@ -188,12 +188,50 @@ async def test_a_run_is_not_recorded_while_its_conversation_is_being_swept(
             await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x", conversation="c"))
             recorded.set()
 
-        async with supervisor._worktrees.lock("default", "c"):  # a sweep at work
+        with supervisor._worktrees.removing("default", "c"):  # a sweep's removal under way
             nursery.start_soon(submit)
             await trio.testing.wait_all_tasks_blocked()
             assert store.get("r1") is None
-            assert not supervisor.conversation_busy("default", "c")
+            # Already busy, so the sweep removes nothing more of it.
+            assert supervisor.conversation_busy("default", "c")
         with trio.fail_after(5):
             await recorded.wait()
         assert store.get("r1") is not None
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_run_preparing_its_checkouts_holds_up_no_submit(tmp_path: Path) -> None:
+    git = StuckGit()
+    store = MemoryStore()
+    supervisor = Supervisor(stuck_config(tmp_path), store, git=git)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x", conversation="c"))
+        with trio.fail_after(5):
+            await git.adding.wait()  # r1 is stuck making its worktree
+            skipped, _ = await supervisor.submit(
+                NewRun(id="r2", provider="demo", prompt="x", conversation="c"), "skip"
+            )
+            results = await supervisor.submit_many(
+                [
+                    (NewRun(id="x", provider="demo", prompt="x"), "queue"),
+                    (NewRun(id="r3", provider="demo", prompt="x", conversation="c"), "queue"),
+                ]
+            )
+        assert skipped.status is RunStatus.SKIPPED
+        assert [(r.id, created) for r, created in results] == [("x", True), ("r3", True)]
+        nursery.cancel_scope.cancel()
+
+
+async def test_sharing_a_folder_is_not_a_duplicate_follow_up(tmp_path: Path) -> None:
+    supervisor = Supervisor(config_at(write_config(tmp_path, delay=0.1)), MemoryStore())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        results = await supervisor.submit_many(
+            [
+                (NewRun(id="a1", provider="demo", prompt="x", cwd=str(tmp_path)), "skip"),
+                (NewRun(id="a2", provider="demo", prompt="x", cwd=str(tmp_path)), "skip"),
+            ]
+        )
+        assert [r.status for r, _ in results] == [RunStatus.QUEUED, RunStatus.QUEUED]
         nursery.cancel_scope.cancel()

@@ -19,10 +19,11 @@ read-only (see :func:`checkouts_preamble`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,24 @@ class WorktreeManager:
         self.repos = tuple(repos)
         self._wall = wall
         self._locks: dict[str, trio.Lock] = {}
+        self._removing: dict[str, trio.Event] = {}
+
+    @contextlib.contextmanager
+    def removing(self, workspace: str, conversation: str) -> Iterator[None]:
+        """Mark a removal of one of the conversation's worktrees as under way."""
+        slug = conversation_slug(workspace, conversation)
+        done = self._removing[slug] = trio.Event()
+        try:
+            yield
+        finally:
+            del self._removing[slug]
+            done.set()
+
+    async def removal_finished(self, workspace: str, conversation: str) -> None:
+        """Return once no removal of the conversation's worktrees is under way."""
+        done = self._removing.get(conversation_slug(workspace, conversation))
+        if done is not None:
+            await done.wait()
 
     def lock(self, workspace: str, conversation: str) -> trio.Lock:
         """The lock that preparing a run and sweeping share for one conversation."""

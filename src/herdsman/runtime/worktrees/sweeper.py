@@ -7,12 +7,13 @@ reported as kept-dirty, and tried again at the next sweep. The branch stays
 in the source repository.
 
 A conversation with a queued or running run is never swept. The check is
-made before each removal, with the conversation's lock held. The same lock
-is taken by the manager to prepare a run's checkouts and awaited by the
-supervisor before it records a new run of that conversation, so no run of
-the conversation can become queued while one of its worktrees is being
-removed; a run submitted meanwhile is recorded right after, and its start
-makes the worktrees again on their branches.
+made right before each removal, with the conversation's lock held (the lock
+the manager takes to prepare a run's checkouts). A new run of the
+conversation counts as busy from the moment it is submitted, and the
+supervisor records it only once a removal already under way has finished
+(``WorktreeManager.removing``), so no run of the conversation can become
+queued while one of its worktrees is being removed; its start then makes the
+worktrees again on their branches.
 """
 
 from __future__ import annotations
@@ -134,7 +135,8 @@ async def _sweep_folder(
             kept = True
             continue
         try:
-            await manager.git.remove_worktree(repo.path, path)
+            with manager.removing(folder.workspace, folder.conversation):
+                await manager.git.remove_worktree(repo.path, path)
         except WorktreeDirty as exc:  # changed between the status and the removal
             entries.append(entry("kept-dirty", ", ".join((*exc.modified, *exc.untracked)[:5])))
             kept = True
