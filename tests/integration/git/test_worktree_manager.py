@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import trio
 from git_support import FILES, World
 
@@ -157,3 +158,16 @@ async def test_a_folder_that_cannot_be_made_leaves_every_repo_read_only(world: W
     checkouts = await world.manager().prepare("default", "c")
     assert [c.usable for c in checkouts] == [False, False]
     assert all(c.error for c in checkouts)
+
+
+async def test_a_moved_state_dir_gets_its_checkouts_back(world: World) -> None:
+    manager = world.manager(world.app)
+    (first,) = await manager.prepare("default", "c")
+    moved_root = world.root.with_name("moved-worktrees")
+    world.root.rename(moved_root)  # the state directory was moved elsewhere
+    moved = attrs.evolve(world, root=moved_root).manager(world.app)
+    _delete_tree(moved.folder("default", "c") / "app")  # and a checkout deleted by hand
+    (again,) = await moved.prepare("default", "c")
+    assert again.usable, again.error
+    assert again.path == moved_root / first.path.parent.name / "app"
+    assert again.branch == first.branch

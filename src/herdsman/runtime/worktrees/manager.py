@@ -179,10 +179,22 @@ class WorktreeManager:
 
     async def _add(self, repo: Repo, path: Path, branch: str) -> None:
         if await self.git.branch_exists(repo.path, branch):
+            await self._forget_vanished_checkouts(repo, branch)
             await self.git.add_worktree_on(repo.path, path, branch=branch)
         else:
             head = await self.git.head(repo.path)
             await self.git.add_worktree(repo.path, path, branch=branch, commit=head)
+
+    async def _forget_vanished_checkouts(self, repo: Repo, branch: str) -> None:
+        """Drop registrations of our branch whose folder is gone (a moved state_dir).
+
+        Only registrations on ``branch`` — ours — and only when their folder
+        no longer exists: nothing of the user's is touched.
+        """
+        for entry in await self.git.list_worktrees(repo.path):
+            if entry.branch == branch and not entry.path.exists():
+                log.info("dropping the stale registration of %s in %s", entry.path, repo.path)
+                await self.git.remove_worktree(repo.path, entry.path)
 
     def _touch(self, folder: Path, workspace: str, conversation: str) -> None:
         data = {"workspace": workspace, "conversation": conversation, "last_used": self._wall()}
