@@ -280,18 +280,9 @@ class Scheduler:
         self._entries[run.id] = entry
         ready = True
         for lane, exclusive in locks:
-            if exclusive:
-                lane.x_queue.append(entry)
-                lane.live += 1
-                # Ready only if it is the lane's sole live waiter and it is free.
-                if ready and (lane.live != 1 or lane.x_holders or lane.ix_holders):
-                    ready = False
-                if ready and lane.ix_queue and _front(lane.ix_queue) is not None:
-                    ready = False
-            else:
-                self._enqueue(lane, entry, exclusive)
-                if ready and not _ready_on(lane, entry, exclusive):
-                    ready = False
+            self._enqueue(lane, entry, exclusive)
+            if ready and not _ready_on(lane, entry, exclusive):
+                ready = False
         provider = run.provider
         self._queued_by_provider[provider] = self._queued_by_provider.get(provider, 0) + 1
         if ready:
@@ -320,8 +311,8 @@ class Scheduler:
             self._start(entry)
             started.append(entry.run)
             # Only this heap's top can have gone stale: no other ready run
-            # shares a lane with the run just started (both would have to
-            # head that lane), so their readiness is unchanged.
+            # conflicts with the run just started on any lane (one of the two
+            # would be waiting behind the other), so their readiness holds.
             self._drop_stale(heap)
             if not heap or running_by_provider[provider] >= caps.get(provider, 0):
                 candidates.remove(best)

@@ -3,8 +3,11 @@
 Every store call goes through the :class:`~herdsman.runtime.ledger.Ledger`,
 which applies calls in the order they were made and group-commits them. The
 scheduler, the trace, the metrics and waiters are updated in the ledger's
-``then`` callbacks, so they follow the ledger's order exactly; nothing
-depends on the order trio wakes tasks in.
+``then`` callbacks, so they follow the ledger's order exactly. Not yet
+everything: starts are taken by a separate dispatch task that the callbacks
+wake, so when a start and another event are ready together, trio's wake-up
+order decides which comes first (harmless here; the simulator will need
+dispatch moved into the callbacks).
 
 At most once: a run is committed as running (``mark_running_many``, fsynced,
 one transaction for a burst of starts) before its process is spawned; a run

@@ -40,6 +40,21 @@ def git_init(path: Path, files: Mapping[str, str]) -> None:
     run("-c", "commit.gpgsign=false", "commit", "-q", "-m", "initial")
 
 
+MakeRepo = Callable[[Path, Mapping[str, str]], object]
+
+
+def implementation(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Git, Path, MakeRepo]:
+    """Real git in ``tmp_path``, or the fake on a pyfakefs filesystem, by parameter.
+
+    Returns the git, the folder to build in, and how to make a repository.
+    """
+    if request.param == "real":
+        return RealGit(), tmp_path.resolve(), git_init
+    request.getfixturevalue("fs")  # every path below is on the fake filesystem
+    fake = FakeGit()
+    return fake, Path("/sim"), fake.init_repository
+
+
 @attrs.frozen
 class World:
     git: Git
@@ -47,7 +62,7 @@ class World:
     lib: Repo
     root: Path
     clock: list[float]
-    make: Callable[[Path, Mapping[str, str]], object]  # a new repository of FILES
+    make: MakeRepo  # a new repository of FILES
 
     def manager(self, *repos: Repo) -> WorktreeManager:
         return WorktreeManager(
@@ -57,17 +72,7 @@ class World:
 
 @pytest.fixture(params=["real", "fake"])
 def world(request: pytest.FixtureRequest, tmp_path: Path) -> World:
-    make: Callable[[Path, Mapping[str, str]], object]
-    if request.param == "real":
-        base = tmp_path.resolve()
-        git: Git = RealGit()
-        make = git_init
-    else:
-        request.getfixturevalue("fs")  # every path below is on the fake filesystem
-        base = Path("/sim")
-        fake = FakeGit()
-        git = fake
-        make = fake.init_repository
+    git, base, make = implementation(request, tmp_path)
     for name in ("app", "lib"):
         make(base / "src" / name, FILES)
     return World(

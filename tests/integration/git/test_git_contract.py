@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import attrs
 import pytest
 import trio
-from git_support import git_init
+from git_support import MakeRepo, implementation
 
 from herdsman.runtime.git import (
     MISSING,
-    FakeGit,
     Git,
     GitError,
     NotARepository,
-    RealGit,
     WorktreeDirty,
     WorktreeEntry,
     WorktreeExists,
@@ -46,24 +43,12 @@ class Setup:
     repo: Path
     state: Path  # where worktrees go; does not exist yet
     plain: Path  # an existing directory that is no repository
-    make_repo: Callable[[Path, Mapping[str, str]], None]
+    make_repo: MakeRepo
 
 
 @pytest.fixture(params=["real", "fake"])
 def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Setup:
-    if request.param == "real":
-        base = tmp_path.resolve()
-        git: Git = RealGit()
-        make_repo = git_init
-    else:
-        request.getfixturevalue("fs")  # every path below is on the fake filesystem
-        base = Path("/sim")
-        fake = FakeGit()
-        git = fake
-
-        def make_repo(path: Path, files: Mapping[str, str]) -> None:
-            fake.init_repository(path, files)
-
+    git, base, make_repo = implementation(request, tmp_path)
     repo = base / "repos" / "app"
     make_repo(repo, FILES)
     plain = base / "plain"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,15 @@ async def test_cancelling_the_supervisor_during_a_start_commit_records_the_run(
     assert record.attempts == 1
 
 
+@asynccontextmanager
+async def serving(supervisor: Supervisor) -> AsyncIterator[trio.Nursery]:
+    """The supervisor running (recovered) for the block; cancelled after it."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        yield nursery
+        nursery.cancel_scope.cancel()
+
+
 class StuckGit:
     """A git whose worktree creation never finishes (a hanging hook, a dead NFS)."""
 
@@ -82,8 +92,7 @@ async def test_a_run_stuck_preparing_its_checkouts_can_be_cancelled(tmp_path: Pa
     git = StuckGit()
     store = MemoryStore()
     supervisor = Supervisor(stuck_config(tmp_path), store, git=git)  # type: ignore[arg-type]
-    async with trio.open_nursery() as nursery:
-        await nursery.start(supervisor.run)
+    async with serving(supervisor):
         await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x", conversation="c"))
         with trio.fail_after(10):
             await git.adding.wait()
@@ -98,7 +107,6 @@ async def test_a_run_stuck_preparing_its_checkouts_can_be_cancelled(tmp_path: Pa
         await supervisor.submit(NewRun(id="r2", provider="demo", prompt="x"))
         with trio.fail_after(10):
             assert (await supervisor.wait("r2", 10)).status is RunStatus.SUCCEEDED
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_forced_shutdown_does_not_hang_on_a_stuck_preparation(tmp_path: Path) -> None:
@@ -136,19 +144,16 @@ class FlakyStore(MemoryStore):
 async def test_a_prune_that_fails_is_logged_and_scheduling_goes_on(tmp_path: Path) -> None:
     store = FlakyStore({"prune"})
     supervisor = Supervisor(config_at(write_config(tmp_path, delay=0.1)), store)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(supervisor.run)
+    async with serving(supervisor):
         await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x"))
         with trio.fail_after(10):
             assert (await supervisor.wait("r1", 10)).status is RunStatus.SUCCEEDED
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_cancel_the_ledger_refuses_leaves_the_run_queued(tmp_path: Path) -> None:
     store = FlakyStore({"cancel_queued"})
     supervisor = Supervisor(config_at(write_config(tmp_path, concurrency=1, delay=0.5)), store)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(supervisor.run)
+    async with serving(supervisor):
         await supervisor.submit(NewRun(id="busy", provider="demo", prompt="x"))
         await supervisor.submit(NewRun(id="next", provider="demo", prompt="x"))
         with pytest.raises(StoreError):
@@ -156,7 +161,6 @@ async def test_a_cancel_the_ledger_refuses_leaves_the_run_queued(tmp_path: Path)
         # Still queued in both the ledger and the scheduler: it runs in turn.
         with trio.fail_after(10):
             assert (await supervisor.wait("next", 10)).status is RunStatus.SUCCEEDED
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_start_the_ledger_refuses_stops_the_supervisor_as_fatal(tmp_path: Path) -> None:
@@ -179,8 +183,7 @@ async def test_a_run_is_not_recorded_while_its_conversations_worktree_is_removed
 ) -> None:
     store = MemoryStore()
     supervisor = Supervisor(stuck_config(tmp_path), store, git=StuckGit())  # type: ignore[arg-type]
-    async with trio.open_nursery() as nursery:
-        await nursery.start(supervisor.run)
+    async with serving(supervisor) as nursery:
         assert supervisor._worktrees is not None
         recorded = trio.Event()
 
@@ -197,15 +200,13 @@ async def test_a_run_is_not_recorded_while_its_conversations_worktree_is_removed
         with trio.fail_after(5):
             await recorded.wait()
         assert store.get("r1") is not None
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_run_preparing_its_checkouts_holds_up_no_submit(tmp_path: Path) -> None:
     git = StuckGit()
     store = MemoryStore()
     supervisor = Supervisor(stuck_config(tmp_path), store, git=git)  # type: ignore[arg-type]
-    async with trio.open_nursery() as nursery:
-        await nursery.start(supervisor.run)
+    async with serving(supervisor):
         await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x", conversation="c"))
         with trio.fail_after(5):
             await git.adding.wait()  # r1 is stuck making its worktree
@@ -220,13 +221,11 @@ async def test_a_run_preparing_its_checkouts_holds_up_no_submit(tmp_path: Path) 
             )
         assert skipped.status is RunStatus.SKIPPED
         assert [(r.id, created) for r, created in results] == [("x", True), ("r3", True)]
-        nursery.cancel_scope.cancel()
 
 
 async def test_sharing_a_folder_is_not_a_duplicate_follow_up(tmp_path: Path) -> None:
     supervisor = Supervisor(config_at(write_config(tmp_path, delay=0.1)), MemoryStore())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(supervisor.run)
+    async with serving(supervisor):
         results = await supervisor.submit_many(
             [
                 (NewRun(id="a1", provider="demo", prompt="x", cwd=str(tmp_path)), "skip"),
@@ -234,4 +233,3 @@ async def test_sharing_a_folder_is_not_a_duplicate_follow_up(tmp_path: Path) -> 
             ]
         )
         assert [r.status for r, _ in results] == [RunStatus.QUEUED, RunStatus.QUEUED]
-        nursery.cancel_scope.cancel()
