@@ -164,11 +164,46 @@ def _status(args: argparse.Namespace) -> int:
         running = status["running_by_provider"].get(provider, 0)
         queued = status["queued_by_provider"].get(provider, 0)
         print(f"  {provider:<20} {cap:>4} {running:>8} {queued:>7}")
+    for provider, waiting in sorted(status.get("waiting_for_accounts", {}).items()):
+        print()
+        print(f"  {provider} waits for an account: {waiting['reason']}")
+        if waiting["until"] is not None:
+            print(f"  until {_local_time(waiting['until'])}")
     if status["queued_by_lane"]:
         print()
         print("  queued per lane")
         for lane, count in status["queued_by_lane"].items():
             print(f"  {count:>5}  {lane}")
+    return 0
+
+
+def _local_time(when: float) -> str:
+    return dt.datetime.fromtimestamp(when).astimezone().isoformat(timespec="seconds")
+
+
+def _accounts(args: argparse.Namespace) -> int:
+    with _client(_load(args)) as client:
+        _, body = client.request("GET", "/v1/accounts")
+    if args.json:
+        _print_json(body)
+        return 0
+    print(f"{'provider':<14} {'account':<14} {'in use':>6} {'usage':>16} {'started':>8}  state")
+    for row in body["accounts"]:
+        name = row["account"] if row["account"] is not None else "(ambient)"
+        unit = "runs" if row["unit"] == "runs" else "run-min"
+        usage = f"{row['usage']:g}"
+        if row["budget"] is not None:
+            usage = f"{usage}/{row['budget']} {unit}"
+        if row["available"]:
+            state = "available"
+        elif row["exhausted_until"] is not None and row["reason"] == "usage limit reached":
+            state = f"usage limit until {_local_time(row['exhausted_until'])}"
+        else:
+            state = row["reason"]
+        print(
+            f"{row['provider']:<14} {name:<14} {row['running']:>6} {usage:>16}"
+            f" {row['runs_started']:>8}  {state}"
+        )
     return 0
 
 
@@ -202,7 +237,7 @@ def _print_run(run: Mapping[str, Any]) -> None:
     """One run, a field a line, times in local ISO-8601."""
     for key, value in run.items():
         if key.endswith("_at") and isinstance(value, int | float):
-            shown = dt.datetime.fromtimestamp(value).astimezone().isoformat(timespec="seconds")
+            shown = _local_time(value)
         elif isinstance(value, str) and "\n" in value:
             shown = "\n    " + value.rstrip("\n").replace("\n", "\n    ")
         elif value is None or value == {}:
@@ -352,6 +387,14 @@ def add_runtime_commands(commands: Any, config_options: OptionsFactory) -> None:
     )
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(handler=_guard(_status))
+
+    accounts = commands.add_parser(
+        "accounts",
+        parents=[config_options()],
+        help="accounts: in use, usage in the window, resting until, runs started",
+    )
+    accounts.add_argument("--json", action="store_true", help="machine-readable output")
+    accounts.set_defaults(handler=_guard(_accounts))
 
     runs = commands.add_parser("runs", parents=[config_options()], help="list runs, or show one")
     runs.add_argument(

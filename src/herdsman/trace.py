@@ -36,6 +36,7 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     "cancel": frozenset({"run_id"}),
     "skip": frozenset({"run"}),
     "lost": frozenset({"run_id"}),
+    "usage_limit": frozenset({"run_id", "provider", "account", "until"}),
     "reload": frozenset({"generation", "config"}),
     "reload_rejected": frozenset({"errors"}),
 }

@@ -29,10 +29,25 @@ def environment_warnings(loaded: LoadedConfig) -> list[str]:
 
     An ``exec`` binary not found where runs will look for it (PATH, then
     herdsman's own scripts folder; a supervisor may start before the CLI is
-    installed), a repo path that is missing or not a git checkout.
+    installed), a repo path that is missing or not a git checkout, an
+    environment value starting with ``~`` (no shell runs the command, so
+    nothing expands it).
     """
     warnings: list[str] = []
     origins = loaded.origins
+    for name, provider in loaded.config.providers.items():
+        tables = [(f"providers.{name}.env", provider.env)]
+        tables += [
+            (f"providers.{name}.accounts[{n}].env", account.env)
+            for n, account in enumerate(provider.accounts)
+        ]
+        for key, env in tables:
+            for variable, value in env.items():
+                if value.startswith("~"):
+                    warnings.append(
+                        f"{origins[key]}: {key}.{variable}: {value!r} starts with '~', which"
+                        " nothing expands (no shell runs the command); write the full path"
+                    )
     for name, provider in loaded.config.providers.items():
         key = f"providers.{name}.exec"
         program = provider.exec[0]

@@ -8,6 +8,7 @@ from herdsman.core.scheduler import (
     Scheduler,
     SchedulerError,
     SchedulerSnapshot,
+    StartGate,
 )
 
 __all__ = [
@@ -19,5 +20,6 @@ __all__ = [
     "Scheduler",
     "SchedulerError",
     "SchedulerSnapshot",
+    "StartGate",
     "exclusion_keys",
 ]

@@ -40,6 +40,7 @@ import enum
 import heapq
 from collections import deque
 from collections.abc import Iterator, Mapping
+from typing import Protocol
 
 import attrs
 
@@ -66,6 +67,25 @@ class CancelOutcome(enum.Enum):
 
 class SchedulerError(Exception):
     """A call that breaks the core's protocol (a bug in the caller)."""
+
+
+class StartGate(Protocol):
+    """A further condition on starts, consulted by :meth:`Scheduler.take_startable`.
+
+    The account core is one: a provider whose accounts are all exhausted or at
+    their caps may start nothing, whatever its slots say. ``can_start`` must
+    answer for the provider as a whole (any of its ready runs), so a closed
+    gate never blocks one run while letting a later one of the same provider
+    by; ``started`` is told of each start, in order, so the answer can change.
+    """
+
+    def can_start(self, provider: str) -> bool:
+        """Whether ``provider`` may start one more run now."""
+        ...
+
+    def started(self, run: RunRequest) -> None:
+        """``run`` was just started (its provider's gate was open)."""
+        ...
 
 
 def _copy_caps(caps: Mapping[str, int]) -> dict[str, int]:
@@ -148,6 +168,20 @@ class _Entry:
         self.locks = locks  # (lane, exclusive)
         self.state: RunState | None = RunState.QUEUED  # None once cancelled or finished
         self.in_heap = False
+
+
+def _insert_by_seq(queue: deque[_Entry], entry: _Entry) -> None:
+    """Insert ``entry`` where its sequence number puts it (near the front, as a rule).
+
+    A run that held a lane went ahead of every waiter there, so a requeued
+    run normally goes first; after agent exclusivity was switched on, an
+    earlier run may be waiting, so the position is searched, not assumed.
+    """
+    for index, other in enumerate(queue):
+        if other.seq > entry.seq:
+            queue.insert(index, entry)
+            return
+    queue.append(entry)
 
 
 def _ready_on(lane: _Lane, entry: _Entry, exclusive: bool) -> bool:
@@ -288,15 +322,23 @@ class Scheduler:
         if ready:
             self._push_ready(entry)
 
-    def take_startable(self) -> list[RunRequest]:
-        """Mark as running, and return in start order, every run that may start now."""
+    def take_startable(self, gate: StartGate | None = None) -> list[RunRequest]:
+        """Mark as running, and return in start order, every run that may start now.
+
+        With a ``gate``, a provider's runs start only while the gate is open
+        for that provider; the gate is told of every start.
+        """
         started: list[RunRequest] = []
         caps = self._limits.provider_caps
         global_cap = self._limits.global_cap
         running_by_provider = self._running_by_provider
         candidates: list[tuple[str, list[tuple[int, _Entry]]]] = []
         for provider, heap in self._ready.items():
-            if heap and running_by_provider.get(provider, 0) < caps.get(provider, 0):
+            if (
+                heap
+                and running_by_provider.get(provider, 0) < caps.get(provider, 0)
+                and (gate is None or gate.can_start(provider))
+            ):
                 self._drop_stale(heap)
                 if heap:
                     candidates.append((provider, heap))
@@ -310,11 +352,17 @@ class Scheduler:
             entry.in_heap = False
             self._start(entry)
             started.append(entry.run)
+            if gate is not None:
+                gate.started(entry.run)
             # Only this heap's top can have gone stale: no other ready run
             # conflicts with the run just started on any lane (one of the two
             # would be waiting behind the other), so their readiness holds.
             self._drop_stale(heap)
-            if not heap or running_by_provider[provider] >= caps.get(provider, 0):
+            if (
+                not heap
+                or running_by_provider[provider] >= caps.get(provider, 0)
+                or (gate is not None and not gate.can_start(provider))
+            ):
                 candidates.remove(best)
         return started
 
@@ -333,6 +381,39 @@ class Scheduler:
             else:
                 lane.ix_holders -= 1
             self._lane_changed(lane)
+
+    def requeue(self, run_id: str) -> None:
+        """Put a running run back in the queue, in its original place.
+
+        For a run that never got to work (its account was out of quota): it
+        keeps its submission sequence, so it heads its lanes again and goes
+        before every run submitted after it. O(length of its lanes) — a rare
+        event, never a scheduling decision.
+        """
+        entry = self._entries.get(run_id)
+        if entry is None or entry.state is not RunState.RUNNING:
+            raise SchedulerError(f"run {run_id!r} is not running")
+        entry.state = RunState.QUEUED
+        self._running -= 1
+        provider = entry.run.provider
+        self._running_by_provider[provider] -= 1
+        self._queued_by_provider[provider] = self._queued_by_provider.get(provider, 0) + 1
+        for lane, exclusive in entry.locks:
+            if exclusive:
+                lane.x_holders -= 1
+                lane.live += 1
+                _insert_by_seq(lane.x_queue, entry)
+            else:
+                lane.ix_holders -= 1
+                # Started intention waiters linger as tombstones until they
+                # reach the front; this one may come back to life in place.
+                if entry not in lane.ix_queue:
+                    _insert_by_seq(lane.ix_queue, entry)
+                if not _ready_on(lane, entry, False) and entry not in lane.ix_pending:
+                    _insert_by_seq(lane.ix_pending, entry)
+        for lane, _ in entry.locks:
+            self._lane_changed(lane)
+        self._offer(entry)
 
     def cancel(self, run_id: str) -> CancelOutcome:
         """Withdraw a queued run. A running run is only reported, not stopped."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from herdsman.config import Config, Provider
 from herdsman.executables import resolve_executable
+from herdsman.runtime.accounts import account_env
 from herdsman.runtime.runner import ProcessSpec
 from herdsman.runtime.store import RunRecord
 
@@ -41,6 +42,10 @@ def run_environment(
     env.update(account_env)
     env["HERDSMAN_RUN_ID"] = record.id
     env["HERDSMAN_CONVERSATION"] = record.conversation or ""
+    if record.account is not None:
+        env["HERDSMAN_ACCOUNT"] = record.account
+    else:
+        env.pop("HERDSMAN_ACCOUNT", None)
     if parallel:
         env["HERDSMAN_PARALLEL"] = "1"
     else:
@@ -64,14 +69,13 @@ def build_spec(
     record: RunRecord,
     config: Config,
     *,
-    account_env: Mapping[str, str] | None = None,
     resume: Sequence[str] = (),
     base_env: Mapping[str, str] | None = None,
     program: str | None = None,
     checkouts_note: str = "",
     repos_dir: Path | None = None,
 ) -> ProcessSpec:
-    """Everything the runner needs to execute ``record``.
+    """Everything the runner needs to execute ``record``, on the account it holds.
 
     ``checkouts_note`` (what the worktree manager says about the run's
     checkouts) goes before the prompt; ``repos_dir``, the folder holding
@@ -86,7 +90,7 @@ def build_spec(
     env = run_environment(
         record,
         provider,
-        account_env=account_env or {},
+        account_env=account_env(provider, record.account),
         parallel=parallel,
         base=os.environ if base_env is None else base_env,
     )

@@ -17,6 +17,7 @@ found running at start-up is recorded as lost, never re-run.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections import Counter
@@ -30,8 +31,10 @@ import trio
 
 from herdsman.config import Config, format_duration
 from herdsman.core import CancelOutcome, Limits, RunRequest, Scheduler, exclusion_keys
+from herdsman.core.accounts import Pick, sticky_key
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
+from herdsman.runtime.accounts import account_book, account_view, blocked_view, longest_window
 from herdsman.runtime.callbacks import deliver_callback
 from herdsman.runtime.git import Git, RealGit
 from herdsman.runtime.launch import build_spec
@@ -82,6 +85,21 @@ class RunNotFound(Exception):
 
 class RunConflict(Exception):
     """The run is in a state that does not allow the request."""
+
+
+@attrs.frozen
+class LimitHit:
+    """A provider said an account is out of quota: it rests until ``until``."""
+
+    provider: str
+    account: str | None
+    until: float
+    message: str
+
+    @property
+    def label(self) -> str:
+        """The account as a log line names it."""
+        return "the ambient account" if self.account is None else f"account {self.account}"
 
 
 @attrs.frozen
@@ -163,6 +181,9 @@ class Supervisor:
         self._scheduler = Scheduler(
             limits_of(config), agent_exclusive=config.scheduling.agent_exclusive
         )
+        self._accounts = account_book(config)
+        # The account each starting run was given, until its task has read it.
+        self._picks: dict[str, Pick] = {}
         self._wakeup = trio.Event()
         self._admitting = True
         self._drain_requested = trio.Event()
@@ -331,6 +352,26 @@ class Supervisor:
         for record in await self.ledger.call(lambda s: s.queued_in_order()):
             self._scheduler.submit(run_request(record))
             self._submitted_at[record.id] = record.submitted_at
+        await self._recover_accounts(now)
+
+    async def _recover_accounts(self, now: float) -> None:
+        """Quota windows, exhaustions and conversations' accounts of earlier processes."""
+        window = longest_window(self.config)
+        sessions, limits, uses = await self.ledger.call(
+            lambda s: (
+                s.sessions(),
+                s.account_limits(now),
+                s.account_usage(now - window) if window else [],
+            )
+        )
+        book = self._accounts
+        for session in sessions:
+            key = sticky_key(session.workspace, session.conversation)
+            book.remember(session.provider, key, session.account)
+        for limit in limits:
+            book.rest(limit.provider, limit.account, limit.until, limit.message)
+        for use in uses:
+            book.restore_usage(use.provider, use.account, use.started_at, use.finished_at)
 
     # -- intake ------------------------------------------------------------
 
@@ -518,7 +559,24 @@ class Supervisor:
             "queued_by_lane": dict(snap.queued_by_lane),
             "oldest_queued_age": None if age is None else max(0.0, age),
             "lost_at_startup": len(self.lost_at_startup),
+            "accounts": self.accounts(),
+            "waiting_for_accounts": self.waiting_for_accounts(),
         }
+
+    def accounts(self) -> list[dict[str, Any]]:
+        """Every account: in use, usage in its window, resting until, runs started."""
+        return [account_view(s) for s in self._accounts.statuses(self._wall())]
+
+    def waiting_for_accounts(self) -> dict[str, dict[str, Any]]:
+        """Providers whose queued runs wait because no account can take them: why, until when."""
+        now = self._wall()
+        waiting = {}
+        for provider in self._accounts.providers:
+            if self._scheduler.queued_for(provider):
+                blocked = self._accounts.blocked(provider, now)
+                if blocked is not None:
+                    waiting[provider] = blocked_view(blocked)
+        return waiting
 
     # -- scheduling and execution -----------------------------------------
 
@@ -546,23 +604,40 @@ class Supervisor:
 
     async def _dispatch_loop(self) -> None:
         while True:
-            await self._wakeup.wait()
+            # Waiting runs whose accounts all rest are looked at again when
+            # the first of those accounts comes back.
+            with trio.move_on_after(self._until_an_account_frees()):
+                await self._wakeup.wait()
             self._wakeup = trio.Event()
             if self._admitting:
                 # Waiting for this commit before looking again is what batches
                 # starts: whatever frees up meanwhile starts in the next commit.
                 await self._start_what_may_start()
 
+    def _until_an_account_frees(self) -> float:
+        """Seconds until time alone frees an account some queued run waits for."""
+        now = self._wall()
+        times = [
+            t
+            for provider in self._accounts.providers
+            if self._scheduler.queued_for(provider)
+            and not self._accounts.available(provider, now)
+            and (t := self._accounts.next_change(provider, now)) is not None
+        ]
+        return max(0.0, min(times) - now) if times else math.inf
+
     async def _start_what_may_start(self) -> None:
-        starts = self._scheduler.take_startable()
+        now = self._wall()
+        gate = self._accounts.gate(now)
+        starts = self._scheduler.take_startable(gate)
         if not starts:
             return
         # Handles exist before the commit so a cancel arriving meanwhile is
         # not lost: RunCancel remembers a cancel made before execute.
         for run in starts:
             self._handles[run.id] = RunCancel()
-        items = [(run.id, None) for run in starts]
-        now = self._wall()
+        self._picks.update(gate.picks)
+        items = [(run.id, gate.picks[run.id].account) for run in starts]
         # Shielded: once queued, the commit happens whatever we do, and its
         # callback must find the run nursery open to hand each run its task
         # (which, if we are being cancelled, records it as cancelled at once).
@@ -583,6 +658,8 @@ class Supervisor:
                 )
                 for run in starts:
                     self._scheduler.finish(run.id)
+                    self._accounts.finish(run.id, now)
+                    self._picks.pop(run.id, None)
                     del self._handles[run.id]
                 if not self._handles:
                     self._idle.set()
@@ -597,9 +674,10 @@ class Supervisor:
             wait = (record.started_at or record.submitted_at) - record.submitted_at
             self.metrics.queue_wait.labels(record.provider).observe(max(0.0, wait))
             self._submitted_at.pop(record.id, None)
-            self._nursery.start_soon(self._execute_run, record, name=f"run {record.id}")
+            pick = self._picks.pop(record.id, None)
+            self._nursery.start_soon(self._execute_run, record, pick, name=f"run {record.id}")
 
-    async def _execute_run(self, record: RunRecord) -> None:
+    async def _execute_run(self, record: RunRecord, pick: Pick | None) -> None:
         handle = self._handles[record.id]
         ended: ProcessOutcome | None = None
         try:
@@ -610,7 +688,7 @@ class Supervisor:
                 self._preparing[record.id] = preparing
                 if handle.cancelled:
                     preparing.cancel()
-                spec = await self._spec_for(record)
+                spec = await self._spec_for(record, pick)
             self._preparing.pop(record.id, None)
             if spec is None or handle.cancelled:
                 ended = not_started(Outcome.CANCELLED, handle.reason or "cancel requested")
@@ -626,18 +704,32 @@ class Supervisor:
             with trio.CancelScope(shield=True):
                 await self._record_finish(record, ended)
 
-    async def _spec_for(self, record: RunRecord) -> ProcessSpec:
+    async def _spec_for(self, record: RunRecord, pick: Pick | None) -> ProcessSpec:
         provider = self.config.providers.get(record.provider)
         if provider is None:
             raise OSError(f"provider {record.provider!r} is no longer configured")
         resume: list[str] = []
         conversation = record.conversation
+        if pick is not None and pick.moved:
+            left = "the ambient environment" if pick.left is None else f"account {pick.left}"
+            now_on = (
+                "the ambient environment" if pick.account is None else f"account {pick.account}"
+            )
+            text = (
+                f"conversation moved from {left} to {now_on} (its account could not take the"
+                " run): it starts a fresh session"
+            )
+            await self.ledger.call(methodcaller("add_note", record.id, text))
         if conversation is not None and provider.resume_args:
             session = await self.ledger.call(
                 lambda s: s.conversation_session(record.provider, record.workspace, conversation)
             )
-            if session is not None:
-                resume = [arg.replace("{session}", session) for arg in provider.resume_args]
+            # A session lives under the account that made it: elsewhere it
+            # cannot be resumed, so the run starts a fresh one.
+            if session is not None and session.account == record.account:
+                resume = [
+                    arg.replace("{session}", session.session_id) for arg in provider.resume_args
+                ]
         program = self._programs.get(provider.exec[0])
         if program is None:
             # Resolved once and remembered: a PATH walk per run costs a stat
@@ -690,23 +782,49 @@ class Supervisor:
         session_id = fields.get("session_id")
         now = self._wall()
         conversation = record.conversation
+        hit = self._limit_hit(record, ended, status, now)
+        if hit is not None and status is RunStatus.FAILED:
+            status = RunStatus.USAGE_LIMITED
+        # It never got to work: once, it goes back to the head of its lanes
+        # (recorded in the same transaction, so it is never lost in between).
+        requeue = hit is not None and status is RunStatus.USAGE_LIMITED and record.attempts < 2
 
         def finish(store: Store) -> RunRecord:
             final = store.finish(record.id, status, now, **fields)
+            if hit is not None:
+                store.set_account_limit(hit.provider, hit.account, hit.until, hit.message)
+                if requeue:
+                    store.requeue(record.id)
+                    final = store.add_note(
+                        record.id,
+                        f"attempt {record.attempts} stopped at the usage limit of {hit.label}"
+                        f" ({hit.message}); re-queued",
+                    )
             if session_id and conversation is not None:
                 store.set_conversation_session(
-                    record.provider, record.workspace, conversation, session_id
+                    record.provider, record.workspace, conversation, session_id, record.account
                 )
             return final
 
         def finished(final: RunRecord) -> None:
-            self._release(record.id)
-            self._emit("finish", run_id=record.id, outcome=status.value, exit_code=exit_code)
+            if hit is not None:
+                self._rest(hit, record.id)
+            if requeue:
+                self._requeue(final)
+            else:
+                self._release(record.id)
+            self._emit(
+                "finish",
+                run_id=record.id,
+                outcome=status.value,
+                exit_code=exit_code,
+                **({"requeued": True} if requeue else {}),
+            )
             self.metrics.finished.labels(record.provider, status.value).inc()
             if final.started_at is not None and final.finished_at is not None:
                 duration = final.finished_at - final.started_at
                 self.metrics.run_duration.labels(record.provider).observe(max(0.0, duration))
-            if final.callback_url and self._callbacks is not None:
+            if final.callback_url and final.is_terminal and self._callbacks is not None:
                 self._callbacks.start_soon(deliver_callback, final, name=f"callback {record.id}")
 
         try:
@@ -723,11 +841,54 @@ class Supervisor:
             )
             self._release(record.id)
 
+    def _limit_hit(
+        self, record: RunRecord, ended: ProcessOutcome | None, status: RunStatus, now: float
+    ) -> LimitHit | None:
+        """The account rest a run's usage-limit report calls for, if any."""
+        limit = ended.usage_limit if ended is not None else None
+        # A run that got its work done had quota, whatever it printed; one
+        # that timed out or was cancelled after the report is out of quota.
+        if limit is None or status is RunStatus.SUCCEEDED:
+            return None
+        until = self._accounts.rest_until(record.provider, record.account, now, limit.resets_at)
+        if until is None:  # the account left the configuration meanwhile
+            return None
+        return LimitHit(record.provider, record.account, until, as_text(limit.message) or "")
+
+    def _rest(self, hit: LimitHit, run_id: str) -> None:
+        """Rest the account (the limit is recorded), and say so."""
+        self._accounts.rest(hit.provider, hit.account, hit.until, hit.message)
+        log.warning(
+            "%s reached its usage limit on %s; it rests until %s",
+            hit.provider,
+            hit.label,
+            time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(hit.until)),
+        )
+        self._emit(
+            "usage_limit",
+            run_id=run_id,
+            provider=hit.provider,
+            account=hit.account,
+            until=hit.until,
+        )
+
     def _release(self, run_id: str) -> None:
-        """A run's process is over: free its slot and lanes, wake whoever waits."""
+        """A run's process is over: free its slot, lanes and account, wake whoever waits."""
         self._scheduler.finish(run_id)
+        self._accounts.finish(run_id, self._wall())
         del self._handles[run_id]
         self._notify(run_id)
+        if not self._handles:
+            self._idle.set()
+        self._wake()
+
+    def _requeue(self, record: RunRecord) -> None:
+        """A usage-limited run goes back to its place at the head of its lanes."""
+        self._scheduler.requeue(record.id)
+        self._accounts.finish(record.id, self._wall())
+        self._submitted_at[record.id] = record.submitted_at
+        del self._handles[record.id]
+        self._notify(record.id)
         if not self._handles:
             self._idle.set()
         self._wake()

@@ -16,8 +16,11 @@ import trio
 from herdsman.runtime.store import (
     LOST_ON_RESTART,
     SCHEMA_VERSION,
+    AccountLimit,
+    AccountUse,
     NewRun,
     RunStatus,
+    Session,
     SqliteStore,
     StoreConflict,
     StoreError,
@@ -38,13 +41,24 @@ def test_data_survives_closing_and_reopening(tmp_path: Path) -> None:
     store.mark_running("a", T0 + 2, "acct")
     store.finish("a", RunStatus.SUCCEEDED, T0 + 3, exit_code=0, result="done")
     store.set_conversation_session("claude", "default", "c", "sess")
+    store.set_conversation_session("claude", "default", "d", "sess-d", "acct")
+    store.set_account_limit("claude", "acct", T0 + 60, "limit reached")
+    store.set_account_limit("claude", None, T0 + 60, "ambient limit")
     before = store.list_runs()
     store.close()
 
     reopened = SqliteStore(path)
     try:
         assert reopened.list_runs() == before
-        assert reopened.conversation_session("claude", "default", "c") == "sess"
+        assert reopened.sessions() == [
+            Session("claude", "default", "c", "sess", None),
+            Session("claude", "default", "d", "sess-d", "acct"),
+        ]
+        assert reopened.account_limits(T0) == [
+            AccountLimit("claude", None, T0 + 60, "ambient limit"),
+            AccountLimit("claude", "acct", T0 + 60, "limit reached"),
+        ]
+        assert reopened.account_usage(T0) == [AccountUse("claude", "acct", T0 + 2, T0 + 3)]
         assert reopened.counts()[RunStatus.SUCCEEDED] == 1
         assert reopened.submit(new("c"), T0)[0].seq == 3
     finally:
@@ -156,7 +170,7 @@ def test_a_new_file_gets_the_current_schema_in_wal_mode(tmp_path: Path) -> None:
         indices = {
             row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type='index'")
         }
-        assert {"runs_by_status", "runs_by_finished_at"} <= indices
+        assert {"runs_by_status", "runs_by_finished_at", "runs_by_started_at"} <= indices
     finally:
         raw.close()
 
@@ -287,10 +301,157 @@ def test_a_version_1_file_is_migrated_and_keeps_its_runs(tmp_path: Path) -> None
     old.close()
     store = SqliteStore(path)
     try:
-        assert store.schema_version == SCHEMA_VERSION == 3
+        assert store.schema_version == SCHEMA_VERSION == 4
         record = store.get("r1")
         assert record is not None
         assert (record.status, record.notes, record.cwd) == (RunStatus.QUEUED, (), None)
         assert store.add_note("r1", "hello").notes == ("hello",)
+    finally:
+        store.close()
+
+
+def test_a_version_3_file_is_migrated_and_keeps_its_runs_and_sessions(tmp_path: Path) -> None:
+    from herdsman.runtime.store.sqlite import MIGRATIONS
+
+    path = tmp_path / "herdsman.db"
+    old = sqlite3.connect(path)
+    for statements in MIGRATIONS[:3]:
+        for statement in statements:
+            old.execute(statement)
+    old.execute(
+        "INSERT INTO runs (id, provider, prompt, workspace, metadata, status, submitted_at,"
+        " started_at, finished_at, account, attempts, cwd) VALUES"
+        " ('r1', 'p', 'x', 'default', '{}', 'succeeded', 1.0, 2.0, 3.0, 'acct', 1, '/srv'),"
+        " ('r2', 'p', 'x', 'default', '{}', 'running', 1.0, 4.0, NULL, 'acct', 1, NULL)"
+    )
+    old.execute(
+        "INSERT INTO conversation_sessions (provider, workspace, conversation, session_id)"
+        " VALUES ('p', 'default', 'c', 'sess')"
+    )
+    old.execute("PRAGMA user_version = 3")
+    old.commit()
+    old.close()
+    store = SqliteStore(path)
+    try:
+        assert store.schema_version == SCHEMA_VERSION == 4
+        record = store.get("r1")
+        assert record is not None
+        assert (record.status, record.account, record.cwd) == (
+            RunStatus.SUCCEEDED,
+            "acct",
+            "/srv",
+        )
+        # A session from before accounts were tracked lives in the ambient environment.
+        assert store.conversation_session("p", "default", "c") == Session(
+            "p", "default", "c", "sess", None
+        )
+        assert store.sessions() == [Session("p", "default", "c", "sess", None)]
+        assert store.account_usage(2.5) == [
+            AccountUse("p", "acct", 2.0, 3.0),
+            AccountUse("p", "acct", 4.0, None),
+        ]
+        assert store.account_limits(0.0) == []
+        store.set_account_limit("p", None, 10.0, "limited")
+        assert store.account_limits(0.0) == [AccountLimit("p", None, 10.0, "limited")]
+        store.set_conversation_session("p", "default", "c", "sess-2", "acct")
+        assert store.sessions() == [Session("p", "default", "c", "sess-2", "acct")]
+    finally:
+        store.close()
+    raw = sqlite3.connect(path)
+    try:
+        indices = {
+            row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type='index'")
+        }
+        assert "runs_by_started_at" in indices
+    finally:
+        raw.close()
+
+
+def test_the_ambient_account_limit_is_keyed_by_an_empty_name_on_disk(tmp_path: Path) -> None:
+    path = tmp_path / "herdsman.db"
+    store = SqliteStore(path)
+    try:
+        store.set_account_limit("claude", None, T0 + 10, "ambient")
+        store.set_account_limit("claude", None, T0 + 20, "ambient again")
+        store.set_account_limit("claude", "acct", T0 + 10, "named")
+    finally:
+        store.close()
+    raw = sqlite3.connect(path)
+    try:
+        rows = raw.execute(
+            "SELECT provider, account, until, message FROM account_limits ORDER BY account"
+        ).fetchall()
+    finally:
+        raw.close()
+    # One ambient row despite two writes: '' makes the primary key hold (NULLs would not).
+    assert rows == [("claude", "", T0 + 20, "ambient again"), ("claude", "acct", T0 + 10, "named")]
+
+
+def test_account_usage_searches_indices_instead_of_scanning_runs(tmp_path: Path) -> None:
+    from herdsman.runtime.store.sqlite import _ACCOUNT_USAGE
+
+    store = SqliteStore(tmp_path / "herdsman.db")
+    try:
+        plan = [
+            row[3]
+            for row in store._conn.execute(
+                f"EXPLAIN QUERY PLAN {_ACCOUNT_USAGE}", (T0, T0, RunStatus.RUNNING.value)
+            )
+        ]
+    finally:
+        store.close()
+    assert not [step for step in plan if step.startswith("SCAN")], plan
+    assert any("runs_by_started_at" in step for step in plan), plan
+    assert any("runs_by_finished_at" in step for step in plan), plan
+    assert any("runs_by_status" in step for step in plan), plan
+
+
+CRASH_INSIDE_A_BATCH = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+    from herdsman.runtime.store import NewRun, RunStatus, SqliteStore
+
+    store = SqliteStore(Path(sys.argv[1]))
+    store.submit(NewRun(id="r", provider="claude", prompt="p"), 100.0)
+    store.mark_running("r", 101.0, "acct")
+
+    def crash(s):
+        print("finished", s.get("r").status.value, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    store.apply(
+        [
+            lambda s: s.finish("r", RunStatus.USAGE_LIMITED, 102.0, reason="limit"),
+            crash,
+            lambda s: s.requeue("r"),
+        ],
+        durable=True,
+    )
+    """
+)
+
+
+def test_a_crash_between_finish_and_requeue_in_one_batch_keeps_neither(tmp_path: Path) -> None:
+    path = tmp_path / "herdsman.db"
+    result = subprocess.run(
+        [sys.executable, "-c", CRASH_INSIDE_A_BATCH, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    # The process had recorded usage_limited inside the batch when it died...
+    assert result.stdout == "finished usage_limited\n"
+    store = SqliteStore(path)
+    try:
+        # ...but the batch never committed: no usage_limited row is left behind
+        # that nobody re-queued; the run is found running, like any crash.
+        record = store.get("r")
+        assert record is not None
+        assert (record.status, record.account, record.attempts) == (RunStatus.RUNNING, "acct", 1)
+        assert store.counts()[RunStatus.USAGE_LIMITED] == 0
+        assert [r.id for r in store.recover(200.0)] == ["r"]
     finally:
         store.close()

@@ -11,15 +11,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import outcome
 import pytest
 
 from herdsman.runtime.store import (
     LOST_ON_RESTART,
+    AccountLimit,
+    AccountUse,
     MemoryStore,
     NewRun,
     RunNotFound,
     RunRecord,
     RunStatus,
+    Session,
     SqliteStore,
     Store,
     StoreConflict,
@@ -505,9 +509,11 @@ def test_prune_deletes_terminal_runs_finished_before_the_time(store: Store) -> N
     # Terminal runs above finished at T0 + 2 (skipped at T0); T0 + 2 is not before it.
     assert store.prune(T0 + 2) == 1
     assert store.get("old-skipped") is None
-    assert store.prune(T0 + 3) == 5
+    # usage_limited is terminal: a run left in it was not re-queued, and never will be.
+    assert store.prune(T0 + 3) == 6
+    assert store.get("old-usage_limited") is None
     survivors = {r.id for r in store.list_runs()}
-    assert survivors == {"old-queued", "old-running", "old-usage_limited", "fresh"}
+    assert survivors == {"old-queued", "old-running", "fresh"}
     assert store.prune(T0 + 3) == 0
     assert store.prune(T0 + 51) == 1
     assert store.counts()[RunStatus.FAILED] == 0
@@ -527,6 +533,11 @@ def test_seq_is_never_reused_after_prune(store: Store) -> None:
 # --- session memory, counts, close -----------------------------------------
 
 
+def session_id(store: Store, provider: str, workspace: str, conversation: str) -> str | None:
+    found = store.conversation_session(provider, workspace, conversation)
+    return None if found is None else found.session_id
+
+
 def test_conversation_sessions_are_remembered_per_provider_workspace_conversation(
     store: Store,
 ) -> None:
@@ -534,16 +545,246 @@ def test_conversation_sessions_are_remembered_per_provider_workspace_conversatio
     store.set_conversation_session("claude", "default", "c", "s1")
     store.set_conversation_session("codex", "default", "c", "s2")
     store.set_conversation_session("claude", "w2", "c", "s3")
-    assert store.conversation_session("claude", "default", "c") == "s1"
-    assert store.conversation_session("codex", "default", "c") == "s2"
-    assert store.conversation_session("claude", "w2", "c") == "s3"
+    assert session_id(store, "claude", "default", "c") == "s1"
+    assert session_id(store, "codex", "default", "c") == "s2"
+    assert session_id(store, "claude", "w2", "c") == "s3"
     assert store.conversation_session("claude", "default", "other") is None
     store.set_conversation_session("claude", "default", "c", "s4")
-    assert store.conversation_session("claude", "default", "c") == "s4"
+    assert session_id(store, "claude", "default", "c") == "s4"
     store.set_conversation_session("claude", "default", "c", None)
     assert store.conversation_session("claude", "default", "c") is None
     store.set_conversation_session("claude", "default", "never-set", None)
-    assert store.conversation_session("codex", "default", "c") == "s2"
+    assert session_id(store, "codex", "default", "c") == "s2"
+
+
+def test_a_session_remembers_the_account_that_holds_it(store: Store) -> None:
+    store.set_conversation_session("claude", "ws", "c", "s1")
+    assert store.conversation_session("claude", "ws", "c") == Session(
+        provider="claude", workspace="ws", conversation="c", session_id="s1", account=None
+    )
+    store.set_conversation_session("claude", "ws", "c", "s2", account="work")
+    assert store.conversation_session("claude", "ws", "c") == Session(
+        "claude", "ws", "c", "s2", "work"
+    )
+    # Setting again replaces the account too, back to ambient included.
+    store.set_conversation_session("claude", "ws", "c", "s3", "home")
+    assert store.conversation_session("claude", "ws", "c") == Session(
+        "claude", "ws", "c", "s3", "home"
+    )
+    store.set_conversation_session("claude", "ws", "c", "s4")
+    assert store.conversation_session("claude", "ws", "c") == Session(
+        "claude", "ws", "c", "s4", None
+    )
+    # Forgetting ignores the account given.
+    store.set_conversation_session("claude", "ws", "c", None, account="work")
+    assert store.conversation_session("claude", "ws", "c") is None
+    assert store.sessions() == []
+
+
+def test_a_session_account_sqlite_cannot_hold_is_refused(store: Store) -> None:
+    store.set_conversation_session("claude", "ws", "c", "s1", "work")
+    with pytest.raises(StoreError, match=r"account of run 'c' is not valid UTF-8"):
+        store.set_conversation_session("claude", "ws", "c", "s2", "bad \ud800")
+    assert store.conversation_session("claude", "ws", "c") == Session(
+        "claude", "ws", "c", "s1", "work"
+    )
+
+
+def test_sessions_lists_every_row_by_provider_workspace_conversation(store: Store) -> None:
+    assert store.sessions() == []
+    store.set_conversation_session("codex", "default", "c1", "x1", "acct")
+    store.set_conversation_session("claude", "w2", "c1", "x2")
+    store.set_conversation_session("claude", "default", "c2", "x3", "home")
+    store.set_conversation_session("claude", "default", "c1", "x4")
+    store.set_conversation_session("claude", "default", "C0", "x5")
+    store.set_conversation_session("claude", "default", "gone", "x6")
+    store.set_conversation_session("claude", "default", "gone", None)
+    assert store.sessions() == [
+        Session("claude", "default", "C0", "x5", None),
+        Session("claude", "default", "c1", "x4", None),
+        Session("claude", "default", "c2", "x3", "home"),
+        Session("claude", "w2", "c1", "x2", None),
+        Session("codex", "default", "c1", "x1", "acct"),
+    ]
+    for found in store.sessions():
+        key = (found.provider, found.workspace, found.conversation)
+        assert store.conversation_session(*key) == found
+
+
+# --- account limits --------------------------------------------------------
+
+
+def test_account_limits_are_kept_per_provider_and_account_until_they_expire(
+    store: Store,
+) -> None:
+    assert store.account_limits(T0) == []
+    store.set_account_limit("claude", "work", T0 + 100, "limit reached")
+    store.set_account_limit("claude", None, T0 + 50, "ambient limited")
+    store.set_account_limit("codex", "work", T0 + 10, "codex says no")
+    assert store.account_limits(T0) == [
+        AccountLimit(provider="claude", account=None, until=T0 + 50, message="ambient limited"),
+        AccountLimit("claude", "work", T0 + 100, "limit reached"),
+        AccountLimit("codex", "work", T0 + 10, "codex says no"),
+    ]
+    # ``until`` is when the limit ends: at that instant it no longer holds.
+    assert store.account_limits(T0 + 10) == [
+        AccountLimit("claude", None, T0 + 50, "ambient limited"),
+        AccountLimit("claude", "work", T0 + 100, "limit reached"),
+    ]
+    assert store.account_limits(T0 + 9.5)[-1].provider == "codex"
+    assert store.account_limits(T0 + 100) == []
+    # Expired limits are only left out, not deleted.
+    assert len(store.account_limits(T0 - 1)) == 3
+
+
+def test_account_limits_list_ambient_first_then_accounts_by_name(store: Store) -> None:
+    for account in ("b", "A", "a", None, "-"):
+        store.set_account_limit("p", account, T0 + 1, f"limit of {account}")
+    store.set_account_limit("o", "z", T0 + 1, "other provider")
+    assert [(lim.provider, lim.account) for lim in store.account_limits(T0)] == [
+        ("o", "z"),
+        ("p", None),
+        ("p", "-"),
+        ("p", "A"),
+        ("p", "a"),
+        ("p", "b"),
+    ]
+
+
+def test_setting_an_account_limit_again_replaces_it(store: Store) -> None:
+    store.set_account_limit("claude", "work", T0 + 100, "first")
+    store.set_account_limit("claude", None, T0 + 100, "ambient")
+    store.set_account_limit("claude", "work", T0 + 5, "second")
+    assert store.account_limits(T0) == [
+        AccountLimit("claude", None, T0 + 100, "ambient"),
+        AccountLimit("claude", "work", T0 + 5, "second"),
+    ]
+    # A limit may be moved later again, and an int time reads back as a float.
+    store.set_account_limit("claude", "work", 1_700_000_200, "third")
+    limits = store.account_limits(T0 + 150)
+    assert limits == [AccountLimit("claude", "work", T0 + 200, "third")]
+    assert type(limits[0].until) is float
+
+
+def test_clear_account_limit_deletes_only_that_limit(store: Store) -> None:
+    store.set_account_limit("claude", "work", T0 + 100, "w")
+    store.set_account_limit("claude", None, T0 + 100, "ambient")
+    store.set_account_limit("codex", "work", T0 + 100, "c")
+    store.clear_account_limit("claude", None)
+    assert [(lim.provider, lim.account) for lim in store.account_limits(T0)] == [
+        ("claude", "work"),
+        ("codex", "work"),
+    ]
+    store.clear_account_limit("claude", "work")
+    assert [(lim.provider, lim.account) for lim in store.account_limits(T0)] == [("codex", "work")]
+    # Clearing what is not there is not an error.
+    store.clear_account_limit("claude", "work")
+    store.clear_account_limit("nobody", None)
+    assert len(store.account_limits(T0)) == 1
+
+
+@pytest.mark.parametrize("until", [float("nan"), float("inf"), -float("inf")])
+def test_an_account_limit_must_end_at_a_finite_time(store: Store, until: float) -> None:
+    with pytest.raises(StoreError, match="finite"):
+        store.set_account_limit("claude", "work", until, "m")
+    with pytest.raises(StoreError, match="finite"):
+        store.account_limits(until)
+    assert store.account_limits(T0) == []
+
+
+@pytest.mark.parametrize(
+    ("provider", "account", "message", "error"),
+    [
+        ("claude", "work", "bad \udcff", r"message of the account limit of 'claude'/'work'"),
+        ("claude", "bad \ud800", "m", r"account of the account limit of 'claude'/"),
+        ("bad \ud800", None, "m", r"provider of the account limit of "),
+        ("claude", "", "m", r"'claude'/'': an account name must not be empty"),
+    ],
+)
+def test_an_account_limit_sqlite_cannot_hold_is_refused(
+    store: Store, provider: str, account: str | None, message: str, error: str
+) -> None:
+    store.set_account_limit("claude", None, T0 + 10, "ambient")
+    before = store.account_limits(T0)
+    with pytest.raises(StoreError, match=error):
+        store.set_account_limit(provider, account, T0 + 10, message)
+    assert store.account_limits(T0) == before
+
+
+def test_clearing_the_limit_of_an_empty_account_name_is_refused(store: Store) -> None:
+    # '' is how SQLite keys the ambient limit; it must not clear that one.
+    store.set_account_limit("claude", None, T0 + 10, "ambient")
+    with pytest.raises(StoreError, match="an account name must not be empty"):
+        store.clear_account_limit("claude", "")
+    assert len(store.account_limits(T0)) == 1
+
+
+# --- account usage ---------------------------------------------------------
+
+
+def test_account_usage_counts_runs_that_touch_the_window_or_still_run(store: Store) -> None:
+    def ran(run_id: str, account: str | None, start: float, end: float | None) -> None:
+        store.submit(new(run_id, provider="codex" if run_id.endswith("x") else "claude"), T0)
+        store.mark_running(run_id, start, account)
+        if end is not None:
+            store.finish(run_id, RunStatus.SUCCEEDED, end)
+
+    since = T0 + 100
+    ran("before", "a", T0 + 10, T0 + 20)  # over before the window: not counted
+    ran("across", "a", T0 + 90, T0 + 110)  # started before, finished inside
+    ran("edge-end", "b", T0 + 50, since)  # finished exactly at since
+    ran("edge-start-x", "a", since, None)  # started exactly at since, running
+    ran("old-running", "b", T0 + 1, None)  # still running from long ago
+    ran("inside", "a", T0 + 120, T0 + 130)
+    ran("ambient", None, T0 + 120, T0 + 130)  # no account: not counted
+    store.submit(new("queued"), T0)
+    store.skip(new("skipped"), T0 + 150, "no")
+    assert store.account_usage(since) == [
+        AccountUse("claude", "b", T0 + 1, None),
+        AccountUse("claude", "b", T0 + 50, since),
+        AccountUse("claude", "a", T0 + 90, T0 + 110),
+        AccountUse(provider="codex", account="a", started_at=since, finished_at=None),
+        AccountUse("claude", "a", T0 + 120, T0 + 130),
+    ]
+    assert [use.started_at for use in store.account_usage(T0)] == [
+        T0 + 1,
+        T0 + 10,
+        T0 + 50,
+        T0 + 90,
+        since,
+        T0 + 120,
+    ]
+    # Past every window: only the runs still running.
+    assert [use.started_at for use in store.account_usage(T0 + 10_000)] == [T0 + 1, since]
+
+
+def test_account_usage_orders_equal_starts_by_submission(store: Store) -> None:
+    for run_id in ("late", "early", "mid"):
+        store.submit(new(run_id), T0)
+    store.mark_running_many([("mid", "m"), ("late", "l"), ("early", "e")], T0 + 5)
+    store.submit(new("first"), T0)
+    store.mark_running("first", T0 + 1, "f")
+    assert [use.account for use in store.account_usage(T0)] == ["f", "l", "e", "m"]
+
+
+def test_account_usage_keeps_lost_runs_and_forgets_requeued_attempts(store: Store) -> None:
+    store.submit(new("lost"), T0)
+    store.mark_running("lost", T0 + 1, "a")
+    store.recover(T0 + 5)
+    in_status(store, "limited", UL)  # started T0 + 1 on "acct", finished T0 + 2
+    assert [(u.account, u.finished_at) for u in store.account_usage(T0)] == [
+        ("a", T0 + 5),
+        ("acct", T0 + 2),
+    ]
+    # A re-queue clears the attempt's account, so it no longer counts.
+    store.requeue("limited")
+    assert [u.account for u in store.account_usage(T0)] == ["a"]
+
+
+@pytest.mark.parametrize("since", [float("nan"), float("inf"), -float("inf")])
+def test_account_usage_needs_a_finite_time(store: Store, since: float) -> None:
+    with pytest.raises(StoreError, match="finite"):
+        store.account_usage(since)
 
 
 def test_counts_has_every_status(store: Store) -> None:
@@ -576,6 +817,7 @@ def test_is_terminal() -> None:
         RunStatus.CANCELLED,
         RunStatus.LOST,
         RunStatus.SKIPPED,
+        RunStatus.USAGE_LIMITED,
     }
     assert [s.value for s in RunStatus] == [
         "queued",
@@ -605,6 +847,12 @@ def test_close_is_idempotent_and_final(store: Store) -> None:
         store.counts,
         lambda: store.conversation_session("p", "w", "c"),
         lambda: store.set_conversation_session("p", "w", "c", "s"),
+        lambda: store.set_conversation_session("p", "w", "c", "s", "acct"),
+        store.sessions,
+        lambda: store.set_account_limit("p", None, T0, "m"),
+        lambda: store.account_limits(T0),
+        lambda: store.clear_account_limit("p", None),
+        lambda: store.account_usage(T0),
     ]
     for call in calls:
         with pytest.raises(StoreError, match="the store is closed"):
@@ -661,6 +909,72 @@ def test_apply_undoes_only_the_call_that_failed(store: Store) -> None:
     got = store.get("c")
     assert got is not None
     assert got.status is Q
+
+
+def test_usage_limited_then_requeue_in_one_batch_leaves_the_run_queued(store: Store) -> None:
+    store.submit(new("first"), T0)
+    store.submit(new("r"), T0)
+    store.submit(new("later"), T0)
+    started = store.mark_running("r", T0 + 1, "acct")
+    results = store.apply(
+        [
+            lambda s: s.finish("r", UL, T0 + 2, session_id="sess", reason="limit"),
+            lambda s: s.requeue("r"),
+        ],
+        durable=True,
+    )
+    limited, requeued = results[0].unwrap(), results[1].unwrap()
+    # The outcome recorded first is final on its own; the re-queue beside it
+    # is what brings the run back.
+    assert limited.status is UL
+    assert limited.is_terminal
+    assert requeued.status is Q
+    got = store.get("r")
+    assert got is not None
+    assert got == requeued
+    assert (got.seq, got.attempts, got.session_id) == (started.seq, 1, "sess")
+    assert (got.started_at, got.finished_at, got.account, got.reason) == (None, None, None, None)
+    assert [r.id for r in store.queued_in_order()] == ["first", "r", "later"]
+    assert store.counts()[UL] == 0
+    # Not pruned: it is queued again, no longer usage_limited.
+    assert store.prune(T0 + 1000) == 0
+
+
+def test_a_failed_requeue_leaves_a_usage_limited_run_final(store: Store) -> None:
+    in_status(store, "r", R)
+
+    def fail_after_finish(s: Store) -> None:
+        s.finish("r", UL, T0 + 2, reason="limit")
+        raise RuntimeError("requeue never happened")
+
+    results = store.apply([fail_after_finish, lambda s: s.get("r")])
+    with pytest.raises(RuntimeError, match="requeue never happened"):
+        results[0].unwrap()
+    # apply undoes only the store call that raised: the finish before it stays.
+    seen = results[1].unwrap()
+    assert seen is not None
+    assert seen.status is UL
+    assert seen.is_terminal
+    assert store.get("r") == seen
+    assert store.prune(T0 + 3) == 1
+    assert store.get("r") is None
+
+
+def test_a_requeue_that_raises_in_the_batch_keeps_the_finish(store: Store) -> None:
+    in_status(store, "r", R)
+    results = store.apply(
+        [
+            lambda s: s.finish("r", UL, T0 + 2),
+            lambda s: s.requeue("ghost"),  # the wrong id: raises RunNotFound
+        ]
+    )
+    assert isinstance(results[0], outcome.Value)
+    with pytest.raises(RunNotFound):
+        results[1].unwrap()
+    got = store.get("r")
+    assert got is not None
+    assert got.status is UL
+    assert got.is_terminal
 
 
 # --- notes -----------------------------------------------------------------

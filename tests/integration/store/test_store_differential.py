@@ -16,8 +16,9 @@ from typing import Any
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from outcome import Error, Outcome, Value
 
-from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, SqliteStore, Store
+from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, Session, SqliteStore, Store
 
 # Few ids, so operations keep colliding with runs that exist and with each other.
 run_ids = st.sampled_from(["a", "b", "c", "d", "e", "f"])
@@ -56,6 +57,14 @@ def outcome(call: Callable[[Store], Any], store: Store) -> tuple[str, Any]:
         return ("error", (type(exc).__name__, str(exc)))
 
 
+def settled(result: Outcome[Any]) -> tuple[str, Any]:
+    """An ``apply`` slot in the form :func:`outcome` gives: comparable across stores."""
+    if isinstance(result, Value):
+        return ("ok", result.value)
+    assert isinstance(result, Error)
+    return ("error", (type(result.error).__name__, str(result.error)))
+
+
 class StoresAgree(RuleBasedStateMachine):
     """Drives both stores with the same operations and compares every answer."""
 
@@ -82,6 +91,13 @@ class StoresAgree(RuleBasedStateMachine):
     @rule(run_id=run_ids, now=times, account=st.none() | names)
     def mark_running(self, run_id: str, now: float, account: str | None) -> None:
         self.both(lambda s: s.mark_running(run_id, now, account))
+
+    # Runs that reach running with an account feed account_usage and the
+    # usage-limit batch; one step instead of two makes them common enough.
+    @rule(new=new_runs, now=times, account=names)
+    def submit_and_start(self, new: NewRun, now: float, account: str) -> None:
+        self.both(lambda s: s.submit(new, now))
+        self.both(lambda s: s.mark_running(new.id, now, account))
 
     @rule(items=st.lists(st.tuples(run_ids, st.none() | names), max_size=4), now=times)
     def mark_running_many(self, items: list[tuple[str, str | None]], now: float) -> None:
@@ -165,10 +181,61 @@ class StoresAgree(RuleBasedStateMachine):
             )
         )
 
-    @rule(key=st.tuples(names, workspaces, st.sampled_from(["c1", "c2"])), session=maybe_text)
-    def sessions(self, key: tuple[str, str, str], session: str | None) -> None:
-        self.both(lambda s: s.set_conversation_session(*key, session))
-        assert self.both(lambda s: s.conversation_session(*key)) == ("ok", session)
+    @rule(
+        key=st.tuples(names, workspaces, st.sampled_from(["c1", "c2"])),
+        session=maybe_text,
+        account=st.none() | names,
+    )
+    def sessions(self, key: tuple[str, str, str], session: str | None, account: str | None) -> None:
+        self.both(lambda s: s.set_conversation_session(*key, session, account))
+        expected = None if session is None else Session(*key, session, account)
+        assert self.both(lambda s: s.conversation_session(*key)) == ("ok", expected)
+
+    # "" is in the accounts so the refusal of an empty account name is compared too.
+    @rule(
+        provider=names,
+        account=st.none() | st.sampled_from(["", "a", "b"]),
+        until=times,
+        message=small_text,
+    )
+    def set_account_limit(
+        self, provider: str, account: str | None, until: float, message: str
+    ) -> None:
+        self.both(lambda s: s.set_account_limit(provider, account, until, message))
+
+    @rule(provider=names, account=st.none() | st.sampled_from(["", "a", "b"]))
+    def clear_account_limit(self, provider: str, account: str | None) -> None:
+        self.both(lambda s: s.clear_account_limit(provider, account))
+
+    @rule(now=times)
+    def account_limits(self, now: float) -> None:
+        self.both(lambda s: s.account_limits(now))
+
+    @rule(since=times)
+    def account_usage(self, since: float) -> None:
+        self.both(lambda s: s.account_usage(since))
+
+    @rule(run_id=run_ids, now=times, session_id=maybe_text, fail=st.booleans())
+    def usage_limited_batch(
+        self, run_id: str, now: float, session_id: str | None, fail: bool
+    ) -> None:
+        """What the supervisor does on a usage limit: finish and re-queue in one batch."""
+
+        def requeue(s: Store) -> Any:
+            if fail:
+                raise RuntimeError("re-queue failed")
+            return s.requeue(run_id)
+
+        def batch(s: Store) -> list[tuple[str, Any]]:
+            results = s.apply(
+                [
+                    lambda t: t.finish(run_id, RunStatus.USAGE_LIMITED, now, session_id=session_id),
+                    requeue,
+                ]
+            )
+            return [settled(result) for result in results]
+
+        self.both(batch)
 
     @invariant()
     def same_ledger(self) -> None:
@@ -176,6 +243,9 @@ class StoresAgree(RuleBasedStateMachine):
         self.both(lambda s: s.queued_in_order())
         self.both(lambda s: dict(s.counts()))
         self.both(lambda s: [s.get(run_id) for run_id in "abcdef"])
+        self.both(lambda s: s.sessions())
+        self.both(lambda s: s.account_limits(-1.0))
+        self.both(lambda s: s.account_usage(0.0))
         assert runs[0] == "ok"
         # Random list_runs arguments rarely hit the edges; walk them here.
         top = max((r.seq for r in runs[1]), default=0)

@@ -181,3 +181,18 @@ def test_no_environment_warnings_for_a_present_binary_and_git_checkout(
         f'[providers.py]\nexec = ["{sys.executable}"]\n[[repos]]\nname = "r"\npath = "."\n'
     )
     assert environment_warnings(loaded) == []
+
+
+def test_environment_warnings_for_a_tilde_no_shell_will_expand(load: Load) -> None:
+    import sys
+
+    from herdsman.config import environment_warnings
+
+    loaded = load(
+        f'[providers.x]\nexec = ["{sys.executable}"]\nenv = {{ HOME_DIR = "/ok" }}\n'
+        '[[providers.x.accounts]]\nname = "a"\nenv = { CLAUDE_CONFIG_DIR = "~/.claude-a" }\n'
+    )
+    assert [w.split(": ", 1)[1] for w in environment_warnings(loaded)] == [
+        "providers.x.accounts[0].env.CLAUDE_CONFIG_DIR: '~/.claude-a' starts with '~', which"
+        " nothing expands (no shell runs the command); write the full path"
+    ]

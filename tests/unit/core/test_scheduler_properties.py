@@ -8,13 +8,16 @@ the earliest-submitted free run until no run is free. A run is *free* when
 (a) its provider has a free slot (a provider missing from the caps has none),
 (b) the global cap, if any, has a free slot,
 (c) no running run shares one of its exclusion keys, and
-(d) no earlier-submitted, still-queued run shares one of its keys.
+(d) no earlier-submitted, still-queued run shares one of its keys, and
+(e) the start gate, if any, is open for its provider (the gate here is a
+    count of further starts allowed per provider, standing in for accounts).
 
 :class:`SchedulerMachine` drives the real :class:`Scheduler` and the model with
-the same random events (submit, finish, cancel, limit changes, agent-exclusivity
-toggles), calling ``take_startable()`` after every event as the runtime does,
-and checks after every step that the core started exactly the runs the model
-starts, in the same order, and that every observable count and state agrees.
+the same random events (submit, finish, requeue, cancel, limit changes,
+agent-exclusivity toggles, gate changes), calling ``take_startable()`` after
+every event as the runtime does, and checks after every step that the core
+started exactly the runs the model starts, in the same order, and that every
+observable count and state agrees.
 Pools of providers, workspaces, conversations and agents are tiny on purpose,
 so lanes collide and caps bind all the time.
 """
@@ -93,6 +96,8 @@ class ReferenceModel:
     running: list[RunRequest] = field(default_factory=list)  # start order
     submitted_at: dict[str, int] = field(default_factory=dict)  # id -> submission number
     submissions: int = 0
+    # Further starts the gate allows per provider; a provider absent is not gated.
+    gate: dict[str, int] | None = None
 
     def keys(self, run: RunRequest) -> set[str]:
         return set(exclusion_keys(run, agent_exclusive=self.agent_exclusive))
@@ -141,10 +146,14 @@ class ReferenceModel:
         earlier = self.queued[: self.queued.index(run)]
         return [r for r in earlier if self.conflicts(r, run)]
 
+    def gate_open(self, run: RunRequest) -> bool:
+        return self.gate is None or self.gate.get(run.provider, 1) > 0
+
     def is_free(self, run: RunRequest) -> bool:
         return (
             self.provider_has_slot(run)
             and self.global_has_slot()
+            and self.gate_open(run)
             and not self.blocking_running(run)
             and not self.blocking_earlier_queued(run)
         )
@@ -163,6 +172,13 @@ class ReferenceModel:
     def start(self, run: RunRequest) -> None:
         self.queued.remove(run)
         self.running.append(run)
+        if self.gate is not None and run.provider in self.gate:
+            self.gate[run.provider] -= 1
+
+    def requeue(self, run_id: str) -> None:
+        """Back to the queue, in its original place in submission order."""
+        run = self.finish(run_id)
+        self.queued = self.in_submission_order([*self.queued, run])
 
     def finish(self, run_id: str) -> RunRequest:
         [run] = [r for r in self.running if r.id == run_id]
@@ -180,7 +196,13 @@ class ReferenceModel:
         the top, until no queued run is free.
         """
         scratch = ReferenceModel(
-            self.limits, self.agent_exclusive, list(self.queued), list(self.running)
+            self.limits,
+            self.agent_exclusive,
+            list(self.queued),
+            list(self.running),
+            dict(self.submitted_at),
+            self.submissions,
+            None if self.gate is None else dict(self.gate),
         )
         started = []
         while free := scratch.free_runs():
@@ -221,6 +243,26 @@ def _describe(runs: Iterable[RunRequest]) -> list[str]:
     ]
 
 
+class CountingGate:
+    """A start gate that lets through a fixed number of starts per provider."""
+
+    def __init__(self, allowed: dict[str, int]) -> None:
+        self.allowed = allowed
+
+    def can_start(self, provider: str) -> bool:
+        return self.allowed.get(provider, 1) > 0
+
+    def started(self, run: RunRequest) -> None:
+        if run.provider in self.allowed:
+            assert self.allowed[run.provider] > 0, f"{run.id} started through a closed gate"
+            self.allowed[run.provider] -= 1
+
+
+gate_st = st.none() | st.dictionaries(
+    st.sampled_from(PROVIDERS), st.integers(min_value=0, max_value=3), max_size=2
+)
+
+
 # -- the state machine --------------------------------------------------------
 
 
@@ -248,6 +290,9 @@ class SchedulerMachine(RuleBasedStateMachine):
         # Runs that were running when agent exclusivity was switched on: only
         # they may share an agent key while running.
         self.grandfathered: set[str] = set()
+        # The gate's remaining starts per provider (None: no gate), shared with
+        # the CountingGate each settle() hands the scheduler.
+        self.gate: dict[str, int] | None = None
 
     # -- plumbing --------------------------------------------------------------
 
@@ -255,7 +300,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         """Call ``take_startable`` as the runtime does after each event, and check it."""
         model = self.model
         expected = model.expected_starts()
-        started = self.sched.take_startable()
+        gate = None if self.gate is None else CountingGate(self.gate)
+        started = self.sched.take_startable(gate)
         for run in started:
             # Check each start against the rules as they stood at that moment,
             # so a failure names the rule, before comparing with the model.
@@ -276,12 +322,14 @@ class SchedulerMachine(RuleBasedStateMachine):
                 f"started {run.id} ahead of earlier queued "
                 f"{_describe(model.blocking_earlier_queued(run))} on one of its keys"
             )
+            assert model.gate_open(run), f"started {run.id} through a closed gate"
             model.start(run)
         leftover = model.free_runs()
         assert not leftover, f"after take_startable, {_describe(leftover)} are free but queued"
         assert started == expected, (
             f"take_startable started {_describe(started)}, the model starts {_describe(expected)}"
         )
+        assert self.gate == model.gate, "the gate saw other starts than the model"
         return started
 
     def retire(self, run_id: str) -> None:
@@ -357,6 +405,29 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.global_allowance = min(self.global_allowance, len(self.model.running))
             self.settle()
 
+    @precondition(lambda self: self.model.running)
+    @rule(data=st.data())
+    def requeue(self, data: st.DataObject) -> None:
+        """A running run goes back to its place in the queue (its account was out of quota)."""
+        run_id = data.draw(st.sampled_from(self.running_ids()), label="requeue")
+        self.sched.requeue(run_id)
+        self.model.requeue(run_id)
+        # Running again later, it obeys exclusivity like any other run.
+        self.grandfathered.discard(run_id)
+        for provider in PROVIDERS:
+            self.over_cap_allowance[provider] = min(
+                self.over_cap_allowance.get(provider, 0), self.model.running_on(provider)
+            )
+        self.global_allowance = min(self.global_allowance, len(self.model.running))
+        self.settle()
+
+    @rule(gate=gate_st)
+    def set_gate(self, gate: dict[str, int] | None) -> None:
+        """The gate opens, closes or changes what it allows (accounts freeing up, exhausting)."""
+        self.gate = None if gate is None else dict(gate)
+        self.model.gate = None if gate is None else dict(gate)
+        self.settle()
+
     @precondition(lambda self: self.model.queued)
     @rule(data=st.data())
     def cancel_queued(self, data: st.DataObject) -> None:
@@ -401,7 +472,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         live = [*self.queued_ids(), *self.running_ids()]
         not_running = [*self.queued_ids(), *self.retired, "never-submitted"]
         unknown = [*self.retired, "never-submitted"]
-        calls = ["finish_not_running", "cancel_unknown", "take_again"]
+        calls = ["finish_not_running", "requeue_not_running", "cancel_unknown", "take_again"]
         if live:
             calls.append("submit_duplicate")
         if self.model.running:
@@ -416,6 +487,10 @@ class SchedulerMachine(RuleBasedStateMachine):
             run_id = data.draw(st.sampled_from(not_running), label="id")
             with pytest.raises(SchedulerError):
                 self.sched.finish(run_id)
+        elif call == "requeue_not_running":
+            run_id = data.draw(st.sampled_from(not_running), label="id")
+            with pytest.raises(SchedulerError):
+                self.sched.requeue(run_id)
         elif call == "cancel_running":
             run_id = data.draw(st.sampled_from(self.running_ids()), label="id")
             assert self.sched.cancel(run_id) is CancelOutcome.RUNNING
@@ -424,7 +499,8 @@ class SchedulerMachine(RuleBasedStateMachine):
             run_id = data.draw(st.sampled_from(unknown), label="id")
             assert self.sched.cancel(run_id) is CancelOutcome.UNKNOWN
         self.assert_unchanged(before)
-        assert self.sched.take_startable() == []
+        gate = None if self.gate is None else CountingGate(self.gate)
+        assert self.sched.take_startable(gate) == []
         self.assert_unchanged(before)
 
     # -- invariants ------------------------------------------------------------
@@ -489,6 +565,7 @@ op_st = st.one_of(
     st.tuples(st.just("submit"), run_fields_st),
     st.tuples(st.just("finish"), st.integers(min_value=0, max_value=20)),
     st.tuples(st.just("cancel"), st.integers(min_value=0, max_value=20)),
+    st.tuples(st.just("requeue"), st.integers(min_value=0, max_value=20)),
     st.tuples(st.just("limits"), limits_st),
     st.tuples(st.just("exclusive"), st.booleans()),
 )
@@ -503,7 +580,7 @@ def _run_both(limits: Limits, agent_exclusive: bool, ops: list[tuple[str, Any]])
             run = RunRequest(id=f"r{n}", **arg)
             first.submit(run)
             second.submit(attrs.evolve(run))  # an equal but distinct object
-        elif name in ("finish", "cancel"):
+        elif name in ("finish", "cancel", "requeue"):
             runs = [*first.running_runs()]
             if name == "cancel":
                 runs += first.queued_runs()
@@ -567,3 +644,50 @@ def test_cancelled_head_does_not_block_its_lane() -> None:
     assert sched.take_startable() == [x]
     assert sched.cancel("y") is CancelOutcome.REMOVED
     assert sched.take_startable() == [z]
+
+
+def test_requeued_run_goes_back_ahead_of_later_runs_on_its_directory() -> None:
+    """A requeued run keeps its place: a later exclusive run on a containing
+    directory, and a later sibling behind that, still wait for it."""
+    sched = Scheduler(Limits({"p0": 4}))
+    r = RunRequest("r", "p0", cwd="/r/a")
+    sched.submit(r)
+    assert sched.take_startable() == [r]
+    x = RunRequest("x", "p0", cwd="/r")
+    w = RunRequest("w", "p0", cwd="/r/b")
+    sched.submit(x)
+    sched.submit(w)
+    assert sched.take_startable() == []
+    sched.requeue("r")
+    assert sched.take_startable() == [r]
+    sched.finish("r")
+    assert sched.take_startable() == [x]
+    sched.finish("x")
+    assert sched.take_startable() == [w]
+
+
+def test_requeued_run_starts_before_a_later_run_of_its_conversation() -> None:
+    sched = Scheduler(Limits({"p0": 1}))
+    first = RunRequest("first", "p0", conversation="c")
+    second = RunRequest("second", "p0", conversation="c")
+    other = RunRequest("other", "p0")
+    sched.submit(first)
+    assert sched.take_startable() == [first]
+    sched.submit(second)
+    sched.submit(other)
+    sched.requeue("first")
+    assert sched.state_of("first") is RunState.QUEUED
+    assert sched.take_startable() == [first]
+    sched.finish("first")
+    assert sched.take_startable() == [second]
+
+
+def test_a_gate_closing_mid_take_stops_that_provider_only() -> None:
+    sched = Scheduler(Limits({"p0": 4, "p1": 4}))
+    runs = [RunRequest(f"a{i}", "p0") for i in range(3)] + [RunRequest("b0", "p1")]
+    for run in runs:
+        sched.submit(run)
+    gate = CountingGate({"p0": 2})
+    assert sched.take_startable(gate) == [runs[0], runs[1], runs[3]]
+    assert gate.allowed == {"p0": 0}
+    assert sched.take_startable(CountingGate({"p0": 1})) == [runs[2]]

@@ -167,6 +167,15 @@ class Api:
         """``GET /v1/status``."""
         return JSONResponse(self.supervisor.status())
 
+    async def accounts(self, request: Request) -> Response:
+        """``GET /v1/accounts``: every account, and providers waiting for one."""
+        return JSONResponse(
+            {
+                "accounts": self.supervisor.accounts(),
+                "waiting": self.supervisor.waiting_for_accounts(),
+            }
+        )
+
     async def reload(self, request: Request) -> Response:
         """``POST /v1/reload`` (not available yet)."""
         return error(501, "reload is not available yet; restart the supervisor to apply changes")
@@ -200,6 +209,7 @@ def create_app(supervisor: Supervisor, token: str) -> Starlette:
         Route("/v1/runs/{run_id}", guarded(api.get_run), methods=["GET"]),
         Route("/v1/runs/{run_id}/cancel", guarded(api.cancel), methods=["POST"]),
         Route("/v1/status", guarded(api.status), methods=["GET"]),
+        Route("/v1/accounts", guarded(api.accounts), methods=["GET"]),
         Route("/v1/worktrees", guarded(api.worktrees), methods=["GET"]),
         Route("/v1/worktrees/sweep", guarded(api.sweep), methods=["POST"]),
         Route("/v1/reload", guarded(api.reload), methods=["POST"]),

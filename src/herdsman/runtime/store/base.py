@@ -7,7 +7,14 @@ from typing import Any, Protocol
 
 import outcome
 
-from herdsman.runtime.store.records import NewRun, RunRecord, RunStatus
+from herdsman.runtime.store.records import (
+    AccountLimit,
+    AccountUse,
+    NewRun,
+    RunRecord,
+    RunStatus,
+    Session,
+)
 
 
 class Store(Protocol):
@@ -41,6 +48,14 @@ class Store(Protocol):
         it) reach the disk before this returns.
         If the commit itself fails, :class:`StoreError` is raised and nothing
         of the batch is kept.
+
+        A crash cannot land between two operations of one batch: they reach
+        the file together or not at all. This is what lets the supervisor
+        record a usage_limited outcome and re-queue the run in one batch
+        (``finish(run_id, USAGE_LIMITED, ...)`` then ``requeue(run_id)``)
+        without anyone seeing the run usage_limited in between. If the
+        re-queue raises, though, the ``finish`` stays: the run remains
+        usage_limited, which is final.
         """
         ...
 
@@ -91,10 +106,12 @@ class Store(Protocol):
         excerpt: str | None = None,
         log_path: str | None = None,
     ) -> RunRecord:
-        """Record the outcome of a run: ``status`` must be a terminal status or usage_limited.
+        """Record the outcome of a run: ``status`` must be a terminal status.
 
         Sets ``finished_at`` and every outcome field exactly as given. Legal
         from running to any outcome, and from queued to cancelled or skipped.
+        ``usage_limited`` is terminal too; to retry such a run, call
+        :meth:`requeue` in the same :meth:`apply` batch.
         """
         ...
 
@@ -109,6 +126,10 @@ class Store(Protocol):
 
         The attempt's outcome fields (account, times, exit code, reason,
         result, excerpt, log path) are cleared; ``session_id`` is kept.
+        The store allows this from usage_limited at any time, but the
+        supervisor calls it only in the :meth:`apply` batch whose
+        :meth:`finish` recorded usage_limited, so waiters and :meth:`prune`
+        may treat a usage_limited run that stays as final.
         """
         ...
 
@@ -157,17 +178,70 @@ class Store(Protocol):
         ...
 
     def prune(self, finished_before: float) -> int:
-        """Delete terminal runs with ``finished_at < finished_before``; return how many."""
+        """Delete terminal runs with ``finished_at < finished_before``; return how many.
+
+        usage_limited runs are terminal and go too.
+        """
         ...
 
-    def conversation_session(self, provider: str, workspace: str, conversation: str) -> str | None:
+    def conversation_session(
+        self, provider: str, workspace: str, conversation: str
+    ) -> Session | None:
         """The provider session to resume for this conversation, if one is remembered."""
         ...
 
     def set_conversation_session(
-        self, provider: str, workspace: str, conversation: str, session_id: str | None
+        self,
+        provider: str,
+        workspace: str,
+        conversation: str,
+        session_id: str | None,
+        account: str | None = None,
     ) -> None:
-        """Remember (or, with ``None``, forget) the session of this conversation."""
+        """Remember (or, with ``session_id`` ``None``, forget) the session of this conversation.
+
+        ``account`` is the account whose config directory holds the session;
+        ``None`` is the provider's ambient environment. Setting again
+        replaces both. When forgetting, ``account`` is ignored.
+        """
+        ...
+
+    def sessions(self) -> list[Session]:
+        """Every remembered session, ordered by (provider, workspace, conversation)."""
+        ...
+
+    def set_account_limit(
+        self, provider: str, account: str | None, until: float, message: str
+    ) -> None:
+        """Record that ``account`` hit ``provider``'s usage limit until ``until`` (unix seconds).
+
+        One limit per (provider, account): setting again replaces ``until``
+        and ``message``. ``account`` ``None`` is the ambient environment; an
+        empty account name, a non-finite ``until`` or text SQLite cannot hold
+        raise :class:`StoreError`.
+        """
+        ...
+
+    def account_limits(self, now: float) -> list[AccountLimit]:
+        """The limits still in force at ``now`` (``until > now``).
+
+        Ordered by provider, then account with ``None`` (ambient) first.
+        Expired limits are not deleted, only left out.
+        """
+        ...
+
+    def clear_account_limit(self, provider: str, account: str | None) -> None:
+        """Forget the limit of (provider, account); nothing happens if there is none."""
+        ...
+
+    def account_usage(self, since: float) -> list[AccountUse]:
+        """Runs charged to an account that count for quota windows reaching back to ``since``.
+
+        A run counts if its account is set and it started at or after
+        ``since``, finished at or after ``since``, or is still running.
+        Ordered by ``started_at``, then ``seq``. A re-queued run's earlier
+        attempt is not here: :meth:`requeue` clears the account it spent.
+        """
         ...
 
     def counts(self) -> Mapping[RunStatus, int]:

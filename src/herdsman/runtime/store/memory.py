@@ -17,10 +17,14 @@ import outcome
 from herdsman.runtime.store.errors import StoreError
 from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
+    AccountLimit,
+    AccountUse,
     NewRun,
     RunRecord,
     RunStatus,
+    Session,
     check_limit,
+    check_limit_text,
     check_now,
     check_text,
     finished,
@@ -49,7 +53,8 @@ class MemoryStore:
         # Insertion order is seq order: a run is inserted once, with the next
         # seq, and never re-inserted (prune only deletes).
         self._runs: dict[str, RunRecord] = {}
-        self._sessions: dict[tuple[str, str, str], str] = {}
+        self._sessions: dict[tuple[str, str, str], Session] = {}
+        self._limits: dict[tuple[str, str | None], AccountLimit] = {}
         self._counts: Counter[RunStatus] = Counter()
         self._last_seq = 0
         self._closed = False
@@ -254,13 +259,20 @@ class MemoryStore:
             self._counts[record.status] -= 1
         return len(doomed)
 
-    def conversation_session(self, provider: str, workspace: str, conversation: str) -> str | None:
+    def conversation_session(
+        self, provider: str, workspace: str, conversation: str
+    ) -> Session | None:
         """See :meth:`Store.conversation_session`."""
         self._check_open()
         return self._sessions.get((provider, workspace, conversation))
 
     def set_conversation_session(
-        self, provider: str, workspace: str, conversation: str, session_id: str | None
+        self,
+        provider: str,
+        workspace: str,
+        conversation: str,
+        session_id: str | None,
+        account: str | None = None,
     ) -> None:
         """See :meth:`Store.set_conversation_session`."""
         self._check_open()
@@ -270,12 +282,62 @@ class MemoryStore:
             workspace=workspace,
             conversation=conversation,
             session_id=session_id,
+            account=account,
         )
         key = (provider, workspace, conversation)
         if session_id is None:
             self._sessions.pop(key, None)
         else:
-            self._sessions[key] = session_id
+            self._sessions[key] = Session(provider, workspace, conversation, session_id, account)
+
+    def sessions(self) -> list[Session]:
+        """See :meth:`Store.sessions`."""
+        self._check_open()
+        return [self._sessions[key] for key in sorted(self._sessions)]
+
+    def set_account_limit(
+        self, provider: str, account: str | None, until: float, message: str
+    ) -> None:
+        """See :meth:`Store.set_account_limit`."""
+        self._check_open()
+        until = check_now(until)
+        check_limit_text(provider, account, message=message)
+        self._limits[provider, account] = AccountLimit(provider, account, until, message)
+
+    def account_limits(self, now: float) -> list[AccountLimit]:
+        """See :meth:`Store.account_limits`."""
+        self._check_open()
+        now = check_now(now)
+        return sorted(
+            (limit for limit in self._limits.values() if limit.until > now),
+            # None first, as SQLite's '' sorts before every account name.
+            key=lambda limit: (limit.provider, limit.account is not None, limit.account or ""),
+        )
+
+    def clear_account_limit(self, provider: str, account: str | None) -> None:
+        """See :meth:`Store.clear_account_limit`."""
+        self._check_open()
+        check_limit_text(provider, account)
+        self._limits.pop((provider, account), None)
+
+    def account_usage(self, since: float) -> list[AccountUse]:
+        """See :meth:`Store.account_usage`."""
+        self._check_open()
+        since = check_now(since)
+        used = [
+            AccountUse(r.provider, r.account, r.started_at, r.finished_at)
+            for r in self._runs.values()
+            if r.account is not None
+            and r.started_at is not None
+            and (
+                r.started_at >= since
+                or (r.finished_at is not None and r.finished_at >= since)
+                or r.status is RunStatus.RUNNING
+            )
+        ]
+        # Stable sort over seq order: ties on started_at stay by seq.
+        used.sort(key=lambda use: use.started_at)
+        return used
 
     def counts(self) -> Mapping[RunStatus, int]:
         """See :meth:`Store.counts`."""

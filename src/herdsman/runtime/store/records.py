@@ -46,11 +46,21 @@ TERMINAL_STATUSES: frozenset[RunStatus] = frozenset(
         RunStatus.CANCELLED,
         RunStatus.LOST,
         RunStatus.SKIPPED,
+        RunStatus.USAGE_LIMITED,
     }
 )
-"""Statuses a run never leaves. ``usage_limited`` is not one: it may be re-queued."""
+"""Final outcomes: waiters stop waiting on them and :meth:`Store.prune` may delete them.
+
+``usage_limited`` is one although the lifecycle still allows
+``usage_limited → queued``: the supervisor re-queues a usage-limited run only
+in the same :meth:`Store.apply` batch that records it, so the two commit
+together and a ``usage_limited`` run that stays was not re-queued, for good.
+"""
 
 LEGAL_TRANSITIONS: Mapping[RunStatus, frozenset[RunStatus]] = {
+    # First, so the entries below override it: usage_limited is terminal yet
+    # keeps its one way out.
+    **{status: frozenset() for status in TERMINAL_STATUSES},
     RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.SKIPPED}),
     RunStatus.RUNNING: frozenset(
         {
@@ -63,16 +73,18 @@ LEGAL_TRANSITIONS: Mapping[RunStatus, frozenset[RunStatus]] = {
         }
     ),
     RunStatus.USAGE_LIMITED: frozenset({RunStatus.QUEUED}),
-    **{status: frozenset() for status in TERMINAL_STATUSES},
 }
 """From each status, the statuses a run may move to next (the lifecycle table)."""
 
-FINISH_STATUSES: frozenset[RunStatus] = TERMINAL_STATUSES | {RunStatus.USAGE_LIMITED}
+FINISH_STATUSES: frozenset[RunStatus] = TERMINAL_STATUSES
 """The outcomes :meth:`Store.finish` accepts; ``queued``/``running`` have their own methods."""
 
 
 def is_terminal(status: RunStatus) -> bool:
-    """Whether a run in ``status`` is done for good (and may be pruned)."""
+    """Whether a run in ``status`` is done for good (and may be pruned).
+
+    True for ``usage_limited`` too: see :data:`TERMINAL_STATUSES`.
+    """
     return status in TERMINAL_STATUSES
 
 
@@ -144,13 +156,30 @@ def check_text(run_id: str, **fields: str | None) -> None:
     with ``surrogateescape`` holds them. The in-memory store refuses them too,
     so the simulator cannot accept what production would reject.
     """
+    _check_utf8(f"run {run_id!r}", fields)
+
+
+def check_limit_text(provider: str, account: str | None, **fields: str | None) -> None:
+    """:func:`check_text` for an account limit; also refuse ``""`` as an account name.
+
+    SQLite keys the ambient environment (``account=None``) as ``""``, so an
+    account really named ``""`` would read back as ``None``; configured
+    account names are never empty, and both stores refuse it alike.
+    """
+    owner = f"the account limit of {provider!r}/{account!r}"
+    if account == "":
+        raise StoreError(f"{owner}: an account name must not be empty (None means ambient)")
+    _check_utf8(owner, {"provider": provider, "account": account, **fields})
+
+
+def _check_utf8(owner: str, fields: Mapping[str, str | None]) -> None:
     for name, value in fields.items():
         if value is None:
             continue
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise StoreError(f"{name} of run {run_id!r} is not valid UTF-8 text: {exc}") from None
+            raise StoreError(f"{name} of {owner} is not valid UTF-8 text: {exc}") from None
 
 
 @attrs.frozen(slots=True)
@@ -216,6 +245,49 @@ class RunRecord:
     def is_terminal(self) -> bool:
         """Whether this run is done for good."""
         return is_terminal(self.status)
+
+
+@attrs.frozen(slots=True)
+class Session:
+    """The provider session a conversation resumes, and where it lives.
+
+    ``account`` is the account whose config directory holds the session (a
+    session is only resumable from there); ``None`` is the provider's
+    ambient environment.
+    """
+
+    provider: str
+    workspace: str
+    conversation: str
+    session_id: str
+    account: str | None
+
+
+@attrs.frozen(slots=True)
+class AccountLimit:
+    """An account that hit its provider's usage limit, and until when it stays limited.
+
+    ``account`` ``None`` is the provider's ambient environment; ``until`` is
+    unix seconds; ``message`` is what the provider said.
+    """
+
+    provider: str
+    account: str | None
+    until: float
+    message: str
+
+
+@attrs.frozen(slots=True)
+class AccountUse:
+    """One run charged to an account: what re-counts a quota window after a restart.
+
+    ``finished_at`` is ``None`` while the run is still running.
+    """
+
+    provider: str
+    account: str
+    started_at: float
+    finished_at: float | None
 
 
 def new_record(
@@ -310,6 +382,9 @@ def requeued(record: RunRecord) -> RunRecord:
 
     The attempt's outcome is cleared; ``seq`` (its place in submission
     order), ``attempts`` and ``session_id`` (to resume the conversation) stay.
+    Legal whenever the run is usage_limited; that it happens only in the
+    batch that recorded usage_limited is the supervisor's rule (see
+    :data:`TERMINAL_STATUSES`).
     """
     check_transition(record.id, record.status, RunStatus.QUEUED)
     return attrs.evolve(

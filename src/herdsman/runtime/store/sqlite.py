@@ -20,10 +20,14 @@ if TYPE_CHECKING:
 from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
     TERMINAL_STATUSES,
+    AccountLimit,
+    AccountUse,
     NewRun,
     RunRecord,
     RunStatus,
+    Session,
     check_limit,
+    check_limit_text,
     check_now,
     check_text,
     finished,
@@ -88,6 +92,25 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ("ALTER TABLE runs ADD COLUMN notes TEXT NOT NULL DEFAULT '[]'",),
     # 3: the working directory a run names, if any.
     ("ALTER TABLE runs ADD COLUMN cwd TEXT",),
+    # 4: the account tracker.
+    (
+        # The account whose config directory holds the session; NULL is the
+        # ambient environment, which is also what every older row was.
+        "ALTER TABLE conversation_sessions ADD COLUMN account TEXT",
+        # account is '' for the ambient environment, not NULL: NULLs are
+        # all distinct in a primary key, so NULL would allow duplicates.
+        """
+        CREATE TABLE account_limits (
+            provider TEXT NOT NULL,
+            account TEXT NOT NULL,
+            until REAL NOT NULL,
+            message TEXT NOT NULL,
+            PRIMARY KEY (provider, account)
+        ) WITHOUT ROWID
+        """,
+        # account_usage: a range on started_at instead of a table scan.
+        "CREATE INDEX runs_by_started_at ON runs (started_at)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -99,6 +122,9 @@ _COLUMNS = (
     " session_id, excerpt, log_path, attempts, notes, cwd"
 )
 _SELECT = f"SELECT {_COLUMNS} FROM runs"
+_SESSION_SELECT = (
+    "SELECT provider, workspace, conversation, session_id, account FROM conversation_sessions"
+)
 _INSERT = (
     "INSERT INTO runs (id, provider, prompt, conversation, agent, workspace, callback_url,"
     " metadata, status, submitted_at, started_at, finished_at, account, exit_code, reason,"
@@ -114,6 +140,16 @@ _UPDATE = (
     " WHERE id = ? AND status = ?"
 )
 _TERMINAL = tuple(sorted(s.value for s in TERMINAL_STATUSES))
+# Each OR term has its own index (runs_by_started_at, runs_by_finished_at,
+# runs_by_status), so SQLite can union three index lookups. The unary + in
+# ORDER BY keeps it from instead walking all of runs_by_started_at just to
+# skip sorting the few rows found.
+_ACCOUNT_USAGE = (
+    "SELECT provider, account, started_at, finished_at FROM runs"
+    " WHERE account IS NOT NULL AND started_at IS NOT NULL"
+    " AND (started_at >= ? OR finished_at >= ? OR status = ?)"
+    " ORDER BY +started_at, seq"
+)
 
 
 class SqliteStore:
@@ -483,18 +519,30 @@ class SqliteStore:
             )
             return cur.rowcount
 
-    def conversation_session(self, provider: str, workspace: str, conversation: str) -> str | None:
+    def conversation_session(
+        self, provider: str, workspace: str, conversation: str
+    ) -> Session | None:
         """See :meth:`Store.conversation_session`."""
         with self._reading() as conn:
             row = conn.execute(
-                "SELECT session_id FROM conversation_sessions"
-                " WHERE provider = ? AND workspace = ? AND conversation = ?",
+                f"{_SESSION_SELECT} WHERE provider = ? AND workspace = ? AND conversation = ?",
                 (provider, workspace, conversation),
             ).fetchone()
-            return None if row is None else str(row[0])
+            return None if row is None else Session(*row)
+
+    def sessions(self) -> list[Session]:
+        """See :meth:`Store.sessions`."""
+        with self._reading() as conn:
+            rows = conn.execute(f"{_SESSION_SELECT} ORDER BY provider, workspace, conversation")
+            return [Session(*row) for row in rows]
 
     def set_conversation_session(
-        self, provider: str, workspace: str, conversation: str, session_id: str | None
+        self,
+        provider: str,
+        workspace: str,
+        conversation: str,
+        session_id: str | None,
+        account: str | None = None,
     ) -> None:
         """See :meth:`Store.set_conversation_session`."""
         with self._transaction() as cur:
@@ -504,6 +552,7 @@ class SqliteStore:
                 workspace=workspace,
                 conversation=conversation,
                 session_id=session_id,
+                account=account,
             )
             key = (provider, workspace, conversation)
             if session_id is None:
@@ -515,11 +564,58 @@ class SqliteStore:
             else:
                 cur.execute(
                     "INSERT INTO conversation_sessions"
-                    " (provider, workspace, conversation, session_id) VALUES (?, ?, ?, ?)"
+                    " (provider, workspace, conversation, session_id, account)"
+                    " VALUES (?, ?, ?, ?, ?)"
                     " ON CONFLICT (provider, workspace, conversation)"
-                    " DO UPDATE SET session_id = excluded.session_id",
-                    (*key, session_id),
+                    " DO UPDATE SET session_id = excluded.session_id, account = excluded.account",
+                    (*key, session_id, account),
                 )
+
+    def set_account_limit(
+        self, provider: str, account: str | None, until: float, message: str
+    ) -> None:
+        """See :meth:`Store.set_account_limit`."""
+        with self._transaction() as cur:
+            until = check_now(until)
+            check_limit_text(provider, account, message=message)
+            cur.execute(
+                "INSERT INTO account_limits (provider, account, until, message)"
+                " VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (provider, account)"
+                " DO UPDATE SET until = excluded.until, message = excluded.message",
+                (provider, _limit_key(account), until, message),
+            )
+
+    def account_limits(self, now: float) -> list[AccountLimit]:
+        """See :meth:`Store.account_limits`."""
+        with self._reading() as conn:
+            now = check_now(now)
+            # '' (ambient) sorts before every non-empty name: None comes first.
+            rows = conn.execute(
+                "SELECT provider, account, until, message FROM account_limits"
+                " WHERE until > ? ORDER BY provider, account",
+                (now,),
+            )
+            return [
+                AccountLimit(provider, account or None, until, message)
+                for provider, account, until, message in rows
+            ]
+
+    def clear_account_limit(self, provider: str, account: str | None) -> None:
+        """See :meth:`Store.clear_account_limit`."""
+        with self._transaction() as cur:
+            check_limit_text(provider, account)
+            cur.execute(
+                "DELETE FROM account_limits WHERE provider = ? AND account = ?",
+                (provider, _limit_key(account)),
+            )
+
+    def account_usage(self, since: float) -> list[AccountUse]:
+        """See :meth:`Store.account_usage`."""
+        with self._reading() as conn:
+            since = check_now(since)
+            rows = conn.execute(_ACCOUNT_USAGE, (since, since, RunStatus.RUNNING.value))
+            return [AccountUse(*row) for row in rows]
 
     def counts(self) -> Mapping[RunStatus, int]:
         """See :meth:`Store.counts`."""
@@ -533,6 +629,11 @@ class SqliteStore:
             if not self._closed:
                 self._closed = True
                 self._conn.close()
+
+
+def _limit_key(account: str | None) -> str:
+    """``account`` as the account_limits table keys it: ambient (``None``) is ``''``."""
+    return "" if account is None else account
 
 
 def _fetch(cur: sqlite3.Cursor, run_id: str) -> RunRecord | None:

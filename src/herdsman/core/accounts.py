@@ -1,0 +1,485 @@
+"""The sans-IO account core: which account a run that is about to start spends.
+
+The model (docs/accounts.md has the long form):
+
+* A provider spends *accounts*, in the order the config lists them. A provider
+  that declares none has one implicit account, the *ambient* environment
+  (named ``None`` here), so a usage limit pauses it the same way.
+* An account is *available* at ``now`` when it is not exhausted (a provider
+  said its quota is spent, until a reset time), it runs fewer runs than its
+  ``concurrency`` cap, and its usage in the rolling ``window`` is below its
+  ``budget``. Usage is counted in ``runs`` (runs started in the window) or in
+  ``run_minutes`` (minutes of runs that ended in the window, plus the minutes
+  its running runs have run so far).
+* A conversation keeps the account it used last while that account is
+  available: its agent's resumable session lives under that account. When it
+  must move, :class:`Pick` says so and the caller starts a fresh session.
+* Otherwise the available account with the fewest running runs is picked,
+  then the one with the smallest share of its budget used, then the first in
+  config order.
+
+No clock, no I/O, no randomness: every call takes ``now`` (unix seconds), and
+iteration is over config order or explicit sorted keys, never hash order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import attrs
+
+from herdsman.core.runs import RunRequest
+
+__all__ = [
+    "DEFAULT_REST",
+    "AccountBook",
+    "AccountGate",
+    "AccountSpec",
+    "AccountStatus",
+    "Blocked",
+    "BudgetUnit",
+    "Pick",
+    "conversation_of",
+    "sticky_key",
+]
+
+BudgetUnit = Literal["runs", "run_minutes"]
+
+#: How long an account rests after a usage limit that named no reset time,
+#: when the account has no window to wait out either.
+DEFAULT_REST = 3600.0
+
+
+@attrs.frozen
+class AccountSpec:
+    """One account as configured. ``name`` ``None`` is the ambient environment."""
+
+    name: str | None
+    window: float | None = None
+    budget: int | None = None
+    unit: BudgetUnit = "runs"
+    concurrency: int | None = None
+
+
+@attrs.frozen
+class Pick:
+    """The account a run spends; ``moved`` when its conversation used another one last.
+
+    A moved conversation's session stays behind under ``left`` (None: the
+    ambient environment), so the run must start a fresh one.
+    """
+
+    account: str | None
+    moved: bool = False
+    left: str | None = None
+
+
+@attrs.frozen
+class AccountStatus:
+    """One account's state, for status pages and ``herdsman accounts``."""
+
+    provider: str
+    account: str | None
+    running: int
+    usage: float
+    budget: int | None
+    unit: BudgetUnit
+    window: float | None
+    exhausted_until: float | None
+    message: str | None
+    runs_started: int
+    available: bool
+    #: Why it is not available (None when it is).
+    reason: str | None
+    #: Still holding running runs, but no longer in the config.
+    retired: bool = False
+
+
+@attrs.frozen
+class Blocked:
+    """A provider none of whose accounts can take a run: why, and until when."""
+
+    provider: str
+    reason: str
+    #: When time alone makes an account available again (None: only a run
+    #: ending, or a reload, can).
+    until: float | None
+
+
+class _Account:
+    __slots__ = (
+        "exhausted_until",
+        "message",
+        "running",
+        "runs_started",
+        "spec",
+        "spent",
+        "spent_seconds",
+        "starts",
+    )
+
+    def __init__(self, spec: AccountSpec) -> None:
+        self.spec = spec
+        self.running: dict[str, float] = {}  # run id -> start time
+        # Start times in the window, oldest first (only with a window).
+        self.starts: deque[float] = deque()
+        # (end time, seconds run) of runs that ended in the window, by end.
+        self.spent: deque[tuple[float, float]] = deque()
+        self.spent_seconds = 0.0
+        self.exhausted_until: float | None = None
+        self.message: str | None = None
+        self.runs_started = 0
+
+    def _expire(self, now: float) -> None:
+        window = self.spec.window
+        if window is None:
+            return
+        horizon = now - window
+        starts = self.starts
+        while starts and starts[0] <= horizon:
+            starts.popleft()
+        spent = self.spent
+        while spent and spent[0][0] <= horizon:
+            self.spent_seconds -= spent.popleft()[1]
+        if not spent:
+            self.spent_seconds = 0.0  # no float drift left over
+
+    def usage(self, now: float) -> float:
+        """Runs, or run-minutes, used in the current window."""
+        self._expire(now)
+        if self.spec.unit == "runs":
+            return float(len(self.starts))
+        horizon = now - self.spec.window if self.spec.window is not None else float("-inf")
+        seconds = self.spent_seconds + sum(
+            now - max(start, horizon) for start in self.running.values()
+        )
+        return seconds / 60.0
+
+    def why_not(self, now: float) -> str | None:
+        """Why the account cannot take a run now, or None if it can."""
+        if self.exhausted_until is not None:
+            if self.exhausted_until > now:
+                return "usage limit reached"
+            self.exhausted_until = self.message = None
+        spec = self.spec
+        if spec.concurrency is not None and len(self.running) >= spec.concurrency:
+            return f"at its concurrency cap ({spec.concurrency})"
+        if spec.budget is not None and self.usage(now) >= spec.budget:
+            unit = "runs" if spec.unit == "runs" else "run-minutes"
+            return f"budget of {spec.budget} {unit} per window spent"
+        return None
+
+    def share_used(self, now: float) -> float:
+        budget = self.spec.budget
+        return 0.0 if budget is None else self.usage(now) / budget
+
+    def free_at(self, now: float) -> float | None:
+        """When time alone lifts what blocks the account (None: time alone never does)."""
+        times: list[float] = []
+        if self.exhausted_until is not None and self.exhausted_until > now:
+            times.append(self.exhausted_until)
+        spec = self.spec
+        if spec.budget is not None and spec.window is not None and self.usage(now) >= spec.budget:
+            # The oldest usage leaving the window is the first chance to drop
+            # below the budget; a spurious wake-up then is harmless.
+            oldest = self.starts[0] if spec.unit == "runs" and self.starts else None
+            if spec.unit == "run_minutes" and self.spent:
+                oldest = self.spent[0][0]
+            if oldest is None:
+                return None  # only running runs use it up: their end will tell
+            times.append(oldest + spec.window)
+        if not times:
+            return None
+        return max(times)
+
+    def record(self, start: float, end: float | None) -> None:
+        """Count a run's usage (``end`` None: the run is still running)."""
+        if self.spec.window is None:
+            return
+        self.starts.append(start)
+        if end is not None:
+            self.spent.append((end, max(0.0, end - start)))
+            self.spent_seconds += max(0.0, end - start)
+
+
+def sticky_key(workspace: str, conversation: str) -> str:
+    """The key a conversation's account is remembered under."""
+    return f"{workspace}/{conversation}"
+
+
+def conversation_of(run: RunRequest) -> str | None:
+    """The stickiness key of a run: its workspace and conversation, if it has one."""
+    if run.conversation is None:
+        return None
+    return sticky_key(run.workspace, run.conversation)
+
+
+class AccountBook:
+    """Accounts of every provider, their usage, and which account each run holds.
+
+    Drive it with :meth:`start` and :meth:`finish` for every run, and
+    :meth:`exhaust` when a provider reports a usage limit; ask :meth:`pick`
+    (or hand :meth:`gate` to :meth:`Scheduler.take_startable
+    <herdsman.core.Scheduler.take_startable>`) which account a run spends.
+    """
+
+    def __init__(self, providers: Mapping[str, Sequence[AccountSpec]] | None = None) -> None:
+        self._accounts: dict[str, list[_Account]] = {}
+        # Accounts a reload removed while runs still held them: counted, never picked.
+        self._retired: dict[tuple[str, str | None], _Account] = {}
+        self._holders: dict[str, tuple[str, _Account]] = {}  # run id -> (provider, account)
+        self._last: dict[tuple[str, str], str | None] = {}  # (provider, conversation)
+        for provider, specs in (providers or {}).items():
+            self.configure(provider, specs)
+
+    # -- configuration -----------------------------------------------------
+
+    def configure(self, provider: str, specs: Sequence[AccountSpec]) -> None:
+        """Set a provider's accounts (an empty list: the ambient environment).
+
+        An account kept by name keeps its usage, exhaustion and running runs;
+        its new limits apply to picks from now on. A removed account's running
+        runs keep it until they end.
+        """
+        names = [spec.name for spec in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"provider {provider!r}: account names repeat: {names}")
+        if not specs:
+            specs = (AccountSpec(None),)
+        old = {account.spec.name: account for account in self._accounts.get(provider, ())}
+        accounts = []
+        for spec in specs:
+            account = old.pop(spec.name, None) or self._retired.pop((provider, spec.name), None)
+            if account is None:
+                account = _Account(spec)
+            account.spec = spec
+            accounts.append(account)
+        self._accounts[provider] = accounts
+        for name, account in old.items():
+            if account.running:
+                self._retired[(provider, name)] = account
+
+    def remove_provider(self, provider: str) -> None:
+        """Forget a provider; its running runs keep their accounts until they end."""
+        for account in self._accounts.pop(provider, ()):
+            if account.running:
+                self._retired[(provider, account.spec.name)] = account
+
+    @property
+    def providers(self) -> list[str]:
+        """Configured providers, in configuration order."""
+        return list(self._accounts)
+
+    # -- decisions ---------------------------------------------------------
+
+    def available(self, provider: str, now: float) -> bool:
+        """Whether some account of ``provider`` can take a run now."""
+        return any(account.why_not(now) is None for account in self._accounts.get(provider, ()))
+
+    def pick(self, provider: str, conversation: str | None, now: float) -> Pick | None:
+        """The account a run of ``conversation`` should spend, or None if none can."""
+        accounts = self._accounts.get(provider, ())
+        last = self._last.get((provider, conversation)) if conversation is not None else None
+        has_last = conversation is not None and (provider, conversation) in self._last
+        best: _Account | None = None
+        best_key: tuple[int, float, int] | None = None
+        for index, account in enumerate(accounts):
+            if account.why_not(now) is not None:
+                continue
+            if has_last and account.spec.name == last:
+                return Pick(last)
+            key = (len(account.running), account.share_used(now), index)
+            if best_key is None or key < best_key:
+                best, best_key = account, key
+        if best is None:
+            return None
+        name = best.spec.name
+        if has_last and last != name:
+            return Pick(name, moved=True, left=last)
+        return Pick(name)
+
+    def gate(self, now: float) -> AccountGate:
+        """A start gate for one ``take_startable`` call at ``now``."""
+        return AccountGate(self, now)
+
+    # -- events ------------------------------------------------------------
+
+    def start(
+        self, run_id: str, provider: str, account: str | None, conversation: str | None, now: float
+    ) -> None:
+        """``run_id`` started on ``account``: it holds the account until :meth:`finish`."""
+        if run_id in self._holders:
+            raise ValueError(f"run {run_id!r} already holds an account")
+        held = self._find(provider, account)
+        if held is None:
+            raise ValueError(f"provider {provider!r} has no account {account!r}")
+        held.running[run_id] = now
+        held.runs_started += 1
+        if held.spec.window is not None:
+            held._expire(now)
+            held.starts.append(now)
+        self._holders[run_id] = (provider, held)
+        if conversation is not None:
+            self._last[(provider, conversation)] = account
+
+    def finish(self, run_id: str, now: float) -> None:
+        """``run_id`` ended (any outcome): its account is free for another run."""
+        holder = self._holders.pop(run_id, None)
+        if holder is None:
+            return  # a run that started before accounts were known to the book
+        provider, account = holder
+        start = account.running.pop(run_id)
+        if account.spec.window is not None:
+            account.spent.append((now, max(0.0, now - start)))
+            account.spent_seconds += max(0.0, now - start)
+        if not account.running and self._retired.get((provider, account.spec.name)) is account:
+            del self._retired[(provider, account.spec.name)]
+
+    def exhaust(
+        self,
+        provider: str,
+        account: str | None,
+        now: float,
+        resets_at: float | None,
+        message: str,
+    ) -> float | None:
+        """The provider said ``account`` is out of quota: rest it until the reset.
+
+        Returns the time it rests until (see :meth:`rest_until`), or None if
+        the account is no longer configured.
+        """
+        until = self.rest_until(provider, account, now, resets_at)
+        if until is not None:
+            self.rest(provider, account, until, message)
+        return until
+
+    def rest_until(
+        self, provider: str, account: str | None, now: float, resets_at: float | None
+    ) -> float | None:
+        """Until when a usage limit reported at ``now`` rests ``account``.
+
+        The reported reset, if there is one still ahead; else the account's
+        window, or :data:`DEFAULT_REST` without one. None if the account is
+        no longer configured. Changes nothing.
+        """
+        held = self._find(provider, account)
+        if held is None:
+            return None
+        if resets_at is None or resets_at <= now:
+            return now + (held.spec.window or DEFAULT_REST)
+        return resets_at
+
+    def rest(self, provider: str, account: str | None, until: float, message: str) -> None:
+        """Rest ``account`` until ``until`` (a limit just reported, or restored)."""
+        held = self._find(provider, account)
+        if held is not None:
+            held.exhausted_until = until
+            held.message = message
+
+    # -- restoring after a restart ----------------------------------------
+
+    def restore_usage(
+        self, provider: str, account: str | None, started_at: float, finished_at: float | None
+    ) -> None:
+        """Count a run of an earlier process toward ``account``'s window."""
+        held = self._find(provider, account)
+        if held is not None:
+            held.record(started_at, finished_at)
+
+    def remember(self, provider: str, conversation: str, account: str | None) -> None:
+        """The account ``conversation`` used last (its session lives there)."""
+        self._last[(provider, conversation)] = account
+
+    # -- queries -----------------------------------------------------------
+
+    def holding(self, run_id: str) -> str | None:
+        """The account ``run_id`` holds (None for the ambient one, or none held)."""
+        holder = self._holders.get(run_id)
+        return None if holder is None else holder[1].spec.name
+
+    def next_change(self, provider: str, now: float) -> float | None:
+        """When time alone may make an account of ``provider`` available again."""
+        times = [t for account in self._accounts.get(provider, ()) if (t := account.free_at(now))]
+        return min(times) if times else None
+
+    def blocked(self, provider: str, now: float) -> Blocked | None:
+        """Why ``provider`` can start nothing now, or None if it can."""
+        accounts = self._accounts.get(provider, ())
+        if not accounts:
+            return None
+        reasons = []
+        for account in accounts:
+            why = account.why_not(now)
+            if why is None:
+                return None
+            label = "the ambient account" if account.spec.name is None else account.spec.name
+            reasons.append(f"{label}: {why}")
+        return Blocked(provider, "; ".join(reasons), self.next_change(provider, now))
+
+    def statuses(self, now: float) -> list[AccountStatus]:
+        """Every account, configured ones in config order, then retired ones."""
+        out = [
+            self._status(provider, account, now, retired=False)
+            for provider, accounts in self._accounts.items()
+            for account in accounts
+        ]
+        for (provider, _), account in sorted(
+            self._retired.items(), key=lambda item: (item[0][0], item[0][1] or "")
+        ):
+            out.append(self._status(provider, account, now, retired=True))
+        return out
+
+    def _status(
+        self, provider: str, account: _Account, now: float, *, retired: bool
+    ) -> AccountStatus:
+        spec = account.spec
+        why = "removed from the configuration" if retired else account.why_not(now)
+        return AccountStatus(
+            provider=provider,
+            account=spec.name,
+            running=len(account.running),
+            usage=account.usage(now),
+            budget=spec.budget,
+            unit=spec.unit,
+            window=spec.window,
+            exhausted_until=account.exhausted_until,
+            message=account.message,
+            runs_started=account.runs_started,
+            available=why is None,
+            reason=why,
+            retired=retired,
+        )
+
+    def _find(self, provider: str, name: str | None) -> _Account | None:
+        for account in self._accounts.get(provider, ()):
+            if account.spec.name == name:
+                return account
+        return self._retired.get((provider, name))
+
+
+class AccountGate:
+    """Lets the scheduler start a provider's run only when an account can take it.
+
+    Each started run is given its account at once (so the next answer counts
+    it); :attr:`picks` holds the decision per run id, in start order.
+    """
+
+    def __init__(self, book: AccountBook, now: float) -> None:
+        self._book = book
+        self._now = now
+        self.picks: dict[str, Pick] = {}
+
+    def can_start(self, provider: str) -> bool:
+        """Whether some account of ``provider`` can take a run now."""
+        return self._book.available(provider, self._now)
+
+    def started(self, run: RunRequest) -> None:
+        """Give ``run`` its account."""
+        conversation = conversation_of(run)
+        pick = self._book.pick(run.provider, conversation, self._now)
+        if pick is None:  # can_start said yes a moment ago, with nothing in between
+            raise AssertionError(f"no account for {run.id} although the gate was open")
+        self._book.start(run.id, run.provider, pick.account, conversation, self._now)
+        self.picks[run.id] = pick
