@@ -21,11 +21,12 @@ from herdsman.config import (
     environment_warnings,
     get_value,
     load_config,
+    load_config_text,
     set_value,
 )
 from herdsman.config.locate import find_config_file
 from herdsman.config.report import check_json, check_text
-from herdsman.runtime_cli import add_runtime_commands
+from herdsman.runtime_cli import add_runtime_commands, reload_running
 
 __all__ = ["main"]
 
@@ -91,11 +92,14 @@ def _config_get(args: argparse.Namespace) -> int:
     return 0
 
 
-def after_config_write(result: EditResult) -> None:
-    """Called after ``config set`` has written the file.
+def after_config_write(result: EditResult) -> int:
+    """Ask a supervisor running on the file to reload it; ``config set``'s exit status.
 
-    The seam for telling a running supervisor to reload; nothing runs yet.
+    The supervisor is found at the address of the file as it was before the
+    edit: that is where a running one listens, even if the edit moved it.
     """
+    before = load_config_text(result.old_text, result.path)
+    return reload_running(before.config)
 
 
 def _config_set(args: argparse.Namespace) -> int:
@@ -106,8 +110,9 @@ def _config_set(args: argparse.Namespace) -> int:
     except ConfigError as error:
         return _print_errors(error)
     print(f"{written.key} = {written.toml}  ({path})")
-    after_config_write(result)
-    return 0
+    if not args.reload:
+        return 0
+    return after_config_write(result)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     set_.add_argument("key", metavar="KEY", help="a key path, e.g. providers.claude.concurrency")
     set_.add_argument(
         "value", metavar="VALUE", help='a TOML value (3, "15m", ["a", "b"]) or a bare word'
+    )
+    set_.add_argument(
+        "--no-reload",
+        dest="reload",
+        action="store_false",
+        help="only edit the file; do not ask a running supervisor to reload it",
     )
     set_.set_defaults(handler=_config_set)
 

@@ -34,6 +34,44 @@ def _load(args: argparse.Namespace) -> Config:
     return load_config(args.config, args.overrides).config
 
 
+def _located(args: argparse.Namespace) -> Config:
+    """The config to find the supervisor with, even while the file is invalid.
+
+    A supervisor keeps running its last valid configuration when an edit is
+    rejected, and ``status`` and ``reload`` must still reach it then. So when
+    the file does not validate, only what locates the API (the ``[supervisor]``
+    and ``[api]`` tables, as written) is checked; if that fails too, the
+    file's own errors are reported.
+    """
+    try:
+        return _load(args)
+    except ConfigError as error:
+        try:
+            return _locating_config(args)
+        except ConfigError:
+            raise error from None
+
+
+def _locating_config(args: argparse.Namespace) -> Config:
+    import tomllib  # noqa: PLC0415
+
+    import tomlkit  # noqa: PLC0415
+
+    from herdsman.config import find_config_file, load_config_text  # noqa: PLC0415
+    from herdsman.config.load import read_config_text  # noqa: PLC0415
+
+    path = find_config_file(args.config, os.environ)
+    try:
+        raw = tomllib.loads(read_config_text(path))
+    except tomllib.TOMLDecodeError:
+        raise ConfigError([]) from None
+    located: dict[str, Any] = {"providers": {"locating": {"exec": ["locating"]}}}
+    for table in ("supervisor", "api"):
+        if isinstance(raw.get(table), dict):
+            located[table] = raw[table]
+    return load_config_text(tomlkit.dumps(located), path, args.overrides).config
+
+
 def _client(config: Config) -> ApiClient:
     from herdsman.runtime.main import token_path  # noqa: PLC0415 - keeps `check` light
 
@@ -69,6 +107,7 @@ def _run(args: argparse.Namespace) -> int:
     from herdsman.config import environment_warnings  # noqa: PLC0415
     from herdsman.runtime.lockfile import StateDirLocked  # noqa: PLC0415
     from herdsman.runtime.main import StartFailed, run_supervisor  # noqa: PLC0415
+    from herdsman.runtime.reload import ConfigSource  # noqa: PLC0415
 
     loaded = load_config(args.config, args.overrides)
     logging.basicConfig(
@@ -78,8 +117,9 @@ def _run(args: argparse.Namespace) -> int:
     )
     for warning in environment_warnings(loaded):
         logging.getLogger("herdsman").warning("%s", warning)
+    source = ConfigSource(loaded.path, tuple(args.overrides))
     try:
-        return run_supervisor(loaded.config)
+        return run_supervisor(loaded.config, source=source, loaded=loaded)
     except (StateDirLocked, StartFailed) as error:
         raise CommandError(str(error)) from None
     except OSError as error:  # the state directory cannot be created or locked
@@ -146,7 +186,7 @@ def _wait(client: ApiClient, run: Mapping[str, Any], seconds: float | None) -> d
 
 
 def _status(args: argparse.Namespace) -> int:
-    with _client(_load(args)) as client:
+    with _client(_located(args)) as client:
         _, status = client.request("GET", "/v1/status")
     if args.json:
         _print_json(status)
@@ -288,10 +328,48 @@ def _worktrees(args: argparse.Namespace) -> int:
 
 
 def _reload(args: argparse.Namespace) -> int:
-    with _client(_load(args)) as client:
-        _, body = client.request("POST", "/v1/reload")
-    _print_json(body)
-    return 0
+    with _client(_located(args)) as client:
+        _, body = client.request("POST", "/v1/reload", timeout=120, answers=(422,))
+    if args.json:
+        _print_json(body)
+    else:
+        print_reload(body)
+    return 0 if body["ok"] else 1
+
+
+def reload_running(config: Config) -> int:
+    """Reload the supervisor ``config`` points at, if one runs (after ``config set``)."""
+    try:
+        with _client(config) as client:
+            _, body = client.request("POST", "/v1/reload", timeout=120, answers=(422,))
+    except ApiUnavailable:
+        print("no supervisor is running on this file; the change applies when one starts")
+        return 0
+    except ApiError as error:
+        print(f"herdsman: the running supervisor did not reload: {error.message}", file=sys.stderr)
+        return 1
+    print("the running supervisor reloaded the file:")
+    print_reload(body)
+    return 0 if body["ok"] else 1
+
+
+def print_reload(body: Mapping[str, Any]) -> None:
+    """A reload's result, a changed key a line (``herdsman reload``, ``config set``)."""
+    if not body["ok"]:
+        print(
+            f"reload rejected; nothing changed (generation {body['generation']} stays in force):",
+            file=sys.stderr,
+        )
+        for error in body["errors"]:
+            print(f"  {error}", file=sys.stderr)
+        return
+    if not body["changes"]:
+        print(f"no changes: the file is already in force (generation {body['generation']})")
+        return
+    for change in body["changes"]:
+        what = "applied" if change["applied"] else "needs a restart; the running value is kept"
+        print(f"  {change['key']}: {change['old']} -> {change['new']}  ({what})")
+    print(f"generation {body['generation']}")
 
 
 # -- logs ---------------------------------------------------------------------
@@ -433,6 +511,9 @@ def add_runtime_commands(commands: Any, config_options: OptionsFactory) -> None:
     worktrees.set_defaults(handler=_guard(_worktrees))
 
     reload = commands.add_parser(
-        "reload", parents=[config_options()], help="ask the supervisor to reload its config"
+        "reload",
+        parents=[config_options()],
+        help="reload the configuration file and print what changed",
     )
+    reload.add_argument("--json", action="store_true", help="machine-readable output")
     reload.set_defaults(handler=_guard(_reload))

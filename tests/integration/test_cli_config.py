@@ -193,7 +193,17 @@ def test_config_set_changes_only_the_value_and_keeps_mode(workdir: Path) -> None
     path.chmod(0o600)
     result = herdsman("config", "set", "providers.claude.concurrency", "7", cwd=workdir)
     assert (result.returncode, result.stderr) == (0, "")
-    assert result.stdout == "providers.claude.concurrency = 7  (supervisor.toml)\n"
+    assert result.stdout == (
+        "providers.claude.concurrency = 7  (supervisor.toml)\n"
+        "no supervisor is running on this file; the change applies when one starts\n"
+    )
+    quiet = herdsman(
+        "config", "set", "providers.claude.concurrency", "6", "--no-reload", cwd=workdir
+    )
+    assert quiet.stdout == "providers.claude.concurrency = 6  (supervisor.toml)\n"
+    result = herdsman(
+        "config", "set", "providers.claude.concurrency", "7", "--no-reload", cwd=workdir
+    )
     assert path.read_text() == VALID.replace("concurrency = 2 # low", "concurrency = 7 # low")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     timeout = herdsman(

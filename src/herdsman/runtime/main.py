@@ -13,10 +13,11 @@ from typing import TypeVar
 import attrs
 import trio
 
-from herdsman.config import Config
+from herdsman.config import Config, LoadedConfig
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.api.server import ensure_token, serve_api
 from herdsman.runtime.lockfile import StateDirLock
+from herdsman.runtime.reload import ConfigSource
 from herdsman.runtime.store import SqliteStore, StoreError
 from herdsman.runtime.supervisor import ShutdownReport, Supervisor
 from herdsman.trace import TraceWriter
@@ -51,13 +52,17 @@ async def serve(
     config: Config,
     *,
     handle_signals: bool = True,
+    source: ConfigSource | None = None,
+    loaded: LoadedConfig | None = None,
     task_status: trio.TaskStatus[Serving] = trio.TASK_STATUS_IGNORED,
 ) -> ShutdownReport:
     """Run the supervisor until a shutdown signal; return how it stopped.
 
     The state-directory lock must already be held by the caller. Signals
-    (SIGINT/SIGTERM: drain, then cancel) are handled when ``handle_signals``;
-    tests call ``Serving.supervisor.request_shutdown()`` instead.
+    (SIGINT/SIGTERM: drain, then cancel; SIGHUP: reload) are handled when
+    ``handle_signals``; tests call ``Serving.supervisor.request_shutdown()``
+    instead. With a ``source`` (and ``loaded``, what it gave) the
+    configuration can be reloaded.
     """
     state_dir = config.supervisor.state_dir
     # Private by default: the ledger holds prompts and the API token.
@@ -72,7 +77,7 @@ async def serve(
             clock=trio.current_time,
             wall=lambda: dt.datetime.now(dt.UTC),
         )
-    supervisor = Supervisor(config, store, trace=trace)
+    supervisor = Supervisor(config, store, trace=trace, source=source, loaded=loaded)
     token = ensure_token(token_path(config))
     try:
         if trace is not None:
@@ -122,19 +127,22 @@ async def _serve_api_and_supervisor(
 
 
 async def _watch_signals(supervisor: Supervisor) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
-        async for signum in signals:
-            if signum == signal.SIGHUP:
-                log.warning("SIGHUP: reload is not available yet; restart to apply changes")
-                continue
-            if supervisor.admitting:
-                log.info(
-                    "%s: draining (send it again to cancel running runs)",
-                    signal.Signals(signum).name,
-                )
-            else:
-                log.info("%s: cancelling running runs", signal.Signals(signum).name)
-            supervisor.request_shutdown()
+    async with trio.open_nursery() as reloads:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    # In its own task: a shutdown signal right after must not wait.
+                    reloads.start_soon(supervisor.reload, "SIGHUP")
+                    continue
+                _shutdown_signal(supervisor, signum)
+
+
+def _shutdown_signal(supervisor: Supervisor, signum: int) -> None:
+    if supervisor.admitting:
+        log.info("%s: draining (send it again to cancel running runs)", signal.Signals(signum).name)
+    else:
+        log.info("%s: cancelling running runs", signal.Signals(signum).name)
+    supervisor.request_shutdown()
 
 
 class StartFailed(Exception):
@@ -148,7 +156,9 @@ def _leaves(group: BaseExceptionGroup[E]) -> list[E]:
     return out
 
 
-def run_supervisor(config: Config) -> int:
+def run_supervisor(
+    config: Config, *, source: ConfigSource | None = None, loaded: LoadedConfig | None = None
+) -> int:
     """Take the state-directory lock and serve; the exit code says how it went.
 
     Raises :class:`StartFailed` with a one-line reason when the API cannot
@@ -158,7 +168,7 @@ def run_supervisor(config: Config) -> int:
     ledger_failure: StoreError | None = None
     with StateDirLock(config.supervisor.state_dir):
         try:
-            report = trio.run(serve, config)
+            report = trio.run(partial(serve, config, source=source, loaded=loaded))
         except* OSError as group:  # trio reports task errors in exception groups
             failure = _leaves(group)[0]
         except* StoreError as group:  # a corrupt or too new ledger file, say

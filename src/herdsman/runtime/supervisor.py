@@ -23,23 +23,33 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from operator import methodcaller
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import attrs
 import outcome
 import trio
+import watchfiles
 
-from herdsman.config import Config, format_duration
+from herdsman.config import Config, ConfigError, LoadedConfig, format_duration
+from herdsman.config.report import config_as_json
 from herdsman.core import CancelOutcome, Limits, RunRequest, Scheduler, exclusion_keys
 from herdsman.core.accounts import Pick, sticky_key
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
-from herdsman.runtime.accounts import account_book, account_view, blocked_view, longest_window
+from herdsman.runtime.accounts import (
+    account_book,
+    account_specs,
+    account_view,
+    blocked_view,
+    longest_window,
+)
 from herdsman.runtime.callbacks import deliver_callback
 from herdsman.runtime.git import Git, RealGit
 from herdsman.runtime.launch import build_spec
 from herdsman.runtime.ledger import Ledger, RunSync, in_worker_thread
 from herdsman.runtime.metrics import Metrics
+from herdsman.runtime.reload import ConfigSource, ReloadResult, effective_config
 from herdsman.runtime.runner import (
     Outcome,
     ProcessOutcome,
@@ -61,6 +71,13 @@ OnBusy = Literal["queue", "skip"]
 #: tasks are cancelled outright (the runner's kill grace is 5 s).
 FORCED_STOP_WAIT = 15.0
 SKIP_REASON = "its conversation or agent already had a queued or running run"
+#: How long the configuration file must stay unchanged before a reload (an
+#: editor's save is several writes).
+WATCH_SETTLE = 0.5
+PROVIDER_GONE = (
+    "its provider was removed from the configuration; "
+    "its queued runs wait until it is configured again"
+)
 
 
 class Execute(Protocol):
@@ -112,6 +129,15 @@ class ShutdownReport:
     fatal: str | None = None
 
 
+def _signature(path: Path) -> tuple[int, int, int, int] | None:
+    """What changes when a file is written or replaced (None: no file)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev)
+
+
 def limits_of(config: Config) -> Limits:
     """The scheduler limits a config declares."""
     return Limits(
@@ -157,6 +183,8 @@ class Supervisor:
     same trio run. ``wall`` gives unix seconds for the ledger (the simulator
     passes a fake); ``execute`` is the spawn port; ``run_sync`` is how store
     batches run (a worker thread for SQLite, inline for the in-memory store).
+    With a ``source`` (and the ``loaded`` configuration it gave), the file is
+    watched and :meth:`reload` reads it again.
     """
 
     def __init__(
@@ -170,9 +198,18 @@ class Supervisor:
         metrics: Metrics | None = None,
         run_sync: RunSync = in_worker_thread,
         git: Git | None = None,
+        source: ConfigSource | None = None,
+        loaded: LoadedConfig | None = None,
     ) -> None:
         self.config = config
         self.generation = 1
+        self._source = source
+        self._loaded = loaded
+        self._reload_lock = trio.Lock()
+        self.last_reload: ReloadResult | None = None
+        # The file as the last reload (or the start) read it: the watcher
+        # reloads only when it differs, whoever reloaded last.
+        self._config_seen = _signature(source.path) if source is not None else None
         self.metrics = metrics or Metrics()
         self.ledger = Ledger(store, run_sync=run_sync)
         self._execute = execute
@@ -193,14 +230,10 @@ class Supervisor:
         # Runs whose checkouts are being prepared (nothing spawned yet).
         self._preparing: dict[str, trio.CancelScope] = {}
         self._fatal: str | None = None
+        self._git = git
         self._worktrees: WorktreeManager | None = None
         if config.repos:
-            self._worktrees = WorktreeManager(
-                git if git is not None else RealGit(),
-                config.supervisor.state_dir / "worktrees",
-                config.repos,
-                wall=wall,
-            )
+            self._worktrees = self._worktree_manager(config)
         self._programs: dict[str, str] = {}
         # A snapshot: reading os.environ decodes every variable, on every run.
         self._base_env = dict(os.environ)
@@ -258,8 +291,9 @@ class Supervisor:
                 self._nursery = nursery
                 nursery.start_soon(self._dispatch_loop)
                 nursery.start_soon(self._prune_loop)
-                if self._worktrees is not None:
-                    nursery.start_soon(self._sweep_loop)
+                nursery.start_soon(self._sweep_loop)
+                if self._source is not None and self._source.watch:
+                    nursery.start_soon(self._watch_config, self._source.path)
                 self._wake()
                 self._ready.set()
                 task_status.started(self)
@@ -561,6 +595,12 @@ class Supervisor:
             "lost_at_startup": len(self.lost_at_startup),
             "accounts": self.accounts(),
             "waiting_for_accounts": self.waiting_for_accounts(),
+            "waiting_for_provider": {
+                provider: PROVIDER_GONE
+                for provider in sorted(snap.queued_by_provider)
+                if provider not in self.config.providers
+            },
+            "last_reload": None if self.last_reload is None else self.last_reload.as_json(),
         }
 
     def accounts(self) -> list[dict[str, Any]]:
@@ -738,7 +778,7 @@ class Supervisor:
             if program is not None:
                 self._programs[provider.exec[0]] = program
         note, repos_dir = "", None
-        if self._worktrees is not None and conversation is not None:
+        if self._worktrees is not None and self._worktrees.repos and conversation is not None:
             checkouts = await self._worktrees.prepare(record.workspace, conversation)
             note = checkouts_preamble(checkouts)
             for failed in (c for c in checkouts if not c.usable):
@@ -917,17 +957,143 @@ class Supervisor:
             return []
         return await describe_worktrees(self._worktrees)
 
+    # -- configuration reload ----------------------------------------------
+
+    def _worktree_manager(self, config: Config) -> WorktreeManager:
+        return WorktreeManager(
+            self._git if self._git is not None else RealGit(),
+            config.supervisor.state_dir / "worktrees",
+            config.repos,
+            wall=self._wall,
+        )
+
+    async def reload(self, trigger: str) -> ReloadResult:
+        """Read the configuration file again and apply all of it, or none.
+
+        One reload at a time; whatever triggered it (SIGHUP, the API, the
+        file changing) gets the same result. Settings that cannot change
+        live are reported and keep their running values.
+        """
+        async with self._reload_lock:
+            now = self._wall()
+            if self._source is None or self._loaded is None:
+                return self._rejected(
+                    trigger, now, ["this supervisor was started without a file to reload"]
+                )
+            self._config_seen = _signature(self._source.path)
+            try:
+                loaded, changes = await trio.to_thread.run_sync(
+                    effective_config, self._source, self._loaded
+                )
+            except ConfigError as error:
+                return self._rejected(trigger, now, [str(p) for p in error.problems])
+            if any(change.live for change in changes):
+                self._apply(loaded)
+                # The trace event goes in ledger order: starts decided before
+                # the change were queued before this, starts decided after
+                # it after, so each start shows under the configuration it
+                # was decided with (starts are traced when committed).
+                generation, as_json = self.generation, config_as_json(loaded.config)
+                try:
+                    await self.ledger.call(
+                        lambda _: None,
+                        then=lambda _: self._emit("reload", generation=generation, config=as_json),
+                    )
+                except StoreError as error:
+                    log.error("reload applied, but not traced: the run ledger failed: %s", error)
+            result = ReloadResult(True, self.generation, trigger, now, tuple(changes))
+            self.last_reload = result
+            self.metrics.last_reload_ok.set(1)
+            self.metrics.last_reload_time.set(now)
+            if not changes:
+                log.info("reload (%s): no changes", trigger)
+            for change in changes:
+                log.info("reload (%s): %s", trigger, change.describe())
+            return result
+
+    def _rejected(self, trigger: str, now: float, errors: list[str]) -> ReloadResult:
+        result = ReloadResult(False, self.generation, trigger, now, errors=tuple(errors))
+        self.last_reload = result
+        self.metrics.last_reload_ok.set(0)
+        self.metrics.last_reload_time.set(now)
+        log.error("reload (%s) rejected; nothing changed:", trigger)
+        for error in errors:
+            log.error("  %s", error)
+        self._emit("reload_rejected", errors=errors)
+        return result
+
+    def _apply(self, loaded: LoadedConfig) -> None:
+        """Put a validated configuration in force, all at once.
+
+        Nothing here can fail half way: the only object built (a worktree
+        manager for the first repos) is built before anything is swapped.
+        Running runs keep what they started with: their account, timeouts,
+        environment and checkouts.
+        """
+        old, config = self.config, loaded.config
+        worktrees = self._worktrees
+        if worktrees is None and config.repos:
+            worktrees = self._worktree_manager(config)
+        self._loaded, self.config = loaded, config
+        if worktrees is not None:
+            # Removed repos keep their worktrees: the sweeper treats them as
+            # any other, by idleness.
+            worktrees.repos = tuple(config.repos)
+        self._worktrees = worktrees
+        self._scheduler.set_limits(limits_of(config))
+        self._scheduler.set_agent_exclusive(config.scheduling.agent_exclusive)
+        for name, provider in config.providers.items():
+            self._accounts.configure(name, account_specs(provider))
+        for name in old.providers:
+            if name not in config.providers:
+                self._accounts.remove_provider(name)
+        self._programs.clear()  # an exec may name another program now
+        self.generation += 1
+        self.metrics.config_generation.set(self.generation)
+        if self._trace is not None:
+            self._trace.set_config(config_as_json(config))  # the next trace file's header
+        self._wake()
+
+    async def _watch_config(self, path: Path) -> None:
+        """Reload when the file changes and has settled (editors write in bursts).
+
+        The folder is watched, not the file, so a file replaced by a rename
+        (as editors save) is followed; so is the target of a symlinked file.
+        A burst of writes is one change once it has been quiet for
+        ``WATCH_SETTLE``.
+        """
+        names = {str(path.absolute()), str(path.resolve())}
+        folders = sorted({str(Path(name).parent) for name in names})
+
+        def ours(change: watchfiles.Change, changed: str) -> bool:
+            return changed in names
+
+        async for _ in watchfiles.awatch(
+            *folders,
+            watch_filter=ours,
+            debounce=int(WATCH_SETTLE * 1000),
+            recursive=False,
+        ):
+            # Another trigger may have reloaded this very file meanwhile, and
+            # a moment without a file (mid-rename) is no reason to reload.
+            current = _signature(path)
+            if current is not None and current != self._config_seen:
+                await self.reload("file changed")
+
     async def _sweep_loop(self) -> None:
+        # Settings are read afresh each time: a reload changes the next sweep.
         while True:
             await trio.sleep(self.config.retention.sweep_interval.total_seconds())
+            if self._worktrees is None:
+                continue
             try:
                 await self.sweep_worktrees()
             except Exception:  # a sweep that fails is tried again next time
                 log.exception("worktree sweep failed")
 
     async def _prune_loop(self) -> None:
-        keep = self.config.retention.finished_runs.total_seconds()
         while True:
+            keep = self.config.retention.finished_runs.total_seconds()
             cutoff = self._wall() - keep
             try:
                 pruned: int = await self.ledger.call(methodcaller("prune", cutoff))

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import httpx
 import pytest
 import trio
 
-from herdsman.config import Config, load_config
+from herdsman.config import Config, LoadedConfig, load_config
 from herdsman.runtime.main import Serving, serve, token_path
+from herdsman.runtime.reload import ConfigSource
 from herdsman.runtime.supervisor import Supervisor
 
 
@@ -84,20 +85,41 @@ class Running:
         return body
 
 
-Start = Callable[[Config], Awaitable[Running]]
+class Start(Protocol):
+    """``await start(config)``, or ``await start(path, watch=...)`` to allow reloads."""
+
+    def __call__(self, config: Config | Path, *, watch: bool = False) -> Awaitable[Running]: ...
 
 
 @pytest.fixture
 async def start(nursery: trio.Nursery) -> AsyncIterator[Start]:
-    """``await start(config)`` serves a supervisor and returns a :class:`Running`."""
+    """``await start(config)`` serves a supervisor and returns a :class:`Running`.
+
+    Given the path of a config file instead, the supervisor can reload it
+    (and, with ``watch``, does so when the file changes).
+    """
     clients: list[httpx.AsyncClient] = []
 
-    async def starter(config: Config) -> Running:
+    async def starter(config_or_path: Config | Path, *, watch: bool = False) -> Running:
         stopped = trio.Event()
+        source: ConfigSource | None = None
+        loaded: LoadedConfig | None = None
+        if isinstance(config_or_path, Path):
+            source = ConfigSource(config_or_path, environ={}, watch=watch)
+            loaded = source.load()
+            config = loaded.config
+        else:
+            config = config_or_path
 
         async def run(task_status: trio.TaskStatus[Serving]) -> None:
             try:
-                await serve(config, handle_signals=False, task_status=task_status)
+                await serve(
+                    config,
+                    handle_signals=False,
+                    source=source,
+                    loaded=loaded,
+                    task_status=task_status,
+                )
             finally:
                 stopped.set()
 

@@ -180,7 +180,9 @@ async def test_status_and_metrics(start: Start, tmp_path: Path) -> None:
     metrics = (await running.client.get("/metrics")).text
     assert 'herdsman_runs_finished_total{outcome="succeeded",provider="demo"} 1.0' in metrics
     assert "herdsman_queue_wait_seconds_bucket" in metrics
-    assert (await running.client.post("/v1/reload")).status_code == 501
+    refused = await running.client.post("/v1/reload")
+    assert refused.status_code == 422
+    assert refused.json()["errors"] == ["this supervisor was started without a file to reload"]
 
 
 async def test_graceful_shutdown_lets_running_runs_finish(start: Start, tmp_path: Path) -> None:

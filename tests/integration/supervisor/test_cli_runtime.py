@@ -396,3 +396,57 @@ def test_worktrees_are_listed_and_swept_from_the_command_line(workdir: Path) -> 
         assert after.stdout.splitlines()[1:] == []
     finally:
         sup.close()
+
+
+def test_sighup_reload_and_config_set_reload_a_running_supervisor(workdir: Path) -> None:
+    path = write_config(workdir, concurrency=1)
+    sup = started(workdir)
+    try:
+        path.write_text(path.read_text().replace("concurrency = 1", "concurrency = 2"))
+        sup.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while True:
+            status = json.loads(herdsman("status", *CLI, "--json", cwd=workdir).stdout)
+            if status["generation"] == 2:
+                break
+            assert time.monotonic() < deadline, sup.output()
+            time.sleep(0.1)
+        assert status["last_reload"]["trigger"] == "SIGHUP"
+        assert status["limits"]["providers"] == {"demo": 2}
+        assert "reload (SIGHUP): providers.demo.concurrency: 1 -> 2 (applied)" in sup.output()
+
+        edited = herdsman("config", "set", *CLI, "providers.demo.concurrency", "3", cwd=workdir)
+        assert edited.returncode == 0, edited.stderr
+        # The file watcher may have applied the edit a moment before the
+        # reload `config set` asks for; either way it is in force.
+        assert edited.stdout.splitlines() in (
+            [
+                "providers.demo.concurrency = 3  (supervisor.toml)",
+                "the running supervisor reloaded the file:",
+                "  providers.demo.concurrency: 2 -> 3  (applied)",
+                "generation 3",
+            ],
+            [
+                "providers.demo.concurrency = 3  (supervisor.toml)",
+                "the running supervisor reloaded the file:",
+                "no changes: the file is already in force (generation 3)",
+            ],
+        )
+        status = json.loads(herdsman("status", *CLI, "--json", cwd=workdir).stdout)
+        assert status["limits"]["providers"] == {"demo": 3}
+
+        path.write_text(path.read_text().replace("concurrency = 3", "concurrency = 0"))
+        rejected = herdsman("reload", *CLI, cwd=workdir)
+        assert rejected.returncode == 1
+        assert rejected.stderr.splitlines() == [
+            "reload rejected; nothing changed (generation 3 stays in force):",
+            "  supervisor.toml:8:15: providers.demo.concurrency: must be a whole number"
+            " from 1 to 64, got 0",
+        ]
+        path.write_text(path.read_text().replace("concurrency = 0", "concurrency = 3"))
+        unchanged = herdsman("reload", *CLI, cwd=workdir)
+        assert unchanged.returncode == 0
+        assert unchanged.stdout == "no changes: the file is already in force (generation 3)\n"
+        assert sup.stop(signal.SIGTERM) == 0
+    finally:
+        sup.close()

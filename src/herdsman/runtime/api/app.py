@@ -177,8 +177,12 @@ class Api:
         )
 
     async def reload(self, request: Request) -> Response:
-        """``POST /v1/reload`` (not available yet)."""
-        return error(501, "reload is not available yet; restart the supervisor to apply changes")
+        """``POST /v1/reload``: read the file again; 200 applied or unchanged, 422 rejected."""
+        result = await self.supervisor.reload("API")
+        body = result.as_json()
+        if not result.ok:
+            body["error"] = "reload rejected; nothing changed: " + "; ".join(result.errors)
+        return JSONResponse(body, status_code=200 if result.ok else 422)
 
     async def metrics(self, request: Request) -> Response:
         """``GET /metrics`` in the Prometheus text format."""

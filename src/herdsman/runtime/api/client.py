@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -80,8 +80,13 @@ class ApiClient:
         json: Any = None,
         params: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        answers: Collection[int] = (),
     ) -> tuple[int, Any]:
-        """Send a request; return the status and the decoded JSON body."""
+        """Send a request; return the status and the decoded JSON body.
+
+        An error status raises :class:`ApiError`, unless it is in ``answers``
+        (a status whose body the caller reads, such as a rejected reload).
+        """
         try:
             response = self._client.request(
                 method,
@@ -100,7 +105,7 @@ class ApiClient:
             body = response.json()
         else:
             body = response.text
-        if response.status_code >= 400:
+        if response.status_code >= 400 and response.status_code not in answers:
             message = body.get("error") if isinstance(body, dict) else str(body)
             raise ApiError(response.status_code, str(message))
         return response.status_code, body

@@ -1,0 +1,171 @@
+"""Reloading supervisor.toml: read it again, validate, and say what changed.
+
+A reload applies all of a valid file or none of an invalid one. A few keys
+cannot change under a running supervisor (where its ledger lives, the
+address it listens on, where its trace goes): a change to one of them is
+reported as needing a restart and the running value is kept — never
+silently ignored, never half applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from herdsman.config import Config, LoadedConfig, load_config
+from herdsman.config.render import inline_toml
+
+__all__ = [
+    "RESTART_KEYS",
+    "Change",
+    "ConfigSource",
+    "ReloadResult",
+    "diff_settings",
+    "effective_config",
+]
+
+#: Settings a running supervisor cannot take over; they apply at the next start.
+RESTART_KEYS: tuple[str, ...] = (
+    "supervisor.state_dir",
+    "api.listen",
+    "api.token_file",
+    "trace.enabled",
+    "trace.dir",
+    "trace.max_bytes",
+)
+
+
+@attrs.frozen
+class ConfigSource:
+    """Where a supervisor's configuration comes from, to read it again the same way.
+
+    ``watch``: reload when the file changes (``herdsman run`` always does).
+    """
+
+    path: Path
+    overrides: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    environ: Mapping[str, str] | None = None
+    watch: bool = True
+
+    def load(self, extra_overrides: Sequence[str] = ()) -> LoadedConfig:
+        """Read and validate the file (raises ``ConfigError``)."""
+        return load_config(self.path, (*self.overrides, *extra_overrides), environ=self.environ)
+
+
+@attrs.frozen
+class Change:
+    """One setting that differs between the running and the new configuration."""
+
+    key: str
+    old: Any
+    new: Any
+    live: bool
+
+    def describe(self) -> str:
+        """``providers.claude.concurrency: 2 -> 4 (applied)``."""
+        what = "applied" if self.live else "needs a restart; the running value is kept"
+        return f"{self.key}: {_shown(self.old)} -> {_shown(self.new)} ({what})"
+
+    def as_json(self) -> dict[str, Any]:
+        """The change as JSON (values in their TOML form)."""
+        return {
+            "key": self.key,
+            "old": _shown(self.old),
+            "new": _shown(self.new),
+            "applied": self.live,
+        }
+
+
+def _shown(value: Any) -> str:
+    return "(not set)" if value is None else inline_toml(value)
+
+
+def diff_settings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+    """Settings that differ, keyed like ``LoadedConfig.toml_values``.
+
+    New keys in the new file's order, then keys that are gone, in the old
+    order (an account or a repo removed, a provider dropped).
+    """
+    changes = [
+        Change(key, old.get(key), value, key not in RESTART_KEYS)
+        for key, value in new.items()
+        if old.get(key) != value or key not in old
+    ]
+    changes += [Change(key, value, None, True) for key, value in old.items() if key not in new]
+    return changes
+
+
+def effective_config(
+    source: ConfigSource, running: LoadedConfig
+) -> tuple[LoadedConfig, list[Change]]:
+    """The configuration a reload applies, and every change with what became of it.
+
+    The new file is loaded twice when ``state_dir`` changed: once as written
+    (to report the change), once with the running ``state_dir``, so settings
+    whose defaults derive from it (``workdir``, ``token_file``, the trace
+    folder) stay where they are until the restart that moves them all.
+    """
+    written = source.load()
+    restart = [
+        change
+        for change in diff_settings(running.toml_values, written.toml_values)
+        if not change.live
+    ]
+    loaded = written
+    old_state_dir = running.config.supervisor.state_dir
+    if written.config.supervisor.state_dir != old_state_dir:
+        loaded = source.load([f"supervisor.state_dir={inline_toml(str(old_state_dir))}"])
+    config = _keep_restart_settings(loaded.config, running.config)
+    live = [c for c in diff_settings(running.toml_values, loaded.toml_values) if c.live]
+    # The running values of restart-only keys stay the baseline, so the next
+    # reload still reports them as waiting for a restart.
+    toml_values = dict(loaded.toml_values)
+    for key in RESTART_KEYS:
+        if key in running.toml_values:
+            toml_values[key] = running.toml_values[key]
+    kept = attrs.evolve(loaded, config=config, toml_values=toml_values)
+    return kept, live + restart
+
+
+def _keep_restart_settings(new: Config, old: Config) -> Config:
+    return attrs.evolve(
+        new,
+        supervisor=attrs.evolve(new.supervisor, state_dir=old.supervisor.state_dir),
+        api=old.api,
+        trace=attrs.evolve(
+            new.trace, enabled=old.trace.enabled, dir=old.trace.dir, max_bytes=old.trace.max_bytes
+        ),
+    )
+
+
+@attrs.frozen
+class ReloadResult:
+    """How one reload went."""
+
+    ok: bool
+    #: The configuration generation in force afterwards.
+    generation: int
+    trigger: str
+    at: float
+    changes: tuple[Change, ...] = ()
+    #: One line per problem, as ``herdsman check`` prints them, if rejected.
+    errors: tuple[str, ...] = ()
+
+    @property
+    def applied(self) -> bool:
+        """Whether something changed live (and the generation moved on)."""
+        return self.ok and any(change.live for change in self.changes)
+
+    def as_json(self) -> dict[str, Any]:
+        """The result as the API and ``herdsman status`` show it."""
+        return {
+            "ok": self.ok,
+            "generation": self.generation,
+            "trigger": self.trigger,
+            "at": self.at,
+            "changes": [change.as_json() for change in self.changes],
+            "errors": list(self.errors),
+        }
