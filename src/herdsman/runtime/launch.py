@@ -35,6 +35,7 @@ def run_environment(
     account_env: Mapping[str, str],
     parallel: bool,
     base: Mapping[str, str],
+    state_dir: Path,
 ) -> dict[str, str]:
     """The child's environment: ambient, then provider, then account, then herdsman's."""
     env = dict(base)
@@ -42,6 +43,8 @@ def run_environment(
     env.update(account_env)
     env["HERDSMAN_RUN_ID"] = record.id
     env["HERDSMAN_CONVERSATION"] = record.conversation or ""
+    # With the run id, this finds an agent that outlived a killed supervisor.
+    env["HERDSMAN_STATE_DIR"] = str(state_dir)
     if record.account is not None:
         env["HERDSMAN_ACCOUNT"] = record.account
     else:
@@ -93,6 +96,7 @@ def build_spec(
         account_env=account_env(provider, record.account),
         parallel=parallel,
         base=os.environ if base_env is None else base_env,
+        state_dir=state_dir,
     )
     if repos_dir is not None:
         env["HERDSMAN_REPOS"] = str(repos_dir)

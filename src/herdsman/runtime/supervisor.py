@@ -49,6 +49,7 @@ from herdsman.runtime.git import Git, RealGit
 from herdsman.runtime.launch import build_spec
 from herdsman.runtime.ledger import Ledger, RunSync, in_worker_thread
 from herdsman.runtime.metrics import Metrics
+from herdsman.runtime.orphans import find_orphans, stop_groups
 from herdsman.runtime.reload import ConfigSource, ReloadResult, effective_config
 from herdsman.runtime.runner import (
     Outcome,
@@ -71,6 +72,8 @@ OnBusy = Literal["queue", "skip"]
 #: tasks are cancelled outright (the runner's kill grace is 5 s).
 FORCED_STOP_WAIT = 15.0
 SKIP_REASON = "its conversation or agent already had a queued or running run"
+#: How long an orphaned agent gets between SIGTERM and SIGKILL at start-up.
+ORPHAN_GRACE = 5.0
 #: How long the configuration file must stay unchanged before a reload (an
 #: editor's save is several writes).
 WATCH_SETTLE = 0.5
@@ -184,7 +187,9 @@ class Supervisor:
     passes a fake); ``execute`` is the spawn port; ``run_sync`` is how store
     batches run (a worker thread for SQLite, inline for the in-memory store).
     With a ``source`` (and the ``loaded`` configuration it gave), the file is
-    watched and :meth:`reload` reads it again.
+    watched and :meth:`reload` reads it again. ``stop_orphans``: at start-up,
+    stop agents of lost runs that outlived the previous process (the
+    simulator, which spawns nothing, turns it off).
     """
 
     def __init__(
@@ -200,11 +205,13 @@ class Supervisor:
         git: Git | None = None,
         source: ConfigSource | None = None,
         loaded: LoadedConfig | None = None,
+        stop_orphans: bool = True,
     ) -> None:
         self.config = config
         self.generation = 1
         self._source = source
         self._loaded = loaded
+        self._stop_orphans = stop_orphans
         self._reload_lock = trio.Lock()
         self.last_reload: ReloadResult | None = None
         # The file as the last reload (or the start) read it: the watcher
@@ -383,10 +390,36 @@ class Supervisor:
             )
             self._emit("lost", run_id=record.id)
             self.metrics.finished.labels(record.provider, RunStatus.LOST.value).inc()
+        if lost and self._stop_orphans:
+            await self._stop_orphaned_agents(self.lost_at_startup)
         for record in await self.ledger.call(lambda s: s.queued_in_order()):
             self._scheduler.submit(run_request(record))
             self._submitted_at[record.id] = record.submitted_at
         await self._recover_accounts(now)
+
+    async def _stop_orphaned_agents(self, run_ids: tuple[str, ...]) -> None:
+        """Stop agents of lost runs still running, before anything new starts.
+
+        Left alone, one would keep working in its conversation's worktree
+        while the conversation's next run starts there.
+        """
+        state_dir = self.config.supervisor.state_dir
+        orphans = await trio.to_thread.run_sync(find_orphans, run_ids, state_dir)
+        if not orphans:
+            return
+        groups = {group for found in orphans.values() for group in found}
+        log.warning(
+            "stopping %d agent process group(s) of lost runs that were still running: %s",
+            len(groups),
+            ", ".join(sorted(orphans)),
+        )
+        await stop_groups(groups, ORPHAN_GRACE)
+        for run_id, found in sorted(orphans.items()):
+            text = (
+                "its agent was still running when the supervisor restarted"
+                f" (process group {', '.join(map(str, sorted(found)))}) and was stopped"
+            )
+            await self.ledger.call(methodcaller("add_note", run_id, text))
 
     async def _recover_accounts(self, now: float) -> None:
         """Quota windows, exhaustions and conversations' accounts of earlier processes."""

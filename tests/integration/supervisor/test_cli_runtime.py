@@ -32,6 +32,15 @@ def processes_with_env(entry: str) -> list[int]:
     return found
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie, dead but not reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def herdsman(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "herdsman", *args],
@@ -177,16 +186,19 @@ def test_kill_9_mid_run_the_run_is_lost_not_rerun_and_queued_runs_keep_order(
     finally:
         sup.close()
     # A supervisor killed this way cannot stop its runs: r0's agent lives on
-    # in its own process group. Stop it here so it does not outlive the test.
+    # in its own process group, until the next start stops it.
     orphans = processes_with_env("HERDSMAN_RUN_ID=r0")
     assert orphans, "the agent of r0 should have outlived its supervisor"
-    for pid in orphans:
-        os.killpg(pid, signal.SIGKILL)
 
-    # Restart with quick runs; r0 must be lost, never re-run.
+    # Restart with quick runs; r0 must be lost, never re-run, and its agent stopped.
     write_config(workdir, concurrency=1, delay=0.1)
     sup = started(workdir)
     try:
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in orphans):
+            assert time.monotonic() < deadline, "the orphaned agent of r0 was not stopped"
+            time.sleep(0.05)
+        assert "stopping 1 agent process group(s) of lost runs" in sup.output()
         result = herdsman(
             "submit",
             *CLI,
@@ -211,6 +223,10 @@ def test_kill_9_mid_run_the_run_is_lost_not_rerun_and_queued_runs_keep_order(
         assert r0.status is RunStatus.LOST
         assert r0.reason == "supervisor restarted before this run finished"
         assert r0.attempts == 1
+        assert r0.notes == (
+            "its agent was still running when the supervisor restarted"
+            f" (process group {orphans[0]}) and was stopped",
+        )
         rest = [store.get(f"r{n}") for n in (1, 2, 3)]
         assert all(r is not None and r.status is RunStatus.SUCCEEDED for r in rest)
         starts = [r.started_at for r in rest if r is not None]
