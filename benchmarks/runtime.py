@@ -2,6 +2,8 @@
 
 Prints, in one run on this machine:
   * raw ``trio.run_process`` of a command that exits at once, at concurrency 8;
+  * the runner alone: ``execute()`` of the same command, same concurrency, in
+    this process (no HTTP, no ledger): the runner's own overhead;
   * runs per second through ``herdsman run`` (a separate process): submit over
     HTTP -> SQLite ledger -> spawn -> finish, same command, concurrency 8,
     measured from the first submit to the last finish (the ledger's times);
@@ -10,7 +12,12 @@ Prints, in one run on this machine:
   * for scale, the same HTTP stack (hypercorn + Starlette) answering a
     hello-world route, with the same client: the ceiling for one request per run.
 
-Run: python benchmarks/runtime.py [--runs N] [--latency-samples N]
+CPU is given per run, in all (worker threads included) and in the event-loop
+thread alone: that thread is the one that cannot use the second CPU, so its
+time per run bounds the rate. Other load on the machine moves the rates much
+more than the CPU times.
+
+Run: python benchmarks/runtime.py [--runs N] [--latency-samples N] [--runner-only]
 """
 
 from __future__ import annotations
@@ -24,28 +31,81 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import trio
+
+from herdsman.runtime.runner import Outcome, ProcessSpec, execute
 
 CONCURRENCY = 8
 TRUE = "/bin/true"
 DATE = "/bin/date"
 
 
-async def raw_spawn_rate(runs: int) -> float:
+class Cost(NamedTuple):
+    """Runs/s, and this process's CPU per run: in all, and in the event-loop thread."""
+
+    rate: float
+    cpu_ms: float
+    loop_ms: float
+
+
+async def measure(runs: int, one: Callable[[int], Awaitable[None]]) -> Cost:
+    """Run ``one(0)`` .. ``one(runs - 1)`` at once (``one`` limits itself); the cost."""
+    cpu_before, loop_before = time.process_time(), time.thread_time()
+    began = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for n in range(runs):
+            nursery.start_soon(one, n)
+    elapsed = time.perf_counter() - began
+    return Cost(
+        rate=runs / elapsed,
+        cpu_ms=(time.process_time() - cpu_before) / runs * 1000,
+        loop_ms=(time.thread_time() - loop_before) / runs * 1000,
+    )
+
+
+async def raw_spawn_rate(runs: int) -> Cost:
+    """Bare ``trio.run_process`` of TRUE with a short stdin."""
     limiter = trio.CapacityLimiter(CONCURRENCY)
 
-    async def one() -> None:
+    async def one(_: int) -> None:
         async with limiter:
             await trio.run_process([TRUE], stdin=b"prompt")
 
-    began = time.perf_counter()
-    async with trio.open_nursery() as nursery:
-        for _ in range(runs):
-            nursery.start_soon(one)
-    return runs / (time.perf_counter() - began)
+    return await measure(runs, one)
+
+
+async def runner_rate(runs: int, directory: Path) -> Cost:
+    """``execute()`` of TRUE alone: no HTTP, no ledger.
+
+    The spec is what the supervisor builds for a provider with the default
+    limits (no wall-clock timeout, a 15-minute idle timeout): the ambient
+    environment, a short prompt, a log file per run.
+    """
+    limiter = trio.CapacityLimiter(CONCURRENCY)
+    env = dict(os.environ)
+
+    async def one(n: int) -> None:
+        spec = ProcessSpec(
+            argv=(TRUE,),
+            env=env,
+            cwd=directory,
+            prompt="go",
+            timeout=None,
+            idle_timeout=900.0,
+            log_path=directory / "logs" / f"r{n}.log",
+            protocol="plain",
+        )
+        async with limiter:
+            outcome = await execute(spec)
+        if outcome.status is not Outcome.SUCCEEDED:
+            raise SystemExit(f"run {n} did not succeed: {outcome}")
+
+    return await measure(runs, one)
 
 
 def free_port() -> int:
@@ -115,9 +175,10 @@ async def wait_ready(client: httpx.AsyncClient) -> None:
             await trio.sleep(0.05)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (children excluded)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+def cpu_seconds(pid: int, *, main_thread: bool = False) -> float:
+    """User + system CPU time of a process (or its main thread) so far, children excluded."""
+    stat = Path(f"/proc/{pid}/task/{pid}/stat" if main_thread else f"/proc/{pid}/stat")
+    fields = stat.read_text().rpartition(")")[2].split()
     ticks = int(fields[11]) + int(fields[12])  # utime, stime
     return ticks / os.sysconf("SC_CLK_TCK")
 
@@ -155,7 +216,7 @@ async def supervised_rate(client: httpx.AsyncClient, runs: int, batch: int, tag:
     failed = [r for r in records if r["status"] != "succeeded"]
     if failed or len(records) != runs:
         raise SystemExit(f"{len(failed)} of {len(records)} runs did not succeed: {failed[:1]}")
-    span = max(r["finished_at"] for r in records) - min(r["submitted_at"] for r in records)
+    span: float = max(r["finished_at"] for r in records) - min(r["submitted_at"] for r in records)
     return runs / span
 
 
@@ -228,9 +289,21 @@ async def hello_world_rate(requests: int) -> tuple[float, float]:
         server.wait()
 
 
-async def main_async(runs: int, samples: int) -> None:
+async def main_async(runs: int, samples: int, runner_only: bool) -> None:
     raw = await raw_spawn_rate(runs)
-    print(f"raw trio.run_process({TRUE}), concurrency {CONCURRENCY}: {raw:8,.0f} runs/s")
+    print(
+        f"raw trio.run_process({TRUE}), concurrency {CONCURRENCY}: {raw.rate:8,.0f} runs/s "
+        f"(CPU {raw.cpu_ms:.2f} ms/run, event loop {raw.loop_ms:.2f})"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        runner = await runner_rate(runs, Path(tmp))
+    print(
+        f"runner only: execute({TRUE}), concurrency {CONCURRENCY}: {runner.rate:6,.0f} runs/s "
+        f"({runner.rate / raw.rate:.0%} of raw; CPU {runner.cpu_ms:.2f} ms/run, "
+        f"event loop {runner.loop_ms:.2f})"
+    )
+    if runner_only:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         port = free_port()
@@ -246,12 +319,15 @@ async def main_async(runs: int, samples: int) -> None:
                 await wait_ready(client)
                 for batch, tag in ((1, "s"), (50, "b")):
                     cpu_before = cpu_seconds(process.pid)
+                    loop_before = cpu_seconds(process.pid, main_thread=True)
                     rate = await supervised_rate(client, runs, batch, tag)
                     cpu = (cpu_seconds(process.pid) - cpu_before) / runs * 1000
+                    loop = (cpu_seconds(process.pid, main_thread=True) - loop_before) / runs * 1000
                     how = "one run per request" if batch == 1 else f"{batch} runs per request"
                     print(
                         f"herdsman run, submit over HTTP ({how}) -> finish: {rate:6,.0f} runs/s "
-                        f"({rate / raw:.0%} of raw; supervisor CPU {cpu:.2f} ms/run)"
+                        f"({rate / raw.rate:.0%} of raw; supervisor CPU {cpu:.2f} ms/run, "
+                        f"event loop {loop:.2f})"
                     )
                 lat = await spawn_latencies(client, samples)
                 quantiles = statistics.quantiles(lat, n=100)
@@ -271,13 +347,20 @@ async def main_async(runs: int, samples: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=1000, help="at most 1000")
+    parser.add_argument(
+        "--runs", type=int, default=1000, help="at most 1000 (any number with --runner-only)"
+    )
     parser.add_argument("--latency-samples", type=int, default=200)
+    parser.add_argument(
+        "--runner-only",
+        action="store_true",
+        help="measure raw spawning and execute() only, without starting a supervisor",
+    )
     args = parser.parse_args()
-    if not 0 < args.runs <= 1000:
+    if args.runs <= 0 or (args.runs > 1000 and not args.runner_only):
         parser.error("--runs must be from 1 to 1000 (the API lists at most 1000 runs)")
     print(f"{os.cpu_count()} CPUs")
-    trio.run(main_async, args.runs, args.latency_samples)
+    trio.run(main_async, args.runs, args.latency_samples, args.runner_only)
 
 
 if __name__ == "__main__":

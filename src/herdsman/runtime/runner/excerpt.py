@@ -43,7 +43,10 @@ def has_failure_marker(line: str) -> bool:
     # Plain substring tests on the lowered line: a case-insensitive regex
     # alternation was ~50x slower on long lines, and every line passes here.
     lowered = line.lower()
-    return any(marker in lowered for marker in FAILURE_MARKERS)
+    for marker in FAILURE_MARKERS:  # a loop: any() over a generator took longer
+        if marker in lowered:
+            return True
+    return False
 
 
 # The budgets below add up to well under EXCERPT_LIMIT (head 1024 + tail 1536 +
@@ -57,6 +60,7 @@ _MARKERS_FIRST: Final = 2
 _MARKERS_LAST: Final = 4
 _PENDING_BYTES: Final = 4096  # the longest partial line buffered per stream
 _ELLIPSIS: Final = "…"
+_ELLIPSIS_BYTES: Final = len(_ELLIPSIS.encode("utf-8"))
 
 
 def clip_utf8(text: str, limit: int) -> str:
@@ -71,7 +75,7 @@ def _shorten(text: str, limit: int, *, truncated: bool = False) -> str:
     """``text`` within ``limit`` bytes, ending in an ellipsis if anything was cut."""
     if not truncated and len(text.encode("utf-8")) <= limit:
         return text
-    return clip_utf8(text, limit - len(_ELLIPSIS.encode("utf-8"))) + _ELLIPSIS
+    return clip_utf8(text, limit - _ELLIPSIS_BYTES) + _ELLIPSIS
 
 
 class _Lines:
@@ -95,8 +99,16 @@ class _Lines:
         text = raw.decode("utf-8", errors="replace")
         if text.endswith("\r"):
             text = text[:-1]
-        shown = _shorten(text, _LINE_BYTES, truncated=truncated)
-        size = len(shown.encode("utf-8")) + 1
+        # _shorten(text, _LINE_BYTES, truncated=truncated) and its size, with
+        # one encode instead of two, and none for ASCII (most lines), where
+        # characters and bytes are one and the same.
+        size = len(text) if raw.isascii() else len(text.encode("utf-8"))
+        if truncated or size > _LINE_BYTES:
+            shown = clip_utf8(text, _LINE_BYTES - _ELLIPSIS_BYTES) + _ELLIPSIS
+            size = len(shown.encode("utf-8"))
+        else:
+            shown = text
+        size += 1  # the newline
         if self.head_open and self.head_bytes + size <= _HEAD_BYTES:
             self.head.append(shown)
             self.head_bytes += size
@@ -157,16 +169,24 @@ class ExcerptBuilder:
                 self._whole += data
             else:
                 self._whole = None
-        pending = self._pending.setdefault(stream, bytearray())
+        pending = self._pending.get(stream)
+        if pending is None:
+            pending = self._pending[stream] = bytearray()
+        lines = self._lines
         start = 0
-        while True:
-            newline = data.find(b"\n", start)
-            if newline < 0:
-                break
-            self._append_pending(stream, pending, data[start:newline])
-            self._lines.add(bytes(pending), truncated=self._pending_cut[stream])
-            pending.clear()
-            self._pending_cut[stream] = False
+        while (newline := data.find(b"\n", start)) >= 0:
+            if pending:
+                self._append_pending(stream, pending, data[start:newline])
+                lines.add(bytes(pending), truncated=self._pending_cut[stream])
+                pending.clear()
+                self._pending_cut[stream] = False
+            # A whole line in this chunk goes straight in, cut as
+            # _append_pending would have cut it (an empty pending line is
+            # never a cut one).
+            elif newline - start <= _PENDING_BYTES:
+                lines.add(data[start:newline], truncated=False)
+            else:
+                lines.add(data[start : start + _PENDING_BYTES], truncated=True)
             start = newline + 1
         self._append_pending(stream, pending, data[start:])
 

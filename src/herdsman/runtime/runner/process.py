@@ -5,14 +5,16 @@ The life of a run:
 1. The child is spawned with the spec's argv, cwd and complete environment,
    as the leader of a new session and so of its own process group; every
    process it starts stays in that group unless it moves itself out.
-2. The prompt is written to its stdin by a task of its own and stdin is
-   closed; stdout and stderr are read concurrently, so a large prompt cannot
-   deadlock against a child that writes before it has read everything.
+2. The prompt is written to its stdin and stdin is closed: at once when the
+   pipe takes it whole (the usual case), else by a task of its own while
+   stdout and stderr are read, so a large prompt cannot deadlock against a
+   child that writes before it has read everything.
 3. Every chunk read goes to the log file at once (nothing accumulates in
    memory), to the excerpt builder, and, split into lines, to the protocol
    adapter.
-4. A watchdog enforces ``timeout`` (from spawn) and ``idle_timeout`` (since the
-   last byte on stdout or stderr).
+4. The task waiting for the child's exit is also the watchdog: it enforces
+   ``timeout`` (from spawn) and ``idle_timeout`` (since the last byte on
+   stdout or stderr).
 5. The run ends when the child exits, a limit fires, ``RunCancel.cancel`` is
    called, or the caller's cancel scope is cancelled. In every case what is
    left of the process group is stopped (below), the child is reaped, and the
@@ -34,11 +36,13 @@ drained for up to ``DRAIN_GRACE`` seconds after the group is stopped).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import BinaryIO, Final
 
 import trio
@@ -171,10 +175,31 @@ class _Stop:
             scope.cancel()
 
 
-async def _feed_stdin(stdin: trio.abc.SendStream, prompt: bytes) -> None:
+def _send_now(stdin: trio.lowlevel.FdStream, prompt: bytes) -> memoryview | None:
+    """Write what the pipe takes of ``prompt`` without waiting; the rest, if any.
+
+    A prompt that fits in the pipe buffer (64 KiB on Linux) goes in one
+    write, and stdin is closed here: no task is needed for it. The pipe is
+    non-blocking, so this never waits for the child; whatever did not fit is
+    left to :func:`_feed_stdin`, which runs next to the readers.
+    """
+    if prompt:
+        try:
+            sent = os.write(stdin.fileno(), prompt)
+        except BlockingIOError:
+            return memoryview(prompt)
+        except OSError:
+            pass  # the child closed stdin or exited already, as in _feed_stdin
+        else:
+            if sent < len(prompt):
+                return memoryview(prompt)[sent:]
+    stdin.close()
+    return None
+
+
+async def _feed_stdin(stdin: trio.abc.SendStream, rest: memoryview) -> None:
     try:
-        if prompt:
-            await stdin.send_all(prompt)
+        await stdin.send_all(rest)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         # The child closed stdin or exited before reading it all; its exit
         # status and output tell the story, not this.
@@ -189,46 +214,60 @@ async def _pump(stream: trio.abc.ReceiveStream, name: str, output: _Output) -> N
     output.close_stream(name)
 
 
-async def _watchdog(spec: ProcessSpec, output: _Output, started_at: float, stop: _Stop) -> None:
-    while True:
-        deadlines: list[tuple[float, str]] = []
-        if spec.timeout is not None:
-            deadlines.append((started_at + spec.timeout, "timeout"))
-        if spec.idle_timeout is not None:
-            deadlines.append((output.last_activity + spec.idle_timeout, "idle_timeout"))
-        if not deadlines:
-            return
-        deadline, limit = min(deadlines)
-        if trio.current_time() >= deadline:
-            if limit == "timeout":
-                reason = f"wall-clock timeout of {_human_seconds(spec.timeout or 0)} exceeded"
-            else:
-                reason = f"no output for {_human_seconds(spec.idle_timeout or 0)} (idle_timeout)"
-            stop.request(Outcome.TIMED_OUT, reason, limit)
-            return
-        # Output moves the idle deadline; the loop re-reads it on waking.
-        await trio.sleep_until(deadline)
+def _nearest_limit(
+    spec: ProcessSpec, output: _Output, started_at: float
+) -> tuple[float, str | None]:
+    """The nearest deadline and the limit it enforces; ``inf`` and None without limits."""
+    deadline, limit = math.inf, None
+    if spec.timeout is not None:
+        deadline, limit = started_at + spec.timeout, "timeout"
+    if spec.idle_timeout is not None:
+        idle_deadline = output.last_activity + spec.idle_timeout
+        if idle_deadline <= deadline:  # on a tie, idle_timeout is the one reported
+            deadline, limit = idle_deadline, "idle_timeout"
+    return deadline, limit
 
 
-async def _wait_exited(process: trio.Process) -> None:
-    """Wait until the child exited, without reaping it where Linux allows.
+def _limit_reason(spec: ProcessSpec, limit: str) -> str:
+    if limit == "timeout":
+        return f"wall-clock timeout of {_human_seconds(spec.timeout or 0)} exceeded"
+    return f"no output for {_human_seconds(spec.idle_timeout or 0)} (idle_timeout)"
 
-    An unreaped child keeps its pid, and so the group id, from being reused,
-    which makes the SIGTERM to the group that follows safe.
+
+async def _wait_exited(
+    process: trio.Process, spec: ProcessSpec, output: _Output, started_at: float, stop: _Stop
+) -> bool:
+    """Wait until the child exited (True) or one of its limits passed (False).
+
+    This is also the watchdog, so that a run needs no task for it: the wait
+    is bounded by the nearest deadline, spawn time + ``timeout`` or last
+    output + ``idle_timeout``. Output moves the latter, so when the wait runs
+    out the deadlines are looked at again before the stop is requested.
+
+    Where Linux allows, the child is not reaped: an unreaped child keeps its
+    pid, and so the group id, from being reused, which makes the SIGTERM to
+    the group that follows safe.
     """
+    pidfd: int | None = None
     if sys.platform == "linux":
-        try:
+        with contextlib.suppress(OSError):
             pidfd = os.pidfd_open(process.pid)
-        except OSError:
-            pass
-        else:
-            try:
-                await trio.lowlevel.wait_readable(pidfd)
-            finally:
-                trio.lowlevel.notify_closing(pidfd)
-                os.close(pidfd)
-            return
-    await process.wait()
+    try:
+        while True:
+            deadline, limit = _nearest_limit(spec, output, started_at)
+            if limit is not None and trio.current_time() >= deadline:
+                stop.request(Outcome.TIMED_OUT, _limit_reason(spec, limit), limit)
+                return False
+            with trio.move_on_at(deadline):
+                if pidfd is not None:
+                    await trio.lowlevel.wait_readable(pidfd)
+                else:
+                    await process.wait()
+                return True
+    finally:
+        if pidfd is not None:
+            trio.lowlevel.notify_closing(pidfd)
+            os.close(pidfd)
 
 
 def _signal_group(pgid: int, signum: int) -> None:
@@ -275,6 +314,8 @@ async def _stop_group(process: trio.Process, grace: float) -> None:
     """SIGTERM the child's group, SIGKILL it after ``grace`` if needed, reap the child."""
     pgid = process.pid  # the child leads its own group (start_new_session)
     _signal_group(pgid, signal.SIGTERM)
+    if process.poll() is not None and not _group_signalable(pgid):
+        return  # the child exited (now reaped) and left no one behind: the usual case
     with trio.move_on_after(grace):
         await process.wait()
         # The usual case, a group that died with its leader, needs one
@@ -289,24 +330,25 @@ async def _stop_group(process: trio.Process, grace: float) -> None:
 
 async def _finish(process: trio.Process, spec: ProcessSpec, output: _Output) -> None:
     """Stop what is left of the group, drain the pipes (bounded), close everything."""
-    assert process.stdout is not None
-    assert process.stderr is not None
-    async with trio.open_nursery() as nursery:
-        # The readers of the first phase may have been cancelled; reading goes
-        # on here so output written while the group dies is still logged.
-        if "stdout" in output.open_streams:
-            nursery.start_soon(_pump, process.stdout, "stdout", output)
-        if "stderr" in output.open_streams:
-            nursery.start_soon(_pump, process.stderr, "stderr", output)
+    stdin, stdout, stderr = _pipes(process)
+    if not output.open_streams:  # both pipes reached EOF: nothing to drain
         await _stop_group(process, spec.kill_grace)
-        # A process that left the group (setsid) may hold the pipes forever.
-        with trio.move_on_after(DRAIN_GRACE):
-            await output.all_closed.wait()
-        nursery.cancel_scope.cancel()
+    else:
+        async with trio.open_nursery() as nursery:
+            # The readers of the first phase were cancelled; reading goes on
+            # here so output written while the group dies is still logged.
+            if "stdout" in output.open_streams:
+                nursery.start_soon(_pump, stdout, "stdout", output)
+            if "stderr" in output.open_streams:
+                nursery.start_soon(_pump, stderr, "stderr", output)
+            await _stop_group(process, spec.kill_grace)
+            # A process that left the group (setsid) may hold the pipes forever.
+            with trio.move_on_after(DRAIN_GRACE):
+                await output.all_closed.wait()
+            nursery.cancel_scope.cancel()
     output.finish()
-    for stream in (process.stdin, process.stdout, process.stderr):
-        if stream is not None:
-            await stream.aclose()
+    for stream in (stdin, stdout, stderr):
+        stream.close()  # aclose() without its checkpoint; closing twice is a no-op
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
@@ -360,11 +402,6 @@ async def execute(
         if cancel.reason is not None:
             stop.cancelled(cancel.reason)
     try:
-        if stop.status is None:
-            # Inline, like the open() of the log below: on a local disk these
-            # take microseconds, while a worker-thread round trip per run cost
-            # more than the spawn itself under load.
-            spec.log_path.parent.mkdir(parents=True, exist_ok=True)
         if stop.status is not None:
             return not_started(Outcome.CANCELLED, stop.reason)
         return await _run(spec, stop, task_status)
@@ -373,39 +410,66 @@ async def execute(
             cancel._detach()
 
 
+def _open_log(path: Path) -> BinaryIO:
+    """Create (or truncate) the log file, and its parent directories if needed."""
+    try:
+        return open(path, "wb")
+    except (FileNotFoundError, NotADirectoryError):
+        # A parent is missing, or is no directory: mkdir creates the former
+        # and raises the error that names the latter.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "wb")
+
+
+def _pipes(
+    process: trio.Process,
+) -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
+    """The child's stdin, stdout and stderr (always FdStreams on POSIX)."""
+    stdin, stdout, stderr = process.stdin, process.stdout, process.stderr
+    assert isinstance(stdin, trio.lowlevel.FdStream)
+    assert isinstance(stdout, trio.lowlevel.FdStream)
+    assert isinstance(stderr, trio.lowlevel.FdStream)
+    return stdin, stdout, stderr
+
+
 async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]) -> ProcessOutcome:
     adapter = make_adapter(spec.protocol, usage_limit_pattern=spec.usage_limit_pattern)
     excerpt = ExcerptBuilder()
-    with open(spec.log_path, "wb") as log:
+    # In a worker thread: creating a file can cost the kernel 0.1-0.5 ms (ext4
+    # searches past recently freed inodes, and logs are deleted in bulk), time
+    # in which the event loop, and so every other run, would stand still.
+    log = await trio.to_thread.run_sync(_open_log, spec.log_path)
+    with log:
         output = _Output(log, adapter, excerpt)
         process = await trio.lowlevel.open_process(
             list(spec.argv),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=dict(spec.env),
+            env=spec.env,  # a read-only snapshot already
             cwd=spec.cwd,
             start_new_session=True,
         )
         # Nothing may checkpoint between the spawn and this try: a cancel
         # landing there would leave the group running.
         try:
-            assert process.stdin is not None
-            assert process.stdout is not None
-            assert process.stderr is not None
+            stdin, stdout, stderr = _pipes(process)
             task_status.started(process.pid)
             started_at = trio.current_time()
             with _internal_nursery_errors(), trio.CancelScope() as run_scope:
                 stop.bind(run_scope)
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(_feed_stdin, process.stdin, spec.prompt.encode("utf-8"))
-                    nursery.start_soon(_pump, process.stdout, "stdout", output)
-                    nursery.start_soon(_pump, process.stderr, "stderr", output)
-                    nursery.start_soon(_watchdog, spec, output, started_at, stop)
-                    await _wait_exited(process)
-                    stop.child_exited = True
-                    with trio.move_on_after(EXIT_EOF_GRACE):
-                        await output.all_closed.wait()
+                    if stop.status is not None:  # cancelled during the spawn: no prompt
+                        stdin.close()
+                    elif (rest := _send_now(stdin, spec.prompt.encode("utf-8"))) is not None:
+                        nursery.start_soon(_feed_stdin, stdin, rest)
+                    nursery.start_soon(_pump, stdout, "stdout", output)
+                    nursery.start_soon(_pump, stderr, "stderr", output)
+                    if await _wait_exited(process, spec, output, started_at, stop):
+                        stop.child_exited = True
+                        if output.open_streams:
+                            with trio.move_on_after(EXIT_EOF_GRACE):
+                                await output.all_closed.wait()
                     nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
