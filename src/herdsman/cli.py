@@ -98,8 +98,11 @@ def after_config_write(result: EditResult) -> int:
     The supervisor is found at the address of the file as it was before the
     edit: that is where a running one listens, even if the edit moved it.
     """
-    before = load_config_text(result.old_text, result.path)
-    return reload_running(before.config)
+    try:
+        before = load_config_text(result.old_text, result.path).config
+    except ConfigError:  # the edit repaired the file: find the supervisor with the new one
+        before = result.loaded.config
+    return reload_running(before)
 
 
 def _config_set(args: argparse.Namespace) -> int:
@@ -151,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-reload",
         dest="reload",
         action="store_false",
-        help="only edit the file; do not ask a running supervisor to reload it",
+        help="do not ask a running supervisor to reload (it still applies the edit"
+        " when it notices the file changed)",
     )
     set_.set_defaults(handler=_config_set)
 

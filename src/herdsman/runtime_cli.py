@@ -204,6 +204,15 @@ def _status(args: argparse.Namespace) -> int:
         running = status["running_by_provider"].get(provider, 0)
         queued = status["queued_by_provider"].get(provider, 0)
         print(f"  {provider:<20} {cap:>4} {running:>8} {queued:>7}")
+    last = status.get("last_reload")
+    if last is not None and not last["ok"]:
+        print()
+        print(f"  the last reload ({last['trigger']}) was rejected; nothing changed:")
+        for error in last["errors"]:
+            print(f"    {error}")
+    for provider, reason in sorted(status.get("waiting_for_provider", {}).items()):
+        print()
+        print(f"  {provider}: {reason}")
     for provider, waiting in sorted(status.get("waiting_for_accounts", {}).items()):
         print()
         print(f"  {provider} waits for an account: {waiting['reason']}")

@@ -16,9 +16,21 @@ def test_changes_come_in_the_new_files_order_then_removed_keys() -> None:
     ]
 
 
-def test_a_key_set_to_nothing_is_a_change_too() -> None:
+def test_a_new_key_left_unset_is_no_change() -> None:
     assert diff_settings({"k": None}, {"k": None}) == []
-    assert diff_settings({}, {"k": None}) == [Change("k", None, None, live=True)]
+    assert diff_settings({}, {"k": None}) == []
+    assert diff_settings({"k": 1}, {}) == [Change("k", 1, None, live=True)]
+
+
+def test_environment_values_never_show_in_a_report() -> None:
+    [change] = diff_settings(
+        {"providers.p.accounts[0].env": {"TOKEN": "old-secret"}},
+        {"providers.p.accounts[0].env": {"TOKEN": "new-secret", "HOME": "/h"}},
+    )
+    shown = change.describe() + str(change.as_json())
+    assert "secret" not in shown
+    assert "/h" not in shown
+    assert 'TOKEN = "***"' in shown
 
 
 def test_every_restart_key_is_reported_as_kept() -> None:

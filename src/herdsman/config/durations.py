@@ -18,6 +18,12 @@ _UNITS: tuple[tuple[str, int], ...] = (("d", 86_400), ("h", 3_600), ("m", 60), (
 _GRAMMAR = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 
 
+#: The longest duration accepted: far beyond any sensible limit, and well
+#: inside what timedelta (and trio's clock) can hold.
+MAX_DAYS = 36500
+MAX_SECONDS = MAX_DAYS * 86400
+
+
 def parse_duration(text: str) -> timedelta:
     """Parse a duration string into a :class:`~datetime.timedelta`.
 
@@ -33,6 +39,8 @@ def parse_duration(text: str) -> timedelta:
         for amount, (_, factor) in zip(match.groups(), _UNITS, strict=True)
         if amount is not None
     )
+    if seconds > MAX_SECONDS:
+        raise ValueError(f"{text!r} is longer than the longest duration, {MAX_DAYS}d")
     return timedelta(seconds=seconds)
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from herdsman.config.durations import DURATION_HINT, format_duration, parse_duration
+from herdsman.config.durations import DURATION_HINT, MAX_DAYS, format_duration, parse_duration
 from herdsman.config.render import inline_toml
 
 if TYPE_CHECKING:
@@ -132,7 +132,9 @@ class Duration(Kind):
         try:
             value = parse_duration(raw)
         except ValueError:
-            raise self.fail(raw) from None
+            if not _TOO_LONG.fullmatch(raw):
+                raise self.fail(raw) from None
+            raise Invalid(f"must be at most {MAX_DAYS}d, got {describe(raw)}") from None
         if not value:
             if self.positive:
                 raise self.fail(raw)
@@ -146,6 +148,10 @@ class Duration(Kind):
         return format_duration(value)
 
 
+# Well formed but longer than parse_duration takes.
+_TOO_LONG = re.compile(r"(\d+[dhms])+")
+
+
 @attrs.frozen
 class PathValue(Kind):
     """A filesystem path; ``~`` expands, a relative path is taken from the config's folder."""
@@ -155,7 +161,15 @@ class PathValue(Kind):
     def check(self, raw: object, path: KeyPath, checker: Checker) -> Path:
         if not isinstance(raw, str) or not raw or "\0" in raw:
             raise self.fail(raw)
-        return checker.base_dir / Path(raw).expanduser()
+        try:
+            expanded = Path(raw).expanduser()
+        except RuntimeError:  # ~name of a user this machine does not know
+            user = raw[1:].split("/", 1)[0]
+            raise Invalid(
+                f"{describe(raw)} starts with ~{user}, but there is no user {user!r} here;"
+                " write the path in full"
+            ) from None
+        return checker.base_dir / expanded
 
     def to_toml(self, value: Any) -> Any:
         return None if value is None else str(value)

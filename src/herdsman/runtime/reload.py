@@ -25,6 +25,7 @@ __all__ = [
     "ReloadResult",
     "diff_settings",
     "effective_config",
+    "given_config",
 ]
 
 #: Settings a running supervisor cannot take over; they apply at the next start.
@@ -67,20 +68,27 @@ class Change:
     def describe(self) -> str:
         """``providers.claude.concurrency: 2 -> 4 (applied)``."""
         what = "applied" if self.live else "needs a restart; the running value is kept"
-        return f"{self.key}: {_shown(self.old)} -> {_shown(self.new)} ({what})"
+        old, new = _shown(self.key, self.old), _shown(self.key, self.new)
+        return f"{self.key}: {old} -> {new} ({what})"
 
     def as_json(self) -> dict[str, Any]:
-        """The change as JSON (values in their TOML form)."""
+        """The change as JSON (values in their TOML form, environment values hidden)."""
         return {
             "key": self.key,
-            "old": _shown(self.old),
-            "new": _shown(self.new),
+            "old": _shown(self.key, self.old),
+            "new": _shown(self.key, self.new),
             "applied": self.live,
         }
 
 
-def _shown(value: Any) -> str:
-    return "(not set)" if value is None else inline_toml(value)
+def _shown(key: str, value: Any) -> str:
+    if value is None:
+        return "(not set)"
+    if key.endswith(".env") and isinstance(value, Mapping):
+        # Environment values are often credentials: logs and answers show
+        # which variables changed, never their values.
+        value = dict.fromkeys(value, "***")
+    return inline_toml(value)
 
 
 def diff_settings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
@@ -89,10 +97,11 @@ def diff_settings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change
     New keys in the new file's order, then keys that are gone, in the old
     order (an account or a repo removed, a provider dropped).
     """
+    # A key that is new but unset (a new table's optional keys) is no change.
     changes = [
         Change(key, old.get(key), value, key not in RESTART_KEYS)
         for key, value in new.items()
-        if old.get(key) != value or key not in old
+        if old.get(key) != value
     ]
     changes += [Change(key, value, None, True) for key, value in old.items() if key not in new]
     return changes
@@ -128,6 +137,18 @@ def effective_config(
             toml_values[key] = running.toml_values[key]
     kept = attrs.evolve(loaded, config=config, toml_values=toml_values)
     return kept, live + restart
+
+
+def given_config(written: LoadedConfig, running: LoadedConfig) -> tuple[LoadedConfig, list[Change]]:
+    """Like :func:`effective_config`, for a configuration handed over whole.
+
+    The simulator replays a trace's reload events this way. Restart-only
+    settings keep their running values; there is no file to load again, so
+    defaults that derive from a changed ``state_dir`` are taken as written.
+    """
+    changes = diff_settings(running.toml_values, written.toml_values)
+    config = _keep_restart_settings(written.config, running.config)
+    return attrs.evolve(written, config=config), changes
 
 
 def _keep_restart_settings(new: Config, old: Config) -> Config:

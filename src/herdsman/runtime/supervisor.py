@@ -16,6 +16,7 @@ found running at start-up is recorded as lost, never re-run.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
@@ -50,7 +51,13 @@ from herdsman.runtime.launch import build_spec
 from herdsman.runtime.ledger import Ledger, RunSync, in_worker_thread
 from herdsman.runtime.metrics import Metrics
 from herdsman.runtime.orphans import find_orphans, stop_groups
-from herdsman.runtime.reload import ConfigSource, ReloadResult, effective_config
+from herdsman.runtime.reload import (
+    Change,
+    ConfigSource,
+    ReloadResult,
+    effective_config,
+    given_config,
+)
 from herdsman.runtime.runner import (
     Outcome,
     ProcessOutcome,
@@ -132,13 +139,16 @@ class ShutdownReport:
     fatal: str | None = None
 
 
-def _signature(path: Path) -> tuple[int, int, int, int] | None:
-    """What changes when a file is written or replaced (None: no file)."""
+def _signature(path: Path) -> bytes | None:
+    """The file's content, hashed (None: no file).
+
+    Content, not times: two quick edits of the same length can share an
+    mtime, and saving the file unchanged is no reason to reload.
+    """
     try:
-        st = path.stat()
+        return hashlib.sha256(path.read_bytes()).digest()
     except OSError:
         return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev)
 
 
 def limits_of(config: Config) -> Limits:
@@ -189,7 +199,8 @@ class Supervisor:
     With a ``source`` (and the ``loaded`` configuration it gave), the file is
     watched and :meth:`reload` reads it again. ``stop_orphans``: at start-up,
     stop agents of lost runs that outlived the previous process (the
-    simulator, which spawns nothing, turns it off).
+    simulator, which spawns nothing, turns it off); ``resolve_program`` finds
+    a provider's program on PATH (the simulator's finds every name).
     """
 
     def __init__(
@@ -206,13 +217,16 @@ class Supervisor:
         source: ConfigSource | None = None,
         loaded: LoadedConfig | None = None,
         stop_orphans: bool = True,
+        resolve_program: Callable[[str], str | None] = resolve_executable,
     ) -> None:
         self.config = config
         self.generation = 1
         self._source = source
         self._loaded = loaded
         self._stop_orphans = stop_orphans
+        self._resolve_program = resolve_program
         self._reload_lock = trio.Lock()
+        self._reloaded = trio.Event()
         self.last_reload: ReloadResult | None = None
         # The file as the last reload (or the start) read it: the watcher
         # reloads only when it differs, whoever reloaded last.
@@ -226,8 +240,9 @@ class Supervisor:
             limits_of(config), agent_exclusive=config.scheduling.agent_exclusive
         )
         self._accounts = account_book(config)
-        # The account each starting run was given, until its task has read it.
-        self._picks: dict[str, Pick] = {}
+        # The account each starting run was given, and the configuration its
+        # start was decided under, until its task has read them.
+        self._picks: dict[str, tuple[Pick | None, Config]] = {}
         self._wakeup = trio.Event()
         self._admitting = True
         self._drain_requested = trio.Event()
@@ -709,7 +724,10 @@ class Supervisor:
         # not lost: RunCancel remembers a cancel made before execute.
         for run in starts:
             self._handles[run.id] = RunCancel()
-        self._picks.update(gate.picks)
+        # A run is built from the configuration its start was decided under,
+        # whatever a reload changes while its start is being recorded.
+        for run in starts:
+            self._picks[run.id] = (gate.picks.get(run.id), self.config)
         items = [(run.id, gate.picks[run.id].account) for run in starts]
         # Shielded: once queued, the commit happens whatever we do, and its
         # callback must find the run nursery open to hand each run its task
@@ -747,10 +765,12 @@ class Supervisor:
             wait = (record.started_at or record.submitted_at) - record.submitted_at
             self.metrics.queue_wait.labels(record.provider).observe(max(0.0, wait))
             self._submitted_at.pop(record.id, None)
-            pick = self._picks.pop(record.id, None)
-            self._nursery.start_soon(self._execute_run, record, pick, name=f"run {record.id}")
+            pick, config = self._picks.pop(record.id, (None, self.config))
+            self._nursery.start_soon(
+                self._execute_run, record, pick, config, name=f"run {record.id}"
+            )
 
-    async def _execute_run(self, record: RunRecord, pick: Pick | None) -> None:
+    async def _execute_run(self, record: RunRecord, pick: Pick | None, config: Config) -> None:
         handle = self._handles[record.id]
         ended: ProcessOutcome | None = None
         try:
@@ -761,7 +781,7 @@ class Supervisor:
                 self._preparing[record.id] = preparing
                 if handle.cancelled:
                     preparing.cancel()
-                spec = await self._spec_for(record, pick)
+                spec = await self._spec_for(record, pick, config)
             self._preparing.pop(record.id, None)
             if spec is None or handle.cancelled:
                 ended = not_started(Outcome.CANCELLED, handle.reason or "cancel requested")
@@ -777,8 +797,8 @@ class Supervisor:
             with trio.CancelScope(shield=True):
                 await self._record_finish(record, ended)
 
-    async def _spec_for(self, record: RunRecord, pick: Pick | None) -> ProcessSpec:
-        provider = self.config.providers.get(record.provider)
+    async def _spec_for(self, record: RunRecord, pick: Pick | None, config: Config) -> ProcessSpec:
+        provider = config.providers.get(record.provider)
         if provider is None:
             raise OSError(f"provider {record.provider!r} is no longer configured")
         resume: list[str] = []
@@ -807,7 +827,7 @@ class Supervisor:
         if program is None:
             # Resolved once and remembered: a PATH walk per run costs a stat
             # per folder. A program still missing is looked up again next run.
-            program = resolve_executable(provider.exec[0])
+            program = self._resolve_program(provider.exec[0])
             if program is not None:
                 self._programs[provider.exec[0]] = program
         note, repos_dir = "", None
@@ -823,7 +843,7 @@ class Supervisor:
             repos_dir = self._worktrees.folder(record.workspace, conversation)
         spec = build_spec(
             record,
-            self.config,
+            config,
             resume=resume,
             base_env=self._base_env,
             program=program,
@@ -1013,36 +1033,70 @@ class Supervisor:
                 return self._rejected(
                     trigger, now, ["this supervisor was started without a file to reload"]
                 )
-            self._config_seen = _signature(self._source.path)
+            seen = _signature(self._source.path)
+            if seen is not None and seen == self._config_seen and self.last_reload is not None:
+                # This very file was reloaded already (the watcher is quick):
+                # say what that reload did rather than "no changes".
+                return self.last_reload
+            self._config_seen = seen
             try:
                 loaded, changes = await trio.to_thread.run_sync(
                     effective_config, self._source, self._loaded
                 )
             except ConfigError as error:
                 return self._rejected(trigger, now, [str(p) for p in error.problems])
-            if any(change.live for change in changes):
-                self._apply(loaded)
-                # The trace event goes in ledger order: starts decided before
-                # the change were queued before this, starts decided after
-                # it after, so each start shows under the configuration it
-                # was decided with (starts are traced when committed).
-                generation, as_json = self.generation, config_as_json(loaded.config)
-                try:
-                    await self.ledger.call(
-                        lambda _: None,
-                        then=lambda _: self._emit("reload", generation=generation, config=as_json),
-                    )
-                except StoreError as error:
-                    log.error("reload applied, but not traced: the run ledger failed: %s", error)
-            result = ReloadResult(True, self.generation, trigger, now, tuple(changes))
-            self.last_reload = result
-            self.metrics.last_reload_ok.set(1)
-            self.metrics.last_reload_time.set(now)
-            if not changes:
-                log.info("reload (%s): no changes", trigger)
-            for change in changes:
-                log.info("reload (%s): %s", trigger, change.describe())
-            return result
+            except Exception as error:  # a bug in the loader must not stop the supervisor
+                log.exception("reload (%s): reading the configuration failed", trigger)
+                return self._rejected(
+                    trigger, now, [f"{self._source.path}: could not be read: {error}"]
+                )
+            return await self._put_in_force(loaded, changes, trigger, now)
+
+    async def reload_to(self, written: LoadedConfig, trigger: str) -> ReloadResult:
+        """Apply a configuration handed over whole (the simulator's replayed reloads)."""
+        async with self._reload_lock:
+            now = self._wall()
+            if self._loaded is None:
+                return self._rejected(trigger, now, ["no running configuration to compare with"])
+            loaded, changes = given_config(written, self._loaded)
+            return await self._put_in_force(loaded, changes, trigger, now)
+
+    async def _put_in_force(
+        self, loaded: LoadedConfig, changes: list[Change], trigger: str, now: float
+    ) -> ReloadResult:
+        if any(change.live for change in changes):
+            self._apply(loaded)
+        # Shielded: once applied, a shutdown must not leave it untraced and unreported.
+        with trio.CancelScope(shield=True):
+            result = await self._report_reload(loaded, changes, trigger, now)
+        # Returned outside: a cancel scope may swallow what is raised in it.
+        return result  # noqa: RET504
+
+    async def _report_reload(
+        self, loaded: LoadedConfig, changes: list[Change], trigger: str, now: float
+    ) -> ReloadResult:
+        if any(change.live for change in changes):
+            # The trace event goes in ledger order: starts decided before
+            # the change were queued before this, starts decided after it
+            # after, so each start shows under the configuration it was
+            # decided with (starts are traced when committed).
+            generation, as_json = self.generation, config_as_json(loaded.config)
+            try:
+                await self.ledger.call(
+                    lambda _: None,
+                    then=lambda _: self._emit("reload", generation=generation, config=as_json),
+                )
+            except StoreError as error:
+                log.error("reload applied, but not traced: the run ledger failed: %s", error)
+        result = ReloadResult(True, self.generation, trigger, now, tuple(changes))
+        self.last_reload = result
+        self.metrics.last_reload_ok.set(1)
+        self.metrics.last_reload_time.set(now)
+        if not changes:
+            log.info("reload (%s): no changes", trigger)
+        for change in changes:
+            log.info("reload (%s): %s", trigger, change.describe())
+        return result
 
     def _rejected(self, trigger: str, now: float, errors: list[str]) -> ReloadResult:
         result = ReloadResult(False, self.generation, trigger, now, errors=tuple(errors))
@@ -1081,6 +1135,8 @@ class Supervisor:
             if name not in config.providers:
                 self._accounts.remove_provider(name)
         self._programs.clear()  # an exec may name another program now
+        self._reloaded.set()  # the retention loops look at their settings again
+        self._reloaded = trio.Event()
         self.generation += 1
         self.metrics.config_generation.set(self.generation)
         if self._trace is not None:
@@ -1101,22 +1157,41 @@ class Supervisor:
         def ours(change: watchfiles.Change, changed: str) -> bool:
             return changed in names
 
+        # ``step`` is how long the folder must stay quiet before a batch of
+        # changes is reported; ``debounce`` only caps how long a batch may
+        # grow (an editor writing slowly). ``rust_timeout`` bounds how long a
+        # cancel waits for the watching thread.
         async for _ in watchfiles.awatch(
             *folders,
             watch_filter=ours,
-            debounce=int(WATCH_SETTLE * 1000),
+            step=int(WATCH_SETTLE * 1000),
+            debounce=10_000,
+            rust_timeout=500,
             recursive=False,
         ):
             # Another trigger may have reloaded this very file meanwhile, and
             # a moment without a file (mid-rename) is no reason to reload.
             current = _signature(path)
             if current is not None and current != self._config_seen:
-                await self.reload("file changed")
+                try:
+                    await self.reload("file changed")
+                except Exception:  # the watcher outlives anything one reload does
+                    log.exception("reload after a change of %s failed", path)
+
+    async def _sleep_or_reload(self, seconds: float) -> None:
+        """Sleep, but wake early when a reload changes the settings."""
+        reloaded = self._reloaded
+        with trio.move_on_after(seconds):
+            await reloaded.wait()
 
     async def _sweep_loop(self) -> None:
         # Settings are read afresh each time: a reload changes the next sweep.
         while True:
-            await trio.sleep(self.config.retention.sweep_interval.total_seconds())
+            interval = self.config.retention.sweep_interval.total_seconds()
+            started = trio.current_time()
+            while trio.current_time() - started < interval:
+                await self._sleep_or_reload(interval - (trio.current_time() - started))
+                interval = self.config.retention.sweep_interval.total_seconds()
             if self._worktrees is None:
                 continue
             try:
@@ -1135,4 +1210,4 @@ class Supervisor:
             else:
                 if pruned:
                     log.info("pruned %d finished run(s) older than %s", pruned, keep)
-            await trio.sleep(min(3600.0, max(1.0, keep / 10)))
+            await self._sleep_or_reload(min(3600.0, max(1.0, keep / 10)))

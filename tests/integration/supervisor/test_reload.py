@@ -186,9 +186,15 @@ async def test_keys_that_need_a_restart_are_reported_and_kept(start: Start, tmp_
     # Still answering where it listened; still writing where it wrote.
     assert (await status(running))["limits"]["providers"] == {"demo": 2}
     assert running.supervisor.config.supervisor.state_dir == tmp_path / "state"
+    # Asking again about the same file gives the same answer...
+    assert await reload(running) == body
+    # ... and the next edit still reports what waits for a restart.
+    edit(path, "concurrency = 2", "concurrency = 3")
     again = await reload(running)
-    assert sorted(c["key"] for c in again["changes"]) == sorted(by_key)
-    assert again["generation"] == body["generation"] == 2
+    assert sorted(c["key"] for c in again["changes"]) == sorted(
+        [*by_key, "providers.demo.concurrency"]
+    )
+    assert (body["generation"], again["generation"]) == (2, 3)
 
 
 async def test_a_removed_provider_keeps_its_runs_and_says_why_they_wait(

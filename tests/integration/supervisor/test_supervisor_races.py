@@ -233,3 +233,91 @@ async def test_sharing_a_folder_is_not_a_duplicate_follow_up(tmp_path: Path) -> 
             ]
         )
         assert [r.status for r, _ in results] == [RunStatus.QUEUED, RunStatus.QUEUED]
+
+
+class GatedGit(StuckGit):
+    """A git whose worktree creation waits for ``release``, then fails (read-only repo)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = trio.Event()
+
+    async def add_worktree(
+        self, repo: Path, path: Path, *, branch: str | None, commit: str
+    ) -> None:
+        from herdsman.runtime.git.port import GitError
+
+        self.adding.set()
+        await self.release.wait()
+        raise GitError("released")
+
+
+async def test_a_run_is_built_from_the_config_its_start_was_decided_under(
+    tmp_path: Path,
+) -> None:
+    from herdsman.config import load_config
+    from herdsman.runtime.runner import Outcome, ProcessOutcome, ProcessSpec, RunCancel
+
+    seen: list[ProcessSpec] = []
+
+    async def execute(
+        spec: ProcessSpec, *, cancel: RunCancel | None = None, task_status: Any = None
+    ) -> ProcessOutcome:
+        seen.append(spec)
+        return ProcessOutcome(Outcome.SUCCEEDED, 0, None, None, "ok", None, "", None)
+
+    path = write_config(
+        tmp_path,
+        extra_provider='env = { STAGE = "before" }\n',
+        extra=f'[[repos]]\nname = "app"\npath = "{tmp_path}"\n',
+    )
+    loaded = load_config(path, environ={})
+    git = GatedGit()
+    supervisor = Supervisor(
+        loaded.config,
+        MemoryStore(),
+        git=git,
+        execute=execute,
+        loaded=loaded,  # type: ignore[arg-type]
+    )
+    async with serving(supervisor):
+        await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x", conversation="c"))
+        with trio.fail_after(5):
+            await git.adding.wait()
+        # While the run prepares its checkouts, a reload changes its provider.
+        path.write_text(path.read_text().replace('"before"', '"after"'))
+        result = await supervisor.reload_to(load_config(path, environ={}), "test")
+        assert result.applied
+        git.release.set()
+        with trio.fail_after(5):
+            record = await supervisor.wait("r1", 5)
+    assert record.status is RunStatus.SUCCEEDED
+    [spec] = seen
+    assert spec.env["STAGE"] == "before"
+
+
+async def test_a_reload_that_crashes_while_reading_is_rejected_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from herdsman.config import load_config
+    from herdsman.runtime import supervisor as supervisor_module
+    from herdsman.runtime.reload import ConfigSource
+
+    path = write_config(tmp_path)
+    source = ConfigSource(path, environ={}, watch=False)
+    supervisor = Supervisor(
+        config_at(path), MemoryStore(), source=source, loaded=load_config(path, environ={})
+    )
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug in the loader")
+
+    monkeypatch.setattr(supervisor_module, "effective_config", broken)
+    async with serving(supervisor):
+        path.write_text(path.read_text().replace("concurrency = 2", "concurrency = 3"))
+        result = await supervisor.reload("test")
+        assert not result.ok
+        assert result.errors == (f"{path}: could not be read: a bug in the loader",)
+        assert supervisor.status()["limits"]["providers"] == {"demo": 2}
+        record, _ = await supervisor.submit(NewRun(id="r1", provider="demo", prompt="still"))
+        assert (await supervisor.wait(record.id, 10)).status is RunStatus.SUCCEEDED

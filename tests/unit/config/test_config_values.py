@@ -196,3 +196,22 @@ def test_environment_warnings_for_a_tilde_no_shell_will_expand(load: Load) -> No
         "providers.x.accounts[0].env.CLAUDE_CONFIG_DIR: '~/.claude-a' starts with '~', which"
         " nothing expands (no shell runs the command); write the full path"
     ]
+
+
+def test_a_duration_too_long_to_hold_is_an_error_not_a_crash(load: Load) -> None:
+    from herdsman.config import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        load(MINIMAL + 'timeout = "99999999999999999999d"\n')
+    [problem] = caught.value.problems
+    assert problem.message == 'must be at most 36500d, got "99999999999999999999d"'
+
+
+def test_a_home_folder_of_an_unknown_user_is_an_error_not_a_crash(load: Load) -> None:
+    from herdsman.config import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        load('[supervisor]\nstate_dir = "~nosuchuser-herdsman/x"\n' + MINIMAL)
+    [problem] = caught.value.problems
+    assert problem.key_path == "supervisor.state_dir"
+    assert "there is no user 'nosuchuser-herdsman' here" in problem.message

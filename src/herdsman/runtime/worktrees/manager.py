@@ -116,6 +116,8 @@ class WorktreeManager:
         folder = self.folder(workspace, conversation)
         slug = folder.name
         results: dict[str, Checkout] = {}
+        # The repos as they are now: a reload may change them while we wait.
+        repos = self.repos
 
         async def one(repo: Repo) -> None:
             results[repo.name] = await self._checkout(repo, folder / repo.name, slug)
@@ -130,13 +132,12 @@ class WorktreeManager:
                 log.warning("no worktrees for %s: %s", folder.name, exc)
                 branch = f"herdsman/{slug}"
                 return [
-                    Checkout(repo, folder / repo.name, branch, error=str(exc))
-                    for repo in self.repos
+                    Checkout(repo, folder / repo.name, branch, error=str(exc)) for repo in repos
                 ]
             async with trio.open_nursery() as nursery:
-                for repo in self.repos:
+                for repo in repos:
                     nursery.start_soon(one, repo)
-        return [results[repo.name] for repo in self.repos]
+        return [results[repo.name] for repo in repos]
 
     async def _checkout(self, repo: Repo, path: Path, slug: str) -> Checkout:
         branch = f"herdsman/{slug}"
