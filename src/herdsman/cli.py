@@ -27,6 +27,7 @@ from herdsman.config import (
 from herdsman.config.locate import find_config_file
 from herdsman.config.report import check_json, check_text
 from herdsman.runtime_cli import add_runtime_commands, reload_running
+from herdsman.sim.cli import add_sim_commands
 
 __all__ = ["main"]
 
@@ -160,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     set_.set_defaults(handler=_config_set)
 
     add_runtime_commands(commands, _config_options)
+    add_sim_commands(commands, _config_options)
     return parser
 
 

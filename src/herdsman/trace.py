@@ -61,7 +61,8 @@ class TraceWriter:
     the event being written. ``clock`` is a monotonic seconds clock (the trio
     clock in the supervisor, the fake clock in the simulator); ``wall`` gives
     the header's ``started_at``. ``carry`` returns the runs to restate in the
-    header of a rotated file.
+    header of a rotated file. With a ``sink`` (the simulator's in-memory
+    buffer) everything goes there, in one file's worth, never rotated.
     """
 
     def __init__(
@@ -73,8 +74,10 @@ class TraceWriter:
         clock: Callable[[], float],
         wall: Callable[[], dt.datetime],
         carry: Callable[[], Mapping[str, Any]] | None = None,
+        sink: IO[str] | None = None,
     ) -> None:
         self._directory = directory
+        self._sink = sink
         self._max_bytes = max_bytes
         self._config: Mapping[str, Any] = config
         self._clock = clock
@@ -139,21 +142,26 @@ class TraceWriter:
         self._seq += 1
 
     def close(self) -> None:
-        """Close the current file."""
-        if self._file is not None:
+        """Close the current file (a sink stays open: it is the caller's)."""
+        if self._file is not None and self._file is not self._sink:
             self._file.close()
-            self._file = None
+        self._file = None
 
     def _open_new(self) -> None:
         carry = self._carry() if self._carry is not None and self._file is not None else None
-        self.close()
-        self._directory.mkdir(parents=True, exist_ok=True)
         started = self._wall()
-        stamp = started.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%S")
-        self._files_opened += 1
-        path = self._directory / f"trace-{stamp}-{os.getpid()}-{self._files_opened}.jsonl"
-        self._file = path.open("w", encoding="utf-8")
-        self._path = path
+        if self._sink is not None:
+            if self._file is not None:
+                return  # a sink is one file's worth: never rotated
+            self._file = self._sink
+        else:
+            self.close()
+            self._directory.mkdir(parents=True, exist_ok=True)
+            stamp = started.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%S")
+            self._files_opened += 1
+            path = self._directory / f"trace-{stamp}-{os.getpid()}-{self._files_opened}.jsonl"
+            self._file = path.open("w", encoding="utf-8")
+            self._path = path
         self._origin = self._clock()
         self._seq = 0
         self._size = 0
@@ -212,6 +220,17 @@ def read_trace(path: Path) -> tuple[TraceHeader, Iterator[TraceEvent]]:
         raise TraceFormatError(f"{path}: empty file, expected a trace header") from None
     header = _parse_header(path, number, first)
     return header, _events(path, lines)
+
+
+def read_trace_text(text: str, name: str) -> tuple[TraceHeader, Iterator[TraceEvent]]:
+    """:func:`read_trace` for a trace held in memory; ``name`` stands for the file."""
+    lines = ((n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip())
+    path = Path(name)
+    try:
+        number, first = next(lines)
+    except StopIteration:
+        raise TraceFormatError(f"{name}: empty, expected a trace header") from None
+    return _parse_header(path, number, first), _events(path, lines)
 
 
 def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:

@@ -1,0 +1,1 @@
+"""The deterministic simulator: replay traces through the real supervisor (docs/simulator.md)."""

@@ -1,0 +1,112 @@
+"""``herdsman sim replay`` and ``herdsman sim diff``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from herdsman.config import ConfigError, load_config
+from herdsman.trace import TraceFormatError
+
+__all__ = ["add_sim_commands"]
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from herdsman.sim.chrome import chrome_trace  # noqa: PLC0415 - pyfakefs is heavy
+    from herdsman.sim.decisions import timeline_of  # noqa: PLC0415
+    from herdsman.sim.replay import replay, summary  # noqa: PLC0415
+    from herdsman.sim.workload import config_from_trace, read_workload  # noqa: PLC0415
+    from herdsman.trace import read_trace_text  # noqa: PLC0415
+
+    # What the simulated supervisor logs (usage limits, checkouts) is part of
+    # the simulation, not news for whoever runs it: only errors are shown.
+    logging.getLogger("herdsman").setLevel(logging.ERROR)
+    workload = read_workload(args.trace)
+    if args.config is not None:
+        loaded = load_config(args.config, args.overrides)
+    else:
+        loaded = config_from_trace(workload.header.config, f"{args.trace} (header)")
+    result = replay(workload, loaded, seed=args.seed)
+    if args.out is None:
+        sys.stdout.write(result.trace)
+    else:
+        args.out.write_text(result.trace, encoding="utf-8")
+    if args.chrome_trace is not None:
+        _, events = read_trace_text(result.trace, "(simulated trace)")
+        document = chrome_trace(timeline_of(events))
+        args.chrome_trace.write_text(json.dumps(document), encoding="utf-8")
+    print(summary(result), file=sys.stderr)
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from herdsman.sim.decisions import read_decisions  # noqa: PLC0415
+    from herdsman.sim.diff import first_divergence, report  # noqa: PLC0415
+
+    a, b = read_decisions(args.a), read_decisions(args.b)
+    divergence = first_divergence(a, b)
+    if divergence is None:
+        print(f"the traces agree on all {len(a.decisions)} decisions")
+        return 0
+    print(report(divergence, a, b, (str(args.a), str(args.b))))
+    return 1
+
+
+def _guarded(handler: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            code: int = handler(args)
+        except TraceFormatError as error:
+            print(f"herdsman: {error}", file=sys.stderr)
+            return 2
+        except ConfigError as error:
+            for problem in error.problems:
+                print(problem, file=sys.stderr)
+            return 2
+        except OSError as error:
+            print(f"herdsman: {error.filename or ''}: {error.strerror or error}", file=sys.stderr)
+            return 2
+        return code
+
+    return run
+
+
+def add_sim_commands(commands: Any, config_options: Any) -> None:
+    """Add ``sim`` and its subcommands to the ``herdsman`` parser."""
+    sim = commands.add_parser("sim", help="replay traces on a simulated clock, compare them")
+    actions = sim.add_subparsers(dest="sim_command", metavar="ACTION", required=True)
+
+    replay = actions.add_parser(
+        "replay",
+        parents=[config_options()],
+        help="replay a recorded trace deterministically (see docs/simulator.md)",
+    )
+    replay.add_argument("trace", type=Path, metavar="TRACE", help="a trace file (JSON Lines)")
+    replay.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="reshuffle trio's task wake-up order with this seed (the output must not change)",
+    )
+    replay.add_argument(
+        "--out", type=Path, default=None, help="write the simulated trace here (default: stdout)"
+    )
+    replay.add_argument(
+        "--chrome-trace",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write the timeline for Perfetto / chrome://tracing",
+    )
+    replay.set_defaults(handler=_guarded(_replay), config=None)
+
+    diff = actions.add_parser(
+        "diff", help="the first decision two traces disagree on (exit 1), or none (exit 0)"
+    )
+    diff.add_argument("a", type=Path, metavar="A", help="the expected trace")
+    diff.add_argument("b", type=Path, metavar="B", help="the actual trace")
+    diff.set_defaults(handler=_guarded(_diff))

@@ -1,0 +1,94 @@
+"""The decisions a trace records, in order: what ``sim diff`` compares and Chrome shows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from herdsman.trace import TraceEvent, read_trace
+
+__all__ = ["DECISIONS", "Decision", "Timeline", "pairs", "read_decisions", "timeline_of"]
+
+#: Event kinds that are decisions (submits, cancels and reloads are inputs).
+DECISIONS = frozenset({"start", "finish", "skip", "usage_limit", "lost"})
+
+
+@attrs.frozen
+class Decision:
+    """One decision: its kind, run, and what was decided (account, outcome...)."""
+
+    kind: str
+    run_id: str
+    what: tuple[tuple[str, Any], ...]
+    t: float
+    line: int
+
+    def describe(self) -> str:
+        """``start r7 account=work`` — the decision without its time."""
+        details = " ".join(f"{k}={_shown(v)}" for k, v in self.what)
+        return f"{self.kind} {self.run_id}" + (f" {details}" if details else "")
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else str(value)
+
+
+# What of each decision must match between two traces (times never have to).
+_COMPARED = {
+    "start": ("account",),
+    "finish": ("outcome", "requeued"),
+    "skip": (),
+    "usage_limit": ("account", "until"),
+    "lost": (),
+}
+
+
+@attrs.frozen
+class Timeline:
+    """A trace's decisions, and each run's conversation and provider (from its submit)."""
+
+    decisions: tuple[Decision, ...]
+    conversations: dict[str, str | None]
+    providers: dict[str, str]
+
+
+def read_decisions(path: Path) -> Timeline:
+    """The decisions of the trace at ``path``, in order."""
+    _, events = read_trace(path)
+    return timeline_of(events)
+
+
+def timeline_of(events: Iterable[TraceEvent]) -> Timeline:
+    """The decisions among ``events``, in order."""
+    decisions: list[Decision] = []
+    conversations: dict[str, str | None] = {}
+    providers: dict[str, str] = {}
+    for event in events:
+        fields = event.fields
+        if event.event in ("submit", "skip"):
+            run = fields["run"]
+            conversations[run["id"]] = run.get("conversation")
+            providers[run["id"]] = run["provider"]
+        if event.event not in DECISIONS:
+            continue
+        run_id = fields["run"]["id"] if event.event == "skip" else fields["run_id"]
+        # A field left out and one set to null mean the same; the account
+        # is kept even when null (the ambient environment is a pick too).
+        what = tuple(
+            (key, fields.get(key))
+            for key in _COMPARED[event.event]
+            if key == "account" or fields.get(key) is not None
+        )
+        decisions.append(Decision(event.event, run_id, what, event.t, event.line))
+    return Timeline(tuple(decisions), conversations, providers)
+
+
+def pairs(a: Timeline, b: Timeline) -> Iterator[tuple[int, Decision | None, Decision | None]]:
+    """Both traces' decisions side by side, index by index."""
+    for index in range(max(len(a.decisions), len(b.decisions))):
+        left = a.decisions[index] if index < len(a.decisions) else None
+        right = b.decisions[index] if index < len(b.decisions) else None
+        yield index, left, right

@@ -1,0 +1,58 @@
+"""``herdsman sim diff A B``: the first decision two traces disagree on, and what led to it."""
+
+from __future__ import annotations
+
+import attrs
+
+from herdsman.sim.decisions import Decision, Timeline, pairs
+
+__all__ = ["Divergence", "first_divergence", "report"]
+
+#: How many decisions before the divergence the report shows.
+CONTEXT = 5
+
+
+@attrs.frozen
+class Divergence:
+    """Where two traces' decisions first differ."""
+
+    index: int
+    expected: Decision | None
+    actual: Decision | None
+    before: tuple[Decision, ...]
+
+
+def first_divergence(a: Timeline, b: Timeline) -> Divergence | None:
+    """The first index where the decisions differ (times aside), or None."""
+    for index, left, right in pairs(a, b):
+        if left is None or right is None or _key(left) != _key(right):
+            return Divergence(index, left, right, a.decisions[max(0, index - CONTEXT) : index])
+    return None
+
+
+def _key(decision: Decision) -> tuple[object, ...]:
+    return (decision.kind, decision.run_id, decision.what)
+
+
+def report(divergence: Divergence, a: Timeline, b: Timeline, names: tuple[str, str]) -> str:
+    """A few lines a person can act on."""
+    first = divergence.expected or divergence.actual
+    assert first is not None
+    run_id = first.run_id
+    conversation = a.conversations.get(run_id, b.conversations.get(run_id))
+    lines = [
+        f"the traces diverge at decision {divergence.index}"
+        f" (run {run_id}, conversation {conversation or '-'}):",
+        f"  {names[0]}: {_at(divergence.expected)}",
+        f"  {names[1]}: {_at(divergence.actual)}",
+    ]
+    if divergence.before:
+        lines.append(f"the {len(divergence.before)} decision(s) before it, as both traces agree:")
+        lines += [f"  {_at(decision)}" for decision in divergence.before]
+    return "\n".join(lines)
+
+
+def _at(decision: Decision | None) -> str:
+    if decision is None:
+        return "(no more decisions)"
+    return f"t={decision.t:.3f}  {decision.describe()}  (line {decision.line})"

@@ -1,0 +1,1 @@
+"""Fixtures of the simulator tests (helpers live in sim_workloads)."""

@@ -1,0 +1,80 @@
+"""``herdsman sim replay`` and ``herdsman sim diff`` as a user runs them."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from sim_workloads import CONFIG, busy_trace
+
+
+def herdsman(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "herdsman", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_replay_writes_a_trace_a_summary_and_a_chrome_timeline(tmp_path: Path) -> None:
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=40)
+    done = herdsman("sim", "replay", str(trace), "--chrome-trace", "timeline.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert json.loads(lines[0])["herdsman_trace"] == 1
+    assert done.stderr.startswith("replayed 40 runs over ")
+    assert "runs per wall second" in done.stderr
+    timeline = json.loads((tmp_path / "timeline.json").read_text())
+    runs = [e for e in timeline["traceEvents"] if e["ph"] == "X"]
+    finished = [json.loads(line) for line in lines[1:]]
+    assert len(runs) == sum(1 for e in finished if e["event"] == "finish")
+    providers = {e["args"]["name"] for e in timeline["traceEvents"] if e["name"] == "process_name"}
+    assert providers == {"claude", "codex"}
+    # No slot ever holds two runs at once.
+    by_row: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for run in runs:
+        by_row.setdefault((run["pid"], run["tid"]), []).append((run["ts"], run["ts"] + run["dur"]))
+    for spans in by_row.values():
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+
+
+def test_a_what_if_config_changes_decisions_and_diff_finds_the_first(tmp_path: Path) -> None:
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=40)
+    assert herdsman("sim", "replay", str(trace), "--out", "a.jsonl", cwd=tmp_path).returncode == 0
+    (tmp_path / "what-if.toml").write_text(
+        CONFIG.replace("max_concurrency = 4", "max_concurrency = 1")
+    )
+    what_if = herdsman(
+        "sim", "replay", str(trace), "-c", "what-if.toml", "--out", "b.jsonl", cwd=tmp_path
+    )
+    assert what_if.returncode == 0, what_if.stderr
+    same = herdsman("sim", "diff", "a.jsonl", "a.jsonl", cwd=tmp_path)
+    assert (same.returncode, same.stdout.split()[:3]) == (0, ["the", "traces", "agree"])
+    differ = herdsman("sim", "diff", "a.jsonl", "b.jsonl", cwd=tmp_path)
+    assert differ.returncode == 1
+    first, expected, actual = differ.stdout.splitlines()[:3]
+    assert first.startswith("the traces diverge at decision ")
+    assert expected.startswith("  a.jsonl: t=")
+    assert actual.startswith("  b.jsonl: t=")
+
+
+def test_a_malformed_trace_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=5)
+    lines = trace.read_text().splitlines()
+    lines[3] = lines[3].replace('"t": ', '"t": "soon", "x": ')
+    trace.write_text("\n".join(lines) + "\n")
+    failed = herdsman("sim", "replay", str(trace), cwd=tmp_path)
+    assert failed.returncode == 2
+    assert failed.stderr.startswith(f"herdsman: {trace}:4: ")
+    assert "Traceback" not in failed.stderr
+    missing = herdsman("sim", "diff", "nope.jsonl", str(trace), cwd=tmp_path)
+    assert missing.returncode == 2
+    assert "nope.jsonl" in missing.stderr
+    assert "Traceback" not in missing.stderr
