@@ -103,7 +103,7 @@ def after_config_write(result: EditResult) -> int:
         before = load_config_text(result.old_text, result.path).config
     except ConfigError:  # the edit repaired the file: find the supervisor with the new one
         before = result.loaded.config
-    return reload_running(before)
+    return reload_running(before, result.path)
 
 
 def _config_set(args: argparse.Namespace) -> int:

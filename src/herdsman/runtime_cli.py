@@ -72,6 +72,34 @@ def _locating_config(args: argparse.Namespace) -> Config:
     return load_config_text(tomlkit.dumps(located), path, args.overrides).config
 
 
+def _client_for(args: argparse.Namespace) -> ApiClient:
+    """A client for the supervisor running on the file ``args`` name.
+
+    The pointer that supervisor left comes first: the file may name another
+    address by now (an edit that waits for a restart, or an invalid one).
+    """
+    from herdsman.config import find_config_file  # noqa: PLC0415
+
+    try:
+        path = find_config_file(args.config, os.environ)
+    except ConfigError:
+        path = None
+    if path is not None:
+        client = _pointed(path)
+        if client is not None:
+            return client
+    return _client(_located(args))
+
+
+def _pointed(config_file: Path) -> ApiClient | None:
+    from herdsman.runtime.pointer import read_pointer  # noqa: PLC0415
+
+    pointer = read_pointer(config_file)
+    if pointer is None:
+        return None
+    return ApiClient.with_token_file(pointer.url, pointer.token_file)
+
+
 def _client(config: Config) -> ApiClient:
     from herdsman.runtime.main import token_path  # noqa: PLC0415 - keeps `check` light
 
@@ -130,7 +158,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    config = _load(args)
     if args.prompt is None or args.prompt == "-":
         if sys.stdin.isatty():
             raise CommandError("give the prompt as an argument or on stdin")
@@ -151,7 +178,7 @@ def _submit(args: argparse.Namespace) -> int:
             body[key] = value
     if args.skip_if_busy:
         body["on_busy"] = "skip"
-    with _client(config) as client:
+    with _client_for(args) as client:
         status, run = client.request("POST", "/v1/runs", json=body)
         if status == 200:
             print(f"{run['id']}: already known ({run['status']})", file=sys.stderr)
@@ -186,7 +213,7 @@ def _wait(client: ApiClient, run: Mapping[str, Any], seconds: float | None) -> d
 
 
 def _status(args: argparse.Namespace) -> int:
-    with _client(_located(args)) as client:
+    with _client_for(args) as client:
         _, status = client.request("GET", "/v1/status")
     if args.json:
         _print_json(status)
@@ -231,7 +258,7 @@ def _local_time(when: float) -> str:
 
 
 def _accounts(args: argparse.Namespace) -> int:
-    with _client(_load(args)) as client:
+    with _client_for(args) as client:
         _, body = client.request("GET", "/v1/accounts")
     if args.json:
         _print_json(body)
@@ -257,7 +284,7 @@ def _accounts(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    with _client(_load(args)) as client:
+    with _client_for(args) as client:
         if args.run_id is not None:
             _, run = client.request("GET", f"/v1/runs/{args.run_id}")
             if args.json:
@@ -297,7 +324,7 @@ def _print_run(run: Mapping[str, Any]) -> None:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    with _client(_load(args)) as client:
+    with _client_for(args) as client:
         status, run = client.request("POST", f"/v1/runs/{args.run_id}/cancel")
     state = run["status"] if status == 200 else f"{run['status']} (being stopped)"
     print(f"{run['id']}: {state}")
@@ -305,7 +332,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _worktrees(args: argparse.Namespace) -> int:
-    with _client(_load(args)) as client:
+    with _client_for(args) as client:
         if args.action == "sweep":
             _, body = client.request(
                 "POST", "/v1/worktrees/sweep", json={"dry_run": args.dry_run}, timeout=600
@@ -337,7 +364,7 @@ def _worktrees(args: argparse.Namespace) -> int:
 
 
 def _reload(args: argparse.Namespace) -> int:
-    with _client(_located(args)) as client:
+    with _client_for(args) as client:
         _, body = client.request("POST", "/v1/reload", timeout=120, answers=(422,))
     if args.json:
         _print_json(body)
@@ -346,10 +373,13 @@ def _reload(args: argparse.Namespace) -> int:
     return 0 if body["ok"] else 1
 
 
-def reload_running(config: Config) -> int:
-    """Reload the supervisor ``config`` points at, if one runs (after ``config set``)."""
+def reload_running(config: Config, config_file: Path) -> int:
+    """Reload the supervisor running on ``config_file`` (after ``config set``).
+
+    Found by the pointer it left, else at the address ``config`` gives.
+    """
     try:
-        with _client(config) as client:
+        with _pointed(config_file) or _client(config) as client:
             _, body = client.request("POST", "/v1/reload", timeout=120, answers=(422,))
     except ApiUnavailable:
         print("no supervisor is running on this file; the change applies when one starts")
@@ -392,7 +422,7 @@ def _logs(args: argparse.Namespace) -> int:
     if not args.follow:
         _copy_log(path, 0)
         return 0
-    with _client(config) as client:
+    with _client_for(args) as client:
         offset = 0
         while True:
             _, run = client.request("GET", f"/v1/runs/{args.run_id}")

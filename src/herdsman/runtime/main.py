@@ -17,6 +17,7 @@ from herdsman.config import Config, LoadedConfig
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.api.server import ensure_token, serve_api
 from herdsman.runtime.lockfile import StateDirLock
+from herdsman.runtime.pointer import remove_pointer, write_pointer
 from herdsman.runtime.reload import ConfigSource
 from herdsman.runtime.store import SqliteStore, StoreError
 from herdsman.runtime.supervisor import ShutdownReport, Supervisor
@@ -87,7 +88,7 @@ async def serve(
             # late Ctrl-C is still a shutdown request, never a traceback.
             if handle_signals:
                 outer.start_soon(_watch_signals, supervisor)
-            report = await _serve_api_and_supervisor(supervisor, token, task_status)
+            report = await _serve_api_and_supervisor(supervisor, token, source, task_status)
             outer.cancel_scope.cancel()
     finally:
         if trace is not None:
@@ -97,7 +98,10 @@ async def serve(
 
 
 async def _serve_api_and_supervisor(
-    supervisor: Supervisor, token: str, task_status: trio.TaskStatus[Serving]
+    supervisor: Supervisor,
+    token: str,
+    source: ConfigSource | None,
+    task_status: trio.TaskStatus[Serving],
 ) -> ShutdownReport:
     config = supervisor.config
     api_stopped = trio.Event()
@@ -119,8 +123,16 @@ async def _serve_api_and_supervisor(
             ", ".join(urls),
             config.supervisor.state_dir,
         )
-        task_status.started(Serving(tuple(urls), supervisor))
-        await supervisor.finished.wait()
+        # Where the CLI finds this supervisor even after an edit of the file
+        # moved its address (applied at the next start) or broke the file.
+        pointer = None
+        if source is not None:
+            pointer = write_pointer(source.path, urls[0], config.api.token_file)
+        try:
+            task_status.started(Serving(tuple(urls), supervisor))
+            await supervisor.finished.wait()
+        finally:
+            remove_pointer(pointer)
         api_stopped.set()
     assert supervisor.report is not None
     return supervisor.report

@@ -1123,9 +1123,9 @@ class Supervisor:
             worktrees = self._worktree_manager(config)
         self._loaded, self.config = loaded, config
         if worktrees is not None:
-            # Removed repos keep their worktrees: the sweeper treats them as
-            # any other, by idleness.
-            worktrees.repos = tuple(config.repos)
+            # Removed repos keep their worktrees: they are listed, and the
+            # sweeper treats them as any other, by idleness.
+            worktrees.set_repos(config.repos)
         self._worktrees = worktrees
         self._scheduler.set_limits(limits_of(config))
         self._scheduler.set_agent_exclusive(config.scheduling.agent_exclusive)

@@ -94,8 +94,8 @@ def read_workload(path: Path) -> Workload:
         elif kind == "start":
             # Longer after the last event than a start takes, it answered
             # something untraced (an account's rest ending): time it from itself.
-            began = cause if event.t - cause <= START_LATENCY else event.t
-            started[fields["run_id"]] = began
+            origin = cause if event.t - cause <= START_LATENCY else event.t
+            started[fields["run_id"]] = origin
         elif kind == "usage_limit":
             resets[fields["run_id"]] = float(fields["until"])
         elif kind == "finish":

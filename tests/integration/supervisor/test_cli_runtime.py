@@ -466,3 +466,28 @@ def test_sighup_reload_and_config_set_reload_a_running_supervisor(workdir: Path)
         assert sup.stop(signal.SIGTERM) == 0
     finally:
         sup.close()
+
+
+def test_the_cli_finds_a_supervisor_whose_file_now_names_another_address(
+    workdir: Path,
+) -> None:
+    path = write_config(workdir)
+    sup = started(workdir)
+    try:
+        text = path.read_text()
+        listen = next(line for line in text.splitlines() if line.startswith("listen"))
+        path.write_text(text.replace(listen, 'listen = "127.0.0.1:1"'))
+        reloaded = herdsman("reload", *CLI, cwd=workdir)
+        assert reloaded.returncode == 0, reloaded.stderr
+        assert "api.listen" in reloaded.stdout
+        assert "needs a restart; the running value is kept" in reloaded.stdout
+        status = herdsman("status", *CLI, cwd=workdir)
+        assert status.returncode == 0, status.stderr
+        assert "demo" in status.stdout
+        assert sup.stop(signal.SIGTERM) == 0
+    finally:
+        sup.close()
+    # Stopped: its pointer is gone, and the file's own address is used again.
+    gone = herdsman("status", *CLI, cwd=workdir)
+    assert gone.returncode == 1
+    assert "127.0.0.1:1" in gone.stderr

@@ -290,3 +290,44 @@ async def test_a_reload_storm_drops_and_duplicates_nothing_and_holds_every_cap(
     assert sorted(starts) == sorted(ids)  # each exactly once
     check_caps_in_force(events, "demo", first_cap=2)
     assert sum(1 for e in events if e.event == "reload") >= storms // 2
+
+
+async def test_a_removed_repos_worktrees_are_still_listed_and_swept(
+    start: Start, tmp_path: Path
+) -> None:
+    import subprocess
+
+    repo = tmp_path / "app"
+    repo.mkdir()
+    for argv in (
+        ["git", "init", "-q", "-b", "main"],
+        [
+            "git",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "first",
+        ],
+    ):
+        subprocess.run(argv, cwd=repo, check=True)
+    block = f'[[repos]]\nname = "app"\npath = "{repo}"\n[retention]\nidle = "0"\n'
+    path = write_config(tmp_path, delay=0.0, extra=block)
+    running = await start(path)
+    run = (
+        await running.client.post(
+            "/v1/runs", json={"provider": "demo", "prompt": "x", "conversation": "c"}
+        )
+    ).json()
+    assert (await running.wait(run["id"]))["status"] == "succeeded"
+    edit(path, f'[[repos]]\nname = "app"\npath = "{repo}"\n', "")
+    assert (await reload(running))["ok"]
+    listed = (await running.client.get("/v1/worktrees")).json()["worktrees"]
+    assert [(w["repo"], w["conversation"]) for w in listed] == [("app", "c")]
+    swept = (await running.client.post("/v1/worktrees/sweep", json={})).json()["entries"]
+    assert [(e["repo"], e["action"]) for e in swept] == [("app", "removed")]
+    assert not any((tmp_path / "state" / "worktrees").glob("*/app"))

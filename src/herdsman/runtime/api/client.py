@@ -47,7 +47,11 @@ class ApiClient:
     @classmethod
     def for_config(cls, config: Config, token_file: Path) -> ApiClient:
         """A client for the supervisor ``config`` describes."""
-        url = base_url(config.api.listen)
+        return cls.with_token_file(base_url(config.api.listen), token_file)
+
+    @classmethod
+    def with_token_file(cls, url: str, token_file: Path) -> ApiClient:
+        """A client for the supervisor at ``url``, with the token ``token_file`` holds."""
         try:
             token = token_file.read_text(encoding="utf-8").strip()
         except FileNotFoundError:

@@ -29,7 +29,7 @@ async def describe_worktrees(manager: WorktreeManager) -> list[dict[str, Any]]:
     """One entry per existing worktree, by conversation folder then repo order."""
     rows: list[dict[str, Any]] = []
     for folder in manager.folders():
-        for repo in manager.repos:
+        for repo in manager.known_repos:
             path = folder.path / repo.name
             if not path.exists():
                 continue

@@ -74,9 +74,27 @@ class WorktreeManager:
         self.git = git
         self.root = root
         self.repos = tuple(repos)
+        # Repos a reload removed: no new worktrees of them, but those that
+        # exist are still listed and swept like any other (by name).
+        self.retired: dict[str, Repo] = {}
         self._wall = wall
         self._locks: dict[str, trio.Lock] = {}
         self._removing: dict[str, trio.Event] = {}
+
+    def set_repos(self, repos: Sequence[Repo]) -> None:
+        """The repos runs get worktrees of from now on (a reload)."""
+        current = {repo.name for repo in repos}
+        for repo in self.repos:
+            if repo.name not in current:
+                self.retired[repo.name] = repo
+        for name in current:
+            self.retired.pop(name, None)
+        self.repos = tuple(repos)
+
+    @property
+    def known_repos(self) -> tuple[Repo, ...]:
+        """Configured repos, then removed ones whose worktrees may still exist."""
+        return (*self.repos, *self.retired.values())
 
     @contextlib.contextmanager
     def removing(self, workspace: str, conversation: str) -> Iterator[None]:

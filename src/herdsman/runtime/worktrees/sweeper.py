@@ -103,7 +103,7 @@ async def _sweep_folder(
         return []
     entries = []
     kept = False
-    for repo in manager.repos:
+    for repo in manager.known_repos:
         path = folder.path / repo.name
         if not path.exists():
             continue
