@@ -267,6 +267,10 @@ class AccountBook:
             if account.running:
                 self._retired[(provider, account.spec.name)] = account
 
+    def knows(self, provider: str, account: str | None) -> bool:
+        """Whether ``account`` is one of ``provider``'s configured accounts now."""
+        return any(a.spec.name == account for a in self._accounts.get(provider, ()))
+
     @property
     def providers(self) -> list[str]:
         """Configured providers, in configuration order."""

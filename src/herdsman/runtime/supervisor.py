@@ -16,6 +16,7 @@ found running at start-up is recorded as lost, never re-run.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
@@ -66,7 +67,15 @@ from herdsman.runtime.runner import (
     execute,
     not_started,
 )
-from herdsman.runtime.store import NewRun, RunRecord, RunStatus, Store, StoreError
+from herdsman.runtime.store import (
+    AccountLimit,
+    AccountUse,
+    NewRun,
+    RunRecord,
+    RunStatus,
+    Store,
+    StoreError,
+)
 from herdsman.runtime.worktrees.listing import describe_worktrees
 from herdsman.runtime.worktrees.manager import WorktreeManager, checkouts_preamble
 from herdsman.runtime.worktrees.sweeper import SweepReport, sweep
@@ -115,6 +124,14 @@ class RunConflict(Exception):
 
 
 @attrs.frozen
+class AccountHistory:
+    """What the ledger remembers of accounts: rests in force, runs in their windows."""
+
+    limits: list[AccountLimit]
+    uses: list[AccountUse]
+
+
+@attrs.frozen
 class LimitHit:
     """A provider said an account is out of quota: it rests until ``until``."""
 
@@ -137,6 +154,12 @@ class ShutdownReport:
     cancelled: tuple[str, ...]
     #: Why the supervisor stopped by itself (the ledger failed), if it did.
     fatal: str | None = None
+
+
+def _watched_folders(path: Path) -> tuple[str, ...]:
+    """The folders holding the file and, through symlinks, what it points at."""
+    names = {os.path.abspath(path), os.path.realpath(path)}
+    return tuple(sorted({os.path.dirname(name) for name in names}))
 
 
 def _signature(path: Path) -> bytes | None:
@@ -438,22 +461,38 @@ class Supervisor:
 
     async def _recover_accounts(self, now: float) -> None:
         """Quota windows, exhaustions and conversations' accounts of earlier processes."""
-        window = longest_window(self.config)
-        sessions, limits, uses = await self.ledger.call(
-            lambda s: (
-                s.sessions(),
-                s.account_limits(now),
-                s.account_usage(now - window) if window else [],
-            )
-        )
-        book = self._accounts
+        sessions = await self.ledger.call(lambda s: s.sessions())
         for session in sessions:
             key = sticky_key(session.workspace, session.conversation)
-            book.remember(session.provider, key, session.account)
-        for limit in limits:
-            book.rest(limit.provider, limit.account, limit.until, limit.message)
-        for use in uses:
-            book.restore_usage(use.provider, use.account, use.started_at, use.finished_at)
+            self._accounts.remember(session.provider, key, session.account)
+        self._restore_accounts(await self._account_history(now), None)
+
+    async def _account_history(self, now: float) -> AccountHistory:
+        window = longest_window(self.config)
+        limits, uses = await self.ledger.call(
+            lambda s: (s.account_limits(now), s.account_usage(now - window) if window else [])
+        )
+        return AccountHistory(limits, uses)
+
+    def _restore_accounts(
+        self, history: AccountHistory, only: set[tuple[str, str | None]] | None
+    ) -> None:
+        """Rests and window usage from the ledger (``only`` these accounts, if given)."""
+        book = self._accounts
+        for limit in history.limits:
+            if only is None or (limit.provider, limit.account) in only:
+                book.rest(limit.provider, limit.account, limit.until, limit.message)
+        for use in history.uses:
+            if only is None or (use.provider, use.account) in only:
+                book.restore_usage(use.provider, use.account, use.started_at, use.finished_at)
+
+    def _returning_accounts(self, config: Config) -> set[tuple[str, str | None]]:
+        """Accounts ``config`` has that are not configured now."""
+        wanted: set[tuple[str, str | None]] = set()
+        for name, provider in config.providers.items():
+            names: list[str | None] = [a.name for a in provider.accounts] or [None]
+            wanted.update((name, account) for account in names)
+        return {pair for pair in wanted if not self._accounts.knows(*pair)}
 
     # -- intake ------------------------------------------------------------
 
@@ -1065,7 +1104,15 @@ class Supervisor:
         self, loaded: LoadedConfig, changes: list[Change], trigger: str, now: float
     ) -> ReloadResult:
         if any(change.live for change in changes):
+            # An account that comes back (removed, then added again) gets its
+            # rest and window usage back from the ledger, as at a restart;
+            # read before the new configuration is in force, so no start can
+            # slip in between.
+            returning = self._returning_accounts(loaded.config)
+            history = await self._account_history(now) if returning else None
             self._apply(loaded)
+            if history is not None:
+                self._restore_accounts(history, returning)
         # Shielded: once applied, a shutdown must not leave it untraced and unreported.
         with trio.CancelScope(shield=True):
             result = await self._report_reload(loaded, changes, trigger, now)
@@ -1146,37 +1193,66 @@ class Supervisor:
     async def _watch_config(self, path: Path) -> None:
         """Reload when the file changes and has settled (editors write in bursts).
 
-        The folder is watched, not the file, so a file replaced by a rename
-        (as editors save) is followed; so is the target of a symlinked file.
-        A burst of writes is one change once it has been quiet for
-        ``WATCH_SETTLE``.
+        The file's folder is watched, not the file, so a file replaced by a
+        rename (as editors save) is followed; so is the target of a symlink,
+        looked up again after every change, so a swapped link (a Kubernetes
+        ConfigMap update) moves the watch along. A folder that disappears is
+        waited for. A reload happens only when the content changed.
         """
-        names = {str(path.absolute()), str(path.resolve())}
-        folders = sorted({str(Path(name).parent) for name in names})
+        warned = False
+        while True:
+            folders = _watched_folders(path)
+            if not all(os.path.isdir(folder) for folder in folders):
+                if not warned:
+                    log.warning("cannot watch %s: its folder is gone; waiting for it", path)
+                    warned = True
+                await trio.sleep(WATCH_SETTLE)
+                continue
+            if warned:
+                log.info("watching %s again", path)
+                warned = False
+                await self._config_changed(path)
+            try:
+                await self._watch_folders(path, folders)
+            except Exception as error:  # the watch itself failed: look again shortly
+                log.warning("watching %s failed (%s); trying again", path, error)
+                await trio.sleep(WATCH_SETTLE)
 
-        def ours(change: watchfiles.Change, changed: str) -> bool:
-            return changed in names
-
-        # ``step`` is how long the folder must stay quiet before a batch of
+    async def _watch_folders(self, path: Path, folders: tuple[str, ...]) -> None:
+        """Until the file's folders change (a symlink swapped) or vanish."""
+        # ``step`` is how long the folders must stay quiet before a batch of
         # changes is reported; ``debounce`` only caps how long a batch may
         # grow (an editor writing slowly). ``rust_timeout`` bounds how long a
-        # cancel waits for the watching thread.
-        async for _ in watchfiles.awatch(
+        # cancel waits for the watching thread; with ``yield_on_timeout`` an
+        # empty batch comes every ``rust_timeout`` too, so a deleted folder
+        # (which reports nothing more) is noticed.
+        changes = watchfiles.awatch(
             *folders,
-            watch_filter=ours,
+            watch_filter=None,
             step=int(WATCH_SETTLE * 1000),
             debounce=10_000,
-            rust_timeout=500,
+            rust_timeout=1000,
+            yield_on_timeout=True,
             recursive=False,
-        ):
-            # Another trigger may have reloaded this very file meanwhile, and
-            # a moment without a file (mid-rename) is no reason to reload.
-            current = _signature(path)
-            if current is not None and current != self._config_seen:
-                try:
-                    await self.reload("file changed")
-                except Exception:  # the watcher outlives anything one reload does
-                    log.exception("reload after a change of %s failed", path)
+        )
+        # aclosing: leaving the loop early must stop the watching thread now,
+        # not whenever the generator is garbage collected.
+        async with contextlib.aclosing(changes):
+            async for batch in changes:
+                if batch:
+                    await self._config_changed(path)
+                if _watched_folders(path) != folders or not all(map(os.path.isdir, folders)):
+                    return
+
+    async def _config_changed(self, path: Path) -> None:
+        # Another trigger may have reloaded this very content meanwhile, and
+        # a moment without a file (mid-rename) is no reason to reload.
+        current = _signature(path)
+        if current is not None and current != self._config_seen:
+            try:
+                await self.reload("file changed")
+            except Exception:  # the watcher outlives anything one reload does
+                log.exception("reload after a change of %s failed", path)
 
     async def _sleep_or_reload(self, seconds: float) -> None:
         """Sleep, but wake early when a reload changes the settings."""

@@ -297,3 +297,27 @@ async def test_the_accounts_command_and_status_say_who_rests_until_when(
     assert as_json["waiting"]["agent"]["until"] == pytest.approx(time.time() + 3600, abs=10)
     record = (await running.client.get(f"/v1/runs/{waiting['id']}")).json()
     assert record["status"] == "queued"
+
+
+async def test_an_account_removed_and_added_again_keeps_its_rest(
+    start: Start, tmp_path: Path
+) -> None:
+    block = provider_block(tmp_path, "claude-epoch", [("a", ""), ("b", "")])
+    path = write_config(tmp_path, extra="\n" + block)
+    running = await start(path)
+    limit(tmp_path, "a", resets_in=3600)
+    run = await running.wait((await submit(running))["id"])
+    assert run["account"] == "b"
+    until = (await accounts(running))["a"]["exhausted_until"]
+    assert until is not None
+
+    with_a = path.read_text()
+    a_table = with_a[with_a.index("[[providers.agent.accounts]]") : with_a.index('name = "b"')]
+    a_table = a_table[: a_table.rindex("[[providers.agent.accounts]]")]
+    path.write_text(with_a.replace(a_table, ""))
+    assert (await running.client.post("/v1/reload")).json()["ok"]
+    assert "a" not in await accounts(running)
+    path.write_text(with_a)
+    assert (await running.client.post("/v1/reload")).json()["ok"]
+    back = (await accounts(running))["a"]
+    assert (back["exhausted_until"], back["available"]) == (until, False)

@@ -331,3 +331,57 @@ async def test_a_removed_repos_worktrees_are_still_listed_and_swept(
     swept = (await running.client.post("/v1/worktrees/sweep", json={})).json()["entries"]
     assert [(e["repo"], e["action"]) for e in swept] == [("app", "removed")]
     assert not any((tmp_path / "state" / "worktrees").glob("*/app"))
+
+
+async def wait_for_generation(running: Running, generation: int) -> dict[str, Any]:
+    with trio.fail_after(15):
+        while (now := await status(running))["generation"] < generation:
+            await trio.sleep(0.1)
+    return now
+
+
+async def test_a_swapped_symlink_is_followed_again_and_again(start: Start, tmp_path: Path) -> None:
+    """As a Kubernetes ConfigMap updates: a new folder, and the link swapped to it."""
+    write_config(tmp_path, concurrency=1)
+    original = (tmp_path / "supervisor.toml").read_text()
+    mount = tmp_path / "mount"
+    mount.mkdir()
+
+    def publish(version: int, concurrency: int) -> None:
+        folder = mount / f"..v{version}"
+        folder.mkdir()
+        text = original.replace("concurrency = 1", f"concurrency = {concurrency}")
+        (folder / "supervisor.toml").write_text(text.replace('"state"', f'"{tmp_path}/state"'))
+        link = mount / "..data.tmp"
+        link.symlink_to(folder.name)
+        os.replace(link, mount / "..data")
+
+    publish(1, 1)
+    (mount / "supervisor.toml").symlink_to("..data/supervisor.toml")
+    running = await start(mount / "supervisor.toml", watch=True)
+    await trio.sleep(0.3)
+    publish(2, 2)
+    assert (await wait_for_generation(running, 2))["limits"]["providers"] == {"demo": 2}
+    publish(3, 3)
+    assert (await wait_for_generation(running, 3))["limits"]["providers"] == {"demo": 3}
+
+
+async def test_a_folder_removed_and_made_again_is_watched_again(
+    start: Start, tmp_path: Path
+) -> None:
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    path = write_config(folder, concurrency=1)
+    text = path.read_text().replace('"state"', f'"{tmp_path}/state"')
+    path.write_text(text)
+    running = await start(path, watch=True)
+    await trio.sleep(0.3)
+    path.unlink()
+    folder.rmdir()
+    await trio.sleep(1.2)
+    folder.mkdir()
+    path.write_text(text.replace("concurrency = 1", "concurrency = 2"))
+    assert (await wait_for_generation(running, 2))["limits"]["providers"] == {"demo": 2}
+    await trio.sleep(0.6)
+    path.write_text(text.replace("concurrency = 1", "concurrency = 3"))
+    assert (await wait_for_generation(running, 3))["limits"]["providers"] == {"demo": 3}
