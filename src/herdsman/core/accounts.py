@@ -24,6 +24,8 @@ iteration is over config order or explicit sorted keys, never hash order.
 
 from __future__ import annotations
 
+import math
+from bisect import insort
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Literal
@@ -34,6 +36,7 @@ from herdsman.core.runs import RunRequest
 
 __all__ = [
     "DEFAULT_REST",
+    "MAX_REST",
     "AccountBook",
     "AccountGate",
     "AccountSpec",
@@ -50,6 +53,9 @@ BudgetUnit = Literal["runs", "run_minutes"]
 #: How long an account rests after a usage limit that named no reset time,
 #: when the account has no window to wait out either.
 DEFAULT_REST = 3600.0
+#: The furthest ahead a reported reset is believed: beyond any quota period
+#: providers use (weekly limits), so anything later is a misread.
+MAX_REST = 31 * 86400.0
 
 
 @attrs.frozen
@@ -198,10 +204,19 @@ class _Account:
         """Count a run's usage (``end`` None: the run is still running)."""
         if self.spec.window is None:
             return
-        self.starts.append(start)
+        insort(self.starts, start)
         if end is not None:
-            self.spent.append((end, max(0.0, end - start)))
-            self.spent_seconds += max(0.0, end - start)
+            self.record_spent(end, max(0.0, end - start))
+
+    def record_spent(self, end: float, seconds: float) -> None:
+        """A run that ended at ``end`` after ``seconds``; kept in end order.
+
+        Runs end in order as they happen; runs restored after a restart come
+        in start order, and a long one must not hold shorter ones in the
+        window past their time.
+        """
+        insort(self.spent, (end, seconds))
+        self.spent_seconds += seconds
 
 
 def sticky_key(workspace: str, conversation: str) -> str:
@@ -310,10 +325,13 @@ class AccountBook:
 
     # -- events ------------------------------------------------------------
 
-    def start(
-        self, run_id: str, provider: str, account: str | None, conversation: str | None, now: float
-    ) -> None:
-        """``run_id`` started on ``account``: it holds the account until :meth:`finish`."""
+    def start(self, run_id: str, provider: str, account: str | None, now: float) -> None:
+        """``run_id`` started on ``account``: it holds the account until :meth:`finish`.
+
+        Which account the run's conversation sticks to is not changed here:
+        that follows its session (:meth:`remember`), which a run may never
+        report (it fails to spawn, it is cancelled first).
+        """
         if run_id in self._holders:
             raise ValueError(f"run {run_id!r} already holds an account")
         held = self._find(provider, account)
@@ -325,19 +343,25 @@ class AccountBook:
             held._expire(now)
             held.starts.append(now)
         self._holders[run_id] = (provider, held)
-        if conversation is not None:
-            self._last[(provider, conversation)] = account
 
-    def finish(self, run_id: str, now: float) -> None:
-        """``run_id`` ended (any outcome): its account is free for another run."""
+    def finish(self, run_id: str, now: float, *, spawned: bool = True) -> None:
+        """``run_id`` ended (any outcome): its account is free for another run.
+
+        A run that never got a process (``spawned`` false: its program was
+        missing, it was cancelled while preparing) spent nothing: its start
+        is taken back from the budget.
+        """
         holder = self._holders.pop(run_id, None)
         if holder is None:
             return  # a run that started before accounts were known to the book
         provider, account = holder
         start = account.running.pop(run_id)
-        if account.spec.window is not None:
-            account.spent.append((now, max(0.0, now - start)))
-            account.spent_seconds += max(0.0, now - start)
+        if not spawned:
+            account.runs_started -= 1
+            if start in account.starts:
+                account.starts.remove(start)
+        elif account.spec.window is not None:
+            account.record_spent(now, max(0.0, now - start))
         if not account.running and self._retired.get((provider, account.spec.name)) is account:
             del self._retired[(provider, account.spec.name)]
 
@@ -371,7 +395,14 @@ class AccountBook:
         held = self._find(provider, account)
         if held is None:
             return None
-        if resets_at is None or resets_at <= now:
+        # A reset in the past, not a number, or further ahead than any quota
+        # period (a reset in milliseconds, say) is no reset time at all.
+        if (
+            resets_at is None
+            or not math.isfinite(resets_at)
+            or resets_at <= now
+            or resets_at > now + MAX_REST
+        ):
             return now + (held.spec.window or DEFAULT_REST)
         return resets_at
 
@@ -485,5 +516,5 @@ class AccountGate:
         pick = self._book.pick(run.provider, conversation, self._now)
         if pick is None:  # can_start said yes a moment ago, with nothing in between
             raise AssertionError(f"no account for {run.id} although the gate was open")
-        self._book.start(run.id, run.provider, pick.account, conversation, self._now)
+        self._book.start(run.id, run.provider, pick.account, self._now)
         self.picks[run.id] = pick

@@ -35,7 +35,7 @@ import watchfiles
 
 from herdsman.config import Config, ConfigError, LoadedConfig, format_duration
 from herdsman.config.report import config_as_json
-from herdsman.core import CancelOutcome, Limits, RunRequest, Scheduler, exclusion_keys
+from herdsman.core import CancelOutcome, Limits, RunRequest, RunState, Scheduler, exclusion_keys
 from herdsman.core.accounts import Pick, sticky_key
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
@@ -88,6 +88,8 @@ OnBusy = Literal["queue", "skip"]
 #: tasks are cancelled outright (the runner's kill grace is 5 s).
 FORCED_STOP_WAIT = 15.0
 SKIP_REASON = "its conversation or agent already had a queued or running run"
+#: The longest the dispatcher waits before looking at resting accounts again.
+ACCOUNT_RECHECK = 60.0
 #: How long an orphaned agent gets between SIGTERM and SIGKILL at start-up.
 ORPHAN_GRACE = 5.0
 #: How long the configuration file must stay unchanged before a reload (an
@@ -465,7 +467,17 @@ class Supervisor:
         for session in sessions:
             key = sticky_key(session.workspace, session.conversation)
             self._accounts.remember(session.provider, key, session.account)
-        self._restore_accounts(await self._account_history(now), None)
+        history = await self._account_history(now)
+        # A run lost in the crash "ended" at this restart: charging it the
+        # whole outage would block run-minute budgets long after. It counts
+        # as a start only.
+        uses = [
+            attrs.evolve(use, finished_at=use.started_at)
+            if use.finished_at is not None and use.finished_at >= now
+            else use
+            for use in history.uses
+        ]
+        self._restore_accounts(AccountHistory(history.limits, uses), None)
 
     async def _account_history(self, now: float) -> AccountHistory:
         window = longest_window(self.config)
@@ -607,8 +619,19 @@ class Supervisor:
             self._submitted_at.pop(run_id, None)
             withdrawn = self._scheduler.cancel(run_id)
         if withdrawn is CancelOutcome.RUNNING:
-            self._stop(run_id, reason)
-            return record
+            # The run may have ended, or gone back to the queue (a usage
+            # limit), while its record was read.
+            state = self._scheduler.state_of(run_id)
+            if state is RunState.QUEUED:
+                self._submitted_at.pop(run_id, None)
+                withdrawn = self._scheduler.cancel(run_id)
+            elif run_id in self._handles:
+                self._stop(run_id, reason)
+                return record
+            else:
+                now_record = await self.get(run_id)
+                ended = now_record.status.value if now_record is not None else "unknown"
+                raise RunConflict(f"run {run_id} already ended as {ended}")
         if withdrawn is CancelOutcome.UNKNOWN:
             raise RunConflict(f"run {run_id} already ended as {record.status.value}")
         now = self._wall()
@@ -751,7 +774,9 @@ class Supervisor:
             and not self._accounts.available(provider, now)
             and (t := self._accounts.next_change(provider, now)) is not None
         ]
-        return max(0.0, min(times) - now) if times else math.inf
+        # At most a minute: this is wall-clock time waited out on trio's
+        # monotonic clock, which a suspended laptop or a clock step leaves behind.
+        return min(ACCOUNT_RECHECK, max(0.0, min(times) - now)) if times else math.inf
 
     async def _start_what_may_start(self) -> None:
         now = self._wall()
@@ -918,8 +943,16 @@ class Supervisor:
         if hit is not None and status is RunStatus.FAILED:
             status = RunStatus.USAGE_LIMITED
         # It never got to work: once, it goes back to the head of its lanes
-        # (recorded in the same transaction, so it is never lost in between).
-        requeue = hit is not None and status is RunStatus.USAGE_LIMITED and record.attempts < 2
+        # (recorded in the same transaction, so it is never lost in between)
+        # — unless someone asked to cancel it meanwhile.
+        cancelled = self._handles[record.id].cancelled
+        requeue = (
+            hit is not None
+            and status is RunStatus.USAGE_LIMITED
+            and record.attempts < 2
+            and not cancelled
+        )
+        spawned = ended is not None and ended.exit_code is not None
 
         def finish(store: Store) -> RunRecord:
             final = store.finish(record.id, status, now, **fields)
@@ -939,12 +972,17 @@ class Supervisor:
             return final
 
         def finished(final: RunRecord) -> None:
-            if hit is not None:
-                self._rest(hit, record.id)
+            # The slot and lanes first: nothing below may keep them held.
             if requeue:
                 self._requeue(final)
             else:
-                self._release(record.id)
+                self._release(record.id, spawned=spawned)
+            if hit is not None:
+                self._rest(hit, record.id)
+            if session_id and conversation is not None:
+                # The conversation sticks to where its session now lives.
+                key = sticky_key(record.workspace, conversation)
+                self._accounts.remember(record.provider, key, record.account)
             self._emit(
                 "finish",
                 run_id=record.id,
@@ -952,7 +990,8 @@ class Supervisor:
                 exit_code=exit_code,
                 **({"requeued": True} if requeue else {}),
             )
-            self.metrics.finished.labels(record.provider, status.value).inc()
+            if not requeue:  # a re-queued run has not finished
+                self.metrics.finished.labels(record.provider, status.value).inc()
             if final.started_at is not None and final.finished_at is not None:
                 duration = final.finished_at - final.started_at
                 self.metrics.run_duration.labels(record.provider).observe(max(0.0, duration))
@@ -1004,10 +1043,13 @@ class Supervisor:
             until=hit.until,
         )
 
-    def _release(self, run_id: str) -> None:
-        """A run's process is over: free its slot, lanes and account, wake whoever waits."""
+    def _release(self, run_id: str, *, spawned: bool = True) -> None:
+        """A run's process is over: free its slot, lanes and account, wake whoever waits.
+
+        A run that never got a process gives its account's budget back.
+        """
         self._scheduler.finish(run_id)
-        self._accounts.finish(run_id, self._wall())
+        self._accounts.finish(run_id, self._wall(), spawned=spawned)
         del self._handles[run_id]
         self._notify(run_id)
         if not self._handles:

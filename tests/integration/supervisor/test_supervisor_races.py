@@ -321,3 +321,84 @@ async def test_a_reload_that_crashes_while_reading_is_rejected_and_changes_nothi
         assert supervisor.status()["limits"]["providers"] == {"demo": 2}
         record, _ = await supervisor.submit(NewRun(id="r1", provider="demo", prompt="still"))
         assert (await supervisor.wait(record.id, 10)).status is RunStatus.SUCCEEDED
+
+
+def account_config(tmp_path: Path, account: str) -> Any:
+    return config_at(
+        write_config(
+            tmp_path, extra_provider=f'[[providers.demo.accounts]]\nname = "a"\n{account}\n'
+        )
+    )
+
+
+async def test_a_cancel_racing_a_usage_limited_end_never_lets_the_run_go_again(
+    tmp_path: Path,
+) -> None:
+    from herdsman.runtime.runner import Outcome, ProcessOutcome, ProcessSpec, RunCancel, UsageLimit
+
+    release = trio.Event()
+    executions: list[str] = []
+
+    async def execute(
+        spec: ProcessSpec, *, cancel: RunCancel | None = None, task_status: Any = None
+    ) -> ProcessOutcome:
+        executions.append(spec.env["HERDSMAN_RUN_ID"])
+        await release.wait()  # and deaf to the cancel, like a process already exiting
+        limit = UsageLimit(None, "You've hit your limit")
+        return ProcessOutcome(Outcome.FAILED, 1, "limit", None, None, None, "", limit)
+
+    supervisor = Supervisor(account_config(tmp_path, ""), MemoryStore(), execute=execute)
+    async with serving(supervisor) as nursery:
+        await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x"))
+        with trio.fail_after(5):
+            while not executions:
+                await trio.sleep(0.01)
+        answers: list[object] = []
+
+        async def cancel() -> None:
+            try:
+                answers.append(await supervisor.cancel("r1"))
+            except Exception as exc:
+                answers.append(exc)
+
+        nursery.start_soon(cancel)
+        release.set()
+        with trio.fail_after(5):
+            record = await supervisor.wait("r1", 5)
+        await trio.sleep(0.2)
+    assert record.is_terminal, record
+    assert record.status in (RunStatus.USAGE_LIMITED, RunStatus.CANCELLED)
+    assert executions == ["r1"]  # never started again
+    assert not any(isinstance(answer, KeyError) for answer in answers), answers
+
+
+async def test_a_run_that_never_spawned_gives_its_budget_back(tmp_path: Path) -> None:
+    from herdsman.runtime.runner import ProcessOutcome, ProcessSpec, RunCancel
+
+    async def execute(
+        spec: ProcessSpec, *, cancel: RunCancel | None = None, task_status: Any = None
+    ) -> ProcessOutcome:
+        raise FileNotFoundError(2, "No such file or directory", "agent")
+
+    config = account_config(tmp_path, 'window = "1h"\nbudget = 1')
+    supervisor = Supervisor(config, MemoryStore(), execute=execute)
+    async with serving(supervisor):
+        for run_id in ("r1", "r2"):
+            await supervisor.submit(NewRun(id=run_id, provider="demo", prompt="x"))
+            with trio.fail_after(5):
+                assert (await supervisor.wait(run_id, 5)).status is RunStatus.FAILED
+        [account] = supervisor.accounts()
+    assert (account["usage"], account["available"]) == (0.0, True)
+
+
+async def test_a_run_lost_in_a_crash_is_not_charged_the_outage(tmp_path: Path) -> None:
+    config = account_config(tmp_path, 'window = "5h"\nbudget = 300\nbudget_unit = "run_minutes"')
+    store = MemoryStore()
+    crashed_at = 1_800_000_000.0
+    store.submit(NewRun(id="r0", provider="demo", prompt="x"), crashed_at - 60)
+    store.mark_running_many([("r0", "a")], crashed_at - 60)
+    back = crashed_at + 8 * 3600  # an outage of 8 hours
+    supervisor = Supervisor(config, store, wall=lambda: back)
+    async with serving(supervisor):
+        [account] = supervisor.accounts()
+    assert (account["usage"], account["available"]) == (0.0, True)

@@ -25,16 +25,19 @@ def book_of(*specs: AccountSpec, provider: str = "claude") -> AccountBook:
 
 
 def start(book: AccountBook, run_id: str, conversation: str | None, now: float) -> Pick:
+    """Pick and start, and have the run report a session (so its account sticks)."""
     pick = book.pick("claude", conversation, now)
     assert pick is not None, f"no account for {run_id} at {now}"
-    book.start(run_id, "claude", pick.account, conversation, now)
+    book.start(run_id, "claude", pick.account, now)
+    if conversation is not None:
+        book.remember("claude", conversation, pick.account)
     return pick
 
 
 def test_a_provider_without_accounts_runs_in_the_ambient_environment() -> None:
     book = AccountBook({"plain": []})
     assert book.pick("plain", "c", T0) == Pick(None)
-    book.start("r1", "plain", None, "c", T0)
+    book.start("r1", "plain", None, T0)
     assert book.holding("r1") is None
     assert book.available("plain", T0)  # no cap on the ambient account
 
@@ -280,9 +283,10 @@ class AccountMachine(RuleBasedStateMachine):
             assert chosen.exhausted_until <= now
         run_id = f"r{self.next_id}"
         self.next_id += 1
-        book.start(run_id, "p", pick.account, conversation, now)
+        book.start(run_id, "p", pick.account, now)
         self.running[run_id] = (pick.account, conversation)
-        if conversation is not None:
+        if conversation is not None:  # the run reports a session on its account
+            book.remember("p", conversation, pick.account)
             self.last[conversation] = pick.account
 
     @rule(conversation=st.sampled_from(CONVERSATIONS[1:]))
@@ -361,3 +365,45 @@ AccountMachine.TestCase.settings = settings(
     max_examples=150, stateful_step_count=40, deadline=None, report_multiple_bugs=False
 )
 TestAccountMachine = AccountMachine.TestCase
+
+
+def test_stickiness_follows_the_session_not_a_start_that_reported_none() -> None:
+    book = book_of(AccountSpec("a", concurrency=1), AccountSpec("b"))
+    start(book, "r1", "ws/c", T0)  # a, with a session there
+    book.finish("r1", T0 + 1)
+    start(book, "x", None, T0 + 1)  # someone else fills a
+    pick = book.pick("claude", "ws/c", T0 + 2)
+    assert pick == Pick("b", moved=True, left="a")
+    book.start("r2", "claude", "b", T0 + 2)  # it fails before reporting a session
+    book.finish("r2", T0 + 3, spawned=False)
+    book.finish("x", T0 + 3)
+    assert book.pick("claude", "ws/c", T0 + 4) == Pick("a")  # back where the session is
+
+
+def test_a_run_that_never_spawned_spends_no_budget() -> None:
+    book = book_of(AccountSpec("a", window=HOUR, budget=1))
+    book.start("r1", "claude", "a", T0)
+    assert not book.available("claude", T0)
+    book.finish("r1", T0 + 1, spawned=False)
+    assert book.available("claude", T0 + 1)
+    assert book.statuses(T0 + 1)[0].runs_started == 0
+
+
+@pytest.mark.parametrize(
+    "resets_at",
+    [float("inf"), float("nan"), T0 + 1.7e12, T0 - 5, None],
+    ids=["inf", "nan", "milliseconds", "past", "none"],
+)
+def test_an_unbelievable_reset_time_rests_for_the_window(resets_at: float | None) -> None:
+    book = book_of(AccountSpec("a", window=5 * HOUR))
+    assert book.exhaust("claude", "a", T0, resets_at, "limit") == T0 + 5 * HOUR
+
+
+def test_restored_runs_leave_the_window_in_the_order_they_ended() -> None:
+    book = book_of(AccountSpec("a", window=HOUR, budget=300, unit="run_minutes"))
+    # Restored in start order: a long run that began first and ended last,
+    # then a short one that began and ended in between.
+    book.restore_usage("claude", "a", T0, T0 + 3 * HOUR)
+    book.restore_usage("claude", "a", T0 + 60, T0 + 120)
+    now = T0 + 3.5 * HOUR  # the short run's end has left the window; the long's has not
+    assert book.statuses(now)[0].usage == pytest.approx(180.0)
