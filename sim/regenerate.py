@@ -1,0 +1,35 @@
+"""Replay every shipped input and write its golden output (``NAME.golden.jsonl``).
+
+Run after a change that is meant to alter decisions or the trace format,
+then look at ``git diff sim/`` (or ``herdsman sim diff``) before committing:
+
+    .venv/bin/python sim/regenerate.py
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from herdsman.sim.replay import replay
+from herdsman.sim.workload import config_from_trace, read_workload
+
+HERE = Path(__file__).parent
+INPUTS = ("demo-recorded", "team-day")
+
+
+def golden(name: str) -> str:
+    """The replay of ``sim/NAME.jsonl`` under its own configuration."""
+    workload = read_workload(HERE / f"{name}.jsonl")
+    return replay(workload, config_from_trace(workload.header.config, f"{name} header")).trace
+
+
+def main() -> None:
+    logging.getLogger("herdsman").setLevel(logging.ERROR)
+    for name in INPUTS:
+        (HERE / f"{name}.golden.jsonl").write_text(golden(name), encoding="utf-8")
+        print(f"wrote sim/{name}.golden.jsonl")
+
+
+if __name__ == "__main__":
+    main()
