@@ -110,4 +110,8 @@ def build_spec(
         log_path=state_dir / "logs" / f"{record.id}.log",
         protocol=provider.protocol,
         usage_limit_pattern=provider.usage_limit_pattern,
+        # The provider's own folder is herdsman's to make (when the process is
+        # spawned, so the simulator's fake runner never touches a disk); a
+        # folder a client names must exist.
+        make_cwd=record.cwd is None,
     )

@@ -905,7 +905,7 @@ class Supervisor:
                 )
                 await self.ledger.call(methodcaller("add_note", record.id, text))
             repos_dir = self._worktrees.folder(record.workspace, conversation)
-        spec = build_spec(
+        return build_spec(
             record,
             config,
             resume=resume,
@@ -914,11 +914,6 @@ class Supervisor:
             checkouts_note=note,
             repos_dir=repos_dir,
         )
-        if record.cwd is None:
-            # The provider's own folder is herdsman's to make (inline: it
-            # takes microseconds); a folder a client names must exist.
-            spec.cwd.mkdir(parents=True, exist_ok=True)
-        return spec
 
     async def _record_finish(self, record: RunRecord, ended: ProcessOutcome | None) -> None:
         log_path = str(self.config.supervisor.state_dir / "logs" / f"{record.id}.log")

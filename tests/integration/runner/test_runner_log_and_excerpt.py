@@ -87,3 +87,18 @@ def test_the_excerpt_does_not_depend_on_the_chunking(
     assert chunked.text() == whole.text()
     assert bytewise.text() == whole.text()
     assert len(whole.text().encode()) <= EXCERPT_LIMIT
+
+
+async def test_a_working_directory_of_herdsmans_own_is_made_one_a_client_named_must_exist(
+    tmp_path: Path,
+) -> None:
+    from herdsman.runtime.runner import execute
+
+    own = tmp_path / "state" / "workspace"
+    outcome = await execute(make_spec(tmp_path, cwd=own, make_cwd=True))
+    assert outcome.exit_code == 0
+    assert own.is_dir()
+    named = tmp_path / "not-there"
+    with pytest.raises(FileNotFoundError):
+        await execute(make_spec(tmp_path, cwd=named))
+    assert not named.exists()

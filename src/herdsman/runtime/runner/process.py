@@ -410,6 +410,13 @@ async def execute(
             cancel._detach()
 
 
+def _prepare(spec: ProcessSpec) -> BinaryIO:
+    """Make the working directory if the spec says so; open the log."""
+    if spec.make_cwd:
+        spec.cwd.mkdir(parents=True, exist_ok=True)
+    return _open_log(spec.log_path)
+
+
 def _open_log(path: Path) -> BinaryIO:
     """Create (or truncate) the log file, and its parent directories if needed."""
     try:
@@ -438,7 +445,7 @@ async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]
     # In a worker thread: creating a file can cost the kernel 0.1-0.5 ms (ext4
     # searches past recently freed inodes, and logs are deleted in bulk), time
     # in which the event loop, and so every other run, would stand still.
-    log = await trio.to_thread.run_sync(_open_log, spec.log_path)
+    log = await trio.to_thread.run_sync(_prepare, spec)
     with log:
         output = _Output(log, adapter, excerpt)
         process = await trio.lowlevel.open_process(

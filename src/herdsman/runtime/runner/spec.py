@@ -95,7 +95,8 @@ class ProcessSpec:
     delay between SIGTERM and SIGKILL when the process group is stopped.
     ``usage_limit_pattern`` (a regex) lets the ``plain`` protocol recognise a
     usage-limit message on stdout or stderr; a named group ``resets_at`` holding
-    unix seconds is taken as the reset time.
+    unix seconds is taken as the reset time. ``make_cwd`` creates ``cwd`` if
+    it is missing.
     """
 
     argv: tuple[str, ...] = attrs.field(converter=_argv, validator=_non_empty)
@@ -108,6 +109,9 @@ class ProcessSpec:
     protocol: str = attrs.field(validator=attrs.validators.in_(PROTOCOLS))
     kill_grace: float = attrs.field(default=5.0, validator=_non_negative)
     usage_limit_pattern: str | None = attrs.field(default=None, validator=_valid_pattern)
+    #: Create ``cwd`` (and its parents) if it is missing: right for a folder
+    #: herdsman owns (a provider's workdir), wrong for one a client named.
+    make_cwd: bool = False
 
 
 @attrs.frozen
