@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
@@ -57,6 +58,23 @@ listen = "127.0.0.1:{free_port()}"
 {extra}
 """,
         encoding="utf-8",
+    )
+    return path
+
+
+def git_repository(path: Path) -> Path:
+    """A real git repository at ``path`` with one commit (README.md)."""
+    path.mkdir(parents=True)
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["config", "user.email", "t@t.invalid"],
+        ["config", "user.name", "t"],
+    ):
+        subprocess.run(["git", "-C", str(path), *args], check=True)
+    (path / "README.md").write_text("hello\n")
+    subprocess.run(["git", "-C", str(path), "add", "-A"], check=True)
+    subprocess.run(
+        ["git", "-C", str(path), "-c", "commit.gpgsign=false", "commit", "-qm", "i"], check=True
     )
     return path
 

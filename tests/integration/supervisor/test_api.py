@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import trio
-from supervisor_support import Running, Start, config_at, write_config
+from supervisor_support import Running, Start, config_at, git_repository, write_config
 
 from herdsman.trace import read_trace
 
@@ -467,21 +467,8 @@ print(repr(before), repr(after), prompt.splitlines()[1] if len(prompt.splitlines
 async def test_each_conversation_works_in_its_own_persistent_checkout(
     start: Start, tmp_path: Path
 ) -> None:
-    import subprocess
 
-    repo = tmp_path / "app"
-    repo.mkdir()
-    for args in (
-        ["init", "-q", "-b", "main"],
-        ["config", "user.email", "t@t.invalid"],
-        ["config", "user.name", "t"],
-    ):
-        subprocess.run(["git", "-C", str(repo), *args], check=True)
-    (repo / "README.md").write_text("hello\n")
-    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
-    subprocess.run(
-        ["git", "-C", str(repo), "-c", "commit.gpgsign=false", "commit", "-qm", "i"], check=True
-    )
+    repo = git_repository(tmp_path / "app")
     agent = tmp_path / "agent.py"
     agent.write_text(EDITING_AGENT)
     missing = tmp_path / "not-a-repo"

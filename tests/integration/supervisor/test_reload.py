@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import trio
-from supervisor_support import Running, Start, write_config
+from supervisor_support import Running, Start, git_repository, write_config
 
 from herdsman.config import ConfigError, load_config
 from herdsman.trace import TraceEvent, read_trace
@@ -295,26 +295,7 @@ async def test_a_reload_storm_drops_and_duplicates_nothing_and_holds_every_cap(
 async def test_a_removed_repos_worktrees_are_still_listed_and_swept(
     start: Start, tmp_path: Path
 ) -> None:
-    import subprocess
-
-    repo = tmp_path / "app"
-    repo.mkdir()
-    for argv in (
-        ["git", "init", "-q", "-b", "main"],
-        [
-            "git",
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            "first",
-        ],
-    ):
-        subprocess.run(argv, cwd=repo, check=True)
+    repo = git_repository(tmp_path / "app")
     block = f'[[repos]]\nname = "app"\npath = "{repo}"\n[retention]\nidle = "0"\n'
     path = write_config(tmp_path, delay=0.0, extra=block)
     running = await start(path)
