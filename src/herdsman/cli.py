@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     set_.set_defaults(handler=_config_set)
 
     add_runtime_commands(commands, _config_options)
-    add_sim_commands(commands, _config_options)
+    add_sim_commands(commands)
     return parser
 
 

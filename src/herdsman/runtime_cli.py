@@ -393,7 +393,14 @@ def reload_running(config: Config, config_file: Path) -> int:
 
 
 def print_reload(body: Mapping[str, Any]) -> None:
-    """A reload's result, a changed key a line (``herdsman reload``, ``config set``)."""
+    """A reload's result, a changed key a line (``herdsman reload``, ``config set``).
+
+    A file already reloaded (by the file watcher, a SIGHUP) is not reloaded
+    again: the answer is that earlier reload, and says so.
+    """
+    if body["trigger"] != "API":
+        when = _local_time(body["at"])
+        print(f"the file is unchanged since it was reloaded ({body['trigger']}, {when}):")
     if not body["ok"]:
         print(
             f"reload rejected; nothing changed (generation {body['generation']} stays in force):",

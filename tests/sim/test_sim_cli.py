@@ -78,3 +78,33 @@ def test_a_malformed_trace_is_one_line_naming_file_and_line(tmp_path: Path) -> N
     assert missing.returncode == 2
     assert "nope.jsonl" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_set_makes_a_what_if_of_the_traces_own_config_and_recorded_reloads_are_left_out(
+    tmp_path: Path,
+) -> None:
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=60)
+    assert herdsman("sim", "replay", str(trace), "--out", "a.jsonl", cwd=tmp_path).returncode == 0
+    what_if = herdsman(
+        "sim",
+        "replay",
+        str(trace),
+        "--set",
+        "supervisor.max_concurrency=1",
+        "--out",
+        "b.jsonl",
+        cwd=tmp_path,
+    )
+    assert what_if.returncode == 0, what_if.stderr
+    assert "the trace's 1 reload(s) are not replayed" in what_if.stderr
+    header = json.loads((tmp_path / "b.jsonl").read_text().splitlines()[0])
+    assert header["config"]["supervisor"]["max_concurrency"] == 1
+    assert '"event":"reload"' not in (tmp_path / "b.jsonl").read_text()
+    assert herdsman("sim", "diff", "a.jsonl", "b.jsonl", cwd=tmp_path).returncode == 1
+
+
+def test_a_synthetic_run_tried_again_is_not_reported_as_never_started(tmp_path: Path) -> None:
+    done = herdsman("sim", "replay", str(busy_trace(tmp_path / "busy.jsonl")), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "usage_limit" in done.stdout
+    assert "never started" not in done.stderr

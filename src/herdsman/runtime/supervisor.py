@@ -1110,10 +1110,17 @@ class Supervisor:
                     trigger, now, ["this supervisor was started without a file to reload"]
                 )
             seen = _signature(self._source.path)
-            if seen is not None and seen == self._config_seen and self.last_reload is not None:
+            last = self.last_reload
+            if seen is not None and seen == self._config_seen and last is not None:
                 # This very file was reloaded already (the watcher is quick):
                 # say what that reload did rather than "no changes".
-                return self.last_reload
+                log.info(
+                    "reload (%s): the file is as the last reload (%s) found it: %s",
+                    trigger,
+                    last.trigger,
+                    "applied" if last.ok else "rejected: " + "; ".join(last.errors),
+                )
+                return last
             self._config_seen = seen
             try:
                 loaded, changes = await trio.to_thread.run_sync(

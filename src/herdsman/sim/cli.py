@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from herdsman.config import ConfigError, load_config
 from herdsman.trace import TraceFormatError
 
@@ -26,10 +28,25 @@ def _replay(args: argparse.Namespace) -> int:
     # the simulation, not news for whoever runs it: only errors are shown.
     logging.getLogger("herdsman").setLevel(logging.ERROR)
     workload = read_workload(args.trace)
+    what_if = args.config is not None or bool(args.overrides)
     if args.config is not None:
         loaded = load_config(args.config, args.overrides)
     else:
-        loaded = config_from_trace(workload.header.config, f"{args.trace} (header)")
+        name = f"{args.trace} (header)"
+        loaded = config_from_trace(workload.header.config, name, args.overrides)
+    if what_if:
+        # A what-if keeps its configuration: the recorded reloads would
+        # quietly put the recorded one back.
+        skipped = sum(1 for a in workload.arrivals if a.kind == "reload")
+        workload = attrs.evolve(
+            workload, arrivals=tuple(a for a in workload.arrivals if a.kind != "reload")
+        )
+        if skipped:
+            print(
+                f"a what-if configuration is given: the trace's {skipped} reload(s) are not"
+                " replayed",
+                file=sys.stderr,
+            )
     result = replay(workload, loaded, seed=args.seed)
     if args.out is None:
         sys.stdout.write(result.trace)
@@ -75,15 +92,30 @@ def _guarded(handler: Any) -> Any:
     return run
 
 
-def add_sim_commands(commands: Any, config_options: Any) -> None:
+def add_sim_commands(commands: Any) -> None:
     """Add ``sim`` and its subcommands to the ``herdsman`` parser."""
     sim = commands.add_parser("sim", help="replay traces on a simulated clock, compare them")
     actions = sim.add_subparsers(dest="sim_command", metavar="ACTION", required=True)
 
     replay = actions.add_parser(
-        "replay",
-        parents=[config_options()],
-        help="replay a recorded trace deterministically (see docs/simulator.md)",
+        "replay", help="replay a recorded trace deterministically (see docs/simulator.md)"
+    )
+    replay.add_argument(
+        "-c",
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a what-if configuration (default: the one in the trace's header)",
+    )
+    replay.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change a setting of the configuration replayed (repeatable), e.g."
+        " providers.claude.concurrency=1",
     )
     replay.add_argument("trace", type=Path, metavar="TRACE", help="a trace file (JSON Lines)")
     replay.add_argument(
@@ -102,7 +134,7 @@ def add_sim_commands(commands: Any, config_options: Any) -> None:
         metavar="FILE",
         help="also write the timeline for Perfetto / chrome://tracing",
     )
-    replay.set_defaults(handler=_guarded(_replay), config=None)
+    replay.set_defaults(handler=_guarded(_replay))
 
     diff = actions.add_parser(
         "diff", help="the first decision two traces disagree on (exit 1), or none (exit 0)"

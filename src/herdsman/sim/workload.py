@@ -10,7 +10,7 @@ usage limit — comes from the recorded start/finish pair, or from
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +41,14 @@ class Attempt:
 
 @attrs.define
 class RunPlan:
-    """A run's recorded attempts, in order; ``index`` is its arrival order."""
+    """A run's recorded attempts, in order; ``index`` is its arrival order.
+
+    ``synthetic``: the attempts came from the submit line, not a recording.
+    """
 
     index: int
     attempts: list[Attempt] = attrs.field(factory=list)
+    synthetic: bool = False
 
 
 @attrs.frozen
@@ -90,6 +94,7 @@ def read_workload(path: Path) -> Workload:
             submitted = plans.setdefault(run["id"], RunPlan(len(plans)))
             if "duration" in fields or "outcome" in fields:
                 submitted.attempts.append(_synthetic(where, fields))
+                submitted.synthetic = True
             arrivals.append(Arrival(event.t, kind, {"run": run}))
         elif kind == "start":
             # Longer after the last event than a start takes, it answered
@@ -131,14 +136,16 @@ def _synthetic(where: str, fields: Mapping[str, Any]) -> Attempt:
     return Attempt(float(duration), outcome)
 
 
-def config_from_trace(config: Mapping[str, Any], name: str) -> LoadedConfig:
+def config_from_trace(
+    config: Mapping[str, Any], name: str, overrides: Sequence[str] = ()
+) -> LoadedConfig:
     """The configuration a trace header or reload event carries, validated again.
 
     ``name`` says where it came from in error messages. ``null`` is "not
     set", except for the limits where it means "none", written ``"0"``.
     """
     text = tomlkit.dumps(_as_toml(config))
-    return load_config_text(text, Path(name), environ={})
+    return load_config_text(text, Path(name), overrides, environ={})
 
 
 #: Durations whose ``null`` means "no limit" ("0" in the file), not "default".
