@@ -39,6 +39,7 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     "usage_limit": frozenset({"run_id", "provider", "account", "until"}),
     "reload": frozenset({"generation", "config"}),
     "reload_rejected": frozenset({"errors"}),
+    "shutdown": frozenset(),
 }
 
 RUN_FIELDS = frozenset({"id", "provider", "conversation", "agent", "workspace", "cwd", "prompt"})
@@ -158,9 +159,15 @@ class TraceWriter:
             self.close()
             self._directory.mkdir(parents=True, exist_ok=True)
             stamp = started.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%S")
-            self._files_opened += 1
-            path = self._directory / f"trace-{stamp}-{os.getpid()}-{self._files_opened}.jsonl"
-            self._file = path.open("w", encoding="utf-8")
+            while True:  # never over another trace (a restart within the second)
+                self._files_opened += 1
+                name = f"trace-{stamp}-{os.getpid()}-{self._files_opened}.jsonl"
+                path = self._directory / name
+                try:
+                    self._file = path.open("x", encoding="utf-8")
+                except FileExistsError:
+                    continue
+                break
             self._path = path
         self._origin = self._clock()
         self._seq = 0

@@ -79,3 +79,44 @@ def test_a_replay_of_a_replay_decides_the_same(tmp_path: Path) -> None:
     twice.write_text(replay(again, config_from_trace(again.header.config, "h")).trace)
     a, b = read_decisions(once), read_decisions(twice)
     assert [d.describe() for d in a.decisions] == [d.describe() for d in b.decisions]
+
+
+def test_a_run_freed_by_an_accounts_rest_ending_starts_then_not_at_the_next_arrival(
+    tmp_path: Path,
+) -> None:
+    from sim_workloads import config_json
+
+    config = config_json(
+        '[supervisor]\nstate_dir = "/s"\n[providers.p]\nexec = ["x"]\n'
+        '[[providers.p.accounts]]\nname = "a"\nwindow = "1h"\n'
+    )
+    lines = [
+        {"herdsman_trace": 1, "started_at": "2026-11-29T00:00:00.000000Z", "config": config},
+        {
+            "t": 0.0,
+            "seq": 0,
+            "event": "submit",
+            "run": {"id": "r1", "provider": "p"},
+            "duration": 10.0,
+            "outcome": "usage_limited",
+        },
+        {
+            "t": 9000.0,
+            "seq": 1,
+            "event": "submit",
+            "run": {"id": "r2", "provider": "p"},
+            "duration": 10.0,
+            "outcome": "succeeded",
+        },
+    ]
+    trace = tmp_path / "rest.jsonl"
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    workload = read_workload(trace)
+    out = replay(workload, config_from_trace(workload.header.config, "h")).trace
+    events = [json.loads(line) for line in out.splitlines()[1:]]
+    starts = [(e["t"], e["run_id"]) for e in events if e["event"] == "start"]
+    # The limit at t=10 rests the account for its window (1h); r1 goes again
+    # when the rest ends, and is done long before r2 arrives.
+    assert starts == [(0.0, "r1"), (3610.0, "r1"), (9000.0, "r2")]
+    ends = [(e["t"], e["run_id"]) for e in events if e["event"] == "finish"]
+    assert ends == [(10.0, "r1"), (3620.0, "r1"), (9010.0, "r2")]

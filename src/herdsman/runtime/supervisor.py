@@ -370,6 +370,9 @@ class Supervisor:
     async def _shutdown_when_asked(self) -> ShutdownReport:
         await self._drain_requested.wait()
         self._admitting = False
+        # In the trace, after every start decided before it: a replay then
+        # stops starting runs exactly where production did.
+        await self._emit_in_ledger_order("shutdown")
         grace = self.config.supervisor.shutdown_grace
         if self._handles:
             log.info(
@@ -393,6 +396,7 @@ class Supervisor:
                 race.start_soon(on_idle)
         cancelled = tuple(self._handles)
         if cancelled:
+            await self._emit_in_ledger_order("shutdown", forced=True)
             log.warning("cancelling %d running run(s)", len(cancelled))
             for run_id in cancelled:
                 self._stop(run_id, "supervisor shut down")
@@ -435,6 +439,11 @@ class Supervisor:
         for record in await self.ledger.call(lambda s: s.queued_in_order()):
             self._scheduler.submit(run_request(record))
             self._submitted_at[record.id] = record.submitted_at
+            # This trace file starts here: it restates what is queued, so it
+            # can be replayed on its own.
+            self._emit(
+                "submit", run=trace_run(record, with_prompt=self._trace_prompts), carried=True
+            )
         await self._recover_accounts(now)
 
     async def _stop_orphaned_agents(self, run_ids: tuple[str, ...]) -> None:
@@ -736,6 +745,20 @@ class Supervisor:
 
     def _wake(self) -> None:
         self._wakeup.set()
+
+    async def _emit_in_ledger_order(self, kind: str, **fields: Any) -> None:
+        """Trace an event after every change already on its way to the ledger.
+
+        For events that change what may start (a reload, a shutdown): starts
+        are traced when their commit lands, so one decided before the event
+        must be traced before it too.
+        """
+        if self._trace is None:
+            return
+        try:
+            await self.ledger.call(lambda _: None, then=lambda _: self._emit(kind, **fields))
+        except StoreError as error:
+            log.error("%s not traced: the run ledger failed: %s", kind, error)
 
     def _emit(self, kind: str, **fields: Any) -> None:
         if self._trace is not None:
@@ -1171,14 +1194,8 @@ class Supervisor:
             # the change were queued before this, starts decided after it
             # after, so each start shows under the configuration it was
             # decided with (starts are traced when committed).
-            generation, as_json = self.generation, config_as_json(loaded.config)
-            try:
-                await self.ledger.call(
-                    lambda _: None,
-                    then=lambda _: self._emit("reload", generation=generation, config=as_json),
-                )
-            except StoreError as error:
-                log.error("reload applied, but not traced: the run ledger failed: %s", error)
+            as_json = config_as_json(loaded.config)
+            await self._emit_in_ledger_order("reload", generation=self.generation, config=as_json)
         result = ReloadResult(True, self.generation, trigger, now, tuple(changes))
         self.last_reload = result
         self.metrics.last_reload_ok.set(1)

@@ -39,7 +39,7 @@ from herdsman.runtime.runner import (
     UsageLimit,
 )
 from herdsman.runtime.store import MemoryStore, NewRun
-from herdsman.runtime.supervisor import RunConflict, RunNotFound, Supervisor
+from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
 from herdsman.sim.workload import Attempt, Workload, config_from_trace
 from herdsman.trace import TraceWriter
 
@@ -74,6 +74,7 @@ class _Driver:
         self._heap: list[tuple[float, int, int, int, Callable[[], Awaitable[None]]]] = []
         self._ends = 0
         self._executions: dict[str, int] = {}
+        self._pushed = trio.Event()
         self.defaulted: list[str] = []
 
     def push(self, t: float, kind: int, order: int, action: Callable[[], Awaitable[None]]) -> None:
@@ -81,6 +82,17 @@ class _Driver:
         # comparable (it never decides: equal (t, kind, order) cannot happen).
         self._ends += 1
         heapq.heappush(self._heap, (t, kind, order, self._ends, action))
+        self._pushed.set()
+
+    def next_time(self) -> float | None:
+        """When the earliest event is due, if there is one."""
+        return self._heap[0][0] if self._heap else None
+
+    async def wait_until(self, t: float) -> None:
+        """Until ``t``, or until an event is pushed (it may be due earlier)."""
+        self._pushed = trio.Event()
+        with trio.move_on_at(t):
+            await self._pushed.wait()
 
     def pop(self) -> tuple[float, Callable[[], Awaitable[None]]] | None:
         if not self._heap:
@@ -246,28 +258,45 @@ async def _replay(workload: Workload, given: LoadedConfig) -> ReplayResult:
             driver.push(arrival.t, _ARRIVAL, order, deliver)
 
         next_arrival()
-        while True:
-            item = driver.pop()
-            if item is None:
-                later = _next_account_wakeup(supervisor, wall())
-                if later is None:
-                    break
-                await trio.sleep_until(later)
-                await trio.testing.wait_all_tasks_blocked()
-                continue
-            t, action = item
-            if t > trio.current_time():
-                await trio.sleep_until(t)
-            # The supervisor's own timers due by now go first, then the event.
-            await trio.testing.wait_all_tasks_blocked()
-            await action()
-            await trio.testing.wait_all_tasks_blocked()
+        await _drive(driver, supervisor, wall)
         span = trio.current_time()
+        # The input is over; what stopping the simulated supervisor traces is not.
+        text = out.getvalue()
         supervisor.request_shutdown()
         await supervisor.finished.wait()
         nursery.cancel_scope.cancel()
     trace.close()
-    return ReplayResult(out.getvalue(), runs, span, 0.0, tuple(driver.defaulted))
+    return ReplayResult(text, runs, span, 0.0, tuple(driver.defaulted))
+
+
+async def _drive(driver: _Driver, supervisor: Supervisor, wall: Callable[[], float]) -> None:
+    """Deliver every event in order, one at a time, until nothing more can happen."""
+    while True:
+        t = driver.next_time()
+        if t is None:
+            # Let the supervisor's timers due now act first (an account's
+            # rest ending at this very moment starts runs), then decide.
+            await trio.testing.wait_all_tasks_blocked()
+            if driver.next_time() is not None:
+                continue
+            later = _next_account_wakeup(supervisor, wall())
+            if later is None:
+                return
+            t = later
+        if t > trio.current_time():
+            # Wait for that moment, or for an earlier event: the supervisor's
+            # own timers (an account's rest ending) can start runs
+            # meanwhile, whose ends come before ``t``.
+            await driver.wait_until(t)
+            continue
+        # The supervisor's own timers due by now go first, then the event.
+        await trio.testing.wait_all_tasks_blocked()
+        item = driver.pop()
+        if item is None:
+            continue
+        _, action = item
+        await action()
+        await trio.testing.wait_all_tasks_blocked()
 
 
 def _next_account_wakeup(supervisor: Supervisor, now_wall: float) -> float | None:
@@ -296,12 +325,20 @@ async def _deliver(supervisor: Supervisor, arrival: Any) -> int:
             workspace=run.get("workspace", "default"),
             cwd=run.get("cwd"),
         )
-        await supervisor.submit(new, "skip" if arrival.kind == "skip" else "queue")
+        try:
+            await supervisor.submit(new, "skip" if arrival.kind == "skip" else "queue")
+        except NotAdmitting:  # after a replayed shutdown, as production refused it
+            return 0
         return 1
     if arrival.kind == "cancel":
         # Already ended (or never submitted) in this replay: nothing to cancel.
         with contextlib.suppress(RunNotFound, RunConflict):
             await supervisor.cancel(fields["run_id"])
+        return 0
+    if arrival.kind == "shutdown":
+        # As the signals did: the first drains (nothing new starts), a
+        # forced one cancels what still runs.
+        supervisor.request_shutdown()
         return 0
     if arrival.kind == "reload":
         loaded = config_from_trace(fields["config"], f"reload at t={arrival.t}")

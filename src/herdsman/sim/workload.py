@@ -118,7 +118,7 @@ def read_workload(path: Path) -> Workload:
                 )
         elif kind == "cancel":
             arrivals.append(Arrival(event.t, kind, {"run_id": fields["run_id"]}))
-        elif kind in ("reload", "reload_rejected"):
+        elif kind in ("reload", "reload_rejected", "shutdown"):
             arrivals.append(Arrival(event.t, kind, dict(fields)))
     epoch = dt.datetime.fromisoformat(header.started_at.replace("Z", "+00:00")).timestamp()
     return Workload(header, epoch, tuple(arrivals), plans)

@@ -10,6 +10,7 @@ import trio
 from supervisor_support import Start, config_at, write_config
 
 from herdsman.sim.decisions import read_decisions
+from herdsman.sim.diff import first_divergence
 from herdsman.sim.replay import replay
 from herdsman.sim.workload import config_from_trace, read_workload
 
@@ -65,3 +66,43 @@ async def test_a_recorded_run_replays_with_the_same_starts_and_accounts(
     assert len(starts(recorded)) == len(ids)
     assert starts(replayed) == starts(recorded)
     assert {account for _, account in starts(recorded)} == {None, "a", "b"}
+
+
+async def test_each_trace_file_of_a_drain_and_restart_replays_on_its_own(
+    start: Start, tmp_path: Path
+) -> None:
+    config = config_at(write_config(tmp_path, concurrency=1, delay=0.5))
+    first = await start(config)
+    body = {"runs": [{"provider": "demo", "prompt": "go", "conversation": "c"} for _ in range(3)]}
+    ids = [
+        r["run"]["id"]
+        for r in (await first.client.post("/v1/runs/batch", json=body)).json()["results"]
+    ]
+    with trio.fail_after(10):
+        while (await first.client.get(f"/v1/runs/{ids[0]}")).json()["status"] != "running":
+            await trio.sleep(0.02)
+    first.supervisor.request_shutdown()  # drain: the first run finishes, two stay queued
+    with trio.fail_after(20):
+        await first.stopped.wait()
+    second = await start(config)
+    for run_id in ids[1:]:
+        assert (await second.wait(run_id, 30))["status"] == "succeeded"
+    second.supervisor.request_shutdown()
+    with trio.fail_after(20):
+        await second.stopped.wait()
+
+    logging.getLogger("herdsman").setLevel(logging.ERROR)
+    files = sorted((tmp_path / "state" / "traces").glob("*.jsonl"))
+    assert len(files) == 2
+    for recorded in files:
+        workload = read_workload(recorded)
+        result = await trio.to_thread.run_sync(
+            lambda w=workload: replay(w, config_from_trace(w.header.config, "header"))
+        )
+        replayed = tmp_path / f"replayed-{recorded.name}"
+        replayed.write_text(result.trace)
+        a, b = read_decisions(recorded), read_decisions(replayed)
+        assert first_divergence(a, b) is None, recorded
+    # The first file stops starting at the drain; the second starts the rest.
+    starts = [[d.run_id for d in read_decisions(f).decisions if d.kind == "start"] for f in files]
+    assert starts == [ids[:1], ids[1:]]

@@ -162,3 +162,17 @@ def test_open_reports_an_unusable_folder_at_once(tmp_path: Path) -> None:
     w = writer(tmp_path / "file" / "traces", FakeClock())
     with pytest.raises(OSError, match="Not a directory"):
         w.open()
+
+
+def test_a_second_writer_in_the_same_second_never_overwrites_the_first(tmp_path: Path) -> None:
+    first = writer(tmp_path, FakeClock())
+    first.event("cancel", run_id="r1")
+    first.close()
+    second = writer(tmp_path, FakeClock())
+    second.event("cancel", run_id="r2")
+    second.close()
+    assert first.path != second.path
+    texts = sorted(path.read_text() for path in tmp_path.glob("*.jsonl"))
+    assert len(texts) == 2
+    assert any('"r1"' in text for text in texts)
+    assert any('"r2"' in text for text in texts)
