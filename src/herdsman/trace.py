@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -272,8 +273,11 @@ def _parse_header(path: Path, number: int, text: str) -> TraceHeader:
     started = obj.get("started_at")
     config = obj.get("config")
     carry = obj.get("carry")
-    if not isinstance(started, str):
-        raise TraceFormatError(f"{path}:{number}: started_at: expected an ISO-8601 string")
+    if not isinstance(started, str) or _parse_time(started) is None:
+        raise TraceFormatError(
+            f"{path}:{number}: started_at: expected an ISO-8601 time with a zone"
+            f' (e.g. "2026-11-29T12:00:00.000000Z"), got {started!r}'
+        )
     if not isinstance(config, dict):
         raise TraceFormatError(f"{path}:{number}: config: expected an object")
     if carry is not None and not isinstance(carry, dict):
@@ -287,7 +291,7 @@ def _events(path: Path, lines: Iterator[tuple[int, str]]) -> Iterator[TraceEvent
         obj = _load(path, number, text)
         where = f"{path}:{number}"
         t, seq, kind = obj.pop("t", None), obj.pop("seq", None), obj.pop("event", None)
-        if not isinstance(t, int | float) or isinstance(t, bool) or t < 0:
+        if not _seconds(t):
             raise TraceFormatError(f"{where}: t: expected seconds >= 0, got {t!r}")
         if t < last_t:
             raise TraceFormatError(f"{where}: t: went backwards from {last_t} to {t}")
@@ -302,8 +306,57 @@ def _events(path: Path, lines: Iterator[tuple[int, str]]) -> Iterator[TraceEvent
         run = obj.get("run")
         if run is not None:
             _check_run(where, run)
+        _check_fields(where, kind, obj)
         last_t = float(t)
         yield TraceEvent(float(t), seq, kind, obj, number)
+
+
+#: What a finish event's outcome may be.
+OUTCOMES = ("succeeded", "failed", "timed_out", "cancelled", "usage_limited")
+
+
+def _seconds(value: Any) -> bool:
+    """A finite, non-negative number of seconds (JSON's 1e999 is infinite)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def _parse_time(text: str) -> dt.datetime | None:
+    """An ISO-8601 time that names its zone (a naive one would depend on TZ)."""
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
+def header_time(header: TraceHeader) -> float:
+    """The header's ``started_at`` in unix seconds (validated when read)."""
+    when = _parse_time(header.started_at)
+    assert when is not None
+    return when.timestamp()
+
+
+def _check_fields(where: str, kind: str, obj: dict[str, Any]) -> None:
+    """The values a replay reads, beyond their presence."""
+    if kind == "finish" and obj["outcome"] not in OUTCOMES:
+        raise TraceFormatError(
+            f"{where}: outcome: expected one of {', '.join(OUTCOMES)}, got {obj['outcome']!r}"
+        )
+    if kind == "usage_limit" and not _seconds(obj["until"]):
+        raise TraceFormatError(f"{where}: until: expected unix seconds, got {obj['until']!r}")
+    if kind == "submit" and "duration" in obj and not _seconds(obj["duration"]):
+        raise TraceFormatError(f"{where}: duration: expected seconds >= 0, got {obj['duration']!r}")
+    if kind in ("start", "finish", "cancel", "lost", "usage_limit") and not isinstance(
+        obj["run_id"], str
+    ):
+        raise TraceFormatError(f"{where}: run_id: expected a string, got {obj['run_id']!r}")
+    if kind == "reload" and not isinstance(obj["config"], dict):
+        raise TraceFormatError(f"{where}: config: expected an object")
 
 
 def _check_run(where: str, run: Any) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from sim_workloads import CONFIG, busy_trace
 
 
@@ -108,3 +109,70 @@ def test_a_synthetic_run_tried_again_is_not_reported_as_never_started(tmp_path: 
     assert done.returncode == 0, done.stderr
     assert "usage_limit" in done.stdout
     assert "never started" not in done.stderr
+
+
+BAD_LINES = {
+    "infinite duration": (
+        '{"t": 1, "seq": 0, "event": "submit", "run": {"id": "r", "provider": "claude"},'
+        ' "duration": 1e999}',
+        "2: duration: expected seconds >= 0, got inf",
+    ),
+    "infinite time": (
+        '{"t": 1e999, "seq": 0, "event": "cancel", "run_id": "r"}',
+        "2: t: expected seconds >= 0, got inf",
+    ),
+    "until not a time": (
+        '{"t": 1, "seq": 0, "event": "usage_limit", "run_id": "r", "provider": "claude",'
+        ' "account": null, "until": "soon"}',
+        "2: until: expected unix seconds, got 'soon'",
+    ),
+    "unknown outcome": (
+        '{"t": 1, "seq": 0, "event": "finish", "run_id": "r", "outcome": "exploded"}',
+        "2: outcome: expected one of succeeded, failed, timed_out, cancelled, usage_limited,"
+        " got 'exploded'",
+    ),
+    "bad reload config": (
+        '{"t": 1, "seq": 0, "event": "reload", "generation": 2, "config": {"providers": 5}}',
+        "2: config: providers:",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_LINES))
+def test_a_bad_value_is_one_line_naming_file_line_and_field(tmp_path: Path, kind: str) -> None:
+    line, expected = BAD_LINES[kind]
+    header = (busy_trace(tmp_path / "ok.jsonl", runs=1)).read_text().splitlines()[0]
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text(header + "\n" + line + "\n")
+    failed = herdsman("sim", "replay", str(trace), cwd=tmp_path)
+    assert failed.returncode == 2, failed.stderr
+    assert failed.stderr.startswith(f"herdsman: {trace}:{expected}"), failed.stderr
+    assert "Traceback" not in failed.stderr
+
+
+def test_a_header_time_without_a_zone_is_refused(tmp_path: Path) -> None:
+    trace = busy_trace(tmp_path / "t.jsonl", runs=1)
+    trace.write_text(trace.read_text().replace("00.000000Z", "00.000000", 1))
+    failed = herdsman("sim", "replay", str(trace), cwd=tmp_path)
+    assert failed.returncode == 2
+    assert f"{trace}:1: started_at: expected an ISO-8601 time with a zone" in failed.stderr
+
+
+def test_the_summary_counts_accepted_runs_and_warns_about_runs_left_queued(
+    tmp_path: Path,
+) -> None:
+    header = (busy_trace(tmp_path / "ok.jsonl", runs=1)).read_text().splitlines()[0]
+    lines = [
+        '{"t": 1, "seq": 0, "event": "submit", "run": {"id": "a", "provider": "claude"},'
+        ' "duration": 1}',
+        '{"t": 2, "seq": 1, "event": "submit", "run": {"id": "a", "provider": "claude"},'
+        ' "duration": 1}',
+        '{"t": 3, "seq": 2, "event": "submit", "run": {"id": "b", "provider": "gone"},'
+        ' "duration": 1}',
+    ]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join([header, *lines]) + "\n")
+    done = herdsman("sim", "replay", str(trace), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("replayed 2 runs ")
+    assert "1 run(s) were still queued at the end" in done.stderr

@@ -32,7 +32,7 @@ def _replay(args: argparse.Namespace) -> int:
     if args.config is not None:
         loaded = load_config(args.config, args.overrides)
     else:
-        name = f"{args.trace} (header)"
+        name = f"{args.trace}:1"
         loaded = config_from_trace(workload.header.config, name, args.overrides)
     if what_if:
         # A what-if keeps its configuration: the recorded reloads would

@@ -64,6 +64,8 @@ class ReplayResult:
     wall_seconds: float
     #: Runs the recording never started, given DEFAULT_DURATION.
     defaulted: tuple[str, ...]
+    #: Runs still queued when the input ran out (no provider, no account).
+    left_queued: int = 0
 
 
 class _Driver:
@@ -260,13 +262,14 @@ async def _replay(workload: Workload, given: LoadedConfig) -> ReplayResult:
         next_arrival()
         await _drive(driver, supervisor, wall)
         span = trio.current_time()
+        left_queued = supervisor.status()["queued"]
         # The input is over; what stopping the simulated supervisor traces is not.
         text = out.getvalue()
         supervisor.request_shutdown()
         await supervisor.finished.wait()
         nursery.cancel_scope.cancel()
     trace.close()
-    return ReplayResult(text, runs, span, 0.0, tuple(driver.defaulted))
+    return ReplayResult(text, runs, span, 0.0, tuple(driver.defaulted), left_queued)
 
 
 async def _drive(driver: _Driver, supervisor: Supervisor, wall: Callable[[], float]) -> None:
@@ -326,10 +329,10 @@ async def _deliver(supervisor: Supervisor, arrival: Any) -> int:
             cwd=run.get("cwd"),
         )
         try:
-            await supervisor.submit(new, "skip" if arrival.kind == "skip" else "queue")
+            _, created = await supervisor.submit(new, "skip" if arrival.kind == "skip" else "queue")
         except NotAdmitting:  # after a replayed shutdown, as production refused it
             return 0
-        return 1
+        return 1 if created else 0  # a repeated id is the run it already was
     if arrival.kind == "cancel":
         # Already ended (or never submitted) in this replay: nothing to cancel.
         with contextlib.suppress(RunNotFound, RunConflict):
@@ -360,6 +363,11 @@ def summary(result: ReplayResult) -> str:
         f"replayed {result.runs} runs over {result.span:.1f} simulated seconds"
         f" in {result.wall_seconds:.2f} s wall ({rate:,.0f} runs per wall second)"
     )
+    if result.left_queued:
+        line += (
+            f"; {result.left_queued} run(s) were still queued at the end (their provider is"
+            " not configured, or no account could take them)"
+        )
     if result.defaulted:
         line += (
             f"; {len(result.defaulted)} run(s) never started in the recording were given"

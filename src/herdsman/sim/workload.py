@@ -9,7 +9,6 @@ usage limit — comes from the recorded start/finish pair, or from
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,12 +16,11 @@ from typing import Any
 import attrs
 import tomlkit
 
-from herdsman.config import LoadedConfig, load_config_text
-from herdsman.trace import TraceFormatError, TraceHeader, read_trace
+from herdsman.config import ConfigError, LoadedConfig, load_config_text
+from herdsman.trace import OUTCOMES, TraceFormatError, TraceHeader, header_time, read_trace
 
 __all__ = ["Arrival", "Attempt", "RunPlan", "Workload", "config_from_trace", "read_workload"]
 
-OUTCOMES = ("succeeded", "failed", "timed_out", "cancelled", "usage_limited")
 
 #: The longest a recorded start is taken to lag behind the event it answered.
 START_LATENCY = 0.5
@@ -118,10 +116,14 @@ def read_workload(path: Path) -> Workload:
                 )
         elif kind == "cancel":
             arrivals.append(Arrival(event.t, kind, {"run_id": fields["run_id"]}))
-        elif kind in ("reload", "reload_rejected", "shutdown"):
+        elif kind == "reload":
+            # Checked now, so a bad one is an error naming its line, not a
+            # failure half way through the replay.
+            config_from_trace(fields["config"], where)
             arrivals.append(Arrival(event.t, kind, dict(fields)))
-    epoch = dt.datetime.fromisoformat(header.started_at.replace("Z", "+00:00")).timestamp()
-    return Workload(header, epoch, tuple(arrivals), plans)
+        elif kind in ("reload_rejected", "shutdown"):
+            arrivals.append(Arrival(event.t, kind, dict(fields)))
+    return Workload(header, header_time(header), tuple(arrivals), plans)
 
 
 def _synthetic(where: str, fields: Mapping[str, Any]) -> Attempt:
@@ -141,11 +143,19 @@ def config_from_trace(
 ) -> LoadedConfig:
     """The configuration a trace header or reload event carries, validated again.
 
-    ``name`` says where it came from in error messages. ``null`` is "not
-    set", except for the limits where it means "none", written ``"0"``.
+    ``name`` says where it came from in error messages (a bad one raises
+    :class:`TraceFormatError` naming it and the key). ``null`` is "not set",
+    except for the limits where it means "none", written ``"0"``.
     """
     text = tomlkit.dumps(_as_toml(config))
-    return load_config_text(text, Path(name), overrides, environ={})
+    try:
+        return load_config_text(text, Path(name), overrides, environ={})
+    except ConfigError as error:
+        # Positions would point into TOML made from the JSON: name keys only.
+        problems = "; ".join(
+            f"{p.key_path}: {p.message}" if p.key_path else p.message for p in error.problems
+        )
+        raise TraceFormatError(f"{name}: config: {problems}") from None
 
 
 #: Durations whose ``null`` means "no limit" ("0" in the file), not "default".

@@ -88,7 +88,9 @@ def test_unknown_event_kind_is_refused_by_the_writer(tmp_path: Path) -> None:
         w.event("bogus")
 
 
-HEADER = json.dumps({"herdsman_trace": 1, "started_at": "x", "config": {}})
+HEADER = json.dumps(
+    {"herdsman_trace": 1, "started_at": "2026-11-29T12:00:00.000000Z", "config": {}}
+)
 
 
 @pytest.mark.parametrize(
