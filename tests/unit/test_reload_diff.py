@@ -51,3 +51,24 @@ def test_a_result_is_applied_only_when_a_live_change_was_made() -> None:
     rejected = ReloadResult(False, 2, "SIGHUP", 0.0, errors=("f:1:1: k: bad",))
     assert not rejected.applied
     assert rejected.as_json()["errors"] == ["f:1:1: k: bad"]
+
+
+def test_accounts_and_repos_are_matched_by_name_not_by_place() -> None:
+    old = {
+        "providers.p.accounts[0].name": "a",
+        "providers.p.accounts[0].concurrency": 1,
+        "providers.p.accounts[1].name": "b",
+        "providers.p.accounts[1].concurrency": 2,
+        "repos[0].name": "app",
+        "repos[0].path": "/app",
+    }
+    new = {
+        "providers.p.accounts[0].name": "b",
+        "providers.p.accounts[0].concurrency": 2,
+        "repos[0].name": "app",
+        "repos[0].path": "/app",
+    }
+    assert diff_settings(old, new) == [
+        Change("providers.p.accounts[a].name", "a", None, live=True),
+        Change("providers.p.accounts[a].concurrency", 1, None, live=True),
+    ]

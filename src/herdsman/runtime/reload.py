@@ -9,6 +9,7 @@ silently ignored, never half applied.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -91,12 +92,36 @@ def _shown(key: str, value: Any) -> str:
     return inline_toml(value)
 
 
+_ELEMENT = re.compile(r"^(?P<array>.*?\b(?:accounts|repos))\[(?P<index>\d+)\]\.")
+
+
+def by_name(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with array elements keyed by their name, not their place.
+
+    ``providers.claude.accounts[0].budget`` becomes
+    ``providers.claude.accounts[work].budget``, so removing the first of two
+    accounts reads as that account gone, not as the second renamed.
+    """
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        named = key
+        found = _ELEMENT.match(key)
+        if found is not None:
+            name = values.get(f"{found['array']}[{found['index']}].name")
+            if isinstance(name, str):
+                named = f"{found['array']}[{name}].{key[found.end() :]}"
+        out[named] = value
+    return out
+
+
 def diff_settings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
     """Settings that differ, keyed like ``LoadedConfig.toml_values``.
 
-    New keys in the new file's order, then keys that are gone, in the old
-    order (an account or a repo removed, a provider dropped).
+    Accounts and repos are matched by name (see :func:`by_name`). New keys in
+    the new file's order, then keys that are gone, in the old order (an
+    account or a repo removed, a provider dropped).
     """
+    old, new = by_name(old), by_name(new)
     # A key that is new but unset (a new table's optional keys) is no change.
     changes = [
         Change(key, old.get(key), value, key not in RESTART_KEYS)
