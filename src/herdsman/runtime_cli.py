@@ -258,6 +258,12 @@ def _local_time(when: float) -> str:
 
 
 def _accounts(args: argparse.Namespace) -> int:
+    if args.action == "end-rest":
+        return _end_rest(args)
+    if args.names:
+        raise CommandError(
+            f"unexpected {' '.join(args.names)!r}; did you mean `accounts end-rest`?"
+        )
     with _client_for(args) as client:
         _, body = client.request("GET", "/v1/accounts")
     if args.json:
@@ -280,6 +286,23 @@ def _accounts(args: argparse.Namespace) -> int:
             f"{row['provider']:<14} {name:<14} {row['running']:>6} {usage:>16}"
             f" {row['runs_started']:>8}  {state}"
         )
+    return 0
+
+
+def _end_rest(args: argparse.Namespace) -> int:
+    if not 1 <= len(args.names) <= 2:
+        raise CommandError(
+            "accounts end-rest needs PROVIDER and ACCOUNT (ACCOUNT left out: its ambient"
+            " environment)"
+        )
+    provider, account = args.names[0], (args.names[1] if len(args.names) == 2 else None)
+    with _client_for(args) as client:
+        _, row = client.request(
+            "POST", "/v1/accounts/end-rest", json={"provider": provider, "account": account}
+        )
+    name = row["account"] if row["account"] is not None else "(ambient)"
+    state = "available" if row["available"] else row["reason"]
+    print(f"{row['provider']}/{name}: {state}")
     return 0
 
 
@@ -517,6 +540,13 @@ def add_runtime_commands(commands: Any, config_options: OptionsFactory) -> None:
         parents=[config_options()],
         help="accounts: in use, usage in the window, resting until, runs started",
     )
+    accounts.add_argument(
+        "action",
+        nargs="?",
+        choices=("end-rest",),
+        help="end-rest PROVIDER [ACCOUNT]: make a resting account available again now",
+    )
+    accounts.add_argument("names", nargs="*", metavar="PROVIDER [ACCOUNT]", help=argparse.SUPPRESS)
     accounts.add_argument("--json", action="store_true", help="machine-readable output")
     accounts.set_defaults(handler=_guard(_accounts))
 

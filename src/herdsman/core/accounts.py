@@ -413,6 +413,14 @@ class AccountBook:
             held.exhausted_until = until
             held.message = message
 
+    def wake(self, provider: str, account: str | None) -> bool:
+        """End ``account``'s rest now (an operator knows better); False if unknown."""
+        held = self._find(provider, account)
+        if held is None:
+            return False
+        held.exhausted_until = held.message = None
+        return True
+
     # -- restoring after a restart ----------------------------------------
 
     def restore_usage(

@@ -121,6 +121,10 @@ class RunNotFound(Exception):
     """No run has this id."""
 
 
+class UnknownAccount(Exception):
+    """No configured account has this provider and name."""
+
+
 class RunConflict(Exception):
     """The run is in a state that does not allow the request."""
 
@@ -725,6 +729,28 @@ class Supervisor:
     def accounts(self) -> list[dict[str, Any]]:
         """Every account: in use, usage in its window, resting until, runs started."""
         return [account_view(s) for s in self._accounts.statuses(self._wall())]
+
+    async def end_rest(self, provider: str, account: str | None) -> dict[str, Any]:
+        """End an account's rest by hand (a limit misread, or bought more quota).
+
+        Raises :class:`UnknownAccount` if the provider has no such account.
+        """
+        if not self._accounts.knows(provider, account):
+            what = "its ambient account" if account is None else f"no account {account!r}"
+            raise UnknownAccount(f"provider {provider!r} has {what} configured")
+
+        def cleared(_: None) -> None:
+            self._accounts.wake(provider, account)
+            log.info("the rest of %s/%s was ended by hand", provider, account or "(ambient)")
+            self._wake()
+
+        await self.ledger.call(methodcaller("clear_account_limit", provider, account), then=cleared)
+        now = self._wall()
+        return next(
+            account_view(s)
+            for s in self._accounts.statuses(now)
+            if (s.provider, s.account) == (provider, account) and not s.retired
+        )
 
     def waiting_for_accounts(self) -> dict[str, dict[str, Any]]:
         """Providers whose queued runs wait because no account can take them: why, until when."""

@@ -326,3 +326,64 @@ async def test_an_account_removed_and_added_again_keeps_its_rest(
     assert (await running.client.post("/v1/reload")).json()["ok"]
     back = (await accounts(running))["a"]
     assert (back["exhausted_until"], back["available"]) == (until, False)
+
+
+async def test_a_rest_can_be_ended_by_hand_from_the_api_and_the_cli(
+    start: Start, tmp_path: Path
+) -> None:
+    running = await serve_agent(start, tmp_path, "claude-epoch", [("a", ""), ("b", "")])
+    limit(tmp_path, "a", resets_in=3600)
+    limit(tmp_path, "b", resets_in=3600)
+    ended = await running.wait((await submit(running))["id"])
+    assert ended["status"] == "usage_limited"
+    assert not (await accounts(running))["a"]["available"]
+
+    (tmp_path / "homes" / "a" / "limited").unlink()
+    waiting = await submit(running)
+    answer = await running.client.post(
+        "/v1/accounts/end-rest", json={"provider": "agent", "account": "a"}
+    )
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["available"], answer.json()["exhausted_until"]) == (True, None)
+    # The queued run starts at once on the account that is back.
+    done = await running.wait(waiting["id"])
+    assert (done["status"], done["account"]) == ("succeeded", "a")
+
+    unknown = await running.client.post(
+        "/v1/accounts/end-rest", json={"provider": "agent", "account": "zz"}
+    )
+    assert (unknown.status_code, unknown.json()["error"]) == (
+        404,
+        "provider 'agent' has no account 'zz' configured",
+    )
+    bad = await running.client.post("/v1/accounts/end-rest", json={"provider": 3})
+    assert (bad.status_code, bad.json()["error"]) == (
+        422,
+        "provider: required, a string; got 3",
+    )
+
+    cli = await trio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "herdsman",
+                "accounts",
+                "end-rest",
+                "agent",
+                "b",
+                "-c",
+                "supervisor.toml",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    )
+    assert (cli.returncode, cli.stdout) == (0, "agent/b: available\n"), cli.stderr
+    assert (await accounts(running))["b"]["exhausted_until"] is None
+    # Ended in the ledger too: a restart does not bring the rests back.
+    now = time.time()
+    assert await running.supervisor.ledger.call(lambda s: s.account_limits(now)) == []

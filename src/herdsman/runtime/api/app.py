@@ -20,7 +20,13 @@ from starlette.routing import Route
 
 from herdsman.runtime.intake import InvalidRequest, load_json, parse_batch, parse_submit
 from herdsman.runtime.store import RunStatus
-from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
+from herdsman.runtime.supervisor import (
+    NotAdmitting,
+    RunConflict,
+    RunNotFound,
+    Supervisor,
+    UnknownAccount,
+)
 from herdsman.runtime.views import run_view
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -76,6 +82,8 @@ class Api:
                 return error(404, f"no run with id {exc.args[0]!r}")
             except RunConflict as exc:
                 return error(409, str(exc))
+            except UnknownAccount as exc:
+                return error(404, str(exc))
             except NotAdmitting as exc:
                 return error(503, str(exc))
 
@@ -176,6 +184,25 @@ class Api:
             }
         )
 
+    async def end_rest(self, request: Request) -> Response:
+        """``POST /v1/accounts/end-rest``: the account is available again now.
+
+        The body is ``{"provider": ..., "account": ...}``; ``account`` absent
+        or null means the provider's ambient environment.
+        """
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise InvalidRequest(400, "the request body must be a JSON object")
+        unknown = sorted(set(body) - {"provider", "account"})
+        if unknown:
+            raise InvalidRequest(422, f"{unknown[0]}: unknown field; expected provider, account")
+        provider, account = body.get("provider"), body.get("account")
+        if not isinstance(provider, str):
+            raise InvalidRequest(422, f"provider: required, a string; got {provider!r}")
+        if account is not None and not isinstance(account, str):
+            raise InvalidRequest(422, f"account: a string or null; got {account!r}")
+        return JSONResponse(await self.supervisor.end_rest(provider, account))
+
     async def reload(self, request: Request) -> Response:
         """``POST /v1/reload``: read the file again; 200 applied or unchanged, 422 rejected."""
         result = await self.supervisor.reload("API")
@@ -214,6 +241,7 @@ def create_app(supervisor: Supervisor, token: str) -> Starlette:
         Route("/v1/runs/{run_id}/cancel", guarded(api.cancel), methods=["POST"]),
         Route("/v1/status", guarded(api.status), methods=["GET"]),
         Route("/v1/accounts", guarded(api.accounts), methods=["GET"]),
+        Route("/v1/accounts/end-rest", guarded(api.end_rest), methods=["POST"]),
         Route("/v1/worktrees", guarded(api.worktrees), methods=["GET"]),
         Route("/v1/worktrees/sweep", guarded(api.sweep), methods=["POST"]),
         Route("/v1/reload", guarded(api.reload), methods=["POST"]),
