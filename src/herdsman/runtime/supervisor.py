@@ -3,11 +3,14 @@
 Every store call goes through the :class:`~herdsman.runtime.ledger.Ledger`,
 which applies calls in the order they were made and group-commits them. The
 scheduler, the trace, the metrics and waiters are updated in the ledger's
-``then`` callbacks, so they follow the ledger's order exactly. Not yet
+``then`` callbacks, so they follow the ledger's order exactly. Not
 everything: starts are taken by a separate dispatch task that the callbacks
 wake, so when a start and another event are ready together, trio's wake-up
-order decides which comes first (harmless here; the simulator will need
-dispatch moved into the callbacks).
+order decides which comes first. Harmless in production; the simulator stays
+deterministic by delivering one event at a time and letting everything it
+sets off settle before the next (sim/replay.py). Events that change what may
+start (a reload, a shutdown) are traced in ledger order, after every start
+decided before them.
 
 At most once: a run is committed as running (``mark_running_many``, fsynced,
 one transaction for a burst of starts) before its process is spawned; a run
@@ -16,14 +19,13 @@ found running at start-up is recorded as lost, never re-run.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
 import math
 import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from operator import methodcaller
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -31,7 +33,6 @@ from typing import Any, Literal, Protocol
 import attrs
 import outcome
 import trio
-import watchfiles
 
 from herdsman.config import Config, ConfigError, LoadedConfig, format_duration
 from herdsman.config.report import config_as_json
@@ -47,6 +48,7 @@ from herdsman.runtime.accounts import (
     longest_window,
 )
 from herdsman.runtime.callbacks import deliver_callback
+from herdsman.runtime.config_watch import file_signature, watch_file
 from herdsman.runtime.git import Git, RealGit
 from herdsman.runtime.launch import build_spec
 from herdsman.runtime.ledger import Ledger, RunSync, in_worker_thread
@@ -92,9 +94,6 @@ SKIP_REASON = "its conversation or agent already had a queued or running run"
 ACCOUNT_RECHECK = 60.0
 #: How long an orphaned agent gets between SIGTERM and SIGKILL at start-up.
 ORPHAN_GRACE = 5.0
-#: How long the configuration file must stay unchanged before a reload (an
-#: editor's save is several writes).
-WATCH_SETTLE = 0.5
 PROVIDER_GONE = (
     "its provider was removed from the configuration; "
     "its queued runs wait until it is configured again"
@@ -160,24 +159,6 @@ class ShutdownReport:
     cancelled: tuple[str, ...]
     #: Why the supervisor stopped by itself (the ledger failed), if it did.
     fatal: str | None = None
-
-
-def _watched_folders(path: Path) -> tuple[str, ...]:
-    """The folders holding the file and, through symlinks, what it points at."""
-    names = {os.path.abspath(path), os.path.realpath(path)}
-    return tuple(sorted({os.path.dirname(name) for name in names}))
-
-
-def _signature(path: Path) -> bytes | None:
-    """The file's content, hashed (None: no file).
-
-    Content, not times: two quick edits of the same length can share an
-    mtime, and saving the file unchanged is no reason to reload.
-    """
-    try:
-        return hashlib.sha256(path.read_bytes()).digest()
-    except OSError:
-        return None
 
 
 def limits_of(config: Config) -> Limits:
@@ -259,7 +240,7 @@ class Supervisor:
         self.last_reload: ReloadResult | None = None
         # The file as the last reload (or the start) read it: the watcher
         # reloads only when it differs, whoever reloaded last.
-        self._config_seen = _signature(source.path) if source is not None else None
+        self._config_seen = file_signature(source.path) if source is not None else None
         self.metrics = metrics or Metrics()
         self.ledger = Ledger(store, run_sync=run_sync)
         self._execute = execute
@@ -271,7 +252,7 @@ class Supervisor:
         self._accounts = account_book(config)
         # The account each starting run was given, and the configuration its
         # start was decided under, until its task has read them.
-        self._picks: dict[str, tuple[Pick | None, Config]] = {}
+        self._picks: dict[str, tuple[Pick, Config]] = {}
         self._wakeup = trio.Event()
         self._admitting = True
         self._drain_requested = trio.Event()
@@ -344,7 +325,8 @@ class Supervisor:
                 nursery.start_soon(self._prune_loop)
                 nursery.start_soon(self._sweep_loop)
                 if self._source is not None and self._source.watch:
-                    nursery.start_soon(self._watch_config, self._source.path)
+                    path = self._source.path
+                    nursery.start_soon(watch_file, path, partial(self._config_changed, path))
                 self._wake()
                 self._ready.set()
                 task_status.started(self)
@@ -833,14 +815,13 @@ class Supervisor:
         starts = self._scheduler.take_startable(gate)
         if not starts:
             return
-        # Handles exist before the commit so a cancel arriving meanwhile is
-        # not lost: RunCancel remembers a cancel made before execute.
         for run in starts:
+            # Handles exist before the commit so a cancel arriving meanwhile
+            # is not lost: RunCancel remembers a cancel made before execute.
             self._handles[run.id] = RunCancel()
-        # A run is built from the configuration its start was decided under,
-        # whatever a reload changes while its start is being recorded.
-        for run in starts:
-            self._picks[run.id] = (gate.picks.get(run.id), self.config)
+            # A run is built from the configuration its start was decided
+            # under, whatever a reload changes while its start is recorded.
+            self._picks[run.id] = (gate.picks[run.id], self.config)
         items = [(run.id, gate.picks[run.id].account) for run in starts]
         # Shielded: once queued, the commit happens whatever we do, and its
         # callback must find the run nursery open to hand each run its task
@@ -1094,19 +1075,19 @@ class Supervisor:
         """
         self._scheduler.finish(run_id)
         self._accounts.finish(run_id, self._wall(), spawned=spawned)
-        del self._handles[run_id]
-        self._notify(run_id)
-        if not self._handles:
-            self._idle.set()
-        self._wake()
+        self._let_go(run_id)
 
     def _requeue(self, record: RunRecord) -> None:
         """A usage-limited run goes back to its place at the head of its lanes."""
         self._scheduler.requeue(record.id)
         self._accounts.finish(record.id, self._wall())
         self._submitted_at[record.id] = record.submitted_at
-        del self._handles[record.id]
-        self._notify(record.id)
+        self._let_go(record.id)
+
+    def _let_go(self, run_id: str) -> None:
+        """The run's task is done with it: wake its waiters and the dispatcher."""
+        del self._handles[run_id]
+        self._notify(run_id)
         if not self._handles:
             self._idle.set()
         self._wake()
@@ -1158,7 +1139,7 @@ class Supervisor:
                 return self._rejected(
                     trigger, now, ["this supervisor was started without a file to reload"]
                 )
-            seen = _signature(self._source.path)
+            seen = file_signature(self._source.path)
             last = self.last_reload
             if seen is not None and seen == self._config_seen and last is not None:
                 # This very file was reloaded already (the watcher is quick):
@@ -1277,64 +1258,11 @@ class Supervisor:
             self._trace.set_config(config_as_json(config))  # the next trace file's header
         self._wake()
 
-    async def _watch_config(self, path: Path) -> None:
-        """Reload when the file changes and has settled (editors write in bursts).
-
-        The file's folder is watched, not the file, so a file replaced by a
-        rename (as editors save) is followed; so is the target of a symlink,
-        looked up again after every change, so a swapped link (a Kubernetes
-        ConfigMap update) moves the watch along. A folder that disappears is
-        waited for. A reload happens only when the content changed.
-        """
-        warned = False
-        while True:
-            folders = _watched_folders(path)
-            if not all(os.path.isdir(folder) for folder in folders):
-                if not warned:
-                    log.warning("cannot watch %s: its folder is gone; waiting for it", path)
-                    warned = True
-                await trio.sleep(WATCH_SETTLE)
-                continue
-            if warned:
-                log.info("watching %s again", path)
-                warned = False
-                await self._config_changed(path)
-            try:
-                await self._watch_folders(path, folders)
-            except Exception as error:  # the watch itself failed: look again shortly
-                log.warning("watching %s failed (%s); trying again", path, error)
-                await trio.sleep(WATCH_SETTLE)
-
-    async def _watch_folders(self, path: Path, folders: tuple[str, ...]) -> None:
-        """Until the file's folders change (a symlink swapped) or vanish."""
-        # ``step`` is how long the folders must stay quiet before a batch of
-        # changes is reported; ``debounce`` only caps how long a batch may
-        # grow (an editor writing slowly). ``rust_timeout`` bounds how long a
-        # cancel waits for the watching thread; with ``yield_on_timeout`` an
-        # empty batch comes every ``rust_timeout`` too, so a deleted folder
-        # (which reports nothing more) is noticed.
-        changes = watchfiles.awatch(
-            *folders,
-            watch_filter=None,
-            step=int(WATCH_SETTLE * 1000),
-            debounce=10_000,
-            rust_timeout=1000,
-            yield_on_timeout=True,
-            recursive=False,
-        )
-        # aclosing: leaving the loop early must stop the watching thread now,
-        # not whenever the generator is garbage collected.
-        async with contextlib.aclosing(changes):
-            async for batch in changes:
-                if batch:
-                    await self._config_changed(path)
-                if _watched_folders(path) != folders or not all(map(os.path.isdir, folders)):
-                    return
-
     async def _config_changed(self, path: Path) -> None:
+        """The file may have changed (the watcher says): reload if its content did."""
         # Another trigger may have reloaded this very content meanwhile, and
         # a moment without a file (mid-rename) is no reason to reload.
-        current = _signature(path)
+        current = file_signature(path)
         if current is not None and current != self._config_seen:
             try:
                 await self.reload("file changed")

@@ -74,7 +74,7 @@ class _Driver:
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
         self._heap: list[tuple[float, int, int, int, Callable[[], Awaitable[None]]]] = []
-        self._ends = 0
+        self._pushes = 0
         self._executions: dict[str, int] = {}
         self._pushed = trio.Event()
         self.defaulted: list[str] = []
@@ -82,8 +82,8 @@ class _Driver:
     def push(self, t: float, kind: int, order: int, action: Callable[[], Awaitable[None]]) -> None:
         # ``order`` breaks ties within a kind; the counter only keeps tuples
         # comparable (it never decides: equal (t, kind, order) cannot happen).
-        self._ends += 1
-        heapq.heappush(self._heap, (t, kind, order, self._ends, action))
+        self._pushes += 1
+        heapq.heappush(self._heap, (t, kind, order, self._pushes, action))
         self._pushed.set()
 
     def next_time(self) -> float | None:
@@ -188,8 +188,7 @@ def replay(workload: Workload, loaded: LoadedConfig, *, seed: int | None = None)
     if seed is not None:
         _shuffle_trio(seed)
     began = time.perf_counter()
-    with Patcher() as patcher:
-        assert patcher.fs is not None
+    with Patcher():
         result = trio.run(
             _replay, workload, loaded, clock=trio.testing.MockClock(autojump_threshold=0)
         )

@@ -1,0 +1,98 @@
+"""Following supervisor.toml on disk: tell the supervisor when it may have changed.
+
+The file's folder is watched (watchfiles), not the file, so a file replaced
+by a rename (as editors save) is followed; so is the target of a symlink,
+looked up again after every change, so a swapped link (a Kubernetes
+ConfigMap update) moves the watch along. A folder that disappears is waited
+for. Whether the content really changed is the caller's to decide
+(:func:`file_signature`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import trio
+import watchfiles
+
+__all__ = ["WATCH_SETTLE", "file_signature", "watch_file"]
+
+log = logging.getLogger("herdsman.supervisor")
+
+#: How long the folder must stay quiet before a change is reported (an
+#: editor's save is several writes).
+WATCH_SETTLE = 0.5
+
+
+def file_signature(path: Path) -> bytes | None:
+    """The file's content, hashed (None: no file).
+
+    Content, not times: two quick edits of the same length can share an
+    mtime, and saving the file unchanged is no reason to reload.
+    """
+    try:
+        return hashlib.sha256(path.read_bytes()).digest()
+    except OSError:
+        return None
+
+
+def _watched_folders(path: Path) -> tuple[str, ...]:
+    """The folders holding the file and, through symlinks, what it points at."""
+    names = {os.path.abspath(path), os.path.realpath(path)}
+    return tuple(sorted({os.path.dirname(name) for name in names}))
+
+
+async def watch_file(path: Path, changed: Callable[[], Awaitable[None]]) -> None:
+    """Call ``changed`` whenever ``path`` may have changed and has settled. Never returns."""
+    warned = False
+    while True:
+        folders = _watched_folders(path)
+        if not all(os.path.isdir(folder) for folder in folders):
+            if not warned:
+                log.warning("cannot watch %s: its folder is gone; waiting for it", path)
+                warned = True
+            await trio.sleep(WATCH_SETTLE)
+            continue
+        if warned:
+            log.info("watching %s again", path)
+            warned = False
+            await changed()
+        try:
+            await _watch_folders(path, folders, changed)
+        except Exception as error:  # the watch itself failed: look again shortly
+            log.warning("watching %s failed (%s); trying again", path, error)
+            await trio.sleep(WATCH_SETTLE)
+
+
+async def _watch_folders(
+    path: Path, folders: tuple[str, ...], changed: Callable[[], Awaitable[None]]
+) -> None:
+    """Until the file's folders change (a symlink swapped) or vanish."""
+    # ``step`` is how long the folders must stay quiet before a batch of
+    # changes is reported; ``debounce`` only caps how long a batch may grow
+    # (an editor writing slowly). ``rust_timeout`` bounds how long a cancel
+    # waits for the watching thread; with ``yield_on_timeout`` an empty batch
+    # comes every ``rust_timeout`` too, so a deleted folder (which reports
+    # nothing more) is noticed.
+    changes = watchfiles.awatch(
+        *folders,
+        watch_filter=None,
+        step=int(WATCH_SETTLE * 1000),
+        debounce=10_000,
+        rust_timeout=1000,
+        yield_on_timeout=True,
+        recursive=False,
+    )
+    # aclosing: leaving the loop early must stop the watching thread now, not
+    # whenever the generator is garbage collected.
+    async with contextlib.aclosing(changes):
+        async for batch in changes:
+            if batch:
+                await changed()
+            if _watched_folders(path) != folders or not all(map(os.path.isdir, folders)):
+                return
