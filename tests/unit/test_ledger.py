@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import trio
 
@@ -13,10 +16,15 @@ def new(run_id: str) -> NewRun:
     return NewRun(id=run_id, provider="p", prompt="x")
 
 
+async def on_loop(fn: Callable[[], Any]) -> Any:
+    """Like ``inline`` but not it: the ledger queues calls for its writer task."""
+    return fn()
+
+
 async def test_calls_queued_together_commit_as_one_batch_in_order(
     nursery: trio.Nursery,
 ) -> None:
-    ledger = Ledger(MemoryStore(), run_sync=inline)
+    ledger = Ledger(MemoryStore(), run_sync=on_loop)
     seen: list[str] = []
     results: dict[str, int] = {}
 
@@ -38,7 +46,7 @@ async def test_calls_queued_together_commit_as_one_batch_in_order(
 
 
 async def test_a_failing_callback_does_not_stop_the_writer(nursery: trio.Nursery) -> None:
-    ledger = Ledger(MemoryStore(), run_sync=inline)
+    ledger = Ledger(MemoryStore(), run_sync=on_loop)
     await nursery.start(ledger.run)
 
     def explode(_: object) -> None:
@@ -52,7 +60,7 @@ async def test_a_failing_callback_does_not_stop_the_writer(nursery: trio.Nursery
 
 
 async def test_operation_errors_reach_only_their_caller(nursery: trio.Nursery) -> None:
-    ledger = Ledger(MemoryStore(), run_sync=inline)
+    ledger = Ledger(MemoryStore(), run_sync=on_loop)
     await nursery.start(ledger.run)
     with pytest.raises(StoreError):
         await ledger.call(lambda s: s.finish("nope", RunStatus.FAILED, 1.0))
@@ -60,10 +68,28 @@ async def test_operation_errors_reach_only_their_caller(nursery: trio.Nursery) -
 
 
 async def test_a_stopped_ledger_fails_calls_instead_of_hanging() -> None:
-    ledger = Ledger(MemoryStore(), run_sync=inline)
+    ledger = Ledger(MemoryStore(), run_sync=on_loop)
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
             await nursery.start(ledger.run)
             scope.cancel()
     with pytest.raises(StoreError, match="the run ledger is closed"):
         await ledger.call(lambda s: s.get("a"))
+
+
+async def test_an_inline_ledger_applies_each_call_at_once_in_call_order() -> None:
+    # No writer task runs here: an inline ledger must not need one.
+    ledger = Ledger(MemoryStore(), run_sync=inline)
+    seen: list[str] = []
+    for run_id in ("a", "b"):
+        record, created = await ledger.call(
+            lambda s, run_id=run_id: s.submit(new(run_id), 1.0),
+            then=lambda r: seen.append(r[0].id),
+        )
+        # The callback ran before the call returned.
+        assert created
+        assert seen[-1] == record.id == run_id
+    assert ledger.batches == 2
+    with pytest.raises(StoreError):
+        await ledger.call(lambda s: s.finish("nope", RunStatus.FAILED, 1.0), then=seen.append)
+    assert seen == ["a", "b"]

@@ -1,6 +1,6 @@
 """Sans-IO decision cores: plain classes that take events and return decisions."""
 
-from herdsman.core.runs import DEFAULT_WORKSPACE, RunRequest, exclusion_keys
+from herdsman.core.runs import DEFAULT_WORKSPACE, RunRequest, busy_keys, exclusion_keys
 from herdsman.core.scheduler import (
     CancelOutcome,
     Limits,
@@ -21,5 +21,6 @@ __all__ = [
     "SchedulerError",
     "SchedulerSnapshot",
     "StartGate",
+    "busy_keys",
     "exclusion_keys",
 ]

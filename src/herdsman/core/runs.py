@@ -59,14 +59,28 @@ def exclusion_keys(run: RunRequest, *, agent_exclusive: bool) -> tuple[str, ...]
     unique that lane can never be contended, so it gets no key at all (keeping
     a queue per lone run would cost memory for nothing).
     """
-    keys: list[str] = []
-    if run.conversation is not None:
-        keys.append(conversation_key(run.workspace, run.conversation))
-    if agent_exclusive and run.agent is not None:
-        keys.append(agent_key(run.workspace, run.agent))
+    keys = busy_keys(run, agent_exclusive=agent_exclusive)
     if run.cwd is not None:
-        keys.append(cwd_key(str(PurePosixPath(run.cwd))))
-    return tuple(keys)
+        keys += (cwd_key(str(PurePosixPath(run.cwd))),)
+    return keys
+
+
+def busy_keys(run: RunRequest, *, agent_exclusive: bool) -> tuple[str, ...]:
+    """The exclusion keys that make a follow-up a duplicate: conversation and agent.
+
+    A shared working directory is not one: two runs in one folder are not
+    the same request twice, so ``on_busy: "skip"`` ignores the cwd key.
+    """
+    if run.conversation is None:
+        if agent_exclusive and run.agent is not None:
+            return (agent_key(run.workspace, run.agent),)
+        return ()
+    if agent_exclusive and run.agent is not None:
+        return (
+            conversation_key(run.workspace, run.conversation),
+            agent_key(run.workspace, run.agent),
+        )
+    return (conversation_key(run.workspace, run.conversation),)
 
 
 def intention_keys(run: RunRequest) -> tuple[str, ...]:

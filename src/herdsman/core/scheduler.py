@@ -44,7 +44,7 @@ from typing import Protocol
 
 import attrs
 
-from herdsman.core.runs import RunRequest, exclusion_keys, intention_keys
+from herdsman.core.runs import RunRequest, busy_keys, exclusion_keys, intention_keys
 
 
 class RunState(enum.Enum):
@@ -269,8 +269,7 @@ class Scheduler:
 
         This is the ``on_busy: "skip"`` guard against duplicate follow-ups.
         """
-        probe = attrs.evolve(run, cwd=None)  # a shared folder is not a duplicate
-        for key in exclusion_keys(probe, agent_exclusive=self._agent_exclusive):
+        for key in busy_keys(run, agent_exclusive=self._agent_exclusive):
             lane = self._lanes.get(key)
             if lane is not None and (lane.live or lane.x_holders):
                 return True

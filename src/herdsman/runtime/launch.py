@@ -56,6 +56,14 @@ def run_environment(
     return env
 
 
+def log_file(state_dir: Path, run_id: str) -> str:
+    """Where the output log of run ``run_id`` is written."""
+    # A plain string: this is built for every run, and joining pathlib (or,
+    # under the simulator's pyfakefs, os.path) paths costs more than the rest
+    # of building a spec. state_dir is absolute and herdsman is POSIX-only.
+    return f"{state_dir}/logs/{run_id}.log"
+
+
 def build_argv(
     provider: Provider, resume: Sequence[str] = (), program: str | None = None
 ) -> tuple[str, ...]:
@@ -107,7 +115,7 @@ def build_spec(
         prompt=prompt,
         timeout=provider.timeout.total_seconds() if provider.timeout else None,
         idle_timeout=provider.idle_timeout.total_seconds() if provider.idle_timeout else None,
-        log_path=state_dir / "logs" / f"{record.id}.log",
+        log_path=log_file(state_dir, record.id),
         protocol=provider.protocol,
         usage_limit_pattern=provider.usage_limit_pattern,
         # The provider's own folder is herdsman's to make (when the process is

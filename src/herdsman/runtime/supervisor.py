@@ -36,7 +36,7 @@ import trio
 
 from herdsman.config import Config, ConfigError, LoadedConfig, format_duration
 from herdsman.config.report import config_as_json
-from herdsman.core import CancelOutcome, Limits, RunRequest, RunState, Scheduler, exclusion_keys
+from herdsman.core import CancelOutcome, Limits, RunRequest, RunState, Scheduler, busy_keys
 from herdsman.core.accounts import Pick, sticky_key
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
@@ -50,7 +50,7 @@ from herdsman.runtime.accounts import (
 from herdsman.runtime.callbacks import deliver_callback
 from herdsman.runtime.config_watch import file_signature, watch_file
 from herdsman.runtime.git import Git, RealGit
-from herdsman.runtime.launch import build_spec
+from herdsman.runtime.launch import build_spec, log_file
 from herdsman.runtime.ledger import Ledger, RunSync, in_worker_thread
 from herdsman.runtime.metrics import Metrics
 from herdsman.runtime.orphans import find_orphans, stop_groups
@@ -516,18 +516,15 @@ class Supervisor:
         self, items: Sequence[tuple[NewRun, OnBusy]]
     ) -> list[tuple[RunRecord, bool]]:
         """Submit several runs in the given order, in one ledger operation."""
-        await self._ready.wait()
+        if not self._ready.is_set():  # waiting on a set Event would still yield once
+            await self._ready.wait()
         if not self._admitting:
             raise NotAdmitting("the supervisor is shutting down and accepts no new runs")
         plan: list[tuple[NewRun, RunRequest, bool]] = []
         claimed: Counter[str] = Counter()
         for new, on_busy in items:
             request = run_request(new)
-            # A shared working directory is not a duplicate follow-up: only
-            # conversation and agent keys count as busy (as in is_busy).
-            keys = exclusion_keys(
-                attrs.evolve(request, cwd=None), agent_exclusive=self._scheduler.agent_exclusive
-            )
+            keys = busy_keys(request, agent_exclusive=self._scheduler.agent_exclusive)
             # Submits still in the ledger count as busy too, so a follow-up
             # arriving a moment after its predecessor is still skipped.
             busy = self._scheduler.is_busy(request) or any(self._pending_keys[k] for k in keys)
@@ -787,7 +784,11 @@ class Supervisor:
         while True:
             # Waiting runs whose accounts all rest are looked at again when
             # the first of those accounts comes back.
-            with trio.move_on_after(self._until_an_account_frees()):
+            delay = self._until_an_account_frees()
+            if delay < math.inf:
+                with trio.move_on_after(delay):
+                    await self._wakeup.wait()
+            else:  # the common case: no scope to make for a deadline that never comes
                 await self._wakeup.wait()
             self._wakeup = trio.Event()
             if self._admitting:
@@ -946,7 +947,7 @@ class Supervisor:
         )
 
     async def _record_finish(self, record: RunRecord, ended: ProcessOutcome | None) -> None:
-        log_path = str(self.config.supervisor.state_dir / "logs" / f"{record.id}.log")
+        log_path = log_file(self.config.supervisor.state_dir, record.id)
         if ended is None:  # the task was cancelled before an outcome existed
             status = RunStatus.CANCELLED
             fields: dict[str, Any] = {"reason": "supervisor shut down", "log_path": log_path}

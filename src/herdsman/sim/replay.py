@@ -6,9 +6,11 @@ kind, sequence)``, where the sequence comes from the trace (arrival order,
 attempt number), never from which task woke first. The driver delivers one
 event at a time and then waits until every task is blocked
 (``trio.testing.wait_all_tasks_blocked``) before the next, so whatever one
-event sets off has finished before the next begins; on reaching a time it
-first lets the supervisor's own timers due then run out. Nothing is decided
-by trio's wake-up order, which ``--seed`` reshuffles to prove it.
+event sets off has finished before the next begins. Between events it moves
+the ``MockClock`` itself, to the next event or to the supervisor's own next
+timer if that comes first (so a timer due at an event's instant acts before
+it). Nothing is decided by trio's wake-up order, which ``--seed`` reshuffles
+to prove it.
 """
 
 from __future__ import annotations
@@ -76,7 +78,6 @@ class _Driver:
         self._heap: list[tuple[float, int, int, int, Callable[[], Awaitable[None]]]] = []
         self._pushes = 0
         self._executions: dict[str, int] = {}
-        self._pushed = trio.Event()
         self.defaulted: list[str] = []
 
     def push(self, t: float, kind: int, order: int, action: Callable[[], Awaitable[None]]) -> None:
@@ -84,17 +85,10 @@ class _Driver:
         # comparable (it never decides: equal (t, kind, order) cannot happen).
         self._pushes += 1
         heapq.heappush(self._heap, (t, kind, order, self._pushes, action))
-        self._pushed.set()
 
     def next_time(self) -> float | None:
         """When the earliest event is due, if there is one."""
         return self._heap[0][0] if self._heap else None
-
-    async def wait_until(self, t: float) -> None:
-        """Until ``t``, or until an event is pushed (it may be due earlier)."""
-        self._pushed = trio.Event()
-        with trio.move_on_at(t):
-            await self._pushed.wait()
 
     def pop(self) -> tuple[float, Callable[[], Awaitable[None]]] | None:
         if not self._heap:
@@ -188,10 +182,11 @@ def replay(workload: Workload, loaded: LoadedConfig, *, seed: int | None = None)
     if seed is not None:
         _shuffle_trio(seed)
     began = time.perf_counter()
+    # Autojump only matters once the input is over (a shutdown's grace
+    # period): while driving, the driver moves the clock itself.
+    clock = trio.testing.MockClock(autojump_threshold=0)
     with Patcher():
-        result = trio.run(
-            _replay, workload, loaded, clock=trio.testing.MockClock(autojump_threshold=0)
-        )
+        result = trio.run(_replay, workload, loaded, clock, clock=clock)
     return attrs.evolve(result, wall_seconds=time.perf_counter() - began)
 
 
@@ -203,7 +198,9 @@ def _shuffle_trio(seed: int) -> None:
     trio_run._r.seed(seed)
 
 
-async def _replay(workload: Workload, given: LoadedConfig) -> ReplayResult:
+async def _replay(
+    workload: Workload, given: LoadedConfig, clock: trio.testing.MockClock
+) -> ReplayResult:
     # Made again inside the fake filesystem: a Path object made before the
     # patch began is the real pathlib's (FINDINGS.md) and can make the same
     # folder look like two.
@@ -259,7 +256,7 @@ async def _replay(workload: Workload, given: LoadedConfig) -> ReplayResult:
             driver.push(arrival.t, _ARRIVAL, order, deliver)
 
         next_arrival()
-        await _drive(driver, supervisor, wall)
+        await _drive(driver, supervisor, wall, clock)
         span = trio.current_time()
         left_queued = supervisor.status()["queued"]
         # The input is over; what stopping the simulated supervisor traces is not.
@@ -271,28 +268,35 @@ async def _replay(workload: Workload, given: LoadedConfig) -> ReplayResult:
     return ReplayResult(text, runs, span, 0.0, tuple(driver.defaulted), left_queued)
 
 
-async def _drive(driver: _Driver, supervisor: Supervisor, wall: Callable[[], float]) -> None:
+async def _drive(
+    driver: _Driver,
+    supervisor: Supervisor,
+    wall: Callable[[], float],
+    clock: trio.testing.MockClock,
+) -> None:
     """Deliver every event in order, one at a time, until nothing more can happen."""
+    # Each pass starts with every task blocked and no timer due: only the
+    # driver can make something happen now.
+    await trio.testing.wait_all_tasks_blocked()
     while True:
         t = driver.next_time()
         if t is None:
-            # Let the supervisor's timers due now act first (an account's
-            # rest ending at this very moment starts runs), then decide.
-            await trio.testing.wait_all_tasks_blocked()
-            if driver.next_time() is not None:
-                continue
-            later = _next_account_wakeup(supervisor, wall())
-            if later is None:
+            # Queued runs may wait for a resting account: its return (a
+            # supervisor timer, reached below) is the next thing to happen.
+            t = _next_account_wakeup(supervisor, wall())
+            if t is None:
                 return
-            t = later
-        if t > trio.current_time():
-            # Wait for that moment, or for an earlier event: the supervisor's
-            # own timers (an account's rest ending) can start runs
-            # meanwhile, whose ends come before ``t``.
-            await driver.wait_until(t)
+        now = trio.current_time()
+        to_timer = trio.lowlevel.current_statistics().seconds_to_next_deadline
+        if to_timer <= t - now:
+            # The supervisor's own timer comes first (or at the same
+            # instant: it acts before the event). Jumped by the same
+            # arithmetic as MockClock's autojump, so the times are the same.
+            clock.jump(max(0.0, to_timer))
+            await trio.testing.wait_all_tasks_blocked()
             continue
-        # The supervisor's own timers due by now go first, then the event.
-        await trio.testing.wait_all_tasks_blocked()
+        if t > now:
+            clock.jump(t - now)
         item = driver.pop()
         if item is None:
             continue

@@ -43,7 +43,7 @@ def _argv(argv: Iterable[str]) -> tuple[str, ...]:
 
 
 def _path(value: str | os.PathLike[str]) -> Path:
-    return Path(value)
+    return value if isinstance(value, Path) else Path(value)
 
 
 def _frozen_env(env: Mapping[str, str]) -> Mapping[str, str]:
