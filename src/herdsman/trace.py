@@ -7,9 +7,11 @@ file starts with a header line::
 
 followed by one event per line, ``{"t": 1.25, "seq": 0, "event": "submit", ...}``,
 where ``t`` is seconds since the header and ``seq`` counts events in the file.
-When a file reaches ``max_bytes`` the writer starts a new one whose header
-also carries the runs still queued or running (``"carry"``), so every file can
-be replayed on its own.
+When a file reaches ``max_bytes`` it ends with a ``rotated`` event naming
+the next file, and the writer starts that one, whose header
+also carries the runs still queued or running (``"carry"``: ``{"running":
+[{"run": {...}, "account": ...}], "queued": [{...}]}``, each in submission
+order), so every file can be replayed on its own.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     "reload": frozenset({"generation", "config"}),
     "reload_rejected": frozenset({"errors"}),
     "shutdown": frozenset(),
+    "rotated": frozenset({"next"}),
 }
 
 RUN_FIELDS = frozenset({"id", "provider", "conversation", "agent", "workspace", "cwd", "prompt"})
@@ -62,8 +65,10 @@ class TraceWriter:
     Each event is flushed to the OS as it is written, so a crash loses at most
     the event being written. ``clock`` is a monotonic seconds clock (the trio
     clock in the supervisor, the fake clock in the simulator); ``wall`` gives
-    the header's ``started_at``. ``carry`` returns the runs to restate in the
-    header of a rotated file. With a ``sink`` (the simulator's in-memory
+    the header's ``started_at``. The writer follows the runs its events
+    describe, to restate those queued or running in the header of a rotated
+    file (``carry``): as the events written so far tell it, never ahead of
+    them. With a ``sink`` (the simulator's in-memory
     buffer) everything goes there, in one file's worth, never rotated.
     """
 
@@ -75,7 +80,6 @@ class TraceWriter:
         config: Mapping[str, Any],
         clock: Callable[[], float],
         wall: Callable[[], dt.datetime],
-        carry: Callable[[], Mapping[str, Any]] | None = None,
         sink: IO[str] | None = None,
     ) -> None:
         self._directory = directory
@@ -84,7 +88,9 @@ class TraceWriter:
         self._config: Mapping[str, Any] = config
         self._clock = clock
         self._wall = wall
-        self._carry = carry
+        # Runs queued or running as the events written so far tell, in
+        # submission order: id -> [run object, running?, account].
+        self._live: dict[str, list[Any]] = {}
         self._file: IO[str] | None = None
         self._path: Path | None = None
         self._origin = 0.0
@@ -133,6 +139,9 @@ class TraceWriter:
     def _append(self, kind: str, fields: dict[str, Any]) -> None:
         if self._file is None or self._size >= self._max_bytes:
             self._open_new()
+        self._append_to_current(kind, fields)
+
+    def _append_to_current(self, kind: str, fields: dict[str, Any]) -> None:
         assert self._file is not None
         record: dict[str, Any] = {
             "t": round(self._clock() - self._origin, 6),
@@ -142,6 +151,29 @@ class TraceWriter:
         record.update(fields)
         self._write(_dumps(record))
         self._seq += 1
+        if self._sink is None:  # a sink is never rotated: nothing to restate
+            self._follow(kind, fields)
+
+    def _follow(self, kind: str, fields: Mapping[str, Any]) -> None:
+        if kind == "submit":
+            self._live[fields["run"]["id"]] = [fields["run"], False, None]
+        elif kind == "start":
+            held = self._live.get(fields["run_id"])
+            if held is not None:
+                held[1], held[2] = True, fields.get("account")
+        elif kind == "finish" and fields.get("requeued"):
+            held = self._live.get(fields["run_id"])
+            if held is not None:
+                held[1], held[2] = False, None
+        elif kind in ("finish", "cancel", "lost"):
+            self._live.pop(fields["run_id"], None)
+
+    def _carry(self) -> dict[str, Any]:
+        running = [
+            {"run": run, "account": account} for run, on, account in self._live.values() if on
+        ]
+        queued = [run for run, on, _ in self._live.values() if not on]
+        return {"running": running, "queued": queued}
 
     def close(self) -> None:
         """Close the current file (a sink stays open: it is the caller's)."""
@@ -150,14 +182,13 @@ class TraceWriter:
         self._file = None
 
     def _open_new(self) -> None:
-        carry = self._carry() if self._carry is not None and self._file is not None else None
+        carry = self._carry() if self._file is not None else None
         started = self._wall()
         if self._sink is not None:
             if self._file is not None:
                 return  # a sink is one file's worth: never rotated
             self._file = self._sink
         else:
-            self.close()
             self._directory.mkdir(parents=True, exist_ok=True)
             stamp = started.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%S")
             while True:  # never over another trace (a restart within the second)
@@ -165,10 +196,16 @@ class TraceWriter:
                 name = f"trace-{stamp}-{os.getpid()}-{self._files_opened}.jsonl"
                 path = self._directory / name
                 try:
-                    self._file = path.open("x", encoding="utf-8")
+                    opened = path.open("x", encoding="utf-8")
                 except FileExistsError:
                     continue
                 break
+            if self._file is not None:
+                # The old file says where it goes on: a reader (sim diff) then
+                # knows that its end is not the end of the recording.
+                self._append_to_current("rotated", {"next": name})
+            self.close()
+            self._file = opened
             self._path = path
         self._origin = self._clock()
         self._seq = 0
@@ -280,9 +317,34 @@ def _parse_header(path: Path, number: int, text: str) -> TraceHeader:
         )
     if not isinstance(config, dict):
         raise TraceFormatError(f"{path}:{number}: config: expected an object")
-    if carry is not None and not isinstance(carry, dict):
-        raise TraceFormatError(f"{path}:{number}: carry: expected an object")
+    if carry is not None:
+        _check_carry(f"{path}:{number}", carry)
     return TraceHeader(version, started, config, carry)
+
+
+def _check_carry(where: str, carry: Any) -> None:
+    """``{"running": [{"run": {...}, "account": str | null}], "queued": [{...}]}``."""
+    if not isinstance(carry, dict):
+        raise TraceFormatError(f"{where}: carry: expected an object")
+    unknown = carry.keys() - {"running", "queued"}
+    if unknown:
+        raise TraceFormatError(
+            f"{where}: carry: unknown field {sorted(unknown)[0]!r} (expected running, queued)"
+        )
+    for key in ("running", "queued"):
+        if not isinstance(carry.get(key, []), list):
+            raise TraceFormatError(f"{where}: carry.{key}: expected a list")
+    for n, held in enumerate(carry.get("running", [])):
+        if not isinstance(held, dict) or "run" not in held:
+            raise TraceFormatError(f"{where}: carry.running[{n}]: expected {{run, account}}")
+        _check_run(where, held["run"], f"carry.running[{n}].run")
+        account = held.get("account")
+        if account is not None and not isinstance(account, str):
+            raise TraceFormatError(
+                f"{where}: carry.running[{n}].account: expected a string or null, got {account!r}"
+            )
+    for n, run in enumerate(carry.get("queued", [])):
+        _check_run(where, run, f"carry.queued[{n}]")
 
 
 def _events(path: Path, lines: Iterator[tuple[int, str]]) -> Iterator[TraceEvent]:
@@ -359,15 +421,15 @@ def _check_fields(where: str, kind: str, obj: dict[str, Any]) -> None:
         raise TraceFormatError(f"{where}: config: expected an object")
 
 
-def _check_run(where: str, run: Any) -> None:
+def _check_run(where: str, run: Any, name: str = "run") -> None:
     if not isinstance(run, dict):
-        raise TraceFormatError(f"{where}: run: expected an object")
+        raise TraceFormatError(f"{where}: {name}: expected an object")
     unknown = run.keys() - RUN_FIELDS
     if unknown:
-        raise TraceFormatError(f"{where}: run: unknown field {sorted(unknown)[0]!r}")
+        raise TraceFormatError(f"{where}: {name}: unknown field {sorted(unknown)[0]!r}")
     for key in ("id", "provider"):
         if not isinstance(run.get(key), str) or not run[key]:
-            raise TraceFormatError(f"{where}: run.{key}: expected a non-empty string")
+            raise TraceFormatError(f"{where}: {name}.{key}: expected a non-empty string")
     for key in ("conversation", "agent", "workspace", "cwd", "prompt"):
         if key in run and run[key] is not None and not isinstance(run[key], str):
-            raise TraceFormatError(f"{where}: run.{key}: expected a string or null")
+            raise TraceFormatError(f"{where}: {name}.{key}: expected a string or null")

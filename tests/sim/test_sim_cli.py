@@ -176,3 +176,19 @@ def test_the_summary_counts_accepted_runs_and_warns_about_runs_left_queued(
     assert done.returncode == 0, done.stderr
     assert done.stderr.startswith("replayed 2 runs ")
     assert "1 run(s) were still queued at the end" in done.stderr
+
+
+def test_diff_compares_a_rotated_file_only_as_far_as_it_goes(tmp_path: Path) -> None:
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=20)
+    assert herdsman("sim", "replay", str(trace), "--out", "a.jsonl", cwd=tmp_path).returncode == 0
+    lines = (tmp_path / "a.jsonl").read_text().splitlines()
+    # The same recording cut short by a rotation, and cut short without one.
+    cut = len(lines) // 2
+    rotated = '{"t":1.0e9,"seq":999,"event":"rotated","next":"trace-2.jsonl"}'
+    (tmp_path / "rotated.jsonl").write_text("\n".join([*lines[:cut], rotated]) + "\n")
+    (tmp_path / "short.jsonl").write_text("\n".join(lines[:cut]) + "\n")
+    agreed = herdsman("sim", "diff", "rotated.jsonl", "a.jsonl", cwd=tmp_path)
+    assert agreed.returncode == 0, agreed.stdout
+    assert "rotated.jsonl was rotated" in agreed.stdout
+    assert herdsman("sim", "diff", "a.jsonl", "rotated.jsonl", cwd=tmp_path).returncode == 0
+    assert herdsman("sim", "diff", "short.jsonl", "a.jsonl", cwd=tmp_path).returncode == 1

@@ -67,7 +67,15 @@ def _diff(args: argparse.Namespace) -> int:
     a, b = read_decisions(args.a), read_decisions(args.b)
     divergence = first_divergence(a, b)
     if divergence is None:
-        print(f"the traces agree on all {len(a.decisions)} decisions")
+        compared = min(len(a.decisions), len(b.decisions))
+        line = f"the traces agree on all {compared} decisions"
+        for name, timeline, other in ((args.a, a, b), (args.b, b, a)):
+            if timeline.rotated and len(other.decisions) > len(timeline.decisions):
+                line += (
+                    f"; {name} was rotated (the recording goes on in another file),"
+                    " so the other trace's later decisions are not compared"
+                )
+        print(line)
         return 0
     print(report(divergence, a, b, (str(args.a), str(args.b))))
     return 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,21 +53,38 @@ class Timeline:
     decisions: tuple[Decision, ...]
     conversations: dict[str, str | None]
     providers: dict[str, str]
+    #: The recording goes on in another file (this one ends in ``rotated``).
+    rotated: bool = False
 
 
 def read_decisions(path: Path) -> Timeline:
     """The decisions of the trace at ``path``, in order."""
-    _, events = read_trace(path)
-    return timeline_of(events)
+    header, events = read_trace(path)
+    return timeline_of(events, header.carry)
 
 
-def timeline_of(events: Iterable[TraceEvent]) -> Timeline:
-    """The decisions among ``events``, in order."""
+def timeline_of(events: Iterable[TraceEvent], carry: Mapping[str, Any] | None = None) -> Timeline:
+    """The decisions among ``events``, in order.
+
+    A rotated file's ``carry`` counts as the starts, at its beginning, of the
+    runs running then (a replay of the file alone starts them there).
+    """
     decisions: list[Decision] = []
     conversations: dict[str, str | None] = {}
     providers: dict[str, str] = {}
+    carry = carry or {}
+    for held in carry.get("running", []):
+        run = held["run"]
+        conversations[run["id"]] = run.get("conversation")
+        providers[run["id"]] = run["provider"]
+        decisions.append(Decision("start", run["id"], (("account", held.get("account")),), 0.0, 1))
+    for run in carry.get("queued", []):
+        conversations[run["id"]] = run.get("conversation")
+        providers[run["id"]] = run["provider"]
+    rotated = False
     for event in events:
         fields = event.fields
+        rotated = rotated or event.event == "rotated"
         if event.event in ("submit", "skip"):
             run = fields["run"]
             conversations[run["id"]] = run.get("conversation")
@@ -83,7 +100,7 @@ def timeline_of(events: Iterable[TraceEvent]) -> Timeline:
             if key == "account" or fields.get(key) is not None
         )
         decisions.append(Decision(event.event, run_id, what, event.t, event.line))
-    return Timeline(tuple(decisions), conversations, providers)
+    return Timeline(tuple(decisions), conversations, providers, rotated)
 
 
 def pairs(a: Timeline, b: Timeline) -> Iterator[tuple[int, Decision | None, Decision | None]]:

@@ -23,8 +23,14 @@ class Divergence:
 
 
 def first_divergence(a: Timeline, b: Timeline) -> Divergence | None:
-    """The first index where the decisions differ (times aside), or None."""
+    """The first index where the decisions differ (times aside), or None.
+
+    A trace whose file was rotated away ends early, not for good: the other
+    trace's later decisions (a replay of that file goes on) are not compared.
+    """
     for index, left, right in pairs(a, b):
+        if (left is None and a.rotated) or (right is None and b.rotated):
+            return None
         if left is None or right is None or _key(left) != _key(right):
             return Divergence(index, left, right, a.decisions[max(0, index - CONTEXT) : index])
     return None

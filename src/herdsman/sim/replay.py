@@ -68,6 +68,8 @@ class ReplayResult:
     defaulted: tuple[str, ...]
     #: Runs still queued when the input ran out (no provider, no account).
     left_queued: int = 0
+    #: The recorded file was rotated at this time: later decisions are the replay's own.
+    rotated_at: float | None = None
 
 
 class _Driver:
@@ -265,7 +267,9 @@ async def _replay(
         await supervisor.finished.wait()
         nursery.cancel_scope.cancel()
     trace.close()
-    return ReplayResult(text, runs, span, 0.0, tuple(driver.defaulted), left_queued)
+    return ReplayResult(
+        text, runs, span, 0.0, tuple(driver.defaulted), left_queued, workload.rotated_at
+    )
 
 
 async def _drive(
@@ -366,6 +370,11 @@ def summary(result: ReplayResult) -> str:
         f"replayed {result.runs} runs over {result.span:.1f} simulated seconds"
         f" in {result.wall_seconds:.2f} s wall ({rate:,.0f} runs per wall second)"
     )
+    if result.rotated_at is not None:
+        line += (
+            f"; the recording was rotated into another file at t={result.rotated_at:g}:"
+            " what the replay decided after that is its own"
+        )
     if result.left_queued:
         line += (
             f"; {result.left_queued} run(s) were still queued at the end (their provider is"

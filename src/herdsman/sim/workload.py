@@ -1,7 +1,8 @@
 """A trace read as a workload: what arrives when, and how each run went.
 
 Arrivals are the trace's submits, skips (re-submitted with ``on_busy =
-"skip"``), queued-run cancels and reloads, at their recorded times. How each
+"skip"``), queued-run cancels and reloads, at their recorded times, after
+the runs a rotated file's header carries over. How each
 attempt of a run went — its duration and outcome, and the reset time of a
 usage limit — comes from the recorded start/finish pair, or from
 ``duration``/``outcome`` on the submit line of a synthetic workload.
@@ -66,6 +67,8 @@ class Workload:
     started_at: float  # the header's time, unix seconds
     arrivals: tuple[Arrival, ...]
     plans: Mapping[str, RunPlan]
+    #: When the recording went on in another file (the trace was rotated).
+    rotated_at: float | None = None
 
 
 def read_workload(path: Path) -> Workload:
@@ -82,6 +85,19 @@ def read_workload(path: Path) -> Workload:
     # exactly the recorded moment, so those milliseconds never add up and
     # reorder events that were close.
     cause = 0.0
+    rotated_at = None
+    # A rotated file restates what was running and queued when it began:
+    # they arrive first, the running ones before the rest (they held their
+    # slots already), each taken to start at the file's beginning.
+    carry = header.carry or {}
+    for held in carry.get("running", []):
+        run = held["run"]
+        plans.setdefault(run["id"], RunPlan(len(plans)))
+        arrivals.append(Arrival(0.0, "submit", {"run": run}))
+        started[run["id"]] = 0.0
+    for run in carry.get("queued", []):
+        plans.setdefault(run["id"], RunPlan(len(plans)))
+        arrivals.append(Arrival(0.0, "submit", {"run": run}))
     for event in events:
         kind, fields = event.event, event.fields
         where = f"{path}:{event.line}"
@@ -123,7 +139,9 @@ def read_workload(path: Path) -> Workload:
             arrivals.append(Arrival(event.t, kind, dict(fields)))
         elif kind in ("reload_rejected", "shutdown"):
             arrivals.append(Arrival(event.t, kind, dict(fields)))
-    return Workload(header, header_time(header), tuple(arrivals), plans)
+        elif kind == "rotated":
+            rotated_at = event.t
+    return Workload(header, header_time(header), tuple(arrivals), plans, rotated_at)
 
 
 def _synthetic(where: str, fields: Mapping[str, Any]) -> Attempt:

@@ -106,3 +106,47 @@ async def test_each_trace_file_of_a_drain_and_restart_replays_on_its_own(
     # The first file stops starting at the drain; the second starts the rest.
     starts = [[d.run_id for d in read_decisions(f).decisions if d.kind == "start"] for f in files]
     assert starts == [ids[:1], ids[1:]]
+
+
+async def test_each_rotated_trace_file_replays_on_its_own(start: Start, tmp_path: Path) -> None:
+    # The smallest rotation size: files turn over while runs are running
+    # and queued, which each new header must restate.
+    config = config_at(write_config(tmp_path, concurrency=2, delay=0.3, extra=TINY_TRACE))
+    running = await start(config)
+    conversations = [f"c{n % 4}" for n in range(16)]
+    runs = [{"provider": "demo", "prompt": "go", "conversation": c} for c in conversations]
+    body = {"runs": runs}
+    response = await running.client.post("/v1/runs/batch", json=body)
+    ids = [r["run"]["id"] for r in response.json()["results"]]
+    for run_id in ids:
+        assert (await running.wait(run_id, 60))["status"] == "succeeded"
+    running.supervisor.request_shutdown()
+    with trio.fail_after(20):
+        await running.stopped.wait()
+
+    logging.getLogger("herdsman").setLevel(logging.ERROR)
+    files = sorted((tmp_path / "state" / "traces").glob("*.jsonl"), key=_file_number)
+    carries = [read_workload(f).header.carry for f in files]
+    assert carries[0] is None
+    assert any(c and c["running"] for c in carries[1:]), "no file began with runs running"
+    assert any(c and c["queued"] for c in carries[1:]), "no file began with runs queued"
+    started: list[str] = []
+    for recorded in files:
+        workload = read_workload(recorded)
+        result = await trio.to_thread.run_sync(
+            lambda w=workload: replay(w, config_from_trace(w.header.config, "header"))
+        )
+        replayed = tmp_path / f"replayed-{recorded.name}"
+        replayed.write_text(result.trace)
+        a, b = read_decisions(recorded), read_decisions(replayed)
+        assert first_divergence(a, b) is None, recorded
+        carried = {held["run"]["id"] for held in (workload.header.carry or {}).get("running", [])}
+        started += [d.run_id for d in a.decisions if d.kind == "start" and d.run_id not in carried]
+    assert sorted(started) == sorted(ids)
+
+
+TINY_TRACE = "[trace]\nmax_bytes = 4096\n"
+
+
+def _file_number(path: Path) -> int:
+    return int(path.stem.rsplit("-", 1)[1])

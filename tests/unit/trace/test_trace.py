@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 from pathlib import Path
 
@@ -28,7 +29,6 @@ def writer(tmp_path: Path, clock: FakeClock, max_bytes: int = 1 << 20) -> TraceW
         config={"providers": {"demo": {"concurrency": 2}}},
         clock=clock,
         wall=lambda: WALL,
-        carry=lambda: {"queued": ["r1"]},
     )
 
 
@@ -62,119 +62,75 @@ def test_lines_are_compact_and_byte_stable(tmp_path: Path) -> None:
 
 def test_rotation_starts_a_new_self_contained_file(tmp_path: Path) -> None:
     clock = FakeClock()
-    w = writer(tmp_path, clock, max_bytes=200)
+    w = writer(tmp_path, clock, max_bytes=300)
+    w.event("submit", run={"id": "r0", "provider": "demo", "conversation": "c"})
+    w.event("start", run_id="r0", account="a")
+    w.event("submit", run={"id": "r1", "provider": "demo", "conversation": "c"})
+    w.event("submit", run={"id": "r2", "provider": "demo"})
+    w.event("cancel", run_id="r2")
     for n in range(10):
         clock.now += 1
-        w.event("cancel", run_id=f"r{n}")
+        w.event("skip", run={"id": f"s{n}", "provider": "demo"})
+    w.event("finish", run_id="r0", outcome="usage_limited", exit_code=1, requeued=True)
+    for n in range(10, 15):
+        w.event("skip", run={"id": f"s{n}", "provider": "demo"})
     w.close()
-    files = sorted(tmp_path.glob("trace-*.jsonl"))
-    assert len(files) > 1
+    files = sorted(tmp_path.glob("trace-*.jsonl"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    assert len(files) > 2
     seen = []
+    carries = []
     for number, path in enumerate(files):
         header, events = read_trace(path)
         assert (header.carry is None) == (number == 0)
+        carries.append(header.carry)
         evs = list(events)
         assert evs[0].t == 0.0
         assert evs[0].seq == 0
-        seen += [e.fields["run_id"] for e in evs]
-    assert seen == [f"r{n}" for n in range(10)]
-    # Every file but the last stopped at the first event past max_bytes.
-    assert all(f.stat().st_size < 200 + 80 for f in files)
+        # Every file but the last ends by naming the next one.
+        if number < len(files) - 1:
+            assert (evs[-1].event, evs[-1].fields) == ("rotated", {"next": files[number + 1].name})
+        seen += [e.fields["run"]["id"] for e in evs if e.event == "skip"]
+    assert seen == [f"s{n}" for n in range(15)]
+    r0 = {"id": "r0", "provider": "demo", "conversation": "c"}
+    r1 = {"id": "r1", "provider": "demo", "conversation": "c"}
+    # As the events written before it tell: r2 was cancelled, r0 ran on
+    # account a until its re-queue put it back among the queued, first.
+    assert {"running": [{"run": r0, "account": "a"}], "queued": [r1]} in carries
+    assert carries[-1] == {"running": [], "queued": [r0, r1]}
 
 
-def test_unknown_event_kind_is_refused_by_the_writer(tmp_path: Path) -> None:
-    w = writer(tmp_path, FakeClock())
-    with pytest.raises(ValueError, match="unknown trace event 'bogus'"):
-        w.event("bogus")
-
-
-HEADER = json.dumps(
-    {"herdsman_trace": 1, "started_at": "2026-11-29T12:00:00.000000Z", "config": {}}
-)
+def test_a_sink_is_one_file_never_rotated(tmp_path: Path) -> None:
+    clock = FakeClock()
+    sink = io.StringIO()
+    w = TraceWriter(tmp_path, max_bytes=4096, config={}, clock=clock, wall=lambda: WALL, sink=sink)
+    for n in range(100):
+        w.event("skip", run={"id": f"s{n}", "provider": "demo"})
+    w.close()
+    assert list(tmp_path.iterdir()) == []
+    lines = sink.getvalue().splitlines()
+    assert len(lines) == 101
+    assert all('"rotated"' not in line for line in lines)
 
 
 @pytest.mark.parametrize(
-    ("lines", "message"),
+    ("carry", "message"),
     [
-        ([], "empty file, expected a trace header"),
-        (["{not json"], ":1: not JSON"),
-        (['{"herdsman_trace": 2, "started_at": "x", "config": {}}'], "expected trace format 1"),
-        ([HEADER, '{"t": -1, "seq": 0, "event": "cancel", "run_id": "r"}'], ":2: t: expected"),
+        ([], "carry: expected an object"),
+        ({"waiting": []}, "carry: unknown field 'waiting'"),
+        ({"queued": {}}, r"carry.queued: expected a list"),
+        ({"queued": [{"provider": "p"}]}, r"carry.queued\[0\].id: expected a non-empty string"),
+        ({"running": [{"account": "a"}]}, r"carry.running\[0\]: expected \{run, account\}"),
         (
-            [
-                HEADER,
-                '{"t": 2, "seq": 0, "event": "cancel", "run_id": "r"}',
-                '{"t": 1, "seq": 1, "event": "cancel", "run_id": "r"}',
-            ],
-            ":3: t: went backwards from 2.0 to 1",
-        ),
-        ([HEADER, '{"t": 0, "seq": 0, "event": "launch"}'], ":2: event: expected one of"),
-        ([HEADER, '{"t": 0, "seq": 0, "event": "finish", "run_id": "r"}'], "missing outcome"),
-        (
-            [HEADER, '{"t": 0, "seq": 0, "event": "submit", "run": {"id": "r"}}'],
-            ":2: run.provider: expected a non-empty string",
-        ),
-        (
-            [HEADER, '{"t":0,"seq":0,"event":"submit","run":{"id":"r","provider":"p","x":1}}'],
-            ":2: run: unknown field 'x'",
+            {"running": [{"run": {"id": "r", "provider": "p"}, "account": 3}]},
+            r"carry.running\[0\].account: expected a string or null, got 3",
         ),
     ],
 )
-def test_malformed_traces_name_the_line_and_the_fault(
-    tmp_path: Path, lines: list[str], message: str
+def test_a_malformed_carry_is_named_in_the_error(
+    tmp_path: Path, carry: object, message: str
 ) -> None:
+    header = {"herdsman_trace": 1, "started_at": "2026-11-29T12:00:00Z", "config": {}}
     path = tmp_path / "t.jsonl"
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-
-    def read_all() -> None:
-        _header, events = read_trace(path)
-        list(events)
-
-    with pytest.raises(TraceFormatError, match=message) as info:
-        read_all()
-    assert str(info.value).startswith(str(path))
-
-
-def test_missing_trace_file_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(TraceFormatError, match="cannot read trace: No such file"):
-        read_trace(tmp_path / "nope.jsonl")
-
-
-def test_a_write_error_stops_the_trace_but_not_the_caller(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    clock = FakeClock()
-    w = writer(tmp_path / "traces", clock, max_bytes=4096)
-    w.open()
-    w.event("cancel", run_id="r0")
-    w.close()
-    # The folder is replaced by a file: the next rotation cannot open anything.
-    for path in (tmp_path / "traces").iterdir():
-        path.unlink()
-    (tmp_path / "traces").rmdir()
-    (tmp_path / "traces").write_text("not a folder")
-    w.event("cancel", run_id="r1")
-    w.event("cancel", run_id="r2")
-    assert w.failed == 2
-    assert "the trace stops here" in caplog.text
-
-
-def test_open_reports_an_unusable_folder_at_once(tmp_path: Path) -> None:
-    (tmp_path / "file").write_text("x")
-    w = writer(tmp_path / "file" / "traces", FakeClock())
-    with pytest.raises(OSError, match="Not a directory"):
-        w.open()
-
-
-def test_a_second_writer_in_the_same_second_never_overwrites_the_first(tmp_path: Path) -> None:
-    first = writer(tmp_path, FakeClock())
-    first.event("cancel", run_id="r1")
-    first.close()
-    second = writer(tmp_path, FakeClock())
-    second.event("cancel", run_id="r2")
-    second.close()
-    assert first.path != second.path
-    texts = sorted(path.read_text() for path in tmp_path.glob("*.jsonl"))
-    assert len(texts) == 2
-    assert any('"r1"' in text for text in texts)
-    assert any('"r2"' in text for text in texts)
+    path.write_text(json.dumps({**header, "carry": carry}) + "\n", encoding="utf-8")
+    with pytest.raises(TraceFormatError, match=rf"t.jsonl:1: {message}"):
+        read_trace(path)
