@@ -844,7 +844,7 @@ class Supervisor:
                 )
                 for run in starts:
                     self._scheduler.finish(run.id)
-                    self._accounts.finish(run.id, now)
+                    self._accounts.finish(run.id, now, spawned=False)
                     self._picks.pop(run.id, None)
                     del self._handles[run.id]
                 if not self._handles:

@@ -176,6 +176,8 @@ async def test_a_start_the_ledger_refuses_stops_the_supervisor_as_fatal(tmp_path
     record = store.get("r1")
     assert record is not None
     assert (record.status, record.attempts) == (RunStatus.QUEUED, 0)
+    # Never spawned, so it spent nothing of its account's budget.
+    assert [a["runs_started"] for a in supervisor.accounts()] == [0]
 
 
 async def test_a_run_is_not_recorded_while_its_conversations_worktree_is_removed(
