@@ -24,6 +24,7 @@ from herdsman.runtime.git import (
     WorktreeDirty,
     WorktreeEntry,
     WorktreeExists,
+    WorktreeHead,
     WorktreeState,
 )
 
@@ -323,6 +324,21 @@ async def test_not_a_repository(setup: Setup) -> None:
         await git.remove_worktree(plain, plain)
     with pytest.raises(NotARepository):
         await git.worktree_status(plain)
+
+
+async def test_worktree_head_names_the_source_and_the_branch(setup: Setup) -> None:
+    git, repo = setup.git, setup.repo
+    detached, on_branch = await add(setup, "c1"), await add(setup, "c2", branch="herdsman/c2")
+    assert await git.worktree_head(repo) == WorktreeHead(repo=repo, branch="main")
+    assert await git.worktree_head(detached) == WorktreeHead(repo=repo, branch=None)
+    assert await git.worktree_head(on_branch) == WorktreeHead(repo=repo, branch="herdsman/c2")
+    for not_a_top in (on_branch / "src", setup.plain, setup.state / "missing"):
+        with pytest.raises(NotARepository):
+            await git.worktree_head(not_a_top)
+    # The source lost the registration (re-cloned, say): no longer its worktree.
+    shutil.rmtree(repo / ".git" / "worktrees")
+    with pytest.raises(NotARepository):
+        await git.worktree_head(on_branch)
 
 
 async def test_two_worktrees_are_independent(setup: Setup) -> None:

@@ -13,6 +13,7 @@ from herdsman.runtime.git.port import (
     WorktreeDirty,
     WorktreeEntry,
     WorktreeExists,
+    WorktreeHead,
     WorktreeState,
 )
 from herdsman.runtime.git.real import RealGit
@@ -28,5 +29,6 @@ __all__ = [
     "WorktreeDirty",
     "WorktreeEntry",
     "WorktreeExists",
+    "WorktreeHead",
     "WorktreeState",
 ]

@@ -44,6 +44,7 @@ from herdsman.runtime.git.port import (
     WorktreeDirty,
     WorktreeEntry,
     WorktreeExists,
+    WorktreeHead,
     WorktreeState,
 )
 
@@ -57,6 +58,7 @@ Operation = Literal[
     "remove_worktree",
     "prune",
     "list_worktrees",
+    "worktree_head",
 ]
 """The port operations :meth:`FakeGit.inject_failure` can target."""
 
@@ -470,6 +472,19 @@ class FakeGit:
             for name, record in self._registrations(source).items():
                 if not (Path(record["path"]) / ".git").exists():
                     shutil.rmtree(source / ".git" / "worktrees" / name)
+
+    async def worktree_head(self, path: Path) -> WorktreeHead:
+        """See :meth:`Git.worktree_head`."""
+        await self._enter("worktree_head")
+        path = _absolute(path)
+        argv = self._argv(path, "rev-parse", "--git-common-dir", "--symbolic-full-name", "HEAD")
+        located = self._locate(path, argv)
+        if located.worktree is None:
+            branch = self._state(located.repo).get("branch")
+        else:
+            registration = located.repo / ".git" / "worktrees" / located.worktree / _REGISTRATION
+            branch = _read_json(registration)["branch"]
+        return WorktreeHead(repo=located.repo, branch=branch)
 
     async def list_worktrees(self, repo: Path) -> list[WorktreeEntry]:
         """See :meth:`Git.list_worktrees`."""

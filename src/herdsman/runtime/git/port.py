@@ -64,6 +64,19 @@ class WorktreeEntry:
     prunable: bool
 
 
+@attrs.frozen
+class WorktreeHead:
+    """Whose working tree a directory is, and what it has checked out.
+
+    ``repo`` is the top of the source repository (its main working tree);
+    ``branch`` the short name of the branch checked out, or None on a
+    detached HEAD.
+    """
+
+    repo: Path
+    branch: str | None
+
+
 def first_line(stderr: str) -> str:
     """The line of git's stderr worth quoting: the first ``fatal:``/``error:`` line.
 
@@ -231,4 +244,15 @@ class Git(Protocol):
 
     async def list_worktrees(self, repo: Path) -> list[WorktreeEntry]:
         """``repo``'s linked worktrees (the main working tree excluded), sorted by path."""
+        ...
+
+    async def worktree_head(self, path: Path) -> WorktreeHead:
+        """The repository the working tree whose top is ``path`` belongs to, and its branch.
+
+        For a linked worktree, ``repo`` is its source repository; for a main
+        working tree, ``path`` itself. One look at ``path``, whatever the
+        number of worktrees. Raises :class:`NotARepository` when ``path`` is
+        missing, not the top of a working tree, or a worktree whose
+        registration in its repository is gone.
+        """
         ...

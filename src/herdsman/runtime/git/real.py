@@ -32,6 +32,7 @@ from herdsman.runtime.git.port import (
     WorktreeDirty,
     WorktreeEntry,
     WorktreeExists,
+    WorktreeHead,
     WorktreeState,
 )
 
@@ -265,6 +266,26 @@ class RealGit:
             result = await self._run(repo, "worktree", "prune")
         if result.returncode != 0:
             raise self._fail(result)
+
+    async def worktree_head(self, path: Path) -> WorktreeHead:
+        """See :meth:`Git.worktree_head`."""
+        path = _absolute(path)
+        result = await self._run(
+            path,
+            "rev-parse",
+            "--path-format=absolute",
+            "--git-common-dir",
+            "--show-toplevel",
+            "--symbolic-full-name",
+            "HEAD",
+        )
+        if result.returncode != 0:
+            raise self._fail(result)
+        common, _top, head = os.fsdecode(result.stdout).splitlines()
+        # The ceiling (the parent of path) makes git fail in a subdirectory,
+        # so the top is path itself; the common dir is the source's .git.
+        branch = head.removeprefix("refs/heads/") if head.startswith("refs/heads/") else None
+        return WorktreeHead(repo=Path(common).parent, branch=branch)
 
     async def list_worktrees(self, repo: Path) -> list[WorktreeEntry]:
         """See :meth:`Git.list_worktrees`."""

@@ -31,7 +31,7 @@ import attrs
 import trio
 
 from herdsman.config import Repo
-from herdsman.runtime.git import Git, GitError, WorktreeExists
+from herdsman.runtime.git import Git, GitError, NotARepository, WorktreeExists
 from herdsman.runtime.worktrees.slug import conversation_slug
 
 log = logging.getLogger("herdsman.worktrees")
@@ -187,11 +187,16 @@ class WorktreeManager:
         say) would otherwise leave a ``.git`` file pointing at whatever now
         answers to that name — possibly another conversation's worktree.
         """
-        for entry in await self.git.list_worktrees(repo.path):
-            if entry.path == path.resolve() and entry.branch == branch and not entry.prunable:
-                return
+        # One look at this worktree, not a listing of all the repository's:
+        # a checkout per run must not cost more as conversations accumulate.
+        try:
+            head = await self.git.worktree_head(path)
+        except NotARepository:
+            head = None
+        if head is not None and head.repo == repo.path.resolve() and head.branch == branch:
+            return
         raise GitError(
-            ("git", "worktree", "list"),
+            ("git", "rev-parse", "--git-common-dir", "--symbolic-full-name", "HEAD"),
             f"{path} is not registered in {repo.path} on {branch} (was the repository "
             "replaced?); it is left as it is",
         )
