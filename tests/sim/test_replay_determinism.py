@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from sim_workloads import busy_trace
 
-from herdsman.sim.decisions import read_decisions
+from herdsman.sim.decisions import read_decisions, timeline_of
 from herdsman.sim.replay import replay
 from herdsman.sim.workload import config_from_trace, read_workload
+from herdsman.trace import read_trace_text
 
 
 def replay_in_a_process(trace: Path, out: Path, *, hash_seed: str, seed: int) -> bytes:
@@ -120,3 +123,43 @@ def test_a_run_freed_by_an_accounts_rest_ending_starts_then_not_at_the_next_arri
     assert starts == [(0.0, "r1"), (3610.0, "r1"), (9000.0, "r2")]
     ends = [(e["t"], e["run_id"]) for e in events if e["event"] == "finish"]
     assert ends == [(10.0, "r1"), (3620.0, "r1"), (9010.0, "r2")]
+
+
+@pytest.mark.parametrize("micro", [1, 123457, 654321, 999999])
+@pytest.mark.parametrize("quiet_at", [66.0, 76.8, 90.3, 95.7])
+def test_a_run_waiting_for_a_rest_starts_even_when_the_input_ends_during_the_rest(
+    tmp_path: Path, micro: int, quiet_at: float
+) -> None:
+    # The last input (a rejected reload) wakes no one; the rest then ends a
+    # hair of float rounding away from where the wall clock says it does.
+    # The replay must run the dispatcher's own timer, not stop with r1 queued.
+    from sim_workloads import config_json
+
+    config = config_json('[supervisor]\nstate_dir = "/s"\n[providers.p]\nexec = ["x"]\n')
+    header = {"herdsman_trace": 1, "started_at": f"2026-11-29T12:00:00.{micro:06d}Z"}
+    until = dt.datetime.fromisoformat(header["started_at"]).timestamp() + 100.37
+    run = {"id": "r1", "provider": "p", "workspace": "default"}
+    lines = [
+        {**header, "config": config},
+        {"t": 0.0, "seq": 0, "event": "submit", "run": run},
+        {"t": 0.0, "seq": 1, "event": "start", "run_id": "r1", "account": None},
+        {"t": 5.0, "seq": 2, "event": "usage_limit", "run_id": "r1", "provider": "p"}
+        | {"account": None, "until": until},
+        {"t": 5.0, "seq": 3, "event": "finish", "run_id": "r1", "outcome": "usage_limited"}
+        | {"exit_code": 1, "requeued": True},
+        {"t": quiet_at, "seq": 4, "event": "reload_rejected", "errors": ["x: bad"]},
+        {"t": 100.37, "seq": 5, "event": "start", "run_id": "r1", "account": None},
+        {"t": 110.0, "seq": 6, "event": "finish", "run_id": "r1", "outcome": "succeeded"},
+    ]
+    trace = tmp_path / "rest.jsonl"
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    workload = read_workload(trace)
+    result = replay(workload, config_from_trace(workload.header.config, "h"))
+    assert result.left_queued == 0
+    assert [d.kind for d in timeline_of(read_trace_text(result.trace, "out")[1]).decisions] == [
+        "start",
+        "usage_limit",
+        "finish",
+        "start",
+        "finish",
+    ]

@@ -254,6 +254,9 @@ class Supervisor:
         # start was decided under, until its task has read them.
         self._picks: dict[str, tuple[Pick, Config]] = {}
         self._wakeup = trio.Event()
+        #: When (trio time) the dispatcher looks again at runs waiting for a
+        #: resting account, if any wait: the simulator advances time to it.
+        self.account_recheck_at: float | None = None
         self._admitting = True
         self._drain_requested = trio.Event()
         self._force_requested = trio.Event()
@@ -786,8 +789,10 @@ class Supervisor:
             # the first of those accounts comes back.
             delay = self._until_an_account_frees()
             if delay < math.inf:
-                with trio.move_on_after(delay):
+                self.account_recheck_at = trio.current_time() + delay
+                with trio.move_on_at(self.account_recheck_at):
                     await self._wakeup.wait()
+                self.account_recheck_at = None
             else:  # the common case: no scope to make for a deadline that never comes
                 await self._wakeup.wait()
             self._wakeup = trio.Event()

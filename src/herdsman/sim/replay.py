@@ -285,9 +285,11 @@ async def _drive(
     while True:
         t = driver.next_time()
         if t is None:
-            # Queued runs may wait for a resting account: its return (a
-            # supervisor timer, reached below) is the next thing to happen.
-            t = _next_account_wakeup(supervisor, wall())
+            # Queued runs may wait for a resting account: the dispatcher's
+            # timer for its return is the next thing to happen (reached
+            # below, as a supervisor timer). Other timers (retention sweeps)
+            # go on forever and change nothing the replay reports.
+            t = supervisor.account_recheck_at
             if t is None:
                 return
         now = trio.current_time()
@@ -307,18 +309,6 @@ async def _drive(
         _, action = item
         await action()
         await trio.testing.wait_all_tasks_blocked()
-
-
-def _next_account_wakeup(supervisor: Supervisor, now_wall: float) -> float | None:
-    """Trio time at which a resting account frees queued runs, if any wait for one."""
-    untils: list[float] = [
-        float(waiting["until"])
-        for waiting in supervisor.waiting_for_accounts().values()
-        if waiting["until"] is not None
-    ]
-    if not untils:
-        return None
-    return trio.current_time() + max(0.0, min(untils) - now_wall)
 
 
 async def _deliver(supervisor: Supervisor, arrival: Any) -> int:
