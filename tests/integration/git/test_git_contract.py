@@ -326,15 +326,21 @@ async def test_not_a_repository(setup: Setup) -> None:
         await git.worktree_status(plain)
 
 
-async def test_worktree_head_names_the_source_and_the_branch(setup: Setup) -> None:
+async def test_worktree_head_names_the_repository_and_the_branch(setup: Setup) -> None:
     git, repo = setup.git, setup.repo
     detached, on_branch = await add(setup, "c1"), await add(setup, "c2", branch="herdsman/c2")
-    assert await git.worktree_head(repo) == WorktreeHead(repo=repo, branch="main")
-    assert await git.worktree_head(detached) == WorktreeHead(repo=repo, branch=None)
-    assert await git.worktree_head(on_branch) == WorktreeHead(repo=repo, branch="herdsman/c2")
+    git_dir = repo / ".git"
+    assert await git.worktree_head(repo) == WorktreeHead(git_dir=git_dir, branch="main")
+    assert await git.worktree_head(detached) == WorktreeHead(git_dir=git_dir, branch=None)
+    assert await git.worktree_head(on_branch) == WorktreeHead(git_dir=git_dir, branch="herdsman/c2")
     for not_a_top in (on_branch / "src", setup.plain, setup.state / "missing"):
         with pytest.raises(NotARepository):
             await git.worktree_head(not_a_top)
+    # A copy of a worktree is not that worktree: its registration names the original.
+    copy = setup.state / "copied" / "app"
+    shutil.copytree(on_branch, copy, symlinks=True)
+    with pytest.raises(NotARepository):
+        await git.worktree_head(copy)
     # The source lost the registration (re-cloned, say): no longer its worktree.
     shutil.rmtree(repo / ".git" / "worktrees")
     with pytest.raises(NotARepository):

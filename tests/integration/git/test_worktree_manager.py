@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import attrs
@@ -9,9 +11,11 @@ import trio
 from git_support import FILES, World
 
 from herdsman.config import Repo
+from herdsman.runtime.git import RealGit
 from herdsman.runtime.worktrees.manager import (
     METADATA,
     Checkout,
+    WorktreeManager,
     checkouts_preamble,
 )
 from herdsman.runtime.worktrees.slug import conversation_slug
@@ -171,3 +175,43 @@ async def test_a_moved_state_dir_gets_its_checkouts_back(world: World) -> None:
     assert again.usable, again.error
     assert again.path == moved_root / first.path.parent.name / "app"
     assert again.branch == first.branch
+
+
+async def test_a_copied_worktree_folder_is_not_reused_as_the_conversations(world: World) -> None:
+    manager = world.manager(world.app)
+    (first,) = await manager.prepare("default", "c1")
+    # The state folder copied elsewhere (a backup restored next to it, say):
+    # the copy's checkout shares the original's registration, index and HEAD.
+    other_root = world.root.parent / "copied"
+    shutil.copytree(world.root, other_root, symlinks=True)
+    copied = WorktreeManager(world.git, other_root, (world.app,), wall=lambda: world.clock[0])
+    (again,) = await copied.prepare("default", "c1")
+    assert again.error is not None
+    assert "is not registered in" in again.error
+    (still,) = await manager.prepare("default", "c1")
+    assert (still.path, still.error) == (first.path, None)
+
+
+async def test_worktrees_of_a_repository_with_a_separate_git_dir_are_reused(
+    tmp_path: Path,
+) -> None:
+    # Real git only: the fake does not model --separate-git-dir.
+    base = tmp_path.resolve()
+    source, git_dir = base / "src" / "app", base / "elsewhere" / "app.git"
+    source.mkdir(parents=True)
+    git_dir.parent.mkdir()
+    (source / "README.md").write_text("hello\n")
+
+    def run(*args: str) -> None:
+        subprocess.run(["git", "-C", str(source), *args], check=True, capture_output=True)
+
+    run("init", "-q", "-b", "main", f"--separate-git-dir={git_dir}")
+    run("add", "-A")
+    identity = ("-c", "user.name=t", "-c", "user.email=t@t.invalid", "-c", "commit.gpgsign=false")
+    run(*identity, "commit", "-q", "-m", "one")
+    app = Repo(name="app", path=source)
+    manager = WorktreeManager(RealGit(), base / "state", (app,), wall=lambda: 1000.0)
+    (first,) = await manager.prepare("default", "c1")
+    assert first.error is None
+    (again,) = await manager.prepare("default", "c1")
+    assert (again.path, again.error) == (first.path, None)

@@ -484,7 +484,7 @@ class FakeGit:
         else:
             registration = located.repo / ".git" / "worktrees" / located.worktree / _REGISTRATION
             branch = _read_json(registration)["branch"]
-        return WorktreeHead(repo=located.repo, branch=branch)
+        return WorktreeHead(git_dir=located.repo / ".git", branch=branch)
 
     async def list_worktrees(self, repo: Path) -> list[WorktreeEntry]:
         """See :meth:`Git.list_worktrees`."""

@@ -68,12 +68,14 @@ class WorktreeEntry:
 class WorktreeHead:
     """Whose working tree a directory is, and what it has checked out.
 
-    ``repo`` is the top of the source repository (its main working tree);
-    ``branch`` the short name of the branch checked out, or None on a
+    ``git_dir`` is the repository's common git directory (``<repo>/.git``
+    usually; elsewhere for a ``--separate-git-dir`` repository): the same
+    for a repository's main working tree and all its linked worktrees.
+    ``branch`` is the short name of the branch checked out, or None on a
     detached HEAD.
     """
 
-    repo: Path
+    git_dir: Path
     branch: str | None
 
 
@@ -249,10 +251,10 @@ class Git(Protocol):
     async def worktree_head(self, path: Path) -> WorktreeHead:
         """The repository the working tree whose top is ``path`` belongs to, and its branch.
 
-        For a linked worktree, ``repo`` is its source repository; for a main
-        working tree, ``path`` itself. One look at ``path``, whatever the
-        number of worktrees. Raises :class:`NotARepository` when ``path`` is
-        missing, not the top of a working tree, or a worktree whose
-        registration in its repository is gone.
+        One look at ``path``, whatever the number of worktrees. Raises
+        :class:`NotARepository` when ``path`` is missing, not the top of a
+        working tree, or a linked worktree its repository does not have
+        registered *at this path* (the registration is gone, or it names
+        another folder: a copy of a worktree is not that worktree).
         """
         ...

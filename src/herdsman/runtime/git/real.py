@@ -274,18 +274,32 @@ class RealGit:
             path,
             "rev-parse",
             "--path-format=absolute",
+            "--git-dir",
             "--git-common-dir",
-            "--show-toplevel",
             "--symbolic-full-name",
             "HEAD",
         )
         if result.returncode != 0:
             raise self._fail(result)
-        common, _top, head = os.fsdecode(result.stdout).splitlines()
-        # The ceiling (the parent of path) makes git fail in a subdirectory,
-        # so the top is path itself; the common dir is the source's .git.
-        branch = head.removeprefix("refs/heads/") if head.startswith("refs/heads/") else None
-        return WorktreeHead(repo=Path(common).parent, branch=branch)
+        # The ceiling (the parent of path) makes git fail in a subdirectory.
+        git_dir, common, head = (Path(line) for line in os.fsdecode(result.stdout).splitlines())
+        if git_dir != common:
+            # A linked worktree: git follows the .git file without checking
+            # that the registration points back here, so a copied folder
+            # would pass for the worktree it was copied from.
+            try:
+                registered = Path((git_dir / "gitdir").read_text(encoding="utf-8").strip())
+            except OSError:
+                registered = None
+            if registered != path / ".git":
+                stderr = (
+                    f"fatal: not a git repository: {path} is not where {git_dir} says its"
+                    f" worktree is ({registered})"
+                )
+                raise NotARepository(result.argv, stderr, 128, path=path)
+        ref = str(head)
+        branch = ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
+        return WorktreeHead(git_dir=common, branch=branch)
 
     async def list_worktrees(self, repo: Path) -> list[WorktreeEntry]:
         """See :meth:`Git.list_worktrees`."""

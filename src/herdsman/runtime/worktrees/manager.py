@@ -80,6 +80,9 @@ class WorktreeManager:
         self._wall = wall
         self._locks: dict[str, trio.Lock] = {}
         self._removing: dict[str, trio.Event] = {}
+        # Each source repository's common git directory, by path: what a
+        # reused worktree must belong to.
+        self._git_dirs: dict[str, Path] = {}
 
     def set_repos(self, repos: Sequence[Repo]) -> None:
         """The repos runs get worktrees of from now on (a reload)."""
@@ -193,13 +196,35 @@ class WorktreeManager:
             head = await self.git.worktree_head(path)
         except NotARepository:
             head = None
-        if head is not None and head.repo == repo.path.resolve() and head.branch == branch:
-            return
+        if head is not None and head.branch == branch:
+            if head.git_dir == await self._git_dir(repo, fresh=False):
+                return
+            if head.git_dir == await self._git_dir(repo, fresh=True):
+                return
         raise GitError(
-            ("git", "rev-parse", "--git-common-dir", "--symbolic-full-name", "HEAD"),
+            (
+                "git",
+                "-C",
+                str(path),
+                "rev-parse",
+                "--git-common-dir",
+                "--symbolic-full-name",
+                "HEAD",
+            ),
             f"{path} is not registered in {repo.path} on {branch} (was the repository "
             "replaced?); it is left as it is",
         )
+
+    async def _git_dir(self, repo: Repo, *, fresh: bool) -> Path | None:
+        """``repo``'s common git directory, remembered (looked up again if ``fresh``)."""
+        key = os.fspath(repo.path)
+        if fresh or key not in self._git_dirs:
+            try:
+                self._git_dirs[key] = (await self.git.worktree_head(repo.path)).git_dir
+            except NotARepository:
+                self._git_dirs.pop(key, None)
+                return None
+        return self._git_dirs[key]
 
     async def _add(self, repo: Repo, path: Path, branch: str) -> None:
         if await self.git.branch_exists(repo.path, branch):
