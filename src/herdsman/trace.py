@@ -11,7 +11,8 @@ When a file reaches ``max_bytes`` it ends with a ``rotated`` event naming
 the next file, and the writer starts that one, whose header
 also carries the runs still queued or running (``"carry"``: ``{"running":
 [{"run": {...}, "account": ...}], "queued": [{...}]}``, each in submission
-order), so every file can be replayed on its own.
+order, and ``"rests"``: the accounts still resting), so every file can be
+replayed on its own.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     "skip": frozenset({"run"}),
     "lost": frozenset({"run_id"}),
     "usage_limit": frozenset({"run_id", "provider", "account", "until"}),
+    "rest_ended": frozenset({"provider", "account"}),
     "reload": frozenset({"generation", "config"}),
     "reload_rejected": frozenset({"errors"}),
     "shutdown": frozenset(),
@@ -91,6 +93,8 @@ class TraceWriter:
         # Runs queued or running as the events written so far tell, in
         # submission order: id -> [run object, running?, account].
         self._live: dict[str, list[Any]] = {}
+        # Accounts resting as the events tell: (provider, account) -> until.
+        self._rests: dict[tuple[str, str | None], float] = {}
         self._file: IO[str] | None = None
         self._path: Path | None = None
         self._origin = 0.0
@@ -167,13 +171,28 @@ class TraceWriter:
                 held[1], held[2] = False, None
         elif kind in ("finish", "cancel", "lost"):
             self._live.pop(fields["run_id"], None)
+        elif kind == "usage_limit":
+            self._rests[(fields["provider"], fields["account"])] = fields["until"]
+        elif kind == "rest_ended":
+            self._rests.pop((fields["provider"], fields["account"]), None)
 
     def _carry(self) -> dict[str, Any]:
         running = [
             {"run": run, "account": account} for run, on, account in self._live.values() if on
         ]
         queued = [run for run, on, _ in self._live.values() if not on]
-        return {"running": running, "queued": queued}
+        now = self._wall().timestamp()
+        rests = [
+            {"provider": provider, "account": account, "until": until}
+            for (provider, account), until in self._rests.items()
+            if until > now
+        ]
+        return {"running": running, "queued": queued, "rests": rests}
+
+    def rotate(self) -> None:
+        """Go on in a new file now, as reaching ``max_bytes`` does (no-op with a sink)."""
+        if self._file is not None:
+            self._open_new()
 
     def close(self) -> None:
         """Close the current file (a sink stays open: it is the caller's)."""
@@ -326,12 +345,13 @@ def _check_carry(where: str, carry: Any) -> None:
     """``{"running": [{"run": {...}, "account": str | null}], "queued": [{...}]}``."""
     if not isinstance(carry, dict):
         raise TraceFormatError(f"{where}: carry: expected an object")
-    unknown = carry.keys() - {"running", "queued"}
+    unknown = carry.keys() - {"running", "queued", "rests"}
     if unknown:
         raise TraceFormatError(
-            f"{where}: carry: unknown field {sorted(unknown)[0]!r} (expected running, queued)"
+            f"{where}: carry: unknown field {sorted(unknown)[0]!r}"
+            " (expected running, queued, rests)"
         )
-    for key in ("running", "queued"):
+    for key in ("running", "queued", "rests"):
         if not isinstance(carry.get(key, []), list):
             raise TraceFormatError(f"{where}: carry.{key}: expected a list")
     for n, held in enumerate(carry.get("running", [])):
@@ -345,6 +365,18 @@ def _check_carry(where: str, carry: Any) -> None:
             )
     for n, run in enumerate(carry.get("queued", [])):
         _check_run(where, run, f"carry.queued[{n}]")
+    for n, rest in enumerate(carry.get("rests", [])):
+        name = f"carry.rests[{n}]"
+        if not isinstance(rest, dict):
+            raise TraceFormatError(f"{where}: {name}: expected {{provider, account, until}}")
+        if not isinstance(rest.get("provider"), str) or not rest["provider"]:
+            raise TraceFormatError(f"{where}: {name}.provider: expected a non-empty string")
+        if rest.get("account") is not None and not isinstance(rest["account"], str):
+            raise TraceFormatError(f"{where}: {name}.account: expected a string or null")
+        if not _seconds(rest.get("until")):
+            raise TraceFormatError(
+                f"{where}: {name}.until: expected unix seconds, got {rest.get('until')!r}"
+            )
 
 
 def _events(path: Path, lines: Iterator[tuple[int, str]]) -> Iterator[TraceEvent]:
@@ -413,6 +445,13 @@ def _check_fields(where: str, kind: str, obj: dict[str, Any]) -> None:
         raise TraceFormatError(f"{where}: until: expected unix seconds, got {obj['until']!r}")
     if kind == "submit" and "duration" in obj and not _seconds(obj["duration"]):
         raise TraceFormatError(f"{where}: duration: expected seconds >= 0, got {obj['duration']!r}")
+    if kind == "rest_ended" and not (
+        isinstance(obj["provider"], str)
+        and (obj["account"] is None or isinstance(obj["account"], str))
+    ):
+        raise TraceFormatError(
+            f"{where}: rest_ended: expected a provider name and an account name or null"
+        )
     if kind in ("start", "finish", "cancel", "lost", "usage_limit") and not isinstance(
         obj["run_id"], str
     ):

@@ -184,7 +184,9 @@ def test_diff_compares_a_rotated_file_only_as_far_as_it_goes(tmp_path: Path) -> 
     lines = (tmp_path / "a.jsonl").read_text().splitlines()
     # The same recording cut short by a rotation, and cut short without one.
     cut = len(lines) // 2
-    rotated = '{"t":1.0e9,"seq":999,"event":"rotated","next":"trace-2.jsonl"}'
+    # Rotated when the next line was to be written: at its time.
+    at = json.loads(lines[cut])["t"]
+    rotated = json.dumps({"t": at, "seq": 999, "event": "rotated", "next": "trace-2.jsonl"})
     (tmp_path / "rotated.jsonl").write_text("\n".join([*lines[:cut], rotated]) + "\n")
     (tmp_path / "short.jsonl").write_text("\n".join(lines[:cut]) + "\n")
     agreed = herdsman("sim", "diff", "rotated.jsonl", "a.jsonl", cwd=tmp_path)

@@ -246,6 +246,8 @@ class AccountBook:
         self._retired: dict[tuple[str, str | None], _Account] = {}
         self._holders: dict[str, tuple[str, _Account]] = {}  # run id -> (provider, account)
         self._last: dict[tuple[str, str], str | None] = {}  # (provider, conversation)
+        # Accounts given runs ahead of their start: run id -> account name.
+        self._pins: dict[str, str | None] = {}
         for provider, specs in (providers or {}).items():
             self.configure(provider, specs)
 
@@ -318,6 +320,24 @@ class AccountBook:
         if has_last and last != name:
             return Pick(name, moved=True, left=last)
         return Pick(name)
+
+    def pin(self, run_id: str, account: str | None) -> None:
+        """Start ``run_id`` on ``account`` if that account can take it when it starts.
+
+        The simulator puts a run back on the account it was running on when
+        a trace file was rotated; a pin the account cannot honour then (it
+        is busy, resting or gone) is dropped and the run picked as usual.
+        """
+        self._pins[run_id] = account
+
+    def _pinned(self, run_id: str, provider: str, now: float) -> Pick | None:
+        if run_id not in self._pins:
+            return None
+        name = self._pins.pop(run_id)
+        for held in self._accounts.get(provider, ()):  # configured ones only
+            if held.spec.name == name and held.why_not(now) is None:
+                return Pick(name)
+        return None
 
     def gate(self, now: float) -> AccountGate:
         """A start gate for one ``take_startable`` call at ``now``."""
@@ -521,7 +541,9 @@ class AccountGate:
     def started(self, run: RunRequest) -> None:
         """Give ``run`` its account."""
         conversation = conversation_of(run)
-        pick = self._book.pick(run.provider, conversation, self._now)
+        pick = self._book._pinned(run.id, run.provider, self._now) or self._book.pick(
+            run.provider, conversation, self._now
+        )
         if pick is None:  # can_start said yes a moment ago, with nothing in between
             raise AssertionError(f"no account for {run.id} although the gate was open")
         self._book.start(run.id, run.provider, pick.account, self._now)

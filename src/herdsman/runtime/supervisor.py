@@ -724,6 +724,7 @@ class Supervisor:
         def cleared(_: None) -> None:
             self._accounts.wake(provider, account)
             log.info("the rest of %s/%s was ended by hand", provider, account or "(ambient)")
+            self._emit("rest_ended", provider=provider, account=account)
             self._wake()
 
         await self.ledger.call(methodcaller("clear_account_limit", provider, account), then=cleared)
@@ -733,6 +734,32 @@ class Supervisor:
             for s in self._accounts.statuses(now)
             if (s.provider, s.account) == (provider, account) and not s.retired
         )
+
+    async def rest_account(
+        self, provider: str, account: str | None, until: float, message: str
+    ) -> None:
+        """Rest an account until ``until`` (unix seconds), as a usage limit would.
+
+        The simulator restores the rests a rotated trace file carries over.
+        An account that is not configured, or a time already past, changes
+        nothing.
+        """
+        if not (math.isfinite(until) and until > self._wall()):
+            return
+        if not self._accounts.knows(provider, account):
+            return
+
+        def rested(_: None) -> None:
+            self._accounts.rest(provider, account, until, message)
+            self._wake()
+
+        await self.ledger.call(
+            methodcaller("set_account_limit", provider, account, until, message), then=rested
+        )
+
+    def pin_account(self, run_id: str, account: str | None) -> None:
+        """Start ``run_id`` on ``account`` if it can take the run then (see ``AccountBook.pin``)."""
+        self._accounts.pin(run_id, account)
 
     def waiting_for_accounts(self) -> dict[str, dict[str, Any]]:
         """Providers whose queued runs wait because no account can take them: why, until when."""

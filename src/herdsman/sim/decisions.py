@@ -53,8 +53,13 @@ class Timeline:
     decisions: tuple[Decision, ...]
     conversations: dict[str, str | None]
     providers: dict[str, str]
-    #: The recording goes on in another file (this one ends in ``rotated``).
-    rotated: bool = False
+    #: When the recording went on in another file (this one ends in ``rotated``).
+    rotated_at: float | None = None
+
+    @property
+    def rotated(self) -> bool:
+        """Whether the recording goes on in another file."""
+        return self.rotated_at is not None
 
 
 def read_decisions(path: Path) -> Timeline:
@@ -81,10 +86,11 @@ def timeline_of(events: Iterable[TraceEvent], carry: Mapping[str, Any] | None = 
     for run in carry.get("queued", []):
         conversations[run["id"]] = run.get("conversation")
         providers[run["id"]] = run["provider"]
-    rotated = False
+    rotated_at = None
     for event in events:
         fields = event.fields
-        rotated = rotated or event.event == "rotated"
+        if event.event == "rotated":
+            rotated_at = event.t
         if event.event in ("submit", "skip"):
             run = fields["run"]
             conversations[run["id"]] = run.get("conversation")
@@ -100,7 +106,7 @@ def timeline_of(events: Iterable[TraceEvent], carry: Mapping[str, Any] | None = 
             if key == "account" or fields.get(key) is not None
         )
         decisions.append(Decision(event.event, run_id, what, event.t, event.line))
-    return Timeline(tuple(decisions), conversations, providers, rotated)
+    return Timeline(tuple(decisions), conversations, providers, rotated_at)
 
 
 def pairs(a: Timeline, b: Timeline) -> Iterator[tuple[int, Decision | None, Decision | None]]:

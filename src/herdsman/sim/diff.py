@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 
 from herdsman.sim.decisions import Decision, Timeline, pairs
+from herdsman.sim.workload import START_LATENCY
 
 __all__ = ["Divergence", "first_divergence", "report"]
 
@@ -26,14 +27,29 @@ def first_divergence(a: Timeline, b: Timeline) -> Divergence | None:
     """The first index where the decisions differ (times aside), or None.
 
     A trace whose file was rotated away ends early, not for good: the other
-    trace's later decisions (a replay of that file goes on) are not compared.
+    trace's decisions from its rotation on (a replay of that file goes on)
+    are not compared. A start decided just before the rotation may have
+    been written just after it, in the next file, so the last
+    ``START_LATENCY`` seconds before it are given the same benefit.
     """
     for index, left, right in pairs(a, b):
-        if (left is None and a.rotated) or (right is None and b.rotated):
+        if _past_the_end(left, right, a) or _past_the_end(right, left, b):
             return None
         if left is None or right is None or _key(left) != _key(right):
             return Divergence(index, left, right, a.decisions[max(0, index - CONTEXT) : index])
     return None
+
+
+def _past_the_end(mine: Decision | None, theirs: Decision | None, rotated: Timeline) -> bool:
+    """Both traces are past where ``rotated`` (ended by a rotation) can speak for.
+
+    ``mine`` is the rotated trace's next decision (None once it has no more),
+    ``theirs`` the other trace's.
+    """
+    if theirs is None or rotated.rotated_at is None:
+        return False
+    edge = rotated.rotated_at - START_LATENCY
+    return theirs.t >= edge and (mine is None or mine.t >= edge)
 
 
 def _key(decision: Decision) -> tuple[object, ...]:

@@ -41,7 +41,13 @@ from herdsman.runtime.runner import (
     UsageLimit,
 )
 from herdsman.runtime.store import MemoryStore, NewRun
-from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
+from herdsman.runtime.supervisor import (
+    NotAdmitting,
+    RunConflict,
+    RunNotFound,
+    Supervisor,
+    UnknownAccount,
+)
 from herdsman.sim.workload import Attempt, Workload, config_from_trace
 from herdsman.trace import TraceWriter
 
@@ -325,6 +331,8 @@ async def _deliver(supervisor: Supervisor, arrival: Any) -> int:
             workspace=run.get("workspace", "default"),
             cwd=run.get("cwd"),
         )
+        if "account" in fields:  # running on it when the trace file was rotated
+            supervisor.pin_account(new.id, fields["account"])
         try:
             _, created = await supervisor.submit(new, "skip" if arrival.kind == "skip" else "queue")
         except NotAdmitting:  # after a replayed shutdown, as production refused it
@@ -339,6 +347,16 @@ async def _deliver(supervisor: Supervisor, arrival: Any) -> int:
         # As the signals did: the first drains (nothing new starts), a
         # forced one cancels what still runs.
         supervisor.request_shutdown()
+        return 0
+    if arrival.kind == "rest":  # resting when the trace file was rotated
+        message = "usage limit (before this trace file)"
+        await supervisor.rest_account(
+            fields["provider"], fields["account"], fields["until"], message
+        )
+        return 0
+    if arrival.kind == "rest_ended":
+        with contextlib.suppress(UnknownAccount):  # a what-if without that account
+            await supervisor.end_rest(fields["provider"], fields["account"])
         return 0
     if arrival.kind == "reload":
         loaded = config_from_trace(fields["config"], f"reload at t={arrival.t}")

@@ -55,7 +55,7 @@ class Arrival:
     """Something that happens to the supervisor from outside, at time ``t``."""
 
     t: float
-    kind: str  # submit | skip | cancel | reload | reload_rejected
+    kind: str  # submit | skip | cancel | reload | reload_rejected | shutdown | rest | rest_ended
     fields: Mapping[str, Any]
 
 
@@ -90,10 +90,13 @@ def read_workload(path: Path) -> Workload:
     # they arrive first, the running ones before the rest (they held their
     # slots already), each taken to start at the file's beginning.
     carry = header.carry or {}
+    for rest in carry.get("rests", []):
+        arrivals.append(Arrival(0.0, "rest", dict(rest)))
     for held in carry.get("running", []):
         run = held["run"]
         plans.setdefault(run["id"], RunPlan(len(plans)))
-        arrivals.append(Arrival(0.0, "submit", {"run": run}))
+        # Back on the account it was running on, if that one can take it.
+        arrivals.append(Arrival(0.0, "submit", {"run": run, "account": held.get("account")}))
         started[run["id"]] = 0.0
     for run in carry.get("queued", []):
         plans.setdefault(run["id"], RunPlan(len(plans)))
@@ -137,10 +140,16 @@ def read_workload(path: Path) -> Workload:
             # failure half way through the replay.
             config_from_trace(fields["config"], where)
             arrivals.append(Arrival(event.t, kind, dict(fields)))
-        elif kind in ("reload_rejected", "shutdown"):
+        elif kind in ("reload_rejected", "shutdown", "rest_ended"):
             arrivals.append(Arrival(event.t, kind, dict(fields)))
         elif kind == "rotated":
             rotated_at = event.t
+    if rotated_at is not None:
+        # Still running when the recording went on in another file: they ran
+        # at least until then (what happens after is not this file's).
+        for run_id, began in started.items():
+            if run_id in plans:
+                plans[run_id].attempts.append(Attempt(round(rotated_at - began, 6), "succeeded", 0))
     return Workload(header, header_time(header), tuple(arrivals), plans, rotated_at)
 
 

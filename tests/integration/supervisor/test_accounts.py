@@ -348,6 +348,10 @@ async def test_a_rest_can_be_ended_by_hand_from_the_api_and_the_cli(
     # The queued run starts at once on the account that is back.
     done = await running.wait(waiting["id"])
     assert (done["status"], done["account"]) == ("succeeded", "a")
+    # Traced, so a replay ends the rest at the same moment.
+    _, events = read_trace(next((tmp_path / "state" / "traces").glob("*.jsonl")))
+    ended_rests = [e.fields for e in events if e.event == "rest_ended"]
+    assert ended_rests == [{"provider": "agent", "account": "a"}]
 
     unknown = await running.client.post(
         "/v1/accounts/end-rest", json={"provider": "agent", "account": "zz"}

@@ -220,6 +220,36 @@ def test_the_gate_starts_only_what_the_accounts_can_take_and_records_each_pick()
     assert gate.picks["r3"] == Pick("a")
 
 
+def test_a_pinned_run_starts_on_its_account_when_that_one_can_take_it() -> None:
+    book = book_of(
+        AccountSpec("a", concurrency=1), AccountSpec("b", concurrency=1), AccountSpec("c")
+    )
+    sched = Scheduler(Limits({"claude": 8}))
+    runs = [RunRequest(f"r{n}", "claude", conversation=f"c{n}") for n in range(3)]
+    for run in runs:
+        sched.submit(run)
+    book.pin("r0", "b")  # free: honoured, though a comes first in config order
+    book.pin("r1", "b")  # b is taken by r0 by then: picked as usual
+    book.pin("r2", "gone")  # not configured: picked as usual
+    gate = book.gate(T0)
+    assert sched.take_startable(gate) == runs
+    assert {run_id: pick.account for run_id, pick in gate.picks.items()} == {
+        "r0": "b",
+        "r1": "a",
+        "r2": "c",
+    }
+    # A pin is used once: the run's next start (a re-queue) picks as usual.
+    sched.finish("r0")
+    book.finish("r0", T0 + 1)
+    book.finish("r1", T0 + 1)
+    sched.finish("r1")
+    rerun = RunRequest("r0", "claude", conversation="c0")
+    sched.submit(rerun)
+    gate = book.gate(T0 + 2)
+    assert sched.take_startable(gate) == [rerun]
+    assert gate.picks["r0"] == Pick("a")
+
+
 def test_conversation_of_scopes_by_workspace() -> None:
     assert conversation_of(RunRequest("r", "p", conversation="c", workspace="w")) == "w/c"
     assert conversation_of(RunRequest("r", "p")) is None

@@ -95,8 +95,8 @@ def test_rotation_starts_a_new_self_contained_file(tmp_path: Path) -> None:
     r1 = {"id": "r1", "provider": "demo", "conversation": "c"}
     # As the events written before it tell: r2 was cancelled, r0 ran on
     # account a until its re-queue put it back among the queued, first.
-    assert {"running": [{"run": r0, "account": "a"}], "queued": [r1]} in carries
-    assert carries[-1] == {"running": [], "queued": [r0, r1]}
+    assert {"running": [{"run": r0, "account": "a"}], "queued": [r1], "rests": []} in carries
+    assert carries[-1] == {"running": [], "queued": [r0, r1], "rests": []}
 
 
 def test_a_sink_is_one_file_never_rotated(tmp_path: Path) -> None:
@@ -120,6 +120,15 @@ def test_a_sink_is_one_file_never_rotated(tmp_path: Path) -> None:
         ({"queued": {}}, r"carry.queued: expected a list"),
         ({"queued": [{"provider": "p"}]}, r"carry.queued\[0\].id: expected a non-empty string"),
         ({"running": [{"account": "a"}]}, r"carry.running\[0\]: expected \{run, account\}"),
+        ({"rests": [[]]}, r"carry.rests\[0\]: expected \{provider, account, until\}"),
+        (
+            {"rests": [{"provider": "p", "account": None, "until": "soon"}]},
+            r"carry.rests\[0\].until: expected unix seconds, got 'soon'",
+        ),
+        (
+            {"rests": [{"provider": "", "account": None, "until": 1.0}]},
+            r"carry.rests\[0\].provider: expected a non-empty string",
+        ),
         (
             {"running": [{"run": {"id": "r", "provider": "p"}, "account": 3}]},
             r"carry.running\[0\].account: expected a string or null, got 3",
