@@ -213,6 +213,8 @@ class TraceHeader:
     started_at: str
     config: Mapping[str, Any]
     carry: Mapping[str, Any] | None
+    #: How ``herdsman sim generate`` drew a synthetic trace (seed and model).
+    generator: Mapping[str, Any] | None = None
 
 
 def read_trace(path: Path) -> tuple[TraceHeader, Iterator[TraceEvent]]:
@@ -282,7 +284,10 @@ def _parse_header(path: Path, number: int, text: str) -> TraceHeader:
         raise TraceFormatError(f"{path}:{number}: config: expected an object")
     if carry is not None and not isinstance(carry, dict):
         raise TraceFormatError(f"{path}:{number}: carry: expected an object")
-    return TraceHeader(version, started, config, carry)
+    generator = obj.get("generator")
+    if generator is not None and not isinstance(generator, dict):
+        raise TraceFormatError(f"{path}:{number}: generator: expected an object")
+    return TraceHeader(version, started, config, carry, generator)
 
 
 def _events(path: Path, lines: Iterator[tuple[int, str]]) -> Iterator[TraceEvent]:

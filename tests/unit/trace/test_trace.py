@@ -118,6 +118,10 @@ HEADER = json.dumps(
             [HEADER, '{"t":0,"seq":0,"event":"submit","run":{"id":"r","provider":"p","x":1}}'],
             ":2: run: unknown field 'x'",
         ),
+        (
+            [HEADER.replace('"config": {}', '"config": {}, "generator": [1]')],
+            ":1: generator: expected an object",
+        ),
     ],
 )
 def test_malformed_traces_name_the_line_and_the_fault(
