@@ -14,6 +14,10 @@ import attrs
 from herdsman.config import ConfigError, load_config
 from herdsman.sim.generate_cli import add_generate_command
 from herdsman.sim.model import ModelError
+from herdsman.sim.plan_cli import add_plan_command
+from herdsman.sim.plan_report import PlotError
+from herdsman.sim.slo import SloError
+from herdsman.sim.sweep import SweepError
 from herdsman.trace import TraceFormatError
 
 __all__ = ["add_sim_commands"]
@@ -79,7 +83,7 @@ def _guarded(handler: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
             code: int = handler(args)
-        except (TraceFormatError, ModelError) as error:
+        except (TraceFormatError, ModelError, SweepError, SloError, PlotError) as error:
             print(f"herdsman: {error}", file=sys.stderr)
             return 2
         except ConfigError as error:
@@ -146,3 +150,4 @@ def add_sim_commands(commands: Any) -> None:
     diff.set_defaults(handler=_guarded(_diff))
 
     add_generate_command(actions, _guarded)
+    add_plan_command(actions, _guarded)
