@@ -57,6 +57,7 @@ __all__ = [
     "PlanInput",
     "PlanResult",
     "Row",
+    "collect",
     "plan",
     "read_input",
     "replication",
@@ -220,13 +221,27 @@ def plan(
                 results[c, r] = metrics
                 if progress is not None:
                     progress(len(results), len(tasks))
+    rows = collect(combos, results, replications, slo)
+    smallest = next((row for row in rows if row.meets), None)
+    return PlanResult(rows, smallest, slo, replications, seed, source.kind)
+
+
+def collect(
+    combos: Sequence[Setting],
+    results: Mapping[tuple[int, int], Metrics],
+    replications: int,
+    slo: Slo,
+) -> tuple[Row, ...]:
+    """Each configuration's row from results filed by (configuration, replication).
+
+    Values are taken in replication order, never in the order they came in.
+    """
     rows = []
     for c, setting in enumerate(combos):
         measured = [results[c, r] for r in range(replications)]
         estimates = {name: estimate([m.get(name) for m in measured]) for name in METRICS}
         rows.append(Row(setting, estimates, slo.met_by(estimates)))
-    smallest = next((row for row in rows if row.meets), None)
-    return PlanResult(tuple(rows), smallest, slo, replications, seed, source.kind)
+    return tuple(rows)
 
 
 def _without_reloads(workload: Workload) -> Workload:

@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from herdsman.config.overrides import parse_value_text
 from herdsman.sim.metrics import METRICS
 from herdsman.sim.plan import PlanInput, PlanResult, Row
 from herdsman.sim.stats import Estimate
@@ -31,7 +32,8 @@ class PlotError(Exception):
 
 def _shown(name: str, value: float) -> str:
     if name.endswith("_wait"):
-        return f"{value:.1f}s"
+        # Tenths matter for short waits only; long ones read better whole.
+        return f"{value:.1f}s" if value < 100 else f"{value:.0f}s"
     if name == "utilisation":
         return f"{value * 100:.0f}%"
     return f"{value:.1f}"
@@ -93,7 +95,7 @@ def plan_json(result: PlanResult, source: PlanInput) -> dict[str, Any]:
         "vary": [key for key, _ in result.rows[0].setting],
         "configurations": [
             {
-                "settings": dict(row.setting),
+                "settings": _values(row),
                 "meets_slo": row.meets,
                 "metrics": {
                     name: {
@@ -106,8 +108,13 @@ def plan_json(result: PlanResult, source: PlanInput) -> dict[str, Any]:
             }
             for row in result.rows
         ],
-        "smallest": None if result.smallest is None else dict(result.smallest.setting),
+        "smallest": None if result.smallest is None else _values(result.smallest),
     }
+
+
+def _values(row: Row) -> dict[str, Any]:
+    # As --set reads them: 2 is a number, 5m a string.
+    return {key: parse_value_text(value) for key, value in row.setting}
 
 
 def check_plot(path: Path) -> None:
