@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import statistics
-import subprocess
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sim_workloads import CONFIG, busy_trace, config_json
+from sim_workloads import CONFIG, busy_trace, config_json, herdsman
 
 from herdsman.cli import main
 from herdsman.sim.generate import Samples, generate, load_samples
@@ -134,19 +131,6 @@ def test_usage_limited_runs_are_the_given_share_of_their_provider() -> None:
     assert claude["usage_limited"] / claude.total() == pytest.approx(0.1, abs=0.015)
     assert codex["usage_limited"] == 0
     assert codex["failed"] / codex.total() == pytest.approx(0.2, abs=0.02)
-
-
-def herdsman(*args: str, cwd: Path, hash_seed: str = "0") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-    return subprocess.run(
-        [sys.executable, "-m", "herdsman", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=env,
-    )
 
 
 GENERATE = (

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sim_workloads import CONFIG, busy_trace
+from sim_workloads import CONFIG, busy_trace, herdsman
 
 from herdsman.cli import main
 from herdsman.config import LoadedConfig
@@ -31,25 +30,13 @@ def generated(tmp_path: Path, *more: str) -> Path:
     return out
 
 
-def herdsman(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "herdsman", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        env={**os.environ, "PYTHONHASHSEED": "random"},
-    )
-
-
 def test_workers_do_not_change_the_result(tmp_path: Path) -> None:
     workload = generated(tmp_path)
     args = ["sim", "plan", str(workload), "--vary", "providers.claude.concurrency=1,3"]
     args += ["--vary", "providers.claude.accounts=1..2", "--slo", "p95_wait<=1h"]
     args += ["--replications", "2", "--seed", "2", "--json"]
-    one = herdsman(*args, "--workers", "1", cwd=tmp_path)
-    two = herdsman(*args, "--workers", "2", cwd=tmp_path)
+    one = herdsman(*args, "--workers", "1", cwd=tmp_path, hash_seed="1")
+    two = herdsman(*args, "--workers", "2", cwd=tmp_path, hash_seed="2")
     assert one.returncode in (0, 1), one.stderr
     assert (two.returncode, two.stdout) == (one.returncode, one.stdout)
     result = json.loads(one.stdout)
@@ -192,3 +179,27 @@ def test_a_bad_flag_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.startswith(f"herdsman: {message}"), err
     assert len(err.splitlines()) == 1
+
+
+class Terminal(io.StringIO):
+    """Standard error as a terminal: where the progress bar shows."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_progress_bar_counts_simulations_on_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = generated(tmp_path)
+    argv = ["sim", "plan", str(workload), "--vary", "providers.claude.concurrency=1..2"]
+    argv += ["--slo", "p95_wait<=10h", "--replications", "2", "--workers", "1"]
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(argv) == 0
+    assert "simulating: 100%" in terminal.getvalue()
+    assert "4/4" in terminal.getvalue()
+    # Not on a terminal (a pipe, CI): no bar.
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert main(argv) == 0
+    assert "simulating" not in sys.stderr.getvalue()
