@@ -13,6 +13,7 @@ from sim_workloads import CONFIG, busy_trace, herdsman
 
 from herdsman.cli import main
 from herdsman.config import LoadedConfig
+from herdsman.sim.model import ModelError
 from herdsman.sim.plan import plan, read_input, replication, trio_engine
 from herdsman.sim.slo import parse_slo
 from herdsman.sim.stats import estimate
@@ -104,6 +105,24 @@ def test_replications_of_a_recorded_trace_redraw_durations_only(tmp_path: Path) 
     drawn = [a.duration for p in again.plans.values() for a in p.attempts]
     assert set(drawn) <= pool
     assert drawn != [a.duration for p in source.workload.plans.values() for a in p.attempts]
+
+
+def test_a_recorded_trace_without_durations_has_one_replication_only(tmp_path: Path) -> None:
+    trace = tmp_path / "queued.jsonl"
+    lines = busy_trace(tmp_path / "busy.jsonl", runs=3).read_text().splitlines()
+    # Submits only, no duration: nothing to redraw from.
+    kept = [lines[0]] + [
+        json.dumps({k: v for k, v in json.loads(line).items() if k not in ("duration", "outcome")})
+        for line in lines[1:]
+        if '"submit"' in line
+    ]
+    trace.write_text("\n".join(kept) + "\n")
+    source = read_input(trace)
+    assert replication(source, 0, 0) is source.workload
+    with pytest.raises(ModelError) as info:
+        replication(source, 1, 0)
+    assert str(info.value).startswith(f"{trace}: a replication of a recorded trace redraws")
+    assert str(info.value).endswith("use --replications 1")
 
 
 def test_the_engine_is_a_parameter(tmp_path: Path) -> None:

@@ -67,6 +67,7 @@ __all__ = [
 
 #: An engine simulates a workload under a configuration and returns the
 #: simulated trace text (``herdsman.sim.replay.replay(...).trace``'s contract).
+#: With more than one worker it is pickled: a module-level function.
 Engine = Callable[[Workload, LoadedConfig], str]
 
 
@@ -125,7 +126,14 @@ def replication(source: PlanInput, number: int, seed: int) -> Workload:
         header = source.workload.header
         text = generate(source.model, header.config, drawn, source.samples)
         return read_workload_text(text, f"{source.path} (replication {number})")
-    pool = recorded_durations(source.workload, str(source.path))
+    try:
+        pool = recorded_durations(source.workload, str(source.path))
+    except ModelError:
+        raise ModelError(
+            f"{source.path}: a replication of a recorded trace redraws its runs' durations,"
+            " and no run in it has one (no succeeded, failed or timed-out run):"
+            " use --replications 1"
+        ) from None
     rng = random.Random(drawn)
     plans = {
         run_id: RunPlan(
