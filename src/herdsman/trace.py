@@ -269,6 +269,8 @@ class TraceHeader:
     started_at: str
     config: Mapping[str, Any]
     carry: Mapping[str, Any] | None
+    #: How ``herdsman sim generate`` drew a synthetic trace (seed and model).
+    generator: Mapping[str, Any] | None = None
 
 
 def read_trace(path: Path) -> tuple[TraceHeader, Iterator[TraceEvent]]:
@@ -338,7 +340,10 @@ def _parse_header(path: Path, number: int, text: str) -> TraceHeader:
         raise TraceFormatError(f"{path}:{number}: config: expected an object")
     if carry is not None:
         _check_carry(f"{path}:{number}", carry)
-    return TraceHeader(version, started, config, carry)
+    generator = obj.get("generator")
+    if generator is not None and not isinstance(generator, dict):
+        raise TraceFormatError(f"{path}:{number}: generator: expected an object")
+    return TraceHeader(version, started, config, carry, generator)
 
 
 def _check_carry(where: str, carry: Any) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +85,16 @@ def busy_trace(path: Path, runs: int = 120, seed: int = 7) -> Path:
         line["seq"] = seq
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     return path
+
+
+def herdsman(*args: str, cwd: Path, hash_seed: str = "0") -> subprocess.CompletedProcess[str]:
+    """``herdsman ARGS`` in a process of its own, with this ``PYTHONHASHSEED``."""
+    return subprocess.run(
+        [sys.executable, "-m", "herdsman", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "PYTHONHASHSEED": hash_seed},
+    )

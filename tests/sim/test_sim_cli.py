@@ -4,23 +4,10 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from sim_workloads import CONFIG, busy_trace
-
-
-def herdsman(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "herdsman", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+from sim_workloads import CONFIG, busy_trace, herdsman
 
 
 def test_replay_writes_a_trace_a_summary_and_a_chrome_timeline(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""``herdsman sim replay`` and ``herdsman sim diff``."""
+"""``herdsman sim replay`` and ``herdsman sim diff``; ``generate`` and ``plan`` are added here."""
 
 from __future__ import annotations
 
@@ -12,6 +12,12 @@ from typing import Any
 import attrs
 
 from herdsman.config import ConfigError, load_config
+from herdsman.sim.generate_cli import add_generate_command
+from herdsman.sim.model import ModelError
+from herdsman.sim.plan_cli import add_plan_command
+from herdsman.sim.plan_report import PlotError
+from herdsman.sim.slo import SloError
+from herdsman.sim.sweep import SweepError
 from herdsman.trace import TraceFormatError
 
 __all__ = ["add_sim_commands"]
@@ -85,7 +91,7 @@ def _guarded(handler: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
             code: int = handler(args)
-        except TraceFormatError as error:
+        except (TraceFormatError, ModelError, SweepError, SloError, PlotError) as error:
             print(f"herdsman: {error}", file=sys.stderr)
             return 2
         except ConfigError as error:
@@ -150,3 +156,6 @@ def add_sim_commands(commands: Any) -> None:
     diff.add_argument("a", type=Path, metavar="A", help="the expected trace")
     diff.add_argument("b", type=Path, metavar="B", help="the actual trace")
     diff.set_defaults(handler=_guarded(_diff))
+
+    add_generate_command(actions, _guarded)
+    add_plan_command(actions, _guarded)

@@ -10,7 +10,7 @@ usage limit — comes from the recorded start/finish pair, or from
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,25 @@ import attrs
 import tomlkit
 
 from herdsman.config import ConfigError, LoadedConfig, load_config_text
-from herdsman.trace import OUTCOMES, TraceFormatError, TraceHeader, header_time, read_trace
+from herdsman.trace import (
+    OUTCOMES,
+    TraceEvent,
+    TraceFormatError,
+    TraceHeader,
+    header_time,
+    read_trace,
+    read_trace_text,
+)
 
-__all__ = ["Arrival", "Attempt", "RunPlan", "Workload", "config_from_trace", "read_workload"]
+__all__ = [
+    "Arrival",
+    "Attempt",
+    "RunPlan",
+    "Workload",
+    "config_from_trace",
+    "read_workload",
+    "read_workload_text",
+]
 
 
 #: The longest a recorded start is taken to lag behind the event it answered.
@@ -74,6 +90,16 @@ class Workload:
 def read_workload(path: Path) -> Workload:
     """Read ``path`` (a trace) as a workload; :class:`TraceFormatError` if malformed."""
     header, events = read_trace(path)
+    return _workload(header, events, str(path))
+
+
+def read_workload_text(text: str, name: str) -> Workload:
+    """:func:`read_workload` for a trace held in memory; ``name`` stands for the file."""
+    header, events = read_trace_text(text, name)
+    return _workload(header, events, name)
+
+
+def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> Workload:
     arrivals: list[Arrival] = []
     plans: dict[str, RunPlan] = {}
     started: dict[str, float] = {}

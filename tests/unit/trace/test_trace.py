@@ -112,6 +112,112 @@ def test_a_sink_is_one_file_never_rotated(tmp_path: Path) -> None:
     assert all('"rotated"' not in line for line in lines)
 
 
+def test_unknown_event_kind_is_refused_by_the_writer(tmp_path: Path) -> None:
+    w = writer(tmp_path, FakeClock())
+    with pytest.raises(ValueError, match="unknown trace event 'bogus'"):
+        w.event("bogus")
+
+
+HEADER = json.dumps(
+    {"herdsman_trace": 1, "started_at": "2026-11-29T12:00:00.000000Z", "config": {}}
+)
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        ([], "empty file, expected a trace header"),
+        (["{not json"], ":1: not JSON"),
+        (['{"herdsman_trace": 2, "started_at": "x", "config": {}}'], "expected trace format 1"),
+        ([HEADER, '{"t": -1, "seq": 0, "event": "cancel", "run_id": "r"}'], ":2: t: expected"),
+        (
+            [
+                HEADER,
+                '{"t": 2, "seq": 0, "event": "cancel", "run_id": "r"}',
+                '{"t": 1, "seq": 1, "event": "cancel", "run_id": "r"}',
+            ],
+            ":3: t: went backwards from 2.0 to 1",
+        ),
+        ([HEADER, '{"t": 0, "seq": 0, "event": "launch"}'], ":2: event: expected one of"),
+        ([HEADER, '{"t": 0, "seq": 0, "event": "finish", "run_id": "r"}'], "missing outcome"),
+        (
+            [HEADER, '{"t": 0, "seq": 0, "event": "submit", "run": {"id": "r"}}'],
+            ":2: run.provider: expected a non-empty string",
+        ),
+        (
+            [HEADER, '{"t":0,"seq":0,"event":"submit","run":{"id":"r","provider":"p","x":1}}'],
+            ":2: run: unknown field 'x'",
+        ),
+        (
+            [HEADER.replace('"config": {}', '"config": {}, "generator": [1]')],
+            ":1: generator: expected an object",
+        ),
+        (
+            [HEADER, '{"t": 0, "seq": 0, "event": "rest_ended", "provider": 3, "account": null}'],
+            ":2: rest_ended: expected a provider name and an account name or null",
+        ),
+    ],
+)
+def test_malformed_traces_name_the_line_and_the_fault(
+    tmp_path: Path, lines: list[str], message: str
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+    def read_all() -> None:
+        _header, events = read_trace(path)
+        list(events)
+
+    with pytest.raises(TraceFormatError, match=message) as info:
+        read_all()
+    assert str(info.value).startswith(str(path))
+
+
+def test_missing_trace_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(TraceFormatError, match="cannot read trace: No such file"):
+        read_trace(tmp_path / "nope.jsonl")
+
+
+def test_a_write_error_stops_the_trace_but_not_the_caller(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    w = writer(tmp_path / "traces", clock, max_bytes=4096)
+    w.open()
+    w.event("cancel", run_id="r0")
+    w.close()
+    # The folder is replaced by a file: the next rotation cannot open anything.
+    for path in (tmp_path / "traces").iterdir():
+        path.unlink()
+    (tmp_path / "traces").rmdir()
+    (tmp_path / "traces").write_text("not a folder")
+    w.event("cancel", run_id="r1")
+    w.event("cancel", run_id="r2")
+    assert w.failed == 2
+    assert "the trace stops here" in caplog.text
+
+
+def test_open_reports_an_unusable_folder_at_once(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    w = writer(tmp_path / "file" / "traces", FakeClock())
+    with pytest.raises(OSError, match="Not a directory"):
+        w.open()
+
+
+def test_a_second_writer_in_the_same_second_never_overwrites_the_first(tmp_path: Path) -> None:
+    first = writer(tmp_path, FakeClock())
+    first.event("cancel", run_id="r1")
+    first.close()
+    second = writer(tmp_path, FakeClock())
+    second.event("cancel", run_id="r2")
+    second.close()
+    assert first.path != second.path
+    texts = sorted(path.read_text() for path in tmp_path.glob("*.jsonl"))
+    assert len(texts) == 2
+    assert any('"r1"' in text for text in texts)
+    assert any('"r2"' in text for text in texts)
+
+
 @pytest.mark.parametrize(
     ("carry", "message"),
     [

@@ -1,0 +1,199 @@
+"""Draw a synthetic trace from a workload model and a seed (``herdsman sim generate``).
+
+Every random number comes from one ``random.Random(seed)``, drawn in a fixed
+order (all conversation arrivals first, then each conversation's turns in
+arrival order), and events are sorted by ``(time, run number)``: the same
+model, configuration and seed give the same bytes in any process.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+import math
+import random
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from herdsman.sim.model import Model, ModelError, model_to_json
+from herdsman.sim.workload import Workload, read_workload
+
+__all__ = ["Samples", "generate", "load_samples", "recorded_durations", "recorded_gaps"]
+
+#: Outcomes of recorded attempts whose duration is the time the work took
+#: (a cancelled or usage-limited attempt was cut short).
+_WORKED = frozenset({"succeeded", "failed", "timed_out"})
+
+
+@attrs.frozen
+class Samples:
+    """What recorded traces supply: gaps between conversation arrivals, durations."""
+
+    gaps: tuple[float, ...] = ()
+    durations: tuple[float, ...] = ()
+
+
+def recorded_gaps(workload: Workload, name: str) -> tuple[float, ...]:
+    """Seconds between consecutive conversations' first submits in ``workload``.
+
+    A run without a conversation is a conversation of its own.
+    """
+    firsts: dict[tuple[str, str], float] = {}
+    for arrival in workload.arrivals:
+        if arrival.kind not in ("submit", "skip"):
+            continue
+        run = arrival.fields["run"]
+        conversation = run.get("conversation")
+        key = (run.get("workspace") or "default", conversation) if conversation else ("", run["id"])
+        firsts.setdefault(key, arrival.t)
+    times = list(firsts.values())
+    gaps = tuple(round(b - a, 6) for a, b in itertools.pairwise(times))
+    if not gaps or sum(gaps) <= 0:
+        raise ModelError(
+            f"--arrivals: {name}: resampling arrivals needs at least two conversations"
+            f" starting at different times; the trace has {len(times)}"
+        )
+    return gaps
+
+
+def recorded_durations(workload: Workload, name: str) -> tuple[float, ...]:
+    """Durations of the attempts in ``workload`` that did their work."""
+    durations = tuple(
+        attempt.duration
+        for plan in workload.plans.values()
+        for attempt in plan.attempts
+        if attempt.outcome in _WORKED
+    )
+    if not durations:
+        raise ModelError(
+            f"--durations: {name}: no run in the trace has a duration to resample"
+            " (no succeeded, failed or timed-out run)"
+        )
+    return durations
+
+
+def load_samples(model: Model) -> Samples:
+    """Read the recorded traces ``model`` resamples (TraceFormatError if malformed)."""
+    gaps: tuple[float, ...] = ()
+    durations: tuple[float, ...] = ()
+    if model.arrivals.trace is not None:
+        gaps = recorded_gaps(read_workload(Path(model.arrivals.trace)), model.arrivals.trace)
+    if model.durations.trace is not None:
+        durations = recorded_durations(
+            read_workload(Path(model.durations.trace)), model.durations.trace
+        )
+    return Samples(gaps, durations)
+
+
+def generate(model: Model, config: Mapping[str, Any], seed: int, samples: Samples) -> str:
+    """The trace text of a workload drawn from ``model`` with ``seed``, under ``config``."""
+    rng = random.Random(seed)
+    starts = _conversation_starts(model, samples, rng)
+    names = [name for name, _ in model.providers]
+    weights = [weight for _, weight in model.providers]
+    limited = dict(model.usage_limited)
+    events: list[tuple[float, int, dict[str, Any]]] = []
+    for number, start in enumerate(starts):
+        provider = rng.choices(names, weights)[0]
+        t = start
+        for _turn in range(_turns(model.turns, rng)):
+            duration = round(_duration(model, samples, rng), 3)
+            index = len(events)
+            event: dict[str, Any] = {
+                "t": round(t, 6),
+                "seq": 0,
+                "event": "submit",
+                "run": {
+                    "id": f"r{index:06d}",
+                    "provider": provider,
+                    "conversation": f"c{number:05d}",
+                },
+                "duration": duration,
+                "outcome": _outcome(model, limited.get(provider, 0.0), rng),
+            }
+            events.append((event["t"], index, event))
+            think = rng.expovariate(1 / model.think) if model.think > 0 else 0.0
+            t += duration + think
+    events.sort(key=lambda item: (item[0], item[1]))
+    header = {
+        "herdsman_trace": 1,
+        "started_at": model.started_at,
+        "config": config,
+        "generator": {"seed": seed, "model": model_to_json(model)},
+    }
+    lines = [_dumps(header)]
+    for seq, (_, _, event) in enumerate(events):
+        event["seq"] = seq
+        lines.append(_dumps(event))
+    return "\n".join(lines) + "\n"
+
+
+def _dumps(obj: Mapping[str, Any]) -> str:
+    # As the trace writer does: compact, insertion order, so equal means equal bytes.
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _conversation_starts(model: Model, samples: Samples, rng: random.Random) -> list[float]:
+    starts: list[float] = []
+    t = 0.0
+    if model.arrivals.kind == "recorded":
+        while True:
+            t += rng.choice(samples.gaps)
+            if t >= model.span:
+                return starts
+            starts.append(t)
+    # Poisson with a rate varying by hour: thinning (Lewis and Shedler) —
+    # candidates at the peak rate, each kept with probability rate(t) / peak.
+    profile = model.profile
+    peak = max(profile) if profile is not None else 1.0
+    rate = model.arrivals.rate * peak / 3600
+    offset = _seconds_into_day(model.started_at)
+    while True:
+        t += rng.expovariate(rate)
+        if t >= model.span:
+            return starts
+        if profile is not None:
+            hour = int(((offset + t) % 86400) // 3600)
+            if rng.random() * peak >= profile[hour]:
+                continue
+        starts.append(t)
+
+
+def _seconds_into_day(started_at: str) -> float:
+    when = dt.datetime.fromisoformat(started_at.replace("Z", "+00:00")).astimezone(dt.UTC)
+    return when.hour * 3600 + when.minute * 60 + when.second + when.microsecond / 1e6
+
+
+def _turns(mean: float, rng: random.Random) -> int:
+    # Geometric on 1, 2, ...: another turn follows with probability 1 - 1/mean.
+    turns = 1
+    while rng.random() >= 1 / mean:
+        turns += 1
+    return turns
+
+
+def _duration(model: Model, samples: Samples, rng: random.Random) -> float:
+    durations = model.durations
+    if durations.kind == "exponential":
+        return rng.expovariate(1 / durations.mean)
+    if durations.kind == "lognormal":
+        # mu chosen so the distribution's mean (not its median) is ``mean``.
+        mu = math.log(durations.mean) - durations.sigma**2 / 2
+        return rng.lognormvariate(mu, durations.sigma)
+    return rng.choice(samples.durations)
+
+
+def _outcome(model: Model, limited: float, rng: random.Random) -> str:
+    if limited > 0 and rng.random() < limited:
+        return "usage_limited"
+    if model.outcomes:
+        draw = rng.random()
+        for outcome, share in model.outcomes:
+            if draw < share:
+                return outcome
+            draw -= share
+    return "succeeded"

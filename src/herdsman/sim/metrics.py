@@ -1,0 +1,118 @@
+"""What a plan measures in one simulated trace: waits, utilisation, throughput, limits.
+
+* **wait**: from a run's first submit to its first start (a run re-queued
+  after a usage limit is not counted twice); percentiles by nearest rank.
+  Runs never started (their provider missing, or the input ran out while
+  every account rested) have no wait and are counted in ``unstarted``.
+* **utilisation**: run-seconds spent running (each attempt, start to finish)
+  over slot-seconds available: the slots are the sum of the providers'
+  ``concurrency``, capped by ``supervisor.max_concurrency``, over the time
+  from 0 to the trace's last event.
+* **throughput**: runs that ended (re-queued attempts excepted) per hour of
+  that same time.
+* **usage_limited**: ``usage_limit`` events (each rests an account);
+  **timeouts**: runs that ended ``timed_out``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from herdsman.trace import read_trace_text
+
+__all__ = ["METRICS", "Metrics", "measure", "percentile", "slots_of"]
+
+#: Metric names, in the order tables show them, and their units.
+METRICS: Mapping[str, str] = {
+    "p50_wait": "s",
+    "p95_wait": "s",
+    "p99_wait": "s",
+    "mean_wait": "s",
+    "utilisation": "",
+    "throughput": "/h",
+    "usage_limited": "",
+    "timeouts": "",
+    "unstarted": "",
+}
+
+
+@attrs.frozen
+class Metrics:
+    """One simulated trace's figures (see the module docstring for definitions)."""
+
+    p50_wait: float
+    p95_wait: float
+    p99_wait: float
+    mean_wait: float
+    utilisation: float
+    throughput: float
+    usage_limited: float
+    timeouts: float
+    unstarted: float
+
+    def get(self, name: str) -> float:
+        """The metric called ``name`` (one of :data:`METRICS`)."""
+        value: float = getattr(self, name)
+        return value
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """The nearest-rank ``p``-th percentile of ``sorted_values`` (0 if empty)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def slots_of(config: Mapping[str, Any]) -> int:
+    """Slots a configuration (as a trace header carries it) can run at once."""
+    providers = config.get("providers") or {}
+    slots = sum(int(p.get("concurrency") or 1) for p in providers.values())
+    cap = (config.get("supervisor") or {}).get("max_concurrency")
+    return min(slots, int(cap)) if cap else slots
+
+
+def measure(trace: str) -> Metrics:
+    """The metrics of the simulated ``trace`` text."""
+    header, events = read_trace_text(trace, "(simulated trace)")
+    submitted: dict[str, float] = {}
+    started: dict[str, float] = {}
+    running: dict[str, float] = {}
+    busy = 0.0
+    ended = timeouts = limits = 0
+    end = 0.0
+    for event in events:
+        end = event.t
+        fields = event.fields
+        if event.event == "submit":
+            submitted.setdefault(fields["run"]["id"], event.t)
+        elif event.event == "start":
+            run_id = fields["run_id"]
+            started.setdefault(run_id, event.t)
+            running[run_id] = event.t
+        elif event.event == "finish":
+            began = running.pop(fields["run_id"], None)
+            if began is not None:
+                busy += event.t - began
+            if not fields.get("requeued"):
+                ended += 1
+                timeouts += fields["outcome"] == "timed_out"
+        elif event.event == "usage_limit":
+            limits += 1
+    waits = sorted(started[run] - t for run, t in submitted.items() if run in started)
+    slots = slots_of(header.config)
+    return Metrics(
+        p50_wait=percentile(waits, 50),
+        p95_wait=percentile(waits, 95),
+        p99_wait=percentile(waits, 99),
+        mean_wait=math.fsum(waits) / len(waits) if waits else 0.0,
+        utilisation=busy / (slots * end) if end > 0 and slots else 0.0,
+        throughput=ended / (end / 3600) if end > 0 else 0.0,
+        usage_limited=float(limits),
+        timeouts=float(timeouts),
+        unstarted=float(sum(1 for run in submitted if run not in started)),
+    )

@@ -1,0 +1,245 @@
+"""The synthetic-workload model behind ``herdsman sim generate``, and its flags.
+
+A workload is conversations arriving over a ``span`` of time. Each
+conversation picks a provider, has one or more turns (geometric, mean
+``turns``), and each follow-up turn is submitted ``duration + think`` after the
+turn before it (think time exponential, mean ``think``). Arrivals are Poisson
+(optionally shaped by 24 hourly weights) or resampled from a recorded trace;
+durations are exponential, lognormal, or resampled from a recorded trace.
+docs/simulator.md describes the model; every flag is checked here, and a bad
+one raises :class:`ModelError` naming the flag, the value and what would do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from herdsman.config.durations import parse_duration
+
+__all__ = [
+    "OUTCOME_SHARES",
+    "Arrivals",
+    "Durations",
+    "Model",
+    "ModelError",
+    "model_from_json",
+    "model_to_json",
+    "parse_arrivals",
+    "parse_durations",
+    "parse_number",
+    "parse_profile",
+    "parse_seconds",
+    "parse_shares",
+    "parse_weights",
+]
+
+#: Outcomes ``--outcomes`` may give a share of (the rest succeed).
+OUTCOME_SHARES = ("failed", "timed_out")
+
+
+class ModelError(ValueError):
+    """A flag of ``sim generate`` (or a model in a trace header) that is wrong."""
+
+
+@attrs.frozen
+class Arrivals:
+    """How conversations arrive: ``poisson`` (``rate`` per hour) or ``recorded`` (``trace``)."""
+
+    kind: str
+    rate: float = 0.0
+    trace: str | None = None
+
+
+@attrs.frozen
+class Durations:
+    """How long a run takes: ``exponential``, ``lognormal`` (mean, sigma) or ``empirical``."""
+
+    kind: str
+    mean: float = 0.0
+    sigma: float = 0.0
+    trace: str | None = None
+
+
+@attrs.frozen
+class Model:
+    """Everything a generated workload is drawn from, besides the seed."""
+
+    span: float
+    arrivals: Arrivals
+    durations: Durations
+    #: Providers and their relative weights, in the order given.
+    providers: tuple[tuple[str, float], ...]
+    #: 24 hourly rate weights (mean 1) for Poisson arrivals, or None (flat).
+    profile: tuple[float, ...] | None = None
+    turns: float = 1.0
+    think: float = 300.0
+    #: Share of runs ending ``failed`` / ``timed_out`` (the rest succeed).
+    outcomes: tuple[tuple[str, float], ...] = ()
+    #: Per provider, the share of runs whose first attempt hits the quota.
+    usage_limited: tuple[tuple[str, float], ...] = ()
+    started_at: str = "2026-11-30T00:00:00.000000Z"
+
+
+def parse_seconds(flag: str, text: str, *, positive: bool = True) -> float:
+    """A number of seconds (``90``, ``2.5``) or a duration string (``"5m"``, ``"1h30m"``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            value = parse_duration(text).total_seconds()
+        except ValueError:
+            raise ModelError(
+                f"{flag}: expected seconds (e.g. 90) or a duration such as 5m or 1h30m,"
+                f" got {text!r}"
+            ) from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ModelError(f"{flag}: expected seconds {bound}, got {text!r}")
+    return value
+
+
+def parse_number(
+    flag: str, what: str, text: str, *, low: float, high: float = math.inf, above: bool = False
+) -> float:
+    """``text`` as a number from ``low`` (excluded if ``above``) to ``high``.
+
+    Raises :class:`ModelError` naming ``flag`` and ``what`` if it is not one.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not low <= value <= high or (above and value == low):
+        shown = f"a number > {low:g}" if above else f"a number >= {low:g}"
+        if math.isfinite(high):
+            shown = f"a number from {low:g} to {high:g}"
+        raise ModelError(f"{flag}: {what}: expected {shown}, got {text!r}")
+    return value
+
+
+def parse_arrivals(text: str) -> Arrivals:
+    """``poisson:RATE`` (conversations per hour) or ``recorded:TRACE``."""
+    kind, colon, rest = text.partition(":")
+    if kind == "poisson" and colon:
+        what = "poisson rate (conversations per hour)"
+        rate = parse_number("--arrivals", what, rest, low=0, above=True)
+        return Arrivals("poisson", rate=rate)
+    if kind == "recorded" and rest:
+        return Arrivals("recorded", trace=rest)
+    raise ModelError(
+        f"--arrivals: expected poisson:RATE (conversations per hour, e.g. poisson:12)"
+        f" or recorded:TRACE, got {text!r}"
+    )
+
+
+def parse_durations(text: str) -> Durations:
+    """``exponential:MEAN``, ``lognormal:MEAN,SIGMA`` or ``empirical:TRACE``."""
+    kind, colon, rest = text.partition(":")
+    if kind == "exponential" and colon:
+        return Durations(kind, mean=parse_seconds("--durations: exponential mean", rest))
+    if kind == "lognormal" and colon:
+        mean, comma, sigma = rest.partition(",")
+        if not comma:
+            raise ModelError(
+                f"--durations: expected lognormal:MEAN,SIGMA (e.g. lognormal:5m,0.9), got {text!r}"
+            )
+        return Durations(
+            kind,
+            mean=parse_seconds("--durations: lognormal mean", mean),
+            sigma=parse_number("--durations", "lognormal sigma", sigma, low=0, high=10),
+        )
+    if kind == "empirical" and rest:
+        return Durations(kind, trace=rest)
+    raise ModelError(
+        "--durations: expected exponential:MEAN, lognormal:MEAN,SIGMA or empirical:TRACE"
+        f" (MEAN in seconds or like 5m), got {text!r}"
+    )
+
+
+def parse_profile(text: str) -> tuple[float, ...]:
+    """24 comma-separated hourly weights, scaled to a mean of 1."""
+    parts = text.split(",")
+    if len(parts) != 24:
+        raise ModelError(
+            f"--profile: expected 24 comma-separated hourly weights (hour 0 to 23),"
+            f" got {len(parts)}"
+        )
+    weights = [
+        parse_number("--profile", f"weight of hour {hour}", part.strip(), low=0)
+        for hour, part in enumerate(parts)
+    ]
+    total = sum(weights)
+    if total == 0:
+        raise ModelError("--profile: at least one hourly weight must be > 0")
+    return tuple(w * 24 / total for w in weights)
+
+
+def parse_weights(flag: str, text: str, known: Sequence[str]) -> tuple[tuple[str, float], ...]:
+    """``name=weight,name=weight`` over ``known`` names, weights > 0."""
+    pairs = _pairs(flag, text, known, "weight")
+    for name, weight in pairs:
+        if weight <= 0:
+            raise ModelError(f"{flag}: weight of {name}: expected a number > 0, got {weight:g}")
+    return pairs
+
+
+def parse_shares(flag: str, text: str, known: Sequence[str]) -> tuple[tuple[str, float], ...]:
+    """``name=share,...`` over ``known`` names; shares from 0 to 1, adding up to at most 1."""
+    pairs = _pairs(flag, text, known, "share")
+    for name, share in pairs:
+        if share > 1:
+            raise ModelError(
+                f"{flag}: share of {name}: expected a number from 0 to 1, got {share:g}"
+            )
+    if sum(share for _, share in pairs) > 1:
+        raise ModelError(f"{flag}: the shares add up to more than 1")
+    return pairs
+
+
+def _pairs(flag: str, text: str, known: Sequence[str], what: str) -> tuple[tuple[str, float], ...]:
+    out: list[tuple[str, float]] = []
+    for item in text.split(","):
+        name, equals, value = item.strip().partition("=")
+        if not equals or not name:
+            raise ModelError(
+                f"{flag}: expected NAME={what.upper()}[,NAME={what.upper()}...], got {text!r}"
+            )
+        if name not in known:
+            raise ModelError(f"{flag}: unknown name {name!r}; expected one of {', '.join(known)}")
+        if any(name == seen for seen, _ in out):
+            raise ModelError(f"{flag}: {name} is given twice")
+        out.append((name, parse_number(flag, f"{what} of {name}", value, low=0)))
+    return tuple(out)
+
+
+def model_to_json(model: Model) -> dict[str, Any]:
+    """The model as JSON, as a generated trace's header carries it."""
+    value: dict[str, Any] = attrs.asdict(model, recurse=True)
+    return value
+
+
+def model_from_json(value: Mapping[str, Any], where: str) -> Model:
+    """Read back :func:`model_to_json`; :class:`ModelError` naming ``where`` if it is not one."""
+    try:
+        arrivals = Arrivals(**value["arrivals"])
+        durations = Durations(**value["durations"])
+        profile = value.get("profile")
+        model = Model(
+            span=float(value["span"]),
+            arrivals=arrivals,
+            durations=durations,
+            providers=tuple((str(n), float(w)) for n, w in value["providers"]),
+            profile=None if profile is None else tuple(float(w) for w in profile),
+            turns=float(value["turns"]),
+            think=float(value["think"]),
+            outcomes=tuple((str(n), float(s)) for n, s in value["outcomes"]),
+            usage_limited=tuple((str(n), float(s)) for n, s in value["usage_limited"]),
+            started_at=str(value["started_at"]),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise ModelError(f"{where}: generator.model: not a workload model ({error})") from None
+    return model

@@ -1,0 +1,115 @@
+"""``--slo``: a service-level objective a configuration must meet.
+
+An SLO is one or more clauses joined by ``,`` (all must hold), each
+``METRIC OP VALUE``: OP is ``<=``, ``<``, ``>=`` or ``>``; METRIC is one of
+:data:`herdsman.sim.metrics.METRICS`. A wait takes seconds with an optional
+unit (``60``, ``60s``, ``1.5m``, ``2h``); utilisation a fraction or a
+percentage (``0.8``, ``80%``); throughput runs per hour; counts a number.
+
+A configuration meets a clause only when its whole 95% confidence interval
+does: the interval's upper end for ``<=``/``<``, its lower end for
+``>=``/``>``. With one replication that is the measured value.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+
+import attrs
+
+from herdsman.sim.metrics import METRICS
+from herdsman.sim.stats import Estimate
+
+__all__ = ["Clause", "Slo", "SloError", "parse_slo"]
+
+_CLAUSE = re.compile(r"\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(\S+?)\s*")
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+_COMPARE: Mapping[str, Callable[[float, float], bool]] = {
+    "<=": lambda a, b: a <= b,
+    "<": lambda a, b: a < b,
+    ">=": lambda a, b: a >= b,
+    ">": lambda a, b: a > b,
+}
+
+
+class SloError(ValueError):
+    """An ``--slo`` expression that is wrong."""
+
+
+@attrs.frozen
+class Clause:
+    """``metric op value``, the value in the metric's own unit (seconds, fraction...)."""
+
+    metric: str
+    op: str
+    value: float
+    text: str
+
+    def holds(self, estimate: Estimate) -> bool:
+        """Whether the whole confidence interval of ``estimate`` meets the clause."""
+        bound = estimate.high if self.op in ("<=", "<") else estimate.low
+        return _COMPARE[self.op](bound, self.value)
+
+
+@attrs.frozen
+class Slo:
+    """All clauses of an ``--slo``."""
+
+    clauses: tuple[Clause, ...]
+    text: str
+
+    def met_by(self, estimates: Mapping[str, Estimate]) -> bool:
+        """Whether every clause holds for these estimates."""
+        return all(clause.holds(estimates[clause.metric]) for clause in self.clauses)
+
+
+def parse_slo(text: str) -> Slo:
+    """Parse ``--slo``; :class:`SloError` naming the clause and what would do."""
+    clauses = []
+    for part in text.split(","):
+        match = _CLAUSE.fullmatch(part)
+        if match is None:
+            raise SloError(
+                f"--slo: {part.strip()!r} is not METRIC OP VALUE, e.g. p95_wait<=60s"
+                " (OP is <=, <, >= or >; clauses are joined by ',')"
+            )
+        metric, op, value = match.groups()
+        if metric not in METRICS:
+            raise SloError(
+                f"--slo: unknown metric {metric!r}; expected one of {', '.join(METRICS)}"
+            )
+        clauses.append(Clause(metric, op, _value(metric, value, part.strip()), part.strip()))
+    return Slo(tuple(clauses), text)
+
+
+def _value(metric: str, text: str, clause: str) -> float:
+    if metric.endswith("_wait"):
+        match = re.fullmatch(r"(\d+(?:\.\d+)?)(s|m|h)?", text)
+        if match is None:
+            raise SloError(
+                f"--slo: {clause}: expected a wait such as 60, 60s, 1.5m or 2h, got {text!r}"
+            )
+        return float(match[1]) * _UNITS[match[2] or ""]
+    if metric == "utilisation":
+        percent = text.endswith("%")
+        number = _float(text[:-1] if percent else text)
+        value = number / 100 if percent and number is not None else number
+        if value is None or not 0 <= value <= 1:
+            raise SloError(
+                f"--slo: {clause}: expected a utilisation from 0 to 1 or 0% to 100%, got {text!r}"
+            )
+        return value
+    number = _float(text)
+    if number is None or number < 0:
+        raise SloError(f"--slo: {clause}: expected a number >= 0, got {text!r}")
+    return number
+
+
+def _float(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None

@@ -1,0 +1,79 @@
+"""Confidence intervals across replications: the mean and Student's t.
+
+No SciPy: for a whole number of degrees of freedom the t distribution's CDF
+has a closed form as a finite sum (Abramowitz and Stegun 26.7.3-4), and its
+quantile is found by bisection, to far more digits than a plan needs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import attrs
+
+__all__ = ["Estimate", "estimate", "t_cdf_two_sided", "t_quantile"]
+
+
+def t_cdf_two_sided(t: float, df: int) -> float:
+    """P(|T| <= t) for Student's t with ``df`` degrees of freedom (``t`` >= 0)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    theta = math.atan(t / math.sqrt(df))
+    sin, cos = math.sin(theta), math.cos(theta)
+    if df % 2 == 1:
+        total, term = 0.0, cos
+        for k in range(1, (df - 1) // 2 + 1):
+            if k > 1:
+                term *= cos * cos * (2 * k - 2) / (2 * k - 1)
+            total += term
+        return 2 / math.pi * (theta + sin * total) if df > 1 else 2 * theta / math.pi
+    total, term = 1.0, 1.0
+    for k in range(1, df // 2):
+        term *= cos * cos * (2 * k - 1) / (2 * k)
+        total += term
+    return sin * total
+
+
+def t_quantile(confidence: float, df: int) -> float:
+    """The t with P(|T| <= t) = ``confidence``: 2.776 for 95% and 4 degrees of freedom."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
+    low, high = 0.0, 1.0
+    while t_cdf_two_sided(high, df) < confidence:
+        high *= 2
+    for _ in range(200):
+        middle = (low + high) / 2
+        if t_cdf_two_sided(middle, df) < confidence:
+            low = middle
+        else:
+            high = middle
+        if high - low <= 1e-12 * high:
+            break
+    return (low + high) / 2
+
+
+@attrs.frozen
+class Estimate:
+    """A metric over replications: its mean and 95% confidence interval.
+
+    With one replication there is no interval: ``low`` and ``high`` are the mean.
+    """
+
+    mean: float
+    low: float
+    high: float
+    values: tuple[float, ...]
+
+
+def estimate(values: Sequence[float], confidence: float = 0.95) -> Estimate:
+    """The mean of ``values`` and its Student-t confidence interval."""
+    if not values:
+        raise ValueError("no values to estimate from")
+    n = len(values)
+    mean = math.fsum(values) / n
+    if n == 1:
+        return Estimate(mean, mean, mean, tuple(values))
+    variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
+    half = t_quantile(confidence, n - 1) * math.sqrt(variance / n)
+    return Estimate(mean, mean - half, mean + half, tuple(values))
