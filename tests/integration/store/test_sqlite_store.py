@@ -388,7 +388,7 @@ def test_the_ambient_account_limit_is_keyed_by_an_empty_name_on_disk(tmp_path: P
 
 
 def test_account_usage_searches_indices_instead_of_scanning_runs(tmp_path: Path) -> None:
-    from herdsman.runtime.store.sqlite import _ACCOUNT_USAGE
+    from herdsman.runtime.store.sql import _ACCOUNT_USAGE
 
     store = SqliteStore(tmp_path / "herdsman.db")
     try:

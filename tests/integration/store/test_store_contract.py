@@ -1,7 +1,8 @@
 """The store contract, run against every implementation.
 
-One suite, parametrised over SqliteStore (on a real file) and MemoryStore:
-passing it is what says the simulator's fake behaves like the real ledger.
+One suite, parametrised over SqliteStore (on a real file), PostgresStore (on
+a real server, a schema of its own per test) and MemoryStore: passing it is
+what says the simulator's fake behaves like the real ledgers.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from herdsman.runtime.store import (
     StoreError,
     is_terminal,
 )
+from herdsman.runtime.store.postgres import PostgresStore
 
 T0 = 1_700_000_000.0
 Q, R, UL = RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.USAGE_LIMITED
@@ -57,11 +59,15 @@ OUTCOMES = [
 ]
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "postgres", "memory"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    made: Store = (
-        SqliteStore(tmp_path / "herdsman.db") if request.param == "sqlite" else MemoryStore()
-    )
+    made: Store
+    if request.param == "sqlite":
+        made = SqliteStore(tmp_path / "herdsman.db")
+    elif request.param == "postgres":
+        made = PostgresStore(request.getfixturevalue("postgres_url"))
+    else:
+        made = MemoryStore()
     yield made
     made.close()
 
@@ -209,6 +215,29 @@ def test_text_sqlite_cannot_hold_is_refused_everywhere(store: Store) -> None:
     # Metadata goes through JSON escapes, so surrogates there are fine.
     record, _ = store.submit(new("m", metadata={"s": "\ud800"}), T0)
     assert record.metadata == {"s": "\ud800"}
+    assert store.get("m") == record
+
+
+def test_text_with_a_nul_character_is_refused_everywhere(store: Store) -> None:
+    # PostgreSQL text cannot hold NUL; every store refuses it so all read alike.
+    with pytest.raises(
+        StoreError, match=r"prompt of run 'r' contains a NUL character \(at index 1\)"
+    ):
+        store.submit(new("r", prompt="a\0b"), T0)
+    assert store.get("r") is None
+    store.submit(new("r"), T0)
+    store.mark_running("r", T0, None)
+    with pytest.raises(StoreError, match=r"excerpt of run 'r' contains a NUL"):
+        store.finish("r", RunStatus.FAILED, T0, excerpt="\0")
+    with pytest.raises(StoreError, match=r"note of run 'r' contains a NUL"):
+        store.add_note("r", "\0")
+    with pytest.raises(StoreError, match=r"message of the account limit .* contains a NUL"):
+        store.set_account_limit("p", "a", T0, "\0")
+    with pytest.raises(StoreError, match=r"session_id of run 'c' contains a NUL"):
+        store.set_conversation_session("p", "w", "c", "\0")
+    assert store.get("r").status is R  # type: ignore[union-attr]
+    # Metadata goes through JSON escapes, so NUL there is fine.
+    record, _ = store.submit(new("m", metadata={"s": "\0"}), T0)
     assert store.get("m") == record
 
 
