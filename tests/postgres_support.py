@@ -10,6 +10,7 @@ can never pass without having run them.
 from __future__ import annotations
 
 import os
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,3 +68,17 @@ def fresh_schema(url: str) -> Iterator[str]:
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def split_password(url: str) -> tuple[str, str | None]:
+    """``url`` without its password, and the password (what ``PGPASSWORD`` would carry).
+
+    ``[store] url`` refuses a password, so a supervisor under test gets it
+    from the environment, as one in production would.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url, None
+    user = f"{parts.username}@" if parts.username else ""
+    netloc = user + parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), parts.password

@@ -10,9 +10,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from psycopg import ProgrammingError
-from psycopg.conninfo import conninfo_to_dict
-
 __all__ = ["EXAMPLE_URL", "hide_password", "masked_url", "parse_postgres_url", "server_name"]
 
 SCHEMES = ("postgresql://", "postgres://")
@@ -46,6 +43,11 @@ def parse_postgres_url(url: str) -> dict[str, str]:
     Raises :class:`ValueError` whose message completes "store.url ..." and
     never contains the password.
     """
+    # Imported here: psycopg takes a sixth of a second to import, and most
+    # commands never read a PostgreSQL URL.
+    from psycopg import ProgrammingError  # noqa: PLC0415
+    from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415
+
     shown = masked_url(url)
     if not url.startswith(SCHEMES):
         raise ValueError(

@@ -176,7 +176,9 @@ class PostgresStore(SqlStore):
             raise
 
     def _hide(self, exc: BaseException) -> str:
-        return hide_password(str(exc).strip(), self._url, self._password)
+        """The driver's message on one line (libpq's span several), without the password."""
+        lines = (line.strip() for line in str(exc).splitlines())
+        return hide_password("; ".join(line for line in lines if line), self._url, self._password)
 
     def _failure(self, exc: Exception) -> StoreError:
         return StoreError(f"{self._describe()}: {self._hide(exc)}")
