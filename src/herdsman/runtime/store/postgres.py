@@ -213,19 +213,30 @@ class PostgresStore(SqlStore):
             )
 
     def _migrate(self) -> None:
-        with self._transaction() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
-            # Read again under the lock: another supervisor may have migrated
-            # the database between our first look and now.
-            version = self._version()
-            self._check_version(version)
-            for statements in MIGRATIONS[version:]:
-                for statement in statements:
-                    cur.execute(statement)
-            # DDL is transactional here: the schema and its version commit together.
-            cur.execute(f"CREATE TABLE IF NOT EXISTS {_VERSION_TABLE} (version INTEGER NOT NULL)")
-            cur.execute(f"DELETE FROM {_VERSION_TABLE}")
-            cur.execute(f"INSERT INTO {_VERSION_TABLE} (version) VALUES (?)", (SCHEMA_VERSION,))
+        # A session lock, taken before the transaction: a transaction that
+        # waited for a lock inside itself could still read the catalog as it
+        # was before the wait, miss the tables the other supervisor made
+        # meanwhile and try to make them again.
+        self._conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+        try:
+            with self._transaction() as cur:
+                # Read again under the lock: another supervisor may have
+                # migrated the database between our first look and now.
+                version = self._version()
+                self._check_version(version)
+                for statements in MIGRATIONS[version:]:
+                    for statement in statements:
+                        cur.execute(statement)
+                # DDL is transactional here: the schema and its version commit together.
+                cur.execute(
+                    f"CREATE TABLE IF NOT EXISTS {_VERSION_TABLE} (version INTEGER NOT NULL)"
+                )
+                cur.execute(f"DELETE FROM {_VERSION_TABLE}")
+                cur.execute(f"INSERT INTO {_VERSION_TABLE} (version) VALUES (?)", (SCHEMA_VERSION,))
+        finally:
+            # A lost connection has released the lock already.
+            if not self._conn.broken:
+                self._conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
 
     @property
     def schema_version(self) -> int:

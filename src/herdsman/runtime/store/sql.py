@@ -162,6 +162,12 @@ class SqlStore:
     def _failure(self, exc: Exception) -> StoreError:
         return StoreError(f"{self._describe()}: {exc}")
 
+    def _open_cursor(self) -> Cursor:
+        try:
+            return self._cursor()
+        except self._driver_errors as exc:  # the connection is gone
+            raise self._failure(exc) from exc
+
     @contextmanager
     def _transaction(self, *, durable: bool = False) -> Iterator[Cursor]:
         """One write transaction, holding the connection lock; commit or roll back."""
@@ -172,7 +178,7 @@ class SqlStore:
                 with self._savepoint(self._batch):
                     yield self._batch
                 return
-            cur = self._cursor()
+            cur = self._open_cursor()
             try:
                 self._begin(cur, durable)
             except self._driver_errors as exc:
@@ -221,7 +227,7 @@ class SqlStore:
         """A cursor for single-statement reads (each one is atomic on its own)."""
         with self._lock:
             self._check_open()
-            cur = self._cursor()
+            cur = self._open_cursor()
             try:
                 yield cur
             except self._driver_errors as exc:
