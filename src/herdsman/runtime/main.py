@@ -50,7 +50,7 @@ def open_store(config: Config) -> Store:
         # Imported only when used: psycopg is slow to import.
         from herdsman.runtime.store.postgres import PostgresStore  # noqa: PLC0415
 
-        return PostgresStore(config.store.url)
+        return PostgresStore(config.store.url, sole=True)
     return SqliteStore(config.supervisor.state_dir / DB_NAME)
 
 

@@ -380,3 +380,22 @@ def test_a_schema_of_its_own_per_url(postgres_server: str) -> None:
             first.close()
             second.close()
     assert with_search_path("postgresql://h/d", "s") == "postgresql://h/d?options=-csearch_path%3Ds"
+
+
+def test_one_ledger_serves_one_supervisor_at_a_time(postgres_server: str) -> None:
+    with fresh_schema(postgres_server) as url, fresh_schema(postgres_server) as elsewhere:
+        first = PostgresStore(url, sole=True)
+        try:
+            with pytest.raises(StoreError) as caught:
+                PostgresStore(url, sole=True)
+            assert str(caught.value).startswith(
+                "another herdsman supervisor is using the run ledger on PostgreSQL server"
+            )
+            assert "fleet coordination" in str(caught.value)
+            # Another schema is another ledger; plain (not sole) opens are tools and tests.
+            PostgresStore(elsewhere, sole=True).close()
+            PostgresStore(url).close()
+        finally:
+            first.close()
+        # Closing (or losing) the connection lets the next supervisor in.
+        PostgresStore(url, sole=True).close()

@@ -2,7 +2,8 @@
 
 Every operation runs on both stores; their answers (records, or the error's
 type and message) must be identical after every step. The real store is
-SqliteStore (a file per example) or PostgresStore (a schema per example).
+SqliteStore (a file per example) or PostgresStore (a schema of its own,
+emptied for each example).
 The contract suite checks chosen cases; this one looks for the cases nobody
 thought of.
 """
@@ -15,6 +16,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -22,7 +24,6 @@ from outcome import Error, Outcome, Value
 
 from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, Session, SqliteStore, Store
 from herdsman.runtime.store.postgres import PostgresStore
-from postgres_support import fresh_schema
 
 # Few ids, so operations keep colliding with runs that exist and with each other.
 run_ids = st.sampled_from(["a", "b", "c", "d", "e", "f"])
@@ -278,8 +279,13 @@ def test_sqlite_and_memory_agree() -> None:
     run_state_machine_as_test(lambda: StoresAgree(open_sqlite), settings=AGREEMENT)
 
 
-def test_postgres_and_memory_agree(postgres_server: str) -> None:
+def test_postgres_and_memory_agree(postgres_url: str) -> None:
+    PostgresStore(postgres_url).close()  # creates the tables
+
     def open_postgres(resources: ExitStack) -> Store:
-        return PostgresStore(resources.enter_context(fresh_schema(postgres_server)))
+        # Emptied, not made anew: a schema and its migration cost 30 times as much.
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("TRUNCATE runs, conversation_sessions, account_limits RESTART IDENTITY")
+        return PostgresStore(postgres_url)
 
     run_state_machine_as_test(lambda: StoresAgree(open_postgres), settings=AGREEMENT)

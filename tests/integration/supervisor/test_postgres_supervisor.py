@@ -106,3 +106,25 @@ def test_an_unreachable_server_is_a_one_line_error_naming_it(
     last = result.stderr.strip().splitlines()[-1]
     assert f"cannot connect to the run ledger on PostgreSQL server 127.0.0.1 port {port}" in last
     assert "do-not-print-me" not in result.stderr
+
+
+def test_a_second_supervisor_on_the_same_ledger_is_refused(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, password = split_password(postgres_url)
+    if password is not None:
+        monkeypatch.setenv("PGPASSWORD", password)
+    one, two = tmp_path / "one", tmp_path / "two"
+    for directory in (one, two):  # two state directories: the lock file cannot tell
+        directory.mkdir()
+        configure(directory, url, delay=0.1)
+    sup = Supervisor(one)
+    try:
+        second = herdsman("run", *CLI, cwd=two)
+        assert second.returncode == 1
+        assert "Traceback" not in second.stderr
+        assert "another herdsman supervisor is using the run ledger" in second.stderr
+        assert submit(one, "still-fine", "--wait") == "demo reply: prompt of still-fine\n\n"
+        assert sup.stop(signal.SIGTERM) == 0
+    finally:
+        sup.close()

@@ -92,6 +92,10 @@ SCHEMA_VERSION = len(MIGRATIONS)
 # any constant works, this one spells "herdsman" in ASCII.
 _MIGRATION_LOCK = 0x68657264736D616E
 
+# With the schema's oid in the low 32 bits: the key of the sole-supervisor
+# lock (see PostgresStore._claim). "hrdm" in ASCII.
+_SOLE_SUPERVISOR_LOCK = 0x6872646D
+
 # The version lives in a one-row table beside the ledger's tables (in the
 # first schema of the search_path), written in the migration's transaction.
 _VERSION_TABLE = "herdsman_schema"
@@ -142,12 +146,15 @@ class PostgresStore(SqlStore):
 
     _driver_errors = (psycopg.Error,)
 
-    def __init__(self, url: str, *, connect_timeout: int = 10) -> None:
+    def __init__(self, url: str, *, connect_timeout: int = 10, sole: bool = False) -> None:
         """Connect, then create or migrate the schema.
 
         ``connect_timeout`` (seconds) applies unless the URL sets its own.
-        Raises :class:`StoreError` naming the server (never the password) if
-        the server cannot be reached or the schema is newer than this code.
+        ``sole``: this is the one supervisor of this ledger; refuse to open
+        while another holds it (see :meth:`_claim`). Raises
+        :class:`StoreError` naming the server (never the password) if the
+        server cannot be reached, the schema is newer than this code, or the
+        ledger is held.
         """
         super().__init__()
         try:
@@ -170,6 +177,8 @@ class PostgresStore(SqlStore):
             ) from None
         try:
             self._open()
+            if sole:
+                self._claim()
         except BaseException:
             self._conn.close()
             self._closed = True
@@ -196,6 +205,33 @@ class PostgresStore(SqlStore):
             raise StoreError(
                 f"cannot prepare the run ledger on {self.server}: {self._hide(exc)}"
             ) from None
+
+    def _claim(self) -> None:
+        """Hold the ledger for this supervisor while the connection lasts.
+
+        Two supervisors on one ledger would each take the other's running
+        runs for lost and schedule the same queue: that needs fleet
+        coordination, which herdsman does not have yet. The lock is the
+        state directory's lock file, for a ledger on a server: a session
+        advisory lock keyed by the schema's oid (unique in the database),
+        released by the server when the connection ends, however it ends.
+        """
+        try:
+            row = self._conn.execute(
+                "SELECT pg_try_advisory_lock((%s::bigint << 32) | oid::bigint), nspname"
+                " FROM pg_namespace WHERE nspname = current_schema()",
+                (_SOLE_SUPERVISOR_LOCK,),
+            ).fetchone()
+        except psycopg.Error as exc:
+            raise self._failure(exc) from None
+        if row is None or not row[0]:
+            schema = "?" if row is None else row[1]
+            raise StoreError(
+                f"another herdsman supervisor is using the run ledger on {self.server}"
+                f" (schema {schema!r}); one ledger serves one supervisor until fleet"
+                " coordination exists (docs/fleet.md): stop the other supervisor, or point"
+                " [store] url at another database or schema"
+            )
 
     def _version(self) -> int:
         found = self._conn.execute("SELECT to_regclass(%s)", (_VERSION_TABLE,)).fetchone()
