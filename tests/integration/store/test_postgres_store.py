@@ -7,12 +7,8 @@ Each test gets a schema of its own on the test server (``postgres_url``).
 
 from __future__ import annotations
 
-import signal
 import socket
 import sqlite3
-import subprocess
-import sys
-import textwrap
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from herdsman.runtime.store import (
-    LOST_ON_RESTART,
     NewRun,
     RunStatus,
     SqliteStore,
@@ -186,53 +181,6 @@ def test_an_apply_batch_is_invisible_to_others_until_it_commits(postgres_url: st
         store.close()
     assert seen_inside == [0]
     assert row == (2,)
-
-
-CRASH_INSIDE_A_BATCH = textwrap.dedent(
-    """
-    import os, signal, sys
-    from herdsman.runtime.store import NewRun, RunStatus
-    from herdsman.runtime.store.postgres import PostgresStore
-
-    store = PostgresStore(sys.argv[1])
-    store.submit(NewRun(id="r", provider="claude", prompt="p"), 100.0)
-    store.mark_running("r", 101.0, "acct")
-
-    def crash(s):
-        print("finished", s.get("r").status.value, flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    store.apply(
-        [
-            lambda s: s.finish("r", RunStatus.USAGE_LIMITED, 102.0, reason="limit"),
-            crash,
-            lambda s: s.requeue("r"),
-        ],
-        durable=True,
-    )
-    """
-)
-
-
-def test_a_crash_inside_a_batch_keeps_none_of_it(postgres_url: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", CRASH_INSIDE_A_BATCH, postgres_url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == -signal.SIGKILL, result.stderr
-    assert result.stdout == "finished usage_limited\n"
-    store = PostgresStore(postgres_url)
-    try:
-        record = store.get("r")
-        assert record is not None
-        assert (record.status, record.account, record.attempts) == (RunStatus.RUNNING, "acct", 1)
-        lost = store.recover(200.0)
-        assert [(r.id, r.reason) for r in lost] == [("r", LOST_ON_RESTART)]
-    finally:
-        store.close()
 
 
 def test_commits_are_synchronous_whatever_the_server_or_url_says(postgres_url: str) -> None:
