@@ -33,8 +33,13 @@ def hide_password(text: str, url: str, password: str | None = None) -> str:
 
 
 def masked_url(url: str) -> str:
-    """``url`` as it may be shown: the password, if any, replaced by ``***``."""
-    return hide_password(url, url)
+    """``url`` as it may be shown: the password, if any, replaced by ``***``.
+
+    Only where a password stands (after ``user:``, or as ``password=``), so
+    a password that happens to equal the user or database name hides nothing else.
+    """
+    shown = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}***{m.group(3)}" if m.group(2) else m[0], url)
+    return re.sub(r"([?&]password=)[^&#]*", r"\1***", shown)
 
 
 def parse_postgres_url(url: str) -> dict[str, str]:

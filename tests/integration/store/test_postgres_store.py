@@ -227,7 +227,9 @@ def test_a_wrong_password_is_named_without_showing_it(postgres_server: str) -> N
     base, password = split_password(postgres_server)
     if password is None:
         pytest.skip("the test server's role has no password to get wrong")
-    wrong = base.replace("://herdsman@", f"://herdsman:{SECRET}@")
+    scheme, _, rest = base.partition("://")
+    user, _, server = rest.partition("@")
+    wrong = f"{scheme}://{user}:{SECRET}@{server}"
     with pytest.raises(StoreError, match="password authentication failed") as caught:
         PostgresStore(wrong)
     assert SECRET not in str(caught.value)
