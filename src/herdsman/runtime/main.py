@@ -14,6 +14,7 @@ import attrs
 import trio
 
 from herdsman.config import Config, LoadedConfig
+from herdsman.postgres_url import parse_postgres_url, server_name
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.api.server import ensure_token, serve_api
 from herdsman.runtime.lockfile import StateDirLock
@@ -52,6 +53,13 @@ def open_store(config: Config) -> Store:
 
         return PostgresStore(config.store.url, sole=True)
     return SqliteStore(config.supervisor.state_dir / DB_NAME)
+
+
+def ledger_name(config: Config) -> str:
+    """Where the run ledger is, for the log: the server and database, or the file."""
+    if config.store.url is not None:
+        return server_name(parse_postgres_url(config.store.url))
+    return str(config.supervisor.state_dir / DB_NAME)
 
 
 @attrs.frozen
@@ -132,9 +140,10 @@ async def _serve_api_and_supervisor(
         )
         await nursery.start(supervisor.run)
         log.info(
-            "herdsman is running; API on %s; state in %s",
+            "herdsman is running; API on %s; state in %s; ledger: %s",
             ", ".join(urls),
             config.supervisor.state_dir,
+            ledger_name(config),
         )
         # Where the CLI finds this supervisor even after an edit of the file
         # moved its address (applied at the next start) or broke the file.

@@ -31,6 +31,7 @@ def test_submit_wait_status_and_a_clean_stop(workdir: Path) -> None:
     write_config(workdir, delay=0.2)
     sup = started(workdir)
     try:
+        assert f"; ledger: {workdir / 'state' / 'herdsman.db'}" in sup.output()
         result = herdsman(
             "submit",
             *CLI,

@@ -42,6 +42,7 @@ def test_a_supervisor_on_postgres_runs_recovers_and_keeps_queue_order(
     configure(tmp_path, url, delay=0.1)
     sup = Supervisor(tmp_path)
     try:
+        assert "; ledger: PostgreSQL server " in sup.output()
         assert submit(tmp_path, "first", "--wait") == "demo reply: prompt of first\n\n"
         assert sup.stop(signal.SIGTERM) == 0
     finally:
