@@ -17,7 +17,12 @@ thread alone: that thread is the one that cannot use the second CPU, so its
 time per run bounds the rate. Other load on the machine moves the rates much
 more than the CPU times.
 
+With ``--store-url URL`` the supervisor keeps its ledger in PostgreSQL at URL
+(an empty database or schema; the password, if any, from PGPASSWORD or
+~/.pgpass) instead of SQLite in its state directory.
+
 Run: python benchmarks/runtime.py [--runs N] [--latency-samples N] [--runner-only]
+     [--store-url URL]
 """
 
 from __future__ import annotations
@@ -115,8 +120,9 @@ def free_port() -> int:
         return port
 
 
-def write_config(directory: Path, port: int) -> Path:
+def write_config(directory: Path, port: int, store_url: str | None = None) -> Path:
     path = directory / "supervisor.toml"
+    store = "" if store_url is None else f'\n[store]\nurl = "{store_url}"\n'
     path.write_text(
         f"""\
 [supervisor]
@@ -133,7 +139,7 @@ concurrency = 1
 
 [api]
 listen = "127.0.0.1:{port}"
-"""
+{store}"""
     )
     return path
 
@@ -289,7 +295,7 @@ async def hello_world_rate(requests: int) -> tuple[float, float]:
         server.wait()
 
 
-async def main_async(runs: int, samples: int, runner_only: bool) -> None:
+async def main_async(runs: int, samples: int, runner_only: bool, store_url: str | None) -> None:
     raw = await raw_spawn_rate(runs)
     print(
         f"raw trio.run_process({TRUE}), concurrency {CONCURRENCY}: {raw.rate:8,.0f} runs/s "
@@ -307,7 +313,7 @@ async def main_async(runs: int, samples: int, runner_only: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         port = free_port()
-        write_config(directory, port)
+        write_config(directory, port, store_url)
         process = await trio.to_thread.run_sync(start_supervisor, directory)
         try:
             token = (directory / "state" / "api-token").read_text().strip()
@@ -324,6 +330,7 @@ async def main_async(runs: int, samples: int, runner_only: bool) -> None:
                     cpu = (cpu_seconds(process.pid) - cpu_before) / runs * 1000
                     loop = (cpu_seconds(process.pid, main_thread=True) - loop_before) / runs * 1000
                     how = "one run per request" if batch == 1 else f"{batch} runs per request"
+                    how += "" if store_url is None else ", PostgreSQL ledger"
                     print(
                         f"herdsman run, submit over HTTP ({how}) -> finish: {rate:6,.0f} runs/s "
                         f"({rate / raw.rate:.0%} of raw; supervisor CPU {cpu:.2f} ms/run, "
@@ -356,11 +363,15 @@ def main() -> None:
         action="store_true",
         help="measure raw spawning and execute() only, without starting a supervisor",
     )
+    parser.add_argument(
+        "--store-url",
+        help="keep the supervisor's ledger in this PostgreSQL database (empty) instead of SQLite",
+    )
     args = parser.parse_args()
     if args.runs <= 0 or (args.runs > 1000 and not args.runner_only):
         parser.error("--runs must be from 1 to 1000 (the API lists at most 1000 runs)")
     print(f"{os.cpu_count()} CPUs")
-    trio.run(main_async, args.runs, args.latency_samples, args.runner_only)
+    trio.run(main_async, args.runs, args.latency_samples, args.runner_only, args.store_url)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from herdsman.config.model import (
     Repo,
     RetentionSettings,
     SchedulingSettings,
+    StoreSettings,
     SupervisorSettings,
     TraceSettings,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "Repo",
     "RetentionSettings",
     "SchedulingSettings",
+    "StoreSettings",
     "SupervisorSettings",
     "TraceSettings",
     "environment_warnings",

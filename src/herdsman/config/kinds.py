@@ -21,6 +21,7 @@ import attrs
 
 from herdsman.config.durations import DURATION_HINT, MAX_DAYS, format_duration, parse_duration
 from herdsman.config.render import inline_toml
+from herdsman.postgres_url import EXAMPLE_URL, masked_url, parse_postgres_url
 
 if TYPE_CHECKING:
     from herdsman.config.keypath import KeyPath
@@ -37,6 +38,7 @@ __all__ = [
     "Name",
     "NamedTables",
     "PathValue",
+    "PostgresUrl",
     "Regex",
     "StringList",
     "StringTable",
@@ -253,6 +255,30 @@ class Listen(Kind):
             )
         elif any(char.isspace() or char in "[]/" for char in host):
             raise self.fail(raw)
+        return raw
+
+
+@attrs.frozen
+class PostgresUrl(Kind):
+    """A PostgreSQL URL libpq accepts, naming a host and a database, without a password."""
+
+    expected: str = f"a PostgreSQL URL, e.g. {json.dumps(EXAMPLE_URL)}"
+
+    def check(self, raw: object, path: KeyPath, checker: Checker) -> str:
+        if not isinstance(raw, str):
+            raise self.fail(raw)
+        try:
+            params = parse_postgres_url(raw)
+        except ValueError as error:
+            raise Invalid(str(error)) from None
+        if "password" in params:
+            # The file is shown by `herdsman check` and copied into every
+            # trace header and reload report: no place for a secret.
+            raise Invalid(
+                "must not contain a password (herdsman check, traces and reload reports"
+                " show this value); put it in ~/.pgpass or the PGPASSWORD environment"
+                f" variable instead; got {masked_url(raw)!r}"
+            )
         return raw
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "Repo",
     "RetentionSettings",
     "SchedulingSettings",
+    "StoreSettings",
     "SupervisorSettings",
     "TraceSettings",
     "default_state_dir",
@@ -121,6 +122,17 @@ class SupervisorSettings:
         kinds.Boolean(),
         "when runs may execute side by side, prepend a short note saying so to each prompt",
         default=True,
+    )
+
+
+@attrs.frozen(kw_only=True)
+class StoreSettings:
+    """``[store]``: where the run ledger lives."""
+
+    url: str | None = setting(
+        kinds.PostgresUrl(),
+        "a PostgreSQL URL for the ledger; absent means SQLite in <state_dir>/herdsman.db",
+        default=None,
     )
 
 
@@ -284,6 +296,7 @@ class Config:
 
     supervisor: SupervisorSettings = setting(kinds.Table(SupervisorSettings), "[supervisor]")
     scheduling: SchedulingSettings = setting(kinds.Table(SchedulingSettings), "[scheduling]")
+    store: StoreSettings = setting(kinds.Table(StoreSettings), "[store]")
     providers: Mapping[str, Provider] = setting(
         kinds.NamedTables(
             kinds.Table(Provider, _resume_needs_session),

@@ -57,6 +57,9 @@ def _string(body: Mapping[str, Any], key: str) -> str | None:
     except UnicodeEncodeError:
         # JSON can carry lone surrogates ("\ud800"); they are not text.
         raise InvalidRequest(422, f"{key}: must be valid Unicode text") from None
+    if "\0" in value:
+        # Nor can every ledger hold NUL ("\u0000"): PostgreSQL text cannot.
+        raise InvalidRequest(422, f"{key}: must not contain a NUL character")
     return value
 
 

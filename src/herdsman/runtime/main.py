@@ -14,12 +14,13 @@ import attrs
 import trio
 
 from herdsman.config import Config, LoadedConfig
+from herdsman.postgres_url import parse_postgres_url, server_name
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.api.server import ensure_token, serve_api
 from herdsman.runtime.lockfile import StateDirLock
 from herdsman.runtime.pointer import remove_pointer, write_pointer
 from herdsman.runtime.reload import ConfigSource
-from herdsman.runtime.store import SqliteStore, StoreError
+from herdsman.runtime.store import SqliteStore, Store, StoreError
 from herdsman.runtime.supervisor import ShutdownReport, Supervisor
 from herdsman.trace import TraceWriter
 
@@ -39,6 +40,26 @@ def config_for_trace(config: Config) -> dict[str, object]:
     from herdsman.config.report import config_as_json  # noqa: PLC0415 - heavy, only here
 
     return config_as_json(config)
+
+
+def open_store(config: Config) -> Store:
+    """The run ledger the config names: PostgreSQL at ``[store] url``, else SQLite in state_dir.
+
+    Blocking (it connects, or opens a file, and migrates): call it in a worker thread.
+    """
+    if config.store.url is not None:
+        # Imported only when used: psycopg is slow to import.
+        from herdsman.runtime.store.postgres import PostgresStore  # noqa: PLC0415
+
+        return PostgresStore(config.store.url, sole=True)
+    return SqliteStore(config.supervisor.state_dir / DB_NAME)
+
+
+def ledger_name(config: Config) -> str:
+    """Where the run ledger is, for the log: the server and database, or the file."""
+    if config.store.url is not None:
+        return server_name(parse_postgres_url(config.store.url))
+    return str(config.supervisor.state_dir / DB_NAME)
 
 
 @attrs.frozen
@@ -68,7 +89,7 @@ async def serve(
     state_dir = config.supervisor.state_dir
     # Private by default: the ledger holds prompts and the API token.
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    store = await trio.to_thread.run_sync(SqliteStore, state_dir / DB_NAME)
+    store = await trio.to_thread.run_sync(open_store, config)
     trace = None
     if config.trace.enabled:
         trace = TraceWriter(
@@ -119,9 +140,10 @@ async def _serve_api_and_supervisor(
         )
         await nursery.start(supervisor.run)
         log.info(
-            "herdsman is running; API on %s; state in %s",
+            "herdsman is running; API on %s; state in %s; ledger: %s",
             ", ".join(urls),
             config.supervisor.state_dir,
+            ledger_name(config),
         )
         # Where the CLI finds this supervisor even after an edit of the file
         # moved its address (applied at the next start) or broke the file.
@@ -183,7 +205,7 @@ def run_supervisor(
             report = trio.run(partial(serve, config, source=source, loaded=loaded))
         except* OSError as group:  # trio reports task errors in exception groups
             failure = _leaves(group)[0]
-        except* StoreError as group:  # a corrupt or too new ledger file, say
+        except* StoreError as group:  # a corrupt or too new ledger, an unreachable server
             ledger_failure = _leaves(group)[0]
     if ledger_failure is not None:
         raise StartFailed(str(ledger_failure))

@@ -32,6 +32,7 @@ __all__ = [
 #: Settings a running supervisor cannot take over; they apply at the next start.
 RESTART_KEYS: tuple[str, ...] = (
     "supervisor.state_dir",
+    "store.url",
     "api.listen",
     "api.token_file",
     "trace.enabled",
@@ -180,6 +181,7 @@ def _keep_restart_settings(new: Config, old: Config) -> Config:
     return attrs.evolve(
         new,
         supervisor=attrs.evolve(new.supervisor, state_dir=old.supervisor.state_dir),
+        store=old.store,
         api=old.api,
         trace=attrs.evolve(
             new.trace, enabled=old.trace.enabled, dir=old.trace.dir, max_bytes=old.trace.max_bytes

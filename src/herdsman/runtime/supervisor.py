@@ -170,10 +170,10 @@ def limits_of(config: Config) -> Limits:
 
 
 def as_text(value: str | None) -> str | None:
-    """``value`` as storable text: an agent's output may carry lone surrogates."""
+    """``value`` as storable text: an agent's output may carry lone surrogates and NUL."""
     if value is None:
         return None
-    return value.encode("utf-8", "replace").decode("utf-8")
+    return value.encode("utf-8", "replace").decode("utf-8").replace("\0", "\ufffd")
 
 
 def run_request(record: RunRecord | NewRun) -> RunRequest:

@@ -388,7 +388,7 @@ def test_the_ambient_account_limit_is_keyed_by_an_empty_name_on_disk(tmp_path: P
 
 
 def test_account_usage_searches_indices_instead_of_scanning_runs(tmp_path: Path) -> None:
-    from herdsman.runtime.store.sqlite import _ACCOUNT_USAGE
+    from herdsman.runtime.store.sql import _ACCOUNT_USAGE
 
     store = SqliteStore(tmp_path / "herdsman.db")
     try:
@@ -404,54 +404,3 @@ def test_account_usage_searches_indices_instead_of_scanning_runs(tmp_path: Path)
     assert any("runs_by_started_at" in step for step in plan), plan
     assert any("runs_by_finished_at" in step for step in plan), plan
     assert any("runs_by_status" in step for step in plan), plan
-
-
-CRASH_INSIDE_A_BATCH = textwrap.dedent(
-    """
-    import os, signal, sys
-    from pathlib import Path
-    from herdsman.runtime.store import NewRun, RunStatus, SqliteStore
-
-    store = SqliteStore(Path(sys.argv[1]))
-    store.submit(NewRun(id="r", provider="claude", prompt="p"), 100.0)
-    store.mark_running("r", 101.0, "acct")
-
-    def crash(s):
-        print("finished", s.get("r").status.value, flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    store.apply(
-        [
-            lambda s: s.finish("r", RunStatus.USAGE_LIMITED, 102.0, reason="limit"),
-            crash,
-            lambda s: s.requeue("r"),
-        ],
-        durable=True,
-    )
-    """
-)
-
-
-def test_a_crash_between_finish_and_requeue_in_one_batch_keeps_neither(tmp_path: Path) -> None:
-    path = tmp_path / "herdsman.db"
-    result = subprocess.run(
-        [sys.executable, "-c", CRASH_INSIDE_A_BATCH, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == -signal.SIGKILL, result.stderr
-    # The process had recorded usage_limited inside the batch when it died...
-    assert result.stdout == "finished usage_limited\n"
-    store = SqliteStore(path)
-    try:
-        # ...but the batch never committed: no usage_limited row is left behind
-        # that nobody re-queued; the run is found running, like any crash.
-        record = store.get("r")
-        assert record is not None
-        assert (record.status, record.account, record.attempts) == (RunStatus.RUNNING, "acct", 1)
-        assert store.counts()[RunStatus.USAGE_LIMITED] == 0
-        assert [r.id for r in store.recover(200.0)] == ["r"]
-    finally:
-        store.close()

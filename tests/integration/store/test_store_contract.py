@@ -1,12 +1,14 @@
 """The store contract, run against every implementation.
 
-One suite, parametrised over SqliteStore (on a real file) and MemoryStore:
-passing it is what says the simulator's fake behaves like the real ledger.
+One suite, parametrised over SqliteStore (on a real file), PostgresStore (on
+a real server, a schema of its own per test) and MemoryStore: passing it is
+what says the simulator's fake behaves like the real ledgers.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from herdsman.runtime.store import (
     StoreError,
     is_terminal,
 )
+from herdsman.runtime.store.postgres import PostgresStore
 
 T0 = 1_700_000_000.0
 Q, R, UL = RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.USAGE_LIMITED
@@ -57,11 +60,15 @@ OUTCOMES = [
 ]
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "postgres", "memory"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    made: Store = (
-        SqliteStore(tmp_path / "herdsman.db") if request.param == "sqlite" else MemoryStore()
-    )
+    made: Store
+    if request.param == "sqlite":
+        made = SqliteStore(tmp_path / "herdsman.db")
+    elif request.param == "postgres":
+        made = PostgresStore(request.getfixturevalue("postgres_url"))
+    else:
+        made = MemoryStore()
     yield made
     made.close()
 
@@ -197,18 +204,43 @@ def test_metadata_that_is_not_json_is_refused(store: Store, bad: dict[str, Any])
     assert store.submit(new("ok"), T0)[0].seq == 1
 
 
-def test_text_sqlite_cannot_hold_is_refused_everywhere(store: Store) -> None:
-    with pytest.raises(StoreError, match=r"prompt of run 'r' is not valid UTF-8"):
-        store.submit(new("r", prompt="half a pair \ud800"), T0)
+@pytest.mark.parametrize(
+    ("bad", "problem", "in_prompt"),
+    [
+        ("\ud800", "is not valid UTF-8", "is not valid UTF-8"),
+        ("\0", "contains a NUL character", r"contains a NUL character \(at index 1\)"),
+    ],
+    ids=["lone surrogate", "NUL"],
+)
+def test_text_a_database_cannot_hold_is_refused_everywhere(
+    store: Store, bad: str, problem: str, in_prompt: str
+) -> None:
+    # SQLite cannot hold lone surrogates, PostgreSQL cannot hold NUL: every
+    # store refuses both, so all of them read alike.
+    with pytest.raises(StoreError, match=rf"^prompt of run 'r' {in_prompt}"):
+        store.submit(new("r", prompt=f"a{bad}b"), T0)
     assert store.get("r") is None
     store.submit(new("r"), T0)
     store.mark_running("r", T0, None)
-    with pytest.raises(StoreError, match=r"result of run 'r' is not valid UTF-8"):
-        store.finish("r", RunStatus.SUCCEEDED, T0, result="bad \udcff")
+    refused: list[tuple[str, Callable[[], object]]] = [
+        ("result of run 'r'", lambda: store.finish("r", RunStatus.SUCCEEDED, T0, result=bad)),
+        ("excerpt of run 'r'", lambda: store.finish("r", RunStatus.FAILED, T0, excerpt=bad)),
+        ("note of run 'r'", lambda: store.add_note("r", bad)),
+        (
+            "message of the account limit of 'p'/'a'",
+            lambda: store.set_account_limit("p", "a", T0, bad),
+        ),
+        ("session_id of run 'c'", lambda: store.set_conversation_session("p", "w", "c", bad)),
+    ]
+    for field, call in refused:
+        with pytest.raises(StoreError, match=rf"^{re.escape(field)} {problem}"):
+            call()
     assert store.get("r").status is R  # type: ignore[union-attr]
-    # Metadata goes through JSON escapes, so surrogates there are fine.
-    record, _ = store.submit(new("m", metadata={"s": "\ud800"}), T0)
-    assert record.metadata == {"s": "\ud800"}
+    assert store.account_limits(T0 - 1) == []
+    assert store.sessions() == []
+    # Metadata goes through JSON escapes, so it may hold both.
+    record, _ = store.submit(new("m", metadata={"s": bad}), T0)
+    assert record.metadata == {"s": bad}
     assert store.get("m") == record
 
 

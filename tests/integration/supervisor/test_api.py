@@ -393,6 +393,8 @@ async def test_hostile_bodies_get_4xx_json_never_500(start: Start, tmp_path: Pat
         assert "not valid JSON" in response.json()["error"]
     cases: list[tuple[dict[str, Any], str]] = [
         ({"provider": "demo", "prompt": "\ud800"}, "prompt: must be valid Unicode text"),
+        ({"provider": "demo", "prompt": "a\u0000b"}, "prompt: must not contain a NUL"),
+        ({"provider": "demo", "prompt": "x", "conversation": "\0"}, "conversation: must not"),
         ({"provider": "demo", "prompt": "x", "callback_url": "http://[::1/"}, "callback_url: not"),
         ({"provider": "demo", "prompt": "x", "callback_url": "http://x:abc/"}, "callback_url: not"),
         ({"provider": "demo", "prompt": "x", "callback_url": "ftp://x/"}, "callback_url: must be"),
@@ -409,7 +411,7 @@ async def test_hostile_bodies_get_4xx_json_never_500(start: Start, tmp_path: Pat
 LONE_SURROGATE_AGENT = """\
 import json, sys
 sys.stdin.read()
-print(json.dumps({"type": "result", "is_error": False, "result": "bad \\ud800 text",
+print(json.dumps({"type": "result", "is_error": False, "result": "bad \\ud800 text\\u0000",
                   "session_id": "s\\udcff"}))
 """
 
@@ -424,7 +426,7 @@ async def test_an_agent_reply_that_is_not_text_is_stored_and_harms_nobody(
     bystander = await submit(running, conversation="b")
     odd = await running.wait((await submit(running, provider="odd", conversation="c"))["id"])
     assert odd["status"] == "succeeded", odd
-    assert odd["result"] == "bad ? text"
+    assert odd["result"] == "bad ? text\ufffd"
     assert (await running.wait(bystander["id"]))["status"] == "succeeded"
 
 

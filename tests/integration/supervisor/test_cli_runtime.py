@@ -12,77 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_support import CLI, Supervisor, herdsman, process_alive, processes_with_env
 from supervisor_support import write_config
 
 from herdsman.runtime.store import NewRun, RunStatus, SqliteStore
-
-CLI = ("-c", "supervisor.toml")
-
-
-def processes_with_env(entry: str) -> list[int]:
-    """Pids of live processes whose environment contains ``entry`` (KEY=VALUE)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if entry.encode() in environ:
-            found.append(int(pid))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie, dead but not reaped, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def herdsman(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "herdsman", *args],
-        cwd=cwd,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-class Supervisor:
-    """A `herdsman run` child process and the ways to stop it."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.log = (directory / "supervisor.log").open("w")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "herdsman", "run", "-c", "supervisor.toml"],
-            cwd=directory,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 20
-        while "herdsman is running" not in self.output():
-            assert self.process.poll() is None, self.output()
-            assert time.monotonic() < deadline, self.output()
-            time.sleep(0.05)
-
-    def output(self) -> str:
-        return (self.directory / "supervisor.log").read_text()
-
-    def stop(self, signum: int = signal.SIGTERM, timeout: float = 30) -> int:
-        self.process.send_signal(signum)
-        return self.process.wait(timeout)
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
 
 
 @pytest.fixture
@@ -98,6 +31,7 @@ def test_submit_wait_status_and_a_clean_stop(workdir: Path) -> None:
     write_config(workdir, delay=0.2)
     sup = started(workdir)
     try:
+        assert f"; ledger: {workdir / 'state' / 'herdsman.db'}" in sup.output()
         result = herdsman(
             "submit",
             *CLI,
@@ -195,7 +129,7 @@ def test_kill_9_mid_run_the_run_is_lost_not_rerun_and_queued_runs_keep_order(
     sup = started(workdir)
     try:
         deadline = time.monotonic() + 10
-        while any(_alive(pid) for pid in orphans):
+        while any(process_alive(pid) for pid in orphans):
             assert time.monotonic() < deadline, "the orphaned agent of r0 was not stopped"
             time.sleep(0.05)
         assert "stopping 1 agent process group(s) of lost runs" in sup.output()

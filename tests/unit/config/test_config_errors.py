@@ -213,6 +213,60 @@ def test_toml_syntax_errors_are_located(errors: Errors, text: str, expected: str
     assert errors(text) == [expected]
 
 
+STORE = MINIMAL + "[store]\nurl = "
+EXAMPLE_URL = "'postgresql://herdsman@db.example:5432/herdsman'"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (
+            '"mysql://db/herdsman"',
+            f"store.url: must be a PostgreSQL URL starting with postgresql://, e.g. {EXAMPLE_URL};"
+            " got 'mysql://db/herdsman' (leave [store] url out to keep the ledger in SQLite in state_dir)",
+        ),
+        (
+            "5432",
+            'store.url: must be a PostgreSQL URL, e.g. "postgresql://herdsman@db.example:5432/herdsman", got 5432',
+        ),
+        (
+            '"postgresql:///herdsman"',
+            f"store.url: must name the server's host, e.g. {EXAMPLE_URL} (or ?host=/var/run/postgresql"
+            " for a local socket); got 'postgresql:///herdsman'",
+        ),
+        (
+            '"postgresql://db"',
+            f"store.url: must name the database after the host, e.g. {EXAMPLE_URL}; got 'postgresql://db'",
+        ),
+        (
+            '"postgresql://db:70000/herdsman"',
+            "store.url: has port '70000'; a port is a number from 1 to 65535: 'postgresql://db:70000/herdsman'",
+        ),
+        (
+            '"postgresql://db/herdsman?sslmod=require"',
+            'store.url: is not a URL libpq can read (invalid URI query parameter: "sslmod"):'
+            " 'postgresql://db/herdsman?sslmod=require'",
+        ),
+        (
+            '"postgresql://herdsman:hunter2@db/herdsman"',
+            "store.url: must not contain a password (herdsman check, traces and reload reports show"
+            " this value); put it in ~/.pgpass or the PGPASSWORD environment variable instead;"
+            " got 'postgresql://herdsman:***@db/herdsman'",
+        ),
+        (
+            '"postgresql://db/herdsman?password=hunter2"',
+            "store.url: must not contain a password (herdsman check, traces and reload reports show"
+            " this value); put it in ~/.pgpass or the PGPASSWORD environment variable instead;"
+            " got 'postgresql://db/herdsman?password=***'",
+        ),
+    ],
+)
+def test_a_bad_store_url_is_located_and_explained(errors: Errors, url: str, expected: str) -> None:
+    # The value starts on line 4, column 7, whatever it is.
+    assert errors(STORE + url + "\n") == [f"supervisor.toml:4:7: {expected}"]
+    assert "hunter2" not in expected
+
+
 def test_missing_file_is_one_line(tmp_path: Path) -> None:
     missing = tmp_path / "supervisor.toml"
     with pytest.raises(ConfigError) as caught:

@@ -46,6 +46,7 @@ def test_defaults_apply_and_are_marked_default(load: Load) -> None:
     assert config.trace.enabled is True
     assert config.trace.dir == Path("/var/state/herdsman/traces")
     assert config.trace.max_bytes == 268_435_456
+    assert config.store.url is None
     assert loaded.origins["providers.claude.exec"] == Origin("file", str(loaded.path), 2)
     assert str(loaded.origins["providers.claude.exec"]).endswith("supervisor.toml:2")
     assert loaded.origins["providers.claude.concurrency"] == Origin("default")
@@ -141,6 +142,22 @@ def test_accounts_and_provider_settings(load: Load) -> None:
 def test_listen_addresses(load: Load, listen: str, host: str, port: int) -> None:
     api = load(MINIMAL + f'[api]\nlisten = "{listen}"\n').config.api
     assert (api.host, api.port) == (host, port)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://herdsman@db.example:5432/herdsman",
+        "postgres://db.example/herdsman",
+        "postgresql://[::1]/herdsman?sslmode=require&options=-csearch_path%3Dherdsman",
+        "postgresql:///herdsman?host=/var/run/postgresql",
+        "postgresql://db1:5432,db2:5433/herdsman?target_session_attrs=read-write",
+    ],
+)
+def test_store_urls_libpq_accepts_are_kept_as_written(load: Load, url: str) -> None:
+    loaded = load(MINIMAL + f'[store]\nurl = "{url}"\n')
+    assert loaded.config.store.url == url
+    assert loaded.toml_values["store.url"] == url
 
 
 def test_the_model_is_frozen(load: Load) -> None:

@@ -150,11 +150,14 @@ def normalise_metadata(run_id: str, metadata: Mapping[str, JSON]) -> dict[str, J
 
 
 def check_text(run_id: str, **fields: str | None) -> None:
-    """Refuse strings SQLite cannot store: lone surrogates.
+    """Refuse strings a ledger cannot store: lone surrogates and NUL characters.
 
-    They do reach us: JSON may carry ``"\\ud800"`` and process output decoded
-    with ``surrogateescape`` holds them. The in-memory store refuses them too,
-    so the simulator cannot accept what production would reject.
+    They do reach us: JSON may carry ``"\\ud800"`` or ``"\\u0000"``, and
+    process output decoded with ``surrogateescape`` holds surrogates. SQLite
+    cannot store surrogates and PostgreSQL cannot store NUL in text; every
+    store (the in-memory one too) refuses both, so the simulator cannot
+    accept what production would reject and a ledger reads the same on
+    either database.
     """
     _check_utf8(f"run {run_id!r}", fields)
 
@@ -180,6 +183,11 @@ def _check_utf8(owner: str, fields: Mapping[str, str | None]) -> None:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise StoreError(f"{name} of {owner} is not valid UTF-8 text: {exc}") from None
+        if "\0" in value:
+            raise StoreError(
+                f"{name} of {owner} contains a NUL character (at index {value.index(chr(0))}),"
+                " which the ledger cannot store"
+            )
 
 
 @attrs.frozen(slots=True)

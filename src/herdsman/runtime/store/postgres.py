@@ -1,0 +1,301 @@
+"""The PostgreSQL store: the run ledger on a database server (``[store] url``).
+
+The same queries and rules as the SQLite store (both are
+:class:`~herdsman.runtime.store.sql.SqlStore`); this module brings the
+connection, the schema and its migrations.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from herdsman.postgres_url import hide_password, parse_postgres_url, server_name
+from herdsman.runtime.store.errors import StoreError
+from herdsman.runtime.store.sql import Cursor, SqlStore
+
+# Each entry migrates the schema from version i to i + 1, step for step as
+# the SQLite store's MIGRATIONS, so a version number means the same tables
+# on both. Append only: never edit a released entry.
+# COLLATE "C": text compares and sorts by code point, as in SQLite and in
+# Python, whatever locale the database was created with.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        # An identity column never hands out a value twice, not even after
+        # the newest run was pruned: seq stays strictly increasing for life.
+        """
+        CREATE TABLE runs (
+            seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            id TEXT COLLATE "C" NOT NULL UNIQUE,
+            provider TEXT COLLATE "C" NOT NULL,
+            prompt TEXT COLLATE "C" NOT NULL,
+            conversation TEXT COLLATE "C",
+            agent TEXT COLLATE "C",
+            workspace TEXT COLLATE "C" NOT NULL,
+            callback_url TEXT COLLATE "C",
+            metadata TEXT COLLATE "C" NOT NULL,
+            status TEXT COLLATE "C" NOT NULL,
+            submitted_at DOUBLE PRECISION NOT NULL,
+            started_at DOUBLE PRECISION,
+            finished_at DOUBLE PRECISION,
+            account TEXT COLLATE "C",
+            exit_code INTEGER,
+            reason TEXT COLLATE "C",
+            result TEXT COLLATE "C",
+            session_id TEXT COLLATE "C",
+            excerpt TEXT COLLATE "C",
+            log_path TEXT COLLATE "C",
+            attempts INTEGER NOT NULL
+        )
+        """,
+        "CREATE INDEX runs_by_status ON runs (status, seq)",
+        "CREATE INDEX runs_by_provider ON runs (provider, seq)",
+        "CREATE INDEX runs_by_conversation ON runs (conversation, seq)",
+        "CREATE INDEX runs_by_workspace ON runs (workspace, seq)",
+        "CREATE INDEX runs_by_finished_at ON runs (finished_at)",
+        """
+        CREATE TABLE conversation_sessions (
+            provider TEXT COLLATE "C" NOT NULL,
+            workspace TEXT COLLATE "C" NOT NULL,
+            conversation TEXT COLLATE "C" NOT NULL,
+            session_id TEXT COLLATE "C" NOT NULL,
+            PRIMARY KEY (provider, workspace, conversation)
+        )
+        """,
+    ),
+    ("ALTER TABLE runs ADD COLUMN notes TEXT COLLATE \"C\" NOT NULL DEFAULT '[]'",),
+    ('ALTER TABLE runs ADD COLUMN cwd TEXT COLLATE "C"',),
+    (
+        'ALTER TABLE conversation_sessions ADD COLUMN account TEXT COLLATE "C"',
+        # account is '' for the ambient environment, as in SQLite.
+        """
+        CREATE TABLE account_limits (
+            provider TEXT COLLATE "C" NOT NULL,
+            account TEXT COLLATE "C" NOT NULL,
+            until DOUBLE PRECISION NOT NULL,
+            message TEXT COLLATE "C" NOT NULL,
+            PRIMARY KEY (provider, account)
+        )
+        """,
+        "CREATE INDEX runs_by_started_at ON runs (started_at)",
+    ),
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The schema version this code writes; a database with a higher version is refused."""
+
+# Serialises supervisors that create or migrate the same database at once;
+# any constant works, this one spells "herdsman" in ASCII.
+_MIGRATION_LOCK = 0x68657264736D616E
+
+# With the schema's oid in the low 32 bits: the key of the sole-supervisor
+# lock (see PostgresStore._claim). "hrdm" in ASCII.
+_SOLE_SUPERVISOR_LOCK = 0x6872646D
+
+# The version lives in a one-row table beside the ledger's tables (in the
+# first schema of the search_path), written in the migration's transaction.
+_VERSION_TABLE = "herdsman_schema"
+
+
+@functools.lru_cache(maxsize=256)
+def _placeholders(sql: str) -> str:
+    """The shared queries' ``?`` placeholders as psycopg's ``%s``."""
+    return sql.replace("?", "%s")
+
+
+class _QmarkCursor:
+    """A psycopg cursor that takes the ``?`` placeholders the shared queries use."""
+
+    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+        self._cur = cur
+
+    @property
+    def rowcount(self) -> int:
+        return self._cur.rowcount
+
+    def execute(self, sql: str, params: Sequence[Any] = (), /) -> _QmarkCursor:
+        self._cur.execute(_placeholders(sql), params)
+        return self
+
+    def fetchone(self) -> Any:
+        return self._cur.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self._cur.fetchall()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._cur)
+
+    def close(self) -> None:
+        self._cur.close()
+
+
+class PostgresStore(SqlStore):
+    """A :class:`~herdsman.runtime.store.base.Store` in a PostgreSQL database.
+
+    ``url`` is a libpq URL (``postgresql://user@host:port/dbname?...``); a
+    password may come from it, ``PGPASSWORD`` or ``~/.pgpass``. The tables
+    go in the first schema of the connection's ``search_path`` (normally
+    ``public``). Every commit is synchronous (``synchronous_commit = on``),
+    so a run recorded as started stays started after a server crash.
+    """
+
+    _driver_errors = (psycopg.Error,)
+
+    def __init__(self, url: str, *, connect_timeout: int = 10, sole: bool = False) -> None:
+        """Connect, then create or migrate the schema.
+
+        ``connect_timeout`` (seconds) applies unless the URL sets its own.
+        ``sole``: this is the one supervisor of this ledger; refuse to open
+        while another holds it (see :meth:`_claim`). Raises
+        :class:`StoreError` naming the server (never the password) if the
+        server cannot be reached, the schema is newer than this code, or the
+        ledger is held.
+        """
+        super().__init__()
+        try:
+            params = parse_postgres_url(url)
+        except ValueError as exc:
+            raise StoreError(f"the PostgreSQL store URL {exc}") from None
+        self.server = server_name(params)
+        self._url = url
+        self._password = params.get("password")
+        extra: dict[str, Any] = {"fallback_application_name": "herdsman"}
+        if "connect_timeout" not in params:
+            extra["connect_timeout"] = connect_timeout
+        try:
+            # autocommit: no implicit transactions; we issue BEGIN/COMMIT
+            # ourselves (as the SQLite store does) so each change is exactly one.
+            self._conn = psycopg.connect(url, autocommit=True, **extra)
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot connect to the run ledger on {self.server}: {self._hide(exc)}"
+            ) from None
+        try:
+            self._open()
+            if sole:
+                self._claim()
+        except BaseException:
+            self._conn.close()
+            self._closed = True
+            raise
+
+    def _hide(self, exc: BaseException) -> str:
+        """The driver's message on one line (libpq's span several), without the password."""
+        lines = (line.strip() for line in str(exc).splitlines())
+        return hide_password("; ".join(line for line in lines if line), self._url, self._password)
+
+    def _failure(self, exc: Exception) -> StoreError:
+        return StoreError(f"{self._describe()}: {self._hide(exc)}")
+
+    def _open(self) -> None:
+        try:
+            # Durability of a start must not depend on the server's default.
+            self._conn.execute("SET synchronous_commit = on")
+            # Check the version before writing anything: a newer herdsman's
+            # schema must be left exactly as it is.
+            self._check_version(self._version())
+            if self._version() != SCHEMA_VERSION:
+                self._migrate()
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot prepare the run ledger on {self.server}: {self._hide(exc)}"
+            ) from None
+
+    def _claim(self) -> None:
+        """Hold the ledger for this supervisor while the connection lasts.
+
+        Two supervisors on one ledger would each take the other's running
+        runs for lost and schedule the same queue: that needs fleet
+        coordination, which herdsman does not have yet. The lock is the
+        state directory's lock file, for a ledger on a server: a session
+        advisory lock keyed by the schema's oid (unique in the database),
+        released by the server when the connection ends, however it ends.
+        """
+        try:
+            row = self._conn.execute(
+                "SELECT pg_try_advisory_lock((%s::bigint << 32) | oid::bigint), nspname"
+                " FROM pg_namespace WHERE nspname = current_schema()",
+                (_SOLE_SUPERVISOR_LOCK,),
+            ).fetchone()
+        except psycopg.Error as exc:
+            raise self._failure(exc) from None
+        if row is None or not row[0]:
+            schema = "?" if row is None else row[1]
+            raise StoreError(
+                f"another herdsman supervisor is using the run ledger on {self.server}"
+                f" (schema {schema!r}); one ledger serves one supervisor until fleet"
+                " coordination exists (docs/fleet.md): stop the other supervisor, or point"
+                " [store] url at another database or schema"
+            )
+
+    def _version(self) -> int:
+        found = self._conn.execute("SELECT to_regclass(%s)", (_VERSION_TABLE,)).fetchone()
+        if found is None or found[0] is None:
+            return 0
+        row = self._conn.execute(f"SELECT max(version) FROM {_VERSION_TABLE}").fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
+
+    def _check_version(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"the run ledger on {self.server} has schema version {version}, newer than"
+                f" this herdsman understands ({SCHEMA_VERSION}); it was written by a newer"
+                " herdsman: upgrade herdsman, or point [store] url at another database"
+            )
+
+    def _migrate(self) -> None:
+        # A session lock, taken before the transaction: a transaction that
+        # waited for a lock inside itself could still read the catalog as it
+        # was before the wait, miss the tables the other supervisor made
+        # meanwhile and try to make them again.
+        self._conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+        try:
+            with self._transaction() as cur:
+                # Read again under the lock: another supervisor may have
+                # migrated the database between our first look and now.
+                version = self._version()
+                self._check_version(version)
+                for statements in MIGRATIONS[version:]:
+                    for statement in statements:
+                        cur.execute(statement)
+                # DDL is transactional here: the schema and its version commit together.
+                cur.execute(
+                    f"CREATE TABLE IF NOT EXISTS {_VERSION_TABLE} (version INTEGER NOT NULL)"
+                )
+                cur.execute(f"DELETE FROM {_VERSION_TABLE}")
+                cur.execute(f"INSERT INTO {_VERSION_TABLE} (version) VALUES (?)", (SCHEMA_VERSION,))
+        finally:
+            # A lost connection has released the lock already.
+            if not self._conn.broken:
+                self._conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version of the database."""
+        with self._reading():
+            return self._version()
+
+    def _describe(self) -> str:
+        return f"run ledger on {self.server}"
+
+    def _cursor(self) -> Cursor:
+        return _QmarkCursor(self._conn.cursor())
+
+    def _begin(self, cur: Cursor, durable: bool) -> None:
+        # Every commit is synchronous (see _open), so durable needs nothing more.
+        cur.execute("BEGIN")
+
+    def _in_transaction(self) -> bool:
+        # UNKNOWN: the connection is gone, and with it the transaction.
+        return self._conn.info.transaction_status in (
+            TransactionStatus.INTRANS,
+            TransactionStatus.INERROR,
+        )
+
+    def _close_connection(self) -> None:
+        self._conn.close()

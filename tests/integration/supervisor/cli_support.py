@@ -1,0 +1,78 @@
+"""`herdsman` as a real process: run the CLI, start and stop a supervisor, find its agents."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CLI = ("-c", "supervisor.toml")
+
+
+def processes_with_env(entry: str) -> list[int]:
+    """Pids of live processes whose environment contains ``entry`` (KEY=VALUE)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if entry.encode() in environ:
+            found.append(int(pid))
+    return found
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie, dead but not reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def herdsman(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "herdsman", *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+class Supervisor:
+    """A `herdsman run` child process and the ways to stop it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.log = (directory / "supervisor.log").open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "herdsman", "run", "-c", "supervisor.toml"],
+            cwd=directory,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 20
+        while "herdsman is running" not in self.output():
+            assert self.process.poll() is None, self.output()
+            assert time.monotonic() < deadline, self.output()
+            time.sleep(0.05)
+
+    def output(self) -> str:
+        return (self.directory / "supervisor.log").read_text()
+
+    def stop(self, signum: int = signal.SIGTERM, timeout: float = 30) -> int:
+        self.process.send_signal(signum)
+        return self.process.wait(timeout)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
