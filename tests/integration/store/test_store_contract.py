@@ -759,7 +759,7 @@ def test_account_usage_counts_runs_that_touch_the_window_or_still_run(store: Sto
         store.submit(new(run_id, provider="codex" if run_id.endswith("x") else "claude"), T0)
         store.mark_running(run_id, start, account)
         if end is not None:
-            store.finish(run_id, RunStatus.SUCCEEDED, end)
+            store.finish(run_id, RunStatus.SUCCEEDED, end, exit_code=0)
 
     since = T0 + 100
     ran("before", "a", T0 + 10, T0 + 20)  # over before the window: not counted
@@ -769,6 +769,11 @@ def test_account_usage_counts_runs_that_touch_the_window_or_still_run(store: Sto
     ran("old-running", "b", T0 + 1, None)  # still running from long ago
     ran("inside", "a", T0 + 120, T0 + 130)
     ran("ambient", None, T0 + 120, T0 + 130)  # no account: not counted
+    # Started, then ended before a process existed (its program was missing):
+    # it spent nothing, as the account tracker counts it.
+    store.submit(new("unspawned"), T0)
+    store.mark_running("unspawned", T0 + 120, "a")
+    store.finish("unspawned", RunStatus.FAILED, T0 + 121, reason="no such program")
     store.submit(new("queued"), T0)
     store.skip(new("skipped"), T0 + 150, "no")
     assert store.account_usage(since) == [
@@ -803,7 +808,9 @@ def test_account_usage_keeps_lost_runs_and_forgets_requeued_attempts(store: Stor
     store.submit(new("lost"), T0)
     store.mark_running("lost", T0 + 1, "a")
     store.recover(T0 + 5)
-    in_status(store, "limited", UL)  # started T0 + 1 on "acct", finished T0 + 2
+    store.submit(new("limited"), T0)
+    store.mark_running("limited", T0 + 1, "acct")
+    store.finish("limited", UL, T0 + 2, exit_code=1)
     assert [(u.account, u.finished_at) for u in store.account_usage(T0)] == [
         ("a", T0 + 5),
         ("acct", T0 + 2),

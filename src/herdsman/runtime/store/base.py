@@ -238,7 +238,9 @@ class Store(Protocol):
         """Runs charged to an account that count for quota windows reaching back to ``since``.
 
         A run counts if its account is set and it started at or after
-        ``since``, finished at or after ``since``, or is still running.
+        ``since``, finished at or after ``since``, or is still running — but
+        not if it ended without an exit code (other than ``lost``): it was
+        never spawned and spent nothing, as the account tracker counts it.
         Ordered by ``started_at``, then ``seq``. A re-queued run's earlier
         attempt is not here: :meth:`requeue` clears the account it spent.
         """

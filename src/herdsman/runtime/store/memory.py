@@ -334,6 +334,8 @@ class MemoryStore:
                 or (r.finished_at is not None and r.finished_at >= since)
                 or r.status is RunStatus.RUNNING
             )
+            # Ended without an exit code and not lost: never spawned.
+            and (r.exit_code is not None or r.status in (RunStatus.RUNNING, RunStatus.LOST))
         ]
         # Stable sort over seq order: ties on started_at stay by seq.
         used.sort(key=lambda use: use.started_at)

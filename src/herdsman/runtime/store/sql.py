@@ -111,6 +111,8 @@ _ACCOUNT_USAGE = (
     "SELECT provider, account, started_at, finished_at FROM runs"
     " WHERE account IS NOT NULL AND started_at IS NOT NULL"
     " AND (started_at >= ? OR finished_at >= ? OR status = ?)"
+    # Ended without an exit code and not lost: never spawned, spent nothing.
+    " AND (exit_code IS NOT NULL OR status IN (?, ?))"
     " ORDER BY +started_at, seq"
 )
 
@@ -534,7 +536,8 @@ class SqlStore:
         """See :meth:`Store.account_usage`."""
         with self._reading() as cur:
             since = check_now(since)
-            rows = cur.execute(_ACCOUNT_USAGE, (since, since, RunStatus.RUNNING.value))
+            running, lost = RunStatus.RUNNING.value, RunStatus.LOST.value
+            rows = cur.execute(_ACCOUNT_USAGE, (since, since, running, running, lost))
             return [AccountUse(*row) for row in rows]
 
     def counts(self) -> Mapping[RunStatus, int]:
