@@ -349,3 +349,80 @@ def test_one_ledger_serves_one_supervisor_at_a_time(postgres_server: str) -> Non
             first.close()
         # Closing (or losing) the connection lets the next supervisor in.
         PostgresStore(url, sole=True).close()
+
+
+def test_a_read_failing_inside_a_batch_does_not_abort_the_writes_beside_it(
+    postgres_url: str,
+) -> None:
+    # A failed statement aborts a PostgreSQL transaction, and COMMIT then
+    # rolls back without a word: the start below would be reported as
+    # recorded, spawned, and run again after a restart.
+    store = PostgresStore(postgres_url + "%20-clock_timeout%3D200")
+    try:
+        store.submit(new("r"), T0)
+        with raw(postgres_url) as admin, admin.transaction():
+            admin.execute("LOCK TABLE conversation_sessions IN ACCESS EXCLUSIVE MODE")
+            started, lookup = store.apply(
+                [
+                    lambda s: s.mark_running_many([("r", "acct")], T0 + 1),
+                    lambda s: s.conversation_session("claude", "default", "c"),
+                ],
+                durable=True,
+            )
+        # The read failed alone, as a StoreError; the start was kept.
+        with pytest.raises(StoreError, match="lock timeout"):
+            lookup.unwrap()
+        assert started.unwrap()[0].status is RunStatus.RUNNING
+        record = store.get("r")
+        assert record is not None
+        assert record.status is RunStatus.RUNNING
+    finally:
+        store.close()
+
+
+def test_a_refused_second_supervisor_leaves_the_schema_alone(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from herdsman.runtime.store import postgres
+
+    running = PostgresStore(postgres_url, sole=True)
+    try:
+        # A newer herdsman, one migration ahead, started by mistake on the same ledger.
+        newer = (*MIGRATIONS, ("ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL",))
+        monkeypatch.setattr(postgres, "MIGRATIONS", newer)
+        monkeypatch.setattr(postgres, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+        with pytest.raises(StoreError, match="another herdsman supervisor"):
+            PostgresStore(postgres_url, sole=True)
+        monkeypatch.undo()
+        assert running.schema_version == SCHEMA_VERSION
+        assert running.submit(new("a"), T0)[1]
+    finally:
+        running.close()
+
+
+def test_times_keep_every_digit_whatever_the_server_prints(postgres_url: str) -> None:
+    store = PostgresStore(postgres_url + "%20-cextra_float_digits%3D0")
+    try:
+        now = 1_764_400_000.123456
+        store.submit(new("a"), now)
+        record = store.get("a")
+        assert record is not None
+        assert record.submitted_at == now
+    finally:
+        store.close()
+
+
+def test_the_lock_and_the_tables_are_in_one_schema(postgres_server: str) -> None:
+    with fresh_schema(postgres_server) as url_b, fresh_schema(postgres_server) as url_a:
+        b, a = url_b.rsplit("%3D", 1)[1], url_a.rsplit("%3D", 1)[1]
+        first = PostgresStore(url_b, sole=True)
+        # A search_path of two schemas, the first empty (a `CREATE SCHEMA`
+        # after the tables were made in the second, say): the ledger is the
+        # first's, not a share of the other supervisor's.
+        second = PostgresStore(f"{postgres_server}?options=-csearch_path%3D{a},{b}", sole=True)
+        try:
+            second.submit(new("x"), T0)
+            assert first.get("x") is None
+        finally:
+            first.close()
+            second.close()

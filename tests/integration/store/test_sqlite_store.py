@@ -320,9 +320,9 @@ def test_a_version_3_file_is_migrated_and_keeps_its_runs_and_sessions(tmp_path: 
             old.execute(statement)
     old.execute(
         "INSERT INTO runs (id, provider, prompt, workspace, metadata, status, submitted_at,"
-        " started_at, finished_at, account, attempts, cwd) VALUES"
-        " ('r1', 'p', 'x', 'default', '{}', 'succeeded', 1.0, 2.0, 3.0, 'acct', 1, '/srv'),"
-        " ('r2', 'p', 'x', 'default', '{}', 'running', 1.0, 4.0, NULL, 'acct', 1, NULL)"
+        " started_at, finished_at, account, attempts, cwd, exit_code) VALUES"
+        " ('r1', 'p', 'x', 'default', '{}', 'succeeded', 1.0, 2.0, 3.0, 'acct', 1, '/srv', 0),"
+        " ('r2', 'p', 'x', 'default', '{}', 'running', 1.0, 4.0, NULL, 'acct', 1, NULL, NULL)"
     )
     old.execute(
         "INSERT INTO conversation_sessions (provider, workspace, conversation, session_id)"

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
+import psycopg.sql
 from psycopg.pq import TransactionStatus
 
 from herdsman.postgres_url import hide_password, parse_postgres_url, server_name
@@ -176,9 +177,13 @@ class PostgresStore(SqlStore):
                 f"cannot connect to the run ledger on {self.server}: {self._hide(exc)}"
             ) from None
         try:
-            self._open()
+            self._settle_session()
+            # Claimed before anything is read or migrated: a newer herdsman
+            # refused here must not have upgraded the schema of the ledger
+            # another supervisor is using.
             if sole:
                 self._claim()
+            self._open()
         except BaseException:
             self._conn.close()
             self._closed = True
@@ -192,10 +197,34 @@ class PostgresStore(SqlStore):
     def _failure(self, exc: Exception) -> StoreError:
         return StoreError(f"{self._describe()}: {self._hide(exc)}")
 
-    def _open(self) -> None:
+    def _settle_session(self) -> None:
+        """Settings that must not depend on the server's, the role's or the URL's."""
         try:
             # Durability of a start must not depend on the server's default.
             self._conn.execute("SET synchronous_commit = on")
+            # Times are floats: all their digits, whatever the server prints by default.
+            self._conn.execute("SET extra_float_digits = 3")
+            # Text comes back as text even from a SQL_ASCII database.
+            self._conn.execute("SET client_encoding = 'UTF8'")
+            # One schema: the one the lock below is keyed by is the one the
+            # tables are looked up and made in (a search_path of several
+            # could find them in another schema, held by another supervisor).
+            row = self._conn.execute("SELECT current_schema()").fetchone()
+            if row is None or row[0] is None:
+                raise StoreError(
+                    f"the run ledger on {self.server} has no schema to live in: the"
+                    " search_path names none that exists (set one, or create it)"
+                )
+            self._conn.execute(
+                psycopg.sql.SQL("SET search_path TO {}").format(psycopg.sql.Identifier(row[0]))
+            )
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot prepare the run ledger on {self.server}: {self._hide(exc)}"
+            ) from None
+
+    def _open(self) -> None:
+        try:
             # Check the version before writing anything: a newer herdsman's
             # schema must be left exactly as it is.
             self._check_version(self._version())
@@ -289,6 +318,9 @@ class PostgresStore(SqlStore):
     def _begin(self, cur: Cursor, durable: bool) -> None:
         # Every commit is synchronous (see _open), so durable needs nothing more.
         cur.execute("BEGIN")
+
+    def _transaction_aborted(self) -> bool:
+        return self._conn.info.transaction_status is TransactionStatus.INERROR
 
     def _in_transaction(self) -> bool:
         # UNKNOWN: the connection is gone, and with it the transaction.

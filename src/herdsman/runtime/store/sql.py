@@ -177,7 +177,7 @@ class SqlStore:
             self._check_open()
             if self._batch is not None:
                 # Inside ``apply``: each operation is a savepoint of its transaction.
-                with self._savepoint(self._batch):
+                with self._as_store_errors(), self._savepoint(self._batch):
                     yield self._batch
                 return
             cur = self._open_cursor()
@@ -188,7 +188,7 @@ class SqlStore:
                 raise self._failure(exc) from exc
             try:
                 yield cur
-                cur.execute("COMMIT")
+                self._commit(cur)
             except BaseException as exc:
                 # A failed COMMIT may already have rolled back; a second
                 # ROLLBACK would raise and hide the real error.
@@ -199,6 +199,25 @@ class SqlStore:
                 raise
             finally:
                 cur.close()
+
+    @contextmanager
+    def _as_store_errors(self) -> Iterator[None]:
+        """The driver's errors as :class:`StoreError`, as callers of a store expect."""
+        try:
+            yield
+        except self._driver_errors as exc:
+            raise self._failure(exc) from exc
+
+    def _transaction_aborted(self) -> bool:
+        """Whether the open transaction can no longer commit (PostgreSQL's aborted state)."""
+        return False
+
+    def _commit(self, cur: Cursor) -> None:
+        if self._transaction_aborted():
+            # PostgreSQL would answer this COMMIT with a silent ROLLBACK:
+            # report the batch as failed, not as kept.
+            raise StoreError(f"{self._describe()}: the transaction failed and was rolled back")
+        cur.execute("COMMIT")
 
     @staticmethod
     @contextmanager
@@ -229,6 +248,13 @@ class SqlStore:
         """A cursor for single-statement reads (each one is atomic on its own)."""
         with self._lock:
             self._check_open()
+            if self._batch is not None:
+                # Inside ``apply``: a read that fails (a lock timeout, say)
+                # must be undone alone, or on PostgreSQL it would abort the
+                # whole batch's transaction.
+                with self._as_store_errors(), self._savepoint(self._batch):
+                    yield self._batch
+                return
             cur = self._open_cursor()
             try:
                 yield cur
