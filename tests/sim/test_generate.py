@@ -14,7 +14,14 @@ from sim_workloads import CONFIG, busy_trace, config_json, herdsman
 
 from herdsman.cli import main
 from herdsman.sim.generate import Samples, generate, load_samples
-from herdsman.sim.model import Arrivals, Durations, Model
+from herdsman.sim.model import (
+    Arrivals,
+    Durations,
+    Model,
+    ModelError,
+    model_from_json,
+    model_to_json,
+)
 from herdsman.trace import read_trace_text
 
 
@@ -215,7 +222,7 @@ BAD_FLAGS = [
     ),
     (
         ("--turns", "0.5"),
-        "--turns: mean turns per conversation: expected a number >= 1, got '0.5'",
+        "--turns: mean turns per conversation: expected a number from 1 to 1000, got '0.5'",
     ),
     (
         ("--providers", "gemini=1"),
@@ -240,6 +247,10 @@ BAD_FLAGS = [
     (
         ("--start", "2026-11-30T08:00:00"),
         "--start: expected an ISO-8601 time with a zone",
+    ),
+    (
+        ("--turns", "1e15"),
+        "--turns: mean turns per conversation: expected a number from 1 to 1000",
     ),
 ]
 
@@ -288,3 +299,30 @@ def test_a_recorded_trace_lends_its_configuration(tmp_path: Path) -> None:
     assert main(argv) == 0
     header = json.loads(out.read_text().splitlines()[0])
     assert header["config"] == json.loads(recorded.read_text().splitlines()[0])["config"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"turns": 0}, "generator.model.turns: expected a number from 1 to 1000, got 0"),
+        ({"arrivals": {"kind": "poisson", "rate": 0}}, "generator.model.arrivals.rate"),
+        ({"durations": {"kind": "gamma", "mean": 5}}, "generator.model.durations.kind"),
+        ({"profile": [1.0] * 23}, "generator.model.profile: expected 24 hourly weights"),
+        ({"usage_limited": [["claude", 2.0]]}, "generator.model.usage_limited"),
+    ],
+)
+def test_a_corrupt_model_in_a_generated_header_is_named(
+    change: dict[str, object], message: str
+) -> None:
+    model = model_to_json(
+        Model(
+            span=3600.0,
+            arrivals=Arrivals("poisson", rate=5.0),
+            durations=Durations("exponential", mean=60.0),
+            providers=(("claude", 1.0),),
+        )
+    )
+    assert model_from_json(model, "w.jsonl:1") is not None
+    with pytest.raises(ModelError) as info:
+        model_from_json({**model, **change}, "w.jsonl:1")
+    assert str(info.value).startswith(f"w.jsonl:1: {message}")

@@ -12,6 +12,7 @@ from herdsman.config import LoadedConfig, load_config
 from herdsman.config.report import config_as_json
 from herdsman.sim.generate import generate, load_samples
 from herdsman.sim.model import (
+    MAX_TURNS,
     OUTCOME_SHARES,
     Model,
     ModelError,
@@ -66,7 +67,9 @@ def model_from_args(args: argparse.Namespace) -> tuple[Model, dict[str, Any]]:
         if arrivals.kind != "poisson":
             raise ModelError("--profile: shapes poisson arrivals; recorded arrivals keep their own")
         profile = parse_profile(args.profile)
-    turns = parse_number("--turns", "mean turns per conversation", args.turns, low=1)
+    turns = parse_number(
+        "--turns", "mean turns per conversation", args.turns, low=1, high=MAX_TURNS
+    )
     think = parse_seconds("--think", args.think, positive=False)
     traces = [t for t in (arrivals.trace, durations.trace) if t is not None]
     loaded = _configuration(args, traces)
@@ -137,7 +140,7 @@ def add_generate_command(actions: Any, guarded: Any) -> None:
         help="how long each run takes; MEAN in seconds or like 5m",
     )
     parser.add_argument(
-        "--turns", default="1", help="mean turns per conversation (geometric, >= 1; default 1)"
+        "--turns", default="1", help="mean turns per conversation (geometric, 1 to 1000; default 1)"
     )
     parser.add_argument(
         "--think",

@@ -1,9 +1,11 @@
 """What a plan measures in one simulated trace: waits, utilisation, throughput, limits.
 
-* **wait**: from a run's first submit to its first start (a run re-queued
-  after a usage limit is not counted twice); percentiles by nearest rank.
-  Runs never started (their provider missing, or the input ran out while
-  every account rested) have no wait and are counted in ``unstarted``.
+* **wait**: the time a run spent queued — from its submit to its start,
+  plus, after a usage limit re-queued it, from then to its next start (one
+  value per run); percentiles by nearest rank. Runs never started (their
+  provider missing, or the input ran out while every account rested) have
+  no wait and are counted in ``unstarted``; runs cancelled while queued are
+  in neither.
 * **utilisation**: run-seconds spent running (each attempt, start to finish)
   over slot-seconds available: the slots are the sum of the providers'
   ``concurrency``, capped by ``supervisor.max_concurrency``, over the time
@@ -80,7 +82,12 @@ def measure(trace: str) -> Metrics:
     """The metrics of the simulated ``trace`` text."""
     header, events = read_trace_text(trace, "(simulated trace)")
     submitted: dict[str, float] = {}
-    started: dict[str, float] = {}
+    started: set[str] = set()
+    cancelled: set[str] = set()
+    # A run waits from its submit to its start, and again from a usage
+    # limit's re-queue to its next start: both are time its answer waited.
+    queued_since: dict[str, float] = {}
+    waited: dict[str, float] = {}
     running: dict[str, float] = {}
     busy = 0.0
     ended = timeouts = limits = 0
@@ -89,21 +96,29 @@ def measure(trace: str) -> Metrics:
         end = event.t
         fields = event.fields
         if event.event == "submit":
-            submitted.setdefault(fields["run"]["id"], event.t)
+            run_id = fields["run"]["id"]
+            if run_id not in submitted:
+                submitted[run_id] = queued_since[run_id] = event.t
         elif event.event == "start":
             run_id = fields["run_id"]
-            started.setdefault(run_id, event.t)
+            started.add(run_id)
+            since = queued_since.pop(run_id, event.t)
+            waited[run_id] = waited.get(run_id, 0.0) + event.t - since
             running[run_id] = event.t
         elif event.event == "finish":
             began = running.pop(fields["run_id"], None)
             if began is not None:
                 busy += event.t - began
-            if not fields.get("requeued"):
+            if fields.get("requeued"):
+                queued_since[fields["run_id"]] = event.t
+            else:
                 ended += 1
                 timeouts += fields["outcome"] == "timed_out"
+        elif event.event == "cancel":  # withdrawn while queued: not left unstarted
+            cancelled.add(fields["run_id"])
         elif event.event == "usage_limit":
             limits += 1
-    waits = sorted(started[run] - t for run, t in submitted.items() if run in started)
+    waits = sorted(waited.values())
     slots = slots_of(header.config)
     return Metrics(
         p50_wait=percentile(waits, 50),
@@ -114,5 +129,5 @@ def measure(trace: str) -> Metrics:
         throughput=ended / (end / 3600) if end > 0 else 0.0,
         usage_limited=float(limits),
         timeouts=float(timeouts),
-        unstarted=float(sum(1 for run in submitted if run not in started)),
+        unstarted=float(sum(1 for run in submitted if run not in started and run not in cancelled)),
     )

@@ -41,6 +41,13 @@ __all__ = [
 OUTCOME_SHARES = ("failed", "timed_out")
 
 
+#: The largest mean number of turns per conversation (a bound, so a typo
+#: cannot make one conversation outlast the universe).
+MAX_TURNS = 1000.0
+#: The largest lognormal sigma accepted.
+MAX_SIGMA = 10.0
+
+
 class ModelError(ValueError):
     """A flag of ``sim generate`` (or a model in a trace header) that is wrong."""
 
@@ -150,7 +157,7 @@ def parse_durations(text: str) -> Durations:
         return Durations(
             kind,
             mean=parse_seconds("--durations: lognormal mean", mean),
-            sigma=parse_number("--durations", "lognormal sigma", sigma, low=0, high=10),
+            sigma=parse_number("--durations", "lognormal sigma", sigma, low=0, high=MAX_SIGMA),
         )
     if kind == "empirical" and rest:
         return Durations(kind, trace=rest)
@@ -242,4 +249,52 @@ def model_from_json(value: Mapping[str, Any], where: str) -> Model:
         )
     except (KeyError, TypeError, ValueError) as error:
         raise ModelError(f"{where}: generator.model: not a workload model ({error})") from None
+    problem = _model_problem(model)
+    if problem is not None:
+        raise ModelError(f"{where}: generator.model.{problem}")
     return model
+
+
+def _model_problem(model: Model) -> str | None:
+    """What is wrong with a model read from a file (the flags check their own)."""
+
+    def bad(value: float, low: float, high: float = math.inf, *, above: bool = False) -> bool:
+        return not (math.isfinite(value) and low <= value <= high) or (above and value == low)
+
+    if bad(model.span, 0, above=True):
+        return f"span: expected seconds > 0, got {model.span!r}"
+    arrivals, durations = model.arrivals, model.durations
+    if arrivals.kind not in ("poisson", "recorded"):
+        return f"arrivals.kind: expected poisson or recorded, got {arrivals.kind!r}"
+    if arrivals.kind == "poisson" and bad(arrivals.rate, 0, above=True):
+        return f"arrivals.rate: expected a number > 0, got {arrivals.rate!r}"
+    if durations.kind not in ("exponential", "lognormal", "empirical"):
+        return (
+            f"durations.kind: expected exponential, lognormal or empirical, got {durations.kind!r}"
+        )
+    if durations.kind != "empirical" and bad(durations.mean, 0, above=True):
+        return f"durations.mean: expected seconds > 0, got {durations.mean!r}"
+    if durations.kind == "lognormal" and bad(durations.sigma, 0, MAX_SIGMA):
+        return (
+            f"durations.sigma: expected a number from 0 to {MAX_SIGMA:g}, got {durations.sigma!r}"
+        )
+    if arrivals.kind == "recorded" and not arrivals.trace:
+        return "arrivals.trace: expected the path of a recorded trace"
+    if durations.kind == "empirical" and not durations.trace:
+        return "durations.trace: expected the path of a recorded trace"
+    if bad(model.turns, 1, MAX_TURNS):
+        return f"turns: expected a number from 1 to {MAX_TURNS:g}, got {model.turns!r}"
+    if bad(model.think, 0):
+        return f"think: expected seconds >= 0, got {model.think!r}"
+    if not model.providers or any(bad(w, 0, above=True) for _, w in model.providers):
+        return "providers: expected one or more providers with weights > 0"
+    if model.profile is not None and (
+        len(model.profile) != 24 or any(bad(w, 0) for w in model.profile) or not any(model.profile)
+    ):
+        return "profile: expected 24 hourly weights >= 0, at least one > 0"
+    for name, shares in (("outcomes", model.outcomes), ("usage_limited", model.usage_limited)):
+        if any(bad(share, 0, 1) for _, share in shares):
+            return f"{name}: expected shares from 0 to 1"
+    if sum(share for _, share in model.outcomes) > 1:
+        return "outcomes: the shares add up to more than 1"
+    return None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
+from fractions import Fraction
 
 import attrs
 
@@ -25,7 +26,7 @@ from herdsman.sim.stats import Estimate
 __all__ = ["Clause", "Slo", "SloError", "parse_slo"]
 
 _CLAUSE = re.compile(r"\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(\S+?)\s*")
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
 _COMPARE: Mapping[str, Callable[[float, float], bool]] = {
     "<=": lambda a, b: a <= b,
     "<": lambda a, b: a < b,
@@ -91,11 +92,12 @@ def _value(metric: str, text: str, clause: str) -> float:
             raise SloError(
                 f"--slo: {clause}: expected a wait such as 60, 60s, 1.5m or 2h, got {text!r}"
             )
-        return float(match[1]) * _UNITS[match[2] or ""]
+        # Exact decimal arithmetic, rounded once: 4.1m is 246 s, not 245.99999999999997.
+        return float(Fraction(match[1]) * _UNITS[match[2] or ""])
     if metric == "utilisation":
         percent = text.endswith("%")
         number = _float(text[:-1] if percent else text)
-        value = number / 100 if percent and number is not None else number
+        value = float(Fraction(text[:-1]) / 100) if percent and number is not None else number
         if value is None or not 0 <= value <= 1:
             raise SloError(
                 f"--slo: {clause}: expected a utilisation from 0 to 1 or 0% to 100%, got {text!r}"

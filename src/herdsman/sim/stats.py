@@ -71,9 +71,14 @@ def estimate(values: Sequence[float], confidence: float = 0.95) -> Estimate:
     if not values:
         raise ValueError("no values to estimate from")
     n = len(values)
-    mean = math.fsum(values) / n
-    if n == 1:
-        return Estimate(mean, mean, mean, tuple(values))
+    smallest, largest = min(values), max(values)
+    if smallest == largest:
+        # Identical replications: the value itself, not fsum's rounding of
+        # it (three times 0.1 averages to 0.10000000000000002, which would
+        # fail an SLO of exactly 0.1 that every replication meets).
+        return Estimate(smallest, smallest, smallest, tuple(values))
+    # The mean of values lies between them; rounding must not say otherwise.
+    mean = min(max(math.fsum(values) / n, smallest), largest)
     variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
     half = t_quantile(confidence, n - 1) * math.sqrt(variance / n)
     return Estimate(mean, mean - half, mean + half, tuple(values))

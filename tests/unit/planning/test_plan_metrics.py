@@ -48,13 +48,14 @@ def test_waits_busy_time_and_outcomes_are_counted_per_their_definitions() -> Non
              "account": None, "until": 1e9},
             finish(30, "a", "usage_limited", requeued=True),
             start(40, "c"),  # c waited 30 s
-            start(50, "a"),  # a's second start: its wait stays 0
+            start(50, "a"),  # re-queued at 30, started again at 50: a waited 20 s in all
             finish(60, "b", "timed_out"), finish(80, "a"), finish(100, "c"),
             submit(100, "d"),  # never started
+            submit(100, "e"), {"t": 100, "event": "cancel", "run_id": "e"},  # withdrawn
         ]
     )  # fmt: skip
     metrics = measure(text)
-    assert (metrics.p50_wait, metrics.p99_wait, metrics.mean_wait) == (20, 30, 50 / 3)
+    assert (metrics.p50_wait, metrics.p99_wait, metrics.mean_wait) == (20, 30, 70 / 3)
     # Busy: a 30 + 30, b 40, c 60 = 160 run-seconds on min(2 + 2, 3) slots over 100 s.
     assert metrics.utilisation == pytest.approx(160 / 300)
     assert metrics.throughput == pytest.approx(3 / (100 / 3600))  # a, b, c ended

@@ -31,6 +31,15 @@ def test_clauses_read_in_the_metrics_units(text: str, metric: str, op: str, valu
 
 
 @pytest.mark.parametrize(
+    ("text", "value"),
+    [("p95_wait<=4.1m", 246.0), ("p95_wait<=0.7h", 2520.0), ("utilisation<=57%", 0.57)],
+)
+def test_units_convert_without_rounding_below_the_number_meant(text: str, value: float) -> None:
+    (clause,) = parse_slo(text).clauses
+    assert clause.value == value  # exactly: a wait of exactly 246 s meets p95_wait<=4.1m
+
+
+@pytest.mark.parametrize(
     ("text", "message"),
     [
         ("p95<=60s", "--slo: unknown metric 'p95'; expected one of p50_wait, p95_wait"),

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from herdsman.sim.stats import estimate, t_cdf_two_sided, t_quantile
+from herdsman.sim.stats import Estimate, estimate, t_cdf_two_sided, t_quantile
 
 # Two-sided 95% and 99% points of Student's t, from any statistics table.
 TABLE = [
@@ -65,3 +65,17 @@ def test_one_value_has_no_interval() -> None:
     assert (single.mean, single.low, single.high) == (4.0, 4.0, 4.0)
     with pytest.raises(ValueError, match="no values"):
         estimate([])
+
+
+@pytest.mark.parametrize("value", [0.1, 0.7, 246.0, 1e-9])
+@pytest.mark.parametrize("n", [2, 3, 7, 10])
+def test_identical_replications_estimate_exactly_their_value(value: float, n: int) -> None:
+    # fsum([0.1] * 3) / 3 is 0.10000000000000002: an SLO of exactly 0.1 that
+    # every replication meets would fail on the rounding.
+    assert estimate([value] * n) == Estimate(value, value, value, (value,) * n)
+
+
+@given(st.lists(st.floats(0, 1e6), min_size=2, max_size=12))
+def test_the_mean_is_never_outside_the_values(values: list[float]) -> None:
+    mean = estimate(values).mean
+    assert min(values) <= mean <= max(values)
