@@ -36,7 +36,7 @@ import trio
 
 from herdsman.config import Config, ConfigError, LoadedConfig, format_duration
 from herdsman.config.report import config_as_json
-from herdsman.core import CancelOutcome, Limits, RunRequest, RunState, Scheduler, exclusion_keys
+from herdsman.core import CancelOutcome, RunRequest, RunState, Scheduler, exclusion_keys
 from herdsman.core.accounts import Pick, sticky_key
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
@@ -61,6 +61,7 @@ from herdsman.runtime.reload import (
     effective_config,
     given_config,
 )
+from herdsman.runtime.requests import limits_of, run_request, trace_run
 from herdsman.runtime.runner import (
     Outcome,
     ProcessOutcome,
@@ -161,41 +162,11 @@ class ShutdownReport:
     fatal: str | None = None
 
 
-def limits_of(config: Config) -> Limits:
-    """The scheduler limits a config declares."""
-    return Limits(
-        {name: p.concurrency for name, p in config.providers.items()},
-        config.supervisor.max_concurrency,
-    )
-
-
 def as_text(value: str | None) -> str | None:
     """``value`` as storable text: an agent's output may carry lone surrogates."""
     if value is None:
         return None
     return value.encode("utf-8", "replace").decode("utf-8")
-
-
-def run_request(record: RunRecord | NewRun) -> RunRequest:
-    """The scheduler's view of a run."""
-    return RunRequest(
-        record.id, record.provider, record.conversation, record.agent, record.workspace, record.cwd
-    )
-
-
-def trace_run(record: RunRecord | NewRun, *, with_prompt: bool) -> dict[str, Any]:
-    """The ``run`` object of a submit or skip trace event."""
-    out: dict[str, Any] = {"id": record.id, "provider": record.provider}
-    if record.conversation is not None:
-        out["conversation"] = record.conversation
-    if record.agent is not None:
-        out["agent"] = record.agent
-    out["workspace"] = record.workspace
-    if record.cwd is not None:
-        out["cwd"] = record.cwd
-    if with_prompt:
-        out["prompt"] = record.prompt
-    return out
 
 
 class Supervisor:

@@ -40,13 +40,16 @@ from herdsman.runtime.runner import (
 )
 from herdsman.runtime.store import MemoryStore, NewRun
 from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
-from herdsman.sim.workload import Attempt, Workload, config_from_trace
+from herdsman.sim.workload import (
+    DEFAULT_DURATION,
+    Attempt,
+    Executions,
+    Workload,
+    config_from_trace,
+)
 from herdsman.trace import TraceWriter
 
 __all__ = ["DEFAULT_DURATION", "ReplayResult", "replay"]
-
-#: How long a run the recording never started takes when a what-if starts it.
-DEFAULT_DURATION = 60.0
 
 # Event kinds in the order they go at one instant: a run ending frees its
 # slot before an arrival at the same moment is looked at, as in a recording
@@ -75,9 +78,8 @@ class _Driver:
         self.workload = workload
         self._heap: list[tuple[float, int, int, int, Callable[[], Awaitable[None]]]] = []
         self._pushes = 0
-        self._executions: dict[str, int] = {}
+        self.executions = Executions(workload)
         self._pushed = trio.Event()
-        self.defaulted: list[str] = []
 
     def push(self, t: float, kind: int, order: int, action: Callable[[], Awaitable[None]]) -> None:
         # ``order`` breaks ties within a kind; the counter only keeps tuples
@@ -102,21 +104,6 @@ class _Driver:
         t, _, _, _, action = heapq.heappop(self._heap)
         return t, action
 
-    def attempt_of(self, run_id: str) -> Attempt:
-        """How this execution of ``run_id`` goes, from the recording."""
-        count = self._executions.get(run_id, 0)
-        self._executions[run_id] = count + 1
-        plan = self.workload.plans.get(run_id)
-        if plan is not None and count < len(plan.attempts):
-            return plan.attempts[count]
-        if plan is not None and plan.synthetic and plan.attempts:
-            # A synthetic run tried again (after a usage limit) does its work
-            # this time, in the time the workload gave it.
-            return Attempt(plan.attempts[-1].duration, "succeeded", 0)
-        if run_id not in self.defaulted:
-            self.defaulted.append(run_id)
-        return Attempt(DEFAULT_DURATION, "succeeded", 0)
-
     async def execute(
         self,
         spec: ProcessSpec,
@@ -128,7 +115,7 @@ class _Driver:
         run_id = spec.env["HERDSMAN_RUN_ID"]
         plan = self.workload.plans.get(run_id)
         index = plan.index if plan is not None else len(self.workload.plans)
-        attempt = self.attempt_of(run_id)
+        attempt = self.executions.next(run_id)
         task_status.started(0)
         done = trio.Event()
         stopped: list[str] = []
@@ -268,7 +255,7 @@ async def _replay(workload: Workload, given: LoadedConfig) -> ReplayResult:
         await supervisor.finished.wait()
         nursery.cancel_scope.cancel()
     trace.close()
-    return ReplayResult(text, runs, span, 0.0, tuple(driver.defaulted), left_queued)
+    return ReplayResult(text, runs, span, 0.0, tuple(driver.executions.defaulted), left_queued)
 
 
 async def _drive(driver: _Driver, supervisor: Supervisor, wall: Callable[[], float]) -> None:

@@ -19,11 +19,23 @@ import tomlkit
 from herdsman.config import ConfigError, LoadedConfig, load_config_text
 from herdsman.trace import OUTCOMES, TraceFormatError, TraceHeader, header_time, read_trace
 
-__all__ = ["Arrival", "Attempt", "RunPlan", "Workload", "config_from_trace", "read_workload"]
+__all__ = [
+    "DEFAULT_DURATION",
+    "Arrival",
+    "Attempt",
+    "Executions",
+    "RunPlan",
+    "Workload",
+    "config_from_trace",
+    "read_workload",
+]
 
 
 #: The longest a recorded start is taken to lag behind the event it answered.
 START_LATENCY = 0.5
+
+#: How long a run the recording never started takes when a what-if starts it.
+DEFAULT_DURATION = 60.0
 
 
 @attrs.frozen
@@ -66,6 +78,37 @@ class Workload:
     started_at: float  # the header's time, unix seconds
     arrivals: tuple[Arrival, ...]
     plans: Mapping[str, RunPlan]
+
+
+class Executions:
+    """How each execution of a run goes, in order, from the workload's plans.
+
+    Both simulation engines ask it once per execution, so they give a run the
+    same attempt whatever else differs between them.
+    """
+
+    def __init__(self, workload: Workload) -> None:
+        self._plans = workload.plans
+        self._counts: dict[str, int] = {}
+        #: Runs the recording never started, given DEFAULT_DURATION, in order.
+        self.defaulted: list[str] = []
+        self._defaulted: set[str] = set()  # membership only, never iterated
+
+    def next(self, run_id: str) -> Attempt:
+        """The attempt of ``run_id``'s next execution."""
+        count = self._counts.get(run_id, 0)
+        self._counts[run_id] = count + 1
+        plan = self._plans.get(run_id)
+        if plan is not None and count < len(plan.attempts):
+            return plan.attempts[count]
+        if plan is not None and plan.synthetic and plan.attempts:
+            # A synthetic run tried again (after a usage limit) does its work
+            # this time, in the time the workload gave it.
+            return Attempt(plan.attempts[-1].duration, "succeeded", 0)
+        if run_id not in self._defaulted:
+            self._defaulted.add(run_id)
+            self.defaulted.append(run_id)
+        return Attempt(DEFAULT_DURATION, "succeeded", 0)
 
 
 def read_workload(path: Path) -> Workload:
