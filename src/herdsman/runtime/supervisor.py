@@ -46,6 +46,7 @@ from herdsman.runtime.accounts import (
     account_view,
     blocked_view,
     longest_window,
+    returning_accounts,
 )
 from herdsman.runtime.callbacks import deliver_callback
 from herdsman.runtime.config_watch import file_signature, watch_file
@@ -463,14 +464,6 @@ class Supervisor:
         for use in history.uses:
             if only is None or (use.provider, use.account) in only:
                 book.restore_usage(use.provider, use.account, use.started_at, use.finished_at)
-
-    def _returning_accounts(self, config: Config) -> set[tuple[str, str | None]]:
-        """Accounts ``config`` has that are not configured now."""
-        wanted: set[tuple[str, str | None]] = set()
-        for name, provider in config.providers.items():
-            names: list[str | None] = [a.name for a in provider.accounts] or [None]
-            wanted.update((name, account) for account in names)
-        return {pair for pair in wanted if not self._accounts.knows(*pair)}
 
     # -- intake ------------------------------------------------------------
 
@@ -1153,7 +1146,7 @@ class Supervisor:
             # rest and window usage back from the ledger, as at a restart;
             # read before the new configuration is in force, so no start can
             # slip in between.
-            returning = self._returning_accounts(loaded.config)
+            returning = returning_accounts(self._accounts, loaded.config)
             history = await self._account_history(now) if returning else None
             self._apply(loaded)
             if history is not None:

@@ -17,7 +17,6 @@ import contextlib
 import datetime as dt
 import heapq
 import io
-import math
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -40,6 +39,7 @@ from herdsman.runtime.runner import (
 )
 from herdsman.runtime.store import MemoryStore, NewRun
 from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
+from herdsman.sim.result import ReplayResult, summary
 from herdsman.sim.workload import (
     DEFAULT_DURATION,
     Attempt,
@@ -49,26 +49,12 @@ from herdsman.sim.workload import (
 )
 from herdsman.trace import TraceWriter
 
-__all__ = ["DEFAULT_DURATION", "ReplayResult", "replay"]
+__all__ = ["DEFAULT_DURATION", "ReplayResult", "replay", "summary"]
 
 # Event kinds in the order they go at one instant: a run ending frees its
 # slot before an arrival at the same moment is looked at, as in a recording
 # where the finish was written first.
 _END, _ARRIVAL = 0, 1
-
-
-@attrs.frozen
-class ReplayResult:
-    """The simulated trace and what the summary line reports."""
-
-    trace: str
-    runs: int
-    span: float
-    wall_seconds: float
-    #: Runs the recording never started, given DEFAULT_DURATION.
-    defaulted: tuple[str, ...]
-    #: Runs still queued when the input ran out (no provider, no account).
-    left_queued: int = 0
 
 
 class _Driver:
@@ -340,23 +326,3 @@ def _config_json(loaded: LoadedConfig) -> dict[str, Any]:
     from herdsman.config.report import config_as_json  # noqa: PLC0415
 
     return config_as_json(loaded.config)
-
-
-def summary(result: ReplayResult) -> str:
-    """The line printed on stderr after a replay."""
-    rate = result.runs / result.wall_seconds if result.wall_seconds > 0 else math.inf
-    line = (
-        f"replayed {result.runs} runs over {result.span:.1f} simulated seconds"
-        f" in {result.wall_seconds:.2f} s wall ({rate:,.0f} runs per wall second)"
-    )
-    if result.left_queued:
-        line += (
-            f"; {result.left_queued} run(s) were still queued at the end (their provider is"
-            " not configured, or no account could take them)"
-        )
-    if result.defaulted:
-        line += (
-            f"; {len(result.defaulted)} run(s) never started in the recording were given"
-            f" the default duration of {DEFAULT_DURATION:g} s"
-        )
-    return line
