@@ -176,3 +176,32 @@ def test_the_summary_counts_accepted_runs_and_warns_about_runs_left_queued(
     assert done.returncode == 0, done.stderr
     assert done.stderr.startswith("replayed 2 runs ")
     assert "1 run(s) were still queued at the end" in done.stderr
+
+
+def test_the_fast_engine_writes_what_the_trio_replay_writes(tmp_path: Path) -> None:
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=60)
+    slow = herdsman("sim", "replay", str(trace), "--out", "trio.jsonl", cwd=tmp_path)
+    fast = herdsman(
+        "sim", "replay", str(trace), "--engine", "fast", "--out", "fast.jsonl", cwd=tmp_path
+    )
+    assert (slow.returncode, fast.returncode) == (0, 0), slow.stderr + fast.stderr
+    assert fast.stderr.startswith("replayed 60 runs with the fast engine over ")
+    assert (tmp_path / "fast.jsonl").read_bytes() == (tmp_path / "trio.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--engine", "quick"], "argument --engine: invalid choice: 'quick' (choose from"),
+        (["--engine", "fast", "--seed", "3"], "--seed reshuffles trio's wake-up order"),
+    ],
+)
+def test_a_wrong_engine_flag_is_refused_with_what_would_be_right(
+    tmp_path: Path, flags: list[str], said: str
+) -> None:
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=5)
+    done = herdsman("sim", "replay", str(trace), *flags, cwd=tmp_path)
+    assert done.returncode == 2
+    assert said in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""

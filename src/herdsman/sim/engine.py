@@ -507,4 +507,5 @@ def fast_replay(workload: Workload, loaded: LoadedConfig) -> ReplayResult:
         time.perf_counter() - began,
         engine.defaulted,
         engine.left_queued,
+        engine="fast",
     )

@@ -23,13 +23,17 @@ class ReplayResult:
     defaulted: tuple[str, ...]
     #: Runs still queued when the input ran out (no provider, no account).
     left_queued: int = 0
+    #: Which engine simulated: "trio" (the whole supervisor) or "fast" (the cores).
+    engine: str = "trio"
 
 
 def summary(result: ReplayResult) -> str:
     """The line printed on stderr after a replay."""
     rate = result.runs / result.wall_seconds if result.wall_seconds > 0 else math.inf
     line = (
-        f"replayed {result.runs} runs over {result.span:.1f} simulated seconds"
+        f"replayed {result.runs} runs"
+        + (" with the fast engine" if result.engine == "fast" else "")
+        + f" over {result.span:.1f} simulated seconds"
         f" in {result.wall_seconds:.2f} s wall ({rate:,.0f} runs per wall second)"
     )
     if result.left_queued:
