@@ -295,7 +295,11 @@ class AccountBook:
 
     def available(self, provider: str, now: float) -> bool:
         """Whether some account of ``provider`` can take a run now."""
-        return any(account.why_not(now) is None for account in self._accounts.get(provider, ()))
+        # A plain loop: asked before every start, where any() over a generator costs twice.
+        for account in self._accounts.get(provider, ()):
+            if account.why_not(now) is None:
+                return True
+        return False
 
     def pick(self, provider: str, conversation: str | None, now: float) -> Pick | None:
         """The account a run of ``conversation`` should spend, or None if none can."""

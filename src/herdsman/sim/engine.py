@@ -162,6 +162,9 @@ class FastEngine:
         # The dispatcher's next look at resting accounts, or the shutdown grace.
         self._timer: float | None = None
         self._generation = 1
+        # Whether time alone may ever free an account: one has a quota window,
+        # or one has rested. Until then no account timer can be due.
+        self._timed = _windowed(config)
         self._ledger = _Ledger() if any(a.kind == "reload" for a in workload.arrivals) else None
         self._out: io.StringIO | None = None
         self._trace: TraceWriter | None = None
@@ -210,6 +213,8 @@ class FastEngine:
         arrivals = self._workload.arrivals
         count = len(arrivals)
         ends = self._ends
+        running = self._running
+        scheduler = self._scheduler
         position = 0
         inf = math.inf
         while True:
@@ -231,16 +236,35 @@ class FastEngine:
                     continue
                 at, _, _, run_id, execution = heapq.heappop(ends)
                 self._now = at
-                run = self._running.get(run_id)
+                run = running.get(run_id)
                 if run is not None and run.execution == execution:  # else cancelled before
                     self._ended(run)
-                    self._dispatch()
+                    if scheduler.queued_count:
+                        self._dispatch()
+                    elif self._admitting:
+                        self._timer = None  # nothing waits, for an account or else
             else:
                 arrival = arrivals[position]
                 position += 1
                 self._now = arrival.t
-                self._arrive(arrival)
-                self._dispatch()
+                if arrival.kind == "submit" and self._admitting:
+                    # The hot path: only the new run can have become startable,
+                    # and only if its provider has a free slot (a resting
+                    # account is the dispatcher's business: it must look).
+                    provider = self._submit(arrival.fields["run"], skip=False)
+                    if provider is not None and self._slot_free(provider):
+                        self._dispatch()
+                else:
+                    self._arrive(arrival)
+                    self._dispatch()
+
+    def _slot_free(self, provider: str) -> bool:
+        scheduler = self._scheduler
+        limits = scheduler.limits
+        cap = limits.global_cap
+        return scheduler.running_for(provider) < limits.provider_caps.get(provider, 0) and (
+            cap is None or scheduler.running_count < cap
+        )
 
     def _wait_for_accounts(self) -> bool:
         """The input is over: wait for a resting account some queued run needs, if any.
@@ -293,6 +317,8 @@ class FastEngine:
         (only time frees an account, and this is when), so they are left out.
         """
         book, scheduler = self._book, self._scheduler
+        if not (self._timed and scheduler.queued_count):
+            return None  # nothing waits, or time alone can free no account
         soonest: float | None = None
         for provider in book.providers:
             if scheduler.queued_for(provider) and not book.available(provider, now):
@@ -309,7 +335,8 @@ class FastEngine:
         run.account = account
         run.execution += 1
         self._running[run_id] = run
-        self._emit("start", run_id=run_id, account=account)
+        if self._trace is not None:
+            self._trace.event("start", run_id=run_id, account=account)
         if self.waits is not None:
             self.waits.append(self._now - run.submitted)
         if self._ledger is not None:
@@ -358,13 +385,16 @@ class FastEngine:
             if self._ledger is not None:
                 self._ledger.finished(run_id, now)
         if until is not None:
+            self._timed = True
             self._book.rest(provider, run.account, until, LIMIT_MESSAGE)
             if self._ledger is not None:
                 self._ledger.limits[(provider, run.account)] = (until, LIMIT_MESSAGE)
             self._emit(
                 "usage_limit", run_id=run_id, provider=provider, account=run.account, until=until
             )
-        if requeue:
+        if self._trace is None:
+            pass
+        elif requeue:
             self._emit("finish", run_id=run_id, outcome=status, exit_code=exit_code, requeued=True)
         else:
             self._emit("finish", run_id=run_id, outcome=status, exit_code=exit_code)
@@ -391,7 +421,8 @@ class FastEngine:
             self._shutdown()
         # A rejected reload changed nothing in the recording and changes nothing here.
 
-    def _submit(self, run: Mapping[str, Any], *, skip: bool) -> None:
+    def _submit(self, run: Mapping[str, Any], *, skip: bool) -> str | None:
+        """Record and queue a run (or skip it); its provider if it was queued."""
         run_id = run["id"]
         request = RunRequest(
             run_id,
@@ -402,9 +433,10 @@ class FastEngine:
             run.get("cwd"),
         )
         busy = skip and self._scheduler.is_busy(request)
-        if run_id in self._ids:
-            return  # a repeated id is the run it already was
-        self._ids.add(run_id)
+        ids = self._ids
+        if run_id in ids:
+            return None  # a repeated id is the run it already was
+        ids.add(run_id)
         self.runs += 1
         if not busy:
             self._scheduler.submit(request)
@@ -422,6 +454,7 @@ class FastEngine:
             )
             traced = trace_run(new, with_prompt=self._config.trace.record_prompts)
             self._emit("skip" if busy else "submit", run=traced)
+        return None if busy else request.provider
 
     def _cancel(self, run_id: str) -> None:
         withdrawn = self._scheduler.cancel(run_id)
@@ -484,6 +517,7 @@ class FastEngine:
             if name not in config.providers:
                 self._book.remove_provider(name)
         self._generation += 1
+        self._timed = self._timed or _windowed(config) or bool(limits)
         # An account that comes back gets its rest and window usage back.
         for owner, account, until, message in limits:
             if (owner, account) in returning:
@@ -492,6 +526,15 @@ class FastEngine:
             if (owner, account) in returning:
                 self._book.restore_usage(owner, account, started, finished)
         self._emit("reload", generation=self._generation, config=config_as_json(config))
+
+
+def _windowed(config: Config) -> bool:
+    """Whether an account of ``config`` counts its usage in a window."""
+    return any(
+        account.window is not None
+        for provider in config.providers.values()
+        for account in provider.accounts
+    )
 
 
 def fast_replay(workload: Workload, loaded: LoadedConfig) -> ReplayResult:
