@@ -22,54 +22,24 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import importlib.util
 import logging
-import random
 import sys
 import time
 from collections import deque
 from collections.abc import Callable, Generator
-from pathlib import Path
 from typing import Any
 
-from herdsman.config import load_config_text
-from herdsman.config.report import config_as_json
+from herdsman.config import LoadedConfig
 from herdsman.sim.engine import FastEngine
-from herdsman.sim.workload import Arrival, Attempt, RunPlan, Workload, config_from_trace
-from herdsman.trace import TraceHeader
+from herdsman.sim.queueing import mmc_arrivals, mmc_workload
+from herdsman.sim.workload import Workload
 
 UTILISATION = 0.8
 MEAN_DURATION = 10.0
 
 
-def mmc(runs: int, slots: int, seed: int = 1) -> list[tuple[float, float]]:
-    """(arrival time, duration) pairs of an M/M/c queue at UTILISATION."""
-    rng = random.Random(seed)
-    rate = UTILISATION * slots / MEAN_DURATION
-    t, out = 0.0, []
-    for _ in range(runs):
-        t += rng.expovariate(rate)
-        out.append((t, rng.expovariate(1 / MEAN_DURATION)))
-    return out
-
-
-def as_workload(items: list[tuple[float, float]], slots: int) -> tuple[Workload, Any]:
-    """The pairs as the fast engine's input: synthetic submits, one provider, no accounts."""
-    text = f'[supervisor]\nstate_dir = "/sim"\n[providers.p]\nexec = ["p"]\nconcurrency = {slots}\n'
-    loaded = load_config_text(text, Path("/sim/supervisor.toml"), environ={})
-    config = config_as_json(loaded.config)
-    arrivals = []
-    plans = {}
-    for index, (at, duration) in enumerate(items):
-        run_id = f"r{index}"
-        arrivals.append(Arrival(at, "submit", {"run": {"id": run_id, "provider": "p"}}))
-        plans[run_id] = RunPlan(index, [Attempt(duration, "succeeded", 0)], synthetic=True)
-    header = TraceHeader(1, "2026-11-30T00:00:00.000000Z", config, None)
-    return Workload(header, 1_795_000_000.0, tuple(arrivals), plans), config_from_trace(
-        config, "bench"
-    )
-
-
-def fast_engine(workload: Workload, loaded: Any) -> float:
+def fast_engine(workload: Workload, loaded: LoadedConfig) -> float:
     engine = FastEngine(workload, loaded, trace=False, waits=True)
     engine.run()
     assert engine.waits is not None
@@ -121,14 +91,22 @@ def simpy_model(items: list[tuple[float, float]], slots: int) -> float:
     return sum(waits) / len(waits)
 
 
-def best(repeat: int, fn: Callable[[], float]) -> tuple[float, float]:
-    """(best wall seconds, the mean wait it reported)."""
-    times, result = [], 0.0
+def best_of(
+    repeat: int, contenders: dict[str, Callable[[], float]]
+) -> dict[str, tuple[float, float]]:
+    """Per contender: (best wall seconds, the mean wait it reported).
+
+    Rounds take turns (one run of each per round), so a machine that gets
+    busier half way slows all of them alike.
+    """
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    waits: dict[str, float] = {}
     for _ in range(repeat):
-        began = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - began)
-    return min(times), result
+        for name, fn in contenders.items():
+            began = time.perf_counter()
+            waits[name] = fn()
+            times[name].append(time.perf_counter() - began)
+    return {name: (min(times[name]), waits[name]) for name in contenders}
 
 
 def main() -> int:
@@ -138,20 +116,21 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     logging.getLogger("herdsman").setLevel(logging.ERROR)
-    items = mmc(args.runs, args.slots)
-    workload, loaded = as_workload(items, args.slots)
+    items = mmc_arrivals(args.runs, args.slots, UTILISATION, mean_duration=MEAN_DURATION)
+    workload, loaded = mmc_workload(items, args.slots)
     print(
         f"M/M/{args.slots} at {UTILISATION:.0%} utilisation, {args.runs:,} runs,"
         f" best of {args.repeat}"
     )
-    rows = {
-        "fast engine": best(args.repeat, lambda: fast_engine(workload, loaded)),
-        "bare heap loop": best(args.repeat, lambda: bare_loop(items, args.slots)),
+    contenders: dict[str, Callable[[], float]] = {
+        "fast engine": lambda: fast_engine(workload, loaded),
+        "bare heap loop": lambda: bare_loop(items, args.slots),
     }
-    try:
-        rows["SimPy"] = best(args.repeat, lambda: simpy_model(items, args.slots))
-    except ImportError:
+    if importlib.util.find_spec("simpy") is not None:
+        contenders["SimPy"] = lambda: simpy_model(items, args.slots)
+    else:
         print("  (SimPy is not installed: pip install -e '.[bench]')")
+    rows = best_of(args.repeat, contenders)
     for name, (seconds, wait) in rows.items():
         rate = args.runs / seconds
         print(f"  {name:<16} {rate:>10,.0f} runs/s   ({seconds:.3f} s, mean wait {wait:.4f} s)")

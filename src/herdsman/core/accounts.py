@@ -246,6 +246,7 @@ class AccountBook:
         self._retired: dict[tuple[str, str | None], _Account] = {}
         self._holders: dict[str, tuple[str, _Account]] = {}  # run id -> (provider, account)
         self._last: dict[tuple[str, str], str | None] = {}  # (provider, conversation)
+        self._plain_picks: dict[str | None, Pick] = {}
         for provider, specs in (providers or {}).items():
             self.configure(provider, specs)
 
@@ -312,7 +313,7 @@ class AccountBook:
             if account.why_not(now) is not None:
                 continue
             if has_last and account.spec.name == last:
-                return Pick(last)
+                return self._plain_pick(last)
             key = (len(account.running), account.share_used(now), index)
             if best_key is None or key < best_key:
                 best, best_key = account, key
@@ -321,7 +322,14 @@ class AccountBook:
         name = best.spec.name
         if has_last and last != name:
             return Pick(name, moved=True, left=last)
-        return Pick(name)
+        return self._plain_pick(name)
+
+    def _plain_pick(self, account: str | None) -> Pick:
+        """``Pick(account)``, made once per account name: a pick is asked for every start."""
+        pick = self._plain_picks.get(account)
+        if pick is None:
+            pick = self._plain_picks[account] = Pick(account)
+        return pick
 
     def gate(self, now: float) -> AccountGate:
         """A start gate for one ``take_startable`` call at ``now``."""
