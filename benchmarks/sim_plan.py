@@ -7,6 +7,8 @@ queue wait, which must agree (they are the same FIFO queue):
 
 * the fast engine (``herdsman.sim.engine.FastEngine``, no trace written, as
   capacity planning runs it) — the scheduler and account cores at work;
+* the cores only: the same scheduler and account calls in a bare loop —
+  the least the engine can cost while it drives the cores;
 * a bare heap loop: a FIFO of waiting runs and a heap of ends, nothing else
   — the ceiling for pure Python;
 * SimPy (``pip install -e '.[bench]'``): a ``Resource`` with SLOTS places
@@ -31,6 +33,8 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from herdsman.config import LoadedConfig
+from herdsman.core import Limits, RunRequest, Scheduler
+from herdsman.core.accounts import AccountBook
 from herdsman.sim.engine import FastEngine
 from herdsman.sim.queueing import mmc_arrivals, mmc_workload
 from herdsman.sim.workload import Workload
@@ -44,6 +48,35 @@ def fast_engine(workload: Workload, loaded: LoadedConfig) -> float:
     engine.run()
     assert engine.waits is not None
     return sum(engine.waits) / len(engine.waits)
+
+
+def cores_only(items: list[tuple[float, float]], slots: int) -> float:
+    """The scheduler and account cores in a bare loop: what the engine costs at the least.
+
+    Every run is submitted, started through an account gate and finished,
+    as the engine does, with nothing else around: no trace, no attempts,
+    no bookkeeping of runs.
+    """
+    scheduler = Scheduler(Limits({"p": slots}))
+    book = AccountBook({"p": []})
+    requests = [RunRequest(f"r{index}", "p") for index in range(len(items))]
+    ends: list[tuple[float, int]] = []
+    total_wait = 0.0
+    position, count = 0, len(items)
+    while position < count or ends:
+        if ends and (position == count or ends[0][0] <= items[position][0]):
+            now, index = heapq.heappop(ends)
+            scheduler.finish(requests[index].id)
+            book.finish(requests[index].id, now)
+        else:
+            now = items[position][0]
+            scheduler.submit(requests[position])
+            position += 1
+        for run in scheduler.take_startable(book.gate(now)):
+            index = int(run.id[1:])
+            total_wait += now - items[index][0]
+            heapq.heappush(ends, (now + items[index][1], index))
+    return total_wait / count
 
 
 def bare_loop(items: list[tuple[float, float]], slots: int) -> float:
@@ -124,6 +157,7 @@ def main() -> int:
     )
     contenders: dict[str, Callable[[], float]] = {
         "fast engine": lambda: fast_engine(workload, loaded),
+        "cores only": lambda: cores_only(items, args.slots),
         "bare heap loop": lambda: bare_loop(items, args.slots),
     }
     if importlib.util.find_spec("simpy") is not None:
@@ -135,6 +169,7 @@ def main() -> int:
         rate = args.runs / seconds
         print(f"  {name:<16} {rate:>10,.0f} runs/s   ({seconds:.3f} s, mean wait {wait:.4f} s)")
     fast = args.runs / rows["fast engine"][0]
+    print(f"  fast engine / cores only:     {fast / (args.runs / rows['cores only'][0]):.2f}x")
     print(f"  fast engine / bare heap loop: {fast / (args.runs / rows['bare heap loop'][0]):.2f}x")
     if "SimPy" in rows:
         print(f"  fast engine / SimPy:          {fast / (args.runs / rows['SimPy'][0]):.2f}x")
