@@ -46,3 +46,13 @@ def test_a_simulated_mmc_queue_waits_as_erlang_c_predicts() -> None:
     assert abs(measured.wait_error) < 0.05, measured
     # And the queue did queue: a quarter or more of the runs waited.
     assert measured.waiting_share > 0.25
+
+
+def test_runs_of_few_conversations_wait_longer_than_erlang_c_says() -> None:
+    # The same arrivals, on three conversations: a busy conversation holds
+    # its next run back although a slot is free, which the formula ignores.
+    alone = measure_mmc(2, 0.5, 20_000, seed=3)
+    shared = measure_mmc(2, 0.5, 20_000, seed=3, conversations=3)
+    assert shared.expected_wait == alone.expected_wait
+    assert shared.mean_wait > 1.5 * alone.mean_wait
+    assert shared.mean_wait > 1.5 * shared.expected_wait

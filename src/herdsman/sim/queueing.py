@@ -79,9 +79,15 @@ def mmc_arrivals(
 
 
 def mmc_workload(
-    items: Sequence[tuple[float, float]], servers: int
+    items: Sequence[tuple[float, float]], servers: int, *, conversations: int = 0, seed: int = 1
 ) -> tuple[Workload, LoadedConfig]:
-    """The runs as a workload: one provider with ``servers`` slots, no accounts, no lanes."""
+    """The runs as a workload: one provider with ``servers`` slots, no accounts.
+
+    Every run is on a lane of its own, unless ``conversations`` is given:
+    then each run joins one of that many conversations, picked at random
+    (seeded), and runs of one conversation never overlap — no longer M/M/c.
+    """
+    rng = random.Random(seed)
     text = (
         f'[supervisor]\nstate_dir = "/sim"\n[providers.p]\nexec = ["p"]\nconcurrency = {servers}\n'
     )
@@ -91,7 +97,10 @@ def mmc_workload(
     plans = {}
     for index, (at, duration) in enumerate(items):
         run_id = f"r{index}"
-        arrivals.append(Arrival(at, "submit", {"run": {"id": run_id, "provider": "p"}}))
+        run = {"id": run_id, "provider": "p"}
+        if conversations:
+            run["conversation"] = f"c{rng.randrange(conversations)}"
+        arrivals.append(Arrival(at, "submit", {"run": run}))
         plans[run_id] = RunPlan(index, [Attempt(duration, "succeeded", 0)], synthetic=True)
     started = format_time(dt.datetime.fromtimestamp(EPOCH, dt.UTC))
     header = TraceHeader(1, started, config, None)
@@ -123,11 +132,21 @@ class MeasuredQueue:
 
 
 def measure_mmc(
-    servers: int, utilisation: float, runs: int, *, seed: int = 1, mean_duration: float = 1.0
+    servers: int,
+    utilisation: float,
+    runs: int,
+    *,
+    seed: int = 1,
+    mean_duration: float = 1.0,
+    conversations: int = 0,
 ) -> MeasuredQueue:
-    """Simulate ``runs`` runs of an M/M/c queue with the fast engine; measure its waits."""
+    """Simulate ``runs`` runs of an M/M/c queue with the fast engine; measure its waits.
+
+    With ``conversations``, the same arrivals on that many conversations
+    (see :func:`mmc_workload`): what Erlang C cannot model.
+    """
     items = mmc_arrivals(runs, servers, utilisation, mean_duration=mean_duration, seed=seed)
-    workload, loaded = mmc_workload(items, servers)
+    workload, loaded = mmc_workload(items, servers, conversations=conversations, seed=seed)
     engine = FastEngine(workload, loaded, trace=False, waits=True)
     engine.run()
     waits = engine.waits
