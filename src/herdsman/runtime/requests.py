@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from herdsman.config import Config
-from herdsman.core import Limits, RunRequest
+from herdsman.core import Limits, RunRequest, Scheduler
+from herdsman.core.accounts import AccountBook
+from herdsman.runtime.accounts import account_specs
 from herdsman.runtime.store import NewRun, RunRecord
 
-__all__ = ["limits_of", "run_request", "trace_run"]
+__all__ = ["apply_to_cores", "limits_of", "run_request", "trace_run"]
 
 
 def limits_of(config: Config) -> Limits:
@@ -22,6 +24,21 @@ def limits_of(config: Config) -> Limits:
         {name: p.concurrency for name, p in config.providers.items()},
         config.supervisor.max_concurrency,
     )
+
+
+def apply_to_cores(scheduler: Scheduler, book: AccountBook, old: Config, new: Config) -> None:
+    """Put ``new``'s caps, exclusivity and accounts in force in the cores (a reload).
+
+    Running runs keep their slots and accounts; providers gone from ``new``
+    keep their running runs' accounts until those end.
+    """
+    scheduler.set_limits(limits_of(new))
+    scheduler.set_agent_exclusive(new.scheduling.agent_exclusive)
+    for name, provider in new.providers.items():
+        book.configure(name, account_specs(provider))
+    for name in old.providers:
+        if name not in new.providers:
+            book.remove_provider(name)
 
 
 def run_request(record: RunRecord | NewRun) -> RunRequest:

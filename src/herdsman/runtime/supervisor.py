@@ -42,7 +42,6 @@ from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
 from herdsman.runtime.accounts import (
     account_book,
-    account_specs,
     account_view,
     blocked_view,
     longest_window,
@@ -62,7 +61,7 @@ from herdsman.runtime.reload import (
     effective_config,
     given_config,
 )
-from herdsman.runtime.requests import limits_of, run_request, trace_run
+from herdsman.runtime.requests import apply_to_cores, limits_of, run_request, trace_run
 from herdsman.runtime.runner import (
     Outcome,
     ProcessOutcome,
@@ -1206,13 +1205,7 @@ class Supervisor:
             # sweeper treats them as any other, by idleness.
             worktrees.set_repos(config.repos)
         self._worktrees = worktrees
-        self._scheduler.set_limits(limits_of(config))
-        self._scheduler.set_agent_exclusive(config.scheduling.agent_exclusive)
-        for name, provider in config.providers.items():
-            self._accounts.configure(name, account_specs(provider))
-        for name in old.providers:
-            if name not in config.providers:
-                self._accounts.remove_provider(name)
+        apply_to_cores(self._scheduler, self._accounts, old, config)
         self._programs.clear()  # an exec may name another program now
         self._reloaded.set()  # the retention loops look at their settings again
         self._reloaded = trio.Event()

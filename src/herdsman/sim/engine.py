@@ -43,12 +43,11 @@ from herdsman.config.report import config_as_json
 from herdsman.core import CancelOutcome, RunRequest, Scheduler
 from herdsman.runtime.accounts import (
     account_book,
-    account_specs,
     longest_window,
     returning_accounts,
 )
 from herdsman.runtime.reload import given_config
-from herdsman.runtime.requests import limits_of, trace_run
+from herdsman.runtime.requests import apply_to_cores, limits_of, trace_run
 from herdsman.runtime.store import NewRun
 from herdsman.sim.result import ReplayResult
 from herdsman.sim.workload import Arrival, Attempt, Executions, Workload, config_from_trace
@@ -509,13 +508,7 @@ class FastEngine:
         uses = ledger.usage(now - window) if returning and window else []
         old, config = self._config, loaded.config
         self._loaded, self._config = loaded, config
-        self._scheduler.set_limits(limits_of(config))
-        self._scheduler.set_agent_exclusive(config.scheduling.agent_exclusive)
-        for name, provider in config.providers.items():
-            self._book.configure(name, account_specs(provider))
-        for name in old.providers:
-            if name not in config.providers:
-                self._book.remove_provider(name)
+        apply_to_cores(self._scheduler, self._book, old, config)
         self._generation += 1
         self._timed = self._timed or _windowed(config) or bool(limits)
         # An account that comes back gets its rest and window usage back.
