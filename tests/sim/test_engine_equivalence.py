@@ -13,7 +13,7 @@ from random_workloads import workloads
 from herdsman.config import LoadedConfig
 from herdsman.sim.decisions import timeline_of
 from herdsman.sim.diff import first_divergence, report
-from herdsman.sim.engine import fast_replay
+from herdsman.sim.engine import FastEngine, fast_replay
 from herdsman.sim.replay import replay
 from herdsman.sim.result import ReplayResult
 from herdsman.sim.workload import Workload, config_from_trace, read_workload
@@ -98,3 +98,25 @@ def test_the_engines_agree_on_a_shipped_input_under_a_what_if() -> None:
 def test_the_engines_agree_on_random_workloads(case: tuple[Workload, LoadedConfig]) -> None:
     workload, loaded = case
     assert_same_decisions(replay(workload, loaded), fast_replay(workload, loaded))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_the_fast_engine_decides_the_same_without_writing_a_trace(
+    case: tuple[Workload, LoadedConfig],
+) -> None:
+    # Planning runs it without a trace, on a leaner path: same waits, same end.
+    workload, loaded = case
+    traced = FastEngine(workload, loaded, trace=True, waits=True)
+    traced.run()
+    bare = FastEngine(workload, loaded, trace=False, waits=True)
+    bare.run()
+    assert bare.text == ""
+    assert (bare.waits, bare.picks, bare.now, bare.runs, bare.left_queued, bare.defaulted) == (
+        traced.waits,
+        traced.picks,
+        traced.now,
+        traced.runs,
+        traced.left_queued,
+        traced.defaulted,
+    )

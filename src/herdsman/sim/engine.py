@@ -128,7 +128,8 @@ class FastEngine:
     ``trace``: write the simulated trace (header and events, as the trio
     replay writes it); without it only the figures are kept, which is what
     capacity planning wants. ``waits``: keep the queue wait of every start
-    (seconds from the run's submit), in start order, in :attr:`waits`.
+    (seconds from the run's submit), in start order, in :attr:`waits`, and
+    the account it started on in :attr:`picks`.
     """
 
     def __init__(
@@ -182,6 +183,8 @@ class FastEngine:
         self.runs = 0
         #: Queue waits of every start, if asked for.
         self.waits: list[float] | None = [] if waits else None
+        #: The account of every start, with the waits.
+        self.picks: list[str | None] = []
 
     # -- results -------------------------------------------------------------
 
@@ -307,7 +310,7 @@ class FastEngine:
             picks = gate.picks
             for request in starts:
                 self._start(request.id, picks[request.id].account, now)
-        self._timer = self._account_wakeup(now)
+        self._timer = self._account_wakeup(now) if self._timed else None
 
     def _account_wakeup(self, now: float) -> float | None:
         """``Supervisor._until_an_account_frees``, as a moment on the virtual clock.
@@ -338,6 +341,7 @@ class FastEngine:
             self._trace.event("start", run_id=run_id, account=account)
         if self.waits is not None:
             self.waits.append(self._now - run.submitted)
+            self.picks.append(account)
         if self._ledger is not None:
             self._ledger.started(run_id, run.request.provider, account, now)
         attempt = self._executions.next(run_id)
@@ -354,7 +358,20 @@ class FastEngine:
         """The run's attempt is over: settle it as ``Supervisor._record_finish``."""
         attempt = run.outcome
         assert attempt is not None
-        self._settle(run, attempt.outcome, attempt.exit_code, attempt.resets_at)
+        if (
+            attempt.outcome == "usage_limited"
+            or self._trace is not None
+            or self._ledger is not None
+            or self._drain_asked
+        ):
+            self._settle(run, attempt.outcome, attempt.exit_code, attempt.resets_at)
+            return
+        # The hot path of planning: what _settle does for a run that simply ended.
+        run_id = run.request.id
+        del self._running[run_id]
+        self._scheduler.finish(run_id)
+        self._book.finish(run_id, self._origin + self._now, spawned=attempt.exit_code is not None)
+        del self._runs[run_id]
 
     def _settle(
         self, run: _Run, outcome: str, exit_code: int | None, resets_at: float | None
