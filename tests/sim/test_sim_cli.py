@@ -181,3 +181,32 @@ def test_diff_compares_a_rotated_file_only_as_far_as_it_goes(tmp_path: Path) -> 
     assert "rotated.jsonl was rotated" in agreed.stdout
     assert herdsman("sim", "diff", "a.jsonl", "rotated.jsonl", cwd=tmp_path).returncode == 0
     assert herdsman("sim", "diff", "short.jsonl", "a.jsonl", cwd=tmp_path).returncode == 1
+
+
+def test_the_fast_engine_writes_what_the_trio_replay_writes(tmp_path: Path) -> None:
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=60)
+    slow = herdsman("sim", "replay", str(trace), "--out", "trio.jsonl", cwd=tmp_path)
+    fast = herdsman(
+        "sim", "replay", str(trace), "--engine", "fast", "--out", "fast.jsonl", cwd=tmp_path
+    )
+    assert (slow.returncode, fast.returncode) == (0, 0), slow.stderr + fast.stderr
+    assert fast.stderr.startswith("replayed 60 runs with the fast engine over ")
+    assert (tmp_path / "fast.jsonl").read_bytes() == (tmp_path / "trio.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--engine", "quick"], "argument --engine: invalid choice: 'quick' (choose from"),
+        (["--engine", "fast", "--seed", "3"], "--seed reshuffles trio's wake-up order"),
+    ],
+)
+def test_a_wrong_engine_flag_is_refused_with_what_would_be_right(
+    tmp_path: Path, flags: list[str], said: str
+) -> None:
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=5)
+    done = herdsman("sim", "replay", str(trace), *flags, cwd=tmp_path)
+    assert done.returncode == 2
+    assert said in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""

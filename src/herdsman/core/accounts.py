@@ -248,6 +248,7 @@ class AccountBook:
         self._last: dict[tuple[str, str], str | None] = {}  # (provider, conversation)
         # Accounts given runs ahead of their start: run id -> account name.
         self._pins: dict[str, str | None] = {}
+        self._plain_picks: dict[str | None, Pick] = {}
         for provider, specs in (providers or {}).items():
             self.configure(provider, specs)
 
@@ -297,7 +298,11 @@ class AccountBook:
 
     def available(self, provider: str, now: float) -> bool:
         """Whether some account of ``provider`` can take a run now."""
-        return any(account.why_not(now) is None for account in self._accounts.get(provider, ()))
+        # A plain loop: asked before every start, where any() over a generator costs twice.
+        for account in self._accounts.get(provider, ()):
+            if account.why_not(now) is None:
+                return True
+        return False
 
     def pick(self, provider: str, conversation: str | None, now: float) -> Pick | None:
         """The account a run of ``conversation`` should spend, or None if none can."""
@@ -310,7 +315,7 @@ class AccountBook:
             if account.why_not(now) is not None:
                 continue
             if has_last and account.spec.name == last:
-                return Pick(last)
+                return self._plain_pick(last)
             key = (len(account.running), account.share_used(now), index)
             if best_key is None or key < best_key:
                 best, best_key = account, key
@@ -319,7 +324,14 @@ class AccountBook:
         name = best.spec.name
         if has_last and last != name:
             return Pick(name, moved=True, left=last)
-        return Pick(name)
+        return self._plain_pick(name)
+
+    def _plain_pick(self, account: str | None) -> Pick:
+        """``Pick(account)``, made once per account name: a pick is asked for every start."""
+        pick = self._plain_picks.get(account)
+        if pick is None:
+            pick = self._plain_picks[account] = Pick(account)
+        return pick
 
     def pin(self, run_id: str, account: str | None) -> None:
         """Start ``run_id`` on ``account`` if that account can take it when it starts.

@@ -307,7 +307,14 @@ class Scheduler:
         """
         if run.id in self._entries:
             raise SchedulerError(f"run {run.id!r} is already queued or running")
-        locks = self._locks_for(run)
+        if (
+            run.conversation is None
+            and run.cwd is None
+            and (run.agent is None or not self._agent_exclusive)
+        ):
+            locks: tuple[tuple[_Lane, bool], ...] = ()  # a lane of its own: no key at all
+        else:
+            locks = self._locks_for(run)
         entry = _Entry(run, self._next_seq, locks)
         self._next_seq += 1
         self._entries[run.id] = entry

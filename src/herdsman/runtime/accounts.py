@@ -39,6 +39,19 @@ def account_env(provider: Provider, name: str | None) -> Mapping[str, str]:
     return _NO_ENV
 
 
+def returning_accounts(book: AccountBook, config: Config) -> set[tuple[str, str | None]]:
+    """Accounts ``config`` has that ``book`` does not have configured now (membership only).
+
+    A reload that brings one back restores its rest and window usage from the
+    ledger, as a restart would.
+    """
+    wanted: set[tuple[str, str | None]] = set()
+    for name, provider in config.providers.items():
+        names: list[str | None] = [a.name for a in provider.accounts] or [None]
+        wanted.update((name, account) for account in names)
+    return {pair for pair in wanted if not book.knows(*pair)}
+
+
 def longest_window(config: Config) -> float:
     """The longest quota window any account counts in (0 with none)."""
     return max(

@@ -36,16 +36,16 @@ import trio
 
 from herdsman.config import Config, ConfigError, LoadedConfig, format_duration
 from herdsman.config.report import config_as_json
-from herdsman.core import CancelOutcome, Limits, RunRequest, RunState, Scheduler, busy_keys
+from herdsman.core import CancelOutcome, RunRequest, RunState, Scheduler, busy_keys
 from herdsman.core.accounts import Pick, sticky_key
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
 from herdsman.runtime.accounts import (
     account_book,
-    account_specs,
     account_view,
     blocked_view,
     longest_window,
+    returning_accounts,
 )
 from herdsman.runtime.callbacks import deliver_callback
 from herdsman.runtime.config_watch import file_signature, watch_file
@@ -61,6 +61,7 @@ from herdsman.runtime.reload import (
     effective_config,
     given_config,
 )
+from herdsman.runtime.requests import apply_to_cores, limits_of, run_request, trace_run
 from herdsman.runtime.runner import (
     Outcome,
     ProcessOutcome,
@@ -161,41 +162,11 @@ class ShutdownReport:
     fatal: str | None = None
 
 
-def limits_of(config: Config) -> Limits:
-    """The scheduler limits a config declares."""
-    return Limits(
-        {name: p.concurrency for name, p in config.providers.items()},
-        config.supervisor.max_concurrency,
-    )
-
-
 def as_text(value: str | None) -> str | None:
     """``value`` as storable text: an agent's output may carry lone surrogates and NUL."""
     if value is None:
         return None
     return value.encode("utf-8", "replace").decode("utf-8").replace("\0", "\ufffd")
-
-
-def run_request(record: RunRecord | NewRun) -> RunRequest:
-    """The scheduler's view of a run."""
-    return RunRequest(
-        record.id, record.provider, record.conversation, record.agent, record.workspace, record.cwd
-    )
-
-
-def trace_run(record: RunRecord | NewRun, *, with_prompt: bool) -> dict[str, Any]:
-    """The ``run`` object of a submit or skip trace event."""
-    out: dict[str, Any] = {"id": record.id, "provider": record.provider}
-    if record.conversation is not None:
-        out["conversation"] = record.conversation
-    if record.agent is not None:
-        out["agent"] = record.agent
-    out["workspace"] = record.workspace
-    if record.cwd is not None:
-        out["cwd"] = record.cwd
-    if with_prompt:
-        out["prompt"] = record.prompt
-    return out
 
 
 class Supervisor:
@@ -495,14 +466,6 @@ class Supervisor:
         for use in history.uses:
             if only is None or (use.provider, use.account) in only:
                 book.restore_usage(use.provider, use.account, use.started_at, use.finished_at)
-
-    def _returning_accounts(self, config: Config) -> set[tuple[str, str | None]]:
-        """Accounts ``config`` has that are not configured now."""
-        wanted: set[tuple[str, str | None]] = set()
-        for name, provider in config.providers.items():
-            names: list[str | None] = [a.name for a in provider.accounts] or [None]
-            wanted.update((name, account) for account in names)
-        return {pair for pair in wanted if not self._accounts.knows(*pair)}
 
     # -- intake ------------------------------------------------------------
 
@@ -817,9 +780,11 @@ class Supervisor:
             delay = self._until_an_account_frees()
             if delay < math.inf:
                 self.account_recheck_at = trio.current_time() + delay
-                with trio.move_on_at(self.account_recheck_at):
-                    await self._wakeup.wait()
-                self.account_recheck_at = None
+                try:
+                    with trio.move_on_at(self.account_recheck_at):
+                        await self._wakeup.wait()
+                finally:  # also when the loop is cancelled at shutdown
+                    self.account_recheck_at = None
             else:  # the common case: no scope to make for a deadline that never comes
                 await self._wakeup.wait()
             self._wakeup = trio.Event()
@@ -1215,7 +1180,7 @@ class Supervisor:
             # rest and window usage back from the ledger, as at a restart;
             # read before the new configuration is in force, so no start can
             # slip in between.
-            returning = self._returning_accounts(loaded.config)
+            returning = returning_accounts(self._accounts, loaded.config)
             history = await self._account_history(now) if returning else None
             self._apply(loaded)
             if history is not None:
@@ -1275,13 +1240,7 @@ class Supervisor:
             # sweeper treats them as any other, by idleness.
             worktrees.set_repos(config.repos)
         self._worktrees = worktrees
-        self._scheduler.set_limits(limits_of(config))
-        self._scheduler.set_agent_exclusive(config.scheduling.agent_exclusive)
-        for name, provider in config.providers.items():
-            self._accounts.configure(name, account_specs(provider))
-        for name in old.providers:
-            if name not in config.providers:
-                self._accounts.remove_provider(name)
+        apply_to_cores(self._scheduler, self._accounts, old, config)
         self._programs.clear()  # an exec may name another program now
         self._reloaded.set()  # the retention loops look at their settings again
         self._reloaded = trio.Event()

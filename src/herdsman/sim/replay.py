@@ -19,7 +19,6 @@ import contextlib
 import datetime as dt
 import heapq
 import io
-import math
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -48,34 +47,22 @@ from herdsman.runtime.supervisor import (
     Supervisor,
     UnknownAccount,
 )
-from herdsman.sim.workload import Attempt, Workload, config_from_trace
+from herdsman.sim.result import ReplayResult, summary
+from herdsman.sim.workload import (
+    DEFAULT_DURATION,
+    Attempt,
+    Executions,
+    Workload,
+    config_from_trace,
+)
 from herdsman.trace import TraceWriter
 
-__all__ = ["DEFAULT_DURATION", "ReplayResult", "replay"]
-
-#: How long a run the recording never started takes when a what-if starts it.
-DEFAULT_DURATION = 60.0
+__all__ = ["DEFAULT_DURATION", "ReplayResult", "replay", "summary"]
 
 # Event kinds in the order they go at one instant: a run ending frees its
 # slot before an arrival at the same moment is looked at, as in a recording
 # where the finish was written first.
 _END, _ARRIVAL = 0, 1
-
-
-@attrs.frozen
-class ReplayResult:
-    """The simulated trace and what the summary line reports."""
-
-    trace: str
-    runs: int
-    span: float
-    wall_seconds: float
-    #: Runs the recording never started, given DEFAULT_DURATION.
-    defaulted: tuple[str, ...]
-    #: Runs still queued when the input ran out (no provider, no account).
-    left_queued: int = 0
-    #: The recorded file was rotated at this time: later decisions are the replay's own.
-    rotated_at: float | None = None
 
 
 class _Driver:
@@ -85,8 +72,9 @@ class _Driver:
         self.workload = workload
         self._heap: list[tuple[float, int, int, int, Callable[[], Awaitable[None]]]] = []
         self._pushes = 0
-        self._executions: dict[str, int] = {}
-        self.defaulted: list[str] = []
+        self.executions = Executions(workload)
+        #: Whether the driver is delivering events (it is not once the input is over).
+        self.driving = False
 
     def push(self, t: float, kind: int, order: int, action: Callable[[], Awaitable[None]]) -> None:
         # ``order`` breaks ties within a kind; the counter only keeps tuples
@@ -104,21 +92,6 @@ class _Driver:
         t, _, _, _, action = heapq.heappop(self._heap)
         return t, action
 
-    def attempt_of(self, run_id: str) -> Attempt:
-        """How this execution of ``run_id`` goes, from the recording."""
-        count = self._executions.get(run_id, 0)
-        self._executions[run_id] = count + 1
-        plan = self.workload.plans.get(run_id)
-        if plan is not None and count < len(plan.attempts):
-            return plan.attempts[count]
-        if plan is not None and plan.synthetic and plan.attempts:
-            # A synthetic run tried again (after a usage limit) does its work
-            # this time, in the time the workload gave it.
-            return Attempt(plan.attempts[-1].duration, "succeeded", 0)
-        if run_id not in self.defaulted:
-            self.defaulted.append(run_id)
-        return Attempt(DEFAULT_DURATION, "succeeded", 0)
-
     async def execute(
         self,
         spec: ProcessSpec,
@@ -130,7 +103,7 @@ class _Driver:
         run_id = spec.env["HERDSMAN_RUN_ID"]
         plan = self.workload.plans.get(run_id)
         index = plan.index if plan is not None else len(self.workload.plans)
-        attempt = self.attempt_of(run_id)
+        attempt = self.executions.next(run_id)
         task_status.started(0)
         done = trio.Event()
         stopped: list[str] = []
@@ -140,7 +113,13 @@ class _Driver:
 
             def on_cancel(reason: str) -> None:
                 stopped.append(reason)
-                done.set()
+                if self.driving:
+                    # Stopped now, but ended by the driver like any run's end:
+                    # a forced shutdown stops many at once, and their ends
+                    # must be recorded in arrival order, not trio's wake order.
+                    self.push(trio.current_time(), _END, index, end)
+                else:
+                    done.set()
 
             cancel._attach(on_cancel)
 
@@ -264,7 +243,9 @@ async def _replay(
             driver.push(arrival.t, _ARRIVAL, order, deliver)
 
         next_arrival()
+        driver.driving = True
         await _drive(driver, supervisor, wall, clock)
+        driver.driving = False
         span = trio.current_time()
         left_queued = supervisor.status()["queued"]
         # The input is over; what stopping the simulated supervisor traces is not.
@@ -274,7 +255,7 @@ async def _replay(
         nursery.cancel_scope.cancel()
     trace.close()
     return ReplayResult(
-        text, runs, span, 0.0, tuple(driver.defaulted), left_queued, workload.rotated_at
+        text, runs, span, 0.0, tuple(driver.executions.defaulted), left_queued, workload.rotated_at
     )
 
 
@@ -291,6 +272,8 @@ async def _drive(
     while True:
         t = driver.next_time()
         if t is None:
+            if supervisor.finished.is_set():
+                return  # stopped (a replayed shutdown): nothing more can happen
             # Queued runs may wait for a resting account: the dispatcher's
             # timer for its return is the next thing to happen (reached
             # below, as a supervisor timer). Other timers (retention sweeps)
@@ -320,6 +303,8 @@ async def _drive(
 async def _deliver(supervisor: Supervisor, arrival: Any) -> int:
     """Hand one arrival to the supervisor; how many runs it submitted."""
     fields = arrival.fields
+    if supervisor.finished.is_set():
+        return 0  # it has stopped (a replayed shutdown): nothing reaches it any more
     if arrival.kind in ("submit", "skip"):
         run = fields["run"]
         new = NewRun(
@@ -369,28 +354,3 @@ def _config_json(loaded: LoadedConfig) -> dict[str, Any]:
     from herdsman.config.report import config_as_json  # noqa: PLC0415
 
     return config_as_json(loaded.config)
-
-
-def summary(result: ReplayResult) -> str:
-    """The line printed on stderr after a replay."""
-    rate = result.runs / result.wall_seconds if result.wall_seconds > 0 else math.inf
-    line = (
-        f"replayed {result.runs} runs over {result.span:.1f} simulated seconds"
-        f" in {result.wall_seconds:.2f} s wall ({rate:,.0f} runs per wall second)"
-    )
-    if result.rotated_at is not None:
-        line += (
-            f"; the recording was rotated into another file at t={result.rotated_at:g}:"
-            " what the replay decided after that is its own"
-        )
-    if result.left_queued:
-        line += (
-            f"; {result.left_queued} run(s) were still queued at the end (their provider is"
-            " not configured, or no account could take them)"
-        )
-    if result.defaulted:
-        line += (
-            f"; {len(result.defaulted)} run(s) never started in the recording were given"
-            f" the default duration of {DEFAULT_DURATION:g} s"
-        )
-    return line

@@ -29,8 +29,10 @@ from herdsman.trace import (
 )
 
 __all__ = [
+    "DEFAULT_DURATION",
     "Arrival",
     "Attempt",
+    "Executions",
     "RunPlan",
     "Workload",
     "config_from_trace",
@@ -41,6 +43,9 @@ __all__ = [
 
 #: The longest a recorded start is taken to lag behind the event it answered.
 START_LATENCY = 0.5
+
+#: How long a run the recording never started takes when a what-if starts it.
+DEFAULT_DURATION = 60.0
 
 
 @attrs.frozen
@@ -85,6 +90,46 @@ class Workload:
     plans: Mapping[str, RunPlan]
     #: When the recording went on in another file (the trace was rotated).
     rotated_at: float | None = None
+
+
+class Executions:
+    """How each execution of a run goes, in order, from the workload's plans.
+
+    Both simulation engines ask it once per execution, so they give a run the
+    same attempt whatever else differs between them.
+    """
+
+    def __init__(self, workload: Workload) -> None:
+        self._plans = workload.plans
+        self._counts: dict[str, int] = {}
+        self._defaulted: set[str] = set()  # membership only, never iterated
+
+    def next(self, run_id: str) -> Attempt:
+        """The attempt of ``run_id``'s next execution."""
+        count = self._counts.get(run_id, 0)
+        self._counts[run_id] = count + 1
+        plan = self._plans.get(run_id)
+        if plan is not None and count < len(plan.attempts):
+            return plan.attempts[count]
+        if plan is not None and plan.synthetic and plan.attempts:
+            # A synthetic run tried again (after a usage limit) does its work
+            # this time, in the time the workload gave it.
+            return Attempt(plan.attempts[-1].duration, "succeeded", 0)
+        self._defaulted.add(run_id)
+        return Attempt(DEFAULT_DURATION, "succeeded", 0)
+
+    @property
+    def defaulted(self) -> list[str]:
+        """Runs the recording never started, given DEFAULT_DURATION, in arrival order
+        (not in the order they started: under trio that is the tasks' wake order)."""
+        last = len(self._plans)
+        return sorted(
+            self._defaulted,
+            key=lambda run_id: (
+                self._plans[run_id].index if run_id in self._plans else last,
+                run_id,
+            ),
+        )
 
 
 def read_workload(path: Path) -> Workload:
@@ -179,6 +224,17 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
     return Workload(header, header_time(header), tuple(arrivals), plans, rotated_at)
 
 
+#: The exit code a synthetic attempt ends with: its process ran (so its
+#: start counts against a budget), and stopped as such a run's would.
+SYNTHETIC_EXIT_CODES: Mapping[str, int] = {
+    "succeeded": 0,
+    "failed": 1,
+    "usage_limited": 1,
+    "timed_out": -15,  # SIGTERM, as the runner stops a group
+    "cancelled": -15,
+}
+
+
 def _synthetic(where: str, fields: Mapping[str, Any]) -> Attempt:
     duration = fields.get("duration", 60.0)
     outcome = fields.get("outcome", "succeeded")
@@ -188,7 +244,7 @@ def _synthetic(where: str, fields: Mapping[str, Any]) -> Attempt:
         raise TraceFormatError(
             f"{where}: outcome: expected one of {', '.join(OUTCOMES)}, got {outcome!r}"
         )
-    return Attempt(float(duration), outcome)
+    return Attempt(float(duration), outcome, SYNTHETIC_EXIT_CODES[outcome])
 
 
 def config_from_trace(

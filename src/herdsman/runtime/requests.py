@@ -1,0 +1,63 @@
+"""From the configuration and run records to the scheduler core's inputs, and back to the trace.
+
+Kept apart from the supervisor (and trio) so the fast simulation engine
+(``herdsman.sim.engine``) derives limits and traces runs exactly as the
+supervisor does, without importing it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from herdsman.config import Config
+from herdsman.core import Limits, RunRequest, Scheduler
+from herdsman.core.accounts import AccountBook
+from herdsman.runtime.accounts import account_specs
+from herdsman.runtime.store import NewRun, RunRecord
+
+__all__ = ["apply_to_cores", "limits_of", "run_request", "trace_run"]
+
+
+def limits_of(config: Config) -> Limits:
+    """The scheduler limits a config declares."""
+    return Limits(
+        {name: p.concurrency for name, p in config.providers.items()},
+        config.supervisor.max_concurrency,
+    )
+
+
+def apply_to_cores(scheduler: Scheduler, book: AccountBook, old: Config, new: Config) -> None:
+    """Put ``new``'s caps, exclusivity and accounts in force in the cores (a reload).
+
+    Running runs keep their slots and accounts; providers gone from ``new``
+    keep their running runs' accounts until those end.
+    """
+    scheduler.set_limits(limits_of(new))
+    scheduler.set_agent_exclusive(new.scheduling.agent_exclusive)
+    for name, provider in new.providers.items():
+        book.configure(name, account_specs(provider))
+    for name in old.providers:
+        if name not in new.providers:
+            book.remove_provider(name)
+
+
+def run_request(record: RunRecord | NewRun) -> RunRequest:
+    """The scheduler's view of a run."""
+    return RunRequest(
+        record.id, record.provider, record.conversation, record.agent, record.workspace, record.cwd
+    )
+
+
+def trace_run(record: RunRecord | NewRun, *, with_prompt: bool) -> dict[str, Any]:
+    """The ``run`` object of a submit or skip trace event."""
+    out: dict[str, Any] = {"id": record.id, "provider": record.provider}
+    if record.conversation is not None:
+        out["conversation"] = record.conversation
+    if record.agent is not None:
+        out["agent"] = record.agent
+    out["workspace"] = record.workspace
+    if record.cwd is not None:
+        out["cwd"] = record.cwd
+    if with_prompt:
+        out["prompt"] = record.prompt
+    return out

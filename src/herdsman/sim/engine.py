@@ -1,0 +1,595 @@
+"""The fast simulation engine: the sans-IO cores on a plain heap loop and a virtual clock.
+
+The trio replay (``herdsman.sim.replay``) runs the whole supervisor; this
+engine runs only what decides — the very same :class:`~herdsman.core.Scheduler`
+(with its start gate and ``requeue``) and :class:`~herdsman.core.accounts.AccountBook`
+— and does itself, in plain Python, what the supervisor does around them:
+
+* one event at a time, in the trio driver's order: the supervisor's own
+  timers due at a moment (an account's rest ending, the shutdown grace) go
+  first, then run ends (by the run's arrival order), then arrivals (in trace
+  order);
+* after every event, the dispatcher's step: ``take_startable`` with an
+  :class:`~herdsman.core.accounts.AccountGate` at that moment, each start
+  traced and its end scheduled after the attempt's recorded duration;
+* a run's end as ``Supervisor._record_finish`` settles it: a usage limit rests
+  the account (and re-queues the run once), a run that never spawned gives its
+  budget back, the slot, lanes and account are freed before the trace says so;
+* cancels, ``on_busy = "skip"``, reloads (through the supervisor's own
+  ``given_config``, accounts that come back get their rest and window usage
+  back) and shutdowns (drain, grace, forced cancel) as the supervisor takes them.
+
+What it does not model is listed in docs/simulator.md (worktrees and their
+notes, conversation sessions, pruning of the ledger). Nothing here touches
+trio, the disk or a clock: an event costs a few core calls and a heap
+operation, so a simulated day of thousands of runs takes a fraction of a
+second. ``tests/sim/test_engine_equivalence.py`` proves both engines take the
+same decisions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import heapq
+import io
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from herdsman.config import Config, LoadedConfig
+from herdsman.config.report import config_as_json
+from herdsman.core import CancelOutcome, RunRequest, Scheduler
+from herdsman.runtime.accounts import (
+    account_book,
+    longest_window,
+    returning_accounts,
+)
+from herdsman.runtime.reload import given_config
+from herdsman.runtime.requests import apply_to_cores, limits_of, trace_run
+from herdsman.runtime.store import NewRun
+from herdsman.sim.result import ReplayResult
+from herdsman.sim.workload import Arrival, Attempt, Executions, Workload, config_from_trace
+from herdsman.trace import TraceWriter
+
+__all__ = ["FastEngine", "fast_replay"]
+
+#: What a recorded usage limit says, as the trio replay's fake runner says it.
+LIMIT_MESSAGE = "usage limit (recorded)"
+
+
+class _Run:
+    """A queued or running run: what the supervisor's record and task would hold."""
+
+    __slots__ = ("account", "attempts", "execution", "index", "outcome", "request", "submitted")
+
+    def __init__(self, request: RunRequest, index: int, submitted: float) -> None:
+        self.request = request
+        self.index = index  # arrival order: ties between ends at one instant
+        self.submitted = submitted  # virtual time of the submit
+        self.attempts = 0  # starts so far, as the ledger counts them
+        self.execution = 0  # which execution an end belongs to (a cancelled one's is stale)
+        self.account: str | None = None
+        self.outcome: Attempt | None = None
+
+
+class _Ledger:
+    """What the supervisor reads back from its ledger: limits in force and account usage.
+
+    Only a reload that brings an account back reads it (its rest and window
+    usage are restored, as at a restart), so it is kept only for workloads
+    with reloads.
+    """
+
+    def __init__(self) -> None:
+        # In submission order, as the store's; [provider, account, started, finished, running].
+        self.uses: dict[str, list[Any]] = {}
+        self.limits: dict[tuple[str, str | None], tuple[float, str]] = {}
+
+    def started(self, run_id: str, provider: str, account: str | None, now: float) -> None:
+        self.uses[run_id] = [provider, account, now, None, True]
+
+    def finished(self, run_id: str, now: float) -> None:
+        use = self.uses.get(run_id)
+        if use is not None:
+            use[3], use[4] = now, False
+
+    def requeued(self, run_id: str) -> None:
+        # The store clears the account and times of a re-queued run.
+        self.uses.pop(run_id, None)
+
+    def usage(self, since: float) -> list[tuple[str, str | None, float, float | None]]:
+        """``Store.account_usage``: runs on a named account started or ended since ``since``."""
+        used = [
+            (use[0], use[1], use[2], use[3])
+            for use in self.uses.values()
+            if use[1] is not None
+            and (use[2] >= since or (use[3] is not None and use[3] >= since) or use[4])
+        ]
+        used.sort(key=lambda use: use[2])  # stable: ties stay in submission order
+        return used
+
+    def limits_after(self, now: float) -> list[tuple[str, str | None, float, str]]:
+        """``Store.account_limits``: rests still in force, in the store's order."""
+        return sorted(
+            (
+                (provider, account, until, message)
+                for (provider, account), (until, message) in self.limits.items()
+                if until > now
+            ),
+            key=lambda limit: (limit[0], limit[1] is not None, limit[1] or ""),
+        )
+
+
+class FastEngine:
+    """One simulation of ``workload`` under ``loaded``; call :meth:`run` once.
+
+    ``trace``: write the simulated trace (header and events, as the trio
+    replay writes it); without it only the figures are kept, which is what
+    capacity planning wants. ``waits``: keep the queue wait of every start
+    (seconds from the run's submit), in start order, in :attr:`waits`, and
+    the account it started on in :attr:`picks`.
+    """
+
+    def __init__(
+        self, workload: Workload, loaded: LoadedConfig, *, trace: bool = True, waits: bool = False
+    ) -> None:
+        self._workload = workload
+        # Made again from its JSON, as the trio replay does: both engines then
+        # start from the very same settings and report reloads against them.
+        self._loaded = config_from_trace(config_as_json(loaded.config), "configuration")
+        config = self._loaded.config
+        self._config: Config = config
+        self._scheduler = Scheduler(
+            limits_of(config), agent_exclusive=config.scheduling.agent_exclusive
+        )
+        self._book = account_book(config)
+        self._executions = Executions(workload)
+        self._origin = workload.started_at
+        self._now = 0.0
+        # Run ends: (time, arrival order, push count, run id, execution).
+        self._ends: list[tuple[float, int, int, str, int]] = []
+        self._pushes = 0
+        self._runs: dict[str, _Run] = {}  # queued or running
+        # Running runs in start order, as the supervisor's run handles.
+        self._running: dict[str, _Run] = {}
+        self._ids: set[str] = set()  # every id the ledger holds; membership only
+        self._index = {run_id: plan.index for run_id, plan in workload.plans.items()}
+        self._admitting = True
+        self._stopped = False
+        self._drain_asked = False
+        # The dispatcher's next look at resting accounts, or the shutdown grace.
+        self._timer: float | None = None
+        self._generation = 1
+        # Whether time alone may ever free an account: one has a quota window,
+        # or one has rested. Until then no account timer can be due.
+        self._timed = _windowed(config)
+        self._ledger = _Ledger() if any(a.kind == "reload" for a in workload.arrivals) else None
+        self._out: io.StringIO | None = None
+        self._trace: TraceWriter | None = None
+        if trace:
+            self._out = io.StringIO()
+            self._trace = TraceWriter(
+                Path("/herdsman-sim/traces"),
+                max_bytes=1 << 62,
+                sink=self._out,
+                config=config_as_json(config),
+                clock=lambda: self._now,
+                wall=lambda: dt.datetime.fromtimestamp(self._wall(), dt.UTC),
+            )
+            self._trace.open()
+        #: Runs submitted (created in the ledger, queued or skipped).
+        self.runs = 0
+        #: Queue waits of every start, if asked for.
+        self.waits: list[float] | None = [] if waits else None
+        #: The account of every start, with the waits.
+        self.picks: list[str | None] = []
+
+    # -- results -------------------------------------------------------------
+
+    @property
+    def now(self) -> float:
+        """Virtual seconds since the trace's header."""
+        return self._now
+
+    @property
+    def text(self) -> str:
+        """The simulated trace ("" without ``trace``)."""
+        return self._out.getvalue() if self._out is not None else ""
+
+    @property
+    def left_queued(self) -> int:
+        """Runs still queued."""
+        return self._scheduler.queued_count
+
+    @property
+    def defaulted(self) -> tuple[str, ...]:
+        """Runs the recording never started, given the default duration."""
+        return tuple(self._executions.defaulted)
+
+    # -- the loop --------------------------------------------------------------
+
+    def run(self) -> None:
+        """Deliver every event in order until nothing more can happen."""
+        arrivals = self._workload.arrivals
+        count = len(arrivals)
+        ends = self._ends
+        running = self._running
+        scheduler = self._scheduler
+        position = 0
+        inf = math.inf
+        while True:
+            end_at = ends[0][0] if ends else inf
+            arrival_at = arrivals[position].t if position < count else inf
+            timer = self._timer
+            if timer is not None and timer <= end_at and timer <= arrival_at:
+                # The supervisor's own timers due by a moment act before it.
+                self._timer = None
+                self._now = max(self._now, timer)
+                if self._admitting:
+                    self._dispatch()
+                else:
+                    self._force()
+            elif end_at <= arrival_at:
+                if end_at == inf:
+                    if not self._wait_for_accounts():
+                        return
+                    continue
+                at, _, _, run_id, execution = heapq.heappop(ends)
+                self._now = at
+                run = running.get(run_id)
+                if run is not None and run.execution == execution:  # else cancelled before
+                    self._ended(run)
+                    if scheduler.queued_count:
+                        self._dispatch()
+                    elif self._admitting:
+                        self._timer = None  # nothing waits, for an account or else
+            else:
+                arrival = arrivals[position]
+                position += 1
+                self._now = arrival.t
+                if arrival.kind == "submit" and self._admitting and "account" not in arrival.fields:
+                    # The hot path: only the new run can have become startable,
+                    # and only if its provider has a free slot (a resting
+                    # account is the dispatcher's business: it must look).
+                    provider = self._submit(arrival.fields["run"], skip=False)
+                    if provider is not None and self._slot_free(provider):
+                        self._dispatch()
+                else:
+                    self._arrive(arrival)
+                    self._dispatch()
+
+    def _slot_free(self, provider: str) -> bool:
+        scheduler = self._scheduler
+        limits = scheduler.limits
+        cap = limits.global_cap
+        return scheduler.running_for(provider) < limits.provider_caps.get(provider, 0) and (
+            cap is None or scheduler.running_count < cap
+        )
+
+    def _wait_for_accounts(self) -> bool:
+        """The input is over: wait for a resting account some queued run needs, if any.
+
+        As the trio driver does; nothing starts any more (the dispatcher would
+        have woken first), but the simulated time moves on the same way.
+        """
+        if self._stopped:
+            return False  # a stopped supervisor waits for nothing
+        now = self._wall()
+        untils = [
+            blocked.until
+            for provider in self._book.providers
+            if self._scheduler.queued_for(provider)
+            and (blocked := self._book.blocked(provider, now)) is not None
+            and blocked.until is not None
+        ]
+        if not untils:
+            return False
+        later = self._now + max(0.0, min(untils) - now)
+        if later <= self._now:
+            return False  # never later: a resting account that never wakes
+        self._now = later
+        return True
+
+    def _wall(self) -> float:
+        return self._origin + self._now
+
+    def _emit(self, kind: str, **fields: Any) -> None:
+        if self._trace is not None:
+            self._trace.event(kind, **fields)
+
+    # -- the dispatcher --------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        """``Supervisor._start_what_may_start``, then when to look at accounts again."""
+        if not self._admitting:
+            return
+        now = self._wall()
+        gate = self._book.gate(now)
+        starts = self._scheduler.take_startable(gate)
+        if starts:
+            picks = gate.picks
+            for request in starts:
+                self._start(request.id, picks[request.id].account, now)
+        self._timer = self._account_wakeup(now) if self._timed else None
+
+    def _account_wakeup(self, now: float) -> float | None:
+        """``Supervisor._until_an_account_frees``, as a moment on the virtual clock.
+
+        The supervisor also looks every minute; those looks find nothing new
+        (only time frees an account, and this is when), so they are left out.
+        """
+        book, scheduler = self._book, self._scheduler
+        if not (self._timed and scheduler.queued_count):
+            return None  # nothing waits, or time alone can free no account
+        soonest: float | None = None
+        for provider in book.providers:
+            if scheduler.queued_for(provider) and not book.available(provider, now):
+                at = book.next_change(provider, now)
+                if at is not None and (soonest is None or at < soonest):
+                    soonest = at
+        if soonest is None:
+            return None
+        return self._now + max(0.0, soonest - now)
+
+    def _start(self, run_id: str, account: str | None, now: float) -> None:
+        run = self._runs[run_id]
+        run.attempts += 1
+        run.account = account
+        run.execution += 1
+        self._running[run_id] = run
+        if self._trace is not None:
+            self._trace.event("start", run_id=run_id, account=account)
+        if self.waits is not None:
+            self.waits.append(self._now - run.submitted)
+            self.picks.append(account)
+        if self._ledger is not None:
+            self._ledger.started(run_id, run.request.provider, account, now)
+        attempt = self._executions.next(run_id)
+        run.outcome = attempt
+        self._pushes += 1
+        heapq.heappush(
+            self._ends,
+            (self._now + attempt.duration, run.index, self._pushes, run_id, run.execution),
+        )
+
+    # -- a run's end -----------------------------------------------------------
+
+    def _ended(self, run: _Run) -> None:
+        """The run's attempt is over: settle it as ``Supervisor._record_finish``."""
+        attempt = run.outcome
+        assert attempt is not None
+        if (
+            attempt.outcome == "usage_limited"
+            or self._trace is not None
+            or self._ledger is not None
+            or self._drain_asked
+        ):
+            self._settle(run, attempt.outcome, attempt.exit_code, attempt.resets_at)
+            return
+        # The hot path of planning: what _settle does for a run that simply ended.
+        run_id = run.request.id
+        del self._running[run_id]
+        self._scheduler.finish(run_id)
+        self._book.finish(run_id, self._origin + self._now, spawned=attempt.exit_code is not None)
+        del self._runs[run_id]
+
+    def _settle(
+        self, run: _Run, outcome: str, exit_code: int | None, resets_at: float | None
+    ) -> None:
+        now = self._wall()
+        request = run.request
+        run_id, provider = request.id, request.provider
+        status = outcome
+        until = None
+        if outcome == "usage_limited":
+            until = self._book.rest_until(provider, run.account, now, resets_at)
+            # An account gone from the configuration cannot rest: a plain failure.
+            status = "usage_limited" if until is not None else "failed"
+        # It never got to work: once, it goes back to the head of its lanes.
+        requeue = until is not None and run.attempts < 2
+        del self._running[run_id]
+        if requeue:
+            self._scheduler.requeue(run_id)
+            self._book.finish(run_id, now)
+            if self._ledger is not None:
+                self._ledger.requeued(run_id)
+        else:
+            self._scheduler.finish(run_id)
+            # A run that never got a process gives its start back to the budget.
+            self._book.finish(run_id, now, spawned=exit_code is not None)
+            del self._runs[run_id]
+            if self._ledger is not None:
+                self._ledger.finished(run_id, now)
+        if until is not None:
+            self._timed = True
+            self._book.rest(provider, run.account, until, LIMIT_MESSAGE)
+            if self._ledger is not None:
+                self._ledger.limits[(provider, run.account)] = (until, LIMIT_MESSAGE)
+            self._emit(
+                "usage_limit", run_id=run_id, provider=provider, account=run.account, until=until
+            )
+        if self._trace is None:
+            pass
+        elif requeue:
+            self._emit("finish", run_id=run_id, outcome=status, exit_code=exit_code, requeued=True)
+        else:
+            self._emit("finish", run_id=run_id, outcome=status, exit_code=exit_code)
+        if self._drain_asked and not self._running:
+            self._stopped = True  # drained: the supervisor stops
+            self._timer = None
+
+    # -- arrivals --------------------------------------------------------------
+
+    def _arrive(self, arrival: Arrival) -> None:
+        kind = arrival.kind
+        if self._stopped:
+            # The supervisor has stopped: nothing reaches it any more (as
+            # the trio replay's driver delivers nothing to a stopped one).
+            return
+        if kind == "submit" or kind == "skip":  # noqa: PLR1714 - the hot path
+            if self._admitting:  # else refused, as a draining supervisor refuses it
+                if "account" in arrival.fields:  # running on it when the file was rotated
+                    self._book.pin(arrival.fields["run"]["id"], arrival.fields["account"])
+                self._submit(arrival.fields["run"], skip=kind == "skip")
+        elif kind == "cancel":
+            self._cancel(arrival.fields["run_id"])
+        elif kind == "reload":
+            self._reload(arrival)
+        elif kind == "shutdown":
+            self._shutdown()
+        elif kind == "rest":  # resting when the trace file was rotated
+            self._rest(arrival.fields)
+        elif kind == "rest_ended":
+            self._end_rest(arrival.fields["provider"], arrival.fields["account"])
+        # A rejected reload changed nothing in the recording and changes nothing here.
+
+    def _rest(self, fields: Mapping[str, Any]) -> None:
+        """``Supervisor.rest_account``: rest a configured account until a time still ahead."""
+        provider, account, until = fields["provider"], fields["account"], fields["until"]
+        if not (math.isfinite(until) and until > self._wall()):
+            return
+        if not self._book.knows(provider, account):
+            return
+        self._timed = True
+        message = "usage limit (before this trace file)"
+        self._book.rest(provider, account, until, message)
+        if self._ledger is not None:
+            self._ledger.limits[(provider, account)] = (until, message)
+
+    def _end_rest(self, provider: str, account: str | None) -> None:
+        """``Supervisor.end_rest``, traced as the supervisor traces it."""
+        if not self._book.knows(provider, account):
+            return
+        self._book.wake(provider, account)
+        if self._ledger is not None:
+            self._ledger.limits.pop((provider, account), None)
+        self._emit("rest_ended", provider=provider, account=account)
+
+    def _submit(self, run: Mapping[str, Any], *, skip: bool) -> str | None:
+        """Record and queue a run (or skip it); its provider if it was queued."""
+        run_id = run["id"]
+        request = RunRequest(
+            run_id,
+            run["provider"],
+            run.get("conversation"),
+            run.get("agent"),
+            run.get("workspace", "default"),
+            run.get("cwd"),
+        )
+        busy = skip and self._scheduler.is_busy(request)
+        ids = self._ids
+        if run_id in ids:
+            return None  # a repeated id is the run it already was
+        ids.add(run_id)
+        self.runs += 1
+        if not busy:
+            self._scheduler.submit(request)
+            index = self._index.get(run_id, len(self._index))
+            self._runs[run_id] = _Run(request, index, self._now)
+        if self._trace is not None:
+            new = NewRun(
+                id=run_id,
+                provider=request.provider,
+                prompt=run.get("prompt", "(not recorded)"),
+                conversation=request.conversation,
+                agent=request.agent,
+                workspace=request.workspace,
+                cwd=request.cwd,
+            )
+            traced = trace_run(new, with_prompt=self._config.trace.record_prompts)
+            self._emit("skip" if busy else "submit", run=traced)
+        return None if busy else request.provider
+
+    def _cancel(self, run_id: str) -> None:
+        withdrawn = self._scheduler.cancel(run_id)
+        if withdrawn is CancelOutcome.REMOVED:
+            del self._runs[run_id]
+            if self._ledger is not None:
+                self._ledger.finished(run_id, self._wall())
+            self._emit("cancel", run_id=run_id)
+        elif withdrawn is CancelOutcome.RUNNING:
+            # Its process is stopped at once: it ends cancelled, never spawned.
+            self._settle(self._running[run_id], "cancelled", None, None)
+        # Unknown (ended, skipped, never submitted): nothing to cancel.
+
+    def _shutdown(self) -> None:
+        """A shutdown signal: the first drains, the next (or the grace ending) cancels."""
+        if self._drain_asked:
+            self._force()
+            return
+        self._drain_asked = True
+        self._admitting = False
+        self._emit("shutdown")
+        if self._running:
+            self._timer = self._now + self._config.supervisor.shutdown_grace.total_seconds()
+        else:
+            self._stopped = True
+            self._timer = None
+
+    def _force(self) -> None:
+        """Cancel what still runs (in arrival order, as the trio replay ends them), and stop."""
+        if self._stopped:
+            return
+        self._timer = None
+        self._emit("shutdown", forced=True)
+        for run in sorted(self._running.values(), key=lambda run: run.index):
+            self._settle(run, "cancelled", None, None)
+        self._stopped = True
+
+    # -- reloads ---------------------------------------------------------------
+
+    def _reload(self, arrival: Arrival) -> None:
+        """``Supervisor.reload_to``: apply every live change, all at once, or nothing."""
+        written = config_from_trace(arrival.fields["config"], f"reload at t={arrival.t}")
+        loaded, changes = given_config(written, self._loaded)
+        if not any(change.live for change in changes):
+            return
+        now = self._wall()
+        returning = returning_accounts(self._book, loaded.config)
+        ledger = self._ledger
+        assert ledger is not None  # kept for every workload with reloads
+        window = longest_window(self._config)
+        limits = ledger.limits_after(now) if returning else []
+        uses = ledger.usage(now - window) if returning and window else []
+        old, config = self._config, loaded.config
+        self._loaded, self._config = loaded, config
+        apply_to_cores(self._scheduler, self._book, old, config)
+        self._generation += 1
+        self._timed = self._timed or _windowed(config) or bool(limits)
+        # An account that comes back gets its rest and window usage back.
+        for owner, account, until, message in limits:
+            if (owner, account) in returning:
+                self._book.rest(owner, account, until, message)
+        for owner, account, started, finished in uses:
+            if (owner, account) in returning:
+                self._book.restore_usage(owner, account, started, finished)
+        self._emit("reload", generation=self._generation, config=config_as_json(config))
+
+
+def _windowed(config: Config) -> bool:
+    """Whether an account of ``config`` counts its usage in a window."""
+    return any(
+        account.window is not None
+        for provider in config.providers.values()
+        for account in provider.accounts
+    )
+
+
+def fast_replay(workload: Workload, loaded: LoadedConfig) -> ReplayResult:
+    """Replay ``workload`` under ``loaded`` with the fast engine; the same result shape
+    as :func:`herdsman.sim.replay.replay`, and the same decisions."""
+    began = time.perf_counter()
+    engine = FastEngine(workload, loaded)
+    engine.run()
+    return ReplayResult(
+        engine.text,
+        engine.runs,
+        engine.now,
+        time.perf_counter() - began,
+        engine.defaulted,
+        engine.left_queued,
+        workload.rotated_at,
+        engine="fast",
+    )

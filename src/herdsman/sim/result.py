@@ -1,0 +1,56 @@
+"""What a simulation engine hands back: the simulated trace and the summary line's figures."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from herdsman.sim.workload import DEFAULT_DURATION
+
+__all__ = ["ReplayResult", "summary"]
+
+
+@attrs.frozen
+class ReplayResult:
+    """The simulated trace and what the summary line reports."""
+
+    trace: str
+    runs: int
+    span: float
+    wall_seconds: float
+    #: Runs the recording never started, given DEFAULT_DURATION.
+    defaulted: tuple[str, ...]
+    #: Runs still queued when the input ran out (no provider, no account).
+    left_queued: int = 0
+    #: The recorded file was rotated at this time: later decisions are the replay's own.
+    rotated_at: float | None = None
+    #: Which engine simulated: "trio" (the whole supervisor) or "fast" (the cores).
+    engine: str = "trio"
+
+
+def summary(result: ReplayResult) -> str:
+    """The line printed on stderr after a replay."""
+    rate = result.runs / result.wall_seconds if result.wall_seconds > 0 else math.inf
+    line = (
+        f"replayed {result.runs} runs"
+        + (" with the fast engine" if result.engine == "fast" else "")
+        + f" over {result.span:.1f} simulated seconds"
+        f" in {result.wall_seconds:.2f} s wall ({rate:,.0f} runs per wall second)"
+    )
+    if result.rotated_at is not None:
+        line += (
+            f"; the recording was rotated into another file at t={result.rotated_at:g}:"
+            " what the replay decided after that is its own"
+        )
+    if result.left_queued:
+        line += (
+            f"; {result.left_queued} run(s) were still queued at the end (their provider is"
+            " not configured, or no account could take them)"
+        )
+    if result.defaulted:
+        line += (
+            f"; {len(result.defaulted)} run(s) never started in the recording were given"
+            f" the default duration of {DEFAULT_DURATION:g} s"
+        )
+    return line

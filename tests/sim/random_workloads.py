@@ -1,0 +1,132 @@
+"""Hypothesis strategies for random workloads both simulation engines must agree on.
+
+Times, durations and windows sit on a grid of quarter seconds from a whole
+start time, so every sum is exact in floating point: the engines are
+compared on their decisions, never on how they round.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+
+from herdsman.config import LoadedConfig, load_config_text
+from herdsman.config.report import config_as_json
+from herdsman.sim.workload import Arrival, Attempt, RunPlan, Workload, config_from_trace
+from herdsman.trace import TraceHeader, format_time
+
+STARTED_AT = 1_795_000_000.0  # a whole second: sums with the grid stay exact
+PROVIDERS = ("claude", "codex", "local")
+OUTCOMES = ("succeeded",) * 5 + ("failed", "timed_out", "usage_limited", "usage_limited")
+
+# Mostly whole seconds, so ends, arrivals and rests ending often fall on one
+# instant: the order of events at one moment is what is hardest to get right.
+quarter = st.sampled_from([0.0, 0.25, 0.5, 1.0, 1.0, 2.0, 2.0, 3.0, 4.0])
+
+
+@st.composite
+def accounts(draw: st.DrawFn, provider: str) -> list[str]:
+    """TOML for zero to two accounts of ``provider``, with caps, windows and budgets."""
+    out = []
+    for name in draw(st.sampled_from([[], ["a"], ["a", "b"], ["b"]])):
+        lines = [f"[[providers.{provider}.accounts]]", f'name = "{name}"']
+        if draw(st.booleans()):
+            lines.append(f"concurrency = {draw(st.integers(1, 2))}")
+        if draw(st.booleans()):
+            lines.append(f'window = "{draw(st.sampled_from([4, 10, 30]))}s"')
+            lines.append(f"budget = {draw(st.integers(1, 4))}")
+            lines.append(f'budget_unit = "{draw(st.sampled_from(["runs", "run_minutes"]))}"')
+        out.append("\n".join(lines))
+    return out
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> str:
+    """A supervisor.toml with one to three providers, caps, accounts and a grace."""
+    cap = draw(st.one_of(st.none(), st.integers(1, 4)))
+    grace = draw(st.sampled_from(["1s", "3s", "10m"]))
+    lines = ["[supervisor]", 'state_dir = "/sim/state"', f'shutdown_grace = "{grace}"']
+    if cap is not None:
+        lines.append(f"max_concurrency = {cap}")
+    lines += ["[scheduling]", f"agent_exclusive = {str(draw(st.booleans())).lower()}"]
+    chosen = draw(st.lists(st.sampled_from(PROVIDERS), min_size=1, max_size=3, unique=True))
+    for provider in chosen:
+        lines += [
+            f"[providers.{provider}]",
+            f'exec = ["{provider}"]',
+            f"concurrency = {draw(st.integers(1, 3))}",
+        ]
+        lines += draw(accounts(provider))
+    return "\n".join(lines) + "\n"
+
+
+def loaded_from(text: str) -> LoadedConfig:
+    """A configuration as a trace carries it (made from its JSON, as a replay makes it)."""
+    loaded = load_config_text(text, Path("/sim/supervisor.toml"), environ={})
+    return config_from_trace(config_as_json(loaded.config), "generated")
+
+
+@st.composite
+def attempts(draw: st.DrawFn, at: float) -> Attempt:
+    """One attempt: a duration, an outcome, an exit code (None: never spawned)."""
+    outcome = draw(st.sampled_from(OUTCOMES))
+    duration = draw(quarter)
+    exit_code = draw(st.sampled_from([0, 1, None]))
+    resets_at = None
+    if outcome == "usage_limited" and draw(st.booleans()):
+        # A reset the provider named: ahead of the limit, or already past.
+        resets_at = STARTED_AT + at + draw(st.sampled_from([-1.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0]))
+    return Attempt(duration, outcome, exit_code, resets_at)
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> tuple[Workload, LoadedConfig]:
+    """A workload (submits, skips, cancels, reloads, maybe shutdowns) and its configuration."""
+    first = draw(configs())
+    others = [draw(configs()) for _ in range(draw(st.integers(0, 2)))]
+    arrivals: list[Arrival] = []
+    plans: dict[str, RunPlan] = {}
+    ids: list[str] = []
+    t = 0.0
+    for _ in range(draw(st.integers(1, 24))):
+        t += draw(st.sampled_from([0.0, 0.0, 0.5, 1.0, 1.0, 2.0]))
+        what = draw(st.sampled_from(["submit"] * 6 + ["skip", "cancel", "again", "reload"]))
+        if what == "cancel" and ids:
+            arrivals.append(Arrival(t, "cancel", {"run_id": draw(st.sampled_from(ids))}))
+        elif what == "reload" and others:
+            config = config_as_json(loaded_from(draw(st.sampled_from([first, *others]))).config)
+            arrivals.append(Arrival(t, "reload", {"generation": 0, "config": config}))
+        elif what == "again" and ids:
+            # A repeated id: the ledger answers with the run it already was.
+            arrivals.append(Arrival(t, "submit", {"run": {"id": ids[0], "provider": "claude"}}))
+        else:
+            run_id = f"r{len(ids)}"
+            ids.append(run_id)
+            run: dict[str, Any] = {
+                "id": run_id,
+                "provider": draw(st.sampled_from(PROVIDERS)),
+                "workspace": draw(st.sampled_from(["default", "default", "w2"])),
+            }
+            conversation = draw(st.sampled_from([None, "c1", "c2", "c3"]))
+            if conversation is not None:
+                run["conversation"] = conversation
+            agent = draw(st.sampled_from([None, None, "a1", "a2"]))
+            if agent is not None:
+                run["agent"] = agent
+            cwd = draw(st.sampled_from([None, None, None, "/r", "/r/x", "/r/y"]))
+            if cwd is not None:
+                run["cwd"] = cwd
+            tries = [draw(attempts(t)) for _ in range(draw(st.integers(0, 2)))]
+            plans[run_id] = RunPlan(len(plans), tries, synthetic=draw(st.booleans()))
+            arrivals.append(Arrival(t, "skip" if what == "skip" else "submit", {"run": run}))
+    for _ in range(draw(st.integers(0, 2)) if draw(st.booleans()) else 0):
+        # A drain, then perhaps a forced stop; whatever comes after is refused.
+        t += draw(quarter)
+        arrivals.append(Arrival(t, "shutdown", {}))
+    loaded = loaded_from(first)
+    started = format_time(dt.datetime.fromtimestamp(STARTED_AT, dt.UTC))
+    header = TraceHeader(1, started, config_as_json(loaded.config), None)
+    return Workload(header, STARTED_AT, tuple(arrivals), plans), loaded
