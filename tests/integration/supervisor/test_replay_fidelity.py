@@ -9,7 +9,7 @@ from pathlib import Path
 import trio
 from supervisor_support import Start, config_at, write_config
 
-from herdsman.sim.decisions import read_decisions
+from herdsman.sim.decisions import Timeline, read_decisions
 from herdsman.sim.diff import first_divergence
 from herdsman.sim.replay import replay
 from herdsman.sim.workload import config_from_trace, read_workload
@@ -95,14 +95,7 @@ async def test_each_trace_file_of_a_drain_and_restart_replays_on_its_own(
     files = sorted((tmp_path / "state" / "traces").glob("*.jsonl"))
     assert len(files) == 2
     for recorded in files:
-        workload = read_workload(recorded)
-        result = await trio.to_thread.run_sync(
-            lambda w=workload: replay(w, config_from_trace(w.header.config, "header"))
-        )
-        replayed = tmp_path / f"replayed-{recorded.name}"
-        replayed.write_text(result.trace)
-        a, b = read_decisions(recorded), read_decisions(replayed)
-        assert first_divergence(a, b) is None, recorded
+        await replays_the_same(recorded, tmp_path)
     # The first file stops starting at the drain; the second starts the rest.
     starts = [[d.run_id for d in read_decisions(f).decisions if d.kind == "start"] for f in files]
     assert starts == [ids[:1], ids[1:]]
@@ -132,14 +125,8 @@ async def test_each_rotated_trace_file_replays_on_its_own(start: Start, tmp_path
     assert any(c and c["queued"] for c in carries[1:]), "no file began with runs queued"
     started: list[str] = []
     for recorded in files:
+        a = await replays_the_same(recorded, tmp_path)
         workload = read_workload(recorded)
-        result = await trio.to_thread.run_sync(
-            lambda w=workload: replay(w, config_from_trace(w.header.config, "header"))
-        )
-        replayed = tmp_path / f"replayed-{recorded.name}"
-        replayed.write_text(result.trace)
-        a, b = read_decisions(recorded), read_decisions(replayed)
-        assert first_divergence(a, b) is None, recorded
         carried = {held["run"]["id"] for held in (workload.header.carry or {}).get("running", [])}
         started += [d.run_id for d in a.decisions if d.kind == "start" and d.run_id not in carried]
     assert sorted(started) == sorted(ids)
@@ -150,3 +137,16 @@ TINY_TRACE = "[trace]\nmax_bytes = 4096\n"
 
 def _file_number(path: Path) -> int:
     return int(path.stem.rsplit("-", 1)[1])
+
+
+async def replays_the_same(recorded: Path, tmp_path: Path) -> Timeline:
+    """Replay one trace file on its own; its decisions, once the replay is seen to agree."""
+    workload = read_workload(recorded)
+    result = await trio.to_thread.run_sync(
+        lambda: replay(workload, config_from_trace(workload.header.config, "header"))
+    )
+    replayed = tmp_path / f"replayed-{recorded.name}"
+    replayed.write_text(result.trace)
+    a, b = read_decisions(recorded), read_decisions(replayed)
+    assert first_divergence(a, b) is None, recorded
+    return a
