@@ -436,7 +436,7 @@ class Supervisor:
         for session in sessions:
             key = sticky_key(session.workspace, session.conversation)
             self._accounts.remember(session.provider, key, session.account)
-        history = await self._account_history(now)
+        history = await self._account_history(now, self.config)
         # A run lost in the crash "ended" at this restart: charging it the
         # whole outage would block run-minute budgets long after. It counts
         # as a start only.
@@ -448,8 +448,9 @@ class Supervisor:
         ]
         self._restore_accounts(AccountHistory(history.limits, uses), None)
 
-    async def _account_history(self, now: float) -> AccountHistory:
-        window = longest_window(self.config)
+    async def _account_history(self, now: float, config: Config) -> AccountHistory:
+        """Rests in force and usage within the longest quota window of ``config``."""
+        window = longest_window(config)
         limits, uses = await self.ledger.call(
             lambda s: (s.account_limits(now), s.account_usage(now - window) if window else [])
         )
@@ -1181,7 +1182,8 @@ class Supervisor:
             # read before the new configuration is in force, so no start can
             # slip in between.
             returning = returning_accounts(self._accounts, loaded.config)
-            history = await self._account_history(now) if returning else None
+            # Over the new configuration's windows: the returning accounts' own.
+            history = await self._account_history(now, loaded.config) if returning else None
             self._apply(loaded)
             if history is not None:
                 self._restore_accounts(history, returning)

@@ -90,7 +90,12 @@ class _Ledger:
     def started(self, run_id: str, provider: str, account: str | None, now: float) -> None:
         self.uses[run_id] = [provider, account, now, None, True]
 
-    def finished(self, run_id: str, now: float) -> None:
+    def finished(self, run_id: str, now: float, *, spawned: bool = True) -> None:
+        if not spawned:
+            # Ended without an exit code: never spawned, spent nothing, and
+            # the store's account_usage leaves it out.
+            self.uses.pop(run_id, None)
+            return
         use = self.uses.get(run_id)
         if use is not None:
             use[3], use[4] = now, False
@@ -401,7 +406,7 @@ class FastEngine:
             self._book.finish(run_id, now, spawned=exit_code is not None)
             del self._runs[run_id]
             if self._ledger is not None:
-                self._ledger.finished(run_id, now)
+                self._ledger.finished(run_id, now, spawned=exit_code is not None)
         if until is not None:
             self._timed = True
             self._book.rest(provider, run.account, until, LIMIT_MESSAGE)
@@ -550,7 +555,8 @@ class FastEngine:
         returning = returning_accounts(self._book, loaded.config)
         ledger = self._ledger
         assert ledger is not None  # kept for every workload with reloads
-        window = longest_window(self._config)
+        # The windows that matter are the returning accounts', in the new config.
+        window = longest_window(loaded.config)
         limits = ledger.limits_after(now) if returning else []
         uses = ledger.usage(now - window) if returning and window else []
         old, config = self._config, loaded.config

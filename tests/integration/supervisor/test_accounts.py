@@ -391,3 +391,27 @@ async def test_a_rest_can_be_ended_by_hand_from_the_api_and_the_cli(
     # Ended in the ledger too: a restart does not bring the rests back.
     now = time.time()
     assert await running.supervisor.ledger.call(lambda s: s.account_limits(now)) == []
+
+
+async def test_an_account_added_back_keeps_its_window_usage_whatever_the_others_windows(
+    start: Start, tmp_path: Path
+) -> None:
+    # While "a" is away no account has a quota window; when it comes back its
+    # usage must be read over its own window, not over the others' (none).
+    quota = ("a", 'window = "1h"\nbudget = 1')
+    only_a = provider_block(tmp_path, "claude-epoch", [quota])
+    only_b = provider_block(tmp_path, "claude-epoch", [("b", "")])
+    both = provider_block(tmp_path, "claude-epoch", [quota, ("b", "")])
+    path = write_config(tmp_path, extra="\n" + only_a)
+    running = await start(path)
+    done = await running.wait((await submit(running))["id"])
+    assert (done["status"], done["account"]) == ("succeeded", "a")
+    assert (await accounts(running))["a"]["usage"] == 1
+    text = path.read_text()
+    path.write_text(text.replace(only_a, only_b))
+    assert (await running.client.post("/v1/reload")).json()["ok"]
+    assert "a" not in await accounts(running)
+    path.write_text(text.replace(only_a, both))
+    assert (await running.client.post("/v1/reload")).json()["ok"]
+    back = (await accounts(running))["a"]
+    assert (back["usage"], back["available"]) == (1, False)
