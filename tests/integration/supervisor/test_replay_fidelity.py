@@ -103,8 +103,10 @@ async def test_each_trace_file_of_a_drain_and_restart_replays_on_its_own(
 
 async def test_each_rotated_trace_file_replays_on_its_own(start: Start, tmp_path: Path) -> None:
     # The smallest rotation size: files turn over while runs are running
-    # and queued, which each new header must restate.
-    config = config_at(write_config(tmp_path, concurrency=2, delay=0.3, extra=TINY_TRACE))
+    # and queued, which each new header must restate. One slot: two runs
+    # ending within a fraction of a millisecond would be recorded in an
+    # order the replay (where a start takes no time) need not reproduce.
+    config = config_at(write_config(tmp_path, concurrency=1, delay=0.2, extra=TINY_TRACE))
     running = await start(config)
     conversations = [f"c{n % 4}" for n in range(16)]
     runs = [{"provider": "demo", "prompt": "go", "conversation": c} for c in conversations]
