@@ -347,7 +347,8 @@ def _parse_header(path: Path, number: int, text: str) -> TraceHeader:
 
 
 def _check_carry(where: str, carry: Any) -> None:
-    """``{"running": [{"run": {...}, "account": str | null}], "queued": [{...}]}``."""
+    """``{"running": [{"run": {...}, "account": str | null}], "queued": [{...}],
+    "rests": [{"provider": str, "account": str | null, "until": unix seconds}]}``."""
     if not isinstance(carry, dict):
         raise TraceFormatError(f"{where}: carry: expected an object")
     unknown = carry.keys() - {"running", "queued", "rests"}

@@ -50,7 +50,14 @@ from herdsman.runtime.reload import given_config
 from herdsman.runtime.requests import apply_to_cores, limits_of, trace_run
 from herdsman.runtime.store import NewRun
 from herdsman.sim.result import ReplayResult
-from herdsman.sim.workload import Arrival, Attempt, Executions, Workload, config_from_trace
+from herdsman.sim.workload import (
+    CARRIED_REST,
+    Arrival,
+    Attempt,
+    Executions,
+    Workload,
+    config_from_trace,
+)
 from herdsman.trace import TraceWriter
 
 __all__ = ["FastEngine", "fast_replay"]
@@ -238,9 +245,9 @@ class FastEngine:
                     self._force()
             elif end_at <= arrival_at:
                 if end_at == inf:
-                    if not self._wait_for_accounts():
-                        return
-                    continue
+                    # Nothing left to happen: no input, no run, and no
+                    # account timer (the trio driver stops here too).
+                    return
                 at, _, _, run_id, execution = heapq.heappop(ends)
                 self._now = at
                 run = running.get(run_id)
@@ -272,30 +279,6 @@ class FastEngine:
         return scheduler.running_for(provider) < limits.provider_caps.get(provider, 0) and (
             cap is None or scheduler.running_count < cap
         )
-
-    def _wait_for_accounts(self) -> bool:
-        """The input is over: wait for a resting account some queued run needs, if any.
-
-        As the trio driver does; nothing starts any more (the dispatcher would
-        have woken first), but the simulated time moves on the same way.
-        """
-        if self._stopped:
-            return False  # a stopped supervisor waits for nothing
-        now = self._wall()
-        untils = [
-            blocked.until
-            for provider in self._book.providers
-            if self._scheduler.queued_for(provider)
-            and (blocked := self._book.blocked(provider, now)) is not None
-            and blocked.until is not None
-        ]
-        if not untils:
-            return False
-        later = self._now + max(0.0, min(untils) - now)
-        if later <= self._now:
-            return False  # never later: a resting account that never wakes
-        self._now = later
-        return True
 
     def _wall(self) -> float:
         return self._origin + self._now
@@ -458,10 +441,9 @@ class FastEngine:
         if not self._book.knows(provider, account):
             return
         self._timed = True
-        message = "usage limit (before this trace file)"
-        self._book.rest(provider, account, until, message)
+        self._book.rest(provider, account, until, CARRIED_REST)
         if self._ledger is not None:
-            self._ledger.limits[(provider, account)] = (until, message)
+            self._ledger.limits[(provider, account)] = (until, CARRIED_REST)
 
     def _end_rest(self, provider: str, account: str | None) -> None:
         """``Supervisor.end_rest``, traced as the supervisor traces it."""

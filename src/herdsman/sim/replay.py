@@ -49,6 +49,7 @@ from herdsman.runtime.supervisor import (
 )
 from herdsman.sim.result import ReplayResult, summary
 from herdsman.sim.workload import (
+    CARRIED_REST,
     DEFAULT_DURATION,
     Attempt,
     Executions,
@@ -244,7 +245,7 @@ async def _replay(
 
         next_arrival()
         driver.driving = True
-        await _drive(driver, supervisor, wall, clock)
+        await _drive(driver, supervisor, clock)
         driver.driving = False
         span = trio.current_time()
         left_queued = supervisor.status()["queued"]
@@ -259,12 +260,7 @@ async def _replay(
     )
 
 
-async def _drive(
-    driver: _Driver,
-    supervisor: Supervisor,
-    wall: Callable[[], float],
-    clock: trio.testing.MockClock,
-) -> None:
+async def _drive(driver: _Driver, supervisor: Supervisor, clock: trio.testing.MockClock) -> None:
     """Deliver every event in order, one at a time, until nothing more can happen."""
     # Each pass starts with every task blocked and no timer due: only the
     # driver can make something happen now.
@@ -334,9 +330,8 @@ async def _deliver(supervisor: Supervisor, arrival: Any) -> int:
         supervisor.request_shutdown()
         return 0
     if arrival.kind == "rest":  # resting when the trace file was rotated
-        message = "usage limit (before this trace file)"
         await supervisor.rest_account(
-            fields["provider"], fields["account"], fields["until"], message
+            fields["provider"], fields["account"], fields["until"], CARRIED_REST
         )
         return 0
     if arrival.kind == "rest_ended":

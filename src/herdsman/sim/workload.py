@@ -41,6 +41,9 @@ __all__ = [
 ]
 
 
+#: The message of an account rest a rotated trace file carried over.
+CARRIED_REST = "usage limit (before this trace file)"
+
 #: The longest a recorded start is taken to lag behind the event it answered.
 START_LATENCY = 0.5
 
