@@ -3,7 +3,8 @@
 * **wait**: the time a run spent queued — from its submit to its start,
   plus, after a usage limit re-queued it, from then to its next start (one
   value per run); percentiles by nearest rank. Runs never started (their
-  provider missing, or the input ran out while every account rested) have
+  provider missing, no account that could ever take them, or a replayed
+  shutdown first) have
   no wait and are counted in ``unstarted``; runs cancelled while queued are
   in neither.
 * **utilisation**: run-seconds spent running (each attempt, start to finish)

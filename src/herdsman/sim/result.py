@@ -21,7 +21,7 @@ class ReplayResult:
     wall_seconds: float
     #: Runs the recording never started, given DEFAULT_DURATION.
     defaulted: tuple[str, ...]
-    #: Runs still queued when the input ran out (no provider, no account).
+    #: Runs still queued at the end (no provider, no account, or a shutdown first).
     left_queued: int = 0
     #: The recorded file was rotated at this time: later decisions are the replay's own.
     rotated_at: float | None = None
