@@ -8,38 +8,67 @@ neither ever prints a password.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from urllib.parse import unquote
 
-__all__ = ["EXAMPLE_URL", "hide_password", "masked_url", "parse_postgres_url", "server_name"]
+__all__ = [
+    "EXAMPLE_URL",
+    "hide_password",
+    "mask_passwords",
+    "masked_url",
+    "parse_postgres_url",
+    "server_name",
+]
 
 SCHEMES = ("postgresql://", "postgres://")
 EXAMPLE_URL = "postgresql://herdsman@db.example:5432/herdsman"
 
-# The userinfo's password: what sits between "user:" and "@" in the authority.
-_URL_PASSWORD = re.compile(r"^(\w+://[^/@?#]*?:)([^/@?#]*)(@)")
+# The userinfo's password: what sits between "user:" and "@" in the authority
+# of a URL anywhere in a text (a --set argument holds one after "KEY=").
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][\w+.-]*://[^/@?#\s\"']*?:)([^/@?#\s\"']*)(@)")
+# A query parameter; libpq percent-decodes keys too, so ?pass%77ord= is a password.
+_QUERY_PARAMETER = re.compile(r"([?&])([^=&#\s\"']*)=([^&#\s\"']*)")
+
+
+def _is_password_key(key: str) -> bool:
+    return unquote(key).strip().lower() == "password"
+
+
+def _passwords_in(text: str) -> Iterator[str]:
+    """Every password a URL in ``text`` carries, as written (percent-encoded or not)."""
+    for match in _URL_PASSWORD.finditer(text):
+        yield match.group(2)
+    for match in _QUERY_PARAMETER.finditer(text):
+        if _is_password_key(match.group(2)):
+            yield match.group(3)
 
 
 def hide_password(text: str, url: str, password: str | None = None) -> str:
     """``text`` with every copy of the URL's password (raw and decoded) replaced by ``***``."""
-    secrets = [password] if password else []
-    match = _URL_PASSWORD.match(url)
-    if match and match.group(2):
-        secrets.append(match.group(2))
-    # The query parameter form, ?password=..., too.
-    secrets += [m.group(1) for m in re.finditer(r"[?&]password=([^&#]*)", url) if m.group(1)]
-    for secret in sorted(set(secrets), key=len, reverse=True):
+    secrets = {password} if password else set()
+    for written in _passwords_in(url):
+        secrets |= {written, unquote(written)}
+    for secret in sorted(secrets - {""}, key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
 
 
-def masked_url(url: str) -> str:
-    """``url`` as it may be shown: the password, if any, replaced by ``***``.
+def mask_passwords(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``***``.
 
-    Only where a password stands (after ``user:``, or as ``password=``), so
-    a password that happens to equal the user or database name hides nothing else.
+    Only where a password stands (after ``user:``, or as a ``password``
+    query parameter however its key is encoded), so a password that happens
+    to equal the user or database name hides nothing else.
     """
-    shown = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}***{m.group(3)}" if m.group(2) else m[0], url)
-    return re.sub(r"([?&]password=)[^&#]*", r"\1***", shown)
+    shown = _URL_PASSWORD.sub(lambda m: f"{m[1]}***{m[3]}" if m[2] else m[0], text)
+    return _QUERY_PARAMETER.sub(
+        lambda m: f"{m[1]}{m[2]}=***" if m[3] and _is_password_key(m[2]) else m[0], shown
+    )
+
+
+def masked_url(url: str) -> str:
+    """``url`` as it may be shown: its password, if any, replaced by ``***``."""
+    return mask_passwords(url)
 
 
 def parse_postgres_url(url: str) -> dict[str, str]:

@@ -19,6 +19,9 @@ from herdsman.postgres_url import hide_password, masked_url, parse_postgres_url,
         ("postgresql://db/d?a=1&password=pw&b=2", "postgresql://db/d?a=1&password=***&b=2"),
         ("postgresql://u@db/d", "postgresql://u@db/d"),
         ("postgresql://u:@db/d", "postgresql://u:@db/d"),
+        # libpq decodes parameter keys: this is the password too.
+        ("postgresql://u@db/d?pass%77ord=pw&a=1", "postgresql://u@db/d?pass%77ord=***&a=1"),
+        ("postgresql://u@db/d?passwords=pw", "postgresql://u@db/d?passwords=pw"),
     ],
 )
 def test_a_url_is_shown_without_its_password(url: str, shown: str) -> None:
@@ -29,6 +32,13 @@ def test_every_copy_of_the_password_is_hidden_from_a_message() -> None:
     url = "postgresql://u:p%40ss@db/d?password=other"
     text = "failed for p%40ss, p@ss and other"
     assert hide_password(text, url, "p@ss") == "failed for ***, *** and ***"
+
+
+def test_a_password_behind_an_encoded_key_is_hidden_from_a_message() -> None:
+    url = "postgresql://u@db/d?pass%77ord=s%65cret"
+    assert parse_postgres_url(url)["password"] == "secret"
+    text = "failed for s%65cret and secret"
+    assert hide_password(text, url) == "failed for *** and ***"
 
 
 def test_what_libpq_reads_and_how_messages_name_the_server() -> None:

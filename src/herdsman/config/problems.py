@@ -7,6 +7,8 @@ from typing import Literal
 
 import attrs
 
+from herdsman.postgres_url import mask_passwords
+
 __all__ = ["ConfigError", "ConfigProblem", "Location", "Origin"]
 
 
@@ -30,8 +32,12 @@ class Location:
 
     @classmethod
     def override(cls, text: str, index: int) -> Location:
-        """The ``index``-th ``--set`` argument, whose text is ``KEY=VALUE``."""
-        return cls(f"--set {text}", override_index=index)
+        """The ``index``-th ``--set`` argument, whose text is ``KEY=VALUE``.
+
+        A URL's password in the value is masked: problems are printed, and
+        ``store.url`` refuses passwords precisely so they are never shown.
+        """
+        return cls(f"--set {mask_passwords(text)}", override_index=index)
 
     @property
     def sort_key(self) -> tuple[int, int, int]:

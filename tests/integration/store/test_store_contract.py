@@ -446,6 +446,29 @@ def test_state_changes_on_unknown_runs_raise_run_not_found(store: Store) -> None
     assert issubclass(StoreConflict, StoreError)
 
 
+def test_a_key_holding_nul_finds_nothing_in_every_store(store: Store) -> None:
+    # No stored key holds NUL (every store refuses it on the way in), so a
+    # lookup by one is an unknown key, not a database error, on every store.
+    store.submit(new("r1", conversation="c1"), T0)
+    ghost = "r1\0"
+    calls: list[Callable[[], object]] = [
+        lambda: store.mark_running(ghost, T0, None),
+        lambda: store.mark_running_many([(ghost, None)], T0),
+        lambda: store.finish(ghost, RunStatus.FAILED, T0),
+        lambda: store.cancel_queued(ghost, T0, "x"),
+        lambda: store.requeue(ghost),
+        lambda: store.add_note(ghost, "note"),
+    ]
+    for call in calls:
+        with pytest.raises(RunNotFound):
+            call()
+    assert store.get(ghost) is None
+    assert store.list_runs(conversation="c1\0") == []
+    assert store.list_runs(provider="claude\0", workspace="default\0") == []
+    assert store.conversation_session("claude", "default", "c1\0") is None
+    assert [r.id for r in store.list_runs()] == ["r1"]
+
+
 # --- queries ---------------------------------------------------------------
 
 

@@ -102,3 +102,18 @@ def test_override_errors_are_located_at_the_argument(errors: Errors) -> None:
 def test_override_that_fixes_a_file_error_makes_it_valid(load: Load) -> None:
     loaded = load(MINIMAL + "concurrency = 0\n", ["providers.claude.concurrency=1"])
     assert loaded.config.providers["claude"].concurrency == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'store.url="postgresql://herdsman:hunter2@db/herdsman"',
+        "store.url=postgresql://herdsman:hunter2@db/herdsman",
+        "store.url=postgresql://db/herdsman?pass%77ord=hunter2",
+    ],
+)
+def test_an_override_is_echoed_without_its_password(errors: Errors, text: str) -> None:
+    (line,) = errors(MINIMAL, [text])
+    assert "must not contain a password" in line
+    assert line.startswith("--set store.url=")
+    assert "hunter2" not in line

@@ -412,6 +412,8 @@ class SqlStore:
             if value is not None:
                 where.append(clause)
                 params.append(value)
+        if any(_unstorable(p) for p in params):
+            return []
         sql = _SELECT
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -471,6 +473,8 @@ class SqlStore:
         self, provider: str, workspace: str, conversation: str
     ) -> Session | None:
         """See :meth:`Store.conversation_session`."""
+        if any(map(_unstorable, (provider, workspace, conversation))):
+            return None
         with self._reading() as cur:
             row = cur.execute(
                 f"{_SESSION_SELECT} WHERE provider = ? AND workspace = ? AND conversation = ?",
@@ -585,7 +589,15 @@ def _limit_key(account: str | None) -> str:
     return "" if account is None else account
 
 
+def _unstorable(key: object) -> bool:
+    """Whether no stored key can equal ``key``: every store refuses NUL on the way
+    in, and PostgreSQL would fail a query that holds one instead of finding nothing."""
+    return isinstance(key, str) and "\0" in key
+
+
 def _fetch(cur: Cursor, run_id: str) -> RunRecord | None:
+    if _unstorable(run_id):
+        return None
     row = cur.execute(f"{_SELECT} WHERE id = ?", (run_id,)).fetchone()
     return None if row is None else _record(row)
 
