@@ -39,7 +39,7 @@ from herdsman.runtime.runner import (
     RunCancel,
     UsageLimit,
 )
-from herdsman.runtime.store import MemoryStore, NewRun
+from herdsman.runtime.store import MemoryStore, NewRun, Store
 from herdsman.runtime.supervisor import (
     NotAdmitting,
     RunConflict,
@@ -160,12 +160,22 @@ def _outcome(attempt: Attempt, reason: str | None) -> ProcessOutcome:
     )
 
 
-def replay(workload: Workload, loaded: LoadedConfig, *, seed: int | None = None) -> ReplayResult:
+def replay(
+    workload: Workload,
+    loaded: LoadedConfig,
+    *,
+    seed: int | None = None,
+    store: Store | None = None,
+) -> ReplayResult:
     """Replay ``workload`` under ``loaded``; the simulated trace and a summary.
 
     Everything runs inside a pyfakefs fake filesystem and under a
     ``MockClock``: nothing touches the disk, nothing spawns, nothing waits.
     ``seed`` reshuffles trio's wake-up order (the output must not change).
+    ``store`` is the run ledger to replay into, empty and already open (a
+    real SQLite or PostgreSQL ledger, to check that the supervisor decides
+    the same on it; the ledger's own files or sockets are untouched by the
+    fake filesystem); by default an in-memory one. Its calls run inline.
     """
     if seed is not None:
         _shuffle_trio(seed)
@@ -174,7 +184,9 @@ def replay(workload: Workload, loaded: LoadedConfig, *, seed: int | None = None)
     # period): while driving, the driver moves the clock itself.
     clock = trio.testing.MockClock(autojump_threshold=0)
     with Patcher():
-        result = trio.run(_replay, workload, loaded, clock, clock=clock)
+        result = trio.run(
+            _replay, workload, loaded, clock, MemoryStore() if store is None else store, clock=clock
+        )
     return attrs.evolve(result, wall_seconds=time.perf_counter() - began)
 
 
@@ -187,7 +199,7 @@ def _shuffle_trio(seed: int) -> None:
 
 
 async def _replay(
-    workload: Workload, given: LoadedConfig, clock: trio.testing.MockClock
+    workload: Workload, given: LoadedConfig, clock: trio.testing.MockClock, store: Store
 ) -> ReplayResult:
     # Made again inside the fake filesystem: a Path object made before the
     # patch began is the real pathlib's (FINDINGS.md) and can make the same
@@ -214,7 +226,7 @@ async def _replay(
     )
     supervisor = Supervisor(
         config,
-        MemoryStore(),
+        store,
         execute=driver.execute,
         wall=wall,
         trace=trace,
