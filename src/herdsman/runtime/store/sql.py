@@ -159,6 +159,9 @@ class SqlStore:
         """Close the connection."""
         raise NotImplementedError
 
+    def _before_insert(self, cur: Cursor) -> None:
+        """Called in a new run's transaction before its ``seq`` is drawn (a fleet locks here)."""
+
     # --- transactions --------------------------------------------------------
 
     def _failure(self, exc: Exception) -> StoreError:
@@ -282,6 +285,7 @@ class SqlStore:
     ) -> tuple[RunRecord, bool]:
         with self._transaction() as cur:
             now = check_now(now)
+            self._before_insert(cur)
             existing = _fetch(cur, new.id)
             if existing is not None:
                 return existing, False
