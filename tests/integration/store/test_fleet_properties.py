@@ -89,7 +89,9 @@ submit_op = st.tuples(
 claim_op = st.tuples(
     st.just("claim"), st.integers(0, 3), st.lists(st.integers(0, 30), min_size=1, max_size=4)
 )
-finish_op = st.tuples(st.just("finish"), st.integers(0, 3), st.integers(0, 30))
+# Most finishes name a running run (any member may try, only its holder may
+# succeed); some name any run at all.
+finish_op = st.tuples(st.just("finish"), st.integers(0, 3), st.integers(0, 30), st.booleans())
 cancel_op = st.tuples(st.just("cancel"), st.integers(0, 30))
 lapse_op = st.tuples(st.just("lapse"), st.integers(0, 3))
 operations = st.lists(
@@ -148,10 +150,12 @@ class Harness:
                 self.set_status(run_id, RunStatus.RUNNING)
                 self.model.holder[run_id] = n
 
-    def finish(self, who: int, pick: int) -> None:
-        if not self.order:
+    def finish(self, who: int, pick: int, any_run: bool) -> None:
+        running = [i for i in self.order if self.model.runs[i].status is RunStatus.RUNNING]
+        choices = self.order if any_run else running
+        if not choices:
             return
-        n, run_id = who % len(self.stores), self.pick(pick)
+        n, run_id = who % len(self.stores), choices[pick % len(choices)]
         held = self.model.holder.get(run_id) == n
         held = held and self.model.runs[run_id].status is RunStatus.RUNNING
         try:

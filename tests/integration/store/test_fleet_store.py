@@ -75,6 +75,18 @@ def test_a_run_is_claimed_once_and_held_by_its_claimant(postgres_url: str) -> No
         assert (record.status, record.attempts) == (RunStatus.RUNNING, 1)
 
 
+def test_only_the_holder_records_how_a_running_run_ended(postgres_url: str) -> None:
+    with fleet(postgres_url, "a", "b") as (a, b):
+        a.submit(run("r1", "c1"), T0)
+        a.claim_many([("r1", None)], T0)
+        with pytest.raises(StoreConflict, match="on this supervisor"):
+            b.finish("r1", RunStatus.FAILED, T0 + 1, exit_code=1)
+        assert a.held_by("r1") == a.member_id
+        final = a.finish("r1", RunStatus.SUCCEEDED, T0 + 2, exit_code=0)
+        assert final.status is RunStatus.SUCCEEDED
+        assert a.held_by("r1") is None
+
+
 def test_a_run_on_a_lane_running_elsewhere_is_refused_until_it_ends(postgres_url: str) -> None:
     with fleet(postgres_url, "a", "b") as (a, b):
         a.submit(run("r1", "c1"), T0)
