@@ -412,31 +412,28 @@ def _refusal(cur: Cursor, run: RunRecord, account: str | None, rules: ClaimRules
     """Why ``run`` may not be claimed now, or ``None`` if it may."""
     if run.status is not RunStatus.QUEUED:
         return Refusal.GONE
-    agent = run.agent if rules.agent_exclusive else None
-    if run.conversation is not None or agent is not None:
-        # NULL never equals anything: a missing key matches no run.
+    lanes = [("conversation", run.conversation)]
+    if rules.agent_exclusive:
+        lanes.append(("agent", run.agent))
+    found: set[str] = set()
+    for column, key in lanes:
+        if key is None:
+            continue
+        # The live-lane partial indexes (migration 5) answer this in a probe
+        # per lane: only the lane's queued and running runs are read.
+        # 'running' sorts after 'queued': a running one is found first.
         row = cur.execute(
-            "SELECT"
-            " EXISTS (SELECT 1 FROM runs WHERE status = ? AND workspace = ?"
-            "  AND (conversation = ? OR agent = ?)),"
-            " EXISTS (SELECT 1 FROM runs WHERE status = ? AND seq < ? AND workspace = ?"
-            "  AND (conversation = ? OR agent = ?))",
-            (
-                RunStatus.RUNNING.value,
-                run.workspace,
-                run.conversation,
-                agent,
-                RunStatus.QUEUED.value,
-                run.seq,
-                run.workspace,
-                run.conversation,
-                agent,
-            ),
+            "SELECT status FROM runs WHERE status IN ('queued', 'running')"
+            f" AND workspace = ? AND {column} = ? AND (status = 'running' OR seq < ?)"
+            " ORDER BY status DESC LIMIT 1",
+            (run.workspace, key, run.seq),
         ).fetchone()
-        if row[0]:
-            return Refusal.LANE_BUSY
-        if row[1]:
-            return Refusal.EARLIER_QUEUED
+        if row is not None:
+            found.add(row[0])
+    if RunStatus.RUNNING.value in found:
+        return Refusal.LANE_BUSY
+    if found:
+        return Refusal.EARLIER_QUEUED
     cap = rules.provider_caps.get(run.provider)
     if cap is not None and _running(cur, "provider = ?", (run.provider,)) >= cap:
         return Refusal.PROVIDER_CAP

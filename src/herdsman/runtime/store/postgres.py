@@ -98,8 +98,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             lease_until DOUBLE PRECISION NOT NULL
         )
         """,
-        # A claim looks for a running or earlier queued run on its lanes.
-        "CREATE INDEX runs_by_agent ON runs (agent, seq)",
+        # A claim looks for a running or earlier queued run on its lanes:
+        # with these, it reads only that lane's live runs, however long the
+        # queue and however many finished runs the conversation has.
+        "CREATE INDEX runs_live_by_conversation ON runs (workspace, conversation, seq)"
+        " WHERE status IN ('queued', 'running')",
+        "CREATE INDEX runs_live_by_agent ON runs (workspace, agent, seq)"
+        " WHERE status IN ('queued', 'running')",
         "CREATE INDEX runs_by_held_by ON runs (held_by) WHERE status = 'running'",
     ),
 )
