@@ -5,14 +5,17 @@ The claim rules under interleavings and races are in test_fleet_properties.py.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psycopg
 import pytest
 
 from herdsman.runtime.store import NewRun, RunStatus, StoreConflict, StoreError
+from herdsman.runtime.store import fleet as fleet_store
 from herdsman.runtime.store.fleet import (
     ClaimRules,
     FleetStore,
@@ -264,3 +267,36 @@ def test_a_lease_must_be_a_positive_number_of_seconds(postgres_url: str) -> None
     for lease in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(StoreError, match="positive number of seconds"):
             member(postgres_url, "a", lease=lease)
+
+
+def test_a_submit_waits_for_a_claim_in_progress(postgres_url: str) -> None:
+    """Submits take the fleet lock, so seq order is commit order: a claim that
+    found no earlier queued run on its lanes cannot have one committed under it."""
+    with fleet(postgres_url, "a") as (a,), psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("BEGIN")
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (fleet_store._FLEET_LOCK,))
+        done = threading.Event()
+
+        def submit() -> None:
+            a.submit(run("r1", "c1"), T0)
+            done.set()
+
+        thread = threading.Thread(target=submit)
+        thread.start()
+        try:
+            # Wait until the submit is seen queuing for the lock, not for a time.
+            for _ in range(500):
+                waiting = conn.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                ).fetchone()
+                if waiting is not None and waiting[0]:
+                    break
+                time.sleep(0.01)
+            else:
+                raise AssertionError("the submit never waited for the fleet lock")
+            assert not done.is_set()
+        finally:
+            conn.execute("COMMIT")
+            thread.join()
+        assert done.is_set()
+        assert a.get("r1") is not None
