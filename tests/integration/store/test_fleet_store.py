@@ -15,7 +15,6 @@ import psycopg
 import pytest
 
 from herdsman.runtime.store import NewRun, RunStatus, StoreConflict, StoreError
-from herdsman.runtime.store import fleet as fleet_store
 from herdsman.runtime.store.fleet import (
     ClaimRules,
     FleetStore,
@@ -24,6 +23,7 @@ from herdsman.runtime.store.fleet import (
     lease_expired_reason,
 )
 from herdsman.runtime.store.postgres import PostgresStore
+from postgres_support import fresh_schema
 
 T0 = 1_700_000_000.0
 
@@ -255,7 +255,7 @@ def test_a_member_neither_recovers_nor_starts_without_claiming(postgres_url: str
 def test_a_sole_supervisor_and_a_fleet_exclude_each_other(postgres_url: str) -> None:
     sole = PostgresStore(postgres_url, sole=True)
     try:
-        with pytest.raises(StoreError, match=r"not a fleet member.*\[fleet\] enabled"):
+        with pytest.raises(StoreError, match=r"not a fleet member.*stop that supervisor"):
             member(postgres_url, "a")
     finally:
         sole.close()
@@ -274,7 +274,7 @@ def test_a_submit_waits_for_a_claim_in_progress(postgres_url: str) -> None:
     found no earlier queued run on its lanes cannot have one committed under it."""
     with fleet(postgres_url, "a") as (a,), psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute("BEGIN")
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (fleet_store._FLEET_LOCK,))
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (a._fleet_lock,))
         done = threading.Event()
 
         def submit() -> None:
@@ -300,3 +300,22 @@ def test_a_submit_waits_for_a_claim_in_progress(postgres_url: str) -> None:
             thread.join()
         assert done.is_set()
         assert a.get("r1") is not None
+
+
+def test_two_ledgers_in_one_database_do_not_wait_for_each_other(postgres_server: str) -> None:
+    with (
+        fresh_schema(postgres_server) as first_url,
+        fresh_schema(postgres_server) as second_url,
+        fleet(first_url, "a") as (first,),
+        # A wait for the lock fails after 2 s instead of hanging the test.
+        fleet(second_url + "%20-clock_timeout%3D2000", "b") as (second,),
+        psycopg.connect(first_url, autocommit=True) as conn,
+    ):
+        conn.execute("BEGIN")
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (first._fleet_lock,))
+        try:
+            # With one lock per database these would wait for the first ledger's.
+            second.submit(run("r1", "c1"), T0)
+            assert [r.id for r in second.claim_many([("r1", None)], T0).claimed] == ["r1"]
+        finally:
+            conn.execute("COMMIT")

@@ -49,10 +49,10 @@ __all__ = [
 ]
 
 # Serialises claims and expiries fleet-wide (pg_advisory_xact_lock: released
-# at commit or rollback, however the transaction ends). "hrdf" in ASCII,
-# shifted clear of the sole-supervisor lock's keys (which carry a schema oid
-# in their low 32 bits).
-_FLEET_LOCK = 0x68726466 << 32
+# at commit or rollback, however the transaction ends). With the schema's
+# oid in the low 32 bits, as the sole-supervisor lock: a schema is a ledger,
+# and two ledgers in one database must not wait for each other. "hrdf".
+_FLEET_LOCK = 0x68726466
 # The server's clock in unix seconds, read at the moment of the statement
 # (now() would be the transaction's start, before any lock wait).
 _CLOCK = "extract(epoch FROM clock_timestamp())::double precision"
@@ -174,15 +174,16 @@ class FleetStore(PostgresStore):
         """Hold the sole-supervisor lock in shared mode: no sole supervisor while a member runs."""
         with self._reading() as cur:
             row = cur.execute(
-                "SELECT pg_try_advisory_lock_shared((?::bigint << 32) | oid::bigint)"
+                "SELECT pg_try_advisory_lock_shared((?::bigint << 32) | oid::bigint), oid"
                 " FROM pg_namespace WHERE nspname = current_schema()",
                 (_SOLE_SUPERVISOR_LOCK,),
             ).fetchone()
         if row is None or not row[0]:
             raise StoreError(
                 f"a herdsman supervisor that is not a fleet member holds the run ledger on"
-                f" {self.server}: stop it, or give it [fleet] enabled = true too"
+                f" {self.server}: a fleet cannot share it; stop that supervisor first"
             )
+        self._fleet_lock = (_FLEET_LOCK << 32) | int(row[1])
 
     def _join(self, host: str, pid: int) -> None:
         with self._transaction() as cur:
@@ -389,9 +390,8 @@ class FleetStore(PostgresStore):
         # no earlier queued run on its lanes can never see one appear later.
         self._lock_fleet(cur)
 
-    @staticmethod
-    def _lock_fleet(cur: Cursor) -> None:
-        cur.execute("SELECT pg_advisory_xact_lock(?)", (_FLEET_LOCK,))
+    def _lock_fleet(self, cur: Cursor) -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(?)", (self._fleet_lock,))
 
     def _check_live(self, cur: Cursor) -> None:
         row = cur.execute(
