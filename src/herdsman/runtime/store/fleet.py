@@ -28,16 +28,24 @@ from typing import Any
 
 import attrs
 
-from herdsman.runtime.store.errors import StoreConflict, StoreError
+from herdsman.runtime.store.errors import StoreError
 from herdsman.runtime.store.postgres import _SOLE_SUPERVISOR_LOCK, PostgresStore
 from herdsman.runtime.store.records import (
     RunRecord,
     RunStatus,
     check_now,
-    finished,
+    ended,
     started,
 )
-from herdsman.runtime.store.sql import _SELECT, _UPDATE, Cursor, _existing, _record
+from herdsman.runtime.store.sql import (
+    _SELECT,
+    _UPDATE,
+    Cursor,
+    _existing,
+    _outcome_values,
+    _record,
+    check_updated,
+)
 
 __all__ = [
     "ClaimResult",
@@ -254,17 +262,7 @@ class FleetStore(PostgresStore):
                 ).fetchall()
                 for row in rows:
                     current = _record(row)
-                    record = finished(
-                        current,
-                        RunStatus.LOST,
-                        now,
-                        exit_code=None,
-                        reason=lease_expired_reason(member),
-                        result=None,
-                        session_id=None,
-                        excerpt=None,
-                        log_path=None,
-                    )
+                    record = ended(current, RunStatus.LOST, now, lease_expired_reason(member))
                     _write(cur, current, record, held_by=member.id)
                     out.append(record)
         return sorted(out, key=lambda r: r.seq)
@@ -327,7 +325,7 @@ class FleetStore(PostgresStore):
                     refused.append((run_id, refusal))
                     continue
                 record = started(current, now, account)
-                _write(cur, current, record, held_by=self.member_id)
+                self._update_run(cur, current, record)
                 claimed.append(record)
         return ClaimResult(claimed, refused)
 
@@ -339,43 +337,6 @@ class FleetStore(PostgresStore):
             "a fleet member starts runs with claim_many, which checks the fleet's lanes"
         )
 
-    def finish(
-        self,
-        run_id: str,
-        status: RunStatus,
-        now: float,
-        *,
-        exit_code: int | None = None,
-        reason: str | None = None,
-        result: str | None = None,
-        session_id: str | None = None,
-        excerpt: str | None = None,
-        log_path: str | None = None,
-    ) -> RunRecord:
-        """See :meth:`Store.finish`; a running run only if this member holds it.
-
-        A run another member holds, or one already recorded ``lost`` after
-        this member's lease lapsed, raises :class:`StoreConflict` and keeps
-        its record.
-        """
-        with self._transaction() as cur:
-            now = check_now(now)
-            current = _existing(cur, run_id)
-            record = finished(
-                current,
-                status,
-                now,
-                exit_code=exit_code,
-                reason=reason,
-                result=result,
-                session_id=session_id,
-                excerpt=excerpt,
-                log_path=log_path,
-            )
-            held = current.status is RunStatus.RUNNING
-            _write(cur, current, record, held_by=self.member_id if held else None)
-            return record
-
     def recover(self, now: float) -> list[RunRecord]:
         """Refused: in a fleet, runs become lost by :meth:`expire_lapsed`, not at a start."""
         raise StoreError(
@@ -384,6 +345,12 @@ class FleetStore(PostgresStore):
         )
 
     # --- internals -------------------------------------------------------------
+
+    def _update_run(self, cur: Cursor, current: RunRecord, record: RunRecord) -> None:
+        # Every change of a run goes through here (finish, cancel, requeue):
+        # entering running, it becomes this member's; leaving it, it must be.
+        involved = RunStatus.RUNNING in (current.status, record.status)
+        _write(cur, current, record, held_by=self.member_id if involved else None)
 
     def _before_insert(self, cur: Cursor) -> None:
         # Under the fleet lock, seq order is commit order: a claim that sees
@@ -456,36 +423,19 @@ def _running(cur: Cursor, where: str, params: tuple[Any, ...]) -> int:
 
 
 def _write(cur: Cursor, current: RunRecord, record: RunRecord, *, held_by: str | None) -> None:
-    """Update the run as ``_update`` does, setting ``held_by``; a held run only by its holder.
+    """Update the run as ``_update`` does, and its holder; a held run only by its holder.
 
-    ``held_by`` is the holder to record (the claimant) or, for a run leaving
-    ``running``, the holder it must still have: the update matches nothing
-    if another member holds it, and raises :class:`StoreConflict`.
+    ``held_by`` is the holder to record (the claimant, or ``None`` for a run
+    not running) or, for a run leaving ``running``, the holder it must still
+    have: the update matches nothing if another member holds it, and raises
+    :class:`StoreConflict`.
     """
-    values = (
-        record.status.value,
-        record.started_at,
-        record.finished_at,
-        record.account,
-        record.exit_code,
-        record.reason,
-        record.result,
-        record.session_id,
-        record.excerpt,
-        record.log_path,
-        record.attempts,
-    )
+    values = _outcome_values(record)
     if current.status is RunStatus.RUNNING:
-        # Leaving running: the row must still be held by the given member.
         cur.execute(
-            _UPDATE + " AND held_by = ?",
-            (*values, current.id, current.status.value, held_by),
+            _UPDATE + " AND held_by = ?", (*values, current.id, current.status.value, held_by)
         )
+        check_updated(cur, current, record, " on this supervisor")
     else:
         cur.execute(_UPDATE_HELD, (*values, held_by, current.id, current.status.value))
-    if cur.rowcount != 1:
-        raise StoreConflict(
-            f"run {current.id!r} is no longer {current.status.value}"
-            + (" on this supervisor" if current.status is RunStatus.RUNNING else "")
-            + f"; it cannot become {record.status.value} (another writer changed it first)"
-        )
+        check_updated(cur, current, record)
