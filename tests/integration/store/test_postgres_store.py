@@ -68,7 +68,7 @@ def columns_in_sqlite(tmp_path: Path) -> dict[str, list[str]]:
     try:
         return {
             table: [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
-            for table in ("runs", "conversation_sessions", "account_limits")
+            for table in ("runs", "conversation_sessions", "account_limits", "supervisors")
         }
     finally:
         conn.close()
@@ -93,7 +93,7 @@ def test_a_new_database_gets_the_same_tables_and_version_as_sqlite(
                     (table,),
                 )
             ]
-            for table in ("runs", "conversation_sessions", "account_limits")
+            for table in ("runs", "conversation_sessions", "account_limits", "supervisors")
         }
         assert conn.execute("SELECT version FROM herdsman_schema").fetchall() == [(SCHEMA_VERSION,)]
     assert found == columns_in_sqlite(tmp_path)

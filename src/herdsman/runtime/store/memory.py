@@ -27,6 +27,7 @@ from herdsman.runtime.store.records import (
     check_limit_text,
     check_now,
     check_text,
+    ended,
     finished,
     is_terminal,
     new_record,
@@ -144,17 +145,7 @@ class MemoryStore:
         current = self._existing(run_id)
         if current.status is not RunStatus.QUEUED:
             raise not_queued(current)
-        record = finished(
-            current,
-            RunStatus.CANCELLED,
-            now,
-            exit_code=None,
-            reason=reason,
-            result=None,
-            session_id=None,
-            excerpt=None,
-            log_path=None,
-        )
+        record = ended(current, RunStatus.CANCELLED, now, reason)
         self._put(record)
         return record
 
@@ -224,24 +215,14 @@ class MemoryStore:
         """See :meth:`Store.recover`."""
         self._check_open()
         now = check_now(now)
-        lost = [
-            finished(
-                r,
-                RunStatus.LOST,
-                now,
-                exit_code=None,
-                reason=LOST_ON_RESTART,
-                result=None,
-                session_id=None,
-                excerpt=None,
-                log_path=None,
-            )
+        found = [
+            ended(r, RunStatus.LOST, now, LOST_ON_RESTART)
             for r in self._runs.values()
             if r.status is RunStatus.RUNNING
         ]
-        for record in lost:
+        for record in found:
             self._put(record)
-        return lost
+        return found
 
     def prune(self, finished_before: float) -> int:
         """See :meth:`Store.prune`."""

@@ -84,6 +84,29 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         "CREATE INDEX runs_by_started_at ON runs (started_at)",
     ),
+    (
+        # The fleet member (supervisors.id) that claimed a running run.
+        'ALTER TABLE runs ADD COLUMN held_by TEXT COLLATE "C"',
+        # Times are the server's clock (seconds since the epoch): the one
+        # clock every member of a fleet shares (see fleet.py).
+        """
+        CREATE TABLE supervisors (
+            id TEXT COLLATE "C" PRIMARY KEY,
+            host TEXT COLLATE "C" NOT NULL,
+            pid INTEGER NOT NULL,
+            joined_at DOUBLE PRECISION NOT NULL,
+            lease_until DOUBLE PRECISION NOT NULL
+        )
+        """,
+        # A claim looks for a running or earlier queued run on its lanes:
+        # with these, it reads only that lane's live runs, however long the
+        # queue and however many finished runs the conversation has.
+        "CREATE INDEX runs_live_by_conversation ON runs (workspace, conversation, seq)"
+        " WHERE status IN ('queued', 'running')",
+        "CREATE INDEX runs_live_by_agent ON runs (workspace, agent, seq)"
+        " WHERE status IN ('queued', 'running')",
+        "CREATE INDEX runs_by_held_by ON runs (held_by) WHERE status = 'running'",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -385,6 +385,24 @@ def finished(
     )
 
 
+def ended(record: RunRecord, status: RunStatus, now: float, reason: str) -> RunRecord:
+    """``record`` moved to ``status`` with a ``reason`` only: no process outcome to keep.
+
+    A queued run cancelled, or a running run recorded lost.
+    """
+    return finished(
+        record,
+        status,
+        now,
+        exit_code=None,
+        reason=reason,
+        result=None,
+        session_id=None,
+        excerpt=None,
+        log_path=None,
+    )
+
+
 def requeued(record: RunRecord) -> RunRecord:
     """``record`` moved from usage_limited back to queued.
 

@@ -10,6 +10,7 @@ cannot drift apart: a rule changed here changes for both.
 from __future__ import annotations
 
 import json
+import operator
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ from herdsman.runtime.store.records import (
     check_limit_text,
     check_now,
     check_text,
+    ended,
     finished,
     new_record,
     not_found,
@@ -159,6 +161,13 @@ class SqlStore:
         """Close the connection."""
         raise NotImplementedError
 
+    def _update_run(self, cur: Cursor, current: RunRecord, record: RunRecord) -> None:
+        """Write ``record`` over ``current``, guarded by its status (a fleet adds its own guard)."""
+        _update(cur, current, record)
+
+    def _before_insert(self, cur: Cursor) -> None:
+        """Called in a new run's transaction before its ``seq`` is drawn (a fleet locks here)."""
+
     # --- transactions --------------------------------------------------------
 
     def _failure(self, exc: Exception) -> StoreError:
@@ -282,6 +291,7 @@ class SqlStore:
     ) -> tuple[RunRecord, bool]:
         with self._transaction() as cur:
             now = check_now(now)
+            self._before_insert(cur)
             existing = _fetch(cur, new.id)
             if existing is not None:
                 return existing, False
@@ -307,7 +317,7 @@ class SqlStore:
                 # listed twice is found running the second time and refused.
                 current = _existing(cur, run_id)
                 record = started(current, now, account)
-                _update(cur, current, record)
+                self._update_run(cur, current, record)
                 out.append(record)
         return out
 
@@ -339,7 +349,7 @@ class SqlStore:
                 excerpt=excerpt,
                 log_path=log_path,
             )
-            _update(cur, current, record)
+            self._update_run(cur, current, record)
             return record
 
     def cancel_queued(self, run_id: str, now: float, reason: str) -> RunRecord:
@@ -349,18 +359,8 @@ class SqlStore:
             current = _existing(cur, run_id)
             if current.status is not RunStatus.QUEUED:
                 raise not_queued(current)
-            record = finished(
-                current,
-                RunStatus.CANCELLED,
-                now,
-                exit_code=None,
-                reason=reason,
-                result=None,
-                session_id=None,
-                excerpt=None,
-                log_path=None,
-            )
-            _update(cur, current, record)
+            record = ended(current, RunStatus.CANCELLED, now, reason)
+            self._update_run(cur, current, record)
             return record
 
     def requeue(self, run_id: str) -> RunRecord:
@@ -368,7 +368,7 @@ class SqlStore:
         with self._transaction() as cur:
             current = _existing(cur, run_id)
             record = requeued(current)
-            _update(cur, current, record)
+            self._update_run(cur, current, record)
             return record
 
     def add_note(self, run_id: str, note: str) -> RunRecord:
@@ -441,18 +441,8 @@ class SqlStore:
             ).fetchall()
             for row in rows:
                 current = _record(row)
-                record = finished(
-                    current,
-                    RunStatus.LOST,
-                    now,
-                    exit_code=None,
-                    reason=LOST_ON_RESTART,
-                    result=None,
-                    session_id=None,
-                    excerpt=None,
-                    log_path=None,
-                )
-                _update(cur, current, record)
+                record = ended(current, RunStatus.LOST, now, LOST_ON_RESTART)
+                self._update_run(cur, current, record)
                 out.append(record)
         return out
 
@@ -610,27 +600,39 @@ def _existing(cur: Cursor, run_id: str) -> RunRecord:
 
 
 def _update(cur: Cursor, current: RunRecord, record: RunRecord) -> None:
-    cur.execute(
-        _UPDATE,
-        (
-            record.status.value,
-            record.started_at,
-            record.finished_at,
-            record.account,
-            record.exit_code,
-            record.reason,
-            record.result,
-            record.session_id,
-            record.excerpt,
-            record.log_path,
-            record.attempts,
-            current.id,
-            current.status.value,
-        ),
-    )
+    cur.execute(_UPDATE, (*_outcome_values(record), current.id, current.status.value))
+    check_updated(cur, current, record)
+
+
+# What a run's life changes after it is submitted, in _UPDATE's (and
+# _INSERT's) order after the status.
+_OUTCOME = operator.attrgetter(
+    "started_at",
+    "finished_at",
+    "account",
+    "exit_code",
+    "reason",
+    "result",
+    "session_id",
+    "excerpt",
+    "log_path",
+    "attempts",
+)
+
+
+def _outcome_values(record: RunRecord) -> tuple[Any, ...]:
+    """The values of ``_UPDATE``'s SET clause, in its order."""
+    return (record.status.value, *_OUTCOME(record))
+
+
+def check_updated(cur: Cursor, current: RunRecord, record: RunRecord, where: str = "") -> None:
+    """Raise :class:`StoreConflict` unless the guarded update just made changed the run.
+
+    ``where`` names what else the guard required of it (``" on this supervisor"``).
+    """
     if cur.rowcount != 1:
         raise StoreConflict(
-            f"run {current.id!r} is no longer {current.status.value}; it cannot become"
+            f"run {current.id!r} is no longer {current.status.value}{where}; it cannot become"
             f" {record.status.value} (another writer changed it first)"
         )
 
@@ -648,16 +650,7 @@ def _insert_values(record: RunRecord) -> tuple[Any, ...]:
         json.dumps(record.metadata, allow_nan=False),
         record.status.value,
         record.submitted_at,
-        record.started_at,
-        record.finished_at,
-        record.account,
-        record.exit_code,
-        record.reason,
-        record.result,
-        record.session_id,
-        record.excerpt,
-        record.log_path,
-        record.attempts,
+        *_OUTCOME(record),
         record.cwd,
     )
 

@@ -80,6 +80,21 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # account_usage: a range on started_at instead of a table scan.
         "CREATE INDEX runs_by_started_at ON runs (started_at)",
     ),
+    # 5: fleet coordination (docs/fleet.md). Only the PostgreSQL store uses
+    # them; SQLite has the same tables so a version means one schema on both.
+    (
+        # The fleet member (supervisors.id) that claimed a running run.
+        "ALTER TABLE runs ADD COLUMN held_by TEXT",
+        """
+        CREATE TABLE supervisors (
+            id TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            joined_at REAL NOT NULL,
+            lease_until REAL NOT NULL
+        ) WITHOUT ROWID
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

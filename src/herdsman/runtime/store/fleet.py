@@ -1,0 +1,441 @@
+"""Fleet coordination in a PostgreSQL ledger: members, leases and atomic claims.
+
+Several supervisors share one queue when each opens the ledger as a
+:class:`FleetStore`. Each is a *member* (a row of ``supervisors``, a random
+id per process start) holding a *lease* it renews. Starting a run is a
+*claim*: one transaction that re-checks, fleet-wide, everything the local
+scheduler decided on its own view (the run is still queued, its lanes are
+free, no earlier queued run waits on them, the fleet-wide caps have room)
+and records the run as running and held by the member, or refuses it and
+changes nothing. A member whose lease lapsed is *expired* by any live one:
+in one transaction its row goes and its running runs become ``lost``, never
+re-run. The rules are those of docs/scheduling.md; docs/fleet.md says how
+they map onto these transactions.
+
+Claims and expiries serialise on one transaction-scoped advisory lock (the
+*fleet lock*): simple, obviously correct, and fast enough for a queue of
+agent runs (``benchmarks/fleet.py`` measures it). Lease times are the
+database server's clock, the one clock every member shares; a member's own
+clock may be off by more than a short lease.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from herdsman.runtime.store.errors import StoreError
+from herdsman.runtime.store.postgres import _SOLE_SUPERVISOR_LOCK, PostgresStore
+from herdsman.runtime.store.records import (
+    RunRecord,
+    RunStatus,
+    check_now,
+    ended,
+    started,
+)
+from herdsman.runtime.store.sql import (
+    _SELECT,
+    _UPDATE,
+    Cursor,
+    _existing,
+    _outcome_values,
+    _record,
+    check_updated,
+)
+
+__all__ = [
+    "ClaimResult",
+    "ClaimRules",
+    "FleetStore",
+    "LeaseExpired",
+    "Member",
+    "Refusal",
+]
+
+# Serialises claims and expiries fleet-wide (pg_advisory_xact_lock: released
+# at commit or rollback, however the transaction ends). With the schema's
+# oid in the low 32 bits, as the sole-supervisor lock: a schema is a ledger,
+# and two ledgers in one database must not wait for each other. "hrdf".
+_FLEET_LOCK = 0x68726466
+# The server's clock in unix seconds, read at the moment of the statement
+# (now() would be the transaction's start, before any lock wait).
+_CLOCK = "extract(epoch FROM clock_timestamp())::double precision"
+_UPDATE_HELD = _UPDATE.replace("attempts = ?", "attempts = ?, held_by = ?")
+
+
+class LeaseExpired(StoreError):
+    """This member's lease lapsed (or it was expired): it may claim nothing more.
+
+    A member that sees this has been, or is about to be, declared gone: its
+    running runs are (or will be) ``lost``. It must stop admitting and say so.
+    """
+
+
+class Refusal(enum.StrEnum):
+    """Why a claim was refused (the run stays as it was)."""
+
+    #: The run is not queued any more: claimed by another member, or cancelled.
+    GONE = "gone"
+    #: A running run, anywhere in the fleet, shares its conversation or agent key.
+    LANE_BUSY = "lane_busy"
+    #: An earlier-submitted queued run shares one of its keys (FIFO per key).
+    EARLIER_QUEUED = "earlier_queued"
+    #: Its provider's fleet-wide cap is reached.
+    PROVIDER_CAP = "provider_cap"
+    #: The fleet-wide cap of the account it would spend is reached.
+    ACCOUNT_CAP = "account_cap"
+
+
+def _copy_caps(caps: Mapping[Any, int]) -> dict[Any, int]:
+    for key, cap in caps.items():
+        if cap < 0:
+            raise ValueError(f"fleet cap of {key!r} must be >= 0, got {cap}")
+    return dict(caps)
+
+
+@attrs.frozen
+class ClaimRules:
+    """What a claim checks beyond the run being queued.
+
+    ``agent_exclusive``: the agent key is a lane (as ``[scheduling]
+    agent_exclusive``; every member must agree). ``provider_caps``: at most
+    this many runs of a provider run fleet-wide. ``account_caps``: at most
+    this many runs spend ``(provider, account)`` fleet-wide. A provider or
+    account not named has no fleet-wide cap (each member's own caps still
+    apply in its local scheduler).
+    """
+
+    agent_exclusive: bool = True
+    provider_caps: Mapping[str, int] = attrs.field(factory=dict, converter=_copy_caps)
+    account_caps: Mapping[tuple[str, str], int] = attrs.field(factory=dict, converter=_copy_caps)
+
+
+@attrs.frozen
+class ClaimResult:
+    """Runs claimed (now running, held by the claimant) and runs refused, each in item order."""
+
+    claimed: list[RunRecord]
+    refused: list[tuple[str, Refusal]]
+
+
+@attrs.frozen
+class Member:
+    """One supervisor of the fleet, as the ledger knows it."""
+
+    id: str
+    host: str
+    pid: int
+    joined_at: float
+    lease_until: float
+
+    @property
+    def label(self) -> str:
+        """The member as messages name it: ``host:pid``."""
+        return f"{self.host}:{self.pid}"
+
+
+def lease_expired_reason(member: Member) -> str:
+    """The ``reason`` a run of an expired member is recorded ``lost`` with."""
+    return f"supervisor {member.label} lease expired"
+
+
+class FleetStore(PostgresStore):
+    """A PostgreSQL ledger shared by several supervisors, this one a member.
+
+    Opening joins the fleet: the member row is written with a lease of
+    ``lease`` seconds, renewed by :meth:`renew`. Starts go through
+    :meth:`claim_many` (not ``mark_running_many``), and :meth:`finish`
+    refuses to record the outcome of a running run this member does not
+    hold — in particular one already declared ``lost`` after its lease
+    lapsed. A supervisor holding the ledger alone (``sole``) and a fleet
+    exclude each other.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        member_id: str,
+        host: str,
+        pid: int,
+        lease: float,
+        connect_timeout: int = 10,
+    ) -> None:
+        """Connect, create or migrate the schema, and join the fleet as ``member_id``."""
+        if not (math.isfinite(lease) and lease > 0):
+            raise StoreError(f"a fleet lease must be a positive number of seconds, got {lease!r}")
+        super().__init__(url, connect_timeout=connect_timeout, sole=False)
+        self.member_id = member_id
+        self.lease = lease
+        try:
+            self._share_ledger()
+            self._join(host, pid)
+        except BaseException:
+            self.close()
+            raise
+
+    def _share_ledger(self) -> None:
+        """Hold the sole-supervisor lock in shared mode: no sole supervisor while a member runs."""
+        with self._reading() as cur:
+            row = cur.execute(
+                "SELECT pg_try_advisory_lock_shared((?::bigint << 32) | oid::bigint), oid"
+                " FROM pg_namespace WHERE nspname = current_schema()",
+                (_SOLE_SUPERVISOR_LOCK,),
+            ).fetchone()
+        if row is None or not row[0]:
+            raise StoreError(
+                f"a herdsman supervisor that is not a fleet member holds the run ledger on"
+                f" {self.server}: a fleet cannot share it; stop that supervisor first"
+            )
+        self._fleet_lock = (_FLEET_LOCK << 32) | int(row[1])
+
+    def _join(self, host: str, pid: int) -> None:
+        with self._transaction() as cur:
+            cur.execute(
+                "INSERT INTO supervisors (id, host, pid, joined_at, lease_until)"
+                f" VALUES (?, ?, ?, {_CLOCK}, {_CLOCK} + ?)",
+                (self.member_id, host, pid, self.lease),
+            )
+
+    # --- leases ----------------------------------------------------------------
+
+    def renew(self) -> float:
+        """Extend this member's lease by ``lease`` seconds from now; return its new end.
+
+        Raises :class:`LeaseExpired` if the lease had already lapsed (whether
+        or not another member has expired it yet): a lapsed lease is never
+        revived, since another member may be declaring its runs lost.
+        """
+        with self._transaction() as cur:
+            row = cur.execute(
+                f"UPDATE supervisors SET lease_until = {_CLOCK} + ?"
+                f" WHERE id = ? AND lease_until >= {_CLOCK} RETURNING lease_until",
+                (self.lease, self.member_id),
+            ).fetchone()
+        if row is None:
+            raise self._expired()
+        return float(row[0])
+
+    def leave(self) -> None:
+        """End this member's lease now (a clean shutdown); the next expiry removes it.
+
+        Runs it still holds then become ``lost`` like those of any expired member.
+        """
+        with self._transaction() as cur:
+            cur.execute(
+                f"UPDATE supervisors SET lease_until = {_CLOCK} - 1 WHERE id = ?",
+                (self.member_id,),
+            )
+
+    def expire_lapsed(self, now: float) -> list[RunRecord]:
+        """Remove every member whose lease lapsed; their running runs become ``lost``.
+
+        One transaction, under the fleet lock: a member's row goes together
+        with marking its runs lost, so a running run's holder is always a
+        member. Returns the runs marked lost, by ``seq``. Only a live member
+        may do this (:class:`LeaseExpired` otherwise).
+        """
+        out: list[RunRecord] = []
+        with self._transaction() as cur:
+            now = check_now(now)
+            self._lock_fleet(cur)
+            self._check_live(cur)
+            # The lease is re-checked row by row as each is deleted, so a
+            # renewal that committed meanwhile keeps its member.
+            gone = [
+                Member(*row)
+                for row in cur.execute(
+                    "DELETE FROM supervisors"
+                    f" WHERE lease_until < {_CLOCK} AND id <> ?"
+                    " RETURNING id, host, pid, joined_at, lease_until",
+                    (self.member_id,),
+                ).fetchall()
+            ]
+            for member in sorted(gone, key=lambda m: m.id):
+                rows = cur.execute(
+                    f"{_SELECT} WHERE status = ? AND held_by = ? ORDER BY seq",
+                    (RunStatus.RUNNING.value, member.id),
+                ).fetchall()
+                for row in rows:
+                    current = _record(row)
+                    record = ended(current, RunStatus.LOST, now, lease_expired_reason(member))
+                    _write(cur, current, record, held_by=member.id)
+                    out.append(record)
+        return sorted(out, key=lambda r: r.seq)
+
+    def members(self) -> list[Member]:
+        """Every member still in the ledger (lapsed ones until expired), by id."""
+        with self._reading() as cur:
+            rows = cur.execute(
+                "SELECT id, host, pid, joined_at, lease_until FROM supervisors ORDER BY id"
+            ).fetchall()
+        return [Member(*row) for row in rows]
+
+    def held_by(self, run_id: str) -> str | None:
+        """The member holding ``run_id`` while it runs, else ``None``."""
+        with self._reading() as cur:
+            row = cur.execute(
+                "SELECT held_by FROM runs WHERE id = ? AND status = ?",
+                (run_id, RunStatus.RUNNING.value),
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def running_elsewhere(self) -> list[RunRecord]:
+        """Running runs held by other members, by ``seq``: their lanes are busy."""
+        with self._reading() as cur:
+            rows = cur.execute(
+                f"{_SELECT} WHERE status = ? AND held_by <> ? ORDER BY seq",
+                (RunStatus.RUNNING.value, self.member_id),
+            ).fetchall()
+        return [_record(row) for row in rows]
+
+    # --- claims ----------------------------------------------------------------
+
+    def claim_many(
+        self,
+        items: Sequence[tuple[str, str | None]],
+        now: float,
+        rules: ClaimRules | None = None,
+    ) -> ClaimResult:
+        """Claim ``(run_id, account)`` pairs in order: each one started, or refused.
+
+        One durable transaction under the fleet lock. An item is claimed only
+        if the run is queued, no running run shares its conversation (or,
+        with ``rules.agent_exclusive``, agent) key, no queued run submitted
+        before it shares one, and the fleet-wide caps of ``rules`` have room;
+        items see the claims of the items before them. A refused item
+        changes nothing. Raises :class:`LeaseExpired`, claiming nothing, if
+        this member's lease has lapsed; :class:`RunNotFound` for an unknown id.
+        """
+        rules = rules if rules is not None else ClaimRules()
+        claimed: list[RunRecord] = []
+        refused: list[tuple[str, Refusal]] = []
+        with self._transaction(durable=True) as cur:
+            now = check_now(now)
+            self._lock_fleet(cur)
+            self._check_live(cur)
+            for run_id, account in items:
+                current = _existing(cur, run_id)
+                refusal = _refusal(cur, current, account, rules)
+                if refusal is not None:
+                    refused.append((run_id, refusal))
+                    continue
+                record = started(current, now, account)
+                self._update_run(cur, current, record)
+                claimed.append(record)
+        return ClaimResult(claimed, refused)
+
+    def mark_running_many(
+        self, items: Sequence[tuple[str, str | None]], now: float
+    ) -> list[RunRecord]:
+        """Refused: a fleet member starts runs with :meth:`claim_many` only."""
+        raise StoreError(
+            "a fleet member starts runs with claim_many, which checks the fleet's lanes"
+        )
+
+    def recover(self, now: float) -> list[RunRecord]:
+        """Refused: in a fleet, runs become lost by :meth:`expire_lapsed`, not at a start."""
+        raise StoreError(
+            "a fleet member does not recover runs at start: other members may be running"
+            " them; expire_lapsed marks the runs of lapsed members lost"
+        )
+
+    # --- internals -------------------------------------------------------------
+
+    def _update_run(self, cur: Cursor, current: RunRecord, record: RunRecord) -> None:
+        # Every change of a run goes through here (finish, cancel, requeue):
+        # entering running, it becomes this member's; leaving it, it must be.
+        involved = RunStatus.RUNNING in (current.status, record.status)
+        _write(cur, current, record, held_by=self.member_id if involved else None)
+
+    def _before_insert(self, cur: Cursor) -> None:
+        # Under the fleet lock, seq order is commit order: a claim that sees
+        # no earlier queued run on its lanes can never see one appear later.
+        self._lock_fleet(cur)
+
+    def _lock_fleet(self, cur: Cursor) -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(?)", (self._fleet_lock,))
+
+    def _check_live(self, cur: Cursor) -> None:
+        row = cur.execute(
+            f"SELECT lease_until >= {_CLOCK} FROM supervisors WHERE id = ?", (self.member_id,)
+        ).fetchone()
+        if row is None or not row[0]:
+            raise self._expired()
+
+    def _expired(self) -> LeaseExpired:
+        return LeaseExpired(
+            f"the fleet lease of this supervisor ({self.member_id}) on {self.server} has"
+            " expired: other members may have declared its running runs lost; it starts"
+            " nothing more"
+        )
+
+
+def _refusal(cur: Cursor, run: RunRecord, account: str | None, rules: ClaimRules) -> Refusal | None:
+    """Why ``run`` may not be claimed now, or ``None`` if it may."""
+    if run.status is not RunStatus.QUEUED:
+        return Refusal.GONE
+    lanes = [("conversation", run.conversation)]
+    if rules.agent_exclusive:
+        lanes.append(("agent", run.agent))
+    found: set[str] = set()
+    for column, key in lanes:
+        if key is None:
+            continue
+        # The live-lane partial indexes (migration 5) answer this in a probe
+        # per lane: only the lane's queued and running runs are read.
+        # 'running' sorts after 'queued': a running one is found first.
+        row = cur.execute(
+            "SELECT status FROM runs WHERE status IN ('queued', 'running')"
+            f" AND workspace = ? AND {column} = ? AND (status = 'running' OR seq < ?)"
+            " ORDER BY status DESC LIMIT 1",
+            (run.workspace, key, run.seq),
+        ).fetchone()
+        if row is not None:
+            found.add(row[0])
+    if RunStatus.RUNNING.value in found:
+        return Refusal.LANE_BUSY
+    if found:
+        return Refusal.EARLIER_QUEUED
+    cap = rules.provider_caps.get(run.provider)
+    if cap is not None and _running(cur, "provider = ?", (run.provider,)) >= cap:
+        return Refusal.PROVIDER_CAP
+    if account is not None:
+        cap = rules.account_caps.get((run.provider, account))
+        if (
+            cap is not None
+            and _running(cur, "provider = ? AND account = ?", (run.provider, account)) >= cap
+        ):
+            return Refusal.ACCOUNT_CAP
+    return None
+
+
+def _running(cur: Cursor, where: str, params: tuple[Any, ...]) -> int:
+    row = cur.execute(
+        f"SELECT count(*) FROM runs WHERE status = ? AND {where}",
+        (RunStatus.RUNNING.value, *params),
+    ).fetchone()
+    return int(row[0])
+
+
+def _write(cur: Cursor, current: RunRecord, record: RunRecord, *, held_by: str | None) -> None:
+    """Update the run as ``_update`` does, and its holder; a held run only by its holder.
+
+    ``held_by`` is the holder to record (the claimant, or ``None`` for a run
+    not running) or, for a run leaving ``running``, the holder it must still
+    have: the update matches nothing if another member holds it, and raises
+    :class:`StoreConflict`.
+    """
+    values = _outcome_values(record)
+    if current.status is RunStatus.RUNNING:
+        cur.execute(
+            _UPDATE + " AND held_by = ?", (*values, current.id, current.status.value, held_by)
+        )
+        check_updated(cur, current, record, " on this supervisor")
+    else:
+        cur.execute(_UPDATE_HELD, (*values, held_by, current.id, current.status.value))
+        check_updated(cur, current, record)

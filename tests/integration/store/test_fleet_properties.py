@@ -1,0 +1,314 @@
+"""The fleet claim rules under interleavings and races, against a real server.
+
+Several FleetStores on one schema act as the members of a fleet. One test
+interleaves submits, claims, finishes, cancels and lapsed members drawn by
+hypothesis, and compares every claim's decision with a plain model of the
+rules (docs/scheduling.md, fleet-wide); the other races members' claims in
+threads and checks the ledger after: no run claimed twice, no two running
+runs sharing a key, FIFO per key, caps.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from herdsman.core.runs import RunRequest, exclusion_keys
+from herdsman.runtime.store import NewRun, RunRecord, RunStatus, StoreConflict
+from herdsman.runtime.store.fleet import ClaimRules, FleetStore, LeaseExpired, Refusal
+from postgres_support import fresh_schema
+
+T0 = 1_700_000_000.0
+PROVIDERS = ("claude", "codex")
+RULES = ClaimRules(agent_exclusive=True, provider_caps={"claude": 2, "codex": 3})
+
+
+@contextmanager
+def members(server: str, count: int) -> Iterator[list[FleetStore]]:
+    with fresh_schema(server) as url:
+        stores = [
+            FleetStore(
+                url, member_id=f"m{n}-{uuid.uuid4().hex[:6]}", host=f"m{n}", pid=n, lease=600
+            )
+            for n in range(count)
+        ]
+        try:
+            yield stores
+        finally:
+            for store in stores:
+                store.close()
+
+
+def keys(record: RunRecord) -> tuple[str, ...]:
+    request = RunRequest(
+        record.id, record.provider, record.conversation, record.agent, record.workspace
+    )
+    return exclusion_keys(request, agent_exclusive=RULES.agent_exclusive)
+
+
+@attrs.define
+class Model:
+    """The fleet's runs as the rules see them: status, holder and keys, by seq."""
+
+    runs: dict[str, RunRecord] = attrs.field(factory=dict)
+    holder: dict[str, int] = attrs.field(factory=dict)
+
+    def expected(self, run_id: str) -> Refusal | None:
+        run = self.runs[run_id]
+        if run.status is not RunStatus.QUEUED:
+            return Refusal.GONE
+        mine = set(keys(run))
+        others = [r for r in self.runs.values() if r.id != run_id and mine & set(keys(r))]
+        if any(r.status is RunStatus.RUNNING for r in others):
+            return Refusal.LANE_BUSY
+        if any(r.status is RunStatus.QUEUED and r.seq < run.seq for r in others):
+            return Refusal.EARLIER_QUEUED
+        running = sum(
+            1
+            for r in self.runs.values()
+            if r.status is RunStatus.RUNNING and r.provider == run.provider
+        )
+        if running >= RULES.provider_caps[run.provider]:
+            return Refusal.PROVIDER_CAP
+        return None
+
+
+submit_op = st.tuples(
+    st.just("submit"),
+    st.one_of(st.none(), st.sampled_from("ab")),  # conversation
+    st.one_of(st.none(), st.sampled_from("xy")),  # agent
+    st.sampled_from(PROVIDERS),
+)
+claim_op = st.tuples(
+    st.just("claim"), st.integers(0, 3), st.lists(st.integers(0, 30), min_size=1, max_size=4)
+)
+# Most finishes name a running run (any member may try, only its holder may
+# succeed); some name any run at all.
+finish_op = st.tuples(st.just("finish"), st.integers(0, 3), st.integers(0, 30), st.booleans())
+cancel_op = st.tuples(st.just("cancel"), st.integers(0, 30))
+lapse_op = st.tuples(st.just("lapse"), st.integers(0, 3))
+operations = st.lists(
+    st.one_of(submit_op, submit_op, claim_op, claim_op, finish_op, cancel_op, lapse_op),
+    min_size=5,
+    max_size=40,
+)
+
+
+@attrs.define
+class Harness:
+    """Members acting on one ledger, one operation at a time, checked against the model."""
+
+    stores: list[FleetStore]
+    model: Model = attrs.field(factory=Model)
+    order: list[str] = attrs.field(factory=list)  # run ids in submission order
+    lapsed: set[int] = attrs.field(factory=set)
+    now: float = T0
+
+    @property
+    def live(self) -> list[int]:
+        return [n for n in range(len(self.stores)) if n not in self.lapsed]
+
+    def pick(self, index: int) -> str:
+        return self.order[index % len(self.order)]
+
+    def submit(self, conversation: str | None, agent: str | None, provider: str) -> None:
+        run_id = f"r{len(self.order)}"
+        new = NewRun(
+            id=run_id, provider=provider, prompt="p", conversation=conversation, agent=agent
+        )
+        record, created = self.stores[self.live[0]].submit(new, self.now)
+        assert created
+        assert all(record.seq > r.seq for r in self.model.runs.values())
+        self.model.runs[run_id] = record
+        self.order.append(run_id)
+
+    def claim(self, who: int, picks: list[int]) -> None:
+        if not self.order:
+            return
+        n = who % len(self.stores)
+        # A member claims each id once per batch.
+        items = list(dict.fromkeys(self.pick(i) for i in picks))
+        if n in self.lapsed:
+            try:
+                self.stores[n].claim_many([(i, None) for i in items], self.now, RULES)
+            except LeaseExpired:
+                return
+            raise AssertionError("a lapsed member claimed")
+        result = self.stores[n].claim_many([(i, None) for i in items], self.now, RULES)
+        refused = dict(result.refused)
+        for run_id in items:
+            want = self.model.expected(run_id)
+            assert refused.get(run_id) == want, (run_id, want, result)
+            if want is None:
+                self.set_status(run_id, RunStatus.RUNNING)
+                self.model.holder[run_id] = n
+
+    def finish(self, who: int, pick: int, any_run: bool) -> None:
+        running = [i for i in self.order if self.model.runs[i].status is RunStatus.RUNNING]
+        choices = self.order if any_run else running
+        if not choices:
+            return
+        n, run_id = who % len(self.stores), choices[pick % len(choices)]
+        held = self.model.holder.get(run_id) == n
+        held = held and self.model.runs[run_id].status is RunStatus.RUNNING
+        try:
+            self.stores[n].finish(run_id, RunStatus.SUCCEEDED, self.now, exit_code=0)
+        except StoreConflict:
+            assert not held, run_id
+        else:
+            assert held, f"{run_id} finished by m{n}, which does not hold it"
+            self.set_status(run_id, RunStatus.SUCCEEDED)
+
+    def cancel(self, pick: int) -> None:
+        if not self.order:
+            return
+        run_id = self.pick(pick)
+        queued = self.model.runs[run_id].status is RunStatus.QUEUED
+        try:
+            self.stores[self.live[0]].cancel_queued(run_id, self.now, "test")
+        except StoreConflict:
+            assert not queued
+        else:
+            assert queued
+            self.set_status(run_id, RunStatus.CANCELLED)
+
+    def lapse(self, who: int) -> None:
+        n = who % len(self.stores)
+        if n in self.lapsed or len(self.live) == 1:
+            return
+        self.stores[n].leave()
+        self.lapsed.add(n)
+        lost = self.stores[self.live[0]].expire_lapsed(self.now)
+        expected = sorted(
+            (r.seq, r.id)
+            for r in self.model.runs.values()
+            if r.status is RunStatus.RUNNING and self.model.holder.get(r.id) == n
+        )
+        assert [(r.seq, r.id) for r in lost] == expected
+        for record in lost:
+            assert record.reason == f"supervisor m{n}:{n} lease expired"
+            self.set_status(record.id, RunStatus.LOST)
+
+    def set_status(self, run_id: str, status: RunStatus) -> None:
+        self.model.runs[run_id] = attrs.evolve(self.model.runs[run_id], status=status)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(count=st.integers(2, 4), ops=operations)
+def test_every_claim_decides_as_the_fleet_wide_rules_say(
+    postgres_server: str, count: int, ops: Sequence[tuple[Any, ...]]
+) -> None:
+    with members(postgres_server, count) as stores:
+        harness = Harness(stores)
+        for kind, *args in ops:
+            harness.now += 1
+            getattr(harness, kind)(*args)
+            check_ledger(stores[harness.live[0]], harness.model)
+
+
+def check_ledger(store: FleetStore, model: Model) -> None:
+    """The ledger agrees with the model, and no rule is broken in it."""
+    records = {r.id: r for r in store.list_runs(limit=1000)}
+    assert {i: r.status for i, r in records.items()} == {i: r.status for i, r in model.runs.items()}
+    running = [r for r in records.values() if r.status is RunStatus.RUNNING]
+    held: set[str] = set()
+    for record in running:
+        for key in keys(record):
+            assert key not in held, f"two running runs share {key}"
+            held.add(key)
+    for provider, cap in RULES.provider_caps.items():
+        assert sum(1 for r in running if r.provider == provider) <= cap
+    # No run is ever started twice (nothing here re-queues).
+    assert all(r.attempts <= 1 for r in records.values())
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    count=st.integers(2, 4),
+    lanes=st.lists(
+        st.tuples(st.sampled_from([None, "a", "b", "c"]), st.sampled_from([None, "x", "y"])),
+        min_size=4,
+        max_size=14,
+    ),
+    seed=st.randoms(use_true_random=False),
+)
+def test_members_racing_for_one_queue_break_no_rule(
+    postgres_server: str,
+    count: int,
+    lanes: list[tuple[str | None, str | None]],
+    seed: object,
+) -> None:
+    """Members claim the whole queue at once, each in its own order, in threads.
+
+    Afterwards: every run claimed at most once, by one member; no two running
+    runs share a key; a running run has no earlier queued run on its lanes
+    (nothing finished meanwhile, so FIFO per key shows in the final state);
+    the caps hold.
+    """
+    import random
+
+    assert isinstance(seed, random.Random)
+    with members(postgres_server, count) as stores:
+        run_ids = []
+        for n, (conversation, agent) in enumerate(lanes):
+            run_id = f"r{n}"
+            provider = PROVIDERS[n % 2]
+            stores[n % count].submit(
+                NewRun(
+                    id=run_id, provider=provider, prompt="p", conversation=conversation, agent=agent
+                ),
+                T0,
+            )
+            run_ids.append(run_id)
+        orders = [seed.sample(run_ids, len(run_ids)) for _ in range(count)]
+        won: list[list[str]] = [[] for _ in range(count)]
+        barrier = threading.Barrier(count)
+
+        def race(n: int) -> None:
+            barrier.wait()
+            # One id at a time and in bursts: both are what supervisors do.
+            for start in range(0, len(orders[n]), 1 + n % 3):
+                burst = orders[n][start : start + 1 + n % 3]
+                result = stores[n].claim_many([(i, f"acct{n}") for i in burst], T0 + 1, RULES)
+                won[n].extend(r.id for r in result.claimed)
+
+        threads = [threading.Thread(target=race, args=(n,)) for n in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        claims = [run_id for ids in won for run_id in ids]
+        assert len(claims) == len(set(claims)), "a run was claimed twice"
+        records = {r.id: r for r in stores[0].list_runs(limit=1000)}
+        running = {i for i, r in records.items() if r.status is RunStatus.RUNNING}
+        assert running == set(claims)
+        for n, ids in enumerate(won):
+            for run_id in ids:
+                assert records[run_id].account == f"acct{n}"
+                assert stores[0].held_by(run_id) == stores[n].member_id
+        held: set[str] = set()
+        for run_id in sorted(running):
+            record = records[run_id]
+            for key in keys(record):
+                assert key not in held, f"two running runs share {key}"
+                held.add(key)
+            for other in records.values():
+                if other.status is RunStatus.QUEUED and other.seq < record.seq:
+                    assert not set(keys(other)) & set(keys(record)), (other.id, run_id)
+        for provider, cap in RULES.provider_caps.items():
+            assert sum(1 for i in running if records[i].provider == provider) <= cap

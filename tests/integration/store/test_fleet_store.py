@@ -1,0 +1,321 @@
+"""FleetStore on a real server: members, leases, expiry and the claim rules, example by example.
+
+The claim rules under interleavings and races are in test_fleet_properties.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+import pytest
+
+from herdsman.runtime.store import NewRun, RunStatus, StoreConflict, StoreError
+from herdsman.runtime.store.fleet import (
+    ClaimRules,
+    FleetStore,
+    LeaseExpired,
+    Refusal,
+    lease_expired_reason,
+)
+from herdsman.runtime.store.postgres import PostgresStore
+from postgres_support import fresh_schema
+
+T0 = 1_700_000_000.0
+
+
+def member(url: str, name: str, lease: float = 60.0) -> FleetStore:
+    return FleetStore(
+        url, member_id=f"{name}-{uuid.uuid4().hex[:8]}", host=name, pid=100, lease=lease
+    )
+
+
+@contextmanager
+def fleet(url: str, *names: str, lease: float = 60.0) -> Iterator[list[FleetStore]]:
+    stores = [member(url, name, lease) for name in names]
+    try:
+        yield stores
+    finally:
+        for store in stores:
+            store.close()
+
+
+def run(
+    run_id: str,
+    conversation: str | None = None,
+    agent: str | None = None,
+    provider: str = "claude",
+    workspace: str = "default",
+) -> NewRun:
+    return NewRun(
+        id=run_id,
+        provider=provider,
+        prompt="p",
+        conversation=conversation,
+        agent=agent,
+        workspace=workspace,
+    )
+
+
+def test_a_run_is_claimed_once_and_held_by_its_claimant(postgres_url: str) -> None:
+    with fleet(postgres_url, "a", "b") as (a, b):
+        a.submit(run("r1", "c1"), T0)
+        first = b.claim_many([("r1", "acct")], T0 + 1)
+        second = a.claim_many([("r1", "acct")], T0 + 2)
+        assert [r.id for r in first.claimed] == ["r1"]
+        assert first.claimed[0].account == "acct"
+        assert second.claimed == []
+        assert second.refused == [("r1", Refusal.GONE)]
+        assert a.held_by("r1") == b.member_id
+        assert [r.id for r in a.running_elsewhere()] == ["r1"]
+        assert b.running_elsewhere() == []
+        record = a.get("r1")
+        assert record is not None
+        assert (record.status, record.attempts) == (RunStatus.RUNNING, 1)
+
+
+def test_only_the_holder_records_how_a_running_run_ended(postgres_url: str) -> None:
+    with fleet(postgres_url, "a", "b") as (a, b):
+        a.submit(run("r1", "c1"), T0)
+        a.claim_many([("r1", None)], T0)
+        with pytest.raises(StoreConflict, match="on this supervisor"):
+            b.finish("r1", RunStatus.FAILED, T0 + 1, exit_code=1)
+        assert a.held_by("r1") == a.member_id
+        final = a.finish("r1", RunStatus.SUCCEEDED, T0 + 2, exit_code=0)
+        assert final.status is RunStatus.SUCCEEDED
+        assert a.held_by("r1") is None
+
+
+def test_a_run_on_a_lane_running_elsewhere_is_refused_until_it_ends(postgres_url: str) -> None:
+    with fleet(postgres_url, "a", "b") as (a, b):
+        a.submit(run("r1", "c1"), T0)
+        a.submit(run("r2", "c1"), T0)
+        a.submit(run("other", "c2"), T0)
+        assert [r.id for r in a.claim_many([("r1", None)], T0).claimed] == ["r1"]
+        refused = b.claim_many([("r2", None), ("other", None)], T0)
+        assert refused.refused == [("r2", Refusal.LANE_BUSY)]
+        assert [r.id for r in refused.claimed] == ["other"]
+        a.finish("r1", RunStatus.SUCCEEDED, T0 + 1, exit_code=0)
+        assert [r.id for r in b.claim_many([("r2", None)], T0 + 2).claimed] == ["r2"]
+
+
+def test_a_run_behind_an_earlier_queued_run_on_its_lane_waits(postgres_url: str) -> None:
+    """FIFO per key fleet-wide: the conversation key, and the agent key while exclusive."""
+    with fleet(postgres_url, "a", "b") as (a, b):
+        a.submit(run("r1", "c1", agent="x"), T0)
+        b.submit(run("r2", "c1"), T0)
+        b.submit(run("r3", "c9", agent="x"), T0)
+        b.submit(run("r4", "c1", workspace="elsewhere"), T0)
+        result = b.claim_many([("r2", None), ("r3", None), ("r4", None)], T0)
+        assert result.refused == [("r2", Refusal.EARLIER_QUEUED), ("r3", Refusal.EARLIER_QUEUED)]
+        # Keys are scoped by workspace: the same conversation id elsewhere is free.
+        assert [r.id for r in result.claimed] == ["r4"]
+        loose = b.claim_many([("r3", None)], T0, ClaimRules(agent_exclusive=False))
+        assert [r.id for r in loose.claimed] == ["r3"]
+
+
+def test_items_of_one_claim_see_the_claims_before_them(postgres_url: str) -> None:
+    with fleet(postgres_url, "a") as (a,):
+        a.submit(run("r1", "c1", agent="x"), T0)
+        a.submit(run("r2", "c2", agent="x"), T0)
+        result = a.claim_many([("r1", None), ("r2", None)], T0, ClaimRules(agent_exclusive=True))
+        assert [r.id for r in result.claimed] == ["r1"]
+        assert result.refused == [("r2", Refusal.LANE_BUSY)]
+
+
+def test_fleet_wide_caps_per_provider_and_per_account(postgres_url: str) -> None:
+    rules = ClaimRules(provider_caps={"claude": 2}, account_caps={("codex", "team"): 1})
+    with fleet(postgres_url, "a", "b") as (a, b):
+        for n in range(3):
+            a.submit(run(f"c{n}"), T0)
+            a.submit(run(f"x{n}", provider="codex"), T0)
+        assert len(a.claim_many([("c0", None)], T0, rules).claimed) == 1
+        assert b.claim_many([("c1", None), ("c2", None)], T0, rules).refused == [
+            ("c2", Refusal.PROVIDER_CAP)
+        ]
+        result = b.claim_many([("x0", "team"), ("x1", "team"), ("x2", "solo")], T0, rules)
+        assert result.refused == [("x1", Refusal.ACCOUNT_CAP)]
+        assert [r.id for r in result.claimed] == ["x0", "x2"]
+        a.finish("c0", RunStatus.FAILED, T0 + 1, exit_code=1)
+        assert [r.id for r in b.claim_many([("c2", None)], T0 + 1, rules).claimed] == ["c2"]
+
+
+def test_a_negative_fleet_cap_is_refused() -> None:
+    with pytest.raises(ValueError, match="'claude'"):
+        ClaimRules(provider_caps={"claude": -1})
+
+
+def test_a_lapsed_member_s_runs_become_lost_and_it_can_write_nothing_more(
+    postgres_url: str,
+) -> None:
+    with fleet(postgres_url, "live") as (live,):
+        gone = member(postgres_url, "gone", lease=0.3)
+        try:
+            live.submit(run("r1", "c1"), T0)
+            live.submit(run("r2", "c1"), T0)
+            live.submit(run("queued", "c2"), T0)
+            assert len(gone.claim_many([("r1", "acct")], T0).claimed) == 1
+            assert live.expire_lapsed(T0 + 1) == []  # the lease still holds
+            time.sleep(0.5)
+            lost = live.expire_lapsed(T0 + 2)
+            assert [(r.id, r.status, r.reason) for r in lost] == [
+                ("r1", RunStatus.LOST, "supervisor gone:100 lease expired")
+            ]
+            assert [m.host for m in live.members()] == ["live"]
+            # The lane is free again, and the run is never run again.
+            assert [r.id for r in live.claim_many([("r2", None)], T0 + 3).claimed] == ["r2"]
+            assert live.claim_many([("r1", None)], T0 + 3).refused == [("r1", Refusal.GONE)]
+            # The member comes back: it can renew, claim and finish nothing.
+            with pytest.raises(LeaseExpired, match="expired"):
+                gone.renew()
+            with pytest.raises(LeaseExpired):
+                gone.claim_many([("queued", None)], T0 + 4)
+            with pytest.raises(StoreConflict):
+                gone.finish("r1", RunStatus.SUCCEEDED, T0 + 4, exit_code=0)
+            record = live.get("r1")
+            assert record is not None
+            assert record.status is RunStatus.LOST
+            queued = live.get("queued")
+            assert queued is not None
+            assert queued.status is RunStatus.QUEUED
+        finally:
+            gone.close()
+
+
+def test_a_lapsed_lease_is_not_revived_even_before_anyone_expires_it(postgres_url: str) -> None:
+    with fleet(postgres_url, "a", lease=0.2) as (a,):
+        a.submit(run("r1"), T0)
+        time.sleep(0.4)
+        with pytest.raises(LeaseExpired):
+            a.renew()
+        with pytest.raises(LeaseExpired):
+            a.claim_many([("r1", None)], T0)
+        with pytest.raises(LeaseExpired):
+            a.expire_lapsed(T0)
+
+
+def test_renewing_keeps_a_member_and_its_runs(postgres_url: str) -> None:
+    with fleet(postgres_url, "watcher") as (watcher,):
+        busy = member(postgres_url, "busy", lease=0.4)
+        try:
+            watcher.submit(run("r1", "c1"), T0)
+            busy.claim_many([("r1", None)], T0)
+            first = busy.renew()
+            for _ in range(4):
+                time.sleep(0.2)
+                renewed = busy.renew()
+                assert renewed >= first
+                assert watcher.expire_lapsed(T0) == []
+            busy.finish("r1", RunStatus.SUCCEEDED, T0 + 1, exit_code=0)
+            # Members come back by id, which begins with the host here.
+            assert [m.host for m in watcher.members()] == ["busy", "watcher"]
+        finally:
+            busy.close()
+
+
+def test_a_member_that_leaves_is_expired_with_what_it_still_held(postgres_url: str) -> None:
+    with fleet(postgres_url, "stays") as (stays,):
+        leaving = member(postgres_url, "leaving")
+        try:
+            stays.submit(run("r1"), T0)
+            leaving.claim_many([("r1", None)], T0)
+            leaving.leave()
+            lost = stays.expire_lapsed(T0 + 1)
+            gone = leaving.members()
+            assert [r.id for r in lost] == ["r1"]
+            assert [m.host for m in gone] == ["stays"]
+        finally:
+            leaving.close()
+
+
+def test_the_lost_reason_names_the_member() -> None:
+    from herdsman.runtime.store.fleet import Member
+
+    assert lease_expired_reason(Member("id", "db1", 42, 0.0, 1.0)) == (
+        "supervisor db1:42 lease expired"
+    )
+
+
+def test_a_member_neither_recovers_nor_starts_without_claiming(postgres_url: str) -> None:
+    with fleet(postgres_url, "a") as (a,):
+        a.submit(run("r1"), T0)
+        with pytest.raises(StoreError, match="claim_many"):
+            a.mark_running_many([("r1", None)], T0)
+        with pytest.raises(StoreError, match="expire_lapsed"):
+            a.recover(T0)
+        record = a.get("r1")
+        assert record is not None
+        assert record.status is RunStatus.QUEUED
+
+
+def test_a_sole_supervisor_and_a_fleet_exclude_each_other(postgres_url: str) -> None:
+    sole = PostgresStore(postgres_url, sole=True)
+    try:
+        with pytest.raises(StoreError, match=r"not a fleet member.*stop that supervisor"):
+            member(postgres_url, "a")
+    finally:
+        sole.close()
+    with fleet(postgres_url, "a", "b"), pytest.raises(StoreError, match="another herdsman"):
+        PostgresStore(postgres_url, sole=True)
+
+
+def test_a_lease_must_be_a_positive_number_of_seconds(postgres_url: str) -> None:
+    for lease in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(StoreError, match="positive number of seconds"):
+            member(postgres_url, "a", lease=lease)
+
+
+def test_a_submit_waits_for_a_claim_in_progress(postgres_url: str) -> None:
+    """Submits take the fleet lock, so seq order is commit order: a claim that
+    found no earlier queued run on its lanes cannot have one committed under it."""
+    with fleet(postgres_url, "a") as (a,), psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("BEGIN")
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (a._fleet_lock,))
+        done = threading.Event()
+
+        def submit() -> None:
+            a.submit(run("r1", "c1"), T0)
+            done.set()
+
+        thread = threading.Thread(target=submit)
+        thread.start()
+        try:
+            # Wait until the submit is seen queuing for the lock, not for a time.
+            for _ in range(500):
+                waiting = conn.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                ).fetchone()
+                if waiting is not None and waiting[0]:
+                    break
+                time.sleep(0.01)
+            else:
+                raise AssertionError("the submit never waited for the fleet lock")
+            assert not done.is_set()
+        finally:
+            conn.execute("COMMIT")
+            thread.join()
+        assert done.is_set()
+        assert a.get("r1") is not None
+
+
+def test_two_ledgers_in_one_database_do_not_wait_for_each_other(postgres_server: str) -> None:
+    with (
+        fresh_schema(postgres_server) as first_url,
+        fresh_schema(postgres_server) as second_url,
+        fleet(first_url, "a") as (first,),
+        # A wait for the lock fails after 2 s instead of hanging the test.
+        fleet(second_url + "%20-clock_timeout%3D2000", "b") as (second,),
+        psycopg.connect(first_url, autocommit=True) as conn,
+    ):
+        conn.execute("BEGIN")
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (first._fleet_lock,))
+        try:
+            # With one lock per database these would wait for the first ledger's.
+            second.submit(run("r1", "c1"), T0)
+            assert [r.id for r in second.claim_many([("r1", None)], T0).claimed] == ["r1"]
+        finally:
+            conn.execute("COMMIT")
