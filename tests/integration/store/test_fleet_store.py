@@ -10,11 +10,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 import pytest
 
-from herdsman.runtime.store import NewRun, RunStatus, StoreConflict, StoreError
+from herdsman.runtime.store import NewRun, RunStatus, StoreConflict, StoreError, postgres
 from herdsman.runtime.store.fleet import (
     ClaimRules,
     FleetStore,
@@ -23,6 +24,7 @@ from herdsman.runtime.store.fleet import (
     lease_expired_reason,
 )
 from herdsman.runtime.store.postgres import PostgresStore
+from herdsman.runtime.store.records import LOST_ON_RESTART
 from postgres_support import fresh_schema
 
 T0 = 1_700_000_000.0
@@ -319,3 +321,137 @@ def test_two_ledgers_in_one_database_do_not_wait_for_each_other(postgres_server:
             assert [r.id for r in second.claim_many([("r1", None)], T0).claimed] == ["r1"]
         finally:
             conn.execute("COMMIT")
+
+
+def waiting_for_a_lock(conn: psycopg.Connection[Any]) -> None:
+    """Return once some session waits for a lock (row or advisory); fail after 5 s."""
+    for _ in range(500):
+        row = conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+        if row is not None and row[0]:
+            return
+        time.sleep(0.01)
+    raise AssertionError("nothing ever waited for a lock")
+
+
+def test_a_claim_sees_a_cancel_committed_before_it_and_refuses_only_that_run(
+    postgres_url: str,
+) -> None:
+    """Every member's write takes the fleet lock first, so a cancel in a batch
+    still being committed makes a claim wait, and then refuse that run as gone:
+    the claim's other runs are claimed, not lost with a failed transaction."""
+    with (
+        fleet(postgres_url, "a", "b") as (a, b),
+        psycopg.connect(postgres_url, autocommit=True) as conn,
+    ):
+        a.submit(run("x", "c1"), T0)
+        a.submit(run("y", "c2"), T0)
+        cancelled, release = threading.Event(), threading.Event()
+
+        def cancel_and_hold(store: Any) -> None:
+            store.cancel_queued("x", T0, "cancelled")
+            cancelled.set()
+            release.wait()
+
+        batch = threading.Thread(target=lambda: b.apply([cancel_and_hold]))
+        batch.start()
+        results: list[Any] = []
+        claim = threading.Thread(
+            target=lambda: results.append(a.claim_many([("y", None), ("x", None)], T0))
+        )
+        try:
+            assert cancelled.wait(5)
+            claim.start()
+            waiting_for_a_lock(conn)
+        finally:
+            release.set()
+            batch.join()
+            claim.join()
+        (result,) = results
+        assert [r.id for r in result.claimed] == ["y"]
+        assert result.refused == [("x", Refusal.GONE)]
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        pytest.param(lambda s: s.cancel_queued("r1", T0, "x"), id="cancel"),
+        pytest.param(lambda s: s.add_note("r1", "note"), id="note"),
+        pytest.param(lambda s: s.apply([lambda t: t.add_note("r1", "n")]), id="batch"),
+        pytest.param(lambda s: s.renew(), id="renew"),
+        pytest.param(lambda s: s.expire_lapsed(T0), id="expire"),
+    ],
+)
+def test_every_write_of_a_member_takes_the_fleet_lock_first(postgres_url: str, write: Any) -> None:
+    """One lock order for every writer: no interleaving, no deadlock."""
+    with fleet(postgres_url, "a") as (a,), psycopg.connect(postgres_url, autocommit=True) as conn:
+        a.submit(run("r1", "c1"), T0)
+        conn.execute("BEGIN")
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (a._fleet_lock,))
+        done = threading.Event()
+        thread = threading.Thread(target=lambda: (write(a), done.set()))
+        thread.start()
+        try:
+            waiting_for_a_lock(conn)
+            assert not done.is_set()
+        finally:
+            conn.execute("COMMIT")
+            thread.join()
+        assert done.is_set()
+
+
+def test_running_runs_no_member_holds_are_lost_at_the_next_expiry(postgres_url: str) -> None:
+    """A supervisor that held the ledger alone and died leaves running runs with
+    no holder: the fleet declares them lost instead of letting them block lanes."""
+    sole = PostgresStore(postgres_url, sole=True)
+    sole.submit(run("old", "c1"), T0)
+    sole.mark_running("old", T0, "acct")
+    sole.submit(run("next", "c1"), T0)
+    sole.close()
+    with fleet(postgres_url, "a") as (a,):
+        assert a.claim_many([("next", None)], T0 + 1).refused == [("next", Refusal.LANE_BUSY)]
+        (lost,) = a.expire_lapsed(T0 + 2)
+        assert (lost.id, lost.status, lost.reason) == ("old", RunStatus.LOST, LOST_ON_RESTART)
+        assert [r.id for r in a.claim_many([("next", None)], T0 + 3).claimed] == ["next"]
+
+
+def test_a_refused_member_leaves_an_older_ledger_unmigrated(postgres_url: str) -> None:
+    """The shared lock is taken before the schema is read or migrated, as the sole one is."""
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        with conn.transaction():
+            for statements in postgres.MIGRATIONS[:4]:
+                for statement in statements:
+                    conn.execute(statement)
+            conn.execute("CREATE TABLE herdsman_schema (version INTEGER NOT NULL)")
+            conn.execute("INSERT INTO herdsman_schema VALUES (4)")
+        # An older sole supervisor holds the ledger.
+        conn.execute(
+            "SELECT pg_advisory_lock((%s::bigint << 32) | oid::bigint) FROM pg_namespace"
+            " WHERE nspname = current_schema()",
+            (postgres._SOLE_SUPERVISOR_LOCK,),
+        )
+        with pytest.raises(StoreError, match="not a fleet member"):
+            member(postgres_url, "a")
+        version = conn.execute("SELECT version FROM herdsman_schema").fetchone()
+        assert version == (4,)
+
+
+def test_a_claim_whose_lease_lapses_before_it_commits_claims_nothing(postgres_url: str) -> None:
+    """The lease is checked again last: a member never spawns a run already due to be lost."""
+    with fleet(postgres_url, "a", lease=0.5) as (a,):
+        a.submit(run("x", "c1"), T0)
+        original = a._check_live
+        calls: list[int] = []
+
+        def slow_check(cur: Any) -> None:
+            calls.append(1)
+            if len(calls) == 2:  # the check after the claims were written
+                time.sleep(0.8)
+            original(cur)
+
+        a._check_live = slow_check  # type: ignore[method-assign]
+        with pytest.raises(LeaseExpired):
+            a.claim_many([("x", None)], T0)
+        a._check_live = original  # type: ignore[method-assign]
+        record = a.get("x")
+        assert record is not None
+        assert record.status is RunStatus.QUEUED

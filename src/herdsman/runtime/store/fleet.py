@@ -31,6 +31,7 @@ import attrs
 from herdsman.runtime.store.errors import StoreError
 from herdsman.runtime.store.postgres import _SOLE_SUPERVISOR_LOCK, PostgresStore
 from herdsman.runtime.store.records import (
+    LOST_ON_RESTART,
     RunRecord,
     RunStatus,
     check_now,
@@ -38,6 +39,7 @@ from herdsman.runtime.store.records import (
     started,
 )
 from herdsman.runtime.store.sql import (
+    _COLUMNS,
     _SELECT,
     _UPDATE,
     Cursor,
@@ -168,18 +170,23 @@ class FleetStore(PostgresStore):
         """Connect, create or migrate the schema, and join the fleet as ``member_id``."""
         if not (math.isfinite(lease) and lease > 0):
             raise StoreError(f"a fleet lease must be a positive number of seconds, got {lease!r}")
+        # Set by _take_ledger; until then (never, if joining fails) no lock.
+        self._fleet_lock: int | None = None
         super().__init__(url, connect_timeout=connect_timeout, sole=False)
         self.member_id = member_id
         self.lease = lease
         try:
-            self._share_ledger()
             self._join(host, pid)
         except BaseException:
             self.close()
             raise
 
-    def _share_ledger(self) -> None:
-        """Hold the sole-supervisor lock in shared mode: no sole supervisor while a member runs."""
+    def _take_ledger(self, sole: bool) -> None:
+        """Hold the sole-supervisor lock in shared mode: no sole supervisor while a member runs.
+
+        Taken, like the sole supervisor's, before the schema is read or
+        migrated: a member refused here has changed nothing.
+        """
         with self._reading() as cur:
             row = cur.execute(
                 "SELECT pg_try_advisory_lock_shared((?::bigint << 32) | oid::bigint), oid"
@@ -242,7 +249,6 @@ class FleetStore(PostgresStore):
         out: list[RunRecord] = []
         with self._transaction() as cur:
             now = check_now(now)
-            self._lock_fleet(cur)
             self._check_live(cur)
             # The lease is re-checked row by row as each is deleted, so a
             # renewal that committed meanwhile keeps its member.
@@ -255,16 +261,21 @@ class FleetStore(PostgresStore):
                     (self.member_id,),
                 ).fetchall()
             ]
-            for member in sorted(gone, key=lambda m: m.id):
-                rows = cur.execute(
-                    f"{_SELECT} WHERE status = ? AND held_by = ? ORDER BY seq",
-                    (RunStatus.RUNNING.value, member.id),
-                ).fetchall()
-                for row in rows:
-                    current = _record(row)
-                    record = ended(current, RunStatus.LOST, now, lease_expired_reason(member))
-                    _write(cur, current, record, held_by=member.id)
-                    out.append(record)
+            reasons = {member.id: lease_expired_reason(member) for member in gone}
+            # Every running run whose holder is no member: the expired ones',
+            # and any left by a supervisor that held the ledger alone (held_by
+            # NULL) and died, or by a member removed without its runs.
+            rows = cur.execute(
+                f"SELECT {_COLUMNS}, held_by FROM runs WHERE status = ? AND (held_by IS NULL"
+                " OR held_by NOT IN (SELECT id FROM supervisors)) ORDER BY seq",
+                (RunStatus.RUNNING.value,),
+            ).fetchall()
+            for *columns, holder in rows:
+                current = _record(tuple(columns))
+                reason = reasons.get(holder, LOST_ON_RESTART)
+                record = ended(current, RunStatus.LOST, now, reason)
+                _write(cur, current, record, held_by=holder)
+                out.append(record)
         return sorted(out, key=lambda r: r.seq)
 
     def members(self) -> list[Member]:
@@ -316,7 +327,6 @@ class FleetStore(PostgresStore):
         refused: list[tuple[str, Refusal]] = []
         with self._transaction(durable=True) as cur:
             now = check_now(now)
-            self._lock_fleet(cur)
             self._check_live(cur)
             for run_id, account in items:
                 current = _existing(cur, run_id)
@@ -327,6 +337,9 @@ class FleetStore(PostgresStore):
                 record = started(current, now, account)
                 self._update_run(cur, current, record)
                 claimed.append(record)
+            # Again at the end: the claims commit only if the lease outlived
+            # the transaction, so no member spawns a run already due to be lost.
+            self._check_live(cur)
         return ClaimResult(claimed, refused)
 
     def mark_running_many(
@@ -352,13 +365,17 @@ class FleetStore(PostgresStore):
         involved = RunStatus.RUNNING in (current.status, record.status)
         _write(cur, current, record, held_by=self.member_id if involved else None)
 
-    def _before_insert(self, cur: Cursor) -> None:
-        # Under the fleet lock, seq order is commit order: a claim that sees
-        # no earlier queued run on its lanes can never see one appear later.
-        self._lock_fleet(cur)
-
-    def _lock_fleet(self, cur: Cursor) -> None:
-        cur.execute("SELECT pg_advisory_xact_lock(?)", (self._fleet_lock,))
+    def _begin(self, cur: Cursor, durable: bool) -> None:
+        # The fleet lock is the first thing every write transaction (and
+        # batch) of every member takes, so members' writes never interleave:
+        # - what a claim or an expiry reads stays true until it commits (a
+        #   cancel or a finish cannot slip in between and fail the batch);
+        # - seq order is commit order, so a claim that sees no earlier queued
+        #   run on its lanes can never see one appear later;
+        # - there is one lock order, so writers never deadlock.
+        super()._begin(cur, durable)
+        if self._fleet_lock is not None:
+            cur.execute("SELECT pg_advisory_xact_lock(?)", (self._fleet_lock,))
 
     def _check_live(self, cur: Cursor) -> None:
         row = cur.execute(
@@ -432,8 +449,10 @@ def _write(cur: Cursor, current: RunRecord, record: RunRecord, *, held_by: str |
     """
     values = _outcome_values(record)
     if current.status is RunStatus.RUNNING:
+        # NOT DISTINCT: a run left by a supervisor that held the ledger alone has no holder.
         cur.execute(
-            _UPDATE + " AND held_by = ?", (*values, current.id, current.status.value, held_by)
+            _UPDATE + " AND held_by IS NOT DISTINCT FROM ?",
+            (*values, current.id, current.status.value, held_by),
         )
         check_updated(cur, current, record, " on this supervisor")
     else:

@@ -204,13 +204,17 @@ class PostgresStore(SqlStore):
             # Claimed before anything is read or migrated: a newer herdsman
             # refused here must not have upgraded the schema of the ledger
             # another supervisor is using.
-            if sole:
-                self._claim()
+            self._take_ledger(sole)
             self._open()
         except BaseException:
             self._conn.close()
             self._closed = True
             raise
+
+    def _take_ledger(self, sole: bool) -> None:
+        """Hold the ledger as this kind of store does, before the schema is touched."""
+        if sole:
+            self._claim()
 
     def _hide(self, exc: BaseException) -> str:
         """The driver's message on one line (libpq's span several), without the password."""

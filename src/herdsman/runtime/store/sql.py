@@ -165,9 +165,6 @@ class SqlStore:
         """Write ``record`` over ``current``, guarded by its status (a fleet adds its own guard)."""
         _update(cur, current, record)
 
-    def _before_insert(self, cur: Cursor) -> None:
-        """Called in a new run's transaction before its ``seq`` is drawn (a fleet locks here)."""
-
     # --- transactions --------------------------------------------------------
 
     def _failure(self, exc: Exception) -> StoreError:
@@ -291,7 +288,6 @@ class SqlStore:
     ) -> tuple[RunRecord, bool]:
         with self._transaction() as cur:
             now = check_now(now)
-            self._before_insert(cur)
             existing = _fetch(cur, new.id)
             if existing is not None:
                 return existing, False
