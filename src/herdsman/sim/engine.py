@@ -92,10 +92,11 @@ class _Run:
         self.account: str | None = None
         self.outcome: Attempt | None = None
         # For metrics, on the trace's clock (rounded as its ``t``): queued
-        # since, waited so far, and the current attempt's start.
+        # since, the current attempt's start, and where its wait is kept in
+        # the engine's waits (-1: never started).
         self.since = 0.0
-        self.waited = 0.0
         self.began = 0.0
+        self.waited = -1
 
 
 class _Ledger:
@@ -230,7 +231,9 @@ class FastEngine:
         # before any start, run-seconds busy, ends for good, timeouts, limits.
         self._last = 0.0
         self._submitted = 0
-        self._started: list[_Run] = []
+        # Each started run's wait, by first start: floats, not the runs, so
+        # that finished runs are freed (the collector would walk them all).
+        self._waited: list[float] = []
         self._withdrawn = 0
         self._busy = 0.0
         self._finished = 0
@@ -255,14 +258,14 @@ class FastEngine:
         if not self._measuring:
             raise ValueError("metrics() needs FastEngine(..., metrics=True)")
         return figures(
-            [run.waited for run in self._started],
+            list(self._waited),
             busy=self._busy,
             end=self._last,
             slots=self._slots,
             ended=self._finished,
             usage_limited=self._limits,
             timeouts=self._timeouts,
-            unstarted=self._submitted - len(self._started) - self._withdrawn,
+            unstarted=self._submitted - len(self._waited) - self._withdrawn,
         )
 
     @property
@@ -391,10 +394,13 @@ class FastEngine:
             self.picks.append(account)
         if self._measuring:
             self._last = t = round(self._now, 6)
-            run.waited += t - run.since
             run.began = t
-            if run.attempts == 1:
-                self._started.append(run)
+            # Added up in measure()'s order, so the floats come out the same.
+            if run.waited < 0:
+                run.waited = len(self._waited)
+                self._waited.append(0.0 + t - run.since)
+            else:
+                self._waited[run.waited] = self._waited[run.waited] + t - run.since
         if self._ledger is not None:
             self._ledger.started(run_id, run.request.provider, account, now)
         attempt = self._executions.next(run_id)
