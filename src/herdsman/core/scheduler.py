@@ -264,6 +264,19 @@ class Scheduler:
         """Running runs of ``provider``. O(1)."""
         return self._running_by_provider.get(provider, 0)
 
+    def has_free_slot(self, provider: str) -> bool:
+        """Whether ``provider`` and the global cap both have a slot free now. O(1).
+
+        Lanes and account gates aside: a run of ``provider`` can start only
+        if this holds, so a caller may skip :meth:`take_startable` when it
+        does not and nothing else changed.
+        """
+        limits = self._limits
+        cap = limits.global_cap
+        return self._running_by_provider.get(provider, 0) < limits.provider_caps.get(
+            provider, 0
+        ) and (cap is None or self._running < cap)
+
     def is_busy(self, run: RunRequest) -> bool:
         """Whether a queued or running run already shares one of ``run``'s keys.
 

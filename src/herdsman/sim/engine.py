@@ -324,19 +324,11 @@ class FastEngine:
                     # and only if its provider has a free slot (a resting
                     # account is the dispatcher's business: it must look).
                     provider = self._submit(arrival.fields["run"], skip=False)
-                    if provider is not None and self._slot_free(provider):
+                    if provider is not None and scheduler.has_free_slot(provider):
                         self._dispatch()
                 else:
                     self._arrive(arrival)
                     self._dispatch()
-
-    def _slot_free(self, provider: str) -> bool:
-        scheduler = self._scheduler
-        limits = scheduler.limits
-        cap = limits.global_cap
-        return scheduler.running_for(provider) < limits.provider_caps.get(provider, 0) and (
-            cap is None or scheduler.running_count < cap
-        )
 
     def _wall(self) -> float:
         return self._origin + self._now
@@ -353,7 +345,7 @@ class FastEngine:
         """``Supervisor._start_what_may_start``, then when to look at accounts again."""
         if not self._admitting:
             return
-        now = self._wall()
+        now = self._origin + self._now  # _wall(), on every dispatch
         gate = self._book.gate(now)
         starts = self._scheduler.take_startable(gate)
         if starts:
@@ -541,6 +533,10 @@ class FastEngine:
     def _submit(self, run: Mapping[str, Any], *, skip: bool) -> str | None:
         """Record and queue a run (or skip it); its provider if it was queued."""
         run_id = run["id"]
+        ids = self._ids
+        if run_id in ids:
+            return None  # a repeated id is the run it already was
+        ids.add(run_id)
         request = RunRequest(
             run_id,
             run["provider"],
@@ -550,10 +546,6 @@ class FastEngine:
             run.get("cwd"),
         )
         busy = skip and self._scheduler.is_busy(request)
-        ids = self._ids
-        if run_id in ids:
-            return None  # a repeated id is the run it already was
-        ids.add(run_id)
         self.runs += 1
         if not busy:
             self._scheduler.submit(request)
