@@ -338,7 +338,8 @@ class AccountBook:
         name = best.spec.name
         if has_last and last != name:
             return Pick(name, moved=True, left=last), best
-        return self._plain_pick(name), best
+        pick = self._plain_picks.get(name)  # _plain_pick, inlined for every start
+        return (pick or self._plain_pick(name)), best
 
     def _plain_pick(self, account: str | None) -> Pick:
         """``Pick(account)``, made once per account name: a pick is asked for every start."""
@@ -566,7 +567,12 @@ class AccountGate:
 
     def can_start(self, provider: str) -> bool:
         """Whether some account of ``provider`` can take a run now."""
-        return self._book.available(provider, self._now)
+        # AccountBook.available's loop, one call less: asked before every start.
+        now = self._now
+        for account in self._book._accounts.get(provider, ()):
+            if account.why_not(now) is None:
+                return True
+        return False
 
     def started(self, run: RunRequest) -> None:
         """Give ``run`` its account."""
