@@ -194,7 +194,7 @@ class FastEngine:
         # Running runs in start order, as the supervisor's run handles.
         self._running: dict[str, _Run] = {}
         self._ids: set[str] = set()  # every id the ledger holds; membership only
-        self._index = {run_id: plan.index for run_id, plan in workload.plans.items()}
+        self._plans = workload.plans  # a run's arrival order is its plan's index
         self._admitting = True
         self._stopped = False
         self._drain_asked = False
@@ -549,7 +549,8 @@ class FastEngine:
         self.runs += 1
         if not busy:
             self._scheduler.submit(request)
-            index = self._index.get(run_id, len(self._index))
+            plan = self._plans.get(run_id)
+            index = plan.index if plan is not None else len(self._plans)
             queued = self._runs[run_id] = _Run(request, index, self._now)
             if self._measuring:
                 self._submitted += 1
