@@ -5,8 +5,9 @@ its own (no conversation), one provider with SLOTS slots, at 80% utilisation.
 All three simulate the very same arrivals and durations, and report the mean
 queue wait, which must agree (they are the same FIFO queue):
 
-* the fast engine (``herdsman.sim.engine.FastEngine``, no trace written, as
-  capacity planning runs it) — the scheduler and account cores at work;
+* the fast engine exactly as ``herdsman sim plan`` runs it
+  (``herdsman.sim.plan.fast_engine``: no trace written, the plan's metrics
+  added up as events happen) — the scheduler and account cores at work;
 * the cores only: the same scheduler and account calls in a bare loop —
   the least the engine can cost while it drives the cores;
 * a bare heap loop: a FIFO of waiting runs and a heap of ends, nothing else
@@ -35,7 +36,7 @@ from typing import Any
 from herdsman.config import LoadedConfig
 from herdsman.core import Limits, RunRequest, Scheduler
 from herdsman.core.accounts import AccountBook
-from herdsman.sim.engine import FastEngine
+from herdsman.sim.plan import fast_engine as plan_engine
 from herdsman.sim.queueing import mmc_arrivals, mmc_workload
 from herdsman.sim.workload import Workload
 
@@ -44,10 +45,8 @@ MEAN_DURATION = 10.0
 
 
 def fast_engine(workload: Workload, loaded: LoadedConfig) -> float:
-    engine = FastEngine(workload, loaded, trace=False, waits=True)
-    engine.run()
-    assert engine.waits is not None
-    return sum(engine.waits) / len(engine.waits)
+    # What one task of `sim plan` costs: the simulation and all its metrics.
+    return plan_engine(workload, loaded).mean_wait
 
 
 def cores_only(items: list[tuple[float, float]], slots: int) -> float:

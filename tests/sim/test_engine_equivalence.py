@@ -14,6 +14,8 @@ from herdsman.config import LoadedConfig
 from herdsman.sim.decisions import timeline_of
 from herdsman.sim.diff import first_divergence, report
 from herdsman.sim.engine import FastEngine, fast_replay
+from herdsman.sim.metrics import measure
+from herdsman.sim.plan import fast_engine
 from herdsman.sim.replay import replay
 from herdsman.sim.result import ReplayResult
 from herdsman.sim.workload import Workload, config_from_trace, read_workload
@@ -103,3 +105,32 @@ def test_the_fast_engine_decides_the_same_without_writing_a_trace(
         traced.left_queued,
         traced.defaulted,
     )
+
+
+def assert_metrics_as_measured(workload: Workload, loaded: LoadedConfig) -> None:
+    """What ``sim plan`` gets from the engine is what measure() reads in its trace."""
+    traced = FastEngine(workload, loaded, trace=True)
+    traced.run()
+    assert fast_engine(workload, loaded) == measure(traced.text)
+
+
+@pytest.mark.parametrize("name", ["demo-recorded", "team-day"])
+def test_the_fast_engines_metrics_are_its_traces_on_a_shipped_input(name: str) -> None:
+    workload = read_workload(SIM / f"{name}.jsonl")
+    assert_metrics_as_measured(workload, config_from_trace(workload.header.config, name))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads())
+def test_the_fast_engines_metrics_are_its_traces_on_random_workloads(
+    case: tuple[Workload, LoadedConfig],
+) -> None:
+    assert_metrics_as_measured(*case)
+
+
+def test_metrics_are_only_given_when_asked_for() -> None:
+    workload = read_workload(SIM / "team-day.jsonl")
+    engine = FastEngine(workload, config_from_trace(workload.header.config, "team-day"))
+    engine.run()
+    with pytest.raises(ValueError, match="metrics=True"):
+        engine.metrics()

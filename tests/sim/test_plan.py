@@ -13,6 +13,7 @@ from sim_workloads import CONFIG, busy_trace, herdsman
 
 from herdsman.cli import main
 from herdsman.config import LoadedConfig
+from herdsman.sim.metrics import Metrics
 from herdsman.sim.model import ModelError
 from herdsman.sim.plan import plan, read_input, replication, trio_engine
 from herdsman.sim.slo import parse_slo
@@ -129,7 +130,7 @@ def test_the_engine_is_a_parameter(tmp_path: Path) -> None:
     source = read_input(generated(tmp_path))
     seen: list[int] = []
 
-    def counting(workload: Workload, loaded: LoadedConfig) -> str:
+    def counting(workload: Workload, loaded: LoadedConfig) -> Metrics:
         seen.append(loaded.config.providers["claude"].concurrency)
         return trio_engine(workload, loaded)
 

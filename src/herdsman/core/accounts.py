@@ -306,25 +306,40 @@ class AccountBook:
 
     def pick(self, provider: str, conversation: str | None, now: float) -> Pick | None:
         """The account a run of ``conversation`` should spend, or None if none can."""
+        chosen = self._choose(provider, conversation, now)
+        return None if chosen is None else chosen[0]
+
+    def _choose(
+        self, provider: str, conversation: str | None, now: float
+    ) -> tuple[Pick, _Account] | None:
+        """:meth:`pick`, with the account it picked."""
         accounts = self._accounts.get(provider, ())
-        last = self._last.get((provider, conversation)) if conversation is not None else None
         has_last = conversation is not None and (provider, conversation) in self._last
+        last = self._last[provider, conversation] if conversation is not None and has_last else None
         best: _Account | None = None
-        best_key: tuple[int, float, int] | None = None
-        for index, account in enumerate(accounts):
-            if account.why_not(now) is not None:
-                continue
-            if has_last and account.spec.name == last:
-                return self._plain_pick(last)
-            key = (len(account.running), account.share_used(now), index)
-            if best_key is None or key < best_key:
-                best, best_key = account, key
-        if best is None:
-            return None
+        if len(accounts) == 1:
+            # One account (the ambient one, as a rule): nothing to rank, and a
+            # start asks this every time.
+            best = accounts[0]
+            if best.why_not(now) is not None:
+                return None
+        else:
+            best_key: tuple[int, float, int] | None = None
+            for index, account in enumerate(accounts):
+                if account.why_not(now) is not None:
+                    continue
+                if has_last and account.spec.name == last:
+                    return self._plain_pick(last), account
+                key = (len(account.running), account.share_used(now), index)
+                if best_key is None or key < best_key:
+                    best, best_key = account, key
+            if best is None:
+                return None
         name = best.spec.name
         if has_last and last != name:
-            return Pick(name, moved=True, left=last)
-        return self._plain_pick(name)
+            return Pick(name, moved=True, left=last), best
+        pick = self._plain_picks.get(name)  # _plain_pick, inlined for every start
+        return (pick or self._plain_pick(name)), best
 
     def _plain_pick(self, account: str | None) -> Pick:
         """``Pick(account)``, made once per account name: a pick is asked for every start."""
@@ -342,13 +357,13 @@ class AccountBook:
         """
         self._pins[run_id] = account
 
-    def _pinned(self, run_id: str, provider: str, now: float) -> Pick | None:
+    def _pinned(self, run_id: str, provider: str, now: float) -> tuple[Pick, _Account] | None:
         if run_id not in self._pins:
             return None
         name = self._pins.pop(run_id)
         for held in self._accounts.get(provider, ()):  # configured ones only
             if held.spec.name == name and held.why_not(now) is None:
-                return Pick(name)
+                return Pick(name), held
         return None
 
     def gate(self, now: float) -> AccountGate:
@@ -369,6 +384,10 @@ class AccountBook:
         held = self._find(provider, account)
         if held is None:
             raise ValueError(f"provider {provider!r} has no account {account!r}")
+        self._hold(run_id, provider, held, now)
+
+    def _hold(self, run_id: str, provider: str, held: _Account, now: float) -> None:
+        """:meth:`start` on an account already found."""
         held.running[run_id] = now
         held.runs_started += 1
         if held.spec.window is not None:
@@ -548,15 +567,23 @@ class AccountGate:
 
     def can_start(self, provider: str) -> bool:
         """Whether some account of ``provider`` can take a run now."""
-        return self._book.available(provider, self._now)
+        # AccountBook.available's loop, one call less: asked before every start.
+        now = self._now
+        for account in self._book._accounts.get(provider, ()):
+            if account.why_not(now) is None:
+                return True
+        return False
 
     def started(self, run: RunRequest) -> None:
         """Give ``run`` its account."""
-        conversation = conversation_of(run)
-        pick = self._book._pinned(run.id, run.provider, self._now) or self._book.pick(
-            run.provider, conversation, self._now
+        book, now, run_id, provider = self._book, self._now, run.id, run.provider
+        if run_id in book._holders:
+            raise ValueError(f"run {run_id!r} already holds an account")
+        chosen = (book._pins and book._pinned(run_id, provider, now)) or book._choose(
+            provider, None if run.conversation is None else conversation_of(run), now
         )
-        if pick is None:  # can_start said yes a moment ago, with nothing in between
-            raise AssertionError(f"no account for {run.id} although the gate was open")
-        self._book.start(run.id, run.provider, pick.account, self._now)
-        self.picks[run.id] = pick
+        if chosen is None:  # can_start said yes a moment ago, with nothing in between
+            raise AssertionError(f"no account for {run_id} although the gate was open")
+        pick, held = chosen
+        book._hold(run_id, provider, held, now)
+        self.picks[run_id] = pick

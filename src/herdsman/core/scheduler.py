@@ -264,6 +264,19 @@ class Scheduler:
         """Running runs of ``provider``. O(1)."""
         return self._running_by_provider.get(provider, 0)
 
+    def has_free_slot(self, provider: str) -> bool:
+        """Whether ``provider`` and the global cap both have a slot free now. O(1).
+
+        Lanes and account gates aside: a run of ``provider`` can start only
+        if this holds, so a caller may skip :meth:`take_startable` when it
+        does not and nothing else changed.
+        """
+        limits = self._limits
+        cap = limits.global_cap
+        return self._running_by_provider.get(provider, 0) < limits.provider_caps.get(
+            provider, 0
+        ) and (cap is None or self._running < cap)
+
     def is_busy(self, run: RunRequest) -> bool:
         """Whether a queued or running run already shares one of ``run``'s keys.
 
@@ -324,9 +337,15 @@ class Scheduler:
             if ready and not _ready_on(lane, entry, exclusive):
                 ready = False
         provider = run.provider
-        self._queued_by_provider[provider] = self._queued_by_provider.get(provider, 0) + 1
+        queued = self._queued_by_provider
+        queued[provider] = queued.get(provider, 0) + 1
         if ready:
-            self._push_ready(entry)
+            # _push_ready inlined: every submit of a run on a free lane comes here.
+            heap = self._ready.get(provider)
+            if heap is None:
+                heap = self._ready[provider] = []
+            heapq.heappush(heap, (entry.seq, entry))
+            entry.in_heap = True
 
     def take_startable(self, gate: StartGate | None = None) -> list[RunRequest]:
         """Mark as running, and return in start order, every run that may start now.
@@ -338,6 +357,8 @@ class Scheduler:
         caps = self._limits.provider_caps
         global_cap = self._limits.global_cap
         running_by_provider = self._running_by_provider
+        queued_by_provider = self._queued_by_provider
+        queued = RunState.QUEUED
         candidates: list[tuple[str, list[tuple[int, _Entry]]]] = []
         for provider, heap in self._ready.items():
             if (
@@ -345,28 +366,47 @@ class Scheduler:
                 and running_by_provider.get(provider, 0) < caps.get(provider, 0)
                 and (gate is None or gate.can_start(provider))
             ):
-                self._drop_stale(heap)
+                top = heap[0][1]
+                if top.state is not queued or (top.locks and not self._is_ready(top)):
+                    self._drop_stale(heap)
                 if heap:
                     candidates.append((provider, heap))
         while candidates and (global_cap is None or self._running < global_cap):
             best = candidates[0]
-            for candidate in candidates:
-                if candidate[1][0][0] < best[1][0][0]:
-                    best = candidate
+            if len(candidates) > 1:
+                for candidate in candidates:
+                    if candidate[1][0][0] < best[1][0][0]:
+                        best = candidate
             provider, heap = best
-            _, entry = heapq.heappop(heap)
+            entry = heapq.heappop(heap)[1]
             entry.in_heap = False
-            self._start(entry)
-            started.append(entry.run)
+            # Start it: a tombstone in every queue from now on.
+            entry.state = RunState.RUNNING
+            for lane, exclusive in entry.locks:
+                if exclusive:
+                    # _drop_stale just checked that ``entry`` heads this lane.
+                    lane.x_queue.popleft()
+                    lane.live -= 1
+                    lane.x_holders += 1
+                else:
+                    lane.ix_holders += 1
+            queued_by_provider[provider] -= 1
+            running = running_by_provider[provider] = running_by_provider.get(provider, 0) + 1
+            self._running += 1
+            run = entry.run
+            started.append(run)
             if gate is not None:
-                gate.started(entry.run)
+                gate.started(run)
             # Only this heap's top can have gone stale: no other ready run
             # conflicts with the run just started on any lane (one of the two
             # would be waiting behind the other), so their readiness holds.
-            self._drop_stale(heap)
+            if heap:
+                top = heap[0][1]
+                if top.state is not queued or (top.locks and not self._is_ready(top)):
+                    self._drop_stale(heap)
             if (
                 not heap
-                or running_by_provider[provider] >= caps.get(provider, 0)
+                or running >= caps.get(provider, 0)
                 or (gate is not None and not gate.can_start(provider))
             ):
                 candidates.remove(best)
@@ -577,18 +617,3 @@ class Scheduler:
                 return
             pending.popleft()
             self._offer(entry)
-
-    def _start(self, entry: _Entry) -> None:
-        entry.state = RunState.RUNNING  # a tombstone in every queue from now on
-        for lane, exclusive in entry.locks:
-            if exclusive:
-                # _drop_stale just checked that ``entry`` heads this lane.
-                lane.x_queue.popleft()
-                lane.live -= 1
-                lane.x_holders += 1
-            else:
-                lane.ix_holders += 1
-        provider = entry.run.provider
-        self._queued_by_provider[provider] -= 1
-        self._running_by_provider[provider] = self._running_by_provider.get(provider, 0) + 1
-        self._running += 1

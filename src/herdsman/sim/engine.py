@@ -49,6 +49,7 @@ from herdsman.runtime.accounts import (
 from herdsman.runtime.reload import given_config
 from herdsman.runtime.requests import apply_to_cores, limits_of, trace_run
 from herdsman.runtime.store import NewRun
+from herdsman.sim.metrics import Metrics, figures, slots_of
 from herdsman.sim.result import ReplayResult
 from herdsman.sim.workload import (
     CARRIED_REST,
@@ -69,7 +70,18 @@ LIMIT_MESSAGE = "usage limit (recorded)"
 class _Run:
     """A queued or running run: what the supervisor's record and task would hold."""
 
-    __slots__ = ("account", "attempts", "execution", "index", "outcome", "request", "submitted")
+    __slots__ = (
+        "account",
+        "attempts",
+        "began",
+        "execution",
+        "index",
+        "outcome",
+        "request",
+        "since",
+        "submitted",
+        "waited",
+    )
 
     def __init__(self, request: RunRequest, index: int, submitted: float) -> None:
         self.request = request
@@ -79,6 +91,12 @@ class _Run:
         self.execution = 0  # which execution an end belongs to (a cancelled one's is stale)
         self.account: str | None = None
         self.outcome: Attempt | None = None
+        # For metrics, on the trace's clock (rounded as its ``t``): queued
+        # since, the current attempt's start, and where its wait is kept in
+        # the engine's waits (-1: never started).
+        self.since = 0.0
+        self.began = 0.0
+        self.waited = -1
 
 
 class _Ledger:
@@ -141,11 +159,20 @@ class FastEngine:
     replay writes it); without it only the figures are kept, which is what
     capacity planning wants. ``waits``: keep the queue wait of every start
     (seconds from the run's submit), in start order, in :attr:`waits`, and
-    the account it started on in :attr:`picks`.
+    the account it started on in :attr:`picks`. ``metrics``: add up, as
+    events happen, what :func:`~herdsman.sim.metrics.measure` reads from
+    the trace, for :meth:`metrics` — the very same figures, with no trace
+    text written or parsed (what ``sim plan`` does).
     """
 
     def __init__(
-        self, workload: Workload, loaded: LoadedConfig, *, trace: bool = True, waits: bool = False
+        self,
+        workload: Workload,
+        loaded: LoadedConfig,
+        *,
+        trace: bool = True,
+        waits: bool = False,
+        metrics: bool = False,
     ) -> None:
         self._workload = workload
         # Made again from its JSON, as the trio replay does: both engines then
@@ -167,7 +194,7 @@ class FastEngine:
         # Running runs in start order, as the supervisor's run handles.
         self._running: dict[str, _Run] = {}
         self._ids: set[str] = set()  # every id the ledger holds; membership only
-        self._index = {run_id: plan.index for run_id, plan in workload.plans.items()}
+        self._plans = workload.plans  # a run's arrival order is its plan's index
         self._admitting = True
         self._stopped = False
         self._drain_asked = False
@@ -197,6 +224,21 @@ class FastEngine:
         self.waits: list[float] | None = [] if waits else None
         #: The account of every start, with the waits.
         self.picks: list[str | None] = []
+        self._measuring = metrics
+        self._slots = slots_of(config_as_json(config)) if metrics else 0
+        # What measure() adds up, on the trace's clock: the last event's
+        # time, runs submitted, started (in first-start order) and withdrawn
+        # before any start, run-seconds busy, ends for good, timeouts, limits.
+        self._last = 0.0
+        self._submitted = 0
+        # Each started run's wait, by first start: floats, not the runs, so
+        # that finished runs are freed (the collector would walk them all).
+        self._waited: list[float] = []
+        self._withdrawn = 0
+        self._busy = 0.0
+        self._finished = 0
+        self._timeouts = 0
+        self._limits = 0
 
     # -- results -------------------------------------------------------------
 
@@ -209,6 +251,22 @@ class FastEngine:
     def text(self) -> str:
         """The simulated trace ("" without ``trace``)."""
         return self._out.getvalue() if self._out is not None else ""
+
+    def metrics(self) -> Metrics:
+        """The simulation's figures, as :func:`~herdsman.sim.metrics.measure` reads
+        them from its trace; needs ``metrics`` and a finished :meth:`run`."""
+        if not self._measuring:
+            raise ValueError("metrics() needs FastEngine(..., metrics=True)")
+        return figures(
+            list(self._waited),
+            busy=self._busy,
+            end=self._last,
+            slots=self._slots,
+            ended=self._finished,
+            usage_limited=self._limits,
+            timeouts=self._timeouts,
+            unstarted=self._submitted - len(self._waited) - self._withdrawn,
+        )
 
     @property
     def left_queued(self) -> int:
@@ -266,24 +324,18 @@ class FastEngine:
                     # and only if its provider has a free slot (a resting
                     # account is the dispatcher's business: it must look).
                     provider = self._submit(arrival.fields["run"], skip=False)
-                    if provider is not None and self._slot_free(provider):
+                    if provider is not None and scheduler.has_free_slot(provider):
                         self._dispatch()
                 else:
                     self._arrive(arrival)
                     self._dispatch()
 
-    def _slot_free(self, provider: str) -> bool:
-        scheduler = self._scheduler
-        limits = scheduler.limits
-        cap = limits.global_cap
-        return scheduler.running_for(provider) < limits.provider_caps.get(provider, 0) and (
-            cap is None or scheduler.running_count < cap
-        )
-
     def _wall(self) -> float:
         return self._origin + self._now
 
     def _emit(self, kind: str, **fields: Any) -> None:
+        if self._measuring:
+            self._last = round(self._now, 6)
         if self._trace is not None:
             self._trace.event(kind, **fields)
 
@@ -293,7 +345,7 @@ class FastEngine:
         """``Supervisor._start_what_may_start``, then when to look at accounts again."""
         if not self._admitting:
             return
-        now = self._wall()
+        now = self._origin + self._now  # _wall(), on every dispatch
         gate = self._book.gate(now)
         starts = self._scheduler.take_startable(gate)
         if starts:
@@ -332,6 +384,15 @@ class FastEngine:
         if self.waits is not None:
             self.waits.append(self._now - run.submitted)
             self.picks.append(account)
+        if self._measuring:
+            self._last = t = round(self._now, 6)
+            run.began = t
+            # Added up in measure()'s order, so the floats come out the same.
+            if run.waited < 0:
+                run.waited = len(self._waited)
+                self._waited.append(0.0 + t - run.since)
+            else:
+                self._waited[run.waited] = self._waited[run.waited] + t - run.since
         if self._ledger is not None:
             self._ledger.started(run_id, run.request.provider, account, now)
         attempt = self._executions.next(run_id)
@@ -357,6 +418,8 @@ class FastEngine:
             self._settle(run, attempt.outcome, attempt.exit_code, attempt.resets_at)
             return
         # The hot path of planning: what _settle does for a run that simply ended.
+        if self._measuring:
+            self._measure_finish(run, attempt.outcome, requeued=False)
         run_id = run.request.id
         del self._running[run_id]
         self._scheduler.finish(run_id)
@@ -392,12 +455,15 @@ class FastEngine:
                 self._ledger.finished(run_id, now, spawned=exit_code is not None)
         if until is not None:
             self._timed = True
+            self._limits += 1
             self._book.rest(provider, run.account, until, LIMIT_MESSAGE)
             if self._ledger is not None:
                 self._ledger.limits[(provider, run.account)] = (until, LIMIT_MESSAGE)
             self._emit(
                 "usage_limit", run_id=run_id, provider=provider, account=run.account, until=until
             )
+        if self._measuring:
+            self._measure_finish(run, status, requeued=requeue)
         if self._trace is None:
             pass
         elif requeue:
@@ -407,6 +473,16 @@ class FastEngine:
         if self._drain_asked and not self._running:
             self._stopped = True  # drained: the supervisor stops
             self._timer = None
+
+    def _measure_finish(self, run: _Run, status: str, *, requeued: bool) -> None:
+        """Add up a finish event as ``measure`` does: busy time, and a re-queue or an end."""
+        self._last = t = round(self._now, 6)
+        self._busy += t - run.began
+        if requeued:
+            run.since = t  # waiting again, from now
+        else:
+            self._finished += 1
+            self._timeouts += status == "timed_out"
 
     # -- arrivals --------------------------------------------------------------
 
@@ -457,6 +533,10 @@ class FastEngine:
     def _submit(self, run: Mapping[str, Any], *, skip: bool) -> str | None:
         """Record and queue a run (or skip it); its provider if it was queued."""
         run_id = run["id"]
+        ids = self._ids
+        if run_id in ids:
+            return None  # a repeated id is the run it already was
+        ids.add(run_id)
         request = RunRequest(
             run_id,
             run["provider"],
@@ -466,15 +546,17 @@ class FastEngine:
             run.get("cwd"),
         )
         busy = skip and self._scheduler.is_busy(request)
-        ids = self._ids
-        if run_id in ids:
-            return None  # a repeated id is the run it already was
-        ids.add(run_id)
         self.runs += 1
         if not busy:
             self._scheduler.submit(request)
-            index = self._index.get(run_id, len(self._index))
-            self._runs[run_id] = _Run(request, index, self._now)
+            plan = self._plans.get(run_id)
+            index = plan.index if plan is not None else len(self._plans)
+            queued = self._runs[run_id] = _Run(request, index, self._now)
+            if self._measuring:
+                self._submitted += 1
+                self._last = queued.since = round(self._now, 6)
+        elif self._measuring:
+            self._last = round(self._now, 6)  # the skip event
         if self._trace is not None:
             new = NewRun(
                 id=run_id,
@@ -492,7 +574,8 @@ class FastEngine:
     def _cancel(self, run_id: str) -> None:
         withdrawn = self._scheduler.cancel(run_id)
         if withdrawn is CancelOutcome.REMOVED:
-            del self._runs[run_id]
+            if self._runs.pop(run_id).attempts == 0:
+                self._withdrawn += 1  # measure() counts it neither started nor unstarted
             if self._ledger is not None:
                 self._ledger.finished(run_id, self._wall())
             self._emit("cancel", run_id=run_id)

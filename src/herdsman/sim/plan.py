@@ -66,24 +66,31 @@ __all__ = [
 ]
 
 #: An engine simulates a workload under a configuration and returns the
-#: simulated trace text (``herdsman.sim.replay.replay(...).trace``'s contract).
-#: With more than one worker it is pickled: a module-level function.
-Engine = Callable[[Workload, LoadedConfig], str]
+#: metrics of the simulated trace (what :func:`herdsman.sim.metrics.measure`
+#: reads from it). With more than one worker it is pickled: a module-level
+#: function.
+Engine = Callable[[Workload, LoadedConfig], Metrics]
 
 
-def trio_engine(workload: Workload, loaded: LoadedConfig) -> str:
+def trio_engine(workload: Workload, loaded: LoadedConfig) -> Metrics:
     """The full-fidelity replay (the real supervisor under trio) as an engine."""
     from herdsman.sim.replay import replay  # noqa: PLC0415 - pyfakefs is heavy
 
-    return replay(workload, loaded).trace
+    return measure(replay(workload, loaded).trace)
 
 
-def fast_engine(workload: Workload, loaded: LoadedConfig) -> str:
+def fast_engine(workload: Workload, loaded: LoadedConfig) -> Metrics:
     """The fast engine: the same decisions from the decision cores alone (see
-    ``tests/sim/test_engine_equivalence.py``), hundreds of times faster."""
-    from herdsman.sim.engine import fast_replay  # noqa: PLC0415
+    ``tests/sim/test_engine_equivalence.py``), hundreds of times faster.
 
-    return fast_replay(workload, loaded).trace
+    It writes no trace: it adds up the metrics as the events happen, the
+    same figures :func:`~herdsman.sim.metrics.measure` reads from its trace.
+    """
+    from herdsman.sim.engine import FastEngine  # noqa: PLC0415
+
+    engine = FastEngine(workload, loaded, trace=False, metrics=True)
+    engine.run()
+    return engine.metrics()
 
 
 #: The engine ``sim plan`` uses.
@@ -188,7 +195,7 @@ def _simulate(task: _Task) -> tuple[int, int, Metrics]:
     # The simulated supervisor's log (usage limits, checkouts) is not news here.
     logging.getLogger("herdsman").setLevel(logging.ERROR)
     loaded = config_from_trace(task.settings, "configuration")
-    return task.config, task.replication, measure(task.engine(task.workload, loaded))
+    return task.config, task.replication, task.engine(task.workload, loaded)
 
 
 def plan(
