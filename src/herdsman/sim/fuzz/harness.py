@@ -24,7 +24,8 @@ import datetime as dt
 import io
 import json
 import time
-from collections.abc import Callable, Mapping
+import traceback
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,9 +92,7 @@ def run_scenario(scenario: Scenario) -> Verdict:
         except ScenarioError:
             raise
         except Exception as error:  # the supervisor itself fell over: a finding too
-            fuzz.checker.violations.append(
-                Violation("raised", clock.current_time(), f"{type(error).__name__}: {error}")
-            )
+            fuzz.checker.violations.append(Violation("raised", clock.current_time(), _what(error)))
     return Verdict(
         scenario,
         tuple(fuzz.checker.violations),
@@ -101,6 +100,15 @@ def run_scenario(scenario: Scenario) -> Verdict:
         fuzz.span,
         time.perf_counter() - began,
     )
+
+
+def _what(error: BaseException) -> str:
+    """The first exception inside ``error``'s groups, and where it was raised."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(error).__name__}: {error}{where}"
 
 
 def deadline_after_faults(scenario: Scenario) -> float:
@@ -396,6 +404,16 @@ class _Fuzz:
         # After the events of that instant, like a freed disk noticed late.
         self._runner.push(trio.current_time() + seconds, ARRIVAL, len(self.scenario.events), free)
 
+    @contextlib.contextmanager
+    def _room(self) -> Iterator[None]:
+        """Room on the disk for a moment, full or not."""
+        self.fs.set_disk_usage(1 << 40)
+        try:
+            yield
+        finally:
+            if self._disk_full:
+                self.fs.set_disk_usage(self.fs.get_disk_usage()[1])
+
     async def _crash(self) -> None:
         life = self._life
         assert life is not None
@@ -408,7 +426,8 @@ class _Fuzz:
         try:
             ConfigSource(CONFIG_PATH, environ={}, watch=False).load()
         except ConfigError:
-            CONFIG_PATH.write_text(self._valid_config, encoding="utf-8")
+            with self._room():  # the operator's fix is no fault of the scenario's
+                CONFIG_PATH.write_text(self._valid_config, encoding="utf-8")
         await self._start(store)
         self.checker.restarted()
 
