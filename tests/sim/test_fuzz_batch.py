@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from sim_workloads import herdsman
 
-from herdsman.sim.fuzz.campaign import fuzz_seeds
-from herdsman.sim.fuzz.harness import Verdict
+from herdsman.sim.fuzz.campaign import fuzz_seeds, write_case
+from herdsman.sim.fuzz.harness import Verdict, run_scenario
+from herdsman.sim.fuzz.scenario import draw_scenario
 
 #: CI's seeds: 0 .. BATCH-1 (HERDSMAN_FUZZ_SEEDS runs more, or fewer).
 BATCH = int(os.environ.get("HERDSMAN_FUZZ_SEEDS", "100"))
@@ -103,15 +104,12 @@ def test_bad_flags_are_one_line_each(tmp_path: Path, args: list[str], message: s
 
 
 def test_a_case_file_refuses_what_if_flags(tmp_path: Path) -> None:
-    from herdsman.sim.fuzz.campaign import write_case  # noqa: PLC0415
-    from herdsman.sim.fuzz.harness import run_scenario  # noqa: PLC0415
-    from herdsman.sim.fuzz.scenario import draw_scenario  # noqa: PLC0415
-
     case = tmp_path / "case.jsonl"
     write_case(case, run_scenario(draw_scenario(4)))
     done = herdsman("sim", "replay", str(case), "--engine", "fast", cwd=tmp_path)
     assert done.returncode == 2
-    assert "is a fuzz case" in done.stderr and "leave out --engine fast" in done.stderr
+    assert "is a fuzz case" in done.stderr
+    assert "leave out --engine fast" in done.stderr
     held = herdsman("sim", "replay", str(case), "--out", "out.jsonl", cwd=tmp_path)
     assert held.returncode == 0, held.stderr
     assert held.stderr == "fuzz case of seed 4, 12 events: every invariant held\n"

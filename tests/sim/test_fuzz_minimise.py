@@ -54,4 +54,5 @@ def test_a_failure_that_needs_two_of_a_kind_keeps_one_pair(items: list[int]) -> 
     assume(fails(items))
     found = ddmin(items, fails, budget=10_000)
     kept = [items[i] for i in found.indices]
-    assert len(kept) == 2 and kept[0] == kept[1]
+    assert len(kept) == 2
+    assert kept[0] == kept[1]

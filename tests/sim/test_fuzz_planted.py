@@ -81,10 +81,12 @@ def test_a_sweeper_that_removes_a_dirty_worktree_is_caught(
     monkeypatch.setattr(sweeper, "_sweep_folder", careless)
     case = _fuzz_finds(tmp_path, capsys, "dirty worktree removed")
     code, err = _replays(case, capsys)
-    assert code == 1 and ": dirty worktree removed: " in err
+    assert code == 1
+    assert ": dirty worktree removed: " in err
     monkeypatch.undo()
     code, err = _replays(case, capsys)
-    assert code == 0 and err.endswith("every invariant held\n")
+    assert code == 0
+    assert err.endswith("every invariant held\n")
 
 
 def test_a_sweep_of_a_busy_conversation_is_caught(
@@ -93,7 +95,8 @@ def test_a_sweep_of_a_busy_conversation_is_caught(
     monkeypatch.setattr(Supervisor, "conversation_busy", lambda self, w, c: False)
     case = _fuzz_finds(tmp_path, capsys, "busy worktree removed")
     code, err = _replays(case, capsys)
-    assert code == 1 and ": busy worktree removed: " in err
+    assert code == 1
+    assert ": busy worktree removed: " in err
 
 
 def test_a_restart_that_requeues_out_of_order_is_caught(
@@ -103,7 +106,8 @@ def test_a_restart_that_requeues_out_of_order_is_caught(
     monkeypatch.setattr(MemoryStore, "queued_in_order", lambda self: in_order(self)[::-1])
     case = _fuzz_finds(tmp_path, capsys, "restart order")
     code, err = _replays(case, capsys)
-    assert code == 1 and ": restart order: " in err
+    assert code == 1
+    assert ": restart order: " in err
     events = json.loads(case.read_text())["fuzz"]["events"]
     assert [e["kind"] for e in events].count("crash") == 1
 
@@ -121,4 +125,5 @@ def test_a_cap_off_by_one_is_caught(
     monkeypatch.setattr(supervisor_module, "limits_of", one_more)
     case = _fuzz_finds(tmp_path, capsys, "cap")
     code, err = _replays(case, capsys)
-    assert code == 1 and ": cap: " in err
+    assert code == 1
+    assert ": cap: " in err
