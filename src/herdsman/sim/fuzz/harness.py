@@ -22,6 +22,7 @@ import contextlib
 import copy
 import datetime as dt
 import io
+import itertools
 import json
 import time
 import traceback
@@ -44,6 +45,7 @@ from herdsman.runtime.reload import ConfigSource
 from herdsman.runtime.runner import ProcessOutcome, ProcessSpec, RunCancel
 from herdsman.runtime.store import MemoryStore, NewRun
 from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
+from herdsman.runtime.worktrees.manager import METADATA
 from herdsman.sim.fuzz.invariants import Checker, Violation
 from herdsman.sim.fuzz.scenario import Scenario, ScenarioError
 from herdsman.sim.replay import ARRIVAL, Driver, drive, shuffle_trio
@@ -159,15 +161,24 @@ class _Sink(io.StringIO):
 
 
 class _CheckedGit(FakeGit):
-    """The fake git, telling the checker of every worktree removal before it happens."""
+    """The fake git, slowed down, telling the checker of every worktree removal.
 
-    def __init__(self, on_remove: Callable[[Path], None]) -> None:
-        super().__init__()
+    Each call takes ``latency`` seconds plus a microsecond per call before
+    it: two calls never end at one instant, where trio's timer order (by
+    object id) would decide which goes first.
+    """
+
+    def __init__(self, on_remove: Callable[[Path], None], latency: float) -> None:
+        calls = itertools.count()
+        super().__init__(latency=(lambda _: latency + next(calls) * 1e-6) if latency else None)
         self._on_remove = on_remove
 
     async def remove_worktree(self, repo: Path, path: Path) -> None:
+        # Before and after: a run of its conversation may not be recorded
+        # while the removal is under way either.
         self._on_remove(path)
         await super().remove_worktree(repo, path)
+        self._on_remove(path)
 
 
 class _Runner(Driver):
@@ -229,7 +240,7 @@ class _Fuzz:
         self.submits = {
             event["run"]["id"]: event for event in scenario.events if event["kind"] == "submit"
         }
-        self.git = _CheckedGit(self._removing)
+        self.git = _CheckedGit(self._removing, scenario.git_latency)
         # Files agents left in worktrees: path -> the run that wrote it.
         self._left: dict[Path, str] = {}
         self._disk_full = 0
@@ -452,7 +463,7 @@ class _Fuzz:
 
     def _removing(self, path: Path) -> None:
         """A worktree is about to go: its conversation must have nothing queued or running."""
-        metadata = path.parent / ".herdsman-conversation.json"
+        metadata = path.parent / METADATA
         try:
             owner = json.loads(metadata.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -501,5 +512,11 @@ class _Current:
 
     @property
     def account_recheck_at(self) -> float | None:
-        assert self._fuzz._life is not None
-        return self._fuzz._life.supervisor.account_recheck_at
+        """When to look again though no event is due: the supervisor's recheck, or,
+        while runs are queued or running, its next timer (a slow git call ends)."""
+        fuzz = self._fuzz
+        assert fuzz._life is not None
+        recheck = fuzz._life.supervisor.account_recheck_at
+        if recheck is not None or not fuzz.checker.unsettled():
+            return recheck
+        return trio.current_time() + trio.lowlevel.current_statistics().seconds_to_next_deadline

@@ -226,21 +226,25 @@ class Checker:
             keys.add(f"agent:{run.workspace}/{run.agent}")
         return keys
 
+    def _in_state(self, run_id: str, state: str, what: str) -> _Run | None:
+        """The run, if it is in ``state``; else a violation saying it ``what`` then."""
+        run = self._runs.get(run_id)
+        if run is None or run.state != state:
+            self.fail(
+                "vanished", f"{run_id} {what} while {'unknown' if run is None else run.state}"
+            )
+            return None
+        return run
+
     def _on_finish(self, fields: Mapping[str, Any]) -> None:
-        run = self._runs.get(fields["run_id"])
-        if run is None or run.state != "running":
-            state = "unknown" if run is None else run.state
-            self.fail("vanished", f"{fields['run_id']} finished while {state}")
-            return
-        run.state = "queued" if fields.get("requeued") else fields["outcome"]
+        run = self._in_state(fields["run_id"], "running", "finished")
+        if run is not None:
+            run.state = "queued" if fields.get("requeued") else fields["outcome"]
 
     def _on_cancel(self, fields: Mapping[str, Any]) -> None:
-        run = self._runs.get(fields["run_id"])
-        if run is None or run.state != "queued":
-            state = "unknown" if run is None else run.state
-            self.fail("vanished", f"{fields['run_id']} withdrawn from the queue while {state}")
-            return
-        run.state = "cancelled"
+        run = self._in_state(fields["run_id"], "queued", "withdrawn from the queue")
+        if run is not None:
+            run.state = "cancelled"
 
     def _on_lost(self, fields: Mapping[str, Any]) -> None:
         run_id = fields["run_id"]
@@ -284,9 +288,9 @@ class Checker:
         """Every run submitted, in submission order."""
         return list(self._runs)
 
-    def queued(self) -> list[str]:
-        """The runs queued now, in submission order."""
-        return self._queued_in_order()
+    def unsettled(self) -> bool:
+        """Whether a run is queued or running."""
+        return any(r.state in ("queued", "running") for r in self._runs.values())
 
     def busy(self, workspace: str, conversation: str) -> bool:
         """Whether the conversation has a queued or running run, as the model says."""

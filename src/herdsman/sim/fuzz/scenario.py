@@ -56,10 +56,18 @@ class Scenario:
     seed: int
     config: str
     events: tuple[Mapping[str, Any], ...]
+    #: How long each git call takes (simulated seconds): sweeps, checkouts and submits overlap.
+    git_latency: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
         """The scenario as a fuzz case file's header carries it."""
-        return {"version": 1, "seed": self.seed, "config": self.config, "events": list(self.events)}
+        return {
+            "version": 1,
+            "seed": self.seed,
+            "config": self.config,
+            "git_latency": self.git_latency,
+            "events": list(self.events),
+        }
 
     def with_events(self, events: Sequence[Mapping[str, Any]]) -> Scenario:
         """The same scenario with only ``events`` (the minimiser's candidates)."""
@@ -86,6 +94,9 @@ def scenario_from_json(data: Mapping[str, Any], where: str) -> Scenario:
         raise ScenarioError(f"{where}: fuzz.config: expected TOML text")
     if not isinstance(events, list):
         raise ScenarioError(f"{where}: fuzz.events: expected a list")
+    latency = data.get("git_latency", 0.0)
+    if not isinstance(latency, int | float) or isinstance(latency, bool) or latency < 0:
+        raise ScenarioError(f"{where}: fuzz.git_latency: expected seconds >= 0, got {latency!r}")
     last = 0.0
     for n, event in enumerate(events):
         name = f"{where}: fuzz.events[{n}]"
@@ -96,7 +107,7 @@ def scenario_from_json(data: Mapping[str, Any], where: str) -> Scenario:
         if not isinstance(t, int | float) or isinstance(t, bool) or t < last:
             raise ScenarioError(f"{name}.t: expected seconds, not before the event above")
         last = float(t)
-    return Scenario(seed, config, tuple(events))
+    return Scenario(seed, config, tuple(events), float(latency))
 
 
 def draw_scenario(seed: int) -> Scenario:
@@ -125,7 +136,7 @@ def draw_scenario(seed: int) -> Scenario:
         events.append(_draw_fault(rng, at, ids, layout))
     # Stable: a fault drawn for the same instant as a submit stays after it.
     events.sort(key=lambda event: event["t"])
-    return Scenario(seed, config, tuple(events))
+    return Scenario(seed, config, tuple(events), rng.choice([0.0, 0.0, 0.5, 5.0, 40.0]))
 
 
 @attrs.frozen
