@@ -176,3 +176,11 @@ def test_a_crash_on_a_full_disk_with_a_broken_file_restarts_on_the_last_valid_on
     assert len(verdict.traces) == 2
     ends = [e["run_id"] for e in _events(verdict) if e["event"] in ("finish", "lost")]
     assert ends == ["r1", "r2"]
+
+
+def test_a_submit_sent_again_after_a_crash_never_runs_the_lost_run_again() -> None:
+    first = _submit(0.0, "r1", "c1")
+    verdict = _run(first, {"t": 10.0, "kind": "crash"}, {**first, "t": 20.0, "again": True})
+    assert verdict.violations == ()
+    kinds = [(e["event"], e.get("run_id")) for e in _events(verdict) if e["event"] != "submit"]
+    assert kinds == [("start", "r1"), ("lost", "r1")]

@@ -237,9 +237,11 @@ class _Fuzz:
         self.fs = fs
         self.checker = Checker(trio.current_time)
         self.sinks: list[_Sink] = []
-        self.submits = {
-            event["run"]["id"]: event for event in scenario.events if event["kind"] == "submit"
-        }
+        # The first submit of each run says how it goes; one sent again is the same run.
+        self.submits: dict[str, Mapping[str, Any]] = {}
+        for event in scenario.events:
+            if event["kind"] == "submit":
+                self.submits.setdefault(event["run"]["id"], event)
         self.git = _CheckedGit(self._removing, scenario.git_latency)
         # Files agents left in worktrees: path -> the run that wrote it.
         self._left: dict[Path, str] = {}

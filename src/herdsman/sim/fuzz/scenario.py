@@ -9,7 +9,8 @@ Events (``Scenario.events``, in time order; each stands alone, so the
 minimiser may drop any of them):
 
 * ``submit`` — a run (``run``: id, provider, conversation, agent,
-  workspace), how its attempts go (``attempts``: duration, outcome —
+  workspace; ``again``: the same submit sent once more), how its
+  attempts go (``attempts``: duration, outcome —
   ``failed`` is a provider crash, ``timed_out`` a hang until the idle
   timeout, ``usage_limited`` a usage limit that resets ``resets_in``
   seconds after it is hit), whether the agent leaves files in its
@@ -75,8 +76,8 @@ class Scenario:
 
     @property
     def run_count(self) -> int:
-        """How many submit events it holds."""
-        return sum(1 for event in self.events if event["kind"] == "submit")
+        """How many runs its submit events name (a submit sent again is the same run)."""
+        return len({event["run"]["id"] for event in self.events if event["kind"] == "submit"})
 
 
 class ScenarioError(Exception):
@@ -131,9 +132,15 @@ def draw_scenario(seed: int) -> Scenario:
         events.append(_draw_submit(rng, t, len(ids), layout))
         ids.append(events[-1]["run"]["id"])
     end = t
+    submits = list(events)
     for _ in range(rng.randint(0, 6)):
         at = round(rng.uniform(0.0, end + 60.0), 3)
-        events.append(_draw_fault(rng, at, ids, layout))
+        if rng.random() < 0.15:
+            # A client that sends a submit again (a retry after a timeout,
+            # perhaps across a restart): the same run, never a second one.
+            events.append({**rng.choice(submits), "t": at, "again": True})
+        else:
+            events.append(_draw_fault(rng, at, ids, layout))
     # Stable: a fault drawn for the same instant as a submit stays after it.
     events.sort(key=lambda event: event["t"])
     return Scenario(seed, config, tuple(events), rng.choice([0.0, 0.0, 0.5, 5.0, 40.0]))
@@ -150,7 +157,7 @@ class _Layout:
     sweep: str
 
 
-def _draw_config(rng: random.Random, layout: _Layout) -> str:
+def _draw_config(rng: random.Random, layout: _Layout, *, reload: bool = False) -> str:
     lines = ["[supervisor]", f'state_dir = "{STATE_DIR}"']
     if rng.random() < 0.5:
         lines.append(f"max_concurrency = {rng.randint(1, 4)}")
@@ -169,7 +176,9 @@ def _draw_config(rng: random.Random, layout: _Layout) -> str:
                 lines.append(f"concurrency = {rng.randint(1, 2)}")
             if rng.random() < 0.3:
                 lines += [f'window = "{rng.choice([60, 300])}s"', f"budget = {rng.randint(2, 5)}"]
-    for repo in layout.repos:
+    # A reload may drop a repository: its worktrees stay, swept like any other.
+    repos = layout.repos[:-1] if reload and rng.random() < 0.3 else layout.repos
+    for repo in repos:
         lines += ["[[repos]]", f'name = "{repo}"', f'path = "{REPOS_DIR}/{repo}"']
     return "\n".join(lines) + "\n"
 
@@ -224,7 +233,7 @@ def _draw_fault(rng: random.Random, t: float, ids: list[str], layout: _Layout) -
         chosen = rng.sample(ids, min(len(ids), rng.randint(3, 8) if many else 1))
         return {"t": t, "kind": "cancel", "run_ids": chosen}
     if kind == "reload":
-        text = _draw_config(rng, layout)
+        text = _draw_config(rng, layout, reload=True)
         if rng.random() < 0.4:
             old, new = rng.choice(SPOILERS)
             text = text.replace(old, new, 1) if old in text else text + "[broken\n"
