@@ -29,10 +29,14 @@ path = "/herdsman-sim/repos/repo0"
 """
 
 
-def _submit(t: float, run_id: str, conversation: str | None, **extra: Any) -> dict[str, Any]:
+def _submit(
+    t: float, run_id: str, conversation: str | None, agent: str | None = None, **extra: Any
+) -> dict[str, Any]:
     run: dict[str, Any] = {"id": run_id, "provider": "claude", "workspace": "default"}
     if conversation is not None:
         run["conversation"] = conversation
+    if agent is not None:
+        run["agent"] = agent
     attempts = extra.pop("attempts", [{"duration": 30.0, "outcome": "succeeded"}])
     return {"t": t, "kind": "submit", "run": run, "attempts": attempts, **extra}
 
@@ -184,3 +188,22 @@ def test_a_submit_sent_again_after_a_crash_never_runs_the_lost_run_again() -> No
     assert verdict.violations == ()
     kinds = [(e["event"], e.get("run_id")) for e in _events(verdict) if e["event"] != "submit"]
     assert kinds == [("start", "r1"), ("lost", "r1")]
+
+
+def test_a_cancel_in_a_storm_is_traced_before_the_start_it_lets_through() -> None:
+    # r1 waits for agent a1 (r0 has it) at the head of c1, r2 waits behind
+    # it. Cancelling r3 wakes the dispatcher; cancelling r1 frees c1 for r2.
+    # The trace must say r1 went before r2 started (found by sim fuzz, seed
+    # 1289): a trace that shows r2 starting with r1 still queued ahead of
+    # it breaks FIFO per key as written, and its replay diverges.
+    long = [{"duration": 1000.0, "outcome": "succeeded"}]
+    verdict = _run(
+        _submit(0.0, "r0", "c9", agent="a1", attempts=long),
+        _submit(1.0, "r1", "c1", agent="a1"),
+        _submit(2.0, "r2", "c1"),
+        _submit(3.0, "r3", "c3", agent="a1"),
+        {"t": 5.0, "kind": "cancel", "run_ids": ["r3", "r1"]},
+    )
+    assert verdict.violations == ()
+    at_five = [(e["event"], e.get("run_id")) for e in _events(verdict) if e["t"] == 5.0]
+    assert at_five == [("cancel", "r3"), ("cancel", "r1"), ("start", "r2")]

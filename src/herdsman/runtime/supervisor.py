@@ -570,6 +570,11 @@ class Supervisor:
     async def _cancel_recorded(
         self, run_id: str, reason: str, withdrawn: CancelOutcome
     ) -> RunRecord:
+        if withdrawn is CancelOutcome.REMOVED:
+            # Recorded with nothing awaited since the withdrawal: a start
+            # it frees (the next run on its lanes) is then committed, and
+            # traced, after the cancel, never before it.
+            return await self._record_cancel(run_id, reason)
         record = await self.get(run_id)
         if record is None:
             raise RunNotFound(run_id)
@@ -593,6 +598,10 @@ class Supervisor:
                 raise RunConflict(f"run {run_id} already ended as {ended}")
         if withdrawn is CancelOutcome.UNKNOWN:
             raise RunConflict(f"run {run_id} already ended as {record.status.value}")
+        return await self._record_cancel(run_id, reason)
+
+    async def _record_cancel(self, run_id: str, reason: str) -> RunRecord:
+        """Record the cancel of a run just withdrawn from the queue."""
         now = self._wall()
 
         def cancelled(final: RunRecord) -> None:
