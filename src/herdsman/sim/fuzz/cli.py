@@ -18,7 +18,7 @@ __all__ = ["add_fuzz_command", "replay_case"]
 DEFAULT_BUDGET = 200
 
 
-def _whole(name: str, least: int) -> Callable[[str], int]:
+def _whole(least: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -121,33 +121,32 @@ def add_fuzz_command(actions: Any, guarded: Callable[[Any], Any]) -> None:
         help="run seeded faults through the whole supervisor, checking invariants"
         " (see docs/simulator.md)",
     )
-    fuzz.add_argument(
-        "--seeds",
-        type=_whole("--seeds", 1),
-        required=True,
-        metavar="N",
-        help="how many seeds to run, one after another",
+    numbers = (
+        ("--seeds", 1, None, "N", "how many seeds to run, one after another"),
+        ("--seed", 0, 0, "S", "the first seed (default 0): seeds S, S+1, ... S+N-1"),
+        (
+            "--budget",
+            0,
+            DEFAULT_BUDGET,
+            "RUNS",
+            f"scenario runs the minimiser may spend (default {DEFAULT_BUDGET};"
+            " 0: do not minimise, write the whole failing scenario)",
+        ),
     )
-    fuzz.add_argument(
-        "--seed",
-        type=_whole("--seed", 0),
-        default=0,
-        metavar="S",
-        help="the first seed (default 0): seeds S, S+1, ... S+N-1",
-    )
+    for flag, least, default, metavar, text in numbers:
+        fuzz.add_argument(
+            flag,
+            type=_whole(least),
+            required=default is None,
+            default=default,
+            metavar=metavar,
+            help=text,
+        )
     fuzz.add_argument(
         "--out",
         type=Path,
         default=None,
         metavar="FILE",
         help="where a failing seed's minimised case goes (default herdsman-fuzz-SEED.jsonl)",
-    )
-    fuzz.add_argument(
-        "--budget",
-        type=_whole("--budget", 0),
-        default=DEFAULT_BUDGET,
-        metavar="RUNS",
-        help=f"scenario runs the minimiser may spend (default {DEFAULT_BUDGET}; 0: do not"
-        " minimise, write the whole failing scenario)",
     )
     fuzz.set_defaults(handler=guarded(_fuzz))

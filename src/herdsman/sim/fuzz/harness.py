@@ -42,7 +42,7 @@ from herdsman.runtime.git import GitError
 from herdsman.runtime.git.fake import FakeGit, Operation
 from herdsman.runtime.ledger import inline
 from herdsman.runtime.reload import ConfigSource
-from herdsman.runtime.runner import ProcessOutcome, ProcessSpec, RunCancel
+from herdsman.runtime.runner import ProcessOutcome, ProcessSpec
 from herdsman.runtime.store import MemoryStore, NewRun
 from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
 from herdsman.runtime.worktrees.manager import METADATA
@@ -194,13 +194,8 @@ class _Runner(Driver):
         self._fuzz = fuzz
         self._tries: dict[str, int] = {}
 
-    async def execute(
-        self,
-        spec: ProcessSpec,
-        *,
-        cancel: RunCancel | None = None,
-        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
-    ) -> ProcessOutcome:
+    async def execute(self, spec: ProcessSpec, **options: Any) -> ProcessOutcome:
+        """The replay's fake run (``options``: its cancel handle and task status), plus faults."""
         run_id = spec.env["HERDSMAN_RUN_ID"]
         fuzz = self._fuzz
         fuzz.checker.spawned(run_id)
@@ -210,7 +205,7 @@ class _Runner(Driver):
         repos = spec.env.get("HERDSMAN_REPOS")
         if submit.get("dirty") and repos is not None:
             fuzz.leave_files(Path(repos), run_id)
-        ended = await super().execute(spec, cancel=cancel, task_status=task_status)
+        ended = await super().execute(spec, **options)
         attempts = submit.get("attempts", [])
         resets_in = attempts[tries].get("resets_in") if tries < len(attempts) else None
         if ended.usage_limit is not None and resets_in is not None:
