@@ -158,6 +158,18 @@ def test_a_seed_is_one_scenario_and_a_case_file_holds_it_whole() -> None:
             {"events": [{"t": 5, "kind": "crash"}, {"t": 1, "kind": "crash"}]},
             "case.jsonl: fuzz.events[1].t: expected seconds, not before the event above",
         ),
+        (
+            {"events": [{"t": 0, "kind": "submit", "run": {"id": "r1"}, "attempts": []}]},
+            "case.jsonl: fuzz.events[0].run: expected an object with an id and a provider",
+        ),
+        (
+            {"events": [{"t": 0, "kind": "git_failure", "operation": "push"}]},
+            "case.jsonl: fuzz.events[0].operation: expected one of add_worktree,",
+        ),
+        (
+            {"events": [{"t": 0, "kind": "cancel", "run_ids": "r1"}]},
+            "case.jsonl: fuzz.events[0].run_ids: expected a list of run ids",
+        ),
     ],
 )
 def test_a_malformed_case_names_what_is_wrong(change: dict[str, Any], message: str) -> None:

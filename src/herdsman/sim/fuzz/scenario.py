@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import attrs
+
+from herdsman.trace import OUTCOMES
 
 __all__ = ["FAULT_KINDS", "Scenario", "draw_scenario", "scenario_from_json"]
 
@@ -105,10 +107,46 @@ def scenario_from_json(data: Mapping[str, Any], where: str) -> Scenario:
             kinds = ", ".join(sorted(FAULT_KINDS | {"submit"}))
             raise ScenarioError(f"{name}: expected an object whose kind is one of {kinds}")
         t = event.get("t")
-        if not isinstance(t, int | float) or isinstance(t, bool) or t < last:
+        if not _seconds(t) or t < last:
             raise ScenarioError(f"{name}.t: expected seconds, not before the event above")
         last = float(t)
+        problem = _problem(event)
+        if problem is not None:
+            raise ScenarioError(f"{name}.{problem}")
     return Scenario(seed, config, tuple(events), float(latency))
+
+
+def _seconds(value: Any) -> TypeGuard[float]:
+    """Whether ``value`` is a number of seconds >= 0 (JSON's, so no bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+
+
+def _problem(event: Mapping[str, Any]) -> str | None:
+    """What is wrong with one event's fields (beyond ``t`` and ``kind``), if anything."""
+    kind = event["kind"]
+    if kind == "submit":
+        run = event.get("run")
+        if not isinstance(run, dict) or not all(
+            isinstance(run.get(key), str) and run[key] for key in ("id", "provider")
+        ):
+            return "run: expected an object with an id and a provider"
+        attempts = event.get("attempts")
+        if not isinstance(attempts, list) or not all(
+            isinstance(a, dict) and _seconds(a.get("duration")) and a.get("outcome") in OUTCOMES
+            for a in attempts
+        ):
+            return f"attempts: expected a list of {{duration, outcome}}, outcome one of {OUTCOMES}"
+    elif kind == "cancel" and not (
+        isinstance(event.get("run_ids"), list) and all(isinstance(r, str) for r in event["run_ids"])
+    ):
+        return "run_ids: expected a list of run ids"
+    elif kind == "reload" and not isinstance(event.get("toml"), str):
+        return "toml: expected the configuration file's text"
+    elif kind == "git_failure" and event.get("operation") not in GIT_OPERATIONS:
+        return f"operation: expected one of {', '.join(GIT_OPERATIONS)}"
+    elif kind == "disk_full" and not _seconds(event.get("seconds")):
+        return "seconds: expected seconds >= 0"
+    return None
 
 
 def draw_scenario(seed: int) -> Scenario:
