@@ -219,3 +219,13 @@ def test_a_cancel_in_a_storm_is_traced_before_the_start_it_lets_through() -> Non
     assert verdict.violations == ()
     at_five = [(e["event"], e.get("run_id")) for e in _events(verdict) if e["t"] == 5.0]
     assert at_five == [("cancel", "r3"), ("cancel", "r1"), ("start", "r2")]
+
+
+def test_every_attempt_is_spawned_with_its_outcome_s_exit_code() -> None:
+    # An exit code of None would mean "never spawned": budgets would not count it.
+    verdict = _run(
+        _submit(0.0, "r1", "c1"),
+        _submit(0.0, "r2", "c2", attempts=[{"duration": 5.0, "outcome": "failed"}]),
+    )
+    codes = {e["run_id"]: e["exit_code"] for e in _events(verdict) if e["event"] == "finish"}
+    assert codes == {"r1": 0, "r2": 1}

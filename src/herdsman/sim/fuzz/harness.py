@@ -49,7 +49,7 @@ from herdsman.runtime.worktrees.manager import METADATA
 from herdsman.sim.fuzz.invariants import Checker, Violation
 from herdsman.sim.fuzz.scenario import Scenario, ScenarioError
 from herdsman.sim.replay import ARRIVAL, Driver, drive, shuffle_trio
-from herdsman.sim.workload import Attempt, RunPlan, Workload
+from herdsman.sim.workload import SYNTHETIC_EXIT_CODES, Attempt, RunPlan, Workload
 from herdsman.trace import TraceHeader, TraceWriter, format_time
 
 __all__ = ["CONFIG_PATH", "STARTED_AT", "Verdict", "run_scenario"]
@@ -286,7 +286,13 @@ class _Fuzz:
             run_id: RunPlan(
                 index,
                 [
-                    Attempt(float(a["duration"]), a["outcome"], a.get("exit_code"))
+                    # Spawned, so counted against budgets: the exit code of
+                    # its outcome unless the scenario names one.
+                    Attempt(
+                        float(a["duration"]),
+                        a["outcome"],
+                        a.get("exit_code", SYNTHETIC_EXIT_CODES[a["outcome"]]),
+                    )
                     for a in event["attempts"]
                 ],
                 synthetic=True,
