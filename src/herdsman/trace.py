@@ -271,6 +271,8 @@ class TraceHeader:
     carry: Mapping[str, Any] | None
     #: How ``herdsman sim generate`` drew a synthetic trace (seed and model).
     generator: Mapping[str, Any] | None = None
+    #: A fuzz case (``herdsman sim fuzz``): its scenario, faults included.
+    fuzz: Mapping[str, Any] | None = None
 
 
 def read_trace(path: Path) -> tuple[TraceHeader, Iterator[TraceEvent]]:
@@ -343,7 +345,10 @@ def _parse_header(path: Path, number: int, text: str) -> TraceHeader:
     generator = obj.get("generator")
     if generator is not None and not isinstance(generator, dict):
         raise TraceFormatError(f"{path}:{number}: generator: expected an object")
-    return TraceHeader(version, started, config, carry, generator)
+    fuzz = obj.get("fuzz")
+    if fuzz is not None and not isinstance(fuzz, dict):
+        raise TraceFormatError(f"{path}:{number}: fuzz: expected an object")
+    return TraceHeader(version, started, config, carry, generator, fuzz)
 
 
 def _check_carry(where: str, carry: Any) -> None:

@@ -570,6 +570,11 @@ class Supervisor:
     async def _cancel_recorded(
         self, run_id: str, reason: str, withdrawn: CancelOutcome
     ) -> RunRecord:
+        if withdrawn is CancelOutcome.REMOVED:
+            # Recorded with nothing awaited since the withdrawal: a start
+            # it frees (the next run on its lanes) is then committed, and
+            # traced, after the cancel, never before it.
+            return await self._record_cancel(run_id, reason)
         record = await self.get(run_id)
         if record is None:
             raise RunNotFound(run_id)
@@ -593,6 +598,10 @@ class Supervisor:
                 raise RunConflict(f"run {run_id} already ended as {ended}")
         if withdrawn is CancelOutcome.UNKNOWN:
             raise RunConflict(f"run {run_id} already ended as {record.status.value}")
+        return await self._record_cancel(run_id, reason)
+
+    async def _record_cancel(self, run_id: str, reason: str) -> RunRecord:
+        """Record the cancel of a run just withdrawn from the queue."""
         now = self._wall()
 
         def cancelled(final: RunRecord) -> None:
@@ -1263,20 +1272,23 @@ class Supervisor:
             except Exception:  # the watcher outlives anything one reload does
                 log.exception("reload after a change of %s failed", path)
 
-    async def _sleep_or_reload(self, seconds: float) -> None:
-        """Sleep, but wake early when a reload changes the settings."""
+    async def _sleep_or_reload(self, until: float) -> None:
+        """Sleep until ``until`` (trio time), but wake early when a reload changes the settings."""
         reloaded = self._reloaded
-        with trio.move_on_after(seconds):
+        with trio.move_on_at(until):
             await reloaded.wait()
 
     async def _sweep_loop(self) -> None:
         # Settings are read afresh each time: a reload changes the next sweep.
         while True:
-            interval = self.config.retention.sweep_interval.total_seconds()
             started = trio.current_time()
-            while trio.current_time() - started < interval:
-                await self._sleep_or_reload(interval - (trio.current_time() - started))
-                interval = self.config.retention.sweep_interval.total_seconds()
+            # Slept until an absolute time: the time left, recomputed from
+            # the clock, can round to a sleep of nothing that never ends on
+            # a clock that moves only once every task waits (the simulator's).
+            while trio.current_time() < (
+                due := started + self.config.retention.sweep_interval.total_seconds()
+            ):
+                await self._sleep_or_reload(due)
             if self._worktrees is None:
                 continue
             try:
@@ -1295,4 +1307,4 @@ class Supervisor:
             else:
                 if pruned:
                     log.info("pruned %d finished run(s) older than %s", pruned, keep)
-            await self._sleep_or_reload(min(3600.0, max(1.0, keep / 10)))
+            await self._sleep_or_reload(trio.current_time() + min(3600.0, max(1.0, keep / 10)))

@@ -1,4 +1,4 @@
-"""``herdsman sim replay`` and ``herdsman sim diff``; ``generate`` and ``plan`` are added here."""
+"""``herdsman sim replay`` and ``sim diff``; ``generate``, ``plan`` and ``fuzz`` are added here."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any
 import attrs
 
 from herdsman.config import ConfigError, load_config
+from herdsman.sim.fuzz.cli import add_fuzz_command, replay_case
+from herdsman.sim.fuzz.scenario import ScenarioError
 from herdsman.sim.generate_cli import add_generate_command
 from herdsman.sim.model import ModelError
 from herdsman.sim.plan_cli import add_plan_command
@@ -42,6 +44,8 @@ def _replay(args: argparse.Namespace) -> int:
     # the simulation, not news for whoever runs it: only errors are shown.
     logging.getLogger("herdsman").setLevel(logging.ERROR)
     workload = read_workload(args.trace)
+    if workload.header.fuzz is not None:
+        return replay_case(args, workload.header)
     what_if = args.config is not None or bool(args.overrides)
     if args.config is not None:
         loaded = load_config(args.config, args.overrides)
@@ -106,7 +110,14 @@ def _guarded(handler: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
             code: int = handler(args)
-        except (TraceFormatError, ModelError, SweepError, SloError, PlotError) as error:
+        except (
+            TraceFormatError,
+            ModelError,
+            SweepError,
+            SloError,
+            PlotError,
+            ScenarioError,
+        ) as error:
             print(f"herdsman: {error}", file=sys.stderr)
             return 2
         except ConfigError as error:
@@ -181,3 +192,4 @@ def add_sim_commands(commands: Any) -> None:
 
     add_generate_command(actions, _guarded)
     add_plan_command(actions, _guarded)
+    add_fuzz_command(actions, _guarded)

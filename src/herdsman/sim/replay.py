@@ -22,7 +22,7 @@ import io
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -58,15 +58,25 @@ from herdsman.sim.workload import (
 )
 from herdsman.trace import TraceWriter
 
-__all__ = ["DEFAULT_DURATION", "ReplayResult", "replay", "summary"]
+__all__ = [
+    "ARRIVAL",
+    "DEFAULT_DURATION",
+    "Driven",
+    "Driver",
+    "ReplayResult",
+    "drive",
+    "replay",
+    "shuffle_trio",
+    "summary",
+]
 
 # Event kinds in the order they go at one instant: a run ending frees its
 # slot before an arrival at the same moment is looked at, as in a recording
 # where the finish was written first.
-_END, _ARRIVAL = 0, 1
+END, ARRIVAL = 0, 1
 
 
-class _Driver:
+class Driver:
     """The heap of external events, and the fake runner that feeds it."""
 
     def __init__(self, workload: Workload) -> None:
@@ -118,7 +128,7 @@ class _Driver:
                     # Stopped now, but ended by the driver like any run's end:
                     # a forced shutdown stops many at once, and their ends
                     # must be recorded in arrival order, not trio's wake order.
-                    self.push(trio.current_time(), _END, index, end)
+                    self.push(trio.current_time(), END, index, end)
                 else:
                     done.set()
 
@@ -127,7 +137,7 @@ class _Driver:
         async def end() -> None:
             done.set()
 
-        self.push(trio.current_time() + attempt.duration, _END, index, end)
+        self.push(trio.current_time() + attempt.duration, END, index, end)
         try:
             await done.wait()
         finally:
@@ -178,7 +188,7 @@ def replay(
     fake filesystem); by default an in-memory one. Its calls run inline.
     """
     if seed is not None:
-        _shuffle_trio(seed)
+        shuffle_trio(seed)
     began = time.perf_counter()
     # Autojump only matters once the input is over (a shutdown's grace
     # period): while driving, the driver moves the clock itself.
@@ -190,7 +200,7 @@ def replay(
     return attrs.evolve(result, wall_seconds=time.perf_counter() - began)
 
 
-def _shuffle_trio(seed: int) -> None:
+def shuffle_trio(seed: int) -> None:
     # Private trio names (FINDINGS.md), guarded by tests/unit/platform's canary.
     import trio._core._run as trio_run  # noqa: PLC0415
 
@@ -206,7 +216,7 @@ async def _replay(
     # folder look like two.
     loaded = config_from_trace(_config_json(given), "configuration")
     config = loaded.config
-    driver = _Driver(workload)
+    driver = Driver(workload)
     git = FakeGit()
     for repo in config.repos:
         repo.path.mkdir(parents=True, exist_ok=True)
@@ -253,11 +263,11 @@ async def _replay(
                 runs += await _deliver(supervisor, arrival)
                 next_arrival()  # one arrival in the heap at a time
 
-            driver.push(arrival.t, _ARRIVAL, order, deliver)
+            driver.push(arrival.t, ARRIVAL, order, deliver)
 
         next_arrival()
         driver.driving = True
-        await _drive(driver, supervisor, clock)
+        await drive(driver, supervisor, clock)
         driver.driving = False
         span = trio.current_time()
         left_queued = supervisor.status()["queued"]
@@ -272,8 +282,27 @@ async def _replay(
     )
 
 
-async def _drive(driver: _Driver, supervisor: Supervisor, clock: trio.testing.MockClock) -> None:
-    """Deliver every event in order, one at a time, until nothing more can happen."""
+class Driven(Protocol):
+    """What the driver reads of the supervisor it drives (the fuzzer's changes at a restart)."""
+
+    @property
+    def finished(self) -> trio.Event: ...
+
+    @property
+    def account_recheck_at(self) -> float | None: ...
+
+
+async def drive(
+    driver: Driver,
+    supervisor: Driven,
+    clock: trio.testing.MockClock,
+    after: Callable[[], bool] | None = None,
+) -> None:
+    """Deliver every event in order, one at a time, until nothing more can happen.
+
+    ``after`` is called once whatever each event or timer set off has
+    settled; it returns True to stop driving (the fuzzer found a violation).
+    """
     # Each pass starts with every task blocked and no timer due: only the
     # driver can make something happen now.
     await trio.testing.wait_all_tasks_blocked()
@@ -297,6 +326,8 @@ async def _drive(driver: _Driver, supervisor: Supervisor, clock: trio.testing.Mo
             # arithmetic as MockClock's autojump, so the times are the same.
             clock.jump(max(0.0, to_timer))
             await trio.testing.wait_all_tasks_blocked()
+            if after is not None and after():
+                return
             continue
         if t > now:
             clock.jump(t - now)
@@ -306,6 +337,8 @@ async def _drive(driver: _Driver, supervisor: Supervisor, clock: trio.testing.Mo
         _, action = item
         await action()
         await trio.testing.wait_all_tasks_blocked()
+        if after is not None and after():
+            return
 
 
 async def _deliver(supervisor: Supervisor, arrival: Any) -> int:

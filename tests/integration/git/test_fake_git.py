@@ -35,6 +35,28 @@ async def test_injected_failure_fails_the_next_call_only(fs: Patcher) -> None:
     assert await git.worktree_status(worktree) == WorktreeState(exists=True, clean=True)
 
 
+async def test_latency_delays_each_call_before_it_acts(
+    fs: Patcher, autojump_clock: trio.testing.MockClock
+) -> None:
+    asked: list[str] = []
+
+    def latency(operation: str) -> float:
+        asked.append(operation)
+        return 2.5
+
+    git = FakeGit(latency=latency)
+    head = git.init_repository(REPO, FILES)
+    worktree = Path("/sim/state/c1/app")
+    began = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: git.add_worktree(REPO, worktree, branch="c1", commit=head))
+        await trio.sleep(2.0)
+        assert not worktree.exists()  # still "running"
+    assert trio.current_time() - began == 2.5
+    assert worktree.exists()
+    assert asked == ["add_worktree"]
+
+
 async def test_injected_failures_queue_per_operation(fs: Patcher) -> None:
     git = FakeGit()
     git.init_repository(REPO, FILES)

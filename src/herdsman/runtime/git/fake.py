@@ -148,9 +148,13 @@ class FakeGit:
     See the module docstring for what it models. Failure injection:
     :meth:`inject_failure` makes the next call of one operation raise a given
     error before it changes anything, as a git that failed cleanly would.
+    ``latency`` gives how long (trio seconds) each call takes before it acts,
+    as a git process would: the simulator's fuzzer uses it so that sweeps,
+    checkouts and submits overlap.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, latency: Callable[[Operation], float] | None = None) -> None:
+        self._latency = latency
         self._locks: dict[str, trio.Lock] = {}
         self._failures: dict[str, collections.deque[Exception]] = collections.defaultdict(
             collections.deque
@@ -197,7 +201,11 @@ class FakeGit:
     async def _enter(self, operation: Operation) -> None:
         # Every operation is a checkpoint, as a process-running one would be,
         # so concurrent callers interleave in the simulator as in production.
-        await trio.lowlevel.checkpoint()
+        seconds = self._latency(operation) if self._latency is not None else 0.0
+        if seconds > 0:
+            await trio.sleep(seconds)
+        else:
+            await trio.lowlevel.checkpoint()
         pending = self._failures.get(operation)
         if pending:
             raise pending.popleft()

@@ -256,15 +256,18 @@ class WorktreeManager:
         found: list[ConversationFolder] = []
         if not self.root.is_dir():
             return found
-        for folder in sorted(self.root.iterdir()):
-            meta = _read_metadata(folder / METADATA)
-            if meta is not None:
-                found.append(
-                    ConversationFolder(
-                        folder, meta["workspace"], meta["conversation"], meta["last_used"]
-                    )
-                )
+        for path in sorted(self.root.iterdir()):
+            folder = self.folder_at(path)
+            if folder is not None:
+                found.append(folder)
         return found
+
+    def folder_at(self, path: Path) -> ConversationFolder | None:
+        """The conversation folder at ``path`` as its metadata says now, if readable."""
+        meta = _read_metadata(path / METADATA)
+        if meta is None:
+            return None
+        return ConversationFolder(path, meta["workspace"], meta["conversation"], meta["last_used"])
 
 
 def _read_metadata(path: Path) -> dict[str, Any] | None:

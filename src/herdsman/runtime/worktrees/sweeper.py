@@ -97,8 +97,9 @@ async def _sweep_folder(
     is_busy: IsBusy,
     dry_run: bool,
 ) -> list[SweptWorktree]:
-    # Re-read under the lock: a run may have prepared meanwhile.
-    fresh = {f.path: f for f in manager.folders()}.get(folder.path)
+    # Re-read under the lock: a run may have prepared meanwhile. This folder
+    # only: all of them for each would make a sweep quadratic.
+    fresh = manager.folder_at(folder.path)
     if fresh is None or now - fresh.last_used <= idle:
         return []
     entries = []
