@@ -47,6 +47,13 @@ def open_store(config: Config) -> Store:
 
     Blocking (it connects, or opens a file, and migrates): call it in a worker thread.
     """
+    if config.fleet.enabled:
+        # The ledger side of fleet mode is built, the supervisor side not yet:
+        # refusing is better than running alone while the file says "fleet".
+        raise StoreError(
+            "fleet.enabled = true: this herdsman cannot run as a fleet member yet;"
+            " remove [fleet] enabled to run as the only supervisor of the ledger"
+        )
     if config.store.url is not None:
         # Imported only when used: psycopg is slow to import.
         from herdsman.runtime.store.postgres import PostgresStore  # noqa: PLC0415
