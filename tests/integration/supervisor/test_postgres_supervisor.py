@@ -129,18 +129,3 @@ def test_a_second_supervisor_on_the_same_ledger_is_refused(
         assert sup.stop(signal.SIGTERM) == 0
     finally:
         sup.close()
-
-
-def test_fleet_mode_is_refused_with_one_line_until_members_are_built(tmp_path: Path) -> None:
-    write_config(
-        tmp_path,
-        concurrency=1,
-        delay=0.1,
-        extra='[store]\nurl = "postgresql://herdsman@127.0.0.1/herdsman"\n'
-        "[fleet]\nenabled = true\n",
-    )
-    result = herdsman("run", *CLI, cwd=tmp_path)
-    assert result.returncode == 1
-    assert "Traceback" not in result.stderr
-    last = result.stderr.strip().splitlines()[-1]
-    assert "fleet.enabled = true: this herdsman cannot run as a fleet member yet" in last
