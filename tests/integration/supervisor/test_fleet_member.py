@@ -98,6 +98,9 @@ async def test_a_run_whose_lane_runs_on_another_member_waits_parked_then_runs(
     await running.stopped.wait()
     assert running.supervisor.report is not None
     assert running.supervisor.report.fatal is None
+    # A clean stop ends the lease at once: the next expiry removes the member.
+    other.expire_lapsed(time.time())
+    assert [m.id for m in other.members()] == [other.member_id]
 
 
 async def test_cancelling_a_parked_run_withdraws_it(
