@@ -56,6 +56,12 @@ def run_elsewhere(other: FleetStore, run_id: str, conversation: str) -> None:
     assert [r.id for r in other.claim_many([(run_id, None)], 2.0).claimed] == [run_id]
 
 
+def status_of(store: FleetStore, run_id: str) -> RunStatus:
+    record = store.get(run_id)
+    assert record is not None
+    return record.status
+
+
 async def wait_parked(fleet: FleetMember, run_id: str) -> None:
     with trio.fail_after(10):
         while run_id not in fleet.parked:
@@ -68,9 +74,10 @@ def fleet_of(running: Running) -> FleetMember:
     return fleet
 
 
-async def test_a_run_whose_lane_runs_on_another_member_waits_parked_then_runs(
-    start: Start, tmp_path: Path, member_url: str, postgres_url: str, other: FleetStore
-) -> None:
+async def parked_behind_another_member(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> tuple[Running, FleetMember]:
+    """A supervisor with run "mine" parked: "elsewhere" runs on its lane on ``other``."""
     run_elsewhere(other, "elsewhere", "c1")
     running = await start(fleet_config(tmp_path, member_url))
     fleet = fleet_of(running)
@@ -78,11 +85,16 @@ async def test_a_run_whose_lane_runs_on_another_member_waits_parked_then_runs(
         "/v1/runs", json={"id": "mine", "provider": "demo", "prompt": "x", "conversation": "c1"}
     )
     assert answer.status_code in (200, 201), answer.text
-    # Refused (its lane is busy on the other member), it is parked, not retried in a loop...
     await wait_parked(fleet, "mine")
-    record = other.get("mine")
-    assert record is not None
-    assert record.status is RunStatus.QUEUED
+    return running, fleet
+
+
+async def test_a_run_whose_lane_runs_on_another_member_waits_parked_then_runs(
+    start: Start, tmp_path: Path, member_url: str, postgres_url: str, other: FleetStore
+) -> None:
+    running, _ = await parked_behind_another_member(start, tmp_path, member_url, other)
+    # Refused (its lane is busy on the other member), it is parked, not retried in a loop...
+    assert status_of(other, "mine") is RunStatus.QUEUED
     calls_before = running.supervisor.ledger.calls
     await trio.sleep(2)
     # Per second: a poll, the claim it lets through, a renewal. A busy loop: hundreds.
@@ -106,26 +118,15 @@ async def test_a_run_whose_lane_runs_on_another_member_waits_parked_then_runs(
 async def test_cancelling_a_parked_run_withdraws_it(
     start: Start, tmp_path: Path, member_url: str, other: FleetStore
 ) -> None:
-    run_elsewhere(other, "elsewhere", "c1")
-    running = await start(fleet_config(tmp_path, member_url))
-    fleet = fleet_of(running)
-    answer = await running.client.post(
-        "/v1/runs", json={"id": "mine", "provider": "demo", "prompt": "x", "conversation": "c1"}
-    )
-    assert answer.status_code in (200, 201), answer.text
-    await wait_parked(fleet, "mine")
+    running, fleet = await parked_behind_another_member(start, tmp_path, member_url, other)
     cancelled = await running.client.post("/v1/runs/mine/cancel")
     assert cancelled.status_code == 200, cancelled.text
     assert fleet.parked == ()
-    record = other.get("mine")
-    assert record is not None
-    assert record.status is RunStatus.CANCELLED
+    assert status_of(other, "mine") is RunStatus.CANCELLED
     # Its lane frees on the other member: nothing of it is left to start here.
     other.finish("elsewhere", RunStatus.SUCCEEDED, time.time(), exit_code=0)
     await trio.sleep(1.5)
-    record = other.get("mine")
-    assert record is not None
-    assert record.status is RunStatus.CANCELLED
+    assert status_of(other, "mine") is RunStatus.CANCELLED
     running.supervisor.request_shutdown()
     await running.stopped.wait()
 
@@ -147,9 +148,7 @@ async def test_a_run_claimed_by_another_member_is_cancelled_through_that_member(
         assert answer.json()["error"] == (
             f"run {run_id} runs on another member of the fleet; cancel it through that member's API"
         )
-        record = other.get(run_id)
-        assert record is not None
-        assert record.status is RunStatus.RUNNING
+        assert status_of(other, run_id) is RunStatus.RUNNING
     running.supervisor.request_shutdown()
     await running.stopped.wait()
 
