@@ -606,7 +606,9 @@ class Supervisor:
             withdrawn = self._scheduler.cancel(run_id)
         if withdrawn is CancelOutcome.RUNNING:
             # The run may have ended, or gone back to the queue (a usage
-            # limit), while its record was read.
+            # limit, a claim refused), while its record was read.
+            if self._fleet is not None and self._fleet.unpark(run_id):
+                self._scheduler.requeue(run_id)
             state = self._scheduler.state_of(run_id)
             if state is RunState.QUEUED:
                 self._submitted_at.pop(run_id, None)
@@ -905,7 +907,6 @@ class Supervisor:
     def _claimed(self, result: ClaimResult) -> None:
         """Start the runs claimed; a run gone leaves the scheduler, one refused is parked."""
         assert self._fleet is not None
-        assert self._nursery is not None
         self._started(result.claimed)
         now = self._wall()
         for run_id, gone in self._fleet.refusals(result):
@@ -916,22 +917,12 @@ class Supervisor:
                 self._scheduler.finish(run_id)
                 self._let_go(run_id)
                 continue
-            handle = self._handles.pop(run_id)
+            # A cancel asked for meanwhile reads the run after this (the
+            # ledger is FIFO) and finds it parked: the handle is not needed.
+            del self._handles[run_id]
             if not self._handles:
                 self._idle.set()
-            if handle.cancelled and self._admitting:
-                # Cancelled while its claim was on its way: queued after all,
-                # so the cancel withdraws it from the queue instead.
-                self._scheduler.requeue(run_id)
-                self._nursery.start_soon(self._cancel_refused, run_id, handle.reason)
-            else:
-                self._fleet.park(run_id)
-
-    async def _cancel_refused(self, run_id: str, reason: str | None) -> None:
-        try:
-            await self.cancel(run_id, reason or "cancel requested")
-        except (StoreError, RunConflict) as exc:
-            log.warning("run %s: could not cancel it: %s", run_id, exc)
+            self._fleet.park(run_id)
 
     async def _fleet_poll(self) -> None:
         assert self._fleet is not None

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 import trio
@@ -75,11 +76,11 @@ def fleet_of(running: Running) -> FleetMember:
 
 
 async def parked_behind_another_member(
-    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore, lease: str = "3s"
 ) -> tuple[Running, FleetMember]:
     """A supervisor with run "mine" parked: "elsewhere" runs on its lane on ``other``."""
     run_elsewhere(other, "elsewhere", "c1")
-    running = await start(fleet_config(tmp_path, member_url))
+    running = await start(fleet_config(tmp_path, member_url, lease=lease))
     fleet = fleet_of(running)
     answer = await running.client.post(
         "/v1/runs", json={"id": "mine", "provider": "demo", "prompt": "x", "conversation": "c1"}
@@ -127,6 +128,37 @@ async def test_cancelling_a_parked_run_withdraws_it(
     other.finish("elsewhere", RunStatus.SUCCEEDED, time.time(), exit_code=0)
     await trio.sleep(1.5)
     assert status_of(other, "mine") is RunStatus.CANCELLED
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_a_cancel_arriving_while_a_claim_is_on_its_way_withdraws_the_refused_run(
+    start: Start, tmp_path: Path, member_url: str, postgres_url: str, other: FleetStore
+) -> None:
+    # A long lease: no renewal (which takes the fleet lock too) while the test holds it.
+    running, fleet = await parked_behind_another_member(
+        start, tmp_path, member_url, other, lease="30s"
+    )
+    answers: list[httpx.Response] = []
+    with psycopg.connect(postgres_url) as conn:
+        # Hold the fleet lock: the next claim of "mine" waits for it.
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (other._fleet_lock,))
+        with trio.fail_after(10):  # the next poll puts it back; its claim starts
+            while "mine" not in running.supervisor._handles:
+                await trio.sleep(0.02)
+        async with trio.open_nursery() as nursery:
+
+            async def cancel() -> None:
+                answers.append(await running.client.post("/v1/runs/mine/cancel"))
+
+            nursery.start_soon(cancel)
+            await trio.sleep(0.3)  # the cancel now waits behind the claim
+            conn.rollback()  # the claim goes on, and is refused: the lane is busy
+    [answer] = answers
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "cancelled"
+    assert status_of(other, "mine") is RunStatus.CANCELLED
+    assert fleet.parked == ()
     running.supervisor.request_shutdown()
     await running.stopped.wait()
 
