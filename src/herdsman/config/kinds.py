@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ArrayOfTables",
     "Boolean",
+    "Caps",
     "Choice",
     "Duration",
     "Invalid",
@@ -344,6 +345,50 @@ class StringTable(Kind):
 
     def to_toml(self, value: Any) -> Any:
         return dict(value)
+
+
+@attrs.frozen
+class Caps(Kind):
+    """A table of caps keyed by name (``{ claude = 4 }``); ``nested``: a table of those per name.
+
+    The names are checked against the configuration by the enclosing
+    table's post check; here only the shape and the numbers.
+    """
+
+    nested: bool = False
+
+    @property
+    def expected(self) -> str:  # type: ignore[override]
+        if self.nested:
+            return "a table of tables of whole numbers, e.g. { claude = { work = 2 } }"
+        return "a table of whole numbers, e.g. { claude = 4 }"
+
+    def check(self, raw: object, path: KeyPath, checker: Checker) -> dict[str, Any]:
+        if not isinstance(raw, Mapping):
+            raise self.fail(raw)
+        good = True
+        out: dict[str, Any] = {}
+        inner = Caps()
+        for key, value in raw.items():
+            try:
+                out[key] = (
+                    inner.check(value, (*path, key), checker)
+                    if self.nested
+                    else _CAP.check(value, (*path, key), checker)
+                )
+            except Invalid as error:
+                if str(error):
+                    checker.problem((*path, key), str(error))
+                good = False
+        if not good:
+            raise Invalid("")  # already reported per entry
+        return out
+
+    def to_toml(self, value: Any) -> Any:
+        return {key: dict(cap) if self.nested else cap for key, cap in value.items()}
+
+
+_CAP = WholeNumber(1)
 
 
 PostCheck = Callable[[Mapping[str, Any], dict[str, Any], "KeyPath", "Checker"], None]

@@ -28,6 +28,7 @@ __all__ = [
     "Account",
     "ApiSettings",
     "Config",
+    "FleetSettings",
     "Provider",
     "Repo",
     "RetentionSettings",
@@ -133,6 +134,95 @@ class StoreSettings:
         kinds.PostgresUrl(),
         "a PostgreSQL URL for the ledger; absent means SQLite in <state_dir>/herdsman.db",
         default=None,
+    )
+
+
+#: The range a fleet lease may take: long enough to be renewed three times
+#: over a slow link, short enough that a dead member's runs do not wait for
+#: hours before they are declared lost.
+LEASE_RANGE = (timedelta(seconds=3), timedelta(hours=1))
+
+
+def _fleet_rules(
+    raw: Mapping[str, Any], out: dict[str, Any], path: KeyPath, checker: Checker
+) -> None:
+    lease, poll = out.get("lease"), out.get("poll")
+    low, high = LEASE_RANGE
+    if isinstance(lease, timedelta) and not low <= lease <= high:
+        checker.problem(
+            (*path, "lease"),
+            f'must be from "{low.seconds}s" to "1h", got {kinds.describe(raw["lease"])}',
+        )
+    elif isinstance(lease, timedelta) and isinstance(poll, timedelta) and poll >= lease:
+        checker.problem(
+            (*path, "poll"),
+            f"must be shorter than the lease ({checker.where((*path, 'lease'))}), "
+            f"got {kinds.describe(raw['poll'])}",
+        )
+    if out.get("enabled") and checker.value_of(("store", "url")) is None:
+        checker.problem(
+            (*path, "enabled"),
+            "fleet mode needs a PostgreSQL ledger the members share, but store.url is not"
+            ' set; add [store] url = "postgresql://HOST/DATABASE"',
+        )
+    providers: dict[str, set[str]] = {}
+    for key in checker.values:
+        if key[:1] == ("providers",) and len(key) >= 3:
+            accounts = providers.setdefault(str(key[1]), set())
+            if len(key) == 5 and key[2] == "accounts" and key[4] == "name":
+                accounts.add(checker.values[key])
+    known = ", ".join(sorted(providers)) or "(none)"
+    for provider in out.get("provider_caps", {}):
+        if provider not in providers:
+            checker.problem(
+                (*path, "provider_caps", provider),
+                f"names no provider of this file; the providers are: {known}",
+                "key",
+            )
+    for provider, accounts in out.get("account_caps", {}).items():
+        if provider not in providers:
+            checker.problem(
+                (*path, "account_caps", provider),
+                f"names no provider of this file; the providers are: {known}",
+                "key",
+            )
+            continue
+        names = ", ".join(sorted(providers[provider])) or "(none)"
+        for account in accounts:
+            if account not in providers[provider]:
+                checker.problem(
+                    (*path, "account_caps", provider, account),
+                    f"names no account of providers.{provider}; its accounts are: {names}",
+                    "key",
+                )
+
+
+@attrs.frozen(kw_only=True)
+class FleetSettings:
+    """``[fleet]``: this supervisor as one member of a fleet sharing a PostgreSQL ledger."""
+
+    enabled: bool = setting(
+        kinds.Boolean(),
+        "join the fleet of supervisors sharing the ledger at store.url",
+        default=False,
+    )
+    lease: timedelta = setting(
+        kinds.Duration(positive=True),
+        "how long this member counts as alive without renewing; its runs are lost after it",
+        default=timedelta(seconds=30),
+    )
+    poll: timedelta = setting(
+        kinds.Duration(positive=True),
+        "how often the ledger is read for runs submitted to other members and retried claims",
+        default=timedelta(seconds=1),
+    )
+    provider_caps: Mapping[str, int] = setting(
+        kinds.Caps(), "fleet-wide cap on a provider's simultaneous runs", factory=dict
+    )
+    account_caps: Mapping[str, Mapping[str, int]] = setting(
+        kinds.Caps(nested=True),
+        "fleet-wide cap on the simultaneous runs spending an account, per provider",
+        factory=dict,
     )
 
 
@@ -307,6 +397,7 @@ class Config:
         "[providers.NAME]",
         factory=dict,
     )
+    fleet: FleetSettings = setting(kinds.Table(FleetSettings, _fleet_rules), "[fleet]")
     repos: tuple[Repo, ...] = setting(
         kinds.ArrayOfTables(kinds.Table(Repo), unique="name"), "[[repos]]", factory=tuple
     )

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import logging
+import os
+import secrets
 import signal
+import socket
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -17,6 +21,7 @@ from herdsman.config import Config, LoadedConfig
 from herdsman.postgres_url import parse_postgres_url, server_name
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.api.server import ensure_token, serve_api
+from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.lockfile import StateDirLock
 from herdsman.runtime.pointer import remove_pointer, write_pointer
 from herdsman.runtime.reload import ConfigSource
@@ -45,14 +50,32 @@ def config_for_trace(config: Config) -> dict[str, object]:
 def open_store(config: Config) -> Store:
     """The run ledger the config names: PostgreSQL at ``[store] url``, else SQLite in state_dir.
 
-    Blocking (it connects, or opens a file, and migrates): call it in a worker thread.
+    With ``[fleet] enabled``, the PostgreSQL ledger is joined as a fleet
+    member (a :class:`FleetStore`) rather than held alone. Blocking (it
+    connects, or opens a file, and migrates): call it in a worker thread.
     """
+    if config.fleet.enabled:
+        assert config.store.url is not None  # validation requires it
+        from herdsman.runtime.store.fleet import FleetStore  # noqa: PLC0415
+
+        return FleetStore(
+            config.store.url,
+            member_id=new_member_id(),
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            lease=config.fleet.lease.total_seconds(),
+        )
     if config.store.url is not None:
         # Imported only when used: psycopg is slow to import.
         from herdsman.runtime.store.postgres import PostgresStore  # noqa: PLC0415
 
         return PostgresStore(config.store.url, sole=True)
     return SqliteStore(config.supervisor.state_dir / DB_NAME)
+
+
+def new_member_id() -> str:
+    """A fleet member id, new at every start: a restarted supervisor is a new member."""
+    return secrets.token_hex(8)
 
 
 def ledger_name(config: Config) -> str:
@@ -99,7 +122,13 @@ async def serve(
             clock=trio.current_time,
             wall=lambda: dt.datetime.now(dt.UTC),
         )
-    supervisor = Supervisor(config, store, trace=trace, source=source, loaded=loaded)
+    fleet = None
+    if config.fleet.enabled:
+        from herdsman.runtime.store.fleet import FleetStore  # noqa: PLC0415
+
+        assert isinstance(store, FleetStore)
+        fleet = FleetMember(store)
+    supervisor = Supervisor(config, store, trace=trace, source=source, loaded=loaded, fleet=fleet)
     token = ensure_token(token_path(config))
     try:
         if trace is not None:
@@ -114,6 +143,9 @@ async def serve(
     finally:
         if trace is not None:
             trace.close()
+        if fleet is not None:
+            with contextlib.suppress(StoreError):  # its lease then lapses by itself
+                fleet.store.leave()
         store.close()
     return report
 

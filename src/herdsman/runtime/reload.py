@@ -33,6 +33,9 @@ __all__ = [
 RESTART_KEYS: tuple[str, ...] = (
     "supervisor.state_dir",
     "store.url",
+    # Joining or leaving a fleet changes which ledger rules bind this
+    # supervisor (recovery at start, claims): only a start can do that.
+    "fleet.enabled",
     "api.listen",
     "api.token_file",
     "trace.enabled",
@@ -182,6 +185,7 @@ def _keep_restart_settings(new: Config, old: Config) -> Config:
         new,
         supervisor=attrs.evolve(new.supervisor, state_dir=old.supervisor.state_dir),
         store=old.store,
+        fleet=attrs.evolve(new.fleet, enabled=old.fleet.enabled),
         api=old.api,
         trace=attrs.evolve(
             new.trace, enabled=old.trace.enabled, dir=old.trace.dir, max_bytes=old.trace.max_bytes

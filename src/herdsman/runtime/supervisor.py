@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from operator import methodcaller
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 import outcome
@@ -49,6 +49,7 @@ from herdsman.runtime.accounts import (
 )
 from herdsman.runtime.callbacks import deliver_callback
 from herdsman.runtime.config_watch import file_signature, watch_file
+from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.git import Git, RealGit
 from herdsman.runtime.launch import build_spec, log_file
 from herdsman.runtime.ledger import Ledger, RunSync, in_worker_thread
@@ -77,12 +78,16 @@ from herdsman.runtime.store import (
     RunRecord,
     RunStatus,
     Store,
+    StoreConflict,
     StoreError,
 )
 from herdsman.runtime.worktrees.listing import describe_worktrees
 from herdsman.runtime.worktrees.manager import WorktreeManager, checkouts_preamble
 from herdsman.runtime.worktrees.sweeper import SweepReport, sweep
 from herdsman.trace import TraceWriter
+
+if TYPE_CHECKING:
+    from herdsman.runtime.store.fleet import ClaimResult
 
 log = logging.getLogger("herdsman.supervisor")
 
@@ -91,6 +96,8 @@ OnBusy = Literal["queue", "skip"]
 #: tasks are cancelled outright (the runner's kill grace is 5 s).
 FORCED_STOP_WAIT = 15.0
 SKIP_REASON = "its conversation or agent already had a queued or running run"
+#: Why a fleet member cannot cancel a run another member claimed.
+ELSEWHERE = "runs on another member of the fleet; cancel it through that member's API"
 #: The longest the dispatcher waits before looking at resting accounts again.
 ACCOUNT_RECHECK = 60.0
 #: How long an orphaned agent gets between SIGTERM and SIGKILL at start-up.
@@ -199,12 +206,14 @@ class Supervisor:
         loaded: LoadedConfig | None = None,
         stop_orphans: bool = True,
         resolve_program: Callable[[str], str | None] = resolve_executable,
+        fleet: FleetMember | None = None,
     ) -> None:
         self.config = config
         self.generation = 1
         self._source = source
         self._loaded = loaded
         self._stop_orphans = stop_orphans
+        self._fleet = fleet
         self._resolve_program = resolve_program
         self._reload_lock = trio.Lock()
         self._reloaded = trio.Event()
@@ -298,6 +307,9 @@ class Supervisor:
                 nursery.start_soon(self._dispatch_loop)
                 nursery.start_soon(self._prune_loop)
                 nursery.start_soon(self._sweep_loop)
+                if self._fleet is not None:
+                    nursery.start_soon(self._fleet_lease_loop)
+                    nursery.start_soon(self._fleet.poll_loop, self._poll_interval, self._fleet_poll)
                 if self._source is not None and self._source.watch:
                     path = self._source.path
                     nursery.start_soon(watch_file, path, partial(self._config_changed, path))
@@ -386,6 +398,12 @@ class Supervisor:
 
     async def _recover(self) -> None:
         now = self._wall()
+        if self._fleet is not None:
+            # A member recovers nothing: other members may be running the
+            # runs it finds running; a dead member's runs are lost by expiry.
+            await self._fleet_poll()
+            await self._recover_accounts(now)
+            return
         lost = await self.ledger.call(lambda s: s.recover(now))
         self.lost_at_startup = tuple(r.id for r in lost)
         for record in lost:
@@ -537,9 +555,14 @@ class Supervisor:
                     self._emit("skip", run=traced)
                     self._notify(record.id)
                     continue
-                self._scheduler.submit(request)
-                self._submitted_at[record.id] = record.submitted_at
-                self._emit("submit", run=traced)
+                if self._fleet is not None:
+                    # A member queues every run from the ledger, in the
+                    # fleet's order: its own runs too, at the poll this wakes.
+                    self._fleet.poke()
+                else:
+                    self._scheduler.submit(request)
+                    self._submitted_at[record.id] = record.submitted_at
+                    self._emit("submit", run=traced)
                 self.metrics.submitted.labels(new.provider).inc()
             self._wake()
 
@@ -549,6 +572,8 @@ class Supervisor:
     async def cancel(self, run_id: str, reason: str = "cancel requested") -> RunRecord:
         """Cancel a queued run at once, or stop a running one (its task records it)."""
         await self._ready.wait()
+        if self._fleet is not None and self._fleet.unpark(run_id):
+            self._scheduler.requeue(run_id)  # queued again, so withdrawn below
         # Decided the moment the request arrives when the scheduler knows the
         # run; only an id it does not know waits for the ledger (a submit of
         # it may still be in flight, and the ledger is FIFO).
@@ -557,7 +582,7 @@ class Supervisor:
         submitted_at = self._submitted_at.pop(run_id, None)
         try:
             return await self._cancel_recorded(run_id, reason, withdrawn)
-        except StoreError:
+        except StoreError as exc:
             if withdrawn is CancelOutcome.REMOVED and request is not None:
                 # The ledger still says queued: so must the scheduler (at the
                 # back of its lanes; the cancel can be asked for again).
@@ -565,6 +590,8 @@ class Supervisor:
                 if submitted_at is not None:
                     self._submitted_at[run_id] = submitted_at
                 self._wake()
+            if self._fleet is not None and isinstance(exc, StoreConflict):
+                raise RunConflict(f"run {run_id} {ELSEWHERE}") from exc
             raise
 
     async def _cancel_recorded(
@@ -584,7 +611,9 @@ class Supervisor:
             withdrawn = self._scheduler.cancel(run_id)
         if withdrawn is CancelOutcome.RUNNING:
             # The run may have ended, or gone back to the queue (a usage
-            # limit), while its record was read.
+            # limit, a claim refused), while its record was read.
+            if self._fleet is not None and self._fleet.unpark(run_id):
+                self._scheduler.requeue(run_id)
             state = self._scheduler.state_of(run_id)
             if state is RunState.QUEUED:
                 self._submitted_at.pop(run_id, None)
@@ -597,6 +626,8 @@ class Supervisor:
                 ended = now_record.status.value if now_record is not None else "unknown"
                 raise RunConflict(f"run {run_id} already ended as {ended}")
         if withdrawn is CancelOutcome.UNKNOWN:
+            if self._fleet is not None and record.status is RunStatus.RUNNING:
+                raise RunConflict(f"run {run_id} {ELSEWHERE}")
             raise RunConflict(f"run {run_id} already ended as {record.status.value}")
         return await self._record_cancel(run_id, reason)
 
@@ -836,9 +867,17 @@ class Supervisor:
         # (which, if we are being cancelled, records it as cancelled at once).
         with trio.CancelScope(shield=True):
             try:
-                await self.ledger.call(
-                    lambda s: s.mark_running_many(items, now), durable=True, then=self._started
-                )
+                if self._fleet is None:
+                    await self.ledger.call(
+                        lambda s: s.mark_running_many(items, now), durable=True, then=self._started
+                    )
+                else:
+                    fleet, rules = self._fleet, self._fleet.rules(self.config)
+                    await self.ledger.call(
+                        lambda _: fleet.store.claim_many(items, now, rules, clock=self._wall),
+                        durable=True,
+                        then=self._claimed,
+                    )
             except StoreError as exc:
                 # Not recorded as started, so never spawned: they are still
                 # queued in the ledger and will start after a restart. Without
@@ -871,6 +910,59 @@ class Supervisor:
             self._nursery.start_soon(
                 self._execute_run, record, pick, config, name=f"run {record.id}"
             )
+
+    # -- fleet membership (see runtime/fleet_member.py) -------------------------
+
+    def _claimed(self, result: ClaimResult) -> None:
+        """Start the runs claimed; a run gone leaves the scheduler, one refused is parked."""
+        assert self._fleet is not None
+        self._started(result.claimed)
+        now = self._wall()
+        for run_id, gone in self._fleet.refusals(result):
+            self._accounts.finish(run_id, now, spawned=False)
+            self._picks.pop(run_id, None)
+            if gone:  # claimed by another member, or cancelled
+                self._submitted_at.pop(run_id, None)
+                self._scheduler.finish(run_id)
+                self._let_go(run_id)
+                continue
+            # A cancel asked for meanwhile reads the run after this (the
+            # ledger is FIFO) and finds it parked: the handle is not needed.
+            del self._handles[run_id]
+            if not self._handles:
+                self._idle.set()
+            self._fleet.park(run_id)
+
+    async def _fleet_poll(self) -> None:
+        assert self._fleet is not None
+        await self.ledger.call(self._fleet.read_new, then=self._take_fleet_runs)
+
+    def _take_fleet_runs(self, records: list[RunRecord]) -> None:
+        """Queue the fleet's new runs in ``seq`` order; put parked runs back in their place."""
+        assert self._fleet is not None
+        for run_id in self._fleet.take_parked():
+            self._scheduler.requeue(run_id)
+        for record in self._fleet.take_new(records):
+            if self._scheduler.state_of(record.id) is not None:
+                continue
+            self._scheduler.submit(run_request(record))
+            self._submitted_at[record.id] = record.submitted_at
+            self._emit("submit", run=trace_run(record, with_prompt=self._trace_prompts))
+        self._wake()
+
+    def _poll_interval(self) -> float:
+        return self.config.fleet.poll.total_seconds()
+
+    async def _fleet_lease_loop(self) -> None:
+        assert self._fleet is not None
+        await self._fleet.keep_lease(
+            self.ledger, lambda: self.config, self._wall, self._lease_expired
+        )
+
+    def _lease_expired(self, message: str) -> None:
+        log.critical("%s; draining and stopping", message)
+        self._fatal = message
+        self.request_shutdown()
 
     async def _execute_run(self, record: RunRecord, pick: Pick | None, config: Config) -> None:
         handle = self._handles[record.id]

@@ -455,3 +455,37 @@ def test_a_claim_whose_lease_lapses_before_it_commits_claims_nothing(postgres_ur
         record = a.get("x")
         assert record is not None
         assert record.status is RunStatus.QUEUED
+
+
+def test_a_member_polls_the_runs_queued_after_the_last_it_saw(postgres_url: str) -> None:
+    with fleet(postgres_url, "a", "b") as (a, b):
+        for n in range(4):
+            (a if n % 2 else b).submit(run(f"r{n}", f"c{n}"), T0 + n)
+        everything = a.queued_after(0)
+        assert [r.id for r in everything] == ["r0", "r1", "r2", "r3"]
+        assert [r.seq for r in everything] == sorted(r.seq for r in everything)
+        b.claim_many([("r1", None)], T0 + 5)  # claimed: not queued any more
+        b.cancel_queued("r2", T0 + 5, "no")
+        after_r0 = b.queued_after(everything[0].seq)
+        assert [r.id for r in after_r0] == ["r3"]
+        assert a.queued_after(everything[-1].seq) == []
+
+
+def test_a_claim_with_a_clock_stamps_its_starts_once_the_fleet_lock_is_held(
+    postgres_url: str,
+) -> None:
+    with fleet(postgres_url, "a") as (a,):
+        a.submit(run("r1", "c1"), T0)
+        a.submit(run("r2", "c2"), T0)
+        read: list[float] = []
+
+        def clock() -> float:
+            read.append(T0 + 9)
+            return read[-1]
+
+        claimed = a.claim_many([("r1", None), ("r2", None)], T0 + 1, clock=clock).claimed
+        assert read == [T0 + 9]  # read once, for the whole claim
+        assert [r.started_at for r in claimed] == [T0 + 9, T0 + 9]
+        stored = a.get("r1")
+        assert stored is not None
+        assert stored.started_at == T0 + 9

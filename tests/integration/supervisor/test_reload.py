@@ -175,14 +175,22 @@ async def test_keys_that_need_a_restart_are_reported_and_kept(start: Start, tmp_
     edit(path, 'state_dir = "state"', 'state_dir = "moved"')
     edit(path, "concurrency = 1", "concurrency = 2")
     with path.open("a") as file:
-        file.write('\n[store]\nurl = "postgresql://db.invalid/herdsman"\n')
+        file.write('\n[store]\nurl = "postgresql://db.invalid/herdsman"\n[fleet]\nenabled = true\n')
     body = await reload(running)
     by_key = {c["key"]: c for c in body["changes"]}
     assert by_key.pop("providers.demo.concurrency")["applied"] is True
     # The rest wait for a restart: the address, the state directory and what
     # follows it (the token file, the trace folder), the ledger's database...
-    assert {"api.listen", "supervisor.state_dir", "api.token_file", "store.url"} <= set(by_key)
+    # ... and joining a fleet.
+    assert {
+        "api.listen",
+        "supervisor.state_dir",
+        "api.token_file",
+        "store.url",
+        "fleet.enabled",
+    } <= set(by_key)
     assert running.supervisor.config.store.url is None
+    assert running.supervisor.config.fleet.enabled is False
     assert all(not change["applied"] for change in by_key.values())
     # ... while live settings whose defaults follow state_dir stay where they are.
     assert "providers.demo.workdir" not in by_key

@@ -106,9 +106,12 @@ async def test_each_rotated_trace_file_replays_on_its_own(start: Start, tmp_path
     # and queued, which each new header must restate. One slot: two runs
     # ending within a fraction of a millisecond would be recorded in an
     # order the replay (where a start takes no time) need not reproduce.
+    # Where a file turns over depends on the bytes before it (the paths and
+    # the settings in each header): enough runs to make several files, so
+    # that some turn over between a start and its finish whatever the sizes.
     config = config_at(write_config(tmp_path, concurrency=1, delay=0.2, extra=TINY_TRACE))
     running = await start(config)
-    conversations = [f"c{n % 4}" for n in range(16)]
+    conversations = [f"c{n % 4}" for n in range(32)]
     runs = [{"provider": "demo", "prompt": "go", "conversation": c} for c in conversations]
     body = {"runs": runs}
     response = await running.client.post("/v1/runs/batch", json=body)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -304,6 +304,20 @@ class FleetStore(PostgresStore):
             ).fetchall()
         return [_record(row) for row in rows]
 
+    def queued_after(self, seq: int) -> list[RunRecord]:
+        """Queued runs submitted after ``seq``, by ``seq``: what a member polls for.
+
+        Safe to poll with the highest ``seq`` seen so far: submissions take
+        the fleet lock before drawing their ``seq``, so no run with a lower
+        ``seq`` can be committed after one with a higher ``seq`` was read.
+        """
+        with self._reading() as cur:
+            rows = cur.execute(
+                f"{_SELECT} WHERE status = ? AND seq > ? ORDER BY seq",
+                (RunStatus.QUEUED.value, seq),
+            ).fetchall()
+        return [_record(row) for row in rows]
+
     # --- claims ----------------------------------------------------------------
 
     def claim_many(
@@ -311,6 +325,8 @@ class FleetStore(PostgresStore):
         items: Sequence[tuple[str, str | None]],
         now: float,
         rules: ClaimRules | None = None,
+        *,
+        clock: Callable[[], float] | None = None,
     ) -> ClaimResult:
         """Claim ``(run_id, account)`` pairs in order: each one started, or refused.
 
@@ -321,12 +337,20 @@ class FleetStore(PostgresStore):
         items see the claims of the items before them. A refused item
         changes nothing. Raises :class:`LeaseExpired`, claiming nothing, if
         this member's lease has lapsed; :class:`RunNotFound` for an unknown id.
+
+        With a ``clock``, the claimed runs' ``started_at`` is read from it
+        once the fleet lock is held, instead of ``now``: a run then never
+        appears started before the finish of the run it waited for (on a
+        machine whose clock agrees), since that finish committed before the
+        lock was granted.
         """
         rules = rules if rules is not None else ClaimRules()
         claimed: list[RunRecord] = []
         refused: list[tuple[str, Refusal]] = []
         with self._transaction(durable=True) as cur:
             now = check_now(now)
+            if clock is not None:
+                now = check_now(clock())
             self._check_live(cur)
             for run_id, account in items:
                 current = _existing(cur, run_id)

@@ -1,0 +1,182 @@
+"""A supervisor as one member of a fleet: its lease, its claims and its view of the queue.
+
+The supervisor keeps its own scheduler (docs/scheduling.md); in a fleet that
+scheduler proposes and the ledger decides (docs/fleet.md):
+
+* **The queue, in the fleet's order.** Every run, submitted here or to
+  another member, enters the local scheduler from the ledger, polled in
+  ``seq`` order (:meth:`FleetMember.read_new`), so the local order on every
+  lane is the fleet's. Runs submitted here wake the poll at once.
+* **Claims.** The runs the scheduler would start are claimed
+  (:meth:`FleetStore.claim_many <herdsman.runtime.store.fleet.FleetStore.claim_many>`)
+  instead of recorded as started. A run ``gone`` (claimed by another member,
+  or cancelled) leaves the local scheduler. A run refused for a busy lane,
+  an earlier queued run or a fleet-wide cap is *parked*: it stays marked
+  running in the local scheduler, so its lanes stay held and it is not
+  offered again, without a process; the next poll puts it back in its place
+  (the core's ``requeue``). The cost: a parked run holds one local slot for
+  up to one poll interval.
+* **The lease**, renewed about three times per lease, with the lapsed
+  members of the fleet expired on the way. A lease found lapsed means this
+  member may have been declared gone: it stops admitting and drains.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+import trio
+
+from herdsman.config import Config
+from herdsman.runtime.store import RunRecord, Store, StoreError
+
+if TYPE_CHECKING:
+    from herdsman.runtime.ledger import Ledger
+    from herdsman.runtime.store.fleet import ClaimResult, ClaimRules, FleetStore
+
+__all__ = ["RENEWALS_PER_LEASE", "FleetMember"]
+
+log = logging.getLogger("herdsman")
+
+#: How many times a lease is renewed while it runs: two renewals may fail
+#: (a slow server, a ledger batch ahead of them) before it lapses.
+RENEWALS_PER_LEASE = 3
+
+
+class FleetMember:
+    """This supervisor's part in a fleet: the poll cursor, the parked runs and the lease.
+
+    ``store`` is the :class:`FleetStore` the supervisor's ledger writes to.
+    Everything here runs in the trio thread, except the operations handed
+    to the ledger (``read_new``, the renewal), which only touch ``store``.
+    """
+
+    def __init__(self, store: FleetStore) -> None:
+        """Start with nothing seen: the first poll reads the whole queue, in ``seq`` order."""
+        self.store = store
+        #: The highest ``seq`` taken into the local scheduler.
+        self.cursor = 0
+        # Insertion-ordered: parked runs are put back in the order they were refused.
+        self._parked: dict[str, None] = {}
+        self._poke = trio.Event()
+
+    # -- the queue -----------------------------------------------------------
+
+    def read_new(self, store: Store) -> list[RunRecord]:
+        """Ledger operation: queued runs after the cursor, by ``seq``.
+
+        The cursor moves in :meth:`take_new`, once the read has committed.
+        """
+        del store  # the ledger hands over the store it was given: self.store
+        return self.store.queued_after(self.cursor)
+
+    def take_new(self, records: list[RunRecord]) -> list[RunRecord]:
+        """Move the cursor past ``records``; return them (still in ``seq`` order)."""
+        if records:
+            self.cursor = max(self.cursor, records[-1].seq)
+        return records
+
+    def poke(self) -> None:
+        """Poll now (a run was submitted here), rather than at the next interval."""
+        self._poke.set()
+
+    async def poll_loop(
+        self, interval: Callable[[], float], poll: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Call ``poll`` every ``interval()`` seconds, or sooner when poked; forever."""
+        while True:
+            with trio.move_on_after(interval()):
+                await self._poke.wait()
+            self._poke = trio.Event()
+            try:
+                await poll()
+            except StoreError as exc:
+                # The lease task decides when the ledger is gone for good;
+                # a failed read is tried again at the next poll.
+                log.error("could not read the fleet's queue from the ledger: %s", exc)
+
+    # -- parked runs ---------------------------------------------------------
+
+    def park(self, run_id: str) -> None:
+        """A claim of ``run_id`` was refused for now: offer it again after the next poll."""
+        self._parked[run_id] = None
+
+    def unpark(self, run_id: str) -> bool:
+        """Forget ``run_id`` as parked (it is being cancelled); whether it was."""
+        if run_id not in self._parked:
+            return False
+        del self._parked[run_id]
+        return True
+
+    def take_parked(self) -> list[str]:
+        """The parked runs, in the order they were refused; none is parked afterwards."""
+        parked, self._parked = list(self._parked), {}
+        return parked
+
+    @property
+    def parked(self) -> tuple[str, ...]:
+        """Runs parked now, in the order they were refused."""
+        return tuple(self._parked)
+
+    # -- claims and the lease ------------------------------------------------
+
+    @staticmethod
+    def rules(config: Config) -> ClaimRules:
+        """What a claim checks fleet-wide, from the configuration in force."""
+        from herdsman.runtime.store.fleet import ClaimRules  # noqa: PLC0415 - psycopg
+
+        return ClaimRules(
+            agent_exclusive=config.scheduling.agent_exclusive,
+            provider_caps=dict(config.fleet.provider_caps),
+            account_caps={
+                (provider, account): cap
+                for provider, accounts in config.fleet.account_caps.items()
+                for account, cap in accounts.items()
+            },
+        )
+
+    @staticmethod
+    def refusals(result: ClaimResult) -> list[tuple[str, bool]]:
+        """Each refused run of ``result`` and whether it is gone (not queued any more)."""
+        from herdsman.runtime.store.fleet import Refusal  # noqa: PLC0415 - psycopg
+
+        return [(run_id, refusal is Refusal.GONE) for run_id, refusal in result.refused]
+
+    async def keep_lease(
+        self,
+        ledger: Ledger,
+        config: Callable[[], Config],
+        wall: Callable[[], float],
+        on_expired: Callable[[str], None],
+    ) -> None:
+        """Renew the lease and expire lapsed members, about three times per lease.
+
+        Returns after calling ``on_expired(message)`` once the lease is found
+        lapsed; a ledger that fails otherwise is tried again at the next turn.
+        """
+        from herdsman.runtime.store.fleet import LeaseExpired  # noqa: PLC0415 - psycopg
+
+        while True:
+            lease = config().fleet.lease.total_seconds()
+            try:
+                lost = await ledger.call(partial(self._renew_and_expire, lease, wall()))
+            except LeaseExpired as exc:
+                on_expired(str(exc))
+                return
+            except StoreError as exc:
+                log.error("could not renew the fleet lease: %s", exc)
+            else:
+                for record in lost:
+                    log.warning(
+                        "run %s: %s; recorded as lost, never re-run", record.id, record.reason
+                    )
+            await trio.sleep(lease / RENEWALS_PER_LEASE)
+
+    def _renew_and_expire(self, lease: float, now: float, store: Store) -> list[RunRecord]:
+        del store  # the ledger hands over the store it was given: self.store
+        self.store.lease = lease  # a reload may have changed it
+        self.store.renew()
+        return self.store.expire_lapsed(now)

@@ -1,0 +1,255 @@
+"""One supervisor as a fleet member, served in the test, beside a member the test drives.
+
+The test's own :class:`FleetStore` plays the rest of the fleet: it runs runs
+the supervisor must wait for, and it can make the supervisor's lease lapse.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+import trio
+from supervisor_support import Running, Start, write_config
+
+from herdsman.config import load_config_text
+from herdsman.runtime.fleet_member import FleetMember
+from herdsman.runtime.store import NewRun, RunStatus
+from herdsman.runtime.store.fleet import ClaimRules, FleetStore
+from herdsman.runtime.store.postgres import PostgresStore
+from postgres_support import split_password
+
+
+@pytest.fixture
+def member_url(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    url, password = split_password(postgres_url)
+    if password is not None:
+        monkeypatch.setenv("PGPASSWORD", password)
+    return url
+
+
+@pytest.fixture
+def other(postgres_url: str) -> Iterator[FleetStore]:
+    """Another member of the fleet, driven by the test."""
+    store = FleetStore(
+        postgres_url, member_id=f"other-{uuid.uuid4().hex[:8]}", host="other", pid=1, lease=60
+    )
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def fleet_config(directory: Path, url: str, *, lease: str = "3s", more: str = "") -> Path:
+    fleet = f'[fleet]\nenabled = true\nlease = "{lease}"\npoll = "1s"\n{more}'
+    return write_config(
+        directory, concurrency=2, delay=0.1, extra=f'[store]\nurl = "{url}"\n{fleet}'
+    )
+
+
+def run_elsewhere(other: FleetStore, run_id: str, conversation: str) -> None:
+    other.submit(NewRun(id=run_id, provider="demo", prompt="p", conversation=conversation), 1.0)
+    assert [r.id for r in other.claim_many([(run_id, None)], 2.0).claimed] == [run_id]
+
+
+def status_of(store: FleetStore, run_id: str) -> RunStatus:
+    record = store.get(run_id)
+    assert record is not None
+    return record.status
+
+
+async def wait_parked(fleet: FleetMember, run_id: str) -> None:
+    with trio.fail_after(10):
+        while run_id not in fleet.parked:
+            await trio.sleep(0.02)
+
+
+def fleet_of(running: Running) -> FleetMember:
+    fleet = running.supervisor._fleet
+    assert isinstance(fleet, FleetMember)
+    return fleet
+
+
+async def parked_behind_another_member(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore, lease: str = "3s"
+) -> tuple[Running, FleetMember]:
+    """A supervisor with run "mine" parked: "elsewhere" runs on its lane on ``other``."""
+    run_elsewhere(other, "elsewhere", "c1")
+    running = await start(fleet_config(tmp_path, member_url, lease=lease))
+    fleet = fleet_of(running)
+    answer = await running.client.post(
+        "/v1/runs", json={"id": "mine", "provider": "demo", "prompt": "x", "conversation": "c1"}
+    )
+    assert answer.status_code in (200, 201), answer.text
+    await wait_parked(fleet, "mine")
+    return running, fleet
+
+
+async def test_a_run_whose_lane_runs_on_another_member_waits_parked_then_runs(
+    start: Start, tmp_path: Path, member_url: str, postgres_url: str, other: FleetStore
+) -> None:
+    running, _ = await parked_behind_another_member(start, tmp_path, member_url, other)
+    # Refused (its lane is busy on the other member), it is parked, not retried in a loop...
+    assert status_of(other, "mine") is RunStatus.QUEUED
+    calls_before = running.supervisor.ledger.calls
+    await trio.sleep(2)
+    # Per second: a poll, the claim it lets through, a renewal. A busy loop: hundreds.
+    assert running.supervisor.ledger.calls - calls_before <= 8
+    # ... and runs once the other member's run has finished.
+    other.finish("elsewhere", RunStatus.SUCCEEDED, time.time(), exit_code=0)
+    body = await running.wait("mine")
+    assert body["status"] == "succeeded", body
+    final = other.get("mine")
+    assert final is not None
+    assert final.attempts == 1
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+    assert running.supervisor.report is not None
+    assert running.supervisor.report.fatal is None
+    # A clean stop ends the lease at once: the next expiry removes the member.
+    other.expire_lapsed(time.time())
+    assert [m.id for m in other.members()] == [other.member_id]
+
+
+async def test_cancelling_a_parked_run_withdraws_it(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> None:
+    running, fleet = await parked_behind_another_member(start, tmp_path, member_url, other)
+    cancelled = await running.client.post("/v1/runs/mine/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    assert fleet.parked == ()
+    assert status_of(other, "mine") is RunStatus.CANCELLED
+    # Its lane frees on the other member: nothing of it is left to start here.
+    other.finish("elsewhere", RunStatus.SUCCEEDED, time.time(), exit_code=0)
+    await trio.sleep(1.5)
+    assert status_of(other, "mine") is RunStatus.CANCELLED
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_a_cancel_arriving_while_a_claim_is_on_its_way_withdraws_the_refused_run(
+    start: Start, tmp_path: Path, member_url: str, postgres_url: str, other: FleetStore
+) -> None:
+    # A long lease: no renewal (which takes the fleet lock too) while the test holds it.
+    running, fleet = await parked_behind_another_member(
+        start, tmp_path, member_url, other, lease="30s"
+    )
+    answers: list[httpx.Response] = []
+    with psycopg.connect(postgres_url) as conn:
+        # Hold the fleet lock: the next claim of "mine" waits for it.
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (other._fleet_lock,))
+        with trio.fail_after(10):  # the next poll puts it back; its claim starts
+            while "mine" not in running.supervisor._handles:
+                await trio.sleep(0.02)
+        async with trio.open_nursery() as nursery:
+
+            async def cancel() -> None:
+                answers.append(await running.client.post("/v1/runs/mine/cancel"))
+
+            nursery.start_soon(cancel)
+            await trio.sleep(0.3)  # the cancel now waits behind the claim
+            conn.rollback()  # the claim goes on, and is refused: the lane is busy
+    [answer] = answers
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "cancelled"
+    assert status_of(other, "mine") is RunStatus.CANCELLED
+    assert fleet.parked == ()
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_a_run_claimed_by_another_member_is_cancelled_through_that_member(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> None:
+    run_elsewhere(other, "early", "c1")  # running there before this member starts
+    # The fleet-wide cap (one demo run) holds this member back, not the other.
+    more = "provider_caps = { demo = 1 }\n"
+    running = await start(fleet_config(tmp_path, member_url, more=more))
+    # Seen queued here first (and refused: the cap), then claimed there.
+    other.submit(NewRun(id="late", provider="demo", prompt="p", conversation="c2"), 3.0)
+    await wait_parked(fleet_of(running), "late")
+    assert [r.id for r in other.claim_many([("late", None)], 4.0).claimed] == ["late"]
+    for run_id in ("early", "late"):
+        answer = await running.client.post(f"/v1/runs/{run_id}/cancel")
+        assert answer.status_code == 409, answer.text
+        assert answer.json()["error"] == (
+            f"run {run_id} runs on another member of the fleet; cancel it through that member's API"
+        )
+        assert status_of(other, run_id) is RunStatus.RUNNING
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_a_lapsed_lease_stops_admitting_and_stops_the_supervisor(
+    start: Start, tmp_path: Path, member_url: str, postgres_url: str
+) -> None:
+    running = await start(fleet_config(tmp_path, member_url))
+    fleet = fleet_of(running)
+    # As if the supervisor had been stopped (a frozen VM) longer than its lease.
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE supervisors SET lease_until = 0 WHERE id = %s", (fleet.store.member_id,)
+        )
+    with trio.fail_after(10):
+        await running.stopped.wait()
+    report = running.supervisor.report
+    assert report is not None
+    assert report.fatal is not None
+    assert "lease" in report.fatal
+    assert "has expired" in report.fatal
+    assert not running.supervisor.admitting
+
+
+async def test_a_reload_changes_the_lease_the_next_renewal_asks_for(
+    start: Start, tmp_path: Path, member_url: str, postgres_url: str
+) -> None:
+    path = fleet_config(tmp_path, member_url, lease="3s")
+    running = await start(path)
+    fleet = fleet_of(running)
+    path.write_text(path.read_text().replace('lease = "3s"', 'lease = "9s"'))
+    answer = await running.client.post("/v1/reload")
+    assert answer.status_code == 200, answer.text
+    changes = {c["key"]: c for c in answer.json()["changes"]}
+    assert changes["fleet.lease"]["applied"] is True
+    with trio.fail_after(5):  # renewed every lease/3 = 1 s
+        while fleet.store.lease != 9:
+            await trio.sleep(0.05)
+    store = PostgresStore(postgres_url)
+    try:
+        with store._reading() as cur:  # the lease as the server holds it
+            row = cur.execute(
+                "SELECT lease_until - extract(epoch FROM clock_timestamp()) FROM supervisors"
+                " WHERE id = ?",
+                (fleet.store.member_id,),
+            ).fetchone()
+    finally:
+        store.close()
+    assert 3 < row[0] <= 9
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+def test_the_claim_rules_come_from_the_fleet_table(tmp_path: Path) -> None:
+    text = """\
+[providers.claude]
+exec = ["claude"]
+[[providers.claude.accounts]]
+name = "work"
+[scheduling]
+agent_exclusive = false
+[store]
+url = "postgresql://db.example/herdsman"
+[fleet]
+enabled = true
+provider_caps = { claude = 3 }
+account_caps = { claude = { work = 2 } }
+"""
+    config = load_config_text(text, tmp_path / "supervisor.toml", environ={}).config
+    assert FleetMember.rules(config) == ClaimRules(
+        agent_exclusive=False, provider_caps={"claude": 3}, account_caps={("claude", "work"): 2}
+    )

@@ -1,0 +1,188 @@
+"""Several `herdsman run` processes as one fleet on a real PostgreSQL server.
+
+Real processes, real HTTP, the demo agent: runs are submitted to every
+member, on hot conversations and shared agents, and the ledger and the
+traces must show the fleet's rules held (docs/fleet.md); then one member is
+killed with SIGKILL while it runs runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import socket
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from cli_support import Supervisor
+from supervisor_support import write_config
+
+from herdsman.runtime.store import RunRecord, RunStatus
+from herdsman.runtime.store.postgres import PostgresStore
+from herdsman.trace import read_trace
+from postgres_support import split_password
+
+RUNS = 40
+
+
+def start_members(
+    tmp_path: Path, url: str, count: int, *, delay: float, lease: str = "3s"
+) -> list[Supervisor]:
+    members = []
+    for n in range(count):
+        directory = tmp_path / f"member{n}"
+        directory.mkdir()
+        write_config(
+            directory,
+            concurrency=2,
+            delay=delay,
+            extra=f'[store]\nurl = "{url}"\n[fleet]\nenabled = true\nlease = "{lease}"\n'
+            'poll = "1s"\n',
+        )
+        members.append(Supervisor(directory))
+    return members
+
+
+@pytest.fixture
+def fleet_url(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    url, password = split_password(postgres_url)
+    if password is not None:  # the supervisors inherit it, as from a service's environment
+        monkeypatch.setenv("PGPASSWORD", password)
+    return url
+
+
+def client(member: Supervisor) -> httpx.Client:
+    config = (member.directory / "supervisor.toml").read_text()
+    listen = config.split('listen = "', 1)[1].split('"', 1)[0]
+    token = (member.directory / "state" / "api-token").read_text().strip()
+    return httpx.Client(
+        base_url=f"http://{listen}", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
+
+
+def submit_spread(members: list[Supervisor], count: int) -> list[str]:
+    """Submit ``count`` runs round-robin over the members: 4 hot conversations, 3 agents."""
+    clients = [client(member) for member in members]
+    ids = []
+    try:
+        for n in range(count):
+            body = {
+                "id": f"r{n:02}",
+                "provider": "demo",
+                "prompt": f"prompt {n}",
+                "conversation": f"c{n % 4}",
+                "agent": f"a{n % 3}",
+            }
+            answer = clients[n % len(clients)].post("/v1/runs", json=body)
+            assert answer.status_code in (200, 201), answer.text
+            ids.append(body["id"])
+    finally:
+        for each in clients:
+            each.close()
+    return ids
+
+
+def wait_until_settled(store: PostgresStore, ids: list[str], timeout: float) -> list[RunRecord]:
+    deadline = time.monotonic() + timeout
+    while True:
+        records = [store.get(run_id) for run_id in ids]
+        if all(r is not None and r.status not in (RunStatus.QUEUED, RunStatus.RUNNING)
+               for r in records):  # fmt: skip
+            return [r for r in records if r is not None]
+        assert time.monotonic() < deadline, Counter(r.status for r in records if r is not None)
+        time.sleep(0.2)
+
+
+def trace_starts(members: list[Supervisor]) -> Counter[str]:
+    starts: Counter[str] = Counter()
+    for member in members:
+        for path in (member.directory / "state" / "traces").glob("*.jsonl"):
+            _, events = read_trace(path)
+            starts.update(e.fields["run_id"] for e in events if e.event == "start")
+    return starts
+
+
+def check_rules(records: list[RunRecord]) -> None:
+    """No two runs sharing a key overlapped; per key, runs started in submission order."""
+    by_key: dict[str, list[RunRecord]] = {}
+    for record in records:
+        for key in (f"conversation:{record.conversation}", f"agent:{record.agent}"):
+            by_key.setdefault(key, []).append(record)
+    for key, runs in by_key.items():
+        ran = sorted(runs, key=lambda r: r.seq)
+        starts = [r.started_at for r in ran]
+        assert all(s is not None for s in starts), key
+        assert starts == sorted(starts), f"{key}: not started in submission order"
+        for before, after in itertools.pairwise(ran):
+            assert before.finished_at is not None
+            assert after.started_at is not None
+            assert before.finished_at <= after.started_at, f"{key}: {before.id} overlaps {after.id}"
+
+
+@pytest.fixture
+def closing() -> Iterator[list[Supervisor]]:
+    members: list[Supervisor] = []
+    yield members
+    for member in members:
+        member.close()
+
+
+def test_three_members_share_one_queue_under_the_rules(
+    tmp_path: Path, fleet_url: str, postgres_url: str, closing: list[Supervisor]
+) -> None:
+    closing += start_members(tmp_path, fleet_url, 3, delay=0.2)
+    ids = submit_spread(closing, RUNS)
+    store = PostgresStore(postgres_url)
+    try:
+        records = wait_until_settled(store, ids, timeout=60)
+    finally:
+        store.close()
+    outputs = "\n".join(member.output() for member in closing)
+    assert [r.status for r in records] == [RunStatus.SUCCEEDED] * RUNS, outputs
+    assert all(r.attempts == 1 for r in records)
+    starts = trace_starts(closing)
+    assert starts == Counter(dict.fromkeys(ids, 1))
+    check_rules(records)
+    # The work was shared: more than one member started runs.
+    started_by = [sum(trace_starts([member]).values()) for member in closing]
+    assert sum(started_by) == RUNS
+    assert sum(1 for n in started_by if n) > 1, started_by
+    for member in closing:
+        assert member.stop(signal.SIGTERM) == 0, member.output()
+
+
+def test_a_killed_member_s_runs_become_lost_and_the_others_finish_the_queue(
+    tmp_path: Path, fleet_url: str, postgres_url: str, closing: list[Supervisor]
+) -> None:
+    closing += start_members(tmp_path, fleet_url, 3, delay=1.5)
+    ids = submit_spread(closing, 18)
+    victim = closing[0]
+    store = PostgresStore(postgres_url)
+    try:
+        # Kill the first member once it runs two runs.
+        deadline = time.monotonic() + 30
+        while len(trace_starts([victim])) < 2:
+            assert time.monotonic() < deadline, victim.output()
+            time.sleep(0.05)
+        victim.process.kill()
+        victim.process.wait()
+        held = set(trace_starts([victim]))
+        records = wait_until_settled(store, ids, timeout=60)
+    finally:
+        store.close()
+    by_id = {r.id: r for r in records}
+    lost = {r.id for r in records if r.status is RunStatus.LOST}
+    assert lost <= held
+    assert lost, "the killed member's running runs are recorded lost"
+    reason = f"supervisor {socket.gethostname()}:{victim.process.pid} lease expired"
+    assert {by_id[run_id].reason for run_id in lost} == {reason}
+    assert all(by_id[run_id].attempts == 1 for run_id in lost)
+    assert all(by_id[i].status is RunStatus.SUCCEEDED for i in ids if i not in lost)
+    # Nothing ran twice: every run started once across all the traces.
+    assert trace_starts(closing) == Counter(dict.fromkeys(ids, 1))
+    for member in closing[1:]:
+        assert member.stop(signal.SIGTERM) == 0, member.output()
