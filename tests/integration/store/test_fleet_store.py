@@ -489,3 +489,17 @@ def test_a_claim_with_a_clock_stamps_its_starts_once_the_fleet_lock_is_held(
         stored = a.get("r1")
         assert stored is not None
         assert stored.started_at == T0 + 9
+
+
+def test_reads_take_no_fleet_lock_not_even_in_a_batch(postgres_url: str) -> None:
+    """A member's poll (a batch of reads) goes on while another member writes."""
+    with fleet(postgres_url, "a") as (a,), psycopg.connect(postgres_url, autocommit=True) as conn:
+        a.submit(run("r1", "c1"), T0)
+        conn.execute("BEGIN")
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (a._fleet_lock,))
+        try:
+            (polled,) = a.apply([lambda s: s.queued_after(0)])
+            assert [r.id for r in polled.unwrap()] == ["r1"]
+            assert a.get("r1") is not None
+        finally:
+            conn.execute("COMMIT")

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import attrs
@@ -389,17 +390,25 @@ class FleetStore(PostgresStore):
         involved = RunStatus.RUNNING in (current.status, record.status)
         _write(cur, current, record, held_by=self.member_id if involved else None)
 
-    def _begin(self, cur: Cursor, durable: bool) -> None:
-        # The fleet lock is the first thing every write transaction (and
-        # batch) of every member takes, so members' writes never interleave:
+    @contextmanager
+    def _transaction(self, *, durable: bool = False, batch: bool = False) -> Iterator[Cursor]:
+        # Every write of every member (each write operation of a batch too)
+        # takes the fleet lock before it reads or changes anything, so
+        # members' writes never interleave:
         # - what a claim or an expiry reads stays true until it commits (a
         #   cancel or a finish cannot slip in between and fail the batch);
         # - seq order is commit order, so a claim that sees no earlier queued
         #   run on its lanes can never see one appear later;
-        # - there is one lock order, so writers never deadlock.
-        super()._begin(cur, durable)
-        if self._fleet_lock is not None:
-            cur.execute("SELECT pg_advisory_xact_lock(?)", (self._fleet_lock,))
+        # - rows are only locked by writes, under the fleet lock: one lock
+        #   order, so writers never deadlock.
+        # Reads (a poll, a batch of reads) take no lock: a batch's own
+        # transaction does not, its writing operations do. The lock is
+        # re-entrant within a transaction; an operation of a batch that fails
+        # releases it with its savepoint, along with everything it changed.
+        with super()._transaction(durable=durable, batch=batch) as cur:
+            if self._fleet_lock is not None and not batch:
+                cur.execute("SELECT pg_advisory_xact_lock(?)", (self._fleet_lock,))
+            yield cur
 
     def _check_live(self, cur: Cursor) -> None:
         row = cur.execute(

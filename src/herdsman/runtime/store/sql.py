@@ -177,8 +177,12 @@ class SqlStore:
             raise self._failure(exc) from exc
 
     @contextmanager
-    def _transaction(self, *, durable: bool = False) -> Iterator[Cursor]:
-        """One write transaction, holding the connection lock; commit or roll back."""
+    def _transaction(self, *, durable: bool = False, batch: bool = False) -> Iterator[Cursor]:
+        """One write transaction, holding the connection lock; commit or roll back.
+
+        ``batch``: the transaction of :meth:`apply`, whose operations open
+        their own (savepoint) transactions inside it.
+        """
         with self._lock:
             self._check_open()
             if self._batch is not None:
@@ -242,7 +246,7 @@ class SqlStore:
         self, operations: Sequence[Callable[[Store], Any]], *, durable: bool = False
     ) -> list[outcome.Outcome[Any]]:
         """See :meth:`Store.apply`: one transaction, one commit."""
-        with self._transaction(durable=durable) as cur:
+        with self._transaction(durable=durable, batch=True) as cur:
             self._batch = cur
             try:
                 return [outcome.capture(operation, self) for operation in operations]
