@@ -95,18 +95,18 @@ def test_a_supervisor_stuck_when_killed_gives_a_case_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _stick_r000(monkeypatch)
-    verdict = _fuzz(1)  # a crash comes while r000 is ending
+    verdict = _fuzz(5)  # a crash comes while r000 is ending
     assert [v.kind for v in verdict.violations] == ["supervisor did not stop"]
     assert "killed" in verdict.violations[0].message
     case = tmp_path / "case.jsonl"
     code = _within(
-        120, lambda: main(["sim", "fuzz", "--seeds", "1", "--seed", "1", "--out", str(case)])
+        120, lambda: main(["sim", "fuzz", "--seeds", "1", "--seed", "5", "--out", str(case)])
     )
     lines = capsys.readouterr().out.splitlines()
     assert code == 1, lines
     assert ": supervisor did not stop: " in lines[1]
-    assert lines[2] == "reproduce: herdsman sim fuzz --seeds 1 --seed 1"
-    assert json.loads(case.read_text())["fuzz"]["seed"] == 1
+    assert lines[2] == "reproduce: herdsman sim fuzz --seeds 1 --seed 5"
+    assert json.loads(case.read_text())["fuzz"]["seed"] == 5
 
 
 def test_an_intake_that_loses_a_conversation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

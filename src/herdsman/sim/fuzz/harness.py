@@ -75,6 +75,10 @@ class Verdict:
     traces: tuple[str, ...]
     span: float
     wall_seconds: float
+    #: The scenario's faults that took effect: each delivered, a git failure
+    #: only once a git call met it (one drawn for a scenario without
+    #: repositories, or a call that never came, changed nothing).
+    faults: int = 0
 
     @property
     def failed(self) -> bool:
@@ -120,6 +124,7 @@ def run_scenario(scenario: Scenario) -> Verdict:
         tuple(sink.text for sink in fuzz.sinks),
         fuzz.span,
         time.perf_counter() - began,
+        fuzz.faults + fuzz.git_injected - fuzz.git.pending_failures,
     )
 
 
@@ -262,6 +267,8 @@ class _Fuzz:
         self.done = threading.Event()
         #: Whether a supervisor failed to stop: the run is then abandoned.
         self._stuck = False
+        #: Faults delivered, git failures apart; git failures injected.
+        self.faults = self.git_injected = 0
         self.git = _CheckedGit(self._removing, scenario.git_latency)
         # Files agents left in worktrees: path -> the run that wrote it.
         self._left: dict[Path, str] = {}
@@ -400,6 +407,10 @@ class _Fuzz:
 
         async def act() -> None:
             assert self._life is not None
+            if kind == "git_failure":
+                self.git_injected += 1  # a fault once a call meets it
+            elif kind != "submit" or event.get("again"):
+                self.faults += 1
             supervisor = self._life.supervisor
             if kind == "submit":
                 await self._submit(supervisor, event)
