@@ -333,6 +333,9 @@ async def drive(
             clock.jump(t - now)
         item = driver.pop()
         if item is None:
+            # Nothing was due (a time to look again): look, all the same.
+            if after is not None and after():
+                return
             continue
         _, action = item
         await action()

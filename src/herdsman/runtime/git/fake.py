@@ -198,6 +198,11 @@ class FakeGit:
             raise ValueError(f"unknown git operation: {operation!r}")
         self._failures[operation].append(error)
 
+    @property
+    def pending_failures(self) -> int:
+        """How many injected failures no call has met yet."""
+        return sum(len(pending) for pending in self._failures.values())
+
     async def _enter(self, operation: Operation) -> None:
         # Every operation is a checkpoint, as a process-running one would be,
         # so concurrent callers interleave in the simulator as in production.

@@ -40,7 +40,7 @@ def fuzz_seeds(seeds: Iterable[int], on_seed: Callable[[Verdict], None] | None =
         verdict = run_scenario(draw_scenario(seed))
         count += 1
         runs += verdict.scenario.run_count
-        faults += len(verdict.scenario.events) - verdict.scenario.run_count
+        faults += verdict.faults  # those that took effect, not those drawn
         simulated += verdict.span
         wall += verdict.wall_seconds
         if on_seed is not None:

@@ -24,6 +24,7 @@ import datetime as dt
 import io
 import itertools
 import json
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -60,6 +61,8 @@ CONFIG_PATH = Path("/herdsman-sim/supervisor.toml")
 #: How long a usage limit without a reset time, or a quota window, may hold runs.
 _LONGEST_REST = 3600.0
 _AGENT_FILE = "agent-notes-{run}.txt"
+#: How long (simulated) a supervisor told to stop, or killed, may take to stop.
+STOP_GRACE = 600.0
 
 
 @attrs.frozen
@@ -72,6 +75,10 @@ class Verdict:
     traces: tuple[str, ...]
     span: float
     wall_seconds: float
+    #: The scenario's faults that took effect: each delivered, a git failure
+    #: only once a git call met it (one drawn for a scenario without
+    #: repositories, or a call that never came, changed nothing).
+    faults: int = 0
 
     @property
     def failed(self) -> bool:
@@ -89,11 +96,27 @@ def run_scenario(scenario: Scenario) -> Verdict:
     with Patcher() as patcher:
         assert patcher.fs is not None
         fuzz = _Fuzz(scenario, patcher.fs)
-        try:
-            trio.run(fuzz.run, clock, clock=clock)
-        except ScenarioError:
-            raise
-        except Exception as error:  # the supervisor itself fell over: a finding too
+        raised: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                trio.run(fuzz.run, clock, clock=clock)
+            except BaseException as error:  # handed to the caller's thread
+                raised.append(error)
+            finally:
+                fuzz.done.set()
+
+        # In a thread of its own: a supervisor that will not stop (a task
+        # stuck in a shielded scope) keeps trio.run from returning; its
+        # verdict is given all the same and the thread, asleep for ever, is
+        # abandoned.
+        threading.Thread(target=run, name=f"fuzz-{scenario.seed}", daemon=True).start()
+        fuzz.done.wait()
+        if raised:
+            error = raised[0]
+            if isinstance(error, ScenarioError) or not isinstance(error, Exception):
+                raise error
+            # The supervisor itself fell over: a finding too.
             fuzz.checker.violations.append(Violation("raised", clock.current_time(), _what(error)))
     return Verdict(
         scenario,
@@ -101,6 +124,7 @@ def run_scenario(scenario: Scenario) -> Verdict:
         tuple(sink.text for sink in fuzz.sinks),
         fuzz.span,
         time.perf_counter() - began,
+        fuzz.faults + fuzz.git_injected - fuzz.git.pending_failures,
     )
 
 
@@ -230,13 +254,21 @@ class _Fuzz:
     def __init__(self, scenario: Scenario, fs: FakeFilesystem) -> None:
         self.scenario = scenario
         self.fs = fs
-        self.checker = Checker(trio.current_time)
         self.sinks: list[_Sink] = []
         # The first submit of each run says how it goes; one sent again is the same run.
         self.submits: dict[str, Mapping[str, Any]] = {}
         for event in scenario.events:
             if event["kind"] == "submit":
                 self.submits.setdefault(event["run"]["id"], event)
+        self.checker = Checker(
+            trio.current_time, {run_id: event["run"] for run_id, event in self.submits.items()}
+        )
+        #: Set once the verdict is in (the run ended, or was abandoned).
+        self.done = threading.Event()
+        #: Whether a supervisor failed to stop: the run is then abandoned.
+        self._stuck = False
+        #: Faults delivered, git failures apart; git failures injected.
+        self.faults = self.git_injected = 0
         self.git = _CheckedGit(self._removing, scenario.git_latency)
         # Files agents left in worktrees: path -> the run that wrote it.
         self._left: dict[Path, str] = {}
@@ -277,9 +309,34 @@ class _Fuzz:
             if not self.checker.violations:
                 self.checker.drained("when nothing was left that could start them")
             self.span = trio.current_time()
-            assert self._life is not None
-            self._life.sink.live = False  # what stopping it traces is not checked
+            # From here on nothing drives the clock: let it jump, so that a
+            # supervisor that will not stop is given up on (in simulated time).
+            clock.autojump_threshold = 0
+            life = self._life
+            assert life is not None
+            life.sink.live = False  # what stopping it traces is not checked
+            if not self._stuck:
+                life.scope.cancel()
+                await self._stopped(life, "told to stop")
+            if self._stuck:
+                # Its stuck task keeps this nursery open for ever: give the
+                # verdict now and leave this thread asleep (no timer, no jumps).
+                clock.autojump_threshold = float("inf")
+                self.done.set()
+                await trio.sleep_forever()
             nursery.cancel_scope.cancel()
+
+    async def _stopped(self, life: _Life, how: str) -> bool:
+        """Whether ``life``'s supervisor, ``how``, stops within the grace; a violation if not."""
+        with trio.move_on_after(STOP_GRACE):
+            await life.supervisor.finished.wait()
+        if life.supervisor.finished.is_set():
+            return True
+        self._stuck = True
+        self.checker.fail(
+            "supervisor did not stop", f"{how}, it had not stopped {STOP_GRACE:.0f}s later"
+        )
+        return False
 
     def _workload(self) -> Workload:
         plans = {
@@ -350,6 +407,10 @@ class _Fuzz:
 
         async def act() -> None:
             assert self._life is not None
+            if kind == "git_failure":
+                self.git_injected += 1  # a fault once a call meets it
+            elif kind != "submit" or event.get("again"):
+                self.faults += 1
             supervisor = self._life.supervisor
             if kind == "submit":
                 await self._submit(supervisor, event)
@@ -436,7 +497,16 @@ class _Fuzz:
         store = copy.deepcopy(life.store)
         life.sink.live = False
         life.scope.cancel()
-        await life.supervisor.finished.wait()
+        # Its dying tasks may wait on timers (nothing else happens meanwhile).
+        clock = trio.lowlevel.current_clock()
+        assert isinstance(clock, trio.testing.MockClock)
+        clock.autojump_threshold = 0
+        try:
+            stopped = await self._stopped(life, "killed")
+        finally:
+            clock.autojump_threshold = float("inf")
+        if not stopped:
+            return  # the run is abandoned: nothing can restart it
         try:
             ConfigSource(CONFIG_PATH, environ={}, watch=False).load()
         except ConfigError:
@@ -497,8 +567,11 @@ class _Fuzz:
                 checker.fail(
                     "dirty worktree removed", f"{path.parent} held {path.name}, left by {run_id}"
                 )
-        if not checker.violations and self.wall() > self._deadline:
-            checker.drained("at the bound after the last fault")
+        if self.wall() > self._deadline:
+            # Past the bound nothing more may happen: stop, finished or not.
+            if not checker.violations:
+                checker.drained("at the bound after the last fault")
+            return True
         return bool(checker.violations)
 
 
@@ -522,4 +595,7 @@ class _Current:
         recheck = fuzz._life.supervisor.account_recheck_at
         if recheck is not None or not fuzz.checker.unsettled():
             return recheck
-        return trio.current_time() + trio.lowlevel.current_statistics().seconds_to_next_deadline
+        # No later than just past the bound, where the checks stop the drive.
+        bound = fuzz._deadline - STARTED_AT + 1.0
+        to_timer = trio.lowlevel.current_statistics().seconds_to_next_deadline
+        return min(trio.current_time() + to_timer, max(bound, trio.current_time()))

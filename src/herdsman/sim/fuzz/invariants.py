@@ -1,16 +1,20 @@
 """The fuzzer's oracle: a model of what the supervisor may do, fed everything it does.
 
 The checker keeps its own picture of every run — queued (in submission
-order), running, or ended how — built only from what the supervisor traces
-and what the fake runner is asked to spawn, and derives lanes and caps on
-its own (it never asks the scheduler core, whose rules it checks). Each
+order), running, or ended how — built only from what the client sent, what
+the supervisor traces and what the fake runner is asked to spawn, and
+derives lanes and caps on its own (it never asks the scheduler core, whose
+rules it checks). Each traced submit must be the run as sent (its id,
+provider, conversation, agent and workspace); lanes come from what was
+sent. Each
 start is checked against the configuration then in force: provider, global
 and account caps; no running run sharing a key; no earlier queued run
 sharing a key (FIFO per key); the run queued, not running or ended (no run
 started twice). A spawn must answer a start. After a restart, the runs
 that were running must be reported lost and those queued re-queued in the
 same order. :meth:`Checker.settled` compares the model with the ledger and
-the scheduler after every event: no run vanished.
+the scheduler after every event: no run vanished. :meth:`Checker.drained`
+says whether every run has finished (nothing queued or running).
 """
 
 from __future__ import annotations
@@ -77,6 +81,15 @@ class _Limits:
         )
 
 
+#: A run's identity as a client sends it: each field, and its value when not sent.
+_IDENTITY = (
+    ("id", None),
+    ("provider", None),
+    ("conversation", None),
+    ("agent", None),
+    ("workspace", "default"),
+)
+
 TERMINAL = frozenset({"succeeded", "failed", "timed_out", "cancelled", "usage_limited", "lost"})
 
 
@@ -86,8 +99,12 @@ class Checker:
     ``now`` gives the simulated time that violations are stamped with.
     """
 
-    def __init__(self, now: Any) -> None:
+    def __init__(self, now: Any, sent: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self._now = now
+        # What the client sent for each run (its submit's ``run``), by id: the
+        # run's identity is taken from here, and each traced submit checked
+        # against it (an intake that loses a field is caught).
+        self._sent = sent
         self.violations: list[Violation] = []
         self._runs: dict[str, _Run] = {}  # insertion order is submission order
         self._skipped: set[str] = set()  # membership only
@@ -145,6 +162,7 @@ class Checker:
     def _on_submit(self, fields: Mapping[str, Any]) -> None:
         run = fields["run"]
         run_id = run["id"]
+        run = self._intake(run)
         if fields.get("carried"):
             self._carried(run_id)
             return
@@ -160,6 +178,24 @@ class Checker:
             run.get("workspace", "default"),
             self._seq,
         )
+
+    def _intake(self, traced: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The run as sent; a violation if the supervisor traced it as something else."""
+        if self._sent is None:
+            return traced
+        run_id = traced["id"]
+        sent = self._sent.get(run_id)
+        if sent is None:
+            self.fail("intake", f"{run_id} was submitted, but no client sent it")
+            return traced
+        changed = [
+            f"{name} {sent.get(name, default)!r} became {traced.get(name, default)!r}"
+            for name, default in _IDENTITY
+            if sent.get(name, default) != traced.get(name, default)
+        ]
+        if changed:
+            self.fail("intake", f"{run_id} was not recorded as sent: {'; '.join(changed)}")
+        return sent
 
     def _carried(self, run_id: str) -> None:
         expected = self._expect_queued
@@ -301,9 +337,16 @@ class Checker:
         )
 
     def drained(self, why: str) -> bool:
-        """Whether the queue is empty; a violation saying ``why`` it should be if not."""
-        left = self._queued_in_order()
+        """Whether every run has finished; a violation saying ``why`` it should have if not.
+
+        A run still queued, or still running (its end never came), never finished.
+        """
+        left = [
+            f"{r.id} ({r.state})"
+            for r in sorted(self._runs.values(), key=lambda r: r.seq)
+            if r.state in ("queued", "running")
+        ]
         if left:
             shown = ", ".join(left[:5]) + (" ..." if len(left) > 5 else "")
-            self.fail("drain", f"{len(left)} run(s) still queued {why}: {shown}")
+            self.fail("drain", f"{len(left)} run(s) never finished {why}: {shown}")
         return not left

@@ -264,7 +264,11 @@ def _draw_submit(rng: random.Random, t: float, number: int, layout: _Layout) -> 
 
 
 def _draw_fault(rng: random.Random, t: float, ids: list[str], layout: _Layout) -> dict[str, Any]:
-    kind = rng.choice(["cancel", "cancel", "reload", "reload", "git_failure", "disk_full", "crash"])
+    kinds = ["cancel", "cancel", "reload", "reload", "git_failure", "disk_full", "crash"]
+    if not layout.repos:
+        # No repository, no git call: a git failure would never be met.
+        kinds.remove("git_failure")
+    kind = rng.choice(kinds)
     if kind == "cancel":
         # Mostly a storm: many runs at once, queued and running alike.
         many = rng.random() < 0.6

@@ -1,0 +1,127 @@
+"""The fuzzer gives a verdict on a supervisor that hangs, and checks intake against what was sent.
+
+Each test plants one bug (a monkeypatch) and runs a seed or two: a run
+whose end never comes, a task stuck for ever in a shielded scope, an intake
+that loses a run's conversation. Each must end in a violation — not in a
+fuzzer that never returns — and, through the command, in a reproduction
+line and a case file. A watchdog turns a hang into a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import pytest
+import trio
+
+from herdsman.cli import main
+from herdsman.runtime.store import NewRun
+from herdsman.runtime.supervisor import Supervisor
+from herdsman.sim.fuzz.harness import Verdict, run_scenario
+from herdsman.sim.fuzz.scenario import draw_scenario
+
+T = TypeVar("T")
+
+
+@pytest.fixture(autouse=True)
+def _keep_log_level() -> Iterator[None]:
+    # The command quietens the supervisor's logger; other tests read it.
+    logger = logging.getLogger("herdsman")
+    level = logger.level
+    yield
+    logger.setLevel(level)
+
+
+def _within(seconds: float, work: Callable[[], T]) -> T:
+    """``work()``'s result; a failure, not a hang, if it takes longer than ``seconds``."""
+    out: list[T] = []
+    thread = threading.Thread(target=lambda: out.append(work()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert out, f"no verdict within {seconds}s: the fuzzer hangs"
+    return out[0]
+
+
+def _fuzz(seed: int) -> Verdict:
+    logging.getLogger("herdsman").setLevel(logging.CRITICAL)
+    return _within(60, lambda: run_scenario(draw_scenario(seed)))
+
+
+def test_a_run_whose_end_never_comes_is_caught_at_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    honest = Supervisor._record_finish
+
+    async def forgetful(self: Supervisor, record: Any, ended: Any) -> Any:
+        if record.id == "r000":
+            return None  # its end is dropped: it stays running, in ledger and scheduler alike
+        return await honest(self, record, ended)
+
+    monkeypatch.setattr(Supervisor, "_record_finish", forgetful)
+    verdict = _fuzz(89)
+    assert verdict.failed
+    first = verdict.violations[0]
+    assert first.kind == "drain"
+    assert "never finished at the bound after the last fault" in first.message
+    assert "r000 (running)" in first.message
+
+
+def _stick_r000(monkeypatch: pytest.MonkeyPatch) -> None:
+    honest = Supervisor._record_finish
+
+    async def deadlocked(self: Supervisor, record: Any, ended: Any) -> Any:
+        if record.id == "r000":
+            await trio.Event().wait()  # shielded (the supervisor records ends so): for ever
+        return await honest(self, record, ended)
+
+    monkeypatch.setattr(Supervisor, "_record_finish", deadlocked)
+
+
+def test_a_supervisor_stuck_at_teardown_is_given_up_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    _stick_r000(monkeypatch)
+    verdict = _fuzz(0)
+    kinds = [v.kind for v in verdict.violations]
+    assert kinds == ["drain", "supervisor did not stop"]
+    assert "told to stop" in verdict.violations[1].message
+
+
+def test_a_supervisor_stuck_when_killed_gives_a_case_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stick_r000(monkeypatch)
+    verdict = _fuzz(5)  # a crash comes while r000 is ending
+    assert [v.kind for v in verdict.violations] == ["supervisor did not stop"]
+    assert "killed" in verdict.violations[0].message
+    case = tmp_path / "case.jsonl"
+    code = _within(
+        120, lambda: main(["sim", "fuzz", "--seeds", "1", "--seed", "5", "--out", str(case)])
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 1, lines
+    assert ": supervisor did not stop: " in lines[1]
+    assert lines[2] == "reproduce: herdsman sim fuzz --seeds 1 --seed 5"
+    assert json.loads(case.read_text())["fuzz"]["seed"] == 5
+
+
+def test_an_intake_that_loses_a_conversation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    honest = Supervisor.submit_many
+
+    async def careless(self: Supervisor, items: Any) -> Any:
+        out: list[tuple[NewRun, Any]] = []
+        for new, on_busy in items:
+            lost = new.conversation is not None and int(new.id[-1]) % 2
+            out.append((attrs.evolve(new, conversation=None) if lost else new, on_busy))
+        return await honest(self, out)
+
+    monkeypatch.setattr(Supervisor, "submit_many", careless)
+    verdict = _fuzz(0)
+    assert verdict.failed
+    first = verdict.violations[0]
+    assert first.kind == "intake"
+    assert first.message == "r001 was not recorded as sent: conversation 'c4' became None"
