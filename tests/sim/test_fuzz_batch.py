@@ -8,11 +8,9 @@ documented ``herdsman sim fuzz --seeds 2000`` command.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,14 +24,7 @@ from herdsman.sim.fuzz.scenario import draw_scenario
 BATCH = int(os.environ.get("HERDSMAN_FUZZ_SEEDS", "80"))
 
 
-@pytest.fixture(autouse=True)
-def _quiet_supervisor() -> Iterator[None]:
-    # Faults make the simulated supervisor log warnings by the hundred.
-    logger = logging.getLogger("herdsman")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    yield
-    logger.setLevel(level)
+pytestmark = pytest.mark.usefixtures("quiet_herdsman")
 
 
 def test_every_invariant_holds_over_the_fixed_batch() -> None:

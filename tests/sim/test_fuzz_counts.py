@@ -7,22 +7,12 @@ no call met (the run it would have hit was over) is not counted as a fault.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
 
 from herdsman.sim.fuzz.campaign import fuzz_seeds
 from herdsman.sim.fuzz.scenario import draw_scenario
 
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    logger = logging.getLogger("herdsman")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    yield
-    logger.setLevel(level)
+pytestmark = pytest.mark.usefixtures("quiet_herdsman")
 
 
 def test_no_git_failure_is_drawn_without_a_repository() -> None:

@@ -10,9 +10,7 @@ passes once the bug is gone.
 from __future__ import annotations
 
 import json
-import logging
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +25,6 @@ from herdsman.runtime.worktrees import sweeper
 from herdsman.sim.fuzz.scenario import draw_scenario
 
 SEEDS = "40"
-
-
-@pytest.fixture(autouse=True)
-def _keep_log_level() -> Iterator[None]:
-    # The command quietens the supervisor's logger; other tests read it.
-    logger = logging.getLogger("herdsman")
-    level = logger.level
-    yield
-    logger.setLevel(level)
 
 
 def _fuzz_finds(tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str) -> Path:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,15 +27,6 @@ from herdsman.sim.fuzz.harness import Verdict, run_scenario
 from herdsman.sim.fuzz.scenario import draw_scenario
 
 T = TypeVar("T")
-
-
-@pytest.fixture(autouse=True)
-def _keep_log_level() -> Iterator[None]:
-    # The command quietens the supervisor's logger; other tests read it.
-    logger = logging.getLogger("herdsman")
-    level = logger.level
-    yield
-    logger.setLevel(level)
 
 
 def _within(seconds: float, work: Callable[[], T]) -> T:

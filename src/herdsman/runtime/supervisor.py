@@ -919,13 +919,12 @@ class Supervisor:
         self._started(result.claimed)
         now = self._wall()
         for run_id, gone in self._fleet.refusals(result):
-            self._accounts.finish(run_id, now, spawned=False)
             self._picks.pop(run_id, None)
             if gone:  # claimed by another member, or cancelled
                 self._submitted_at.pop(run_id, None)
-                self._scheduler.finish(run_id)
-                self._let_go(run_id)
+                self._release(run_id, spawned=False)
                 continue
+            self._accounts.finish(run_id, now, spawned=False)
             # A cancel asked for meanwhile reads the run after this (the
             # ledger is FIFO) and finds it parked: the handle is not needed.
             del self._handles[run_id]
