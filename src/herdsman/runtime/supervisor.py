@@ -53,8 +53,9 @@ from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.git import Git, RealGit
 from herdsman.runtime.launch import build_spec, log_file
 from herdsman.runtime.ledger import Ledger, RunSync, in_worker_thread
+from herdsman.runtime.left_agents import LeftAgents
 from herdsman.runtime.metrics import Metrics
-from herdsman.runtime.orphans import find_orphans, stop_groups
+from herdsman.runtime.orphans import stop_orphans, stopped_note
 from herdsman.runtime.reload import (
     Change,
     ConfigSource,
@@ -185,9 +186,10 @@ class Supervisor:
     passes a fake); ``execute`` is the spawn port; ``run_sync`` is how store
     batches run (a worker thread for SQLite, inline for the in-memory store).
     With a ``source`` (and the ``loaded`` configuration it gave), the file is
-    watched and :meth:`reload` reads it again. ``stop_orphans``: at start-up,
-    stop agents of lost runs that outlived the previous process (the
-    simulator, which spawns nothing, turns it off); ``resolve_program`` finds
+    watched and :meth:`reload` reads it again. ``stop_orphans``: stop agents
+    of lost runs that outlived the previous process — at start-up, or, for a
+    fleet member, once the ledger ends their runs (the simulator, which
+    spawns nothing, turns it off); ``resolve_program`` finds
     a provider's program on PATH (the simulator's finds every name).
     """
 
@@ -214,6 +216,15 @@ class Supervisor:
         self._loaded = loaded
         self._stop_orphans = stop_orphans
         self._fleet = fleet
+        # A member stops the agents its previous process left once their
+        # runs' lease expiry is seen (a sole supervisor does so in _recover).
+        self._left = (
+            LeftAgents(
+                config.supervisor.state_dir, agent_exclusive=config.scheduling.agent_exclusive
+            )
+            if fleet is not None and stop_orphans
+            else None
+        )
         self._resolve_program = resolve_program
         self._reload_lock = trio.Lock()
         self._reloaded = trio.Event()
@@ -310,6 +321,8 @@ class Supervisor:
                 if self._fleet is not None:
                     nursery.start_soon(self._fleet_lease_loop)
                     nursery.start_soon(self._fleet.poll_loop, self._poll_interval, self._fleet_poll)
+                    if self._left is not None and self._left.watched:
+                        nursery.start_soon(self._watch_left_agents)
                 if self._source is not None and self._source.watch:
                     path = self._source.path
                     nursery.start_soon(watch_file, path, partial(self._config_changed, path))
@@ -401,6 +414,9 @@ class Supervisor:
         if self._fleet is not None:
             # A member recovers nothing: other members may be running the
             # runs it finds running; a dead member's runs are lost by expiry.
+            if self._left is not None:
+                await self._left.find(self.ledger)
+                await self._stop_left_agents()
             await self._fleet_poll()
             await self._recover_accounts(now)
             return
@@ -431,22 +447,13 @@ class Supervisor:
         while the conversation's next run starts there.
         """
         state_dir = self.config.supervisor.state_dir
-        orphans = await trio.to_thread.run_sync(find_orphans, run_ids, state_dir)
-        if not orphans:
-            return
-        groups = {group for found in orphans.values() for group in found}
-        log.warning(
-            "stopping %d agent process group(s) of lost runs that were still running: %s",
-            len(groups),
-            ", ".join(sorted(orphans)),
-        )
-        await stop_groups(groups, ORPHAN_GRACE)
-        for run_id, found in sorted(orphans.items()):
-            text = (
-                "its agent was still running when the supervisor restarted"
-                f" (process group {', '.join(map(str, sorted(found)))}) and was stopped"
-            )
-            await self.ledger.call(methodcaller("add_note", run_id, text))
+        orphans = await stop_orphans(run_ids, state_dir, ORPHAN_GRACE)
+        await self._note_stopped(orphans)
+
+    async def _note_stopped(self, orphans: dict[str, set[int]]) -> None:
+        """Say on each run that its agent outlived the previous process and was stopped."""
+        for run_id, groups in sorted(orphans.items()):
+            await self.ledger.call(methodcaller("add_note", run_id, stopped_note(groups)))
 
     async def _recover_accounts(self, now: float) -> None:
         """Quota windows, exhaustions and conversations' accounts of earlier processes."""
@@ -958,6 +965,20 @@ class Supervisor:
             self.ledger, lambda: self.config, self._wall, self._lease_expired
         )
 
+    async def _stop_left_agents(self) -> None:
+        assert self._left is not None
+        await self._note_stopped(await self._left.stop_ended(self.ledger, ORPHAN_GRACE))
+
+    async def _watch_left_agents(self) -> None:
+        """Stop left agents as their runs' expiry is seen (by any member), until none is left."""
+        assert self._left is not None
+        while self._left.watched:
+            await trio.sleep(self._poll_interval())
+            try:
+                await self._stop_left_agents()
+            except StoreError as exc:
+                log.error("could not read the runs of agents left running: %s", exc)
+
     def _lease_expired(self, message: str) -> None:
         log.critical("%s; draining and stopping", message)
         self._fatal = message
@@ -974,6 +995,8 @@ class Supervisor:
                 self._preparing[record.id] = preparing
                 if handle.cancelled:
                     preparing.cancel()
+                if self._left is not None:
+                    await self._left.clear_of(run_request(record))
                 spec = await self._spec_for(record, pick, config)
             self._preparing.pop(record.id, None)
             if spec is None or handle.cancelled:

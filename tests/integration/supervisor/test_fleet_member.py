@@ -6,6 +6,10 @@ the supervisor must wait for, and it can make the supervisor's lease lapse.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -253,3 +257,42 @@ account_caps = { claude = { work = 2 } }
     assert FleetMember.rules(config) == ClaimRules(
         agent_exclusive=False, provider_caps={"claude": 3}, account_caps={("claude", "work"): 2}
     )
+
+
+async def test_a_run_sharing_a_conversation_with_a_left_agent_starts_once_it_is_stopped(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> None:
+    # An agent of "old" (conversation c1), left under this member's state
+    # directory, that ignores SIGTERM: stopping it takes the whole grace.
+    run_elsewhere(other, "old", "c1")
+    env = {
+        **os.environ,
+        "HERDSMAN_RUN_ID": "old",
+        "HERDSMAN_STATE_DIR": str(tmp_path / "state"),
+    }
+    script = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    agent = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True)
+    try:
+        while b"HERDSMAN_RUN_ID" not in Path(f"/proc/{agent.pid}/environ").read_bytes():
+            await trio.sleep(0.01)
+        running = await start(fleet_config(tmp_path, member_url))
+        # "old" ends: its lane is free fleet-wide, so "mine" is claimed at once.
+        other.finish("old", RunStatus.SUCCEEDED, time.time(), exit_code=0)
+        answer = await running.client.post(
+            "/v1/runs",
+            json={"id": "mine", "provider": "demo", "prompt": "x", "conversation": "c1"},
+        )
+        assert answer.status_code == 201, answer.text
+        await trio.to_thread.run_sync(agent.wait)  # reaped the moment it is killed
+        stopped_at = time.time()
+        body = await running.wait("mine")
+        assert body["status"] == "succeeded", body
+        # Its agent was spawned (its log made) only after the left agent was gone.
+        spawned_at = (tmp_path / "state" / "logs" / "mine.log").stat().st_mtime
+        assert spawned_at >= stopped_at - 0.1
+        running.supervisor.request_shutdown()
+        await running.stopped.wait()
+    finally:
+        if agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait()
