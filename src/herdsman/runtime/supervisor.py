@@ -499,7 +499,8 @@ class Supervisor:
         """Record and queue a run; an existing id returns the existing run.
 
         With ``on_busy="skip"`` a run whose conversation or agent already has
-        a queued or running run is recorded as skipped instead of queued.
+        a queued or running run (fleet-wide, for a fleet member) is recorded
+        as skipped instead of queued.
         """
         (result,) = await self.submit_many([(new, on_busy)])
         return result
@@ -534,31 +535,33 @@ class Supervisor:
                     if not skip and new.conversation is not None:
                         await self._worktrees.removal_finished(new.workspace, new.conversation)
             now = self._wall()
-            return await self._record_submits(plan, now)
+            return await self._record_submits(plan, now, [on_busy for _, on_busy in items])
         finally:
             self._pending_keys.subtract(claimed)
             self._pending_keys = +self._pending_keys  # drop zero counts
 
     async def _record_submits(
-        self, plan: list[tuple[NewRun, RunRequest, bool]], now: float
+        self, plan: list[tuple[NewRun, RunRequest, bool]], now: float, on_busy: list[OnBusy]
     ) -> list[tuple[RunRecord, bool]]:
+        submit = self._submit_operation(now)
+
         def operation(store: Store) -> list[outcome.Outcome[tuple[RunRecord, bool]]]:
             return [
                 outcome.capture(store.skip, new, now, SKIP_REASON)
                 if skip
-                else outcome.capture(store.submit, new, now)
-                for new, _, skip in plan
+                else outcome.capture(submit, store, new, busy)
+                for (new, _, skip), busy in zip(plan, on_busy, strict=True)
             ]
 
         def recorded(results: list[outcome.Outcome[tuple[RunRecord, bool]]]) -> None:
-            for (new, request, skip), result in zip(plan, results, strict=True):
+            for (new, request, _), result in zip(plan, results, strict=True):
                 if not isinstance(result, outcome.Value):
                     continue
                 record, created = result.value
                 if not created:
                     continue
                 traced = trace_run(new, with_prompt=self._trace_prompts)
-                if skip:
+                if record.status is RunStatus.SKIPPED:
                     self._emit("skip", run=traced)
                     self._notify(record.id)
                     continue
@@ -575,6 +578,26 @@ class Supervisor:
 
         results = await self.ledger.call(operation, then=recorded)
         return [result.unwrap() for result in results]
+
+    def _submit_operation(
+        self, now: float
+    ) -> Callable[[Store, NewRun, OnBusy], tuple[RunRecord, bool]]:
+        """How a submit the local view does not skip is recorded.
+
+        A fleet member's view misses runs queued or running on other members
+        and not yet polled: there the ledger decides ``on_busy = "skip"``,
+        fleet-wide, in the transaction that records the run.
+        """
+        fleet, agent_exclusive = self._fleet, self._scheduler.agent_exclusive
+
+        def submit(store: Store, new: NewRun, on_busy: OnBusy) -> tuple[RunRecord, bool]:
+            if fleet is None or on_busy != "skip":
+                return store.submit(new, now)
+            return fleet.store.submit_unless_busy(
+                new, now, SKIP_REASON, agent_exclusive=agent_exclusive
+            )
+
+        return submit
 
     async def cancel(self, run_id: str, reason: str = "cancel requested") -> RunRecord:
         """Cancel a queued run at once, or stop a running one (its task records it)."""

@@ -26,6 +26,7 @@ from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.store import NewRun, RunStatus
 from herdsman.runtime.store.fleet import ClaimRules, FleetStore
 from herdsman.runtime.store.postgres import PostgresStore
+from herdsman.runtime.supervisor import SKIP_REASON
 from postgres_support import split_password
 
 
@@ -49,8 +50,10 @@ def other(postgres_url: str) -> Iterator[FleetStore]:
         store.close()
 
 
-def fleet_config(directory: Path, url: str, *, lease: str = "3s", more: str = "") -> Path:
-    fleet = f'[fleet]\nenabled = true\nlease = "{lease}"\npoll = "1s"\n{more}'
+def fleet_config(
+    directory: Path, url: str, *, lease: str = "3s", poll: str = "1s", more: str = ""
+) -> Path:
+    fleet = f'[fleet]\nenabled = true\nlease = "{lease}"\npoll = "{poll}"\n{more}'
     return write_config(
         directory, concurrency=2, delay=0.1, extra=f'[store]\nurl = "{url}"\n{fleet}'
     )
@@ -296,3 +299,37 @@ async def test_a_run_sharing_a_conversation_with_a_left_agent_starts_once_it_is_
         if agent.poll() is None:
             os.killpg(agent.pid, signal.SIGKILL)
         agent.wait()
+
+
+async def test_a_skip_submit_counts_runs_queued_or_running_on_other_members(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> None:
+    # A long poll: nothing of the other member's is polled until a submit here.
+    running = await start(fleet_config(tmp_path, member_url, lease="60s", poll="30s"))
+    run_elsewhere(other, "running-there", "c1")
+    queued = NewRun(id="queued-there", provider="demo", prompt="p", conversation="c2", agent="a1")
+    other.submit(queued, 3.0)
+    assert running.supervisor._scheduler.state_of("queued-there") is None  # not polled yet
+
+    async def submit(run_id: str, conversation: str, agent: str | None = None) -> str:
+        body = {"id": run_id, "provider": "demo", "prompt": "x", "conversation": conversation}
+        answer = await running.client.post(
+            "/v1/runs", json={**body, "agent": agent, "on_busy": "skip"}
+        )
+        assert answer.status_code == 201, answer.text
+        status: str = answer.json()["status"]
+        return status
+
+    # Its conversation runs on the other member; queued there; its agent queued there.
+    assert await submit("same-conversation", "c1") == "skipped"
+    assert await submit("behind-queued", "c2") == "skipped"
+    assert await submit("same-agent", "c3", "a1") == "skipped"
+    # A free conversation and agent is queued, and runs.
+    assert await submit("free", "c4", "a2") == "queued"
+    body = await running.wait("free")
+    assert body["status"] == "succeeded", body
+    skipped = other.get("same-agent")
+    assert skipped is not None
+    assert skipped.reason == SKIP_REASON
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
