@@ -84,7 +84,7 @@ from herdsman.runtime.store import (
 )
 from herdsman.runtime.worktrees.listing import describe_worktrees
 from herdsman.runtime.worktrees.manager import WorktreeManager, checkouts_preamble
-from herdsman.runtime.worktrees.sweeper import SweepReport, sweep
+from herdsman.runtime.worktrees.sweeper import IsBusy, SweepReport, idle_folders, sweep
 from herdsman.trace import TraceWriter
 
 if TYPE_CHECKING:
@@ -168,6 +168,14 @@ class ShutdownReport:
     cancelled: tuple[str, ...]
     #: Why the supervisor stopped by itself (the ledger failed), if it did.
     fatal: str | None = None
+
+
+def _conversation_keys(records: list[RunRecord]) -> Counter[str]:
+    return Counter(
+        conversation_key(record.workspace, record.conversation)
+        for record in records
+        if record.conversation is not None
+    )
 
 
 def as_text(value: str | None) -> str | None:
@@ -964,20 +972,64 @@ class Supervisor:
 
     async def _fleet_poll(self) -> None:
         assert self._fleet is not None
-        await self.ledger.call(self._fleet.read_new, then=self._take_fleet_runs)
+        held: list[RunRecord] = []
+        await self.ledger.call(
+            self._fleet.read_new, then=lambda records: held.extend(self._take_fleet_runs(records))
+        )
+        if held:
+            await self._take_after_removals(held)
 
-    def _take_fleet_runs(self, records: list[RunRecord]) -> None:
-        """Queue the fleet's new runs in ``seq`` order; put parked runs back in their place."""
+    def _take_fleet_runs(self, records: list[RunRecord]) -> list[RunRecord]:
+        """Queue the fleet's new runs in ``seq`` order; put parked runs back in their place.
+
+        As a submit here waits for a removal of its conversation's worktrees
+        under way, so does a run polled: it and every run after it (the
+        local order must stay the fleet's) are held back and returned, their
+        conversations claimed so that no sweep starts removing more of them.
+        """
         assert self._fleet is not None
         for run_id in self._fleet.take_parked():
             self._scheduler.requeue(run_id)
-        for record in self._fleet.take_new(records):
-            if self._scheduler.state_of(record.id) is not None:
-                continue
-            self._scheduler.submit(run_request(record))
-            self._submitted_at[record.id] = record.submitted_at
-            self._emit("submit", run=trace_run(record, with_prompt=self._trace_prompts))
+        records = self._fleet.take_new(records)
+        worktrees = self._worktrees
+        cut = len(records)
+        if worktrees is not None:
+            cut = next(
+                (
+                    n
+                    for n, record in enumerate(records)
+                    if record.conversation is not None
+                    and worktrees.removal_under_way(record.workspace, record.conversation)
+                ),
+                cut,
+            )
+        for record in records[:cut]:
+            self._queue_polled(record)
+        held = records[cut:]
+        self._pending_keys.update(_conversation_keys(held))
         self._wake()
+        return held
+
+    async def _take_after_removals(self, held: list[RunRecord]) -> None:
+        """Queue runs held back by :meth:`_take_fleet_runs` once the removals are done."""
+        assert self._worktrees is not None
+        try:
+            for record in held:
+                if record.conversation is not None:
+                    await self._worktrees.removal_finished(record.workspace, record.conversation)
+        finally:
+            self._pending_keys.subtract(_conversation_keys(held))
+            self._pending_keys = +self._pending_keys  # drop zero counts
+        for record in held:
+            self._queue_polled(record)
+        self._wake()
+
+    def _queue_polled(self, record: RunRecord) -> None:
+        if self._scheduler.state_of(record.id) is not None:
+            return
+        self._scheduler.submit(run_request(record))
+        self._submitted_at[record.id] = record.submitted_at
+        self._emit("submit", run=trace_run(record, with_prompt=self._trace_prompts))
 
     def _poll_interval(self) -> float:
         return self.config.fleet.poll.total_seconds()
@@ -1247,13 +1299,35 @@ class Supervisor:
         """Remove the clean worktrees of idle conversations now (see sweeper.py)."""
         if self._worktrees is None:
             return SweepReport(())
-        return await sweep(
-            self._worktrees,
-            now=self._wall(),
-            idle=self.config.retention.idle.total_seconds(),
-            is_busy=self.conversation_busy,
-            dry_run=dry_run,
-        )
+        now, idle = self._wall(), self.config.retention.idle.total_seconds()
+        is_busy: IsBusy = self.conversation_busy
+        if self._fleet is not None:
+            is_busy = await self._busy_in_fleet(self._worktrees, now, idle)
+        return await sweep(self._worktrees, now=now, idle=idle, is_busy=is_busy, dry_run=dry_run)
+
+    async def _busy_in_fleet(self, worktrees: WorktreeManager, now: float, idle: float) -> IsBusy:
+        """A member's sweep check: busy here, or a run queued or running anywhere in the fleet.
+
+        Runs on other members that this one has not polled, or does not hold,
+        are not in its scheduler: the ledger is asked once, before the sweep,
+        about the conversations it will look at. (A run submitted elsewhere
+        after that may find its worktrees removed: its start here makes them
+        again, once the removal is done.)
+        """
+        assert self._fleet is not None
+        store = self._fleet.store
+        candidates = [
+            (folder.workspace, folder.conversation)
+            for folder in idle_folders(worktrees, now=now, idle=idle)
+        ]
+        elsewhere = await self.ledger.call(lambda _: store.live_conversations(candidates))
+
+        def is_busy(workspace: str, conversation: str) -> bool:
+            if (workspace, conversation) in elsewhere:
+                return True
+            return self.conversation_busy(workspace, conversation)
+
+        return is_busy
 
     async def list_worktrees(self) -> list[dict[str, Any]]:
         """Every conversation worktree: who, where, last used, clean or dirty, size."""

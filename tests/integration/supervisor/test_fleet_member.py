@@ -19,7 +19,7 @@ import httpx
 import psycopg
 import pytest
 import trio
-from supervisor_support import Running, Start, write_config
+from supervisor_support import Running, Start, git_repository, write_config
 
 from herdsman.config import load_config_text
 from herdsman.runtime.fleet_member import FleetMember
@@ -27,6 +27,7 @@ from herdsman.runtime.store import NewRun, RunStatus
 from herdsman.runtime.store.fleet import ClaimRules, FleetStore
 from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.runtime.supervisor import SKIP_REASON
+from herdsman.runtime.worktrees.sweeper import SweepReport
 from postgres_support import split_password
 
 
@@ -332,4 +333,63 @@ async def test_a_skip_submit_counts_runs_queued_or_running_on_other_members(
     assert skipped is not None
     assert skipped.reason == SKIP_REASON
     running.supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+def repos_config(directory: Path, url: str, *, poll: str = "1s") -> Path:
+    repo = git_repository(directory / "repo")
+    more = f'[[repos]]\nname = "app"\npath = "{repo}"\n[retention]\nidle = "0s"\n'
+    return fleet_config(directory, url, lease="60s", poll=poll, more=more)
+
+
+async def test_a_polled_run_waits_for_a_removal_of_its_conversation_s_worktrees(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> None:
+    running = await start(repos_config(tmp_path, member_url))
+    supervisor = running.supervisor
+    assert supervisor._worktrees is not None
+    with supervisor._worktrees.removing("default", "c"):  # a sweep's removal under way
+        for run_id, conversation in (("r0", None), ("r1", "c"), ("r2", None)):
+            new = NewRun(id=run_id, provider="demo", prompt="p", conversation=conversation)
+            other.submit(new, time.time())
+        # Polled: r0 runs; r1 waits for the removal, and r2, after it in the
+        # fleet's order, with it.
+        assert (await running.wait("r0"))["status"] == "succeeded"
+        assert supervisor._scheduler.state_of("r1") is None
+        assert supervisor._scheduler.state_of("r2") is None
+        # Claimed meanwhile, so the sweep removes nothing more of c.
+        assert supervisor.conversation_busy("default", "c")
+        released_at = time.time()
+    for run_id in ("r1", "r2"):
+        body = await running.wait(run_id)
+        assert body["status"] == "succeeded", body
+        assert body["started_at"] >= released_at
+    assert not supervisor.conversation_busy("default", "c")
+    supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_the_sweep_keeps_worktrees_of_conversations_live_on_other_members(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> None:
+    # A long poll: the run queued on the other member is not polled here.
+    running = await start(repos_config(tmp_path, member_url, poll="30s"))
+    supervisor = running.supervisor
+    for conversation in ("c", "d", "e"):
+        body = {"id": f"here-{conversation}", "provider": "demo", "prompt": "x"}
+        answer = await running.client.post("/v1/runs", json={**body, "conversation": conversation})
+        assert answer.status_code == 201, answer.text
+        assert (await running.wait(f"here-{conversation}"))["status"] == "succeeded"
+    run_elsewhere(other, "running-there", "c")  # running on the other member
+    other.submit(NewRun(id="queued-there", provider="demo", prompt="p", conversation="d"), 5.0)
+
+    def actions(report: SweepReport) -> dict[str, str]:
+        return {entry.conversation: entry.action for entry in report.entries}
+
+    report = await supervisor.sweep_worktrees()
+    assert actions(report) == {"c": "busy", "d": "busy", "e": "removed"}
+    other.finish("running-there", RunStatus.SUCCEEDED, time.time(), exit_code=0)
+    other.cancel_queued("queued-there", time.time(), "test")
+    assert actions(await supervisor.sweep_worktrees()) == {"c": "removed", "d": "removed"}
+    supervisor.request_shutdown()
     await running.stopped.wait()

@@ -322,6 +322,18 @@ class FleetStore(PostgresStore):
             ).fetchall()
         return [_record(row) for row in rows]
 
+    def live_conversations(self, candidates: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which ``(workspace, conversation)`` of ``candidates`` have a queued or running run.
+
+        Anywhere in the fleet: a probe per candidate on the live-lane index.
+        """
+        with self._reading() as cur:
+            return {
+                (workspace, conversation)
+                for workspace, conversation in candidates
+                if _live_on_lane(cur, workspace, "conversation", conversation) is not None
+            }
+
     # --- submits ---------------------------------------------------------------
 
     def submit_unless_busy(
