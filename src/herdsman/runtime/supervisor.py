@@ -99,6 +99,14 @@ FORCED_STOP_WAIT = 15.0
 SKIP_REASON = "its conversation or agent already had a queued or running run"
 #: Why a fleet member cannot cancel a run another member claimed.
 ELSEWHERE = "runs on another member of the fleet; cancel it through that member's API"
+#: What becomes of a run whose outcome the ledger could not record: alone, the
+#: supervisor finds it running at its next start; a fleet member holds it
+#: (and its lanes, fleet-wide) until its lease ends and an expiry sees that.
+UNRECORDED = "the next start will report it lost"
+UNRECORDED_IN_FLEET = (
+    "it stays running in the ledger, its lanes held fleet-wide, until this member's"
+    " lease ends; the expiry after that reports it lost"
+)
 #: The longest the dispatcher waits before looking at resting accounts again.
 ACCOUNT_RECHECK = 60.0
 #: How long an orphaned agent gets between SIGTERM and SIGKILL at start-up.
@@ -1224,13 +1232,14 @@ class Supervisor:
             await self.ledger.call(finish, then=finished)
         except StoreError as exc:
             # The slot and the lanes are freed all the same; the ledger keeps
-            # the run as running, so the next start reports it lost, which is
-            # true: its outcome was not recorded.
+            # the run as running until it is reported lost, which is true:
+            # its outcome was not recorded.
             log.error(
-                "could not record how run %s ended (%s): %s; the next start will report it lost",
+                "could not record how run %s ended (%s): %s; %s",
                 record.id,
                 status.value,
                 exc,
+                UNRECORDED if self._fleet is None else UNRECORDED_IN_FLEET,
             )
             self._release(record.id)
 

@@ -23,7 +23,7 @@ from supervisor_support import Running, Start, git_repository, write_config
 
 from herdsman.config import load_config_text
 from herdsman.runtime.fleet_member import FleetMember
-from herdsman.runtime.store import NewRun, RunStatus
+from herdsman.runtime.store import NewRun, RunStatus, StoreError
 from herdsman.runtime.store.fleet import ClaimRules, FleetStore
 from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.runtime.supervisor import SKIP_REASON
@@ -393,3 +393,40 @@ async def test_the_sweep_keeps_worktrees_of_conversations_live_on_other_members(
     assert actions(await supervisor.sweep_worktrees()) == {"c": "removed", "d": "removed"}
     supervisor.request_shutdown()
     await running.stopped.wait()
+
+
+async def test_a_finish_the_ledger_refuses_says_the_lease_expiry_reports_the_run_lost(
+    *,
+    start: Start,
+    tmp_path: Path,
+    member_url: str,
+    other: FleetStore,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise StoreError("the server went away")
+
+    running = await start(fleet_config(tmp_path, member_url))
+    monkeypatch.setattr(FleetStore, "finish", refuse)
+    answer = await running.client.post(
+        "/v1/runs", json={"id": "r1", "provider": "demo", "prompt": "x"}
+    )
+    assert answer.status_code == 201, answer.text
+    with trio.fail_after(10):
+        while "could not record how run r1 ended" not in caplog.text:
+            await trio.sleep(0.02)
+    [message] = [r.getMessage() for r in caplog.records if "could not record" in r.message]
+    assert message == (
+        "could not record how run r1 ended (succeeded): the server went away; it stays running"
+        " in the ledger, its lanes held fleet-wide, until this member's lease ends; the expiry"
+        " after that reports it lost"
+    )
+    # True: running, held by the member, until its lease ends (a clean stop
+    # ends it) and an expiry records it lost.
+    assert other.held_by("r1") == fleet_of(running).store.member_id
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+    monkeypatch.undo()
+    [lost] = other.expire_lapsed(time.time())
+    assert (lost.id, lost.status) == ("r1", RunStatus.LOST)
