@@ -11,7 +11,7 @@ from typing import Any
 import outcome
 import pytest
 import trio
-from supervisor_support import config_at, write_config
+from supervisor_support import config_at, unrecorded_finish, write_config
 
 from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, Store, StoreError
 from herdsman.runtime.supervisor import Supervisor
@@ -413,10 +413,7 @@ async def test_a_finish_the_ledger_refuses_says_the_next_start_reports_the_run_l
     supervisor = Supervisor(config_at(write_config(tmp_path, delay=0.1)), store)
     async with serving(supervisor):
         await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x"))
-        with trio.fail_after(10):
-            while "could not record how run r1 ended" not in caplog.text:
-                await trio.sleep(0.02)
-    [message] = [r.getMessage() for r in caplog.records if "could not record" in r.message]
+        message = await unrecorded_finish(caplog, "r1")
     assert message == (
         "could not record how run r1 ended (succeeded): run ledger: database is locked"
         " (finish); the next start will report it lost"
