@@ -172,14 +172,17 @@ def _fleet_rules(
             if len(key) == 5 and key[2] == "accounts" and key[4] == "name":
                 accounts.add(checker.values[key])
     known = ", ".join(sorted(providers)) or "(none)"
-    for provider in out.get("provider_caps", {}):
+    # The names are read from the file, not from what structured: a cap of
+    # the wrong kind leaves its table out, and every other entry's name must
+    # still be checked (every error is reported at once).
+    for provider in _table(raw.get("provider_caps")):
         if provider not in providers:
             checker.problem(
                 (*path, "provider_caps", provider),
                 f"names no provider of this file; the providers are: {known}",
                 "key",
             )
-    for provider, accounts in out.get("account_caps", {}).items():
+    for provider, accounts in _table(raw.get("account_caps")).items():
         if provider not in providers:
             checker.problem(
                 (*path, "account_caps", provider),
@@ -188,13 +191,18 @@ def _fleet_rules(
             )
             continue
         names = ", ".join(sorted(providers[provider])) or "(none)"
-        for account in accounts:
+        for account in _table(accounts):
             if account not in providers[provider]:
                 checker.problem(
                     (*path, "account_caps", provider, account),
                     f"names no account of providers.{provider}; its accounts are: {names}",
                     "key",
                 )
+
+
+def _table(value: object) -> Mapping[str, Any]:
+    """``value`` if it is a table, else an empty one (its kind is reported elsewhere)."""
+    return value if isinstance(value, Mapping) else {}
 
 
 @attrs.frozen(kw_only=True)

@@ -5,7 +5,8 @@ processes live on in their own process groups, and one still working in a
 conversation's worktree would overlap the conversation's next run. So the
 next start finds them — by the ``HERDSMAN_RUN_ID`` and ``HERDSMAN_STATE_DIR``
 every agent inherits, which survive pid reuse and tell apart supervisors on
-other state directories — and stops their process groups.
+other state directories — and stops their process groups. A fleet member
+waits for the ledger to end their runs first (left_agents.py).
 """
 
 from __future__ import annotations
@@ -21,16 +22,17 @@ import trio
 
 log = logging.getLogger("herdsman.orphans")
 
-__all__ = ["find_orphans", "stop_groups"]
+__all__ = ["agents_under", "find_orphans", "stop_groups", "stop_orphans", "stopped_note"]
+
+_RUN_ID = b"HERDSMAN_RUN_ID="
 
 
-def find_orphans(run_ids: Collection[str], state_dir: Path) -> dict[str, set[int]]:
-    """Process groups of processes started for ``run_ids`` under ``state_dir``.
+def agents_under(state_dir: Path) -> dict[str, set[int]]:
+    """Process groups of every process started for a run under ``state_dir``, by run id.
 
     Reads ``/proc/<pid>/environ``; where there is no ``/proc`` (not Linux)
     nothing is found. Processes of other users cannot be read and are skipped.
     """
-    wanted = {f"HERDSMAN_RUN_ID={run_id}".encode(): run_id for run_id in run_ids}
     marker = f"HERDSMAN_STATE_DIR={state_dir}".encode()
     found: dict[str, set[int]] = {}
     try:
@@ -42,12 +44,49 @@ def find_orphans(run_ids: Collection[str], state_dir: Path) -> dict[str, set[int
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             if marker not in environ:
                 continue
-            run_id = next((wanted[entry] for entry in environ if entry in wanted), None)
-            if run_id is not None:
+            entry = next((e for e in environ if e.startswith(_RUN_ID)), None)
+            if entry is not None:
+                run_id = entry[len(_RUN_ID) :].decode("utf-8", "replace")
                 found.setdefault(run_id, set()).add(os.getpgid(pid))
         except (OSError, ProcessLookupError):  # gone meanwhile, or not ours to read
             continue
     return found
+
+
+def find_orphans(run_ids: Collection[str], state_dir: Path) -> dict[str, set[int]]:
+    """Process groups of processes started for ``run_ids`` under ``state_dir``."""
+    wanted = set(run_ids)
+    return {
+        run_id: groups for run_id, groups in agents_under(state_dir).items() if run_id in wanted
+    }
+
+
+async def stop_orphans(
+    run_ids: Collection[str], state_dir: Path, grace: float
+) -> dict[str, set[int]]:
+    """Find the agents of ``run_ids`` still running under ``state_dir`` and stop them.
+
+    Returns the process groups stopped, by run id (nothing when none was left).
+    """
+    orphans = await trio.to_thread.run_sync(find_orphans, run_ids, state_dir)
+    if not orphans:
+        return orphans
+    groups = {group for found in orphans.values() for group in found}
+    log.warning(
+        "stopping %d agent process group(s) of lost runs that were still running: %s",
+        len(groups),
+        ", ".join(sorted(orphans)),
+    )
+    await stop_groups(groups, grace)
+    return orphans
+
+
+def stopped_note(groups: Collection[int]) -> str:
+    """The note a run gets when its agent outlived the supervisor and was stopped."""
+    return (
+        "its agent was still running when the supervisor restarted"
+        f" (process group {', '.join(map(str, sorted(groups)))}) and was stopped"
+    )
 
 
 async def stop_groups(groups: Collection[int], grace: float) -> None:

@@ -53,8 +53,9 @@ from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.git import Git, RealGit
 from herdsman.runtime.launch import build_spec, log_file
 from herdsman.runtime.ledger import Ledger, RunSync, in_worker_thread
+from herdsman.runtime.left_agents import LeftAgents
 from herdsman.runtime.metrics import Metrics
-from herdsman.runtime.orphans import find_orphans, stop_groups
+from herdsman.runtime.orphans import stop_orphans, stopped_note
 from herdsman.runtime.reload import (
     Change,
     ConfigSource,
@@ -83,7 +84,7 @@ from herdsman.runtime.store import (
 )
 from herdsman.runtime.worktrees.listing import describe_worktrees
 from herdsman.runtime.worktrees.manager import WorktreeManager, checkouts_preamble
-from herdsman.runtime.worktrees.sweeper import SweepReport, sweep
+from herdsman.runtime.worktrees.sweeper import IsBusy, SweepReport, idle_folders, sweep
 from herdsman.trace import TraceWriter
 
 if TYPE_CHECKING:
@@ -98,6 +99,14 @@ FORCED_STOP_WAIT = 15.0
 SKIP_REASON = "its conversation or agent already had a queued or running run"
 #: Why a fleet member cannot cancel a run another member claimed.
 ELSEWHERE = "runs on another member of the fleet; cancel it through that member's API"
+#: What becomes of a run whose outcome the ledger could not record: alone, the
+#: supervisor finds it running at its next start; a fleet member holds it
+#: (and its lanes, fleet-wide) until its lease ends and an expiry sees that.
+UNRECORDED = "the next start will report it lost"
+UNRECORDED_IN_FLEET = (
+    "it stays running in the ledger, its lanes held fleet-wide, until this member's"
+    " lease ends; the expiry after that reports it lost"
+)
 #: The longest the dispatcher waits before looking at resting accounts again.
 ACCOUNT_RECHECK = 60.0
 #: How long an orphaned agent gets between SIGTERM and SIGKILL at start-up.
@@ -169,6 +178,14 @@ class ShutdownReport:
     fatal: str | None = None
 
 
+def _conversation_keys(records: list[RunRecord]) -> Counter[str]:
+    return Counter(
+        conversation_key(record.workspace, record.conversation)
+        for record in records
+        if record.conversation is not None
+    )
+
+
 def as_text(value: str | None) -> str | None:
     """``value`` as storable text: an agent's output may carry lone surrogates and NUL."""
     if value is None:
@@ -185,9 +202,10 @@ class Supervisor:
     passes a fake); ``execute`` is the spawn port; ``run_sync`` is how store
     batches run (a worker thread for SQLite, inline for the in-memory store).
     With a ``source`` (and the ``loaded`` configuration it gave), the file is
-    watched and :meth:`reload` reads it again. ``stop_orphans``: at start-up,
-    stop agents of lost runs that outlived the previous process (the
-    simulator, which spawns nothing, turns it off); ``resolve_program`` finds
+    watched and :meth:`reload` reads it again. ``stop_orphans``: stop agents
+    of lost runs that outlived the previous process — at start-up, or, for a
+    fleet member, once the ledger ends their runs (the simulator, which
+    spawns nothing, turns it off); ``resolve_program`` finds
     a provider's program on PATH (the simulator's finds every name).
     """
 
@@ -214,6 +232,15 @@ class Supervisor:
         self._loaded = loaded
         self._stop_orphans = stop_orphans
         self._fleet = fleet
+        # A member stops the agents its previous process left once their
+        # runs' lease expiry is seen (a sole supervisor does so in _recover).
+        self._left = (
+            LeftAgents(
+                config.supervisor.state_dir, agent_exclusive=config.scheduling.agent_exclusive
+            )
+            if fleet is not None and stop_orphans
+            else None
+        )
         self._resolve_program = resolve_program
         self._reload_lock = trio.Lock()
         self._reloaded = trio.Event()
@@ -310,6 +337,8 @@ class Supervisor:
                 if self._fleet is not None:
                     nursery.start_soon(self._fleet_lease_loop)
                     nursery.start_soon(self._fleet.poll_loop, self._poll_interval, self._fleet_poll)
+                    if self._left is not None and self._left.watched:
+                        nursery.start_soon(self._watch_left_agents)
                 if self._source is not None and self._source.watch:
                     path = self._source.path
                     nursery.start_soon(watch_file, path, partial(self._config_changed, path))
@@ -401,6 +430,9 @@ class Supervisor:
         if self._fleet is not None:
             # A member recovers nothing: other members may be running the
             # runs it finds running; a dead member's runs are lost by expiry.
+            if self._left is not None:
+                await self._left.find(self.ledger)
+                await self._stop_left_agents()
             await self._fleet_poll()
             await self._recover_accounts(now)
             return
@@ -431,22 +463,13 @@ class Supervisor:
         while the conversation's next run starts there.
         """
         state_dir = self.config.supervisor.state_dir
-        orphans = await trio.to_thread.run_sync(find_orphans, run_ids, state_dir)
-        if not orphans:
-            return
-        groups = {group for found in orphans.values() for group in found}
-        log.warning(
-            "stopping %d agent process group(s) of lost runs that were still running: %s",
-            len(groups),
-            ", ".join(sorted(orphans)),
-        )
-        await stop_groups(groups, ORPHAN_GRACE)
-        for run_id, found in sorted(orphans.items()):
-            text = (
-                "its agent was still running when the supervisor restarted"
-                f" (process group {', '.join(map(str, sorted(found)))}) and was stopped"
-            )
-            await self.ledger.call(methodcaller("add_note", run_id, text))
+        orphans = await stop_orphans(run_ids, state_dir, ORPHAN_GRACE)
+        await self._note_stopped(orphans)
+
+    async def _note_stopped(self, orphans: dict[str, set[int]]) -> None:
+        """Say on each run that its agent outlived the previous process and was stopped."""
+        for run_id, groups in sorted(orphans.items()):
+            await self.ledger.call(methodcaller("add_note", run_id, stopped_note(groups)))
 
     async def _recover_accounts(self, now: float) -> None:
         """Quota windows, exhaustions and conversations' accounts of earlier processes."""
@@ -492,7 +515,8 @@ class Supervisor:
         """Record and queue a run; an existing id returns the existing run.
 
         With ``on_busy="skip"`` a run whose conversation or agent already has
-        a queued or running run is recorded as skipped instead of queued.
+        a queued or running run (fleet-wide, for a fleet member) is recorded
+        as skipped instead of queued.
         """
         (result,) = await self.submit_many([(new, on_busy)])
         return result
@@ -527,31 +551,33 @@ class Supervisor:
                     if not skip and new.conversation is not None:
                         await self._worktrees.removal_finished(new.workspace, new.conversation)
             now = self._wall()
-            return await self._record_submits(plan, now)
+            return await self._record_submits(plan, now, [on_busy for _, on_busy in items])
         finally:
             self._pending_keys.subtract(claimed)
             self._pending_keys = +self._pending_keys  # drop zero counts
 
     async def _record_submits(
-        self, plan: list[tuple[NewRun, RunRequest, bool]], now: float
+        self, plan: list[tuple[NewRun, RunRequest, bool]], now: float, on_busy: list[OnBusy]
     ) -> list[tuple[RunRecord, bool]]:
+        submit = self._submit_operation(now)
+
         def operation(store: Store) -> list[outcome.Outcome[tuple[RunRecord, bool]]]:
             return [
                 outcome.capture(store.skip, new, now, SKIP_REASON)
                 if skip
-                else outcome.capture(store.submit, new, now)
-                for new, _, skip in plan
+                else outcome.capture(submit, store, new, busy)
+                for (new, _, skip), busy in zip(plan, on_busy, strict=True)
             ]
 
         def recorded(results: list[outcome.Outcome[tuple[RunRecord, bool]]]) -> None:
-            for (new, request, skip), result in zip(plan, results, strict=True):
+            for (new, request, _), result in zip(plan, results, strict=True):
                 if not isinstance(result, outcome.Value):
                     continue
                 record, created = result.value
                 if not created:
                     continue
                 traced = trace_run(new, with_prompt=self._trace_prompts)
-                if skip:
+                if record.status is RunStatus.SKIPPED:
                     self._emit("skip", run=traced)
                     self._notify(record.id)
                     continue
@@ -568,6 +594,26 @@ class Supervisor:
 
         results = await self.ledger.call(operation, then=recorded)
         return [result.unwrap() for result in results]
+
+    def _submit_operation(
+        self, now: float
+    ) -> Callable[[Store, NewRun, OnBusy], tuple[RunRecord, bool]]:
+        """How a submit the local view does not skip is recorded.
+
+        A fleet member's view misses runs queued or running on other members
+        and not yet polled: there the ledger decides ``on_busy = "skip"``,
+        fleet-wide, in the transaction that records the run.
+        """
+        fleet, agent_exclusive = self._fleet, self._scheduler.agent_exclusive
+
+        def submit(store: Store, new: NewRun, on_busy: OnBusy) -> tuple[RunRecord, bool]:
+            if fleet is None or on_busy != "skip":
+                return store.submit(new, now)
+            return fleet.store.submit_unless_busy(
+                new, now, SKIP_REASON, agent_exclusive=agent_exclusive
+            )
+
+        return submit
 
     async def cancel(self, run_id: str, reason: str = "cancel requested") -> RunRecord:
         """Cancel a queued run at once, or stop a running one (its task records it)."""
@@ -934,20 +980,64 @@ class Supervisor:
 
     async def _fleet_poll(self) -> None:
         assert self._fleet is not None
-        await self.ledger.call(self._fleet.read_new, then=self._take_fleet_runs)
+        held: list[RunRecord] = []
+        await self.ledger.call(
+            self._fleet.read_new, then=lambda records: held.extend(self._take_fleet_runs(records))
+        )
+        if held:
+            await self._take_after_removals(held)
 
-    def _take_fleet_runs(self, records: list[RunRecord]) -> None:
-        """Queue the fleet's new runs in ``seq`` order; put parked runs back in their place."""
+    def _take_fleet_runs(self, records: list[RunRecord]) -> list[RunRecord]:
+        """Queue the fleet's new runs in ``seq`` order; put parked runs back in their place.
+
+        As a submit here waits for a removal of its conversation's worktrees
+        under way, so does a run polled: it and every run after it (the
+        local order must stay the fleet's) are held back and returned, their
+        conversations claimed so that no sweep starts removing more of them.
+        """
         assert self._fleet is not None
         for run_id in self._fleet.take_parked():
             self._scheduler.requeue(run_id)
-        for record in self._fleet.take_new(records):
-            if self._scheduler.state_of(record.id) is not None:
-                continue
-            self._scheduler.submit(run_request(record))
-            self._submitted_at[record.id] = record.submitted_at
-            self._emit("submit", run=trace_run(record, with_prompt=self._trace_prompts))
+        records = self._fleet.take_new(records)
+        worktrees = self._worktrees
+        cut = len(records)
+        if worktrees is not None:
+            cut = next(
+                (
+                    n
+                    for n, record in enumerate(records)
+                    if record.conversation is not None
+                    and worktrees.removal_under_way(record.workspace, record.conversation)
+                ),
+                cut,
+            )
+        for record in records[:cut]:
+            self._queue_polled(record)
+        held = records[cut:]
+        self._pending_keys.update(_conversation_keys(held))
         self._wake()
+        return held
+
+    async def _take_after_removals(self, held: list[RunRecord]) -> None:
+        """Queue runs held back by :meth:`_take_fleet_runs` once the removals are done."""
+        assert self._worktrees is not None
+        try:
+            for record in held:
+                if record.conversation is not None:
+                    await self._worktrees.removal_finished(record.workspace, record.conversation)
+        finally:
+            self._pending_keys.subtract(_conversation_keys(held))
+            self._pending_keys = +self._pending_keys  # drop zero counts
+        for record in held:
+            self._queue_polled(record)
+        self._wake()
+
+    def _queue_polled(self, record: RunRecord) -> None:
+        if self._scheduler.state_of(record.id) is not None:
+            return
+        self._scheduler.submit(run_request(record))
+        self._submitted_at[record.id] = record.submitted_at
+        self._emit("submit", run=trace_run(record, with_prompt=self._trace_prompts))
 
     def _poll_interval(self) -> float:
         return self.config.fleet.poll.total_seconds()
@@ -957,6 +1047,20 @@ class Supervisor:
         await self._fleet.keep_lease(
             self.ledger, lambda: self.config, self._wall, self._lease_expired
         )
+
+    async def _stop_left_agents(self) -> None:
+        assert self._left is not None
+        await self._note_stopped(await self._left.stop_ended(self.ledger, ORPHAN_GRACE))
+
+    async def _watch_left_agents(self) -> None:
+        """Stop left agents as their runs' expiry is seen (by any member), until none is left."""
+        assert self._left is not None
+        while self._left.watched:
+            await trio.sleep(self._poll_interval())
+            try:
+                await self._stop_left_agents()
+            except StoreError as exc:
+                log.error("could not read the runs of agents left running: %s", exc)
 
     def _lease_expired(self, message: str) -> None:
         log.critical("%s; draining and stopping", message)
@@ -974,6 +1078,8 @@ class Supervisor:
                 self._preparing[record.id] = preparing
                 if handle.cancelled:
                     preparing.cancel()
+                if self._left is not None:
+                    await self._left.clear_of(run_request(record))
                 spec = await self._spec_for(record, pick, config)
             self._preparing.pop(record.id, None)
             if spec is None or handle.cancelled:
@@ -1126,13 +1232,14 @@ class Supervisor:
             await self.ledger.call(finish, then=finished)
         except StoreError as exc:
             # The slot and the lanes are freed all the same; the ledger keeps
-            # the run as running, so the next start reports it lost, which is
-            # true: its outcome was not recorded.
+            # the run as running until it is reported lost, which is true:
+            # its outcome was not recorded.
             log.error(
-                "could not record how run %s ended (%s): %s; the next start will report it lost",
+                "could not record how run %s ended (%s): %s; %s",
                 record.id,
                 status.value,
                 exc,
+                UNRECORDED if self._fleet is None else UNRECORDED_IN_FLEET,
             )
             self._release(record.id)
 
@@ -1201,13 +1308,35 @@ class Supervisor:
         """Remove the clean worktrees of idle conversations now (see sweeper.py)."""
         if self._worktrees is None:
             return SweepReport(())
-        return await sweep(
-            self._worktrees,
-            now=self._wall(),
-            idle=self.config.retention.idle.total_seconds(),
-            is_busy=self.conversation_busy,
-            dry_run=dry_run,
-        )
+        now, idle = self._wall(), self.config.retention.idle.total_seconds()
+        is_busy: IsBusy = self.conversation_busy
+        if self._fleet is not None:
+            is_busy = await self._busy_in_fleet(self._worktrees, now, idle)
+        return await sweep(self._worktrees, now=now, idle=idle, is_busy=is_busy, dry_run=dry_run)
+
+    async def _busy_in_fleet(self, worktrees: WorktreeManager, now: float, idle: float) -> IsBusy:
+        """A member's sweep check: busy here, or a run queued or running anywhere in the fleet.
+
+        Runs on other members that this one has not polled, or does not hold,
+        are not in its scheduler: the ledger is asked once, before the sweep,
+        about the conversations it will look at. (A run submitted elsewhere
+        after that may find its worktrees removed: its start here makes them
+        again, once the removal is done.)
+        """
+        assert self._fleet is not None
+        store = self._fleet.store
+        candidates = [
+            (folder.workspace, folder.conversation)
+            for folder in idle_folders(worktrees, now=now, idle=idle)
+        ]
+        elsewhere = await self.ledger.call(lambda _: store.live_conversations(candidates))
+
+        def is_busy(workspace: str, conversation: str) -> bool:
+            if (workspace, conversation) in elsewhere:
+                return True
+            return self.conversation_busy(workspace, conversation)
+
+        return is_busy
 
     async def list_worktrees(self) -> list[dict[str, Any]]:
         """Every conversation worktree: who, where, last used, clean or dirty, size."""

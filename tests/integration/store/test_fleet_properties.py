@@ -14,14 +14,15 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import attrs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from herdsman.core.runs import RunRequest, exclusion_keys
-from herdsman.runtime.store import NewRun, RunRecord, RunStatus, StoreConflict
+from herdsman.core.runs import RunRequest, busy_keys, exclusion_keys
+from herdsman.runtime.store import NewRun, RunRecord, RunStatus, Store, StoreConflict
 from herdsman.runtime.store.fleet import ClaimRules, FleetStore, LeaseExpired, Refusal
 from postgres_support import fresh_schema
 
@@ -46,11 +47,14 @@ def members(server: str, count: int) -> Iterator[list[FleetStore]]:
                 store.close()
 
 
-def keys(record: RunRecord) -> tuple[str, ...]:
-    request = RunRequest(
+def request_of(record: RunRecord | NewRun) -> RunRequest:
+    return RunRequest(
         record.id, record.provider, record.conversation, record.agent, record.workspace
     )
-    return exclusion_keys(request, agent_exclusive=RULES.agent_exclusive)
+
+
+def keys(record: RunRecord) -> tuple[str, ...]:
+    return exclusion_keys(request_of(record), agent_exclusive=RULES.agent_exclusive)
 
 
 @attrs.define
@@ -79,12 +83,29 @@ class Model:
             return Refusal.PROVIDER_CAP
         return None
 
+    def busy(self, new: NewRun) -> bool:
+        """``on_busy = "skip"``: a queued or running run shares its conversation or agent key."""
+        mine = set(busy_keys(request_of(new), agent_exclusive=RULES.agent_exclusive))
+        return any(
+            r.status in (RunStatus.QUEUED, RunStatus.RUNNING)
+            and mine & set(busy_keys(request_of(r), agent_exclusive=RULES.agent_exclusive))
+            for r in self.runs.values()
+        )
+
 
 submit_op = st.tuples(
     st.just("submit"),
     st.one_of(st.none(), st.sampled_from("ab")),  # conversation
     st.one_of(st.none(), st.sampled_from("xy")),  # agent
     st.sampled_from(PROVIDERS),
+)
+# Submits with on_busy = "skip" by any member, one to three in one batch
+# (the supervisor's group commit): each sees the ones before it.
+lane = st.tuples(
+    st.one_of(st.none(), st.sampled_from("ab")), st.one_of(st.none(), st.sampled_from("xy"))
+)
+skip_op = st.tuples(
+    st.just("skip_submit"), st.integers(0, 3), st.lists(lane, min_size=1, max_size=3)
 )
 claim_op = st.tuples(
     st.just("claim"), st.integers(0, 3), st.lists(st.integers(0, 30), min_size=1, max_size=4)
@@ -95,7 +116,7 @@ finish_op = st.tuples(st.just("finish"), st.integers(0, 3), st.integers(0, 30), 
 cancel_op = st.tuples(st.just("cancel"), st.integers(0, 30))
 lapse_op = st.tuples(st.just("lapse"), st.integers(0, 3))
 operations = st.lists(
-    st.one_of(submit_op, submit_op, claim_op, claim_op, finish_op, cancel_op, lapse_op),
+    st.one_of(submit_op, submit_op, skip_op, claim_op, claim_op, finish_op, cancel_op, lapse_op),
     min_size=5,
     max_size=40,
 )
@@ -128,6 +149,33 @@ class Harness:
         assert all(record.seq > r.seq for r in self.model.runs.values())
         self.model.runs[run_id] = record
         self.order.append(run_id)
+
+    def skip_submit(self, who: int, lanes: list[tuple[str | None, str | None]]) -> None:
+        n = self.live[who % len(self.live)]
+        news = [
+            NewRun(
+                id=f"r{len(self.order) + i}",
+                provider="claude",
+                prompt="p",
+                conversation=conversation,
+                agent=agent,
+            )
+            for i, (conversation, agent) in enumerate(lanes)
+        ]
+
+        def submit(new: NewRun, store: Store) -> tuple[RunRecord, bool]:
+            return self.stores[n].submit_unless_busy(
+                new, self.now, "busy", agent_exclusive=RULES.agent_exclusive
+            )
+
+        results = self.stores[n].apply([partial(submit, new) for new in news])
+        for new, result in zip(news, results, strict=True):
+            record, created = result.unwrap()
+            assert created
+            want = RunStatus.SKIPPED if self.model.busy(new) else RunStatus.QUEUED
+            assert record.status is want, (new, self.model.runs)
+            self.model.runs[new.id] = record
+            self.order.append(new.id)
 
     def claim(self, who: int, picks: list[int]) -> None:
         if not self.order:

@@ -152,3 +152,13 @@ async def start(nursery: trio.Nursery) -> AsyncIterator[Start]:
     yield starter
     for client in clients:
         await client.aclose()
+
+
+async def unrecorded_finish(caplog: pytest.LogCaptureFixture, run_id: str) -> str:
+    """The error logged, once it is, for a finish of ``run_id`` the ledger refused."""
+    line = f"could not record how run {run_id} ended"
+    with trio.fail_after(10):
+        while line not in caplog.text:
+            await trio.sleep(0.02)
+    [message] = [r.getMessage() for r in caplog.records if line in r.getMessage()]
+    return message

@@ -6,6 +6,10 @@ the supervisor must wait for, and it can make the supervisor's lease lapse.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,13 +19,21 @@ import httpx
 import psycopg
 import pytest
 import trio
-from supervisor_support import Running, Start, write_config
+from supervisor_support import (
+    Running,
+    Start,
+    git_repository,
+    unrecorded_finish,
+    write_config,
+)
 
 from herdsman.config import load_config_text
 from herdsman.runtime.fleet_member import FleetMember
-from herdsman.runtime.store import NewRun, RunStatus
+from herdsman.runtime.store import NewRun, RunStatus, StoreError
 from herdsman.runtime.store.fleet import ClaimRules, FleetStore
 from herdsman.runtime.store.postgres import PostgresStore
+from herdsman.runtime.supervisor import SKIP_REASON
+from herdsman.runtime.worktrees.sweeper import SweepReport
 from postgres_support import split_password
 
 
@@ -45,8 +57,10 @@ def other(postgres_url: str) -> Iterator[FleetStore]:
         store.close()
 
 
-def fleet_config(directory: Path, url: str, *, lease: str = "3s", more: str = "") -> Path:
-    fleet = f'[fleet]\nenabled = true\nlease = "{lease}"\npoll = "1s"\n{more}'
+def fleet_config(
+    directory: Path, url: str, *, lease: str = "3s", poll: str = "1s", more: str = ""
+) -> Path:
+    fleet = f'[fleet]\nenabled = true\nlease = "{lease}"\npoll = "{poll}"\n{more}'
     return write_config(
         directory, concurrency=2, delay=0.1, extra=f'[store]\nurl = "{url}"\n{fleet}'
     )
@@ -253,3 +267,168 @@ account_caps = { claude = { work = 2 } }
     assert FleetMember.rules(config) == ClaimRules(
         agent_exclusive=False, provider_caps={"claude": 3}, account_caps={("claude", "work"): 2}
     )
+
+
+async def test_a_run_sharing_a_conversation_with_a_left_agent_starts_once_it_is_stopped(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> None:
+    # An agent of "old" (conversation c1), left under this member's state
+    # directory, that ignores SIGTERM: stopping it takes the whole grace.
+    run_elsewhere(other, "old", "c1")
+    env = {
+        **os.environ,
+        "HERDSMAN_RUN_ID": "old",
+        "HERDSMAN_STATE_DIR": str(tmp_path / "state"),
+    }
+    script = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    agent = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True)
+    try:
+        while b"HERDSMAN_RUN_ID" not in Path(f"/proc/{agent.pid}/environ").read_bytes():
+            await trio.sleep(0.01)
+        running = await start(fleet_config(tmp_path, member_url))
+        # "old" ends: its lane is free fleet-wide, so "mine" is claimed at once.
+        other.finish("old", RunStatus.SUCCEEDED, time.time(), exit_code=0)
+        answer = await running.client.post(
+            "/v1/runs",
+            json={"id": "mine", "provider": "demo", "prompt": "x", "conversation": "c1"},
+        )
+        assert answer.status_code == 201, answer.text
+        await trio.to_thread.run_sync(agent.wait)  # reaped the moment it is killed
+        stopped_at = time.time()
+        body = await running.wait("mine")
+        assert body["status"] == "succeeded", body
+        # Its agent was spawned (its log made) only after the left agent was gone.
+        spawned_at = (tmp_path / "state" / "logs" / "mine.log").stat().st_mtime
+        assert spawned_at >= stopped_at - 0.1
+        running.supervisor.request_shutdown()
+        await running.stopped.wait()
+    finally:
+        if agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait()
+
+
+async def test_a_skip_submit_counts_runs_queued_or_running_on_other_members(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> None:
+    # A long poll: nothing of the other member's is polled until a submit here.
+    running = await start(fleet_config(tmp_path, member_url, lease="60s", poll="30s"))
+    run_elsewhere(other, "running-there", "c1")
+    queued = NewRun(id="queued-there", provider="demo", prompt="p", conversation="c2", agent="a1")
+    other.submit(queued, 3.0)
+    assert running.supervisor._scheduler.state_of("queued-there") is None  # not polled yet
+
+    async def submit(run_id: str, conversation: str, agent: str | None = None) -> str:
+        body = {"id": run_id, "provider": "demo", "prompt": "x", "conversation": conversation}
+        answer = await running.client.post(
+            "/v1/runs", json={**body, "agent": agent, "on_busy": "skip"}
+        )
+        assert answer.status_code == 201, answer.text
+        status: str = answer.json()["status"]
+        return status
+
+    # Its conversation runs on the other member; queued there; its agent queued there.
+    assert await submit("same-conversation", "c1") == "skipped"
+    assert await submit("behind-queued", "c2") == "skipped"
+    assert await submit("same-agent", "c3", "a1") == "skipped"
+    # A free conversation and agent is queued, and runs.
+    assert await submit("free", "c4", "a2") == "queued"
+    body = await running.wait("free")
+    assert body["status"] == "succeeded", body
+    skipped = other.get("same-agent")
+    assert skipped is not None
+    assert skipped.reason == SKIP_REASON
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+def repos_config(directory: Path, url: str, *, poll: str = "1s") -> Path:
+    repo = git_repository(directory / "repo")
+    more = f'[[repos]]\nname = "app"\npath = "{repo}"\n[retention]\nidle = "0s"\n'
+    return fleet_config(directory, url, lease="60s", poll=poll, more=more)
+
+
+async def test_a_polled_run_waits_for_a_removal_of_its_conversation_s_worktrees(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> None:
+    running = await start(repos_config(tmp_path, member_url))
+    supervisor = running.supervisor
+    assert supervisor._worktrees is not None
+    with supervisor._worktrees.removing("default", "c"):  # a sweep's removal under way
+        for run_id, conversation in (("r0", None), ("r1", "c"), ("r2", None)):
+            new = NewRun(id=run_id, provider="demo", prompt="p", conversation=conversation)
+            other.submit(new, time.time())
+        # Polled: r0 runs; r1 waits for the removal, and r2, after it in the
+        # fleet's order, with it.
+        assert (await running.wait("r0"))["status"] == "succeeded"
+        assert supervisor._scheduler.state_of("r1") is None
+        assert supervisor._scheduler.state_of("r2") is None
+        # Claimed meanwhile, so the sweep removes nothing more of c.
+        assert supervisor.conversation_busy("default", "c")
+        released_at = time.time()
+    for run_id in ("r1", "r2"):
+        body = await running.wait(run_id)
+        assert body["status"] == "succeeded", body
+        assert body["started_at"] >= released_at
+    assert not supervisor.conversation_busy("default", "c")
+    supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_the_sweep_keeps_worktrees_of_conversations_live_on_other_members(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> None:
+    # A long poll: the run queued on the other member is not polled here.
+    running = await start(repos_config(tmp_path, member_url, poll="30s"))
+    supervisor = running.supervisor
+    for conversation in ("c", "d", "e"):
+        body = {"id": f"here-{conversation}", "provider": "demo", "prompt": "x"}
+        answer = await running.client.post("/v1/runs", json={**body, "conversation": conversation})
+        assert answer.status_code == 201, answer.text
+        assert (await running.wait(f"here-{conversation}"))["status"] == "succeeded"
+    run_elsewhere(other, "running-there", "c")  # running on the other member
+    other.submit(NewRun(id="queued-there", provider="demo", prompt="p", conversation="d"), 5.0)
+
+    def actions(report: SweepReport) -> dict[str, str]:
+        return {entry.conversation: entry.action for entry in report.entries}
+
+    report = await supervisor.sweep_worktrees()
+    assert actions(report) == {"c": "busy", "d": "busy", "e": "removed"}
+    other.finish("running-there", RunStatus.SUCCEEDED, time.time(), exit_code=0)
+    other.cancel_queued("queued-there", time.time(), "test")
+    assert actions(await supervisor.sweep_worktrees()) == {"c": "removed", "d": "removed"}
+    supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_a_finish_the_ledger_refuses_says_the_lease_expiry_reports_the_run_lost(
+    *,
+    start: Start,
+    tmp_path: Path,
+    member_url: str,
+    other: FleetStore,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise StoreError("the server went away")
+
+    running = await start(fleet_config(tmp_path, member_url))
+    monkeypatch.setattr(FleetStore, "finish", refuse)
+    answer = await running.client.post(
+        "/v1/runs", json={"id": "r1", "provider": "demo", "prompt": "x"}
+    )
+    assert answer.status_code == 201, answer.text
+    assert await unrecorded_finish(caplog, "r1") == (
+        "could not record how run r1 ended (succeeded): the server went away; it stays running"
+        " in the ledger, its lanes held fleet-wide, until this member's lease ends; the expiry"
+        " after that reports it lost"
+    )
+    # True: running, held by the member, until its lease ends (a clean stop
+    # ends it) and an expiry records it lost.
+    assert other.held_by("r1") == fleet_of(running).store.member_id
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+    monkeypatch.undo()
+    [lost] = other.expire_lapsed(time.time())
+    assert (lost.id, lost.status) == ("r1", RunStatus.LOST)

@@ -9,19 +9,24 @@ killed with SIGKILL while it runs runs.
 from __future__ import annotations
 
 import itertools
+import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from cli_support import Supervisor
+from cli_support import Supervisor, process_alive
 from supervisor_support import write_config
 
-from herdsman.runtime.store import RunRecord, RunStatus
+from herdsman.runtime.orphans import find_orphans, stopped_note
+from herdsman.runtime.store import NewRun, RunRecord, RunStatus
+from herdsman.runtime.store.fleet import FleetStore
 from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.trace import read_trace
 from postgres_support import split_password
@@ -186,3 +191,87 @@ def test_a_killed_member_s_runs_become_lost_and_the_others_finish_the_queue(
     assert trace_starts(closing) == Counter(dict.fromkeys(ids, 1))
     for member in closing[1:]:
         assert member.stop(signal.SIGTERM) == 0, member.output()
+
+
+def submit_one(member: Supervisor, run_id: str, conversation: str) -> None:
+    with client(member) as each:
+        body = {"id": run_id, "provider": "demo", "prompt": "x", "conversation": conversation}
+        answer = each.post("/v1/runs", json=body)
+        assert answer.status_code in (200, 201), answer.text
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_member_killed_and_started_again_stops_its_agents_once_their_runs_are_lost(
+    tmp_path: Path, fleet_url: str, postgres_url: str, closing: list[Supervisor]
+) -> None:
+    closing += start_members(tmp_path, fleet_url, 1, delay=60)
+    victim = closing[0]
+    state = victim.directory / "state"
+    submit_one(victim, "r0", "c0")
+    wait_for(lambda: find_orphans(["r0"], state), 20, "the agent of r0 never started")
+    victim.process.kill()  # no cleanup: r0's agent lives on in its own process group
+    victim.process.wait()
+    [groups] = find_orphans(["r0"], state).values()
+    # Started again on the same state directory: a new member, which finds the
+    # agent, and stops it once the old member's lease lapsed and r0 is lost.
+    closing.append(Supervisor(victim.directory))
+    restarted = closing[-1]
+    wait_for(lambda: not find_orphans(["r0"], state), 30, restarted.output())
+    assert all(not process_alive(group) for group in groups)
+    store = PostgresStore(postgres_url)
+    try:
+        # The note is recorded once the agent is gone.
+        wait_for(lambda: (r := store.get("r0")) is not None and r.notes, 10, restarted.output())
+        r0 = store.get("r0")
+    finally:
+        store.close()
+    assert r0 is not None
+    assert r0.status is RunStatus.LOST
+    assert r0.reason == f"supervisor {socket.gethostname()}:{victim.process.pid} lease expired"
+    assert r0.notes == (stopped_note(groups),)
+    assert "stopping 1 agent process group(s) of lost runs" in restarted.output()
+    assert restarted.stop(signal.SIGTERM) == 0, restarted.output()
+
+
+def test_a_started_member_leaves_alone_an_agent_whose_run_a_live_member_holds(
+    tmp_path: Path, fleet_url: str, postgres_url: str, closing: list[Supervisor]
+) -> None:
+    state = tmp_path / "member0" / "state"
+    other = FleetStore(postgres_url, member_id="other", host="other", pid=1, lease=60)
+    try:
+        other.submit(NewRun(id="r0", provider="demo", prompt="p", conversation="c0"), 1.0)
+        assert [r.id for r in other.claim_many([("r0", None)], 2.0).claimed] == ["r0"]
+        # An agent of r0 under the member's state directory, as a previous
+        # process of it would have left (say the ledger was moved under it).
+        env = {**os.environ, "HERDSMAN_RUN_ID": "r0", "HERDSMAN_STATE_DIR": str(state)}
+        agent = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(60)"], env=env, start_new_session=True
+        )
+        try:
+            closing += start_members(tmp_path, fleet_url, 1, delay=0.1)
+            member = closing[0]
+            wait_for(lambda: "r0" in find_orphans(["r0"], state), 10, "no agent")
+            # r0 runs under a live member: several of the member's checks and
+            # renewals (3 s lease, 1 s poll) leave its agent alone.
+            time.sleep(4)
+            assert agent.poll() is None, member.output()
+            # Its holder leaves; the member's next expiry records r0 lost and
+            # the agent is stopped then.
+            other.leave()
+            assert agent.wait(timeout=20) is not None, member.output()
+            record = other.get("r0")
+            assert record is not None
+            assert record.status is RunStatus.LOST
+            assert member.stop(signal.SIGTERM) == 0, member.output()
+        finally:
+            if agent.poll() is None:
+                os.killpg(agent.pid, signal.SIGKILL)
+            agent.wait()
+    finally:
+        other.close()

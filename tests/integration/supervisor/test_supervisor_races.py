@@ -11,7 +11,7 @@ from typing import Any
 import outcome
 import pytest
 import trio
-from supervisor_support import config_at, write_config
+from supervisor_support import config_at, unrecorded_finish, write_config
 
 from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, Store, StoreError
 from herdsman.runtime.supervisor import Supervisor
@@ -404,3 +404,20 @@ async def test_a_run_lost_in_a_crash_is_not_charged_the_outage(tmp_path: Path) -
     async with serving(supervisor):
         [account] = supervisor.accounts()
     assert (account["usage"], account["available"]) == (0.0, True)
+
+
+async def test_a_finish_the_ledger_refuses_says_the_next_start_reports_the_run_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = FlakyStore({"finish"})
+    supervisor = Supervisor(config_at(write_config(tmp_path, delay=0.1)), store)
+    async with serving(supervisor):
+        await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x"))
+        message = await unrecorded_finish(caplog, "r1")
+    assert message == (
+        "could not record how run r1 ended (succeeded): run ledger: database is locked"
+        " (finish); the next start will report it lost"
+    )
+    record = store.get("r1")
+    assert record is not None
+    assert record.status is RunStatus.RUNNING

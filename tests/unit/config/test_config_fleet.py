@@ -92,6 +92,8 @@ def test_a_full_fleet_table_is_read(load: Load) -> None:
             "provider_caps = { claude = 0, cladue = 2, codex = true }\n",
             [
                 "supervisor.toml:10:28: fleet.provider_caps.claude: must be a whole number of at least 1, got 0",
+                # Reported although another entry has the wrong kind.
+                "supervisor.toml:10:31: fleet.provider_caps.cladue: names no provider of this file; the providers are: claude, codex",
                 "supervisor.toml:10:51: fleet.provider_caps.codex: must be a whole number of at least 1, got true",
             ],
         ),
@@ -116,7 +118,18 @@ def test_a_full_fleet_table_is_read(load: Load) -> None:
         (
             "account_caps = { claude = { wrok = 1, work = -1 }, codex = { x = 1 }, nope = {} }\n",
             [
+                "supervisor.toml:10:29: fleet.account_caps.claude.wrok: names no account of providers.claude; its accounts are: home, work",
                 "supervisor.toml:10:46: fleet.account_caps.claude.work: must be a whole number of at least 1, got -1",
+                "supervisor.toml:10:62: fleet.account_caps.codex.x: names no account of providers.codex; its accounts are: (none)",
+                "supervisor.toml:10:71: fleet.account_caps.nope: names no provider of this file; the providers are: claude, codex",
+            ],
+        ),
+        (
+            "account_caps = { nope = 2, claude = { wrok = 1 } }\n",
+            [
+                "supervisor.toml:10:18: fleet.account_caps.nope: names no provider of this file; the providers are: claude, codex",
+                "supervisor.toml:10:25: fleet.account_caps.nope: must be a table of whole numbers, e.g. { claude = 4 }, got 2",
+                "supervisor.toml:10:39: fleet.account_caps.claude.wrok: names no account of providers.claude; its accounts are: home, work",
             ],
         ),
         (

@@ -33,6 +33,7 @@ from herdsman.runtime.store.errors import StoreError
 from herdsman.runtime.store.postgres import _SOLE_SUPERVISOR_LOCK, PostgresStore
 from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
+    NewRun,
     RunRecord,
     RunStatus,
     check_now,
@@ -45,9 +46,11 @@ from herdsman.runtime.store.sql import (
     _UPDATE,
     Cursor,
     _existing,
+    _fetch,
     _outcome_values,
     _record,
     check_updated,
+    insert_new,
 )
 
 __all__ = [
@@ -319,6 +322,45 @@ class FleetStore(PostgresStore):
             ).fetchall()
         return [_record(row) for row in rows]
 
+    def live_conversations(self, candidates: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which ``(workspace, conversation)`` of ``candidates`` have a queued or running run.
+
+        Anywhere in the fleet: a probe per candidate on the live-lane index.
+        """
+        with self._reading() as cur:
+            return {
+                (workspace, conversation)
+                for workspace, conversation in candidates
+                if _live_on_lane(cur, workspace, "conversation", conversation) is not None
+            }
+
+    # --- submits ---------------------------------------------------------------
+
+    def submit_unless_busy(
+        self, new: NewRun, now: float, reason: str, *, agent_exclusive: bool
+    ) -> tuple[RunRecord, bool]:
+        """Queue ``new``, or record it skipped with ``reason`` if its lanes are busy fleet-wide.
+
+        ``on_busy = "skip"`` in a fleet: busy means a queued or running run,
+        anywhere in the fleet, shares its conversation key or, with
+        ``agent_exclusive``, its agent key — the rule of the local scheduler's
+        ``is_busy``. Decided under the fleet lock, in the transaction that
+        records the run, so no submit to another member can slip in between.
+        An existing id returns the existing run, as :meth:`submit` does.
+        """
+        with self._transaction() as cur:
+            now = check_now(now)
+            existing = _fetch(cur, new.id)
+            if existing is not None:
+                return existing, False
+            busy = any(
+                _live_on_lane(cur, new.workspace, column, key) is not None
+                for column, key in _lanes(new.conversation, new.agent, agent_exclusive)
+            )
+            if busy:
+                return insert_new(cur, new, now, RunStatus.SKIPPED, reason)
+            return insert_new(cur, new, now, RunStatus.QUEUED, None)
+
     # --- claims ----------------------------------------------------------------
 
     def claim_many(
@@ -429,24 +471,11 @@ def _refusal(cur: Cursor, run: RunRecord, account: str | None, rules: ClaimRules
     """Why ``run`` may not be claimed now, or ``None`` if it may."""
     if run.status is not RunStatus.QUEUED:
         return Refusal.GONE
-    lanes = [("conversation", run.conversation)]
-    if rules.agent_exclusive:
-        lanes.append(("agent", run.agent))
     found: set[str] = set()
-    for column, key in lanes:
-        if key is None:
-            continue
-        # The live-lane partial indexes (migration 5) answer this in a probe
-        # per lane: only the lane's queued and running runs are read.
-        # 'running' sorts after 'queued': a running one is found first.
-        row = cur.execute(
-            "SELECT status FROM runs WHERE status IN ('queued', 'running')"
-            f" AND workspace = ? AND {column} = ? AND (status = 'running' OR seq < ?)"
-            " ORDER BY status DESC LIMIT 1",
-            (run.workspace, key, run.seq),
-        ).fetchone()
-        if row is not None:
-            found.add(row[0])
+    for column, key in _lanes(run.conversation, run.agent, rules.agent_exclusive):
+        status = _live_on_lane(cur, run.workspace, column, key, before=run.seq)
+        if status is not None:
+            found.add(status)
     if RunStatus.RUNNING.value in found:
         return Refusal.LANE_BUSY
     if found:
@@ -462,6 +491,36 @@ def _refusal(cur: Cursor, run: RunRecord, account: str | None, rules: ClaimRules
         ):
             return Refusal.ACCOUNT_CAP
     return None
+
+
+def _lanes(
+    conversation: str | None, agent: str | None, agent_exclusive: bool
+) -> list[tuple[str, str]]:
+    """A run's lanes checked fleet-wide, as ``(column, key)``: its conversation, its agent."""
+    lanes = [("conversation", conversation)]
+    if agent_exclusive:
+        lanes.append(("agent", agent))
+    return [(column, key) for column, key in lanes if key is not None]
+
+
+def _live_on_lane(
+    cur: Cursor, workspace: str, column: str, key: str, *, before: int | None = None
+) -> str | None:
+    """``running`` if a run runs on the lane, else ``queued`` if one waits on it, else ``None``.
+
+    With ``before``, only queued runs submitted before that ``seq`` count.
+    """
+    # The live-lane partial indexes (migration 5) answer this in a probe per
+    # lane: only the lane's queued and running runs are read. 'running'
+    # sorts after 'queued': a running one is found first.
+    earlier = "" if before is None else " AND (status = 'running' OR seq < ?)"
+    params = (workspace, key) if before is None else (workspace, key, before)
+    row = cur.execute(
+        "SELECT status FROM runs WHERE status IN ('queued', 'running')"
+        f" AND workspace = ? AND {column} = ?{earlier} ORDER BY status DESC LIMIT 1",
+        params,
+    ).fetchone()
+    return None if row is None else str(row[0])
 
 
 def _running(cur: Cursor, where: str, params: tuple[Any, ...]) -> int:

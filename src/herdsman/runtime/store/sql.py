@@ -295,11 +295,7 @@ class SqlStore:
             existing = _fetch(cur, new.id)
             if existing is not None:
                 return existing, False
-            record = new_record(new, 0, now, status, reason)
-            row = cur.execute(_INSERT, _insert_values(record)).fetchone()
-            if row is None:  # another process inserted it since we looked
-                return _existing(cur, new.id), False
-            return attrs.evolve(record, seq=row[0]), True
+            return insert_new(cur, new, now, status, reason)
 
     def mark_running(self, run_id: str, now: float, account: str | None) -> RunRecord:
         """See :meth:`Store.mark_running`. Durable when it returns."""
@@ -597,6 +593,17 @@ def _existing(cur: Cursor, run_id: str) -> RunRecord:
     if record is None:
         raise not_found(run_id)
     return record
+
+
+def insert_new(
+    cur: Cursor, new: NewRun, now: float, status: RunStatus, reason: str | None
+) -> tuple[RunRecord, bool]:
+    """Insert ``new`` as a run ``status``; the existing run if its id was taken meanwhile."""
+    record = new_record(new, 0, now, status, reason)
+    row = cur.execute(_INSERT, _insert_values(record)).fetchone()
+    if row is None:  # another process inserted it since we looked
+        return _existing(cur, new.id), False
+    return attrs.evolve(record, seq=row[0]), True
 
 
 def _update(cur: Cursor, current: RunRecord, record: RunRecord) -> None:

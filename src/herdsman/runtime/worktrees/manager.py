@@ -110,6 +110,10 @@ class WorktreeManager:
             del self._removing[slug]
             done.set()
 
+    def removal_under_way(self, workspace: str, conversation: str) -> bool:
+        """Whether one of the conversation's worktrees is being removed now."""
+        return conversation_slug(workspace, conversation) in self._removing
+
     async def removal_finished(self, workspace: str, conversation: str) -> None:
         """Return once no removal of the conversation's worktrees is under way."""
         done = self._removing.get(conversation_slug(workspace, conversation))

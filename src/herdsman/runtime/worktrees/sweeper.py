@@ -13,7 +13,8 @@ conversation counts as busy from the moment it is submitted, and the
 supervisor records it only once a removal already under way has finished
 (``WorktreeManager.removing``), so no run of the conversation can become
 queued while one of its worktrees is being removed; its start then makes the
-worktrees again on their branches.
+worktrees again on their branches. A fleet member holds back runs it polls
+the same way, and its ``is_busy`` also counts runs anywhere in the fleet.
 """
 
 from __future__ import annotations
@@ -67,9 +68,7 @@ async def sweep(
 ) -> SweepReport:
     """Remove the clean worktrees of conversations idle for longer than ``idle``."""
     entries: list[SweptWorktree] = []
-    for folder in manager.folders():
-        if now - folder.last_used <= idle:
-            continue
+    for folder in idle_folders(manager, now=now, idle=idle):
         async with manager.lock(folder.workspace, folder.conversation):
             entries.extend(
                 await _sweep_folder(
@@ -86,6 +85,11 @@ async def sweep(
             report.count("failed"),
         )
     return report
+
+
+def idle_folders(manager: WorktreeManager, *, now: float, idle: float) -> list[ConversationFolder]:
+    """The conversation folders a sweep at ``now`` looks at: idle for longer than ``idle``."""
+    return [folder for folder in manager.folders() if now - folder.last_used > idle]
 
 
 async def _sweep_folder(
