@@ -91,9 +91,7 @@ def test_a_rest_ended_through_any_member_frees_the_account_at_once(postgres_url:
     with fleet(postgres_url) as (a, b):
         submit(a, "r1")
         a.set_account_limit("claude", None, T0 + 600, "usage limit")  # the ambient one
-        assert dict(a.claim_many([("r1", None)], T0 + 1).refused) == {
-            "r1": Refusal.ACCOUNT_RESTING
-        }
+        assert dict(a.claim_many([("r1", None)], T0 + 1).refused) == {"r1": Refusal.ACCOUNT_RESTING}
         b.clear_account_limit("claude", None)
         assert [r.id for r in a.claim_many([("r1", None)], T0 + 2).claimed] == ["r1"]
 
@@ -184,24 +182,7 @@ def test_members_racing_for_a_budget_never_start_more_than_it_in_a_window(
             for batch in ids:
                 for run_id in batch:
                     submit(stores[0], run_id, now)
-            barrier = threading.Barrier(len(wants))
-            errors: list[BaseException] = []
-
-            def race(n: int, batch: list[str], at: float) -> None:
-                barrier.wait()
-                try:
-                    stores[n % len(stores)].claim_many([(i, "work") for i in batch], at, RULES)
-                except BaseException as exc:  # noqa: BLE001 - reported below
-                    errors.append(exc)
-
-            threads = [
-                threading.Thread(target=race, args=(n, batch, now)) for n, batch in enumerate(ids)
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            assert errors == []
+            race(stores, ids, now)
             records = stores[0].list_runs(limit=1000)
             running = sorted(
                 (r for r in records if r.status is RunStatus.RUNNING),
@@ -229,8 +210,7 @@ def spawned_starts(records: list[RunRecord]) -> list[float]:
     return sorted(
         r.started_at
         for r in records
-        if r.started_at is not None
-        and (r.exit_code is not None or r.status is RunStatus.RUNNING)
+        if r.started_at is not None and (r.exit_code is not None or r.status is RunStatus.RUNNING)
     )
 
 
@@ -239,3 +219,23 @@ def check_windows(records: list[RunRecord]) -> None:
     for n, first in enumerate(starts):
         inside = [t for t in starts[n:] if t < first + WINDOW]
         assert len(inside) <= BUDGET, f"{len(inside)} starts within {WINDOW}s from {first}"
+
+
+def race(stores: list[FleetStore], batches: list[list[str]], now: float) -> None:
+    """Member ``n % len(stores)`` claims ``batches[n]``, all at once, in threads."""
+    barrier = threading.Barrier(len(batches))
+    errors: list[BaseException] = []
+
+    def claim_batch(n: int, batch: list[str]) -> None:
+        barrier.wait()
+        try:
+            stores[n % len(stores)].claim_many([(i, "work") for i in batch], now, RULES)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claim_batch, args=pair) for pair in enumerate(batches)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
