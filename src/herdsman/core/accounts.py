@@ -32,7 +32,7 @@ import math
 from bisect import insort
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import attrs
 
@@ -110,12 +110,11 @@ class AccountStatus:
     running_elsewhere: int = 0
 
 
-@attrs.frozen
-class Elsewhere:
+class Elsewhere(NamedTuple):
     """A run another fleet member charged to an account: its start, and its end if it ended.
 
     ``finished_at`` is None while it runs; a run that spent no run-minutes
-    (lost) ends when it started.
+    (lost) ends when it started. A tuple: a poll hands over thousands.
     """
 
     provider: str
@@ -274,12 +273,12 @@ class _Usage:
         starts: list[float] = []
         spent: list[tuple[float, float]] = []
         self.running: list[float] = []  # start times of runs still running
-        for use in uses:
-            starts.append(use.started_at)
-            if use.finished_at is None:
-                self.running.append(use.started_at)
+        for _, _, start, end in uses:
+            starts.append(start)
+            if end is None:
+                self.running.append(start)
             else:
-                spent.append((use.finished_at, max(0.0, use.finished_at - use.started_at)))
+                spent.append((end, max(0.0, end - start)))
         # Sorted, so the same snapshot counts the same whatever order it came in.
         self.starts = deque(sorted(starts))
         self.spent = deque(sorted(spent))
@@ -561,7 +560,7 @@ class AccountBook:
         """
         found: dict[tuple[str, str | None], list[Elsewhere]] = {}
         for use in uses:
-            found.setdefault((use.provider, use.account), []).append(use)
+            found.setdefault(use[:2], []).append(use)
         for provider, account, _ in self._every_account():
             account.elsewhere = _Usage(found.get((provider, account.spec.name), ()))
 

@@ -9,34 +9,18 @@ model of the budget says.
 from __future__ import annotations
 
 import threading
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Literal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_fleet_properties import members
 
 from herdsman.runtime.store import AccountUse, NewRun, RunRecord, RunStatus
 from herdsman.runtime.store.fleet import AccountBudget, ClaimRules, FleetStore, Refusal
-from postgres_support import fresh_schema
 
 T0 = 1_700_000_000.0
 HOUR = 3600.0
-
-
-@contextmanager
-def fleet(url: str, count: int = 2) -> Iterator[list[FleetStore]]:
-    stores = [
-        FleetStore(url, member_id=f"m{n}-{uuid.uuid4().hex[:6]}", host=f"m{n}", pid=n, lease=600)
-        for n in range(count)
-    ]
-    try:
-        yield stores
-    finally:
-        for store in stores:
-            store.close()
 
 
 def submit(store: FleetStore, run_id: str, at: float = T0) -> None:
@@ -52,18 +36,16 @@ def budget(count: int, unit: Literal["runs", "run_minutes"] = "runs") -> ClaimRu
     return ClaimRules(account_budgets={("claude", "work"): AccountBudget(HOUR, count, unit)})
 
 
-def test_usage_by_member_tells_this_members_runs_from_the_others(postgres_url: str) -> None:
-    with fleet(postgres_url) as (a, b):
+def test_usage_by_member_tells_this_members_runs_from_the_others(postgres_server: str) -> None:
+    with members(postgres_server, 3) as (a, b, c):
         for run_id in ("mine", "theirs", "lost", "unspawned"):
             submit(a, run_id)
         assert a.claim_many([("mine", "work")], T0 + 1).claimed
         assert b.claim_many([("theirs", "work"), ("unspawned", "work")], T0 + 2).claimed
         b.finish("theirs", RunStatus.SUCCEEDED, T0 + 62, exit_code=0)
         b.finish("unspawned", RunStatus.CANCELLED, T0 + 3)  # never got a process
-        c = FleetStore(postgres_url, member_id="c", host="c", pid=3, lease=600)
         c.claim_many([("lost", "work")], T0 + 4)
         c.leave()  # its run is lost at the next expiry
-        c.close()
         assert [r.id for r in a.expire_lapsed(T0 + 500)] == ["lost"]
         usage = a.account_usage_by_member(T0)
         assert usage.mine == [AccountUse("claude", "work", T0 + 1, None)]
@@ -76,8 +58,8 @@ def test_usage_by_member_tells_this_members_runs_from_the_others(postgres_url: s
         assert [u.started_at for u in b.account_usage_by_member(T0).mine] == [T0 + 2]
 
 
-def test_no_run_is_claimed_on_an_account_resting_in_the_ledger(postgres_url: str) -> None:
-    with fleet(postgres_url) as (a, b):
+def test_no_run_is_claimed_on_an_account_resting_in_the_ledger(postgres_server: str) -> None:
+    with members(postgres_server, 2) as (a, b):
         submit(a, "r1")
         b.set_account_limit("claude", "work", T0 + 600, "usage limit")
         assert claim(a, "r1", T0 + 1, ClaimRules()) is Refusal.ACCOUNT_RESTING
@@ -87,8 +69,8 @@ def test_no_run_is_claimed_on_an_account_resting_in_the_ledger(postgres_url: str
         assert claim(a, "r2", T0 + 600, ClaimRules()) is None
 
 
-def test_a_rest_ended_through_any_member_frees_the_account_at_once(postgres_url: str) -> None:
-    with fleet(postgres_url) as (a, b):
+def test_a_rest_ended_through_any_member_frees_the_account_at_once(postgres_server: str) -> None:
+    with members(postgres_server, 2) as (a, b):
         submit(a, "r1")
         a.set_account_limit("claude", None, T0 + 600, "usage limit")  # the ambient one
         assert dict(a.claim_many([("r1", None)], T0 + 1).refused) == {"r1": Refusal.ACCOUNT_RESTING}
@@ -96,8 +78,8 @@ def test_a_rest_ended_through_any_member_frees_the_account_at_once(postgres_url:
         assert [r.id for r in a.claim_many([("r1", None)], T0 + 2).claimed] == ["r1"]
 
 
-def test_a_runs_budget_counts_every_members_starts_in_the_window(postgres_url: str) -> None:
-    with fleet(postgres_url) as (a, b):
+def test_a_runs_budget_counts_every_members_starts_in_the_window(postgres_server: str) -> None:
+    with members(postgres_server, 2) as (a, b):
         for n in range(6):
             submit(a, f"r{n}")
         rules = budget(2)
@@ -118,8 +100,8 @@ def test_a_runs_budget_counts_every_members_starts_in_the_window(postgres_url: s
         assert claim(a, "r4", T0 + HOUR, rules) is None
 
 
-def test_a_run_minutes_budget_counts_finished_and_running_minutes(postgres_url: str) -> None:
-    with fleet(postgres_url) as (a, b):
+def test_a_run_minutes_budget_counts_finished_and_running_minutes(postgres_server: str) -> None:
+    with members(postgres_server, 2) as (a, b):
         for n in range(4):
             submit(a, f"r{n}")
         rules = budget(10, "run_minutes")
@@ -171,7 +153,7 @@ def test_members_racing_for_a_budget_never_start_more_than_it_in_a_window(
     oldest running run finishes or turns out never to have been spawned
     (giving its start back), and what is still queued is withdrawn.
     """
-    with fresh_schema(postgres_server) as url, fleet(url, 3) as stores:
+    with members(postgres_server, 3) as stores:
         now, made = T0, 0
         for elapsed, wants, fate in steps:
             now += elapsed

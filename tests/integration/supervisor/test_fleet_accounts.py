@@ -8,14 +8,14 @@ directly to see what the fleet did as a whole.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import trio
+from cli_support import CLI, herdsman
 from supervisor_support import Running, Start, write_config
 from test_accounts import accounts, limit, provider_block, submit
 from test_fleet_member import fleet_of, member_url, other
@@ -168,16 +168,7 @@ async def test_the_accounts_api_and_command_show_the_fleets_usage(
     work = (await accounts(a))["work"]
     assert (work["running"], work["usage"]) == (0, 1), work
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "herdsman", *args, "-c", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
-    shown = await trio.to_thread.run_sync(cli, "accounts")
+    shown = await trio.to_thread.run_sync(partial(herdsman, "accounts", *CLI, cwd=path.parent))
     assert shown.returncode == 0, shown.stderr
     [row] = [line.split() for line in shown.stdout.splitlines()[1:] if " work " in line]
     assert row[2:5] == ["0+1", "1/10", "runs"], shown.stdout
