@@ -478,16 +478,15 @@ class Supervisor:
         every poll (``_take_fleet_accounts``), and would count twice.
         """
         window, fleet = longest_window(config), self._fleet
-        limits, uses = await self.ledger.call(
-            lambda s: (
-                s.account_limits(now),
-                []
-                if not window
-                else s.account_usage(now - window)
-                if fleet is None
-                else fleet.store.account_usage_by_member(now - window).mine,
-            )
-        )
+
+        def usage(store: Store) -> list[AccountUse]:
+            if not window:
+                return []
+            if fleet is None:
+                return store.account_usage(now - window)
+            return fleet.store.account_usage_by_member(now - window).mine
+
+        limits, uses = await self.ledger.call(lambda s: (s.account_limits(now), usage(s)))
         return AccountHistory(limits, uses)
 
     def _restore_accounts(
@@ -968,7 +967,7 @@ class Supervisor:
                 self._wake()
             else:
                 log.info(
-                    "%s/%s rests until %s, as another fleet member recorded",
+                    "%s/%s rests until %s, as the fleet's ledger records",
                     provider,
                     name,
                     time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(until)),
