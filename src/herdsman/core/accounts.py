@@ -228,7 +228,9 @@ class _Account:
             # below the budget; a spurious wake-up then is harmless.
             oldest = self.oldest_use()
             if oldest is None:
-                return None  # only running runs use it up: their end will tell
+                # Only running runs use it up: their end will tell (another
+                # member's, at the poll that sees it end).
+                return None
             times.append(oldest + spec.window)
         if not times:
             return None
