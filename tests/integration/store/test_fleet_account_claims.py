@@ -9,13 +9,15 @@ model of the budget says.
 from __future__ import annotations
 
 import threading
-from typing import Literal
+from typing import Any, Literal
 
+import attrs
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_fleet_properties import members
 
+from herdsman.core.accounts import AccountBook, AccountSpec
 from herdsman.runtime.store import AccountUse, NewRun, RunRecord, RunStatus
 from herdsman.runtime.store.fleet import AccountBudget, ClaimRules, FleetStore, Refusal
 
@@ -221,3 +223,141 @@ def race(stores: list[FleetStore], batches: list[list[str]], now: float) -> None
     for thread in threads:
         thread.join()
     assert errors == []
+
+
+MODEL_WINDOW = 100.0
+SPECS = [
+    AccountSpec("a", window=MODEL_WINDOW, budget=2),
+    AccountSpec("b", window=MODEL_WINDOW, budget=1, unit="run_minutes"),
+    AccountSpec("c"),
+]
+MODEL_RULES = ClaimRules(
+    account_budgets={
+        ("claude", "a"): AccountBudget(MODEL_WINDOW, 2),
+        ("claude", "b"): AccountBudget(MODEL_WINDOW, 1, "run_minutes"),
+    }
+)
+ACCOUNT = st.sampled_from(["a", "b", "c"])
+model_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("claim"), st.integers(0, 2), ACCOUNT),
+        st.tuples(st.just("claim"), st.integers(0, 2), ACCOUNT),
+        st.tuples(st.just("end"), st.integers(0, 30), st.booleans()),
+        st.tuples(st.just("rest"), st.integers(0, 2), ACCOUNT, st.sampled_from([1, 50, 100])),
+        st.tuples(st.just("end_rest"), st.integers(0, 2), ACCOUNT),
+        # Steps that land on the window's and the run-minute budget's edges.
+        st.tuples(st.just("tick"), st.sampled_from([1, 10, 30, 50, 60, 100])),
+    ),
+    min_size=4,
+    max_size=30,
+)
+
+
+@attrs.define
+class Run:
+    account: str
+    member: int
+    started_at: float
+    finished_at: float | None = None
+    spawned: bool = True
+
+
+def expected_refusal(
+    runs: dict[str, Run], rests: dict[str, float], account: str, now: float
+) -> Refusal | None:
+    """What the account core, told every run of the fleet, says of ``account`` at ``now``."""
+    book = AccountBook({"claude": SPECS})
+    for name, until in rests.items():
+        book.rest("claude", name, until, "limit")
+    for run_id, run in sorted(runs.items(), key=lambda item: item[1].started_at):
+        if run.finished_at is None:
+            book.start(run_id, "claude", run.account, run.started_at)
+        elif run.spawned:
+            book.restore_usage("claude", run.account, run.started_at, run.finished_at)
+    [status] = [s for s in book.statuses(now) if s.account == account]
+    if status.reason is None:
+        return None
+    if status.reason == "usage limit reached":
+        return Refusal.ACCOUNT_RESTING
+    assert status.reason.startswith("budget of"), status.reason
+    return Refusal.ACCOUNT_BUDGET
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=model_steps)
+# The window's edge: two starts leave it exactly one window later.
+@example(steps=[("claim", 0, "a"), ("claim", 1, "a"), ("tick", 100), ("claim", 2, "a")])
+# A run-minute budget reached exactly, by a run that ended, then freed as its end leaves.
+@example(
+    steps=[
+        ("claim", 0, "b"),
+        ("tick", 60),
+        ("end", 0, True),
+        ("claim", 1, "b"),
+        ("tick", 100),
+        ("claim", 1, "b"),
+    ]
+)
+# A rest ending exactly at the claim, and one ended by another member.
+@example(
+    steps=[
+        ("rest", 0, "c", 50),
+        ("claim", 1, "c"),
+        ("tick", 50),
+        ("claim", 1, "c"),
+        ("rest", 2, "a", 100),
+        ("claim", 0, "a"),
+        ("end_rest", 1, "a"),
+        ("claim", 0, "a"),
+    ]
+)
+def test_every_claim_decides_on_rests_and_budgets_as_the_account_core_would(
+    postgres_server: str, steps: list[tuple[Any, ...]]
+) -> None:
+    """Members claim, end runs (spawned or not), rest and end rests, as time passes.
+
+    Each claim's decision on its account equals the account core's, given
+    every run of the fleet and the rests in the ledger: the ledger counts
+    budgets and windows exactly as one supervisor does on its own.
+    """
+    with members(postgres_server, 3) as stores:
+        now, runs, rests = T0, {}, {}
+        for step, (kind, *args) in enumerate(steps):
+            if kind == "tick":
+                now += args[0]
+            elif kind == "rest":
+                who, account, seconds = args
+                stores[who].set_account_limit("claude", account, now + seconds, "limit")
+                rests[account] = now + seconds
+            elif kind == "end_rest":
+                who, account = args
+                stores[who].clear_account_limit("claude", account)
+                rests.pop(account, None)
+            elif kind == "end":
+                running = [i for i, run in runs.items() if run.finished_at is None]
+                if running:
+                    run_id = running[args[0] % len(running)]
+                    run, spawned = runs[run_id], args[1]
+                    exit_code = 0 if spawned else None
+                    stores[run.member].finish(
+                        run_id,
+                        RunStatus.SUCCEEDED if spawned else RunStatus.CANCELLED,
+                        now,
+                        exit_code=exit_code,
+                    )
+                    run.finished_at, run.spawned = now, spawned
+            else:
+                who, account = args
+                run_id = f"r{step}"
+                submit(stores[who], run_id, now)
+                want = expected_refusal(runs, rests, account, now)
+                result = stores[who].claim_many([(run_id, account)], now, MODEL_RULES)
+                assert dict(result.refused).get(run_id) == want, (run_id, account, now)
+                if want is None:
+                    runs[run_id] = Run(account, who, now)
+                else:
+                    stores[who].cancel_queued(run_id, now, "test")
