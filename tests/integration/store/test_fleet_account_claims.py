@@ -1,9 +1,10 @@
 """Accounts fleet-wide in the ledger: usage by member, rests and budgets held by the claim.
 
-Against a real server. The examples pin each rule; the property test races
-members claiming on one budgeted account and checks that no window ever
-holds more starts than the budget, and that each claim decides as a plain
-model of the budget says.
+Against a real server. The examples pin each rule. Two property tests: one
+races members claiming on one budgeted account and checks that no window
+ever holds more starts than the budget; the other interleaves claims, ends,
+rests and time, and checks that each claim decides as the account core
+would, told every run of the fleet.
 """
 
 from __future__ import annotations
