@@ -282,8 +282,12 @@ def _accounts(args: argparse.Namespace) -> int:
             state = f"usage limit until {_local_time(row['exhausted_until'])}"
         else:
             state = row["reason"]
+        # In a fleet: this member's runs, then the other members' ("1+2").
+        in_use = f"{row['running']}"
+        if row.get("running_elsewhere"):
+            in_use += f"+{row['running_elsewhere']}"
         print(
-            f"{row['provider']:<14} {name:<14} {row['running']:>6} {usage:>16}"
+            f"{row['provider']:<14} {name:<14} {in_use:>6} {usage:>16}"
             f" {row['runs_started']:>8}  {state}"
         )
     return 0

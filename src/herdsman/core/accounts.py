@@ -11,6 +11,10 @@ The model (docs/accounts.md has the long form):
   ``budget``. Usage is counted in ``runs`` (runs started in the window) or in
   ``run_minutes`` (minutes of runs that ended in the window, plus the minutes
   its running runs have run so far).
+* In a fleet, an account's usage also counts the runs other members started
+  on it (:meth:`AccountBook.set_elsewhere`, a snapshot the caller replaces
+  whole at every poll of the shared ledger), and its rest is the one the
+  ledger holds (:meth:`AccountBook.sync_rests`).
 * A conversation keeps the account it used last while that account is
   available: its agent's resumable session lives under that account. When it
   must move, :class:`Pick` says so and the caller starts a fresh session.
@@ -27,8 +31,8 @@ from __future__ import annotations
 import math
 from bisect import insort
 from collections import deque
-from collections.abc import Mapping, Sequence
-from typing import Literal
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal, NamedTuple
 
 import attrs
 
@@ -43,6 +47,7 @@ __all__ = [
     "AccountStatus",
     "Blocked",
     "BudgetUnit",
+    "Elsewhere",
     "Pick",
     "conversation_of",
     "sticky_key",
@@ -101,6 +106,21 @@ class AccountStatus:
     reason: str | None
     #: Still holding running runs, but no longer in the config.
     retired: bool = False
+    #: Runs other members of the fleet run on the account (0 outside a fleet).
+    running_elsewhere: int = 0
+
+
+class Elsewhere(NamedTuple):
+    """A run another fleet member charged to an account: its start, and its end if it ended.
+
+    ``finished_at`` is None while it runs; a run that spent no run-minutes
+    (lost) ends when it started. A tuple: a poll hands over thousands.
+    """
+
+    provider: str
+    account: str
+    started_at: float
+    finished_at: float | None
 
 
 @attrs.frozen
@@ -116,6 +136,7 @@ class Blocked:
 
 class _Account:
     __slots__ = (
+        "elsewhere",
         "exhausted_until",
         "message",
         "running",
@@ -137,31 +158,46 @@ class _Account:
         self.exhausted_until: float | None = None
         self.message: str | None = None
         self.runs_started = 0
+        # Other fleet members' usage (None outside a fleet): replaced whole at each poll.
+        self.elsewhere: _Usage | None = None
 
     def _expire(self, now: float) -> None:
         window = self.spec.window
         if window is None:
             return
-        horizon = now - window
-        starts = self.starts
-        while starts and starts[0] <= horizon:
-            starts.popleft()
-        spent = self.spent
-        while spent and spent[0][0] <= horizon:
-            self.spent_seconds -= spent.popleft()[1]
-        if not spent:
-            self.spent_seconds = 0.0  # no float drift left over
+        self.spent_seconds = _expire(self.starts, self.spent, self.spent_seconds, now - window)
 
     def usage(self, now: float) -> float:
-        """Runs, or run-minutes, used in the current window."""
+        """Runs, or run-minutes, used in the current window (the fleet's, in a fleet)."""
         self._expire(now)
+        window = self.spec.window
+        horizon = now - window if window is not None else float("-inf")
+        # Nothing is counted without a window, on this member or elsewhere.
+        elsewhere = self.elsewhere if window is not None else None
         if self.spec.unit == "runs":
-            return float(len(self.starts))
-        horizon = now - self.spec.window if self.spec.window is not None else float("-inf")
+            if elsewhere is None:
+                return float(len(self.starts))
+            return float(len(self.starts) + elsewhere.starts_after(horizon))
         seconds = self.spent_seconds + sum(
             now - max(start, horizon) for start in self.running.values()
         )
+        if elsewhere is not None:
+            seconds += elsewhere.seconds_at(now, horizon)
         return seconds / 60.0
+
+    def oldest_use(self) -> float | None:
+        """When the oldest usage counted toward the budget happened: a start, or an end.
+
+        Call after :meth:`usage` at the same time, which drops what left the window.
+        """
+        sources: list[_Account | _Usage] = [self]
+        if self.elsewhere is not None:
+            sources.append(self.elsewhere)
+        if self.spec.unit == "runs":
+            times = [source.starts[0] for source in sources if source.starts]
+        else:
+            times = [source.spent[0][0] for source in sources if source.spent]
+        return min(times) if times else None
 
     def why_not(self, now: float) -> str | None:
         """Why the account cannot take a run now, or None if it can."""
@@ -190,11 +226,11 @@ class _Account:
         if spec.budget is not None and spec.window is not None and self.usage(now) >= spec.budget:
             # The oldest usage leaving the window is the first chance to drop
             # below the budget; a spurious wake-up then is harmless.
-            oldest = self.starts[0] if spec.unit == "runs" and self.starts else None
-            if spec.unit == "run_minutes" and self.spent:
-                oldest = self.spent[0][0]
+            oldest = self.oldest_use()
             if oldest is None:
-                return None  # only running runs use it up: their end will tell
+                # Only running runs use it up: their end will tell (another
+                # member's, at the poll that sees it end).
+                return None
             times.append(oldest + spec.window)
         if not times:
             return None
@@ -217,6 +253,48 @@ class _Account:
         """
         insort(self.spent, (end, seconds))
         self.spent_seconds += seconds
+
+
+def _expire(
+    starts: deque[float], spent: deque[tuple[float, float]], seconds: float, horizon: float
+) -> float:
+    """Drop usage at or before ``horizon``; return what is left of ``seconds`` spent."""
+    while starts and starts[0] <= horizon:
+        starts.popleft()
+    while spent and spent[0][0] <= horizon:
+        seconds -= spent.popleft()[1]
+    return seconds if spent else 0.0  # no float drift left over
+
+
+class _Usage:
+    """Other fleet members' runs on one account, as the last poll of the ledger saw them."""
+
+    __slots__ = ("running", "spent", "spent_seconds", "starts")
+
+    def __init__(self, uses: Iterable[Elsewhere]) -> None:
+        starts: list[float] = []
+        spent: list[tuple[float, float]] = []
+        self.running: list[float] = []  # start times of runs still running
+        for _, _, start, end in uses:
+            starts.append(start)
+            if end is None:
+                self.running.append(start)
+            else:
+                spent.append((end, max(0.0, end - start)))
+        # Sorted, so the same snapshot counts the same whatever order it came in.
+        self.starts = deque(sorted(starts))
+        self.spent = deque(sorted(spent))
+        self.spent_seconds = sum(seconds for _, seconds in self.spent)
+
+    def starts_after(self, horizon: float) -> int:
+        """Runs started after ``horizon`` (in the window)."""
+        self.spent_seconds = _expire(self.starts, self.spent, self.spent_seconds, horizon)
+        return len(self.starts)
+
+    def seconds_at(self, now: float, horizon: float) -> float:
+        """Seconds of runs that ended after ``horizon``, plus those running have run so far."""
+        self.spent_seconds = _expire(self.starts, self.spent, self.spent_seconds, horizon)
+        return self.spent_seconds + sum(now - max(start, horizon) for start in self.running)
 
 
 def sticky_key(workspace: str, conversation: str) -> str:
@@ -472,6 +550,60 @@ class AccountBook:
         held.exhausted_until = held.message = None
         return True
 
+    # -- the rest of a fleet ----------------------------------------------
+
+    def set_elsewhere(self, uses: Iterable[Elsewhere]) -> None:
+        """Count ``uses``, the runs other fleet members charged to accounts, from now on.
+
+        A snapshot: it replaces the previous one whole, for every account, so
+        calling it at each poll of the shared ledger never counts a run twice.
+        It must not hold this book's own runs (they are counted as they
+        start and end). Accounts it does not name have no usage elsewhere.
+        """
+        found: dict[tuple[str, str | None], list[Elsewhere]] = {}
+        for use in uses:
+            found.setdefault(use[:2], []).append(use)
+        for provider, account, _ in self._every_account():
+            account.elsewhere = _Usage(found.get((provider, account.spec.name), ()))
+
+    def sync_rests(
+        self, limits: Iterable[tuple[str, str | None, float, str]], now: float
+    ) -> list[tuple[str, str | None, float | None]]:
+        """Rest accounts exactly as ``limits`` (provider, account, until, message) say.
+
+        ``limits`` are the rests in force in a fleet's shared ledger at
+        ``now``: any member may have recorded or ended them. An account they
+        do not name is not resting. Returns what changed, in config order:
+        ``(provider, account, until)``, ``until`` None for a rest that ended
+        before its time.
+        """
+        wanted = {
+            (provider, account): (until, message) for provider, account, until, message in limits
+        }
+        changes: list[tuple[str, str | None, float | None]] = []
+        for provider, account, _ in self._every_account():
+            rest = wanted.get((provider, account.spec.name))
+            if rest is not None:
+                if (account.exhausted_until, account.message) != rest:
+                    account.exhausted_until, account.message = rest
+                    changes.append((provider, account.spec.name, rest[0]))
+            elif account.exhausted_until is not None:
+                if account.exhausted_until > now:
+                    changes.append((provider, account.spec.name, None))
+                account.exhausted_until = account.message = None
+        return changes
+
+    def _every_account(self) -> list[tuple[str, _Account, bool]]:
+        """``(provider, account, retired)``: configured ones in config order, then retired ones."""
+        out = [
+            (provider, account, False)
+            for provider, accounts in self._accounts.items()
+            for account in accounts
+        ]
+        retired = sorted(self._retired.items(), key=lambda item: (item[0][0], item[0][1] or ""))
+        out += [(provider, account, True) for (provider, _), account in retired]
+        return out
+
     # -- restoring after a restart ----------------------------------------
 
     def restore_usage(
@@ -514,16 +646,10 @@ class AccountBook:
 
     def statuses(self, now: float) -> list[AccountStatus]:
         """Every account, configured ones in config order, then retired ones."""
-        out = [
-            self._status(provider, account, now, retired=False)
-            for provider, accounts in self._accounts.items()
-            for account in accounts
+        return [
+            self._status(provider, account, now, retired=retired)
+            for provider, account, retired in self._every_account()
         ]
-        for (provider, _), account in sorted(
-            self._retired.items(), key=lambda item: (item[0][0], item[0][1] or "")
-        ):
-            out.append(self._status(provider, account, now, retired=True))
-        return out
 
     def _status(
         self, provider: str, account: _Account, now: float, *, retired: bool
@@ -544,6 +670,7 @@ class AccountBook:
             available=why is None,
             reason=why,
             retired=retired,
+            running_elsewhere=0 if account.elsewhere is None else len(account.elsewhere.running),
         )
 
     def _find(self, provider: str, name: str | None) -> _Account | None:

@@ -71,6 +71,7 @@ def account_view(status: AccountStatus) -> dict[str, Any]:
         "provider": status.provider,
         "account": status.account,
         "running": status.running,
+        "running_elsewhere": status.running_elsewhere,
         "usage": round(status.usage, 3),
         "budget": status.budget,
         "unit": status.unit,

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from herdsman.config import Config
+from herdsman.runtime.fleet_accounts import claim_budgets
 from herdsman.runtime.store import RunRecord, Store, StoreError
 
 if TYPE_CHECKING:
@@ -136,6 +137,7 @@ class FleetMember:
                 for provider, accounts in config.fleet.account_caps.items()
                 for account, cap in accounts.items()
             },
+            account_budgets=claim_budgets(config),
         )
 
     @staticmethod

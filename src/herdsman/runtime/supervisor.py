@@ -49,6 +49,11 @@ from herdsman.runtime.accounts import (
 )
 from herdsman.runtime.callbacks import deliver_callback
 from herdsman.runtime.config_watch import file_signature, watch_file
+from herdsman.runtime.fleet_accounts import (
+    FleetAccounts,
+    apply_fleet_accounts,
+    read_fleet_accounts,
+)
 from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.git import Git, RealGit
 from herdsman.runtime.launch import build_spec, log_file
@@ -490,11 +495,21 @@ class Supervisor:
         self._restore_accounts(AccountHistory(history.limits, uses), None)
 
     async def _account_history(self, now: float, config: Config) -> AccountHistory:
-        """Rests in force and usage within the longest quota window of ``config``."""
-        window = longest_window(config)
-        limits, uses = await self.ledger.call(
-            lambda s: (s.account_limits(now), s.account_usage(now - window) if window else [])
-        )
+        """Rests in force and usage within the longest quota window of ``config``.
+
+        A fleet member reads only the runs it started: the others' come with
+        every poll (``_take_fleet_accounts``), and would count twice.
+        """
+        window, fleet = longest_window(config), self._fleet
+
+        def usage(store: Store) -> list[AccountUse]:
+            if not window:
+                return []
+            if fleet is None:
+                return store.account_usage(now - window)
+            return fleet.store.account_usage_by_member(now - window).mine
+
+        limits, uses = await self.ledger.call(lambda s: (s.account_limits(now), usage(s)))
         return AccountHistory(limits, uses)
 
     def _restore_accounts(
@@ -980,12 +995,34 @@ class Supervisor:
 
     async def _fleet_poll(self) -> None:
         assert self._fleet is not None
+        # Accounts first: parked runs go back to the queue (below) with an
+        # account view at least as recent as the claim that refused them.
+        store, now, window = self._fleet.store, self._wall(), longest_window(self.config)
+        await self.ledger.call(
+            lambda _: read_fleet_accounts(store, now, window),
+            then=partial(self._take_fleet_accounts, now=now),
+        )
         held: list[RunRecord] = []
         await self.ledger.call(
             self._fleet.read_new, then=lambda records: held.extend(self._take_fleet_runs(records))
         )
         if held:
             await self._take_after_removals(held)
+
+    def _take_fleet_accounts(self, state: FleetAccounts, *, now: float) -> None:
+        """Count the other members' runs, and rest accounts as the fleet's ledger says."""
+        for provider, account, until in apply_fleet_accounts(self._accounts, state, now):
+            name = "(ambient)" if account is None else account
+            if until is None:
+                log.info("the rest of %s/%s was ended by another fleet member", provider, name)
+                self._wake()
+            else:
+                log.info(
+                    "%s/%s rests until %s, as the fleet's ledger records",
+                    provider,
+                    name,
+                    time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(until)),
+                )
 
     def _take_fleet_runs(self, records: list[RunRecord]) -> list[RunRecord]:
         """Queue the fleet's new runs in ``seq`` order; put parked runs back in their place.

@@ -25,7 +25,7 @@ import enum
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -33,6 +33,7 @@ from herdsman.runtime.store.errors import StoreError
 from herdsman.runtime.store.postgres import _SOLE_SUPERVISOR_LOCK, PostgresStore
 from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
+    AccountUse,
     NewRun,
     RunRecord,
     RunStatus,
@@ -41,12 +42,14 @@ from herdsman.runtime.store.records import (
     started,
 )
 from herdsman.runtime.store.sql import (
+    _ACCOUNT_USAGE_WHERE,
     _COLUMNS,
     _SELECT,
     _UPDATE,
     Cursor,
     _existing,
     _fetch,
+    _limit_key,
     _outcome_values,
     _record,
     check_updated,
@@ -54,12 +57,14 @@ from herdsman.runtime.store.sql import (
 )
 
 __all__ = [
+    "AccountBudget",
     "ClaimResult",
     "ClaimRules",
     "FleetStore",
     "LeaseExpired",
     "Member",
     "Refusal",
+    "UsageByMember",
 ]
 
 # Serialises claims and expiries fleet-wide (pg_advisory_xact_lock: released
@@ -94,6 +99,10 @@ class Refusal(enum.StrEnum):
     PROVIDER_CAP = "provider_cap"
     #: The fleet-wide cap of the account it would spend is reached.
     ACCOUNT_CAP = "account_cap"
+    #: The account it would spend rests after a usage limit (``account_limits``).
+    ACCOUNT_RESTING = "account_resting"
+    #: The account's budget for its window is spent, counting every member's runs.
+    ACCOUNT_BUDGET = "account_budget"
 
 
 def _copy_caps(caps: Mapping[Any, int]) -> dict[Any, int]:
@@ -101,6 +110,33 @@ def _copy_caps(caps: Mapping[Any, int]) -> dict[Any, int]:
         if cap < 0:
             raise ValueError(f"fleet cap of {key!r} must be >= 0, got {cap}")
     return dict(caps)
+
+
+def _positive(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"an account budget's {attribute.name} must be > 0, got {value!r}")
+
+
+@attrs.frozen
+class AccountBudget:
+    """An account's quota budget: ``budget`` runs, or run-minutes, per rolling ``window``.
+
+    Counted as the account core counts it (docs/accounts.md): ``runs``, the
+    runs started after ``now - window`` that got a process (or still run, or
+    were lost); ``run_minutes``, the minutes of such runs that ended after
+    ``now - window`` (a lost run: none) plus the minutes running ones have
+    run so far within the window.
+    """
+
+    window: float = attrs.field(validator=_positive)
+    budget: int = attrs.field(validator=_positive)
+    unit: Literal["runs", "run_minutes"] = "runs"
+
+
+def _copy_budgets(
+    budgets: Mapping[tuple[str, str], AccountBudget],
+) -> dict[tuple[str, str], AccountBudget]:
+    return dict(budgets)
 
 
 @attrs.frozen
@@ -112,12 +148,29 @@ class ClaimRules:
     this many runs of a provider run fleet-wide. ``account_caps``: at most
     this many runs spend ``(provider, account)`` fleet-wide. A provider or
     account not named has no fleet-wide cap (each member's own caps still
-    apply in its local scheduler).
+    apply in its local scheduler). ``account_budgets``: a run may spend
+    ``(provider, account)`` only while that account's usage in its window,
+    counting the runs of every member, is below its budget. Whatever the
+    rules, no run is claimed on an account resting in ``account_limits``.
     """
 
     agent_exclusive: bool = True
     provider_caps: Mapping[str, int] = attrs.field(factory=dict, converter=_copy_caps)
     account_caps: Mapping[tuple[str, str], int] = attrs.field(factory=dict, converter=_copy_caps)
+    account_budgets: Mapping[tuple[str, str], AccountBudget] = attrs.field(
+        factory=dict, converter=_copy_budgets
+    )
+
+
+@attrs.frozen
+class UsageByMember:
+    """Runs counting toward quota windows (as ``account_usage``), this member's apart."""
+
+    #: Runs this member started.
+    mine: list[AccountUse]
+    #: Runs every other member, or an earlier supervisor, started; a lost
+    #: one charged no run-minutes (``finished_at`` is its ``started_at``).
+    elsewhere: list[AccountUse]
 
 
 @attrs.frozen
@@ -308,6 +361,31 @@ class FleetStore(PostgresStore):
             ).fetchall()
         return [_record(row) for row in rows]
 
+    def account_usage_by_member(self, since: float) -> UsageByMember:
+        """:meth:`account_usage` since ``since``, split into this member's runs and the others'.
+
+        What every member needs to count an account's window fleet-wide
+        without counting its own runs twice: those it counts as they start
+        and end. A run another member lost is charged no run-minutes, as a
+        supervisor charges the runs it finds lost at a restart.
+        """
+        running, lost = RunStatus.RUNNING.value, RunStatus.LOST.value
+        with self._reading() as cur:
+            since = check_now(since)
+            rows = cur.execute(
+                "SELECT provider, account, started_at,"
+                " CASE WHEN status = ? THEN started_at ELSE finished_at END,"
+                " coalesce(held_by = ?, false) FROM runs"
+                + _ACCOUNT_USAGE_WHERE
+                + " ORDER BY started_at, seq",
+                (lost, self.member_id, since, since, running, running, lost),
+            ).fetchall()
+        mine: list[AccountUse] = []
+        elsewhere: list[AccountUse] = []
+        for *use, held_here in rows:
+            (mine if held_here else elsewhere).append(AccountUse(*use))
+        return UsageByMember(mine, elsewhere)
+
     def queued_after(self, seq: int) -> list[RunRecord]:
         """Queued runs submitted after ``seq``, by ``seq``: what a member polls for.
 
@@ -376,8 +454,9 @@ class FleetStore(PostgresStore):
         One durable transaction under the fleet lock. An item is claimed only
         if the run is queued, no running run shares its conversation (or,
         with ``rules.agent_exclusive``, agent) key, no queued run submitted
-        before it shares one, and the fleet-wide caps of ``rules`` have room;
-        items see the claims of the items before them. A refused item
+        before it shares one, the fleet-wide caps of ``rules`` have room, its
+        account does not rest and has budget left at ``now``; items see the
+        claims of the items before them. A refused item
         changes nothing. Raises :class:`LeaseExpired`, claiming nothing, if
         this member's lease has lapsed; :class:`RunNotFound` for an unknown id.
 
@@ -397,7 +476,7 @@ class FleetStore(PostgresStore):
             self._check_live(cur)
             for run_id, account in items:
                 current = _existing(cur, run_id)
-                refusal = _refusal(cur, current, account, rules)
+                refusal = _refusal(cur, current, account, rules, now)
                 if refusal is not None:
                     refused.append((run_id, refusal))
                     continue
@@ -467,8 +546,10 @@ class FleetStore(PostgresStore):
         )
 
 
-def _refusal(cur: Cursor, run: RunRecord, account: str | None, rules: ClaimRules) -> Refusal | None:
-    """Why ``run`` may not be claimed now, or ``None`` if it may."""
+def _refusal(
+    cur: Cursor, run: RunRecord, account: str | None, rules: ClaimRules, now: float
+) -> Refusal | None:
+    """Why ``run`` may not be claimed at ``now``, or ``None`` if it may."""
     if run.status is not RunStatus.QUEUED:
         return Refusal.GONE
     found: set[str] = set()
@@ -490,6 +571,22 @@ def _refusal(cur: Cursor, run: RunRecord, account: str | None, rules: ClaimRules
             and _running(cur, "provider = ? AND account = ?", (run.provider, account)) >= cap
         ):
             return Refusal.ACCOUNT_CAP
+    return _account_refusal(cur, run.provider, account, rules, now)
+
+
+def _account_refusal(
+    cur: Cursor, provider: str, account: str | None, rules: ClaimRules, now: float
+) -> Refusal | None:
+    """Whether the account rests, or its budget is spent fleet-wide, at ``now``."""
+    resting = cur.execute(
+        "SELECT 1 FROM account_limits WHERE provider = ? AND account = ? AND until > ?",
+        (provider, _limit_key(account), now),
+    ).fetchone()
+    if resting is not None:
+        return Refusal.ACCOUNT_RESTING
+    budget = None if account is None else rules.account_budgets.get((provider, account))
+    if budget is not None and _usage(cur, provider, account, budget, now) >= budget.budget:
+        return Refusal.ACCOUNT_BUDGET
     return None
 
 
@@ -521,6 +618,31 @@ def _live_on_lane(
         params,
     ).fetchone()
     return None if row is None else str(row[0])
+
+
+def _usage(
+    cur: Cursor, provider: str, account: str | None, budget: AccountBudget, now: float
+) -> float:
+    """The account's usage in its window at ``now``, in ``budget.unit``, every member's runs."""
+    horizon = now - budget.window
+    running, lost = RunStatus.RUNNING.value, RunStatus.LOST.value
+    if budget.unit == "runs":
+        row = cur.execute(
+            "SELECT count(*) FROM runs WHERE started_at > ? AND provider = ? AND account = ?"
+            # A run that never got a process spent nothing (as account_usage).
+            " AND (exit_code IS NOT NULL OR status IN (?, ?))",
+            (horizon, provider, account, running, lost),
+        ).fetchone()
+        return float(row[0])
+    row = cur.execute(
+        "SELECT coalesce(sum(CASE WHEN status = ? THEN ? - greatest(started_at, ?)"
+        " ELSE greatest(0, finished_at - started_at) END), 0) FROM runs"
+        " WHERE provider = ? AND account = ? AND started_at IS NOT NULL"
+        # Charged when they end, and only if they got a process; a lost one never.
+        " AND (status = ? OR (finished_at > ? AND exit_code IS NOT NULL AND status <> ?))",
+        (running, now, horizon, provider, account, running, horizon, lost),
+    ).fetchone()
+    return float(row[0]) / 60.0
 
 
 def _running(cur: Cursor, where: str, params: tuple[Any, ...]) -> int:

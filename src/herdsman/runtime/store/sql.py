@@ -109,13 +109,18 @@ _TERMINAL = tuple(sorted(s.value for s in TERMINAL_STATUSES))
 # runs_by_status), so SQLite can union three index lookups. The unary + in
 # ORDER BY keeps it from instead walking all of runs_by_started_at just to
 # skip sorting the few rows found.
-_ACCOUNT_USAGE = (
-    "SELECT provider, account, started_at, finished_at FROM runs"
+# Parameters: since, since, running, running, lost. (The fleet's usage by
+# member, herdsman.runtime.store.fleet, counts the same runs.)
+_ACCOUNT_USAGE_WHERE = (
     " WHERE account IS NOT NULL AND started_at IS NOT NULL"
     " AND (started_at >= ? OR finished_at >= ? OR status = ?)"
     # Ended without an exit code and not lost: never spawned, spent nothing.
     " AND (exit_code IS NOT NULL OR status IN (?, ?))"
-    " ORDER BY +started_at, seq"
+)
+_ACCOUNT_USAGE = (
+    "SELECT provider, account, started_at, finished_at FROM runs"
+    + _ACCOUNT_USAGE_WHERE
+    + " ORDER BY +started_at, seq"
 )
 
 
