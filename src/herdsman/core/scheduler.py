@@ -272,6 +272,11 @@ class Scheduler:
         entry = self._entries.get(run_id)
         return None if entry is None else entry.run
 
+    def seq_of(self, run_id: str) -> int | None:
+        """The run's submission sequence number, while it is queued or running."""
+        entry = self._entries.get(run_id)
+        return None if entry is None else entry.seq
+
     def queued_for(self, provider: str) -> int:
         """Queued runs of ``provider``. O(1)."""
         return self._queued_by_provider.get(provider, 0)
@@ -547,16 +552,21 @@ class Scheduler:
         self._agent_exclusive = agent_exclusive
         self._lanes = {}
         self._ready = {}
-        for entry in self._entries.values():  # submission order
+        # Holders first: a run placed by seq (``_insert``) may be queued
+        # before a running run it conflicts with, and must find it holding.
+        for entry in self._entries.values():
             entry.locks = self._locks_for(entry.run)
             entry.in_heap = False
-            for lane, exclusive in entry.locks:
-                if entry.state is not RunState.RUNNING:
+            if entry.state is RunState.RUNNING:
+                for lane, exclusive in entry.locks:
+                    if exclusive:
+                        lane.x_holders += 1
+                    else:
+                        lane.ix_holders += 1
+        for entry in self._entries.values():  # submission order
+            if entry.state is not RunState.RUNNING:
+                for lane, exclusive in entry.locks:
                     self._enqueue(lane, entry, exclusive)
-                elif exclusive:
-                    lane.x_holders += 1
-                else:
-                    lane.ix_holders += 1
         for lane in list(self._lanes.values()):
             self._release_intentions(lane)
         for entry in self._entries.values():

@@ -646,6 +646,17 @@ def test_a_directory_run_placed_ahead_holds_back_a_released_run_below_it_then_fr
     assert [r.id for r in s.take_startable()] == ["deep"]
 
 
+def test_a_run_placed_before_a_running_run_it_waits_for_survives_an_exclusivity_switch() -> None:
+    s = Scheduler(Limits({"p": 1}))
+    s.submit(RunRequest("outer", "p", cwd="/r"), seq=1000)
+    assert [r.id for r in s.take_startable()] == ["outer"]
+    s.submit(RunRequest("inner", "p", cwd="/r/a"), seq=999)  # before it, inside its directory
+    assert s.take_startable() == []
+    s.set_agent_exclusive(False)  # every lane rebuilt: "outer" still holds /r
+    s.requeue("outer")
+    assert [r.id for r in s.take_startable()] == ["inner"]
+
+
 # -- determinism --------------------------------------------------------------
 
 # One call as (name, argument); "finish" picks a running run and "cancel" a
