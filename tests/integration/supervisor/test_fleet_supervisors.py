@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cli_support import Supervisor
+from cli_support import CLI, Supervisor, herdsman, process_alive, processes_with_env
 from supervisor_support import write_config
 
 from herdsman.runtime.store import RunRecord, RunStatus
@@ -185,4 +185,52 @@ def test_a_killed_member_s_runs_become_lost_and_the_others_finish_the_queue(
     # Nothing ran twice: every run started once across all the traces.
     assert trace_starts(closing) == Counter(dict.fromkeys(ids, 1))
     for member in closing[1:]:
+        assert member.stop(signal.SIGTERM) == 0, member.output()
+
+
+def test_a_run_on_one_member_is_cancelled_through_another(
+    tmp_path: Path, fleet_url: str, postgres_url: str, closing: list[Supervisor]
+) -> None:
+    closing += start_members(tmp_path, fleet_url, 2, delay=120)
+    clients = [client(member) for member in closing]
+    store = PostgresStore(postgres_url)
+    try:
+        ids = [c.get("/v1/status").json()["fleet"]["member_id"] for c in clients]
+        answer = clients[0].post(
+            "/v1/runs", json={"id": "long", "provider": "demo", "prompt": "x", "conversation": "c"}
+        )
+        assert answer.status_code == 201, answer.text
+        deadline = time.monotonic() + 20
+        while not (agents := processes_with_env("HERDSMAN_RUN_ID=long")):
+            assert time.monotonic() < deadline, closing[0].output()
+            time.sleep(0.05)
+        with store._reading() as cur:
+            (holder,) = cur.execute("SELECT held_by FROM runs WHERE id = 'long'").fetchone()
+        held = ids.index(holder)  # whichever member claimed it first
+        # Status through either member shows both, and who runs the run.
+        shown = herdsman("status", *CLI, cwd=closing[1 - held].directory)
+        assert shown.returncode == 0, shown.stderr
+        assert "fleet: 2 member(s), 1 running" in shown.stdout
+        answer = clients[1 - held].post("/v1/runs/long/cancel")
+        assert answer.status_code == 200, answer.text
+        assert (answer.json()["status"], answer.json()["reason"]) == (
+            "cancelled",
+            "cancel requested",
+        )
+        assert not any(process_alive(pid) for pid in agents)  # its process group is gone
+        record = store.get("long")
+        assert record is not None
+        assert record.status is RunStatus.CANCELLED
+        with store._reading() as cur:  # recorded by the member that held it
+            assert cur.execute("SELECT held_by FROM runs WHERE id = 'long'").fetchone() == (holder,)
+    finally:
+        store.close()
+        for each in clients:
+            each.close()
+    finishes = []
+    for path in (closing[held].directory / "state" / "traces").glob("*.jsonl"):
+        _, events = read_trace(path)
+        finishes += [e.fields["outcome"] for e in events if e.event == "finish"]
+    assert finishes == ["cancelled"]
+    for member in closing:
         assert member.stop(signal.SIGTERM) == 0, member.output()
