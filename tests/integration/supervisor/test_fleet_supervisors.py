@@ -9,8 +9,10 @@ killed with SIGKILL while it runs runs.
 from __future__ import annotations
 
 import itertools
+import json
 import signal
 import socket
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -234,3 +236,82 @@ def test_a_run_on_one_member_is_cancelled_through_another(
     assert finishes == ["cancelled"]
     for member in closing:
         assert member.stop(signal.SIGTERM) == 0, member.output()
+
+
+LIMIT_AGENT = Path(__file__).with_name("limit_agent.py")
+
+
+def limit_member(directory: Path, url: str, account: str, *, sleep: float = 0) -> Supervisor:
+    """A member whose provider "agent" (limit_agent.py) runs on one account, after ``sleep``."""
+    directory.mkdir()
+    home = directory / "home"
+    home.mkdir()
+    records = directory / "records.jsonl"
+    agent = f'"{sys.executable}", "{LIMIT_AGENT}", "plain", "{records}"'
+    provider = f"""
+[providers.agent]
+exec = ["sh", "-c", "sleep {sleep} && exec \\"$0\\" \\"$@\\"", {agent}]
+protocol = "plain"
+concurrency = 1
+usage_limit_pattern = 'LIMIT resets_at=(?P<resets_at>\\d+)'
+[[providers.agent.accounts]]
+name = "{account}"
+env = {{ AGENT_HOME = "{home}" }}
+[store]
+url = "{url}"
+[fleet]
+enabled = true
+lease = "3s"
+poll = "1s"
+"""
+    write_config(directory, extra=provider)
+    return Supervisor(directory)
+
+
+def test_a_run_requeued_by_a_member_that_stops_runs_on_another_without_a_restart(
+    tmp_path: Path, fleet_url: str, postgres_url: str, closing: list[Supervisor]
+) -> None:
+    # A's account is out of quota; its agent takes a few seconds to say so.
+    first = limit_member(tmp_path / "a", fleet_url, "a", sleep=8)
+    closing.append(first)
+    (tmp_path / "a" / "home" / "limited").write_text(json.dumps({"resets_in": 600}))
+    a = client(first)
+    store = PostgresStore(postgres_url)
+    try:
+        answer = a.post("/v1/runs", json={"id": "r", "provider": "agent", "prompt": "x"})
+        assert answer.status_code == 201, answer.text
+        deadline = time.monotonic() + 20
+        while (record := store.get("r")) is None or record.status is not RunStatus.RUNNING:
+            assert time.monotonic() < deadline, first.output()
+            time.sleep(0.05)
+        # B joins while A runs "r": B's poll never sees it queued, and moves
+        # past its seq with "s", which B runs.
+        second = limit_member(tmp_path / "b", fleet_url, "b")
+        closing.append(second)
+        b = client(second)
+        answer = b.post("/v1/runs", json={"id": "s", "provider": "agent", "prompt": "x"})
+        assert answer.status_code == 201, answer.text
+        assert b.get("/v1/runs/s", params={"wait": 20}).json()["status"] == "succeeded"
+        still = store.get("r")
+        assert still is not None
+        assert still.status is RunStatus.RUNNING, "B ran s before A re-queued r"
+        b_id = b.get("/v1/status").json()["fleet"]["member_id"]
+        # A hits the limit, re-queues "r" (its account rests) and stops.
+        deadline = time.monotonic() + 30
+        while (
+            (record := store.get("r")) is None
+            or record.attempts < 1
+            or record.status is not RunStatus.QUEUED
+        ):
+            assert time.monotonic() < deadline, first.output()
+            time.sleep(0.05)
+        a.close()
+        assert first.stop(signal.SIGTERM) == 0, first.output()
+        ended = b.get("/v1/runs/r", params={"wait": 20}).json()
+        assert (ended["status"], ended["attempts"]) == ("succeeded", 2), ended
+        with store._reading() as cur:
+            assert cur.execute("SELECT held_by FROM runs WHERE id = 'r'").fetchone() == (b_id,)
+        b.close()
+    finally:
+        store.close()
+    assert second.stop(signal.SIGTERM) == 0, second.output()
