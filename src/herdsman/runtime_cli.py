@@ -250,7 +250,30 @@ def _status(args: argparse.Namespace) -> int:
         print("  queued per lane")
         for lane, count in status["queued_by_lane"].items():
             print(f"  {count:>5}  {lane}")
+    if "fleet" in status:
+        _print_fleet(status["fleet"])
     return 0
+
+
+def _print_fleet(fleet: dict[str, Any]) -> None:
+    """The fleet's members from a member's status: ``*`` marks the one answering."""
+    print()
+    if "error" in fleet:
+        print(f"  fleet: {fleet['error']}")
+        return
+    members = fleet["members"]
+    print(f"  fleet: {len(members)} member(s), {fleet['running']} running")
+    print(f"    {'member':<34} {'host:pid':<28} {'lease left':>10} {'running':>8}  per provider")
+    for member in members:
+        mark = "*" if member["this"] else " "
+        left = member["lease_left"]
+        lease = f"{left:.1f}s" if left >= 0 else "lapsed"
+        where = f"{member['host']}:{member['pid']}"
+        per = ", ".join(f"{p} {n}" for p, n in member["running_by_provider"].items())
+        print(f"  {mark} {member['id']:<34} {where:<28} {lease:>10} {member['running']:>8}  {per}")
+    if fleet["running_unheld"]:
+        unheld = fleet["running_unheld"]
+        print(f"    {unheld} running run(s) held by no member: lost at the next expiry")
 
 
 def _local_time(when: float) -> str:

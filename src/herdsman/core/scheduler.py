@@ -184,6 +184,21 @@ def _insert_by_seq(queue: deque[_Entry], entry: _Entry) -> None:
     queue.append(entry)
 
 
+def _hold_back_intentions(lane: _Lane, seq: int) -> None:
+    """Intention waiters behind ``seq`` wait on ``lane`` again: an exclusive run goes first.
+
+    ``ix_pending`` stays a suffix of ``ix_queue``: the released waiters after
+    ``seq`` rejoin it. One a ready heap holds is dropped there as stale, and
+    offered again when the lane releases it.
+    """
+    pending = {id(entry) for entry in lane.ix_pending}
+    lane.ix_pending = deque(
+        entry
+        for entry in lane.ix_queue
+        if entry.state is RunState.QUEUED and (entry.seq > seq or id(entry) in pending)
+    )
+
+
 def _ready_on(lane: _Lane, entry: _Entry, exclusive: bool) -> bool:
     """Whether ``lane`` lets ``entry`` start (the other lanes aside)."""
     if lane.x_holders:
@@ -216,7 +231,8 @@ class Scheduler:
         self._agent_exclusive = agent_exclusive
         self._next_seq = 0
         # Insertion order is submission order: every entry is added by
-        # ``submit`` with a larger sequence number than all before it.
+        # ``submit`` with a larger sequence number than all before it, or
+        # put in its place by ``_insert``.
         self._entries: dict[str, _Entry] = {}
         self._lanes: dict[str, _Lane] = {}
         self._ready: dict[str, list[tuple[int, _Entry]]] = {}
@@ -255,6 +271,11 @@ class Scheduler:
         """The run as submitted, while it is queued or running."""
         entry = self._entries.get(run_id)
         return None if entry is None else entry.run
+
+    def seq_of(self, run_id: str) -> int | None:
+        """The run's submission sequence number, while it is queued or running."""
+        entry = self._entries.get(run_id)
+        return None if entry is None else entry.seq
 
     def queued_for(self, provider: str) -> int:
         """Queued runs of ``provider``. O(1)."""
@@ -312,14 +333,24 @@ class Scheduler:
 
     # -- events ------------------------------------------------------------
 
-    def submit(self, run: RunRequest) -> None:
+    def submit(self, run: RunRequest, *, seq: int | None = None) -> None:
         """Queue a run behind everything submitted before it.
 
-        Raises :class:`SchedulerError` if a queued or running run already has
-        this id (idempotent submission is the store's job, not the core's).
+        With ``seq``, the run's place is that submission sequence number
+        instead of the next one (a fleet member passes the ledger's ``seq``):
+        a number below one already given places the run as :meth:`requeue`
+        places a run, before every run with a higher number. Numbers must be
+        unique: give every run one, or none. Raises :class:`SchedulerError`
+        if a queued or running run already has this id (idempotent
+        submission is the store's job, not the core's).
         """
         if run.id in self._entries:
             raise SchedulerError(f"run {run.id!r} is already queued or running")
+        if seq is not None and seq < self._next_seq:
+            self._insert(run, seq)
+            return
+        if seq is not None:
+            self._next_seq = seq
         if (
             run.conversation is None
             and run.cwd is None
@@ -461,6 +492,33 @@ class Scheduler:
             self._lane_changed(lane)
         self._offer(entry)
 
+    def _insert(self, run: RunRequest, seq: int) -> None:
+        """Queue a run in its place by ``seq``, before runs submitted after it.
+
+        Made a holder of its lanes, then put back as :meth:`requeue` puts a
+        run back: the same placement, the same offers. Intention waiters
+        after it that its lanes had released already wait for it again.
+        O(length of its lanes) — a rare event, never a scheduling decision.
+        """
+        locks = self._locks_for(run)
+        entry = _Entry(run, seq, locks)
+        entry.state = RunState.RUNNING
+        entries = list(self._entries.items())
+        place = next((i for i, (_, e) in enumerate(entries) if e.seq > seq), len(entries))
+        entries.insert(place, (run.id, entry))
+        self._entries = dict(entries)
+        for lane, exclusive in locks:
+            if exclusive:
+                lane.x_holders += 1
+                if lane.ix_queue:
+                    _hold_back_intentions(lane, seq)
+            else:
+                lane.ix_holders += 1
+        provider = run.provider
+        self._running += 1
+        self._running_by_provider[provider] = self._running_by_provider.get(provider, 0) + 1
+        self.requeue(run.id)
+
     def cancel(self, run_id: str) -> CancelOutcome:
         """Withdraw a queued run. A running run is only reported, not stopped."""
         entry = self._entries.get(run_id)
@@ -494,16 +552,21 @@ class Scheduler:
         self._agent_exclusive = agent_exclusive
         self._lanes = {}
         self._ready = {}
-        for entry in self._entries.values():  # submission order
+        # Holders first: a run placed by seq (``_insert``) may be queued
+        # before a running run it conflicts with, and must find it holding.
+        for entry in self._entries.values():
             entry.locks = self._locks_for(entry.run)
             entry.in_heap = False
-            for lane, exclusive in entry.locks:
-                if entry.state is not RunState.RUNNING:
+            if entry.state is RunState.RUNNING:
+                for lane, exclusive in entry.locks:
+                    if exclusive:
+                        lane.x_holders += 1
+                    else:
+                        lane.ix_holders += 1
+        for entry in self._entries.values():  # submission order
+            if entry.state is not RunState.RUNNING:
+                for lane, exclusive in entry.locks:
                     self._enqueue(lane, entry, exclusive)
-                elif exclusive:
-                    lane.x_holders += 1
-                else:
-                    lane.ix_holders += 1
         for lane in list(self._lanes.values()):
             self._release_intentions(lane)
         for entry in self._entries.values():

@@ -16,6 +16,11 @@ scheduler proposes and the ledger decides (docs/fleet.md):
   offered again, without a process; the next poll puts it back in its place
   (the core's ``requeue``). The cost: a parked run holds one local slot for
   up to one poll interval.
+* **Runs re-queued elsewhere** (a usage limit) come back through the poll,
+  and enter the local scheduler in their place by ``seq``, the fleet's
+  submission order, ahead of runs submitted after them.
+* **Cancels asked through another member** of a run held here arrive with
+  the poll, and are carried out as a local cancel is.
 * **The lease**, renewed about three times per lease, with the lapsed
   members of the fleet expired on the way. A lease found lapsed means this
   member may have been declared gone: it stops admitting and drains.
@@ -26,7 +31,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -36,7 +41,13 @@ from herdsman.runtime.store import RunRecord, Store, StoreError
 
 if TYPE_CHECKING:
     from herdsman.runtime.ledger import Ledger
-    from herdsman.runtime.store.fleet import ClaimResult, ClaimRules, FleetStore
+    from herdsman.runtime.store.fleet import (
+        ClaimResult,
+        ClaimRules,
+        FleetStore,
+        FleetView,
+        Poll,
+    )
 
 __all__ = ["RENEWALS_PER_LEASE", "FleetMember"]
 
@@ -45,6 +56,10 @@ log = logging.getLogger("herdsman")
 #: How many times a lease is renewed while it runs: two renewals may fail
 #: (a slow server, a ledger batch ahead of them) before it lapses.
 RENEWALS_PER_LEASE = 3
+
+
+def _by_provider(item: tuple[tuple[str | None, str], int]) -> str:
+    return item[0][1]
 
 
 class FleetMember:
@@ -58,7 +73,7 @@ class FleetMember:
     def __init__(self, store: FleetStore) -> None:
         """Start with nothing seen: the first poll reads the whole queue, in ``seq`` order."""
         self.store = store
-        #: The highest ``seq`` taken into the local scheduler.
+        #: The highest ``seq`` or ``requeue_mark`` taken into the local scheduler.
         self.cursor = 0
         # Insertion-ordered: parked runs are put back in the order they were refused.
         self._parked: dict[str, None] = {}
@@ -66,19 +81,18 @@ class FleetMember:
 
     # -- the queue -----------------------------------------------------------
 
-    def read_new(self, store: Store) -> list[RunRecord]:
-        """Ledger operation: queued runs after the cursor, by ``seq``.
+    def read_new(self, store: Store) -> Poll:
+        """Ledger operation: queued runs after the cursor (new or re-queued), cancels asked.
 
         The cursor moves in :meth:`take_new`, once the read has committed.
         """
         del store  # the ledger hands over the store it was given: self.store
-        return self.store.queued_after(self.cursor)
+        return self.store.poll(self.cursor)
 
-    def take_new(self, records: list[RunRecord]) -> list[RunRecord]:
-        """Move the cursor past ``records``; return them (still in ``seq`` order)."""
-        if records:
-            self.cursor = max(self.cursor, records[-1].seq)
-        return records
+    def take_new(self, poll: Poll) -> list[RunRecord]:
+        """Move the cursor past what ``poll`` read; return its runs (in ``seq`` order)."""
+        self.cursor = max(self.cursor, poll.cursor)
+        return poll.runs
 
     def poke(self) -> None:
         """Poll now (a run was submitted here), rather than at the next interval."""
@@ -121,6 +135,48 @@ class FleetMember:
     def parked(self) -> tuple[str, ...]:
         """Runs parked now, in the order they were refused."""
         return tuple(self._parked)
+
+    # -- status --------------------------------------------------------------
+
+    def read_view(self, store: Store) -> FleetView:
+        """Ledger operation: the fleet as the ledger knows it (three reads, no lock)."""
+        del store  # the ledger hands over the store it was given: self.store
+        return self.store.view()
+
+    def describe(self, view: FleetView) -> dict[str, Any]:
+        """``view`` as ``GET /v1/status`` shows it under ``fleet`` (docs/fleet.md).
+
+        Lease times are the server's clock; ``lease_left`` is how long each
+        lease runs still, by that clock (negative: lapsed, not yet expired).
+        """
+        members = []
+        for member in view.members:
+            by_provider = {
+                provider: count
+                for (holder, provider), count in sorted(view.running.items(), key=_by_provider)
+                if holder == member.id
+            }
+            members.append(
+                {
+                    "id": member.id,
+                    "host": member.host,
+                    "pid": member.pid,
+                    "this": member.id == self.store.member_id,
+                    "joined_at": member.joined_at,
+                    "lease_until": member.lease_until,
+                    "lease_left": member.lease_until - view.clock,
+                    "running": sum(by_provider.values()),
+                    "running_by_provider": by_provider,
+                }
+            )
+        known = {member.id for member in view.members}
+        unheld = sum(count for (holder, _), count in view.running.items() if holder not in known)
+        return {
+            "member_id": self.store.member_id,
+            "members": members,
+            "running": sum(view.running.values()),
+            "running_unheld": unheld,
+        }
 
     # -- claims and the lease ------------------------------------------------
 

@@ -93,7 +93,7 @@ from herdsman.runtime.worktrees.sweeper import IsBusy, SweepReport, idle_folders
 from herdsman.trace import TraceWriter
 
 if TYPE_CHECKING:
-    from herdsman.runtime.store.fleet import ClaimResult
+    from herdsman.runtime.store.fleet import ClaimResult, Poll
 
 log = logging.getLogger("herdsman.supervisor")
 
@@ -102,8 +102,6 @@ OnBusy = Literal["queue", "skip"]
 #: tasks are cancelled outright (the runner's kill grace is 5 s).
 FORCED_STOP_WAIT = 15.0
 SKIP_REASON = "its conversation or agent already had a queued or running run"
-#: Why a fleet member cannot cancel a run another member claimed.
-ELSEWHERE = "runs on another member of the fleet; cancel it through that member's API"
 #: What becomes of a run whose outcome the ledger could not record: alone, the
 #: supervisor finds it running at its next start; a fleet member holds it
 #: (and its lanes, fleet-wide) until its lease ends and an expiry sees that.
@@ -639,20 +637,26 @@ class Supervisor:
         # run; only an id it does not know waits for the ledger (a submit of
         # it may still be in flight, and the ledger is FIFO).
         request = self._scheduler.request_of(run_id)
+        seq = self._scheduler.seq_of(run_id)
         withdrawn = self._scheduler.cancel(run_id)
         submitted_at = self._submitted_at.pop(run_id, None)
         try:
             return await self._cancel_recorded(run_id, reason, withdrawn)
-        except StoreError as exc:
+        except StoreConflict:
+            if self._fleet is None or withdrawn is not CancelOutcome.REMOVED:
+                raise
+            # Claimed by another member since this one polled it (or ended):
+            # the ledger is the truth, and asks its holder to cancel it.
+            return await self._cancel_elsewhere(run_id, reason)
+        except StoreError:
             if withdrawn is CancelOutcome.REMOVED and request is not None:
                 # The ledger still says queued: so must the scheduler (at the
-                # back of its lanes; the cancel can be asked for again).
-                self._scheduler.submit(request)
+                # back of its lanes; the cancel can be asked for again; a
+                # member's, in its place by the ledger's seq).
+                self._scheduler.submit(request, seq=seq if self._fleet is not None else None)
                 if submitted_at is not None:
                     self._submitted_at[run_id] = submitted_at
                 self._wake()
-            if self._fleet is not None and isinstance(exc, StoreConflict):
-                raise RunConflict(f"run {run_id} {ELSEWHERE}") from exc
             raise
 
     async def _cancel_recorded(
@@ -687,10 +691,36 @@ class Supervisor:
                 ended = now_record.status.value if now_record is not None else "unknown"
                 raise RunConflict(f"run {run_id} already ended as {ended}")
         if withdrawn is CancelOutcome.UNKNOWN:
-            if self._fleet is not None and record.status is RunStatus.RUNNING:
-                raise RunConflict(f"run {run_id} {ELSEWHERE}")
+            if self._fleet is not None and not record.is_terminal:
+                # Held by another member, or queued and not polled here yet.
+                return await self._cancel_elsewhere(run_id, reason)
             raise RunConflict(f"run {run_id} already ended as {record.status.value}")
         return await self._record_cancel(run_id, reason)
+
+    async def _cancel_elsewhere(self, run_id: str, reason: str) -> RunRecord:
+        """Cancel a run this member's scheduler does not hold, through the ledger.
+
+        A running run's holder is asked to cancel it (it stops the process at
+        its next poll and records the run cancelled); the record returned is
+        then still running. A queued one is cancelled at once.
+        """
+        assert self._fleet is not None
+        store, now = self._fleet.store, self._wall()
+
+        def asked(result: tuple[RunRecord, bool]) -> None:
+            record, cancelled = result
+            if cancelled:
+                self.metrics.finished.labels(record.provider, RunStatus.CANCELLED.value).inc()
+                self._notify(run_id)
+
+        record, cancelled = await self.ledger.call(
+            lambda _: store.request_cancel(run_id, now, reason), then=asked
+        )
+        if record.is_terminal and not cancelled:
+            raise RunConflict(f"run {run_id} already ended as {record.status.value}")
+        if record.status is RunStatus.RUNNING:
+            log.info("run %s runs on another member: asked it to cancel the run", run_id)
+        return record
 
     async def _record_cancel(self, run_id: str, reason: str) -> RunRecord:
         """Record the cancel of a run just withdrawn from the queue."""
@@ -734,7 +764,13 @@ class Supervisor:
                         raise RunNotFound(run_id)
                     if record.is_terminal:
                         return record
-                    await event.wait()
+                    if self._fleet is None:
+                        await event.wait()
+                    else:
+                        # Another member may end the run: nothing here would
+                        # say so, so the ledger is read again every poll.
+                        with trio.move_on_after(self._poll_interval()):
+                            await event.wait()
                 finally:
                     # Leave no event behind for an id nobody waits on any more.
                     if event in waiting:
@@ -772,6 +808,21 @@ class Supervisor:
             },
             "last_reload": None if self.last_reload is None else self.last_reload.as_json(),
         }
+
+    async def fleet_status(self) -> dict[str, Any] | None:
+        """The fleet's members, leases and running runs from the ledger; ``None`` alone.
+
+        Read through the ledger like any read: it never holds up a start.
+        A ledger that fails gives ``{"error": ...}`` rather than no status.
+        """
+        if self._fleet is None:
+            return None
+        fleet = self._fleet
+        try:
+            view = await self.ledger.call(fleet.read_view)
+        except StoreError as exc:
+            return {"error": f"could not read the fleet from the ledger: {exc}"}
+        return fleet.describe(view)
 
     def accounts(self) -> list[dict[str, Any]]:
         """Every account: in use, usage in its window, resting until, runs started."""
@@ -1024,18 +1075,20 @@ class Supervisor:
                     time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(until)),
                 )
 
-    def _take_fleet_runs(self, records: list[RunRecord]) -> list[RunRecord]:
-        """Queue the fleet's new runs in ``seq`` order; put parked runs back in their place.
+    def _take_fleet_runs(self, poll: Poll) -> list[RunRecord]:
+        """Queue the fleet's new and re-queued runs in their place by ``seq``; stop cancelled ones.
 
+        Parked runs go back in their place; runs held here that another
+        member was asked to cancel are stopped as a local cancel stops them.
         As a submit here waits for a removal of its conversation's worktrees
-        under way, so does a run polled: it and every run after it (the
-        local order must stay the fleet's) are held back and returned, their
-        conversations claimed so that no sweep starts removing more of them.
+        under way, so does a run polled: it and every run after it are held
+        back and returned, their conversations claimed so that no sweep
+        starts removing more of them.
         """
         assert self._fleet is not None
         for run_id in self._fleet.take_parked():
             self._scheduler.requeue(run_id)
-        records = self._fleet.take_new(records)
+        records = self._fleet.take_new(poll)
         worktrees = self._worktrees
         cut = len(records)
         if worktrees is not None:
@@ -1052,6 +1105,11 @@ class Supervisor:
             self._queue_polled(record)
         held = records[cut:]
         self._pending_keys.update(_conversation_keys(held))
+        for run_id, reason in poll.cancels:
+            handle = self._handles.get(run_id)
+            if handle is not None and not handle.cancelled:
+                log.info("run %s: cancel asked through another member (%s)", run_id, reason)
+                self._stop(run_id, reason)
         self._wake()
         return held
 
@@ -1072,7 +1130,7 @@ class Supervisor:
     def _queue_polled(self, record: RunRecord) -> None:
         if self._scheduler.state_of(record.id) is not None:
             return
-        self._scheduler.submit(run_request(record))
+        self._scheduler.submit(run_request(record), seq=record.seq)
         self._submitted_at[record.id] = record.submitted_at
         self._emit("submit", run=trace_run(record, with_prompt=self._trace_prompts))
 

@@ -503,3 +503,114 @@ def test_reads_take_no_fleet_lock_not_even_in_a_batch(postgres_url: str) -> None
             assert a.get("r1") is not None
         finally:
             conn.execute("COMMIT")
+
+
+def test_a_cancel_asked_through_a_member_reaches_the_holder_s_poll_only(postgres_url: str) -> None:
+    with fleet(postgres_url, "a", "b") as (a, b):
+        a.submit(run("r1", "c1"), T0)
+        b.claim_many([("r1", None)], T0 + 1)
+        record, cancelled = a.request_cancel("r1", T0 + 2, "stop it")
+        assert (record.status, cancelled) == (RunStatus.RUNNING, False)
+        assert b.poll(0).cancels == [("r1", "stop it")]
+        assert a.poll(0).cancels == []  # a does not hold it
+        # Asked again (through either member): one request, the first reason.
+        assert a.request_cancel("r1", T0 + 3, "again")[1] is False
+        assert b.poll(0).cancels == [("r1", "stop it")]
+        b.finish("r1", RunStatus.CANCELLED, T0 + 4, reason="stop it")
+        assert b.poll(0).cancels == []
+        # Ended: answered as it is, changed in nothing.
+        ended, cancelled = a.request_cancel("r1", T0 + 5, "late")
+        assert (ended.status, ended.reason, ended.finished_at, cancelled) == (
+            RunStatus.CANCELLED,
+            "stop it",
+            T0 + 4,
+            False,
+        )
+
+
+def test_a_cancel_asked_of_a_queued_run_cancels_it_at_once(postgres_url: str) -> None:
+    with fleet(postgres_url, "a") as (a,):
+        a.submit(run("r1", "c1"), T0)
+        record, cancelled = a.request_cancel("r1", T0 + 1, "not needed")
+        assert (record.status, record.reason, cancelled) == (
+            RunStatus.CANCELLED,
+            "not needed",
+            True,
+        )
+        stored = a.get("r1")
+        assert stored is not None
+        assert stored.status is RunStatus.CANCELLED
+
+
+def test_a_cancel_asked_of_a_member_whose_lease_lapses_is_moot(postgres_url: str) -> None:
+    with fleet(postgres_url, "a") as (a,), fleet(postgres_url, "b", lease=0.3) as (b,):
+        a.submit(run("r1", "c1"), T0)
+        b.claim_many([("r1", None)], T0 + 1)
+        a.request_cancel("r1", T0 + 2, "stop it")
+        time.sleep(0.5)
+        (lost,) = a.expire_lapsed(T0 + 3)
+        assert (lost.id, lost.status, lost.reason) == (
+            "r1",
+            RunStatus.LOST,
+            "supervisor b:100 lease expired",
+        )
+        assert a.poll(0).cancels == []
+
+
+def test_a_run_cancelled_while_it_was_being_requeued_is_cancelled_by_its_next_claim(
+    postgres_url: str,
+) -> None:
+    """The holder re-queues it (a usage limit) just as a cancel is asked: the request stands."""
+    with fleet(postgres_url, "a", "b") as (a, b):
+        a.submit(run("r1", "c1"), T0)
+        a.claim_many([("r1", None)], T0 + 1)
+        b.request_cancel("r1", T0 + 2, "stop it")
+        a.finish("r1", RunStatus.USAGE_LIMITED, T0 + 3, reason="limit")
+        a.requeue("r1")
+        result = b.claim_many([("r1", None)], T0 + 4)
+        assert result.refused == [("r1", Refusal.GONE)]
+        record = b.get("r1")
+        assert record is not None
+        assert (record.status, record.reason, record.finished_at) == (
+            RunStatus.CANCELLED,
+            "stop it",
+            T0 + 4,
+        )
+
+
+def test_a_run_requeued_by_one_member_is_polled_again_by_every_member(postgres_url: str) -> None:
+    with fleet(postgres_url, "a", "b") as (a, b):
+        a.submit(run("r1", "c1"), T0)
+        a.submit(run("r2", "c2"), T0)
+        seen = b.poll(0)
+        assert [r.id for r in seen.runs] == ["r1", "r2"]
+        a.claim_many([("r1", None)], T0 + 1)
+        assert b.poll(seen.cursor).runs == []
+        a.finish("r1", RunStatus.USAGE_LIMITED, T0 + 2, reason="limit")
+        a.requeue("r1")
+        a.submit(run("r3", "c3"), T0 + 3)
+        again = b.poll(seen.cursor)
+        # In seq order: the re-queued run keeps its place, before runs submitted after it.
+        assert [r.id for r in again.runs] == ["r1", "r3"]
+        assert again.runs[0].seq < seen.runs[1].seq < again.runs[1].seq
+        assert again.cursor > seen.cursor
+        assert b.poll(again.cursor).runs == []
+        # Polled from its own cursor, the re-queuing member sees it too.
+        assert [r.id for r in a.poll(seen.cursor).runs] == ["r1", "r3"]
+
+
+def test_the_fleet_view_counts_running_runs_per_member_and_provider(postgres_url: str) -> None:
+    with fleet(postgres_url, "a", "b") as (a, b):
+        for n, provider in enumerate(("claude", "claude", "codex", "claude")):
+            a.submit(run(f"r{n}", f"c{n}", provider=provider), T0)
+        a.claim_many([("r0", None), ("r2", None)], T0 + 1)
+        b.claim_many([("r1", None)], T0 + 1)
+        view = b.view()
+        assert sorted(m.id for m in view.members) == sorted([a.member_id, b.member_id])
+        assert view.running == {
+            (a.member_id, "claude"): 1,
+            (a.member_id, "codex"): 1,
+            (b.member_id, "claude"): 1,
+        }
+        assert all(0 < m.lease_until - view.clock <= 60 for m in view.members)
+        assert abs(view.clock - time.time()) < 60  # the server's clock, not the runs' T0

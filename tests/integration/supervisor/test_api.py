@@ -174,6 +174,7 @@ async def test_status_and_metrics(start: Start, tmp_path: Path) -> None:
     assert status["limits"] == {"global": None, "providers": {"demo": 1}}
     assert status["queued_by_lane"] == {"conversation:default/a": 1}
     assert status["oldest_queued_age"] >= 0
+    assert "fleet" not in status  # a supervisor alone: nothing about fleets
     gauges = (await running.client.get("/metrics")).text
     assert 'herdsman_queued_runs{provider="demo"} 1.0' in gauges
     await running.wait(first["id"])

@@ -19,6 +19,7 @@ import httpx
 import psycopg
 import pytest
 import trio
+from cli_support import process_alive, processes_with_env
 from supervisor_support import (
     Running,
     Start,
@@ -27,7 +28,9 @@ from supervisor_support import (
     write_config,
 )
 
+from herdsman import runtime_cli
 from herdsman.config import load_config_text
+from herdsman.runtime.api import app
 from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.store import NewRun, RunStatus, StoreError
 from herdsman.runtime.store.fleet import ClaimRules, FleetStore
@@ -58,11 +61,17 @@ def other(postgres_url: str) -> Iterator[FleetStore]:
 
 
 def fleet_config(
-    directory: Path, url: str, *, lease: str = "3s", poll: str = "1s", more: str = ""
+    directory: Path,
+    url: str,
+    *,
+    lease: str = "3s",
+    poll: str = "1s",
+    more: str = "",
+    delay: float = 0.1,
 ) -> Path:
     fleet = f'[fleet]\nenabled = true\nlease = "{lease}"\npoll = "{poll}"\n{more}'
     return write_config(
-        directory, concurrency=2, delay=0.1, extra=f'[store]\nurl = "{url}"\n{fleet}'
+        directory, concurrency=2, delay=delay, extra=f'[store]\nurl = "{url}"\n{fleet}'
     )
 
 
@@ -177,7 +186,19 @@ async def test_a_cancel_arriving_while_a_claim_is_on_its_way_withdraws_the_refus
     await running.stopped.wait()
 
 
-async def test_a_run_claimed_by_another_member_is_cancelled_through_that_member(
+async def play_holder(other: FleetStore, count: int) -> None:
+    """Do what the member holding runs does with cancels asked of it: record them cancelled."""
+    done: set[str] = set()
+    with trio.fail_after(20):
+        while len(done) < count:
+            for run_id, reason in other.poll(0).cancels:
+                if run_id not in done:
+                    other.finish(run_id, RunStatus.CANCELLED, time.time(), reason=reason)
+                    done.add(run_id)
+            await trio.sleep(0.1)
+
+
+async def test_a_run_another_member_holds_is_cancelled_through_this_member(
     start: Start, tmp_path: Path, member_url: str, other: FleetStore
 ) -> None:
     run_elsewhere(other, "early", "c1")  # running there before this member starts
@@ -188,13 +209,138 @@ async def test_a_run_claimed_by_another_member_is_cancelled_through_that_member(
     other.submit(NewRun(id="late", provider="demo", prompt="p", conversation="c2"), 3.0)
     await wait_parked(fleet_of(running), "late")
     assert [r.id for r in other.claim_many([("late", None)], 4.0).claimed] == ["late"]
-    for run_id in ("early", "late"):
-        answer = await running.client.post(f"/v1/runs/{run_id}/cancel")
-        assert answer.status_code == 409, answer.text
-        assert answer.json()["error"] == (
-            f"run {run_id} runs on another member of the fleet; cancel it through that member's API"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(play_holder, other, 2)
+        for run_id in ("early", "late"):
+            answer = await running.client.post(f"/v1/runs/{run_id}/cancel")
+            # As a local cancel of a running run: answered once it has ended.
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            assert (body["status"], body["reason"]) == ("cancelled", "cancel requested")
+    # Asked again once ended: as for any ended run.
+    again = await running.client.post("/v1/runs/early/cancel")
+    assert again.status_code == 409, again.text
+    assert again.json()["error"] == "run early already ended as cancelled"
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_a_cancel_the_holder_has_not_carried_out_in_time_is_answered_202(
+    start: Start,
+    tmp_path: Path,
+    member_url: str,
+    other: FleetStore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(app, "CANCEL_WAIT", 1.5)
+    run_elsewhere(other, "held", "c1")
+    running = await start(fleet_config(tmp_path, member_url))
+    for _ in range(2):  # idempotent: asked twice, one request
+        answer = await running.client.post("/v1/runs/held/cancel")
+        assert answer.status_code == 202, answer.text
+        assert answer.json()["status"] == "running"
+    assert other.poll(0).cancels == [("held", "cancel requested")]
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_a_cancel_asked_through_another_member_stops_the_run_here(
+    start: Start, tmp_path: Path, member_url: str, postgres_url: str, other: FleetStore
+) -> None:
+    running = await start(fleet_config(tmp_path, member_url, delay=60))
+    answer = await running.client.post(
+        "/v1/runs", json={"id": "long", "provider": "demo", "prompt": "x", "conversation": "c1"}
+    )
+    assert answer.status_code == 201, answer.text
+    with trio.fail_after(10):
+        while not (agents := processes_with_env("HERDSMAN_RUN_ID=long")):
+            await trio.sleep(0.05)
+    record, _ = other.request_cancel("long", time.time(), "stopped from the other member")
+    assert record.status is RunStatus.RUNNING
+    body = await running.wait("long")
+    assert (body["status"], body["reason"]) == ("cancelled", "stopped from the other member")
+    assert not any(process_alive(pid) for pid in agents)
+    with psycopg.connect(postgres_url) as conn:  # recorded by the member that held it
+        row = conn.execute("SELECT held_by FROM runs WHERE id = 'long'").fetchone()
+    assert row == (fleet_of(running).store.member_id,)
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_status_shows_every_member_of_the_fleet(
+    start: Start,
+    tmp_path: Path,
+    member_url: str,
+    other: FleetStore,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run_elsewhere(other, "elsewhere", "c1")
+    running = await start(fleet_config(tmp_path, member_url, delay=60))
+    answer = await running.client.post(
+        "/v1/runs", json={"id": "here", "provider": "demo", "prompt": "x", "conversation": "c2"}
+    )
+    assert answer.status_code == 201, answer.text
+    await wait_running(running, "here")
+    fleet = (await running.client.get("/v1/status")).json()["fleet"]
+    this = fleet_of(running).store.member_id
+    assert fleet["member_id"] == this
+    assert (fleet["running"], fleet["running_unheld"]) == (2, 0)
+    by_id = {m["id"]: m for m in fleet["members"]}
+    assert set(by_id) == {this, other.member_id}
+    mine, theirs = by_id[this], by_id[other.member_id]
+    assert (mine["this"], mine["pid"], mine["running"]) == (True, os.getpid(), 1)
+    assert mine["running_by_provider"] == {"demo": 1}
+    assert (theirs["this"], theirs["host"], theirs["running"]) == (False, "other", 1)
+    assert 0 < mine["lease_left"] <= 3  # this member's lease: 3 s
+    assert 50 < theirs["lease_left"] <= 60
+    runtime_cli._print_fleet(fleet)
+    table = capsys.readouterr().out
+    assert "fleet: 2 member(s), 2 running" in table
+    assert f"* {this}" in table
+    assert f"  {other.member_id}" in table
+    assert "other:1" in table
+    running.supervisor.request_shutdown()
+    running.supervisor.request_shutdown()  # a second time: "here" is cancelled, not awaited
+    await running.stopped.wait()
+
+
+async def wait_running(running: Running, run_id: str) -> None:
+    with trio.fail_after(10):
+        while (await running.client.get(f"/v1/runs/{run_id}")).json()["status"] != "running":
+            await trio.sleep(0.05)
+
+
+async def test_a_run_another_member_requeued_runs_here_in_its_place(
+    start: Start, tmp_path: Path, member_url: str, postgres_url: str, other: FleetStore
+) -> None:
+    """Re-queued after a usage limit by a member that then left: this one runs it, first."""
+    run_elsewhere(other, "limited", "c1")  # running there before this member starts
+    running = await start(fleet_config(tmp_path, member_url, delay=0.5))
+    fleet = fleet_of(running)
+    # Polled here: "seen" moves the cursor past "limited"; "after" waits behind it.
+    for run_id, conversation in (("seen", "c2"), ("after", "c1")):
+        answer = await running.client.post(
+            "/v1/runs",
+            json={"id": run_id, "provider": "demo", "prompt": "x", "conversation": conversation},
         )
-        assert status_of(other, run_id) is RunStatus.RUNNING
+        assert answer.status_code == 201, answer.text
+    assert (await running.wait("seen"))["status"] == "succeeded"
+    limited = other.get("limited")
+    assert limited is not None
+    assert fleet.cursor > limited.seq
+    assert status_of(other, "after") is RunStatus.QUEUED  # parked: its lane runs there
+    # The other member's run stops at a usage limit; it re-queues it and leaves.
+    other.finish("limited", RunStatus.USAGE_LIMITED, time.time(), reason="limit")
+    other.requeue("limited")
+    other.leave()
+    first = await running.wait("limited")
+    second = await running.wait("after")
+    assert (first["status"], first["attempts"]) == ("succeeded", 2)
+    assert second["status"] == "succeeded"
+    assert first["finished_at"] <= second["started_at"]  # FIFO on c1: it went first
+    with psycopg.connect(postgres_url) as conn:
+        row = conn.execute("SELECT held_by FROM runs WHERE id = 'limited'").fetchone()
+    assert row == (fleet.store.member_id,)
     running.supervisor.request_shutdown()
     await running.stopped.wait()
 

@@ -9,6 +9,7 @@ killed with SIGKILL while it runs runs.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import socket
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cli_support import Supervisor, process_alive
+from cli_support import CLI, Supervisor, herdsman, process_alive, processes_with_env
 from supervisor_support import write_config
 
 from herdsman.runtime.orphans import find_orphans, stopped_note
@@ -275,3 +276,130 @@ def test_a_started_member_leaves_alone_an_agent_whose_run_a_live_member_holds(
             agent.wait()
     finally:
         other.close()
+
+
+def test_a_run_on_one_member_is_cancelled_through_another(
+    tmp_path: Path, fleet_url: str, postgres_url: str, closing: list[Supervisor]
+) -> None:
+    closing += start_members(tmp_path, fleet_url, 2, delay=120)
+    clients = [client(member) for member in closing]
+    store = PostgresStore(postgres_url)
+    try:
+        ids = [c.get("/v1/status").json()["fleet"]["member_id"] for c in clients]
+        answer = clients[0].post(
+            "/v1/runs", json={"id": "long", "provider": "demo", "prompt": "x", "conversation": "c"}
+        )
+        assert answer.status_code == 201, answer.text
+        deadline = time.monotonic() + 20
+        while not (agents := processes_with_env("HERDSMAN_RUN_ID=long")):
+            assert time.monotonic() < deadline, closing[0].output()
+            time.sleep(0.05)
+        with store._reading() as cur:
+            (holder,) = cur.execute("SELECT held_by FROM runs WHERE id = 'long'").fetchone()
+        held = ids.index(holder)  # whichever member claimed it first
+        # Status through either member shows both, and who runs the run.
+        shown = herdsman("status", *CLI, cwd=closing[1 - held].directory)
+        assert shown.returncode == 0, shown.stderr
+        assert "fleet: 2 member(s), 1 running" in shown.stdout
+        answer = clients[1 - held].post("/v1/runs/long/cancel")
+        assert answer.status_code == 200, answer.text
+        assert (answer.json()["status"], answer.json()["reason"]) == (
+            "cancelled",
+            "cancel requested",
+        )
+        assert not any(process_alive(pid) for pid in agents)  # its process group is gone
+        record = store.get("long")
+        assert record is not None
+        assert record.status is RunStatus.CANCELLED
+        with store._reading() as cur:  # recorded by the member that held it
+            assert cur.execute("SELECT held_by FROM runs WHERE id = 'long'").fetchone() == (holder,)
+    finally:
+        store.close()
+        for each in clients:
+            each.close()
+    finishes = []
+    for path in (closing[held].directory / "state" / "traces").glob("*.jsonl"):
+        _, events = read_trace(path)
+        finishes += [e.fields["outcome"] for e in events if e.event == "finish"]
+    assert finishes == ["cancelled"]
+    for member in closing:
+        assert member.stop(signal.SIGTERM) == 0, member.output()
+
+
+LIMIT_AGENT = Path(__file__).with_name("limit_agent.py")
+
+
+def limit_member(directory: Path, url: str, account: str, *, sleep: float = 0) -> Supervisor:
+    """A member whose provider "agent" (limit_agent.py) runs on one account, after ``sleep``."""
+    directory.mkdir()
+    home = directory / "home"
+    home.mkdir()
+    records = directory / "records.jsonl"
+    agent = f'"{sys.executable}", "{LIMIT_AGENT}", "plain", "{records}"'
+    provider = f"""
+[providers.agent]
+exec = ["sh", "-c", "sleep {sleep} && exec \\"$0\\" \\"$@\\"", {agent}]
+protocol = "plain"
+concurrency = 1
+usage_limit_pattern = 'LIMIT resets_at=(?P<resets_at>\\d+)'
+[[providers.agent.accounts]]
+name = "{account}"
+env = {{ AGENT_HOME = "{home}" }}
+[store]
+url = "{url}"
+[fleet]
+enabled = true
+lease = "3s"
+poll = "1s"
+"""
+    write_config(directory, extra=provider)
+    return Supervisor(directory)
+
+
+def test_a_run_requeued_by_a_member_that_stops_runs_on_another_without_a_restart(
+    tmp_path: Path, fleet_url: str, postgres_url: str, closing: list[Supervisor]
+) -> None:
+    # A's account is out of quota; its agent takes a few seconds to say so.
+    first = limit_member(tmp_path / "a", fleet_url, "a", sleep=8)
+    closing.append(first)
+    (tmp_path / "a" / "home" / "limited").write_text(json.dumps({"resets_in": 600}))
+    a = client(first)
+    store = PostgresStore(postgres_url)
+    try:
+        answer = a.post("/v1/runs", json={"id": "r", "provider": "agent", "prompt": "x"})
+        assert answer.status_code == 201, answer.text
+        deadline = time.monotonic() + 20
+        while (record := store.get("r")) is None or record.status is not RunStatus.RUNNING:
+            assert time.monotonic() < deadline, first.output()
+            time.sleep(0.05)
+        # B joins while A runs "r": B's poll never sees it queued, and moves
+        # past its seq with "s", which B runs.
+        second = limit_member(tmp_path / "b", fleet_url, "b")
+        closing.append(second)
+        b = client(second)
+        answer = b.post("/v1/runs", json={"id": "s", "provider": "agent", "prompt": "x"})
+        assert answer.status_code == 201, answer.text
+        assert b.get("/v1/runs/s", params={"wait": 20}).json()["status"] == "succeeded"
+        still = store.get("r")
+        assert still is not None
+        assert still.status is RunStatus.RUNNING, "B ran s before A re-queued r"
+        b_id = b.get("/v1/status").json()["fleet"]["member_id"]
+        # A hits the limit, re-queues "r" (its account rests) and stops.
+        deadline = time.monotonic() + 30
+        while (
+            (record := store.get("r")) is None
+            or record.attempts < 1
+            or record.status is not RunStatus.QUEUED
+        ):
+            assert time.monotonic() < deadline, first.output()
+            time.sleep(0.05)
+        a.close()
+        assert first.stop(signal.SIGTERM) == 0, first.output()
+        ended = b.get("/v1/runs/r", params={"wait": 20}).json()
+        assert (ended["status"], ended["attempts"]) == ("succeeded", 2), ended
+        with store._reading() as cur:
+            assert cur.execute("SELECT held_by FROM runs WHERE id = 'r'").fetchone() == (b_id,)
+        b.close()
+    finally:
+        store.close()
+    assert second.stop(signal.SIGTERM) == 0, second.output()

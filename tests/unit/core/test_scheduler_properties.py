@@ -557,6 +557,106 @@ SchedulerMachine.TestCase.settings = settings(
 TestSchedulerMachine = SchedulerMachine.TestCase
 
 
+# -- runs submitted in their place ----------------------------------------------
+
+
+class PlacedSubmissionMachine(SchedulerMachine):
+    """The same events, every run submitted with an explicit ``seq``, some in their place.
+
+    A fleet member's scheduler gets every run with the ledger's ``seq``, and
+    a run another member re-queued arrives after runs submitted later than
+    it: it must go where its ``seq`` puts it, as if it had been submitted
+    then. The model places it so too (its queue is kept in ``seq`` order).
+    """
+
+    STEP = 1000
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last_seq = 0
+        self.used: set[int] = set()
+
+    def submit_with(self, run: RunRequest, seq: int) -> None:
+        self.used.add(seq)
+        self.sched.submit(run, seq=seq)
+        self.model.submitted_at[run.id] = seq
+        self.model.queued = self.model.in_submission_order([*self.model.queued, run])
+        self.settle()
+
+    def next_seq(self) -> int:
+        self.last_seq += self.STEP
+        return self.last_seq
+
+    @rule(batch=st.lists(run_fields_st, min_size=1, max_size=2))
+    def submit_new(self, batch: list[dict[str, Any]]) -> None:
+        for fields in batch:
+            run = RunRequest(id=f"r{self.next_id}", **fields)
+            self.next_id += 1
+            self.submit_with(run, self.next_seq())
+
+    @precondition(lambda self: self.retired)
+    @rule(data=st.data(), fields=run_fields_st)
+    def submit_reused_id(self, data: st.DataObject, fields: dict[str, Any]) -> None:
+        run_id = data.draw(st.sampled_from(self.retired), label="reused id")
+        self.retired.remove(run_id)
+        self.submit_with(RunRequest(id=run_id, **fields), self.next_seq())
+
+    @precondition(lambda self: self.last_seq)
+    @rule(
+        data=st.data(),
+        fields=run_fields_st,
+        back=st.integers(min_value=1, max_value=8 * STEP),
+    )
+    def submit_in_place(self, data: st.DataObject, fields: dict[str, Any], back: int) -> None:
+        """A run whose ``seq`` is below runs already queued, running or finished."""
+        seq = self.last_seq - back
+        if seq <= 0 or seq in self.used:
+            return
+        run = RunRequest(id=f"r{self.next_id}", **fields)
+        self.next_id += 1
+        self.submit_with(run, seq)
+
+
+PlacedSubmissionMachine.TestCase.settings = SchedulerMachine.TestCase.settings
+TestPlacedSubmissionMachine = PlacedSubmissionMachine.TestCase
+
+
+def test_a_run_submitted_in_its_place_starts_before_later_runs_of_its_lanes() -> None:
+    s = Scheduler(Limits({"p": 1}))
+    s.submit(RunRequest("running", "p", conversation="c0"), seq=1)
+    assert [r.id for r in s.take_startable()] == ["running"]
+    s.submit(RunRequest("later", "p", conversation="c1", cwd="/r/a"), seq=30)
+    s.submit(RunRequest("placed", "p", conversation="c1", cwd="/r"), seq=20)
+    s.finish("running")
+    assert [r.id for r in s.take_startable()] == ["placed"]
+    assert [r.id for r in s.queued_runs()] == ["later"]
+
+
+def test_a_directory_run_placed_ahead_holds_back_a_released_run_below_it_then_frees_it() -> None:
+    s = Scheduler(Limits({"p": 1}))
+    s.submit(RunRequest("busy", "p"), seq=1)
+    assert [r.id for r in s.take_startable()] == ["busy"]
+    # Free on its directory's lanes, it waits for a slot only.
+    s.submit(RunRequest("deep", "p", cwd="/r/a"), seq=30)
+    s.submit(RunRequest("placed", "p", cwd="/r"), seq=20)  # contains /r/a, submitted before
+    s.finish("busy")
+    assert [r.id for r in s.take_startable()] == ["placed"]
+    assert s.take_startable() == []  # /r/a is inside /r: it waits
+    s.finish("placed")
+    assert [r.id for r in s.take_startable()] == ["deep"]
+
+
+def test_a_run_placed_before_a_running_run_it_waits_for_survives_an_exclusivity_switch() -> None:
+    s = Scheduler(Limits({"p": 1}))
+    s.submit(RunRequest("outer", "p", cwd="/r"), seq=1000)
+    assert [r.id for r in s.take_startable()] == ["outer"]
+    s.submit(RunRequest("inner", "p", cwd="/r/a"), seq=999)  # before it, inside its directory
+    assert s.take_startable() == []
+    s.set_agent_exclusive(False)  # every lane rebuilt: "outer" still holds /r
+    s.requeue("outer")
+    assert [r.id for r in s.take_startable()] == ["inner"]
+
+
 # -- determinism --------------------------------------------------------------
 
 # One call as (name, argument); "finish" picks a running run and "cancel" a

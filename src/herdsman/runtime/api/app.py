@@ -34,6 +34,9 @@ log = logging.getLogger("herdsman.api")
 
 MAX_WAIT = 300.0
 MAX_LIST = 1000
+#: How long a cancel of a running run waits for it to be recorded ended
+#: (the runner's kill grace is 5 s; a fleet member's holder sees it within a poll).
+CANCEL_WAIT = 10.0
 
 
 def error(status: int, message: str) -> JSONResponse:
@@ -139,9 +142,10 @@ class Api:
         run_id = request.path_params["run_id"]
         record = await self.supervisor.cancel(run_id)
         if not record.is_terminal:
-            # A running run: its process group is being stopped; give the
-            # runner its kill grace to record the outcome before answering.
-            record = await self.supervisor.wait(run_id, 10.0)
+            # A running run: its process group is being stopped (here, or by
+            # the fleet member holding it); give the runner its kill grace to
+            # record the outcome before answering.
+            record = await self.supervisor.wait(run_id, CANCEL_WAIT)
         return JSONResponse(run_view(record), status_code=200 if record.is_terminal else 202)
 
     async def worktrees(self, request: Request) -> Response:
@@ -172,8 +176,12 @@ class Api:
         return JSONResponse({"dry_run": dry_run, "entries": entries})
 
     async def status(self, request: Request) -> Response:
-        """``GET /v1/status``."""
-        return JSONResponse(self.supervisor.status())
+        """``GET /v1/status``; a fleet member's also has ``fleet``, read from the ledger."""
+        body = self.supervisor.status()
+        fleet = await self.supervisor.fleet_status()
+        if fleet is not None:
+            body["fleet"] = fleet
+        return JSONResponse(body)
 
     async def accounts(self, request: Request) -> Response:
         """``GET /v1/accounts``: every account, and providers waiting for one."""

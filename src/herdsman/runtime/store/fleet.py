@@ -38,6 +38,7 @@ from herdsman.runtime.store.records import (
     RunRecord,
     RunStatus,
     check_now,
+    check_text,
     ended,
     started,
 )
@@ -61,8 +62,10 @@ __all__ = [
     "ClaimResult",
     "ClaimRules",
     "FleetStore",
+    "FleetView",
     "LeaseExpired",
     "Member",
+    "Poll",
     "Refusal",
     "UsageByMember",
 ]
@@ -76,6 +79,10 @@ _FLEET_LOCK = 0x68726466
 # (now() would be the transaction's start, before any lock wait).
 _CLOCK = "extract(epoch FROM clock_timestamp())::double precision"
 _UPDATE_HELD = _UPDATE.replace("attempts = ?", "attempts = ?, held_by = ?")
+# seq's own counter: a re-queued run's mark and a new run's seq are drawn,
+# under the fleet lock, from one increasing series, so one poll cursor
+# covers both (see FleetStore.poll).
+_NEXT_MARK = "nextval(pg_get_serial_sequence('runs', 'seq'))"
 
 
 class LeaseExpired(StoreError):
@@ -195,6 +202,35 @@ class Member:
     def label(self) -> str:
         """The member as messages name it: ``host:pid``."""
         return f"{self.host}:{self.pid}"
+
+
+@attrs.frozen
+class Poll:
+    """What a member's poll read: queued runs it has not seen, and cancels asked of it.
+
+    ``runs``: queued runs submitted, or re-queued by a member, after the
+    cursor polled with, by ``seq``; ``cursor``: where the next poll starts;
+    ``cancels``: ``(run_id, reason)`` of the runs this member holds that
+    another member asked it to cancel, by ``seq``.
+    """
+
+    runs: list[RunRecord]
+    cursor: int
+    cancels: list[tuple[str, str]]
+
+
+@attrs.frozen
+class FleetView:
+    """The fleet as the ledger knows it, for a status page.
+
+    ``clock``: the server's clock when read (leases are on it);
+    ``running``: running runs per ``(holder, provider)``, holder ``None``
+    for runs no member holds (left by a sole supervisor, until expired).
+    """
+
+    clock: float
+    members: list[Member]
+    running: dict[tuple[str | None, str], int]
 
 
 def lease_expired_reason(member: Member) -> str:
@@ -343,6 +379,19 @@ class FleetStore(PostgresStore):
             ).fetchall()
         return [Member(*row) for row in rows]
 
+    def view(self) -> FleetView:
+        """Members, the server's clock and running runs per member and provider: three reads."""
+        members = self.members()
+        with self._reading() as cur:
+            row = cur.execute(f"SELECT {_CLOCK}").fetchone()
+            counts = cur.execute(
+                "SELECT held_by, provider, count(*) FROM runs WHERE status = ?"
+                " GROUP BY held_by, provider",
+                (RunStatus.RUNNING.value,),
+            ).fetchall()
+        running = {(holder, provider): int(count) for holder, provider, count in counts}
+        return FleetView(float(row[0]), members, running)
+
     def held_by(self, run_id: str) -> str | None:
         """The member holding ``run_id`` while it runs, else ``None``."""
         with self._reading() as cur:
@@ -439,6 +488,61 @@ class FleetStore(PostgresStore):
                 return insert_new(cur, new, now, RunStatus.SKIPPED, reason)
             return insert_new(cur, new, now, RunStatus.QUEUED, None)
 
+    def poll(self, cursor: int) -> Poll:
+        """What a member reads every poll: see :class:`Poll`.
+
+        A run re-queued by a member (a usage limit) keeps its ``seq``, its
+        place in the queue, which other members' cursors have passed; so a
+        re-queue also draws a ``requeue_mark`` from ``seq``'s counter, and a
+        poll reads the queued runs whose ``seq`` or mark is past the cursor.
+        Both are drawn under the fleet lock, so, as for ``seq`` alone
+        (:meth:`queued_after`), none lower than one already read can commit
+        later.
+        """
+        with self._reading() as cur:
+            rows = cur.execute(
+                f"SELECT {_COLUMNS}, requeue_mark FROM runs WHERE status = ?"
+                " AND (seq > ? OR requeue_mark > ?) ORDER BY seq",
+                (RunStatus.QUEUED.value, cursor, cursor),
+            ).fetchall()
+            cancels = cur.execute(
+                "SELECT id, cancel_request FROM runs WHERE status = ? AND held_by = ?"
+                " AND cancel_request IS NOT NULL ORDER BY seq",
+                (RunStatus.RUNNING.value, self.member_id),
+            ).fetchall()
+        runs = []
+        for *columns, mark in rows:
+            record = _record(tuple(columns))
+            runs.append(record)
+            cursor = max(cursor, record.seq, mark or 0)
+        return Poll(runs, cursor, [(run_id, reason) for run_id, reason in cancels])
+
+    def request_cancel(self, run_id: str, now: float, reason: str) -> tuple[RunRecord, bool]:
+        """Ask the member holding ``run_id`` to cancel it; the run as it stands, cancelled now?
+
+        A running run keeps running: its holder sees the request at its next
+        poll (:attr:`Poll.cancels`), stops its process and records it
+        ``cancelled`` with ``reason`` (the first reason asked for, if asked
+        twice). A run queued again meanwhile is cancelled at once; an ended
+        one is returned as it is. If the holder's lease lapses first, the run
+        becomes ``lost`` and the request is moot.
+        """
+        with self._transaction() as cur:
+            now = check_now(now)
+            check_text(run_id, reason=reason)
+            current = _existing(cur, run_id)
+            if current.status is RunStatus.QUEUED:
+                record = ended(current, RunStatus.CANCELLED, now, reason)
+                self._update_run(cur, current, record)
+                return record, True
+            if current.status is RunStatus.RUNNING:
+                cur.execute(
+                    "UPDATE runs SET cancel_request = coalesce(cancel_request, ?)"
+                    " WHERE id = ? AND status = ?",
+                    (reason, run_id, RunStatus.RUNNING.value),
+                )
+            return current, False
+
     # --- claims ----------------------------------------------------------------
 
     def claim_many(
@@ -476,6 +580,9 @@ class FleetStore(PostgresStore):
             self._check_live(cur)
             for run_id, account in items:
                 current = _existing(cur, run_id)
+                if _cancel_asked(cur, current, now):
+                    refused.append((run_id, Refusal.GONE))
+                    continue
                 refusal = _refusal(cur, current, account, rules, now)
                 if refusal is not None:
                     refused.append((run_id, refusal))
@@ -510,6 +617,8 @@ class FleetStore(PostgresStore):
         # entering running, it becomes this member's; leaving it, it must be.
         involved = RunStatus.RUNNING in (current.status, record.status)
         _write(cur, current, record, held_by=self.member_id if involved else None)
+        if record.status is RunStatus.QUEUED:  # re-queued: every member's poll must see it
+            cur.execute(f"UPDATE runs SET requeue_mark = {_NEXT_MARK} WHERE id = ?", (record.id,))
 
     @contextmanager
     def _transaction(self, *, durable: bool = False, batch: bool = False) -> Iterator[Cursor]:
@@ -643,6 +752,25 @@ def _usage(
         (running, now, horizon, provider, account, running, horizon, lost),
     ).fetchone()
     return float(row[0]) / 60.0
+
+
+def _cancel_asked(cur: Cursor, run: RunRecord, now: float) -> bool:
+    """Cancel a queued run someone asked to cancel while it ran; whether it was asked.
+
+    A cancel can be asked of a run's holder just as the holder re-queues it
+    after a usage limit: the request then outlives the run's holding, and is
+    carried out by the first claim of it, whoever claims it.
+    """
+    if run.status is not RunStatus.QUEUED:
+        return False
+    row = cur.execute(
+        "SELECT cancel_request FROM runs WHERE id = ? AND cancel_request IS NOT NULL",
+        (run.id,),
+    ).fetchone()
+    if row is None:
+        return False
+    _write(cur, run, ended(run, RunStatus.CANCELLED, now, row[0]), held_by=None)
+    return True
 
 
 def _running(cur: Cursor, where: str, params: tuple[Any, ...]) -> int:

@@ -107,6 +107,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         " WHERE status IN ('queued', 'running')",
         "CREATE INDEX runs_by_held_by ON runs (held_by) WHERE status = 'running'",
     ),
+    (
+        # A member's request that the holder of this running run cancel it
+        # (the reason), read by the holder's poll (see fleet.py).
+        'ALTER TABLE runs ADD COLUMN cancel_request TEXT COLLATE "C"',
+        # Drawn from seq's own sequence when a member re-queues the run: the
+        # polls, which read seq or requeue_mark past their cursor, see it again.
+        "ALTER TABLE runs ADD COLUMN requeue_mark BIGINT",
+        "CREATE INDEX runs_queued_by_requeue_mark ON runs (requeue_mark)"
+        " WHERE status = 'queued' AND requeue_mark IS NOT NULL",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

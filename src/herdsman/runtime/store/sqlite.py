@@ -95,6 +95,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ) WITHOUT ROWID
         """,
     ),
+    # 6: fleet requests between members (docs/fleet.md), PostgreSQL only as 5.
+    (
+        # Why a member asked the holder of this running run to cancel it.
+        "ALTER TABLE runs ADD COLUMN cancel_request TEXT",
+        # Drawn from seq's counter when a member re-queues the run, so the
+        # other members' polls, past its seq, see it again.
+        "ALTER TABLE runs ADD COLUMN requeue_mark INTEGER",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
