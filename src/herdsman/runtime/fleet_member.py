@@ -38,6 +38,7 @@ import trio
 from herdsman.config import Config
 from herdsman.runtime.fleet_accounts import claim_budgets
 from herdsman.runtime.store import RunRecord, Store, StoreError
+from herdsman.runtime.store.errors import LeaseExpired
 
 if TYPE_CHECKING:
     from herdsman.runtime.ledger import Ledger
@@ -215,8 +216,6 @@ class FleetMember:
         Returns after calling ``on_expired(message)`` once the lease is found
         lapsed; a ledger that fails otherwise is tried again at the next turn.
         """
-        from herdsman.runtime.store.fleet import LeaseExpired  # noqa: PLC0415 - psycopg
-
         while True:
             lease = config().fleet.lease.total_seconds()
             try:

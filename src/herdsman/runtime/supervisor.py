@@ -87,6 +87,8 @@ from herdsman.runtime.store import (
     StoreConflict,
     StoreError,
 )
+from herdsman.runtime.store.errors import LeaseExpired
+from herdsman.runtime.store.errors import RunNotFound as UnknownRun
 from herdsman.runtime.worktrees.listing import describe_worktrees
 from herdsman.runtime.worktrees.manager import WorktreeManager, checkouts_preamble
 from herdsman.runtime.worktrees.sweeper import IsBusy, SweepReport, idle_folders, sweep
@@ -110,6 +112,12 @@ UNRECORDED_IN_FLEET = (
     "it stays running in the ledger, its lanes held fleet-wide, until this member's"
     " lease ends; the expiry after that reports it lost"
 )
+RETRYING_IN_FLEET = (
+    "trying again until the ledger records it; its slot and lanes stay held meanwhile"
+)
+#: The first wait before recording a finish again, then doubled up to the most.
+FINISH_RETRY_FIRST = 0.5
+FINISH_RETRY_MAX = 30.0
 #: The longest the dispatcher waits before looking at resting accounts again.
 ACCOUNT_RECHECK = 60.0
 #: How long an orphaned agent gets between SIGTERM and SIGKILL at start-up.
@@ -196,6 +204,11 @@ def as_text(value: str | None) -> str | None:
     return value.encode("utf-8", "replace").decode("utf-8").replace("\0", "\ufffd")
 
 
+def _final(exc: StoreError) -> bool:
+    """Whether a refused write can never succeed: the run's state changed, or the lease lapsed."""
+    return isinstance(exc, StoreConflict | UnknownRun | LeaseExpired)
+
+
 class Supervisor:
     """Owns the scheduler, the ledger and the tasks of running runs.
 
@@ -274,6 +287,8 @@ class Supervisor:
         self._handles: dict[str, RunCancel] = {}
         # Runs whose checkouts are being prepared (nothing spawned yet).
         self._preparing: dict[str, trio.CancelScope] = {}
+        # Fleet members' finishes the ledger refused, being recorded again.
+        self._finish_retries: dict[str, trio.CancelScope] = {}
         self._fatal: str | None = None
         self._git = git
         self._worktrees: WorktreeManager | None = None
@@ -404,6 +419,10 @@ class Supervisor:
             log.warning("cancelling %d running run(s)", len(cancelled))
             for run_id in cancelled:
                 self._stop(run_id, "supervisor shut down")
+            # A finish the ledger keeps refusing is given up on: the lease
+            # expiry after this member has gone reports the run lost.
+            for retrying in self._finish_retries.values():
+                retrying.cancel()
             # Process groups get SIGTERM, then SIGKILL after the kill grace;
             # anything still not done after that is cancelled outright (its
             # task still records it, shielded).
@@ -1326,17 +1345,70 @@ class Supervisor:
         try:
             await self.ledger.call(finish, then=finished)
         except StoreError as exc:
-            # The slot and the lanes are freed all the same; the ledger keeps
-            # the run as running until it is reported lost, which is true:
-            # its outcome was not recorded.
+            await self._unrecorded_finish(
+                record.id, status, exc, partial(self.ledger.call, finish, then=finished)
+            )
+
+    async def _unrecorded_finish(
+        self,
+        run_id: str,
+        status: RunStatus,
+        exc: StoreError,
+        record_again: Callable[[], Awaitable[object]],
+    ) -> None:
+        """The ledger refused a finish: a fleet member tries again; else free the run's slot."""
+        if self._fleet is not None and not _final(exc):
             log.error(
                 "could not record how run %s ended (%s): %s; %s",
-                record.id,
+                run_id,
                 status.value,
                 exc,
-                UNRECORDED if self._fleet is None else UNRECORDED_IN_FLEET,
+                RETRYING_IN_FLEET,
             )
-            self._release(record.id)
+            if await self._retry_finish(run_id, record_again):
+                return
+        log.error(
+            "could not record how run %s ended (%s): %s; %s",
+            run_id,
+            status.value,
+            exc,
+            UNRECORDED if self._fleet is None else UNRECORDED_IN_FLEET,
+        )
+        # The slot and the lanes are freed all the same; the ledger keeps
+        # the run as running until it is reported lost, which is true:
+        # its outcome was not recorded.
+        self._release(run_id)
+
+    async def _retry_finish(self, run_id: str, record: Callable[[], Awaitable[object]]) -> bool:
+        """Record a fleet member's finish again and again until the ledger takes it.
+
+        Meanwhile the run keeps its slot and lanes here, as it keeps them in
+        the ledger: a finish left unrecorded would hold its lanes fleet-wide
+        for as long as this member's lease is renewed. Returns whether it was
+        recorded; ``False`` once the ledger can never take it (the run was
+        declared lost, the lease lapsed) or a forced stop gives up on it.
+        """
+        delay = FINISH_RETRY_FIRST
+        with trio.CancelScope() as retrying:
+            # Shielded by the run's task (its finish must be recorded even in
+            # a forced stop): only the forced stop's own call ends this.
+            self._finish_retries[run_id] = retrying
+            try:
+                while True:
+                    await trio.sleep(delay)
+                    delay = min(2 * delay, FINISH_RETRY_MAX)
+                    try:
+                        await record()
+                    except StoreError as exc:
+                        if _final(exc):
+                            return False
+                        log.warning("run %s: its finish is still not recorded: %s", run_id, exc)
+                    else:
+                        log.info("run %s: its finish is recorded at last", run_id)
+                        return True
+            finally:
+                del self._finish_retries[run_id]
+        return False
 
     def _limit_hit(
         self, record: RunRecord, ended: ProcessOutcome | None, status: RunStatus, now: float

@@ -6,6 +6,7 @@ the supervisor must wait for, and it can make the supervisor's lease lapse.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -32,7 +34,7 @@ from herdsman import runtime_cli
 from herdsman.config import load_config_text
 from herdsman.runtime.api import app
 from herdsman.runtime.fleet_member import FleetMember
-from herdsman.runtime.store import NewRun, RunStatus, StoreError
+from herdsman.runtime.store import NewRun, RunRecord, RunStatus, StoreError
 from herdsman.runtime.store.fleet import ClaimRules, FleetStore
 from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.runtime.supervisor import SKIP_REASON
@@ -547,7 +549,58 @@ async def test_the_sweep_keeps_worktrees_of_conversations_live_on_other_members(
     await running.stopped.wait()
 
 
-async def test_a_finish_the_ledger_refuses_says_the_lease_expiry_reports_the_run_lost(
+async def test_a_finish_the_ledger_refuses_is_recorded_again_its_lanes_held_meanwhile(
+    *,
+    start: Start,
+    tmp_path: Path,
+    member_url: str,
+    other: FleetStore,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Left unrecorded, the run would stay running in the ledger, its lanes
+    # held fleet-wide, for as long as this member renews its lease.
+    caplog.set_level(logging.INFO, logger="herdsman.supervisor")
+    refusals = 3
+    real_finish = FleetStore.finish
+
+    def flaky(self: FleetStore, *args: Any, **kwargs: Any) -> RunRecord:
+        nonlocal refusals
+        if refusals > 0:
+            refusals -= 1
+            raise StoreError("the server went away")
+        return real_finish(self, *args, **kwargs)
+
+    monkeypatch.setattr(FleetStore, "finish", flaky)
+    running = await start(fleet_config(tmp_path, member_url))
+    for run_id in ("r1", "r2"):
+        body = {"id": run_id, "provider": "demo", "prompt": "x", "conversation": "c"}
+        answer = await running.client.post("/v1/runs", json=body)
+        assert answer.status_code == 201, answer.text
+    assert await unrecorded_finish(caplog, "r1") == (
+        "could not record how run r1 ended (succeeded): the server went away; trying again"
+        " until the ledger records it; its slot and lanes stay held meanwhile"
+    )
+    # While r1's finish is retried, its conversation's next run waits.
+    r2 = other.get("r2")
+    assert r2 is not None
+    assert r2.status is RunStatus.QUEUED
+    with trio.fail_after(20):
+        assert (await running.supervisor.wait("r2", 20)).status is RunStatus.SUCCEEDED
+    r1, r2 = other.get("r1"), other.get("r2")
+    assert r1 is not None
+    assert r2 is not None
+    assert r1.status is RunStatus.SUCCEEDED
+    assert r1.finished_at is not None
+    assert r2.started_at is not None
+    assert r1.finished_at <= r2.started_at
+    assert refusals == 0
+    assert "run r1: its finish is recorded at last" in caplog.text
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_a_finish_the_ledger_keeps_refusing_is_given_up_at_a_forced_stop(
     *,
     start: Start,
     tmp_path: Path,
@@ -565,7 +618,16 @@ async def test_a_finish_the_ledger_refuses_says_the_lease_expiry_reports_the_run
         "/v1/runs", json={"id": "r1", "provider": "demo", "prompt": "x"}
     )
     assert answer.status_code == 201, answer.text
-    assert await unrecorded_finish(caplog, "r1") == (
+    await unrecorded_finish(caplog, "r1")
+    # A drain waits for the finish (the ledger may come back); a forced stop
+    # gives up on it, and says what becomes of the run.
+    running.supervisor.request_shutdown()
+    running.supervisor.request_shutdown()
+    with trio.fail_after(30):
+        await running.stopped.wait()
+    line = "could not record how run r1"
+    gave_up = [r.getMessage() for r in caplog.records if line in r.getMessage()]
+    assert gave_up[-1] == (
         "could not record how run r1 ended (succeeded): the server went away; it stays running"
         " in the ledger, its lanes held fleet-wide, until this member's lease ends; the expiry"
         " after that reports it lost"
@@ -573,8 +635,6 @@ async def test_a_finish_the_ledger_refuses_says_the_lease_expiry_reports_the_run
     # True: running, held by the member, until its lease ends (a clean stop
     # ends it) and an expiry records it lost.
     assert other.held_by("r1") == fleet_of(running).store.member_id
-    running.supervisor.request_shutdown()
-    await running.stopped.wait()
     monkeypatch.undo()
     [lost] = other.expire_lapsed(time.time())
     assert (lost.id, lost.status) == ("r1", RunStatus.LOST)

@@ -18,3 +18,11 @@ class StoreConflict(StoreError):
 
 class RunNotFound(StoreError):
     """A state change named a run id the store does not hold."""
+
+
+class LeaseExpired(StoreError):
+    """This fleet member's lease lapsed (or it was expired): it may claim nothing more.
+
+    A member that sees this has been, or is about to be, declared gone: its
+    running runs are (or will be) ``lost``. It must stop admitting and say so.
+    """

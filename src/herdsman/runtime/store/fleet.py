@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import attrs
 
-from herdsman.runtime.store.errors import StoreError
+from herdsman.runtime.store.errors import LeaseExpired, StoreError
 from herdsman.runtime.store.postgres import _SOLE_SUPERVISOR_LOCK, PostgresStore
 from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
@@ -83,14 +83,6 @@ _UPDATE_HELD = _UPDATE.replace("attempts = ?", "attempts = ?, held_by = ?")
 # under the fleet lock, from one increasing series, so one poll cursor
 # covers both (see FleetStore.poll).
 _NEXT_MARK = "nextval(pg_get_serial_sequence('runs', 'seq'))"
-
-
-class LeaseExpired(StoreError):
-    """This member's lease lapsed (or it was expired): it may claim nothing more.
-
-    A member that sees this has been, or is about to be, declared gone: its
-    running runs are (or will be) ``lost``. It must stop admitting and say so.
-    """
 
 
 class Refusal(enum.StrEnum):
