@@ -76,6 +76,9 @@ async def test_a_stopped_ledger_fails_calls_instead_of_hanging() -> None:
             scope.cancel()
     with pytest.raises(StoreError, match="the run ledger is closed"):
         await ledger.call(lambda s: s.get("a"))
+    # Queuing without waiting fails at once too, not at the wait.
+    with pytest.raises(StoreError, match="the run ledger is closed"):
+        ledger.enqueue(lambda s: s.get("a"))
 
 
 async def test_an_inline_ledger_applies_each_call_at_once_in_call_order() -> None:
@@ -142,13 +145,3 @@ async def test_enqueue_on_an_inline_ledger_applies_at_once() -> None:
     record, created = await ledger.result(pending)
     assert created
     assert record.id == "a"
-
-
-async def test_enqueue_on_a_closed_ledger_raises_at_once() -> None:
-    ledger = Ledger(MemoryStore(), run_sync=on_loop)
-    with trio.CancelScope() as scope:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(ledger.run)
-            scope.cancel()
-    with pytest.raises(StoreError, match="the run ledger is closed"):
-        ledger.enqueue(lambda s: s.get("a"))
