@@ -21,8 +21,13 @@ With ``--store-url URL`` the supervisor keeps its ledger in PostgreSQL at URL
 (an empty database or schema; the password, if any, from PGPASSWORD or
 ~/.pgpass) instead of SQLite in its state directory.
 
+With ``--repeat N`` everything is measured N times (a fresh supervisor each
+time) and the medians are printed, each rate as a share of the raw rate of
+its own pass: on a shared machine the ratios move much less than the rates.
+Each pass prints the load average before it.
+
 Run: python benchmarks/runtime.py [--runs N] [--latency-samples N] [--runner-only]
-     [--store-url URL]
+     [--store-url URL] [--repeat N]
 """
 
 from __future__ import annotations
@@ -226,15 +231,16 @@ async def supervised_rate(client: httpx.AsyncClient, runs: int, batch: int, tag:
     return runs / span
 
 
-async def spawn_latencies(client: httpx.AsyncClient, samples: int) -> list[float]:
+async def spawn_latencies(client: httpx.AsyncClient, samples: int, tag: str) -> list[float]:
     latencies = []
     for n in range(samples):
         before = time.time()
+        run_id = f"{tag}{n}"
         response = await client.post(
-            "/v1/runs", json={"provider": "date", "prompt": "go", "id": f"d{n}"}
+            "/v1/runs", json={"provider": "date", "prompt": "go", "id": run_id}
         )
         response.raise_for_status()
-        done = (await client.get(f"/v1/runs/d{n}", params={"wait": 30})).json()
+        done = (await client.get(f"/v1/runs/{run_id}", params={"wait": 30})).json()
         spawned = float(done["result"])
         latencies.append((spawned - before) * 1000)
         await trio.sleep(0.01)
@@ -295,7 +301,22 @@ async def hello_world_rate(requests: int) -> tuple[float, float]:
         server.wait()
 
 
-async def main_async(runs: int, samples: int, runner_only: bool, store_url: str | None) -> None:
+class Pass(NamedTuple):
+    """One pass's rates as fractions of its raw rate, and its latency p50 (ms)."""
+
+    raw: float
+    runner: float
+    one_per_request: float | None
+    batched: float | None
+    p50: float | None
+
+
+async def one_pass(
+    runs: int, samples: int, runner_only: bool, store_url: str | None, tag: str
+) -> Pass:
+    """Measure everything once (runs are tagged ``tag`` so passes never share ids)."""
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load average before this pass: {load}")
     raw = await raw_spawn_rate(runs)
     print(
         f"raw trio.run_process({TRUE}), concurrency {CONCURRENCY}: {raw.rate:8,.0f} runs/s "
@@ -309,7 +330,8 @@ async def main_async(runs: int, samples: int, runner_only: bool, store_url: str 
         f"event loop {runner.loop_ms:.2f})"
     )
     if runner_only:
-        return
+        return Pass(raw.rate, runner.rate / raw.rate, None, None, None)
+    ratios: dict[int, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         port = free_port()
@@ -323,12 +345,13 @@ async def main_async(runs: int, samples: int, runner_only: bool, store_url: str 
                 timeout=180,
             ) as client:
                 await wait_ready(client)
-                for batch, tag in ((1, "s"), (50, "b")):
+                for batch, kind in ((1, "s"), (50, "b")):
                     cpu_before = cpu_seconds(process.pid)
                     loop_before = cpu_seconds(process.pid, main_thread=True)
-                    rate = await supervised_rate(client, runs, batch, tag)
+                    rate = await supervised_rate(client, runs, batch, f"{kind}{tag}")
                     cpu = (cpu_seconds(process.pid) - cpu_before) / runs * 1000
                     loop = (cpu_seconds(process.pid, main_thread=True) - loop_before) / runs * 1000
+                    ratios[batch] = rate / raw.rate
                     how = "one run per request" if batch == 1 else f"{batch} runs per request"
                     how += "" if store_url is None else ", PostgreSQL ledger"
                     print(
@@ -336,7 +359,7 @@ async def main_async(runs: int, samples: int, runner_only: bool, store_url: str 
                         f"({rate / raw.rate:.0%} of raw; supervisor CPU {cpu:.2f} ms/run, "
                         f"event loop {loop:.2f})"
                     )
-                lat = await spawn_latencies(client, samples)
+                lat = await spawn_latencies(client, samples, f"d{tag}")
                 quantiles = statistics.quantiles(lat, n=100)
                 print(
                     f"submit-to-spawn latency, free slot ({samples} samples): "
@@ -345,11 +368,42 @@ async def main_async(runs: int, samples: int, runner_only: bool, store_url: str 
         finally:
             process.send_signal(signal.SIGTERM)
             await trio.to_thread.run_sync(process.wait)
-        rate, cpu = await hello_world_rate(runs)
+    rate, cpu = await hello_world_rate(runs)
+    print(
+        f"for scale: hypercorn + Starlette hello world:  {rate:8,.0f} requests/s "
+        f"(server CPU {cpu:.2f} ms/request)"
+    )
+    return Pass(raw.rate, runner.rate / raw.rate, ratios[1], ratios[50], statistics.median(lat))
+
+
+def summarise(passes: list[Pass]) -> None:
+    """Medians over the passes: each rate as a share of the raw rate of its own pass."""
+
+    def median(values: list[float | None]) -> float:
+        return statistics.median(v for v in values if v is not None)
+
+    print(f"medians of {len(passes)} passes (each pass against its own raw rate):")
+    print(f"  raw {median([p.raw for p in passes]):,.0f} runs/s")
+    print(f"  runner only {median([p.runner for p in passes]):.0%} of raw")
+    if passes[0].batched is not None:
         print(
-            f"for scale: hypercorn + Starlette hello world:  {rate:8,.0f} requests/s "
-            f"(server CPU {cpu:.2f} ms/request)"
+            f"  whole supervisor {median([p.one_per_request for p in passes]):.0%} of raw "
+            f"(one run per request), {median([p.batched for p in passes]):.0%} "
+            "(50 runs per request)"
         )
+        print(f"  submit-to-spawn p50 {median([p.p50 for p in passes]):.1f} ms")
+
+
+async def main_async(
+    runs: int, samples: int, runner_only: bool, store_url: str | None, repeat: int
+) -> None:
+    passes = []
+    for n in range(repeat):
+        if repeat > 1:
+            print(f"-- pass {n + 1} of {repeat}")
+        passes.append(await one_pass(runs, samples, runner_only, store_url, f"{n}x"))
+    if repeat > 1:
+        summarise(passes)
 
 
 def main() -> None:
@@ -358,6 +412,12 @@ def main() -> None:
         "--runs", type=int, default=1000, help="at most 1000 (any number with --runner-only)"
     )
     parser.add_argument("--latency-samples", type=int, default=200)
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="measure N times (a fresh supervisor each time) and print the medians of the ratios",
+    )
     parser.add_argument(
         "--runner-only",
         action="store_true",
@@ -370,8 +430,17 @@ def main() -> None:
     args = parser.parse_args()
     if args.runs <= 0 or (args.runs > 1000 and not args.runner_only):
         parser.error("--runs must be from 1 to 1000 (the API lists at most 1000 runs)")
+    if args.repeat <= 0:
+        parser.error(f"--repeat must be 1 or more, not {args.repeat}")
     print(f"{os.cpu_count()} CPUs")
-    trio.run(main_async, args.runs, args.latency_samples, args.runner_only, args.store_url)
+    trio.run(
+        main_async,
+        args.runs,
+        args.latency_samples,
+        args.runner_only,
+        args.store_url,
+        args.repeat,
+    )
 
 
 if __name__ == "__main__":

@@ -51,9 +51,14 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
 RUN_FIELDS = frozenset({"id", "provider", "conversation", "agent", "workspace", "cwd", "prompt"})
 
 
+# Insertion order, no spaces: the same events always give the same bytes. One
+# encoder for every line: json.dumps with options builds a new one per call,
+# which doubled the cost of a line.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def _dumps(obj: Mapping[str, Any]) -> str:
-    # Insertion order, no spaces: the same events always give the same bytes.
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _ENCODER.encode(obj)
 
 
 def format_time(when: dt.datetime) -> str:

@@ -49,10 +49,10 @@ def test_a_run_whose_end_never_comes_is_caught_at_the_bound(
 ) -> None:
     honest = Supervisor._record_finish
 
-    async def forgetful(self: Supervisor, record: Any, ended: Any) -> Any:
+    async def forgetful(self: Supervisor, record: Any, ended: Any, **options: Any) -> Any:
         if record.id == "r000":
             return None  # its end is dropped: it stays running, in ledger and scheduler alike
-        return await honest(self, record, ended)
+        return await honest(self, record, ended, **options)
 
     monkeypatch.setattr(Supervisor, "_record_finish", forgetful)
     verdict = _fuzz(89)
@@ -66,10 +66,10 @@ def test_a_run_whose_end_never_comes_is_caught_at_the_bound(
 def _stick_r000(monkeypatch: pytest.MonkeyPatch) -> None:
     honest = Supervisor._record_finish
 
-    async def deadlocked(self: Supervisor, record: Any, ended: Any) -> Any:
+    async def deadlocked(self: Supervisor, record: Any, ended: Any, **options: Any) -> Any:
         if record.id == "r000":
             await trio.Event().wait()  # shielded (the supervisor records ends so): for ever
-        return await honest(self, record, ended)
+        return await honest(self, record, ended, **options)
 
     monkeypatch.setattr(Supervisor, "_record_finish", deadlocked)
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import outcome
 import pytest
 import trio
 
 from herdsman.runtime.ledger import Ledger, inline
-from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, StoreError
+from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, Store, StoreError
 
 
 def new(run_id: str) -> NewRun:
@@ -75,6 +76,9 @@ async def test_a_stopped_ledger_fails_calls_instead_of_hanging() -> None:
             scope.cancel()
     with pytest.raises(StoreError, match="the run ledger is closed"):
         await ledger.call(lambda s: s.get("a"))
+    # Queuing without waiting fails at once too, not at the wait.
+    with pytest.raises(StoreError, match="the run ledger is closed"):
+        ledger.enqueue(lambda s: s.get("a"))
 
 
 async def test_an_inline_ledger_applies_each_call_at_once_in_call_order() -> None:
@@ -93,3 +97,51 @@ async def test_an_inline_ledger_applies_each_call_at_once_in_call_order() -> Non
     with pytest.raises(StoreError):
         await ledger.call(lambda s: s.finish("nope", RunStatus.FAILED, 1.0), then=seen.append)
     assert seen == ["a", "b"]
+
+
+class RecordingStore(MemoryStore):
+    """Remembers the size and durability of every batch it applies."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.applied: list[tuple[int, bool]] = []
+
+    def apply(
+        self, operations: Sequence[Callable[[Store], Any]], *, durable: bool = False
+    ) -> list[outcome.Outcome[Any]]:
+        self.applied.append((len(operations), durable))
+        return super().apply(operations, durable=durable)
+
+
+async def test_calls_enqueued_without_a_checkpoint_commit_in_one_transaction(
+    nursery: trio.Nursery,
+) -> None:
+    store = RecordingStore()
+    ledger = Ledger(store, run_sync=on_loop)
+    await nursery.start(ledger.run)
+    await ledger.call(lambda s: s.submit(new("a"), 1.0))
+    seen: list[str] = []
+    # A finish, then a start queued behind it before anything is awaited:
+    # the writer takes them together, one durable commit for both.
+    finish = ledger.enqueue(lambda s: s.get("a"), then=lambda _: seen.append("first"))
+    start = ledger.enqueue(
+        lambda s: s.mark_running_many([("a", None)], 2.0),
+        durable=True,
+        then=lambda _: seen.append("second"),
+    )
+    assert store.applied == [(1, False)]  # nothing applied before the writer runs
+    started = await ledger.result(start)
+    assert [r.status for r in started] == [RunStatus.RUNNING]
+    assert (await ledger.result(finish)) is not None
+    assert store.applied == [(1, False), (2, True)]
+    assert seen == ["first", "second"]
+
+
+async def test_enqueue_on_an_inline_ledger_applies_at_once() -> None:
+    store = RecordingStore()
+    ledger = Ledger(store, run_sync=inline)
+    pending = ledger.enqueue(lambda s: s.submit(new("a"), 1.0))
+    assert store.applied == [(1, False)]
+    record, created = await ledger.result(pending)
+    assert created
+    assert record.id == "a"

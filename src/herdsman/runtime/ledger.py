@@ -46,7 +46,9 @@ async def inline(fn: Callable[[], Any]) -> Any:
     return fn()
 
 
-class _Call(Generic[T]):
+class Queued(Generic[T]):
+    """A store call in the ledger's queue (see :meth:`Ledger.enqueue`)."""
+
     __slots__ = ("done", "durable", "operation", "result", "then")
 
     def __init__(
@@ -70,7 +72,7 @@ class Ledger:
         self.store = store
         self._run_sync = run_sync
         self._immediate = run_sync is inline
-        self._queue: list[_Call[Any]] = []
+        self._queue: list[Queued[Any]] = []
         self._work = trio.Event()
         self._closed = False
         self.batches = 0
@@ -90,19 +92,38 @@ class Ledger:
         the operation succeeded. If the caller is cancelled while waiting, the
         call still happens (it was queued), callbacks included.
         """
+        return await self.result(self.enqueue(operation, durable=durable, then=then))
+
+    def enqueue(
+        self,
+        operation: Callable[[Store], T],
+        *,
+        durable: bool = False,
+        then: Callable[[T], None] | None = None,
+    ) -> Queued[T]:
+        """Queue ``operation(store)`` now, without waiting; :meth:`result` waits.
+
+        As :meth:`call`, in two steps. Calls queued with no checkpoint between
+        them are taken by the writer together, so they commit in one
+        transaction, in queue order: all of them or none.
+        """
         if self._closed:
             raise StoreError("the run ledger is closed: the supervisor is stopping")
         if self._immediate:
             # Nothing can be queued ahead of it: the store never makes the
             # writer wait, so every earlier call has been applied already.
-            pending = _Call(operation, durable, then, None)
+            pending = Queued(operation, durable, then, None)
             self._settle([pending], self._commit([pending]))
         else:
-            done = trio.Event()
-            pending = _Call(operation, durable, then, done)
+            pending = Queued(operation, durable, then, trio.Event())
             self._queue.append(pending)
             self._work.set()
-            await done.wait()
+        return pending
+
+    async def result(self, pending: Queued[T]) -> T:
+        """Wait until ``pending`` (from :meth:`enqueue`) is committed; its result."""
+        if pending.done is not None:
+            await pending.done.wait()
         assert pending.result is not None
         return pending.result.unwrap()
 
@@ -129,11 +150,11 @@ class Ledger:
                 pending.done.set()
             self._queue = []
 
-    async def _apply(self, batch: Sequence[_Call[Any]]) -> None:
+    async def _apply(self, batch: Sequence[Queued[Any]]) -> None:
         results: list[outcome.Outcome[Any]] = await self._run_sync(partial(self._commit, batch))
         self._settle(batch, results)
 
-    def _commit(self, batch: Sequence[_Call[Any]]) -> list[outcome.Outcome[Any]]:
+    def _commit(self, batch: Sequence[Queued[Any]]) -> list[outcome.Outcome[Any]]:
         self.batches += 1
         self.calls += len(batch)
         durable = any(c.durable for c in batch)
@@ -143,7 +164,7 @@ class Ledger:
             # One exception object per caller: each re-raises it in its own task.
             return [outcome.Error(StoreError(str(exc))) for _ in batch]
 
-    def _settle(self, batch: Sequence[_Call[Any]], results: list[outcome.Outcome[Any]]) -> None:
+    def _settle(self, batch: Sequence[Queued[Any]], results: list[outcome.Outcome[Any]]) -> None:
         """Hand each call its result and run the callbacks, in queue order."""
         try:
             for pending, result in zip(batch, results, strict=True):

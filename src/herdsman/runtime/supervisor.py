@@ -57,7 +57,7 @@ from herdsman.runtime.fleet_accounts import (
 from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.git import Git, RealGit
 from herdsman.runtime.launch import build_spec, log_file
-from herdsman.runtime.ledger import Ledger, RunSync, in_worker_thread
+from herdsman.runtime.ledger import Ledger, Queued, RunSync, in_worker_thread
 from herdsman.runtime.left_agents import LeftAgents
 from herdsman.runtime.metrics import Metrics
 from herdsman.runtime.orphans import stop_orphans, stopped_note
@@ -112,9 +112,7 @@ UNRECORDED_IN_FLEET = (
     "it stays running in the ledger, its lanes held fleet-wide, until this member's"
     " lease ends; the expiry after that reports it lost"
 )
-RETRYING_IN_FLEET = (
-    "trying again until the ledger records it; its slot and lanes stay held meanwhile"
-)
+RETRYING_IN_FLEET = "trying again until the ledger records it; its lanes stay held meanwhile"
 #: The first wait before recording a finish again, then doubled up to the most.
 FINISH_RETRY_FIRST = 0.5
 FINISH_RETRY_MAX = 30.0
@@ -180,6 +178,15 @@ class LimitHit:
 
 
 @attrs.frozen
+class _QueuedStarts:
+    """Starts queued in the ledger and not yet known to be committed."""
+
+    runs: list[RunRequest]
+    now: float
+    pending: Queued[Any]
+
+
+@attrs.frozen
 class ShutdownReport:
     """How the supervisor stopped."""
 
@@ -207,6 +214,20 @@ def as_text(value: str | None) -> str | None:
 def _final(exc: StoreError) -> bool:
     """Whether a refused write can never succeed: the run's state changed, or the lease lapsed."""
     return isinstance(exc, StoreConflict | UnknownRun | LeaseExpired)
+
+
+def finish_fields(ended: ProcessOutcome | None, log_path: str) -> tuple[RunStatus, dict[str, Any]]:
+    """How a run ended, as the ledger's ``finish`` takes it: the status and the fields."""
+    if ended is None:  # the task was cancelled before an outcome existed
+        return RunStatus.CANCELLED, {"reason": "supervisor shut down", "log_path": log_path}
+    return RunStatus(ended.status.value), {
+        "exit_code": ended.exit_code,
+        "reason": as_text(ended.reason),
+        "result": as_text(ended.result),
+        "session_id": as_text(ended.session_id),
+        "excerpt": as_text(ended.excerpt),
+        "log_path": log_path,
+    }
 
 
 class Supervisor:
@@ -980,11 +1001,21 @@ class Supervisor:
         return min(ACCOUNT_RECHECK, max(0.0, min(times) - now)) if times else math.inf
 
     async def _start_what_may_start(self) -> None:
+        queued = self._queue_starts()
+        if queued is not None:
+            await self._commit_starts(queued)
+
+    def _queue_starts(self) -> _QueuedStarts | None:
+        """Take the runs that may start now and queue their start in the ledger.
+
+        Synchronous: the start joins whatever is queued in the ledger right
+        now, and commits in the same transaction (see :meth:`_record_finish`).
+        """
         now = self._wall()
         gate = self._accounts.gate(now)
         starts = self._scheduler.take_startable(gate)
         if not starts:
-            return
+            return None
         for run in starts:
             # Handles exist before the commit so a cancel arriving meanwhile
             # is not lost: RunCancel remembers a cancel made before execute.
@@ -993,22 +1024,28 @@ class Supervisor:
             # under, whatever a reload changes while its start is recorded.
             self._picks[run.id] = (gate.picks[run.id], self.config)
         items = [(run.id, gate.picks[run.id].account) for run in starts]
+        pending: Queued[Any]
+        if self._fleet is None:
+            pending = self.ledger.enqueue(
+                lambda s: s.mark_running_many(items, now), durable=True, then=self._started
+            )
+        else:
+            fleet, rules = self._fleet, self._fleet.rules(self.config)
+            pending = self.ledger.enqueue(
+                lambda _: fleet.store.claim_many(items, now, rules, clock=self._wall),
+                durable=True,
+                then=self._claimed,
+            )
+        return _QueuedStarts(starts, now, pending)
+
+    async def _commit_starts(self, queued: _QueuedStarts) -> None:
+        """Wait for queued starts to commit; without a working ledger, drain and stop."""
         # Shielded: once queued, the commit happens whatever we do, and its
         # callback must find the run nursery open to hand each run its task
         # (which, if we are being cancelled, records it as cancelled at once).
         with trio.CancelScope(shield=True):
             try:
-                if self._fleet is None:
-                    await self.ledger.call(
-                        lambda s: s.mark_running_many(items, now), durable=True, then=self._started
-                    )
-                else:
-                    fleet, rules = self._fleet, self._fleet.rules(self.config)
-                    await self.ledger.call(
-                        lambda _: fleet.store.claim_many(items, now, rules, clock=self._wall),
-                        durable=True,
-                        then=self._claimed,
-                    )
+                await self.ledger.result(queued.pending)
             except StoreError as exc:
                 # Not recorded as started, so never spawned: they are still
                 # queued in the ledger and will start after a restart. Without
@@ -1016,12 +1053,12 @@ class Supervisor:
                 log.critical(
                     "the run ledger could not record %d start(s) (%s); "
                     "stopping: no run will start until the ledger works again",
-                    len(starts),
+                    len(queued.runs),
                     exc,
                 )
-                for run in starts:
+                for run in queued.runs:
                     self._scheduler.finish(run.id)
-                    self._accounts.finish(run.id, now, spawned=False)
+                    self._accounts.finish(run.id, queued.now, spawned=False)
                     self._picks.pop(run.id, None)
                     del self._handles[run.id]
                 if not self._handles:
@@ -1206,9 +1243,12 @@ class Supervisor:
             ended = not_started(Outcome.FAILED, f"could not start {record.provider}: {exc}")
         finally:
             self._preparing.pop(record.id, None)
+            # A task cancelled from outside belongs to a supervisor going
+            # down: it records its run's end, and starts nothing after it.
+            going_down = trio.current_effective_deadline() == -math.inf
             # Shielded: a forced shutdown must still record how the run ended.
             with trio.CancelScope(shield=True):
-                await self._record_finish(record, ended)
+                await self._record_finish(record, ended, may_start=not going_down)
 
     async def _spec_for(self, record: RunRecord, pick: Pick | None, config: Config) -> ProcessSpec:
         provider = config.providers.get(record.provider)
@@ -1264,22 +1304,10 @@ class Supervisor:
             repos_dir=repos_dir,
         )
 
-    async def _record_finish(self, record: RunRecord, ended: ProcessOutcome | None) -> None:
-        log_path = log_file(self.config.supervisor.state_dir, record.id)
-        if ended is None:  # the task was cancelled before an outcome existed
-            status = RunStatus.CANCELLED
-            fields: dict[str, Any] = {"reason": "supervisor shut down", "log_path": log_path}
-        else:
-            status = RunStatus(ended.status.value)
-            fields = {
-                "exit_code": ended.exit_code,
-                "reason": as_text(ended.reason),
-                "result": as_text(ended.result),
-                "session_id": as_text(ended.session_id),
-                "excerpt": as_text(ended.excerpt),
-                "log_path": log_path,
-            }
-        exit_code = fields.get("exit_code")
+    async def _record_finish(
+        self, record: RunRecord, ended: ProcessOutcome | None, *, may_start: bool
+    ) -> None:
+        status, fields = finish_fields(ended, log_file(self.config.supervisor.state_dir, record.id))
         session_id = fields.get("session_id")
         now = self._wall()
         conversation = record.conversation
@@ -1297,6 +1325,18 @@ class Supervisor:
             and not cancelled
         )
         spawned = ended is not None and ended.exit_code is not None
+        # The usual end (no usage limit to act on) frees the slot, the lanes
+        # and the account now, before the finish commits, and queues the
+        # starts that frees right behind it: both commit in one transaction,
+        # so the ledger never shows the next run on a lane running while this
+        # one is not recorded as finished (docs/store.md, "Finish and next
+        # start in one commit"). A usage limit first rests the account, once
+        # the finish is recorded, and only then lets the dispatcher look.
+        early = hit is None
+        if early:
+            self._free(record.id, spawned=spawned)
+            if session_id and conversation is not None:
+                self._stick(record, conversation)
 
         def finish(store: Store) -> RunRecord:
             final = store.finish(record.id, status, now, **fields)
@@ -1319,35 +1359,30 @@ class Supervisor:
             # The slot and lanes first: nothing below may keep them held.
             if requeue:
                 self._requeue(final)
+            elif early:
+                self._let_go(record.id)
             else:
                 self._release(record.id, spawned=spawned)
             if hit is not None:
                 self._rest(hit, record.id)
-            if session_id and conversation is not None:
-                # The conversation sticks to where its session now lives.
-                key = sticky_key(record.workspace, conversation)
-                self._accounts.remember(record.provider, key, record.account)
-            self._emit(
-                "finish",
-                run_id=record.id,
-                outcome=status.value,
-                exit_code=exit_code,
-                **({"requeued": True} if requeue else {}),
-            )
-            if not requeue:  # a re-queued run has not finished
-                self.metrics.finished.labels(record.provider, status.value).inc()
-            if final.started_at is not None and final.finished_at is not None:
-                duration = final.finished_at - final.started_at
-                self.metrics.run_duration.labels(record.provider).observe(max(0.0, duration))
-            if final.callback_url and final.is_terminal and self._callbacks is not None:
-                self._callbacks.start_soon(deliver_callback, final, name=f"callback {record.id}")
+            if session_id and conversation is not None and not early:
+                self._stick(record, conversation)
+            self._report_finish(final, status, fields.get("exit_code"), requeue=requeue)
 
+        starts: _QueuedStarts | None = None
+        unrecorded: StoreError | None = None
         try:
-            await self.ledger.call(finish, then=finished)
+            pending = self.ledger.enqueue(finish, then=finished)
+            if early and may_start and self._admitting:
+                starts = self._queue_starts()  # nothing awaited since the enqueue
+            await self.ledger.result(pending)
         except StoreError as exc:
-            await self._unrecorded_finish(
-                record.id, status, exc, partial(self.ledger.call, finish, then=finished)
-            )
+            unrecorded = exc
+        if starts is not None:
+            await self._commit_starts(starts)
+        if unrecorded is not None:
+            again = partial(self.ledger.call, finish, then=finished)
+            await self._unrecorded_finish(record.id, status, unrecorded, again, early=early)
 
     async def _unrecorded_finish(
         self,
@@ -1355,8 +1390,16 @@ class Supervisor:
         status: RunStatus,
         exc: StoreError,
         record_again: Callable[[], Awaitable[object]],
+        *,
+        early: bool,
     ) -> None:
-        """The ledger refused a finish: a fleet member tries again; else free the run's slot."""
+        """The ledger refused a finish: a fleet member tries again; else let the run go.
+
+        ``early``: the run's slot and lanes were freed here before its finish
+        was queued (see :meth:`_record_finish`); the ledger holds its lanes
+        all the same until the finish is recorded, so a run behind it on one
+        of them is refused its claim, and parked, meanwhile.
+        """
         if self._fleet is not None and not _final(exc):
             log.error(
                 "could not record how run %s ended (%s): %s; %s",
@@ -1377,14 +1420,17 @@ class Supervisor:
         # The slot and the lanes are freed all the same; the ledger keeps
         # the run as running until it is reported lost, which is true:
         # its outcome was not recorded.
-        self._release(run_id)
+        if early:
+            self._let_go(run_id)
+        else:
+            self._release(run_id)
 
     async def _retry_finish(self, run_id: str, record: Callable[[], Awaitable[object]]) -> bool:
         """Record a fleet member's finish again and again until the ledger takes it.
 
-        Meanwhile the run keeps its slot and lanes here, as it keeps them in
-        the ledger: a finish left unrecorded would hold its lanes fleet-wide
-        for as long as this member's lease is renewed. Returns whether it was
+        Meanwhile the ledger holds the run's lanes fleet-wide (and, after a
+        usage limit, this member its slot): a finish left unrecorded would
+        hold them for as long as this member's lease is renewed. Returns whether it was
         recorded; ``False`` once the ledger can never take it (the run was
         declared lost, the lease lapsed) or a forced stop gives up on it.
         """
@@ -1409,6 +1455,25 @@ class Supervisor:
             finally:
                 del self._finish_retries[run_id]
         return False
+
+    def _report_finish(
+        self, final: RunRecord, status: RunStatus, exit_code: int | None, *, requeue: bool
+    ) -> None:
+        """Trace and count a finish just recorded; deliver its completion callback."""
+        self._emit(
+            "finish",
+            run_id=final.id,
+            outcome=status.value,
+            exit_code=exit_code,
+            **({"requeued": True} if requeue else {}),
+        )
+        if not requeue:  # a re-queued run has not finished
+            self.metrics.finished.labels(final.provider, status.value).inc()
+        if final.started_at is not None and final.finished_at is not None:
+            duration = final.finished_at - final.started_at
+            self.metrics.run_duration.labels(final.provider).observe(max(0.0, duration))
+        if final.callback_url and final.is_terminal and self._callbacks is not None:
+            self._callbacks.start_soon(deliver_callback, final, name=f"callback {final.id}")
 
     def _limit_hit(
         self, record: RunRecord, ended: ProcessOutcome | None, status: RunStatus, now: float
@@ -1442,13 +1507,22 @@ class Supervisor:
         )
 
     def _release(self, run_id: str, *, spawned: bool = True) -> None:
-        """A run's process is over: free its slot, lanes and account, wake whoever waits.
+        """A run's process is over: free its slot, lanes and account, wake whoever waits."""
+        self._free(run_id, spawned=spawned)
+        self._let_go(run_id)
+
+    def _free(self, run_id: str, *, spawned: bool) -> None:
+        """Give the run's slot, lanes and account back to the cores.
 
         A run that never got a process gives its account's budget back.
         """
         self._scheduler.finish(run_id)
         self._accounts.finish(run_id, self._wall(), spawned=spawned)
-        self._let_go(run_id)
+
+    def _stick(self, record: RunRecord, conversation: str) -> None:
+        """The conversation sticks to the account where its session now lives."""
+        key = sticky_key(record.workspace, conversation)
+        self._accounts.remember(record.provider, key, record.account)
 
     def _requeue(self, record: RunRecord) -> None:
         """A usage-limited run goes back to its place at the head of its lanes."""

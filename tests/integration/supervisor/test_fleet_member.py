@@ -579,7 +579,7 @@ async def test_a_finish_the_ledger_refuses_is_recorded_again_its_lanes_held_mean
         assert answer.status_code == 201, answer.text
     assert await unrecorded_finish(caplog, "r1") == (
         "could not record how run r1 ended (succeeded): the server went away; trying again"
-        " until the ledger records it; its slot and lanes stay held meanwhile"
+        " until the ledger records it; its lanes stay held meanwhile"
     )
     # While r1's finish is retried, its conversation's next run waits.
     r2 = other.get("r2")
