@@ -810,11 +810,15 @@ def _left_queue(cur: Cursor, run_ids: Sequence[str]) -> list[str]:
     """Which of ``run_ids`` are not queued (or unknown), in their order: one statement."""
     if not run_ids:
         return []
-    # One array parameter however many ids: an anti-join on the primary key.
+    # One array parameter, however many ids, and only the ids that left come
+    # back. A probe per id on the unique index of id (COLLATE "C", the
+    # column's, lets it be used), as a subplan the planner cannot turn into
+    # a join: a join planned on the statistics of a queue just filled
+    # compared every id with every queued run (45 ms for 1,000 ids).
     rows = cur.execute(
         "SELECT given.id FROM unnest(?::text[]) WITH ORDINALITY AS given(id, n)"
-        " WHERE NOT EXISTS (SELECT 1 FROM runs WHERE runs.id = given.id AND runs.status = ?)"
-        " ORDER BY given.n",
+        ' WHERE (SELECT status FROM runs WHERE runs.id = given.id COLLATE "C")'
+        " IS DISTINCT FROM ? ORDER BY given.n",
         (list(run_ids), RunStatus.QUEUED.value),
     ).fetchall()
     return [str(row[0]) for row in rows]
