@@ -21,12 +21,9 @@ from __future__ import annotations
 
 import argparse
 import time
-import uuid
 from functools import partial
 
-import psycopg
-
-from fleet import with_schema
+from fleet import scratch_schema
 from herdsman.core import RunRequest, Scheduler
 from herdsman.core.scheduler import Limits
 from herdsman.runtime.store import NewRun, Store
@@ -41,12 +38,9 @@ def mean_ms(samples: list[float]) -> float:
     return 1000 * sum(samples) / len(samples)
 
 
-def measure(url: str, runs: int, repeat: int) -> None:
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        scoped = with_schema(url, schema)
+def measure(url: str, runs: int, repeat: int) -> str:
+    """One line of figures for ``runs`` runs queued locally."""
+    with scratch_schema(url) as scoped:
         other = FleetStore(scoped, member_id="other", host="bench", pid=1, lease=3600)
         member = FleetStore(scoped, member_id="member", host="bench", pid=2, lease=3600)
         try:
@@ -54,9 +48,8 @@ def measure(url: str, runs: int, repeat: int) -> None:
             for first in range(0, runs, 500):  # one transaction per 500
                 other.apply([partial(submit, run_id) for run_id in ids[first : first + 500]])
             gone = ids[:: max(1, runs // (runs // 100 or 1))][: runs // 100 or 1]
-            assert len(other.claim_many([(run_id, None) for run_id in gone], 2.0).claimed) == len(
-                gone
-            )
+            claimed = other.claim_many([(run_id, None) for run_id in gone], 2.0).claimed
+            assert len(claimed) == len(gone)
             cursor = member.poll(0).cursor
             scheduler = Scheduler(Limits({"claude": 0}))
             for n, run_id in enumerate(ids):
@@ -73,30 +66,23 @@ def measure(url: str, runs: int, repeat: int) -> None:
                 polled = member.poll(cursor, held)
                 full.append(time.perf_counter() - began)
                 assert polled.left == gone, polled.left[:5]
-            print(
-                f"{runs:>7} runs queued locally, {len(gone)} left: poll {mean_ms(bare):7.2f} ms"
-                f" without the ids, {mean_ms(full):7.2f} ms with them"
-                f" (+{mean_ms(full) - mean_ms(bare):.2f} ms);"
-                f" reading the ids from the scheduler {mean_ms(local):6.2f} ms"
-            )
         finally:
             other.close()
             member.close()
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    return (
+        f"{runs:>7} runs queued locally, {len(gone)} left: poll {mean_ms(bare):7.2f} ms"
+        f" without the ids, {mean_ms(full):7.2f} ms with them"
+        f" (+{mean_ms(full) - mean_ms(bare):.2f} ms);"
+        f" reading the ids from the scheduler {mean_ms(local):6.2f} ms"
+    )
 
 
-def main() -> None:
+if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store-url", required=True)
     parser.add_argument("--runs", default="1000,10000", help="runs queued locally, per size")
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
     print(f"means of {args.repeat} repetitions")
-    for runs in (int(n) for n in args.runs.split(",")):
-        measure(args.store_url, runs, args.repeat)
-
-
-if __name__ == "__main__":
-    main()
+    for size in args.runs.split(","):
+        print(measure(args.store_url, int(size), args.repeat))

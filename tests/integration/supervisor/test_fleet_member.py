@@ -71,10 +71,11 @@ def fleet_config(
     poll: str = "1s",
     more: str = "",
     delay: float = 0.1,
+    concurrency: int = 2,
 ) -> Path:
     fleet = f'[fleet]\nenabled = true\nlease = "{lease}"\npoll = "{poll}"\n{more}'
     return write_config(
-        directory, concurrency=2, delay=delay, extra=f'[store]\nurl = "{url}"\n{fleet}'
+        directory, concurrency=concurrency, delay=delay, extra=f'[store]\nurl = "{url}"\n{fleet}'
     )
 
 
@@ -644,6 +645,18 @@ async def test_a_finish_the_ledger_keeps_refusing_is_given_up_at_a_forced_stop(
 # -- races with other members: cancels, runs that leave the queue elsewhere --------
 
 
+async def late_parked_by_the_cap(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> Running:
+    """A supervisor with run "late" parked: "early" on ``other`` fills a fleet-wide cap of 1."""
+    run_elsewhere(other, "early", "c1")
+    more = "provider_caps = { demo = 1 }\n"
+    running = await start(fleet_config(tmp_path, member_url, lease="30s", more=more))
+    other.submit(NewRun(id="late", provider="demo", prompt="p", conversation="c2"), 3.0)
+    await wait_parked(fleet_of(running), "late")
+    return running
+
+
 async def claim_held_back(
     running: Running, postgres_url: str, lock: int
 ) -> psycopg.Connection[Any]:
@@ -666,11 +679,7 @@ async def test_a_cancel_whose_claim_here_finds_the_run_claimed_elsewhere_asks_it
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(app, "CANCEL_WAIT", 1.0)
-    run_elsewhere(other, "early", "c1")  # fills the fleet-wide cap of one demo run
-    more = "provider_caps = { demo = 1 }\n"
-    running = await start(fleet_config(tmp_path, member_url, lease="30s", more=more))
-    other.submit(NewRun(id="late", provider="demo", prompt="p", conversation="c2"), 3.0)
-    await wait_parked(fleet_of(running), "late")  # refused here: the fleet-wide cap
+    running = await late_parked_by_the_cap(start, tmp_path, member_url, other)
     # The other member (no cap of its own) claims it: it runs there now.
     assert [r.id for r in other.claim_many([("late", None)], 4.0).claimed] == ["late"]
     assert other._fleet_lock is not None
@@ -704,11 +713,7 @@ async def test_a_cancel_whose_refused_claim_meets_a_claim_elsewhere_asks_its_hol
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(app, "CANCEL_WAIT", 1.0)
-    run_elsewhere(other, "early", "c1")
-    more = "provider_caps = { demo = 1 }\n"
-    running = await start(fleet_config(tmp_path, member_url, lease="30s", more=more))
-    other.submit(NewRun(id="late", provider="demo", prompt="p", conversation="c2"), 3.0)
-    await wait_parked(fleet_of(running), "late")
+    running = await late_parked_by_the_cap(start, tmp_path, member_url, other)
     assert other._fleet_lock is not None
     conn = await claim_held_back(running, postgres_url, other._fleet_lock)
     claimed: list[list[RunRecord]] = []
@@ -747,11 +752,7 @@ async def test_a_cancel_whose_refused_claim_meets_a_claim_elsewhere_asks_its_hol
 async def test_a_run_cancelled_elsewhere_leaves_this_member_s_queue_at_its_next_poll(
     start: Start, tmp_path: Path, member_url: str, other: FleetStore
 ) -> None:
-    fleet = '[fleet]\nenabled = true\nlease = "30s"\npoll = "1s"\n'
-    config = write_config(
-        tmp_path, concurrency=1, delay=60, extra=f'[store]\nurl = "{member_url}"\n{fleet}'
-    )
-    running = await start(config)
+    running = await start(fleet_config(tmp_path, member_url, lease="30s", delay=60, concurrency=1))
     supervisor = running.supervisor
 
     async def submit(run_id: str, conversation: str, on_busy: str = "queue") -> str:
@@ -806,11 +807,7 @@ async def test_a_run_of_a_provider_this_member_lacks_leaves_its_queue_once_run_e
 async def test_a_run_pruned_after_it_was_cancelled_elsewhere_does_not_stop_this_member(
     start: Start, tmp_path: Path, member_url: str, other: FleetStore
 ) -> None:
-    fleet = '[fleet]\nenabled = true\nlease = "30s"\npoll = "1s"\n'
-    config = write_config(
-        tmp_path, concurrency=1, delay=3, extra=f'[store]\nurl = "{member_url}"\n{fleet}'
-    )
-    running = await start(config)
+    running = await start(fleet_config(tmp_path, member_url, lease="30s", delay=3, concurrency=1))
     supervisor = running.supervisor
     for run_id, conversation in (("long", "c0"), ("x", "c1")):
         body = {"id": run_id, "provider": "demo", "prompt": "x", "conversation": conversation}
