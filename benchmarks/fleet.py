@@ -29,6 +29,8 @@ import random
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from multiprocessing.synchronize import Barrier
 
 import psycopg
@@ -44,6 +46,19 @@ RULES = ClaimRules(agent_exclusive=True)
 def with_schema(url: str, schema: str) -> str:
     separator = "&" if "?" in url else "?"
     return f"{url}{separator}options=-csearch_path%3D{schema}"
+
+
+@contextmanager
+def scratch_schema(url: str) -> Iterator[str]:
+    """A fresh schema for one measurement, dropped after: the URL that uses it."""
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield with_schema(url, schema)
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def fill(url: str, runs: int) -> None:

@@ -19,6 +19,10 @@ scheduler proposes and the ledger decides (docs/fleet.md):
 * **Runs re-queued elsewhere** (a usage limit) come back through the poll,
   and enter the local scheduler in their place by ``seq``, the fleet's
   submission order, ahead of runs submitted after them.
+* **Runs that left the queue elsewhere** (claimed by another member,
+  cancelled, ended, pruned) while queued here: each poll passes the ids
+  queued locally and learns which the ledger no longer has queued, and the
+  supervisor withdraws them, as it does a run whose claim found it gone.
 * **Cancels asked through another member** of a run held here arrive with
   the poll, and are carried out as a local cancel is.
 * **The lease**, renewed about three times per lease, with the lapsed
@@ -29,7 +33,7 @@ scheduler proposes and the ledger decides (docs/fleet.md):
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -82,13 +86,16 @@ class FleetMember:
 
     # -- the queue -----------------------------------------------------------
 
-    def read_new(self, store: Store) -> Poll:
+    def read_new(self, queued: Sequence[str], store: Store) -> Poll:
         """Ledger operation: queued runs after the cursor (new or re-queued), cancels asked.
 
-        The cursor moves in :meth:`take_new`, once the read has committed.
+        ``queued``: the runs the local scheduler holds queued, read in the
+        trio thread before the call; the poll says which of them have left
+        the ledger's queue (:attr:`Poll.left`). The cursor moves in
+        :meth:`take_new`, once the read has committed.
         """
         del store  # the ledger hands over the store it was given: self.store
-        return self.store.poll(self.cursor)
+        return self.store.poll(self.cursor, queued)
 
     def take_new(self, poll: Poll) -> list[RunRecord]:
         """Move the cursor past what ``poll`` read; return its runs (in ``seq`` order)."""

@@ -216,6 +216,15 @@ def _final(exc: StoreError) -> bool:
     return isinstance(exc, StoreConflict | UnknownRun | LeaseExpired)
 
 
+def _limit_note(record: RunRecord, hit: LimitHit, again: RunRecord) -> str:
+    """The note of an attempt stopped at a usage limit, re-queued (``again``) or cancelled."""
+    done = "re-queued" if again.status is RunStatus.QUEUED else "cancelled as asked"
+    return (
+        f"attempt {record.attempts} stopped at the usage limit of {hit.label}"
+        f" ({hit.message}); {done}"
+    )
+
+
 def finish_fields(ended: ProcessOutcome | None, log_path: str) -> tuple[RunStatus, dict[str, Any]]:
     """How a run ended, as the ledger's ``finish`` takes it: the status and the fields."""
     if ended is None:  # the task was cancelled before an outcome existed
@@ -683,10 +692,12 @@ class Supervisor:
         try:
             return await self._cancel_recorded(run_id, reason, withdrawn)
         except StoreConflict:
-            if self._fleet is None or withdrawn is not CancelOutcome.REMOVED:
+            if self._fleet is None:
                 raise
-            # Claimed by another member since this one polled it (or ended):
-            # the ledger is the truth, and asks its holder to cancel it.
+            # Withdrawn here (at once, or after a claim of it came back) but
+            # not queued in the ledger: claimed by another member since this
+            # one polled it, or ended. The ledger is the truth, and asks its
+            # holder to cancel it; a race is never the user's error.
             return await self._cancel_elsewhere(run_id, reason)
         except StoreError:
             if withdrawn is CancelOutcome.REMOVED and request is not None:
@@ -728,6 +739,14 @@ class Supervisor:
                 return record
             else:
                 now_record = await self.get(run_id)
+                if (
+                    self._fleet is not None
+                    and now_record is not None
+                    and not now_record.is_terminal
+                ):
+                    # Its claim here found it gone: another member claimed
+                    # it (or it was queued again). Ask the ledger there.
+                    return await self._cancel_elsewhere(run_id, reason)
                 ended = now_record.status.value if now_record is not None else "unknown"
                 raise RunConflict(f"run {run_id} already ended as {ended}")
         if withdrawn is CancelOutcome.UNKNOWN:
@@ -1110,8 +1129,10 @@ class Supervisor:
             then=partial(self._take_fleet_accounts, now=now),
         )
         held: list[RunRecord] = []
+        queued = [run.id for run in self._scheduler.queued_runs()]
         await self.ledger.call(
-            self._fleet.read_new, then=lambda records: held.extend(self._take_fleet_runs(records))
+            partial(self._fleet.read_new, queued),
+            then=lambda records: held.extend(self._take_fleet_runs(records)),
         )
         if held:
             await self._take_after_removals(held)
@@ -1142,6 +1163,7 @@ class Supervisor:
         starts removing more of them.
         """
         assert self._fleet is not None
+        self._withdraw_left(poll.left)
         for run_id in self._fleet.take_parked():
             self._scheduler.requeue(run_id)
         records = self._fleet.take_new(poll)
@@ -1169,9 +1191,27 @@ class Supervisor:
         self._wake()
         return held
 
+    def _withdraw_left(self, left: list[str]) -> None:
+        """Withdraw runs queued here that left the ledger's queue (taken, ended elsewhere).
+
+        As a claim found ``gone`` does: nothing of them is traced or recorded
+        here. Only runs still queued here: one taken for a start since the
+        poll's ids were read is settled by its claim.
+        """
+        for run_id in left:
+            if self._scheduler.state_of(run_id) is RunState.QUEUED:
+                self._scheduler.cancel(run_id)
+                self._submitted_at.pop(run_id, None)
+                self._notify(run_id)
+
     async def _take_after_removals(self, held: list[RunRecord]) -> None:
-        """Queue runs held back by :meth:`_take_fleet_runs` once the removals are done."""
+        """Queue runs held back by :meth:`_take_fleet_runs` once the removals are done.
+
+        Their records are as the poll read them, maybe long ago: the ledger
+        is asked again which are still queued, and only those are queued.
+        """
         assert self._worktrees is not None
+        assert self._fleet is not None
         try:
             for record in held:
                 if record.conversation is not None:
@@ -1179,8 +1219,16 @@ class Supervisor:
         finally:
             self._pending_keys.subtract(_conversation_keys(held))
             self._pending_keys = +self._pending_keys  # drop zero counts
+        store, ids = self._fleet.store, [record.id for record in held]
+        try:
+            left = set(await self.ledger.call(lambda _: store.left_queue(ids)))
+        except StoreError as exc:
+            # Queued as read: the next poll withdraws those that have left.
+            log.error("could not read again which polled runs are still queued: %s", exc)
+            left = set()
         for record in held:
-            self._queue_polled(record)
+            if record.id not in left:
+                self._queue_polled(record)
         self._wake()
 
     def _queue_polled(self, record: RunRecord) -> None:
@@ -1343,11 +1391,10 @@ class Supervisor:
             if hit is not None:
                 store.set_account_limit(hit.provider, hit.account, hit.until, hit.message)
                 if requeue:
-                    store.requeue(record.id)
+                    # A fleet's ledger cancels it instead if a cancel was
+                    # asked through another member meanwhile.
                     final = store.add_note(
-                        record.id,
-                        f"attempt {record.attempts} stopped at the usage limit of {hit.label}"
-                        f" ({hit.message}); re-queued",
+                        record.id, _limit_note(record, hit, store.requeue(record.id))
                     )
             if session_id and conversation is not None:
                 store.set_conversation_session(
@@ -1356,8 +1403,10 @@ class Supervisor:
             return final
 
         def finished(final: RunRecord) -> None:
+            # What the ledger did, not what was asked: it may have cancelled it.
+            requeued = requeue and final.status is RunStatus.QUEUED
             # The slot and lanes first: nothing below may keep them held.
-            if requeue:
+            if requeued:
                 self._requeue(final)
             elif early:
                 self._let_go(record.id)
@@ -1367,7 +1416,12 @@ class Supervisor:
                 self._rest(hit, record.id)
             if session_id and conversation is not None and not early:
                 self._stick(record, conversation)
-            self._report_finish(final, status, fields.get("exit_code"), requeue=requeue)
+            self._report_finish(
+                final,
+                status if requeued else final.status,
+                fields.get("exit_code"),
+                requeue=requeued,
+            )
 
         starts: _QueuedStarts | None = None
         unrecorded: StoreError | None = None

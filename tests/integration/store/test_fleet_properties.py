@@ -1,9 +1,10 @@
 """The fleet claim rules under interleavings and races, against a real server.
 
 Several FleetStores on one schema act as the members of a fleet. One test
-interleaves submits, claims, finishes, cancels and lapsed members drawn by
-hypothesis, and compares every claim's decision with a plain model of the
-rules (docs/scheduling.md, fleet-wide); the other races members' claims in
+interleaves submits, claims, finishes, cancels, prunes, polls and lapsed
+members drawn by hypothesis, and compares every claim's decision with a
+plain model of the rules (docs/scheduling.md, fleet-wide) and every
+member's polled view of the queue with the ledger's queue; the other races members' claims in
 threads and checks the ledger after: no run claimed twice, no two running
 runs sharing a key, FIFO per key, caps.
 """
@@ -65,7 +66,9 @@ class Model:
     holder: dict[str, int] = attrs.field(factory=dict)
 
     def expected(self, run_id: str) -> Refusal | None:
-        run = self.runs[run_id]
+        run = self.runs.get(run_id)
+        if run is None:  # pruned: nothing to start
+            return Refusal.GONE
         if run.status is not RunStatus.QUEUED:
             return Refusal.GONE
         mine = set(keys(run))
@@ -115,8 +118,22 @@ claim_op = st.tuples(
 finish_op = st.tuples(st.just("finish"), st.integers(0, 3), st.integers(0, 30), st.booleans())
 cancel_op = st.tuples(st.just("cancel"), st.integers(0, 30))
 lapse_op = st.tuples(st.just("lapse"), st.integers(0, 3))
+poll_op = st.tuples(st.just("poll"), st.integers(0, 3))
+prune_op = st.tuples(st.just("prune"))
 operations = st.lists(
-    st.one_of(submit_op, submit_op, skip_op, claim_op, claim_op, finish_op, cancel_op, lapse_op),
+    st.one_of(
+        submit_op,
+        submit_op,
+        skip_op,
+        claim_op,
+        claim_op,
+        finish_op,
+        cancel_op,
+        lapse_op,
+        poll_op,
+        poll_op,
+        prune_op,
+    ),
     min_size=5,
     max_size=40,
 )
@@ -131,6 +148,8 @@ class Harness:
     order: list[str] = attrs.field(factory=list)  # run ids in submission order
     lapsed: set[int] = attrs.field(factory=set)
     now: float = T0
+    # Each member's view of the queue: its poll cursor and the runs it holds queued.
+    views: dict[int, tuple[int, list[str]]] = attrs.field(factory=dict)
 
     @property
     def live(self) -> list[int]:
@@ -138,6 +157,11 @@ class Harness:
 
     def pick(self, index: int) -> str:
         return self.order[index % len(self.order)]
+
+    @property
+    def kept(self) -> list[str]:
+        """Runs still in the ledger (not pruned), in submission order."""
+        return [run_id for run_id in self.order if run_id in self.model.runs]
 
     def submit(self, conversation: str | None, agent: str | None, provider: str) -> None:
         run_id = f"r{len(self.order)}"
@@ -199,8 +223,8 @@ class Harness:
                 self.model.holder[run_id] = n
 
     def finish(self, who: int, pick: int, any_run: bool) -> None:
-        running = [i for i in self.order if self.model.runs[i].status is RunStatus.RUNNING]
-        choices = self.order if any_run else running
+        running = [i for i in self.kept if self.model.runs[i].status is RunStatus.RUNNING]
+        choices = self.kept if any_run else running
         if not choices:
             return
         n, run_id = who % len(self.stores), choices[pick % len(choices)]
@@ -215,9 +239,9 @@ class Harness:
             self.set_status(run_id, RunStatus.SUCCEEDED)
 
     def cancel(self, pick: int) -> None:
-        if not self.order:
+        if not self.kept:
             return
-        run_id = self.pick(pick)
+        run_id = self.kept[pick % len(self.kept)]
         queued = self.model.runs[run_id].status is RunStatus.QUEUED
         try:
             self.stores[self.live[0]].cancel_queued(run_id, self.now, "test")
@@ -243,6 +267,27 @@ class Harness:
         for record in lost:
             assert record.reason == f"supervisor m{n}:{n} lease expired"
             self.set_status(record.id, RunStatus.LOST)
+
+    def poll(self, who: int) -> None:
+        """A member's poll: its view of the queue becomes exactly the ledger's queue."""
+        n = who % len(self.stores)
+        cursor, queued = self.views.get(n, (0, []))
+        polled = self.stores[n].poll(cursor, queued)
+        assert polled.left == [i for i in queued if i in set(polled.left)]  # in the order given
+        left = set(polled.left)
+        view = [i for i in queued if i not in left]
+        view += [r.id for r in polled.runs if r.id not in view]
+        self.views[n] = (polled.cursor, view)
+        in_ledger = {i for i, r in self.model.runs.items() if r.status is RunStatus.QUEUED}
+        assert set(view) == in_ledger, (view, in_ledger)
+        assert len(view) == len(set(view))
+
+    def prune(self) -> None:
+        """Every ended run goes (all ended before now): a claim of one finds it gone."""
+        self.stores[self.live[0]].prune(self.now + 0.5)
+        for run_id, record in list(self.model.runs.items()):
+            if record.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
+                del self.model.runs[run_id]
 
     def set_status(self, run_id: str, status: RunStatus) -> None:
         self.model.runs[run_id] = attrs.evolve(self.model.runs[run_id], status=status)

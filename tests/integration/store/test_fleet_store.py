@@ -557,16 +557,52 @@ def test_a_cancel_asked_of_a_member_whose_lease_lapses_is_moot(postgres_url: str
         assert a.poll(0).cancels == []
 
 
-def test_a_run_cancelled_while_it_was_being_requeued_is_cancelled_by_its_next_claim(
+def test_a_requeue_that_meets_a_cancel_request_records_the_run_cancelled(
     postgres_url: str,
 ) -> None:
-    """The holder re-queues it (a usage limit) just as a cancel is asked: the request stands."""
+    """The holder re-queues it (a usage limit) just as a cancel is asked: it ends cancelled."""
+    with fleet(postgres_url, "a", "b") as (a, b):
+        a.submit(run("r1", "c1"), T0)
+        a.submit(run("r2", "c1"), T0)
+        cursor = b.poll(0).cursor
+        a.claim_many([("r1", "acct")], T0 + 1)
+        b.request_cancel("r1", T0 + 2, "stop it")
+        a.finish("r1", RunStatus.USAGE_LIMITED, T0 + 3, exit_code=1, reason="limit")
+        record = a.requeue("r1")
+        # Cancelled, not queued: no member could offer it while its account
+        # rests, and it would hold its conversation fleet-wide meanwhile.
+        assert (record.status, record.reason, record.finished_at, record.exit_code) == (
+            RunStatus.CANCELLED,
+            "stop it",
+            T0 + 3,
+            1,
+        )
+        stored = b.get("r1")
+        assert stored == record
+        assert b.poll(cursor).runs == []  # not polled again as re-queued
+        # Its lane is free: the run behind it is claimed.
+        assert [r.id for r in b.claim_many([("r2", None)], T0 + 4).claimed] == ["r2"]
+
+
+def test_a_requeue_without_a_cancel_request_queues_the_run_again(postgres_url: str) -> None:
+    with fleet(postgres_url, "a") as (a,):
+        a.submit(run("r1", "c1"), T0)
+        a.claim_many([("r1", "acct")], T0 + 1)
+        a.finish("r1", RunStatus.USAGE_LIMITED, T0 + 3, reason="limit")
+        record = a.requeue("r1")
+        assert (record.status, record.reason, record.attempts) == (RunStatus.QUEUED, None, 1)
+
+
+def test_a_queued_run_left_with_a_cancel_request_is_cancelled_by_its_next_claim(
+    postgres_url: str,
+) -> None:
+    """A request on a queued run, as a member of an earlier herdsman re-queued it, still holds."""
     with fleet(postgres_url, "a", "b") as (a, b):
         a.submit(run("r1", "c1"), T0)
         a.claim_many([("r1", None)], T0 + 1)
         b.request_cancel("r1", T0 + 2, "stop it")
         a.finish("r1", RunStatus.USAGE_LIMITED, T0 + 3, reason="limit")
-        a.requeue("r1")
+        PostgresStore.requeue(a, "r1")  # the plain re-queue, which ignored the request
         result = b.claim_many([("r1", None)], T0 + 4)
         assert result.refused == [("r1", Refusal.GONE)]
         record = b.get("r1")
@@ -576,6 +612,36 @@ def test_a_run_cancelled_while_it_was_being_requeued_is_cancelled_by_its_next_cl
             "stop it",
             T0 + 4,
         )
+
+
+def test_a_claim_refuses_a_run_the_ledger_does_not_hold_as_gone(postgres_url: str) -> None:
+    """A run pruned after it ended elsewhere, still queued in a member's scheduler."""
+    with fleet(postgres_url, "a", "b") as (a, b):
+        a.submit(run("r1", "c1"), T0)
+        a.submit(run("r2", "c2"), T0)
+        b.cancel_queued("r1", T0 + 1, "no")
+        assert b.prune(T0 + 2) == 1
+        result = a.claim_many([("r1", None), ("never", None), ("r2", None)], T0 + 3)
+        assert result.refused == [("r1", Refusal.GONE), ("never", Refusal.GONE)]
+        assert [r.id for r in result.claimed] == ["r2"]
+
+
+def test_a_poll_says_which_runs_held_queued_have_left_the_queue(postgres_url: str) -> None:
+    with fleet(postgres_url, "a", "b") as (a, b):
+        for n in range(6):
+            a.submit(run(f"r{n}", f"c{n}"), T0)
+        b.claim_many([("r0", None)], T0 + 1)  # claimed by another member
+        b.request_cancel("r1", T0 + 1, "no")  # cancelled
+        b.claim_many([("r2", None)], T0 + 1)  # claimed and ended
+        b.finish("r2", RunStatus.SUCCEEDED, T0 + 2, exit_code=0)
+        b.cancel_queued("r3", T0 + 1, "no")
+        b.prune(T0 + 1.5)  # r1 and r3 are gone from the ledger; r2 ended after
+        held = ["r5", "r3", "r0", "unknown", "r4", "r1", "r2"]
+        polled = a.poll(0, held)
+        assert polled.left == ["r3", "r0", "unknown", "r1", "r2"]  # in the order given
+        assert [r.id for r in polled.runs] == ["r4", "r5"]
+        assert a.left_queue(held) == polled.left
+        assert a.poll(polled.cursor).left == []  # nothing held, nothing left
 
 
 def test_a_run_requeued_by_one_member_is_polled_again_by_every_member(postgres_url: str) -> None:

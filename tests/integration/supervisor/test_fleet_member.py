@@ -29,6 +29,7 @@ from supervisor_support import (
     unrecorded_finish,
     write_config,
 )
+from test_accounts import limit, provider_block
 
 from herdsman import runtime_cli
 from herdsman.config import load_config_text
@@ -70,10 +71,11 @@ def fleet_config(
     poll: str = "1s",
     more: str = "",
     delay: float = 0.1,
+    concurrency: int = 2,
 ) -> Path:
     fleet = f'[fleet]\nenabled = true\nlease = "{lease}"\npoll = "{poll}"\n{more}'
     return write_config(
-        directory, concurrency=2, delay=delay, extra=f'[store]\nurl = "{url}"\n{fleet}'
+        directory, concurrency=concurrency, delay=delay, extra=f'[store]\nurl = "{url}"\n{fleet}'
     )
 
 
@@ -638,3 +640,265 @@ async def test_a_finish_the_ledger_keeps_refusing_is_given_up_at_a_forced_stop(
     monkeypatch.undo()
     [lost] = other.expire_lapsed(time.time())
     assert (lost.id, lost.status) == ("r1", RunStatus.LOST)
+
+
+# -- races with other members: cancels, runs that leave the queue elsewhere --------
+
+
+async def late_parked_by_the_cap(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> Running:
+    """A supervisor with run "late" parked: "early" on ``other`` fills a fleet-wide cap of 1."""
+    run_elsewhere(other, "early", "c1")
+    more = "provider_caps = { demo = 1 }\n"
+    running = await start(fleet_config(tmp_path, member_url, lease="30s", more=more))
+    other.submit(NewRun(id="late", provider="demo", prompt="p", conversation="c2"), 3.0)
+    await wait_parked(fleet_of(running), "late")
+    return running
+
+
+async def claim_held_back(
+    running: Running, postgres_url: str, lock: int
+) -> psycopg.Connection[Any]:
+    """Hold the fleet lock until this member's claim of "late" waits for it; the caller releases."""
+    conn = psycopg.connect(postgres_url)
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
+    with trio.fail_after(10):  # the next poll un-parks it; its claim waits for the lock
+        while "late" not in running.supervisor._handles:
+            await trio.sleep(0.02)
+    return conn
+
+
+async def test_a_cancel_whose_claim_here_finds_the_run_claimed_elsewhere_asks_its_holder(
+    *,
+    start: Start,
+    tmp_path: Path,
+    member_url: str,
+    postgres_url: str,
+    other: FleetStore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(app, "CANCEL_WAIT", 1.0)
+    running = await late_parked_by_the_cap(start, tmp_path, member_url, other)
+    # The other member (no cap of its own) claims it: it runs there now.
+    assert [r.id for r in other.claim_many([("late", None)], 4.0).claimed] == ["late"]
+    assert other._fleet_lock is not None
+    conn = await claim_held_back(running, postgres_url, other._fleet_lock)
+    answers: list[httpx.Response] = []
+    with conn:
+        async with trio.open_nursery() as nursery:
+
+            async def cancel() -> None:
+                answers.append(await running.client.post("/v1/runs/late/cancel"))
+
+            nursery.start_soon(cancel)
+            await trio.sleep(0.3)  # the cancel waits behind the claim in the ledger
+            conn.rollback()  # the claim goes on: refused as gone, held by "other"
+    [answer] = answers
+    # Not 409: the run runs on the other member, which is asked to cancel it.
+    assert answer.status_code == 202, answer.text
+    assert answer.json()["status"] == "running"
+    assert other.poll(0).cancels == [("late", "cancel requested")]
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_a_cancel_whose_refused_claim_meets_a_claim_elsewhere_asks_its_holder(
+    *,
+    start: Start,
+    tmp_path: Path,
+    member_url: str,
+    postgres_url: str,
+    other: FleetStore,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(app, "CANCEL_WAIT", 1.0)
+    running = await late_parked_by_the_cap(start, tmp_path, member_url, other)
+    assert other._fleet_lock is not None
+    conn = await claim_held_back(running, postgres_url, other._fleet_lock)
+    claimed: list[list[RunRecord]] = []
+    answers: list[httpx.Response] = []
+    with conn:
+
+        def claim_there() -> None:
+            claimed.append(other.claim_many([("late", None)], time.time()).claimed)
+
+        async with trio.open_nursery() as nursery:
+
+            async def cancel() -> None:
+                answers.append(await running.client.post("/v1/runs/late/cancel"))
+
+            async def claim() -> None:
+                await trio.to_thread.run_sync(claim_there)
+
+            nursery.start_soon(cancel)
+            await trio.sleep(0.3)  # the cancel waits behind the claim here
+            nursery.start_soon(claim)  # and the other member's claim behind it
+            await trio.sleep(0.3)
+            # The claim here is refused (the cap), the other member's takes the
+            # run, and only then does this member's cancel of it reach the ledger.
+            conn.rollback()
+    [answer] = answers
+    assert [r.id for r in claimed[0]] == ["late"]
+    assert answer.status_code == 202, answer.text  # not 500
+    assert status_of(other, "late") is RunStatus.RUNNING
+    assert other.poll(0).cancels == [("late", "cancel requested")]
+    assert fleet_of(running).parked == ()
+    assert running.supervisor._scheduler.state_of("late") is None
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_a_run_cancelled_elsewhere_leaves_this_member_s_queue_at_its_next_poll(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> None:
+    running = await start(fleet_config(tmp_path, member_url, lease="30s", delay=60, concurrency=1))
+    supervisor = running.supervisor
+
+    async def submit(run_id: str, conversation: str, on_busy: str = "queue") -> str:
+        body = {"id": run_id, "provider": "demo", "prompt": "x", "conversation": conversation}
+        answer = await running.client.post("/v1/runs", json={**body, "on_busy": on_busy})
+        assert answer.status_code == 201, answer.text
+        status: str = answer.json()["status"]
+        return status
+
+    assert await submit("long", "c0") == "queued"  # this member's only demo slot
+    await wait_running(running, "long")
+    assert await submit("x", "c1") == "queued"  # waits here for the slot
+    with trio.fail_after(10):
+        while supervisor._scheduler.state_of("x") is None:
+            await trio.sleep(0.05)
+    # Cancelled through another member: never offered here, so no claim says so.
+    _, cancelled = other.request_cancel("x", time.time(), "cancelled elsewhere")
+    assert cancelled
+    with trio.fail_after(5):
+        while supervisor._scheduler.state_of("x") is not None:
+            await trio.sleep(0.05)
+    assert supervisor.status()["queued"] == 0
+    # Nothing of c1 is queued or running in the fleet: a skip-submit is queued.
+    assert await submit("follow-up", "c1", on_busy="skip") == "queued"
+    assert status_of(other, "x") is RunStatus.CANCELLED  # withdrawn, not recorded again
+    supervisor.request_shutdown()
+    supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_a_run_of_a_provider_this_member_lacks_leaves_its_queue_once_run_elsewhere(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> None:
+    running = await start(fleet_config(tmp_path, member_url, lease="30s"))
+    supervisor = running.supervisor
+    # A run for a provider only the other member has: never offered here.
+    other.submit(NewRun(id="theirs", provider="claude", prompt="p", conversation="c1"), 1.0)
+    with trio.fail_after(10):
+        while supervisor._scheduler.state_of("theirs") is None:
+            await trio.sleep(0.05)
+    assert [r.id for r in other.claim_many([("theirs", None)], time.time()).claimed] == ["theirs"]
+    other.finish("theirs", RunStatus.SUCCEEDED, time.time(), exit_code=0)
+    body = {"id": "mine", "provider": "demo", "prompt": "x", "conversation": "c1"}
+    assert (await running.client.post("/v1/runs", json=body)).status_code == 201
+    # Its lane is free fleet-wide: it runs here, "theirs" no longer ahead of it.
+    assert (await running.wait("mine", 10))["status"] == "succeeded"
+    assert supervisor._scheduler.state_of("theirs") is None
+    supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_a_run_pruned_after_it_was_cancelled_elsewhere_does_not_stop_this_member(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> None:
+    running = await start(fleet_config(tmp_path, member_url, lease="30s", delay=3, concurrency=1))
+    supervisor = running.supervisor
+    for run_id, conversation in (("long", "c0"), ("x", "c1")):
+        body = {"id": run_id, "provider": "demo", "prompt": "x", "conversation": conversation}
+        assert (await running.client.post("/v1/runs", json=body)).status_code == 201
+    with trio.fail_after(10):
+        while supervisor._scheduler.state_of("x") is None:
+            await trio.sleep(0.05)
+    other.request_cancel("x", time.time(), "cancelled elsewhere")
+    assert other.prune(time.time() + 1) == 1  # "x" is gone from the ledger
+    assert (await running.wait("long"))["status"] == "succeeded"
+    body = {"id": "after", "provider": "demo", "prompt": "x", "conversation": "c1"}
+    assert (await running.client.post("/v1/runs", json=body)).status_code == 201
+    assert (await running.wait("after"))["status"] == "succeeded"
+    assert supervisor._fatal is None
+    assert not running.stopped.is_set()
+    supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_runs_held_back_for_a_removal_are_queued_only_if_still_queued(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> None:
+    # A long poll: after the removal, only the re-read decides what is queued here.
+    running = await start(repos_config(tmp_path, member_url, poll="30s"))
+    supervisor = running.supervisor
+    assert supervisor._worktrees is not None
+    with supervisor._worktrees.removing("default", "c"):
+        # r1 and r2 of a provider only the other member has: never offered here,
+        # so no claim of theirs would find them gone.
+        for run_id, conversation, provider in (
+            ("r1", "c", "claude"),
+            ("r2", "d", "claude"),
+            ("r3", "e", "demo"),
+        ):
+            new = NewRun(id=run_id, provider=provider, prompt="p", conversation=conversation)
+            other.submit(new, time.time())
+        fleet_of(running).poke()
+        with trio.fail_after(10):  # polled, and held back behind the removal
+            while not supervisor.conversation_busy("default", "c"):
+                await trio.sleep(0.02)
+        assert supervisor._scheduler.state_of("r1") is None
+        other.cancel_queued("r1", time.time(), "test")  # cancelled elsewhere meanwhile
+        assert [r.id for r in other.claim_many([("r2", None)], time.time()).claimed] == ["r2"]
+    assert (await running.wait("r3"))["status"] == "succeeded"
+    assert supervisor._scheduler.state_of("r1") is None
+    assert supervisor._scheduler.state_of("r2") is None
+    assert supervisor.status()["queued"] == 0
+    assert status_of(other, "r2") is RunStatus.RUNNING  # the other member's to finish
+    supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_a_usage_limit_that_meets_a_cancel_asked_elsewhere_ends_the_run_cancelled(
+    start: Start, tmp_path: Path, member_url: str, postgres_url: str, other: FleetStore
+) -> None:
+    block = provider_block(tmp_path, "claude-event", [("work", "")])
+    # The agent takes 2 s before it reports the limit: time to hold the fleet lock.
+    block = block.replace(
+        f'exec = ["{sys.executable}", ',
+        f"""exec = ["sh", "-c", 'sleep 2; exec "$0" "$@"', "{sys.executable}", """,
+    )
+    limit(tmp_path, "work", resets_in=3600)
+    fleet = f'[store]\nurl = "{member_url}"\n[fleet]\nenabled = true\nlease = "30s"\npoll = "1s"\n'
+    running = await start(write_config(tmp_path, extra=fleet + block))
+    supervisor = running.supervisor
+    body = {"id": "r", "provider": "agent", "prompt": "x", "conversation": "c1"}
+    assert (await running.client.post("/v1/runs", json=body)).status_code == 201
+    await wait_running(running, "r")
+    assert other._fleet_lock is not None
+    with psycopg.connect(postgres_url) as conn, psycopg.connect(postgres_url) as watch:
+        # The cancel is asked (as request_cancel does) while the agent runs, and
+        # becomes visible only as its usage-limited finish waits for the lock.
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (other._fleet_lock,))
+        conn.execute("UPDATE runs SET cancel_request = 'stop it' WHERE id = 'r'")
+        with trio.fail_after(10):
+            while not watch.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[
+                0
+            ]:
+                await trio.sleep(0.05)
+        conn.commit()
+    with trio.fail_after(10):
+        while status_of(other, "r") is RunStatus.RUNNING:
+            await trio.sleep(0.05)
+    record = other.get("r")
+    assert record is not None
+    assert (record.status, record.reason, record.attempts) == (RunStatus.CANCELLED, "stop it", 1)
+    assert record.notes[-1].endswith("cancelled as asked")
+    # Not queued again here either: the next run of its conversation runs.
+    assert supervisor._scheduler.state_of("r") is None
+    body = {"id": "next", "provider": "demo", "prompt": "x", "conversation": "c1"}
+    assert (await running.client.post("/v1/runs", json=body)).status_code == 201
+    assert (await running.wait("next"))["status"] == "succeeded"
+    supervisor.request_shutdown()
+    await running.stopped.wait()

@@ -40,6 +40,7 @@ from herdsman.runtime.store.records import (
     check_now,
     check_text,
     ended,
+    requeued,
     started,
 )
 from herdsman.runtime.store.sql import (
@@ -198,17 +199,20 @@ class Member:
 
 @attrs.frozen
 class Poll:
-    """What a member's poll read: queued runs it has not seen, and cancels asked of it.
+    """What a member's poll read: queued runs it has not seen, runs that left, cancels.
 
     ``runs``: queued runs submitted, or re-queued by a member, after the
     cursor polled with, by ``seq``; ``cursor``: where the next poll starts;
     ``cancels``: ``(run_id, reason)`` of the runs this member holds that
-    another member asked it to cancel, by ``seq``.
+    another member asked it to cancel, by ``seq``; ``left``: the runs the
+    member said it holds queued that are no longer queued in the ledger
+    (claimed, cancelled, skipped, ended or pruned), in the order it gave them.
     """
 
     runs: list[RunRecord]
     cursor: int
     cancels: list[tuple[str, str]]
+    left: list[str] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -480,8 +484,12 @@ class FleetStore(PostgresStore):
                 return insert_new(cur, new, now, RunStatus.SKIPPED, reason)
             return insert_new(cur, new, now, RunStatus.QUEUED, None)
 
-    def poll(self, cursor: int) -> Poll:
+    def poll(self, cursor: int, queued: Sequence[str] = ()) -> Poll:
         """What a member reads every poll: see :class:`Poll`.
+
+        ``queued``: the runs the member holds queued in its own scheduler;
+        those the ledger no longer has queued come back as :attr:`Poll.left`,
+        so the member stops holding their lanes (:meth:`left_queue`).
 
         A run re-queued by a member (a usage limit) keeps its ``seq``, its
         place in the queue, which other members' cursors have passed; so a
@@ -502,12 +510,18 @@ class FleetStore(PostgresStore):
                 " AND cancel_request IS NOT NULL ORDER BY seq",
                 (RunStatus.RUNNING.value, self.member_id),
             ).fetchall()
+            left = _left_queue(cur, queued)
         runs = []
         for *columns, mark in rows:
             record = _record(tuple(columns))
             runs.append(record)
             cursor = max(cursor, record.seq, mark or 0)
-        return Poll(runs, cursor, [(run_id, reason) for run_id, reason in cancels])
+        return Poll(runs, cursor, [(run_id, reason) for run_id, reason in cancels], left)
+
+    def left_queue(self, run_ids: Sequence[str]) -> list[str]:
+        """Which of ``run_ids`` are not queued in the ledger (or not in it), in the given order."""
+        with self._reading() as cur:
+            return _left_queue(cur, run_ids)
 
     def request_cancel(self, run_id: str, now: float, reason: str) -> tuple[RunRecord, bool]:
         """Ask the member holding ``run_id`` to cancel it; the run as it stands, cancelled now?
@@ -554,7 +568,8 @@ class FleetStore(PostgresStore):
         account does not rest and has budget left at ``now``; items see the
         claims of the items before them. A refused item
         changes nothing. Raises :class:`LeaseExpired`, claiming nothing, if
-        this member's lease has lapsed; :class:`RunNotFound` for an unknown id.
+        this member's lease has lapsed. An id the ledger does not hold (pruned
+        after it ended, say) is refused as ``gone``: nothing starts.
 
         With a ``clock``, the claimed runs' ``started_at`` is read from it
         once the fleet lock is held, instead of ``now``: a run then never
@@ -571,8 +586,8 @@ class FleetStore(PostgresStore):
                 now = check_now(clock())
             self._check_live(cur)
             for run_id, account in items:
-                current = _existing(cur, run_id)
-                if _cancel_asked(cur, current, now):
+                current = _fetch(cur, run_id)
+                if current is None or _cancel_asked(cur, current, now):
                     refused.append((run_id, Refusal.GONE))
                     continue
                 refusal = _refusal(cur, current, account, rules, now)
@@ -586,6 +601,26 @@ class FleetStore(PostgresStore):
             # the transaction, so no member spawns a run already due to be lost.
             self._check_live(cur)
         return ClaimResult(claimed, refused)
+
+    def requeue(self, run_id: str) -> RunRecord:
+        """Re-queue a usage_limited run, or record it ``cancelled`` if a cancel was asked.
+
+        A cancel asked through another member while the holder ran the run
+        (``cancel_request``) is carried out here, in the re-queue's own
+        transaction: the run ends ``cancelled`` with the reason asked, its
+        attempt's outcome kept, instead of going back to the queue, where no
+        member might offer it for as long as its account rests, holding its
+        lanes fleet-wide. The caller tells the two apart by the status.
+        """
+        with self._transaction() as cur:
+            current = _existing(cur, run_id)
+            asked = _cancel_request(cur, run_id)
+            if asked is None or current.status is not RunStatus.USAGE_LIMITED:
+                record = requeued(current)
+            else:
+                record = attrs.evolve(current, status=RunStatus.CANCELLED, reason=asked)
+            self._update_run(cur, current, record)
+            return record
 
     def mark_running_many(
         self, items: Sequence[tuple[str, str | None]], now: float
@@ -755,14 +790,38 @@ def _cancel_asked(cur: Cursor, run: RunRecord, now: float) -> bool:
     """
     if run.status is not RunStatus.QUEUED:
         return False
+    asked = _cancel_request(cur, run.id)
+    if asked is None:
+        return False
+    _write(cur, run, ended(run, RunStatus.CANCELLED, now, asked), held_by=None)
+    return True
+
+
+def _cancel_request(cur: Cursor, run_id: str) -> str | None:
+    """The reason of the cancel asked of ``run_id`` through a member, if one was asked."""
     row = cur.execute(
         "SELECT cancel_request FROM runs WHERE id = ? AND cancel_request IS NOT NULL",
-        (run.id,),
+        (run_id,),
     ).fetchone()
-    if row is None:
-        return False
-    _write(cur, run, ended(run, RunStatus.CANCELLED, now, row[0]), held_by=None)
-    return True
+    return None if row is None else str(row[0])
+
+
+def _left_queue(cur: Cursor, run_ids: Sequence[str]) -> list[str]:
+    """Which of ``run_ids`` are not queued (or unknown), in their order: one statement."""
+    if not run_ids:
+        return []
+    # One array parameter, however many ids, and only the ids that left come
+    # back. A probe per id on the unique index of id (COLLATE "C", the
+    # column's, lets it be used), as a subplan the planner cannot turn into
+    # a join: a join planned on the statistics of a queue just filled
+    # compared every id with every queued run (45 ms for 1,000 ids).
+    rows = cur.execute(
+        "SELECT given.id FROM unnest(?::text[]) WITH ORDINALITY AS given(id, n)"
+        ' WHERE (SELECT status FROM runs WHERE runs.id = given.id COLLATE "C")'
+        " IS DISTINCT FROM ? ORDER BY given.n",
+        (list(run_ids), RunStatus.QUEUED.value),
+    ).fetchall()
+    return [str(row[0]) for row in rows]
 
 
 def _running(cur: Cursor, where: str, params: tuple[Any, ...]) -> int:
