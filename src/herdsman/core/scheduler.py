@@ -580,17 +580,16 @@ class Scheduler:
             return CancelOutcome.UNKNOWN
         if entry.state is RunState.RUNNING:
             return CancelOutcome.RUNNING
-        del self._entries[run_id]
         if entry.state is RunState.HELD:
+            # Withdrawn as a running run ends, freeing its lanes: running
+            # again for that instant only to give back the slot hold took.
             self._unhold(run_id)
-            entry.state = None
-            for lane, exclusive in entry.locks:
-                if exclusive:
-                    lane.x_holders -= 1
-                else:
-                    lane.ix_holders -= 1
-                self._lane_changed(lane)
+            entry.state = RunState.RUNNING
+            self._running += 1
+            self._running_by_provider[entry.run.provider] += 1
+            self.finish(run_id)
             return CancelOutcome.REMOVED
+        del self._entries[run_id]
         entry.state = None
         self._queued_by_provider[entry.run.provider] -= 1
         for lane, exclusive in entry.locks:

@@ -190,8 +190,8 @@ async def test_a_fleet_cap_refusal_closes_its_provider_until_the_next_poll(
     start: Start,
     tmp_path: Path,
     member_url: str,
-    other: FleetStore,
     monkeypatch: pytest.MonkeyPatch,
+    other: FleetStore,
 ) -> None:
     run_elsewhere(other, "early", "c0")  # the fleet's one demo slot
     more = "provider_caps = { demo = 1 }\n"

@@ -200,13 +200,10 @@ class ReferenceModel:
         self.running.remove(run)
         return run
 
-    def cancel_queued(self, run_id: str) -> None:
-        [run] = [r for r in self.queued if r.id == run_id]
-        self.queued.remove(run)
-
-    def cancel_held(self, run_id: str) -> None:
-        [run] = [r for r in self.held if r.id == run_id]
-        self.held.remove(run)
+    def cancel_waiting(self, run_id: str) -> None:
+        """Withdraw a queued or held run."""
+        self.queued = [r for r in self.queued if r.id != run_id]
+        self.held = [r for r in self.held if r.id != run_id]
 
     def expected_starts(self) -> list[RunRequest]:
         """What ``take_startable`` must return, computed on a scratch copy.
@@ -452,16 +449,6 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.lower_allowances()
         self.settle()
 
-    @precondition(lambda self: self.model.held)
-    @rule(data=st.data())
-    def cancel_held(self, data: st.DataObject) -> None:
-        """A held run is withdrawn: its lanes free, it never starts."""
-        run_id = data.draw(st.sampled_from(self.held_ids()), label="cancel (held)")
-        assert self.sched.cancel(run_id) is CancelOutcome.REMOVED
-        self.model.cancel_held(run_id)
-        self.retire(run_id)
-        self.settle()
-
     @precondition(lambda self: self.model.running or self.model.held)
     @rule(data=st.data())
     def requeue(self, data: st.DataObject) -> None:
@@ -481,12 +468,13 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.model.gate = None if gate is None else dict(gate)
         self.settle()
 
-    @precondition(lambda self: self.model.queued)
+    @precondition(lambda self: self.model.queued or self.model.held)
     @rule(data=st.data())
-    def cancel_queued(self, data: st.DataObject) -> None:
-        run_id = data.draw(st.sampled_from(self.queued_ids()), label="cancel (queued)")
+    def cancel_waiting(self, data: st.DataObject) -> None:
+        """A queued or held run is withdrawn: it never starts, a held one frees its lanes."""
+        run_id = data.draw(st.sampled_from(self.queued_ids() + self.held_ids()), label="cancel")
         assert self.sched.cancel(run_id) is CancelOutcome.REMOVED
-        self.model.cancel_queued(run_id)
+        self.model.cancel_waiting(run_id)
         self.retire(run_id)
         self.settle()
 
