@@ -78,10 +78,6 @@ class Refused(enum.Enum):
     CAP = "cap"
 
 
-#: The claim's refusals (``Refusal`` values) that are about lanes, not capacity.
-_LANE_REFUSALS = frozenset({"lane_busy", "earlier_queued"})
-
-
 class _ClosedProviders:
     """A start gate that closes some providers and asks ``inner`` about the rest."""
 
@@ -232,13 +228,14 @@ class FleetMember:
         """Each refused run of ``result``, and what the member does with it."""
         from herdsman.runtime.store.fleet import Refusal  # noqa: PLC0415 - psycopg
 
+        lanes = (Refusal.LANE_BUSY, Refusal.EARLIER_QUEUED)  # the rest are about capacity
         return [
             (
                 run_id,
                 Refused.GONE
                 if refusal is Refusal.GONE
                 else Refused.LANE
-                if refusal.value in _LANE_REFUSALS
+                if refusal in lanes
                 else Refused.CAP,
             )
             for run_id, refusal in result.refused
