@@ -307,8 +307,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         # that were running when it was lowered (never raised by a start).
         self.over_cap_allowance: dict[str, int] = {}
         self.global_allowance = 0
-        # Runs that were running when agent exclusivity was switched on: only
-        # they may share an agent key while running.
+        # Runs that were running or held when agent exclusivity was switched
+        # on: only they may share an agent key while running or held.
         self.grandfathered: set[str] = set()
         # The gate's remaining starts per provider (None: no gate), shared with
         # the CountingGate each settle() hands the scheduler.
@@ -495,7 +495,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.sched.set_agent_exclusive(agent_exclusive)
         self.model.agent_exclusive = agent_exclusive
         if agent_exclusive and not was:
-            self.grandfathered = set(self.running_ids())
+            # Held runs keep their lanes too: they are grandfathered alike.
+            self.grandfathered = set(self.running_ids() + self.held_ids())
         elif not agent_exclusive:
             self.grandfathered = set()
         assert self.sched.agent_exclusive is agent_exclusive
