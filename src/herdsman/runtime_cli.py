@@ -222,9 +222,7 @@ def _status(args: argparse.Namespace) -> int:
     print(f"admitting new runs: {'yes' if status['admitting'] else 'no (shutting down)'}")
     print(f"config generation:  {status['generation']}")
     print(f"global cap:         {limits['global'] if limits['global'] is not None else 'none'}")
-    print(f"running: {status['running']}   queued: {status['queued']}", end="")
-    age = status["oldest_queued_age"]
-    print(f"   oldest queued: {age:.1f}s" if age is not None else "")
+    print(_counts_line(status))
     print()
     print(f"  {'provider':<20} {'cap':>4} {'running':>8} {'queued':>7}")
     for provider, cap in sorted(limits["providers"].items()):
@@ -253,6 +251,15 @@ def _status(args: argparse.Namespace) -> int:
     if "fleet" in status:
         _print_fleet(status["fleet"])
     return 0
+
+
+def _counts_line(status: dict[str, Any]) -> str:
+    """Running, queued, parked (a fleet member's refused claims, shown when any), oldest wait."""
+    line = f"running: {status['running']}   queued: {status['queued']}"
+    if status.get("parked"):
+        line += f"   parked: {status['parked']}"
+    age = status["oldest_queued_age"]
+    return line + (f"   oldest queued: {age:.1f}s" if age is not None else "")
 
 
 def _print_fleet(fleet: dict[str, Any]) -> None:

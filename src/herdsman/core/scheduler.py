@@ -30,6 +30,11 @@ next start compares the heads of the provider heaps that have a free slot:
 O(P) in the number of configured providers, which is small and fixed by the
 config, never by the queue.
 
+A started run can be *held* (:meth:`Scheduler.hold`): a fleet member whose
+claim of it was refused keeps it on its lanes, as a holder, so FIFO per lane
+holds, but gives its slot back. Holding touches no lane and no heap, so it is
+O(1) and leaves the hot paths (submit, start, finish) as they were.
+
 No I/O, no clock, no randomness, and no iteration over hash-ordered sets: the
 same calls produce the same decisions in any process.
 """
@@ -52,12 +57,15 @@ class RunState(enum.Enum):
 
     QUEUED = "queued"
     RUNNING = "running"
+    #: Started, then held back without a process (:meth:`Scheduler.hold`): it
+    #: keeps its lanes and is never offered, but takes no slot.
+    HELD = "held"
 
 
 class CancelOutcome(enum.Enum):
     """What :meth:`Scheduler.cancel` did."""
 
-    #: The run was queued and is gone; it will never start.
+    #: The run was queued (or held) and is gone; it will never start.
     REMOVED = "removed"
     #: The run is executing: the caller must stop it, then call ``finish``.
     RUNNING = "running"
@@ -115,7 +123,8 @@ class SchedulerSnapshot:
     """A consistent view of the queue, for status pages and tests.
 
     ``queued_by_lane`` counts queued runs per exclusion key; runs without a
-    conversation or agent key appear as ``run:<workspace>/<id>``.
+    conversation or agent key appear as ``run:<workspace>/<id>``. Held runs
+    (:meth:`Scheduler.hold`) count in ``held`` only: neither queued nor running.
     """
 
     queued: int
@@ -123,6 +132,8 @@ class SchedulerSnapshot:
     queued_by_provider: Mapping[str, int]
     running_by_provider: Mapping[str, int]
     queued_by_lane: Mapping[str, int]
+    held: int = 0
+    held_by_provider: Mapping[str, int] = attrs.field(factory=dict)
 
 
 class _Lane:
@@ -221,9 +232,10 @@ def _ready_on(lane: _Lane, entry: _Entry, exclusive: bool) -> bool:
 class Scheduler:
     """Decides which queued runs may start, honouring lanes and caps.
 
-    Drive it with :meth:`submit`, :meth:`finish`, :meth:`cancel` and
-    :meth:`set_limits`; after any of them call :meth:`take_startable` to get
-    the runs to start now (they are marked running by that call).
+    Drive it with :meth:`submit`, :meth:`finish`, :meth:`cancel`,
+    :meth:`requeue`, :meth:`hold` and :meth:`set_limits`; after any of them
+    call :meth:`take_startable` to get the runs to start now (they are marked
+    running by that call).
     """
 
     def __init__(self, limits: Limits | None = None, *, agent_exclusive: bool = True) -> None:
@@ -239,6 +251,9 @@ class Scheduler:
         self._queued_by_provider: dict[str, int] = {}
         self._running_by_provider: dict[str, int] = {}
         self._running = 0
+        # Held runs in the order they were held; they hold lanes, not slots.
+        self._held: dict[str, _Entry] = {}
+        self._held_count = 0  # len(self._held), kept for queued_count (hot in the sim)
 
     # -- queries -----------------------------------------------------------
 
@@ -255,12 +270,17 @@ class Scheduler:
     @property
     def queued_count(self) -> int:
         """How many runs wait to start."""
-        return len(self._entries) - self._running
+        return len(self._entries) - self._running - self._held_count
 
     @property
     def running_count(self) -> int:
-        """How many runs are running."""
+        """How many runs are running (held runs are not)."""
         return self._running
+
+    @property
+    def held_count(self) -> int:
+        """How many runs are held (:meth:`hold`)."""
+        return self._held_count
 
     def state_of(self, run_id: str) -> RunState | None:
         """The run's state, or ``None`` if it is not queued or running."""
@@ -313,22 +333,32 @@ class Scheduler:
         """Running runs, in submission order."""
         return (e.run for e in self._entries.values() if e.state is RunState.RUNNING)
 
+    def held_runs(self) -> Iterator[RunRequest]:
+        """Held runs, in the order they were held."""
+        return (e.run for e in self._held.values())
+
     def queued_runs(self) -> Iterator[RunRequest]:
         """Queued runs, in submission order."""
         return (e.run for e in self._entries.values() if e.state is RunState.QUEUED)
 
     def snapshot(self) -> SchedulerSnapshot:
-        """Counts per provider and per lane. O(lanes + queued lone runs)."""
+        """Counts per provider and per lane. O(lanes + queued lone runs + held runs)."""
         by_lane = {k: lane.live for k, lane in self._lanes.items() if lane.live}
         for entry in self._entries.values():
             if entry.state is RunState.QUEUED and not entry.locks:
                 by_lane[f"run:{entry.run.workspace}/{entry.run.id}"] = 1
+        held_by_provider: dict[str, int] = {}
+        for entry in self._held.values():
+            provider = entry.run.provider
+            held_by_provider[provider] = held_by_provider.get(provider, 0) + 1
         return SchedulerSnapshot(
             queued=self.queued_count,
             running=self._running,
             queued_by_provider={p: n for p, n in self._queued_by_provider.items() if n},
             running_by_provider={p: n for p, n in self._running_by_provider.items() if n},
             queued_by_lane=dict(sorted(by_lane.items())),
+            held=self._held_count,
+            held_by_provider=dict(sorted(held_by_provider.items())),
         )
 
     # -- events ------------------------------------------------------------
@@ -459,21 +489,45 @@ class Scheduler:
                 lane.ix_holders -= 1
             self._lane_changed(lane)
 
-    def requeue(self, run_id: str) -> None:
-        """Put a running run back in the queue, in its original place.
+    def hold(self, run_id: str) -> None:
+        """Hold a running run back without a process: it keeps its lanes, not its slot.
 
-        For a run that never got to work (its account was out of quota): it
-        keeps its submission sequence, so it heads its lanes again and goes
-        before every run submitted after it. O(length of its lanes) — a rare
-        event, never a scheduling decision.
+        For a run started here whose start was refused elsewhere for now (a
+        fleet member's claim, docs/fleet.md): runs behind it on its lanes
+        still wait for it, and it is not offered again, but it no longer
+        counts against its provider's cap or the global cap, so another run
+        may take the slot at once. :meth:`requeue` puts it back in its place
+        in the queue; :meth:`cancel` withdraws it. O(1).
         """
         entry = self._entries.get(run_id)
         if entry is None or entry.state is not RunState.RUNNING:
             raise SchedulerError(f"run {run_id!r} is not running")
-        entry.state = RunState.QUEUED
+        entry.state = RunState.HELD
         self._running -= 1
+        self._running_by_provider[entry.run.provider] -= 1
+        self._held[run_id] = entry
+        self._held_count += 1
+
+    def requeue(self, run_id: str) -> None:
+        """Put a running or held run back in the queue, in its original place.
+
+        For a run that never got to work (its account was out of quota, its
+        start was refused elsewhere): it keeps its submission sequence, so it
+        heads its lanes again and goes before every run submitted after it.
+        O(length of its lanes) — a rare event, never a scheduling decision.
+        """
+        entry = self._entries.get(run_id)
+        if entry is None:
+            raise SchedulerError(f"run {run_id!r} is not running")
         provider = entry.run.provider
-        self._running_by_provider[provider] -= 1
+        if entry.state is RunState.RUNNING:
+            self._running -= 1
+            self._running_by_provider[provider] -= 1
+        elif entry.state is RunState.HELD:
+            self._unhold(run_id)
+        else:
+            raise SchedulerError(f"run {run_id!r} is not running")
+        entry.state = RunState.QUEUED
         self._queued_by_provider[provider] = self._queued_by_provider.get(provider, 0) + 1
         for lane, exclusive in entry.locks:
             if exclusive:
@@ -520,12 +574,21 @@ class Scheduler:
         self.requeue(run.id)
 
     def cancel(self, run_id: str) -> CancelOutcome:
-        """Withdraw a queued run. A running run is only reported, not stopped."""
+        """Withdraw a queued or held run. A running run is only reported, not stopped."""
         entry = self._entries.get(run_id)
         if entry is None:
             return CancelOutcome.UNKNOWN
         if entry.state is RunState.RUNNING:
             return CancelOutcome.RUNNING
+        if entry.state is RunState.HELD:
+            # Withdrawn as a running run ends, freeing its lanes: running
+            # again for that instant only to give back the slot hold took.
+            self._unhold(run_id)
+            entry.state = RunState.RUNNING
+            self._running += 1
+            self._running_by_provider[entry.run.provider] += 1
+            self.finish(run_id)
+            return CancelOutcome.REMOVED
         del self._entries[run_id]
         entry.state = None
         self._queued_by_provider[entry.run.provider] -= 1
@@ -552,19 +615,20 @@ class Scheduler:
         self._agent_exclusive = agent_exclusive
         self._lanes = {}
         self._ready = {}
-        # Holders first: a run placed by seq (``_insert``) may be queued
-        # before a running run it conflicts with, and must find it holding.
+        # Holders first (running and held runs): a run placed by seq
+        # (``_insert``) may be queued before a running run it conflicts
+        # with, and must find it holding.
         for entry in self._entries.values():
             entry.locks = self._locks_for(entry.run)
             entry.in_heap = False
-            if entry.state is RunState.RUNNING:
+            if entry.state is not RunState.QUEUED:
                 for lane, exclusive in entry.locks:
                     if exclusive:
                         lane.x_holders += 1
                     else:
                         lane.ix_holders += 1
         for entry in self._entries.values():  # submission order
-            if entry.state is not RunState.RUNNING:
+            if entry.state is RunState.QUEUED:
                 for lane, exclusive in entry.locks:
                     self._enqueue(lane, entry, exclusive)
         for lane in list(self._lanes.values()):
@@ -574,6 +638,10 @@ class Scheduler:
                 self._offer(entry)
 
     # -- internals ---------------------------------------------------------
+
+    def _unhold(self, run_id: str) -> None:
+        del self._held[run_id]
+        self._held_count -= 1
 
     def _locks_for(self, run: RunRequest) -> tuple[tuple[_Lane, bool], ...]:
         lanes = self._lanes

@@ -11,11 +11,13 @@ scheduler proposes and the ledger decides (docs/fleet.md):
   (:meth:`FleetStore.claim_many <herdsman.runtime.store.fleet.FleetStore.claim_many>`)
   instead of recorded as started. A run ``gone`` (claimed by another member,
   or cancelled) leaves the local scheduler. A run refused for a busy lane,
-  an earlier queued run or a fleet-wide cap is *parked*: it stays marked
-  running in the local scheduler, so its lanes stay held and it is not
-  offered again, without a process; the next poll puts it back in its place
-  (the core's ``requeue``). The cost: a parked run holds one local slot for
-  up to one poll interval.
+  an earlier queued run or a fleet-wide cap or account is *parked*: held in
+  the local scheduler (the core's ``hold``), so its lanes stay held and it
+  is not offered again, but its slot is free at once for a run on another
+  lane; the next poll puts it back in its place (the core's ``requeue``).
+  A refusal for a fleet-wide cap or account also closes its provider here
+  until that poll (:meth:`FleetMember.gate`): every other run of it would
+  be refused alike, one claim transaction after another.
 * **Runs re-queued elsewhere** (a usage limit) come back through the poll,
   and enter the local scheduler in their place by ``seq``, the fleet's
   submission order, ahead of runs submitted after them.
@@ -32,6 +34,7 @@ scheduler proposes and the ledger decides (docs/fleet.md):
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -40,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from herdsman.config import Config
+from herdsman.core import RunRequest, StartGate
 from herdsman.runtime.fleet_accounts import claim_budgets
 from herdsman.runtime.store import RunRecord, Store, StoreError
 from herdsman.runtime.store.errors import LeaseExpired
@@ -54,7 +58,7 @@ if TYPE_CHECKING:
         Poll,
     )
 
-__all__ = ["RENEWALS_PER_LEASE", "FleetMember"]
+__all__ = ["RENEWALS_PER_LEASE", "FleetMember", "Refused"]
 
 log = logging.getLogger("herdsman")
 
@@ -67,8 +71,33 @@ def _by_provider(item: tuple[tuple[str | None, str], int]) -> str:
     return item[0][1]
 
 
+class Refused(enum.Enum):
+    """What a member does with a run whose claim was refused."""
+
+    #: Claimed by another member, or cancelled: it leaves the local scheduler.
+    GONE = "gone"
+    #: One of its lanes runs elsewhere, or an earlier run waits on it: held.
+    LANE = "lane"
+    #: A fleet-wide cap, or its account, said no: held, and its provider closed.
+    CAP = "cap"
+
+
+class _ClosedProviders:
+    """A start gate that closes some providers and asks ``inner`` about the rest."""
+
+    def __init__(self, inner: StartGate, closed: set[str]) -> None:
+        self._inner = inner
+        self._closed = closed
+
+    def can_start(self, provider: str) -> bool:
+        return provider not in self._closed and self._inner.can_start(provider)
+
+    def started(self, run: RunRequest) -> None:
+        self._inner.started(run)
+
+
 class FleetMember:
-    """This supervisor's part in a fleet: the poll cursor, the parked runs and the lease.
+    """This supervisor's part in a fleet: the poll cursor, the providers closed, the lease.
 
     ``store`` is the :class:`FleetStore` the supervisor's ledger writes to.
     Everything here runs in the trio thread, except the operations handed
@@ -80,8 +109,9 @@ class FleetMember:
         self.store = store
         #: The highest ``seq`` or ``requeue_mark`` taken into the local scheduler.
         self.cursor = 0
-        # Insertion-ordered: parked runs are put back in the order they were refused.
-        self._parked: dict[str, None] = {}
+        # Providers a claim was refused for a fleet-wide cap or an account,
+        # closed until the next poll. Only asked about, never iterated.
+        self._closed: set[str] = set()
         self._poke = trio.Event()
 
     # -- the queue -----------------------------------------------------------
@@ -121,28 +151,24 @@ class FleetMember:
                 # a failed read is tried again at the next poll.
                 log.error("could not read the fleet's queue from the ledger: %s", exc)
 
-    # -- parked runs ---------------------------------------------------------
+    # -- refused claims -------------------------------------------------------
 
-    def park(self, run_id: str) -> None:
-        """A claim of ``run_id`` was refused for now: offer it again after the next poll."""
-        self._parked[run_id] = None
+    def close(self, provider: str) -> None:
+        """A fleet-wide cap or an account refused a run of ``provider``: start none until the poll.
 
-    def unpark(self, run_id: str) -> bool:
-        """Forget ``run_id`` as parked (it is being cancelled); whether it was."""
-        if run_id not in self._parked:
-            return False
-        del self._parked[run_id]
-        return True
+        The refused run frees its slot (it is held), so without this the
+        next run of ``provider`` would be offered at once and refused alike,
+        one claim transaction after another, each taking the fleet lock.
+        """
+        self._closed.add(provider)
 
-    def take_parked(self) -> list[str]:
-        """The parked runs, in the order they were refused; none is parked afterwards."""
-        parked, self._parked = list(self._parked), {}
-        return parked
+    def reopen(self) -> None:
+        """A poll brought the fleet's accounts and queue: every provider may try again."""
+        self._closed.clear()
 
-    @property
-    def parked(self) -> tuple[str, ...]:
-        """Runs parked now, in the order they were refused."""
-        return tuple(self._parked)
+    def gate(self, inner: StartGate) -> StartGate:
+        """``inner`` (the account gate), with the providers closed since the last poll shut."""
+        return _ClosedProviders(inner, self._closed) if self._closed else inner
 
     # -- status --------------------------------------------------------------
 
@@ -205,11 +231,22 @@ class FleetMember:
         )
 
     @staticmethod
-    def refusals(result: ClaimResult) -> list[tuple[str, bool]]:
-        """Each refused run of ``result`` and whether it is gone (not queued any more)."""
+    def refusals(result: ClaimResult) -> list[tuple[str, Refused]]:
+        """Each refused run of ``result``, and what the member does with it."""
         from herdsman.runtime.store.fleet import Refusal  # noqa: PLC0415 - psycopg
 
-        return [(run_id, refusal is Refusal.GONE) for run_id, refusal in result.refused]
+        lanes = (Refusal.LANE_BUSY, Refusal.EARLIER_QUEUED)  # the rest are about capacity
+        return [
+            (
+                run_id,
+                Refused.GONE
+                if refusal is Refusal.GONE
+                else Refused.LANE
+                if refusal in lanes
+                else Refused.CAP,
+            )
+            for run_id, refusal in result.refused
+        ]
 
     async def keep_lease(
         self,

@@ -54,7 +54,7 @@ from herdsman.runtime.fleet_accounts import (
     apply_fleet_accounts,
     read_fleet_accounts,
 )
-from herdsman.runtime.fleet_member import FleetMember
+from herdsman.runtime.fleet_member import FleetMember, Refused
 from herdsman.runtime.git import Git, RealGit
 from herdsman.runtime.launch import build_spec, log_file
 from herdsman.runtime.ledger import Ledger, Queued, RunSync, in_worker_thread
@@ -680,14 +680,12 @@ class Supervisor:
     async def cancel(self, run_id: str, reason: str = "cancel requested") -> RunRecord:
         """Cancel a queued run at once, or stop a running one (its task records it)."""
         await self._ready.wait()
-        if self._fleet is not None and self._fleet.unpark(run_id):
-            self._scheduler.requeue(run_id)  # queued again, so withdrawn below
         # Decided the moment the request arrives when the scheduler knows the
         # run; only an id it does not know waits for the ledger (a submit of
         # it may still be in flight, and the ledger is FIFO).
         request = self._scheduler.request_of(run_id)
         seq = self._scheduler.seq_of(run_id)
-        withdrawn = self._scheduler.cancel(run_id)
+        withdrawn = self._scheduler.cancel(run_id)  # a parked (held) run: REMOVED
         submitted_at = self._submitted_at.pop(run_id, None)
         try:
             return await self._cancel_recorded(run_id, reason, withdrawn)
@@ -727,11 +725,9 @@ class Supervisor:
             withdrawn = self._scheduler.cancel(run_id)
         if withdrawn is CancelOutcome.RUNNING:
             # The run may have ended, or gone back to the queue (a usage
-            # limit, a claim refused), while its record was read.
-            if self._fleet is not None and self._fleet.unpark(run_id):
-                self._scheduler.requeue(run_id)
+            # limit), or been parked (a claim refused), while its record was read.
             state = self._scheduler.state_of(run_id)
-            if state is RunState.QUEUED:
+            if state is RunState.QUEUED or state is RunState.HELD:
                 self._submitted_at.pop(run_id, None)
                 withdrawn = self._scheduler.cancel(run_id)
             elif run_id in self._handles:
@@ -853,8 +849,10 @@ class Supervisor:
             "limits": {"global": limits.global_cap, "providers": dict(limits.provider_caps)},
             "running": snap.running,
             "queued": snap.queued,
+            "parked": snap.held,
             "running_by_provider": dict(snap.running_by_provider),
             "queued_by_provider": dict(snap.queued_by_provider),
+            "parked_by_provider": dict(snap.held_by_provider),
             "queued_by_lane": dict(snap.queued_by_lane),
             "oldest_queued_age": None if age is None else max(0.0, age),
             "lost_at_startup": len(self.lost_at_startup),
@@ -1032,7 +1030,9 @@ class Supervisor:
         """
         now = self._wall()
         gate = self._accounts.gate(now)
-        starts = self._scheduler.take_startable(gate)
+        starts = self._scheduler.take_startable(
+            gate if self._fleet is None else self._fleet.gate(gate)
+        )
         if not starts:
             return None
         for run in starts:
@@ -1101,13 +1101,19 @@ class Supervisor:
     # -- fleet membership (see runtime/fleet_member.py) -------------------------
 
     def _claimed(self, result: ClaimResult) -> None:
-        """Start the runs claimed; a run gone leaves the scheduler, one refused is parked."""
-        assert self._fleet is not None
+        """Start the runs claimed; a run gone leaves the scheduler, one refused is parked.
+
+        A parked run is held by the scheduler until the next poll: its lanes
+        stay held, its slot is free at once for a run on another lane.
+        """
+        fleet = self._fleet
+        assert fleet is not None
         self._started(result.claimed)
         now = self._wall()
-        for run_id, gone in self._fleet.refusals(result):
+        parked = False
+        for run_id, refused in fleet.refusals(result):
             self._picks.pop(run_id, None)
-            if gone:  # claimed by another member, or cancelled
+            if refused is Refused.GONE:  # claimed by another member, or cancelled
                 self._submitted_at.pop(run_id, None)
                 self._release(run_id, spawned=False)
                 continue
@@ -1117,7 +1123,14 @@ class Supervisor:
             del self._handles[run_id]
             if not self._handles:
                 self._idle.set()
-            self._fleet.park(run_id)
+            if refused is Refused.CAP:
+                request = self._scheduler.request_of(run_id)
+                assert request is not None
+                fleet.close(request.provider)
+            self._scheduler.hold(run_id)
+            parked = True
+        if parked:
+            self._wake()  # its slot is free: a run on another lane may start
 
     async def _fleet_poll(self) -> None:
         assert self._fleet is not None
@@ -1164,8 +1177,9 @@ class Supervisor:
         """
         assert self._fleet is not None
         self._withdraw_left(poll.left)
-        for run_id in self._fleet.take_parked():
-            self._scheduler.requeue(run_id)
+        for run in list(self._scheduler.held_runs()):
+            self._scheduler.requeue(run.id)
+        self._fleet.reopen()
         records = self._fleet.take_new(poll)
         worktrees = self._worktrees
         cut = len(records)

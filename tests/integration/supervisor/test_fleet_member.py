@@ -33,6 +33,7 @@ from test_accounts import limit, provider_block
 
 from herdsman import runtime_cli
 from herdsman.config import load_config_text
+from herdsman.core import RunState
 from herdsman.runtime.api import app
 from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.store import NewRun, RunRecord, RunStatus, StoreError
@@ -90,9 +91,14 @@ def status_of(store: FleetStore, run_id: str) -> RunStatus:
     return record.status
 
 
-async def wait_parked(fleet: FleetMember, run_id: str) -> None:
+def parked(running: Running) -> list[str]:
+    """The runs parked by ``running``: held by its scheduler, its claim refused."""
+    return [run.id for run in running.supervisor._scheduler.held_runs()]
+
+
+async def wait_parked(running: Running, run_id: str) -> None:
     with trio.fail_after(10):
-        while run_id not in fleet.parked:
+        while run_id not in parked(running):
             await trio.sleep(0.02)
 
 
@@ -113,7 +119,7 @@ async def parked_behind_another_member(
         "/v1/runs", json={"id": "mine", "provider": "demo", "prompt": "x", "conversation": "c1"}
     )
     assert answer.status_code in (200, 201), answer.text
-    await wait_parked(fleet, "mine")
+    await wait_parked(running, "mine")
     return running, fleet
 
 
@@ -143,13 +149,91 @@ async def test_a_run_whose_lane_runs_on_another_member_waits_parked_then_runs(
     assert [m.id for m in other.members()] == [other.member_id]
 
 
+async def submit(running: Running, run_id: str, conversation: str) -> None:
+    answer = await running.client.post(
+        "/v1/runs",
+        json={"id": run_id, "provider": "demo", "prompt": "x", "conversation": conversation},
+    )
+    assert answer.status_code == 201, answer.text
+
+
+async def test_a_parked_run_frees_its_slot_at_once_for_a_run_on_a_free_lane(
+    start: Start, tmp_path: Path, member_url: str, other: FleetStore
+) -> None:
+    run_elsewhere(other, "elsewhere", "c1")
+    # One slot, and a poll so long that a run waiting for the next one would
+    # miss the test's bound: before parked runs were held without a slot,
+    # "free" waited a whole poll behind "mine".
+    config = fleet_config(tmp_path, member_url, lease="90s", poll="30s", concurrency=1)
+    running = await start(config)
+    await submit(running, "mine", "c1")
+    await wait_parked(running, "mine")
+    status = (await running.client.get("/v1/status")).json()
+    assert (status["running"], status["queued"], status["parked"]) == (0, 0, 1), status
+    assert status["parked_by_provider"] == {"demo": 1}
+    assert runtime_cli._counts_line(status).startswith("running: 0   queued: 0   parked: 1")
+    none_parked = {**status, "parked": 0, "oldest_queued_age": None}
+    assert runtime_cli._counts_line(none_parked) == "running: 0   queued: 0"
+    await submit(running, "behind", "c1")  # behind "mine" on its lane
+    await submit(running, "free", "c2")
+    with trio.fail_after(10):  # a third of the poll
+        body = await running.wait("free", seconds=10)
+    assert body["status"] == "succeeded", body
+    # "mine" still holds its lane here: "behind" was never offered, let alone claimed.
+    assert parked(running) == ["mine"]
+    assert status_of(other, "behind") is RunStatus.QUEUED
+    assert running.supervisor._scheduler.state_of("behind") is RunState.QUEUED
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
+async def test_a_fleet_cap_refusal_closes_its_provider_until_the_next_poll(
+    start: Start,
+    tmp_path: Path,
+    member_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    other: FleetStore,
+) -> None:
+    run_elsewhere(other, "early", "c0")  # the fleet's one demo slot
+    more = "provider_caps = { demo = 1 }\n"
+    running = await start(fleet_config(tmp_path, member_url, more=more, concurrency=1))
+    store = fleet_of(running).store
+    claims: list[list[str]] = []
+    polls: list[int] = []
+    claim_many, poll = store.claim_many, store.poll
+
+    def counting_claim(items: list[tuple[str, str | None]], *args: Any, **kw: Any) -> Any:
+        claims.append([run_id for run_id, _ in items])
+        return claim_many(items, *args, **kw)
+
+    def counting_poll(cursor: int) -> Any:
+        polls.append(cursor)
+        return poll(cursor)
+
+    monkeypatch.setattr(store, "claim_many", counting_claim)
+    monkeypatch.setattr(store, "poll", counting_poll)
+    for n in range(4):  # four lanes, each free: only the fleet's cap says no
+        other.submit(NewRun(id=f"r{n}", provider="demo", prompt="p", conversation=f"c{n + 1}"), 3)
+    with trio.fail_after(10):
+        while len(polls) < 4:
+            await trio.sleep(0.05)
+    # Each poll offers the first run again and is refused once; without the
+    # provider closed, its freed slot went to the next run, and the next:
+    # four claims per poll.
+    assert claims, "nothing was claimed"
+    assert len(claims) <= len(polls), (claims, polls)
+    assert all(ids == ["r0"] for ids in claims), claims
+    running.supervisor.request_shutdown()
+    await running.stopped.wait()
+
+
 async def test_cancelling_a_parked_run_withdraws_it(
     start: Start, tmp_path: Path, member_url: str, other: FleetStore
 ) -> None:
-    running, fleet = await parked_behind_another_member(start, tmp_path, member_url, other)
+    running, _ = await parked_behind_another_member(start, tmp_path, member_url, other)
     cancelled = await running.client.post("/v1/runs/mine/cancel")
     assert cancelled.status_code == 200, cancelled.text
-    assert fleet.parked == ()
+    assert parked(running) == []
     assert status_of(other, "mine") is RunStatus.CANCELLED
     # Its lane frees on the other member: nothing of it is left to start here.
     other.finish("elsewhere", RunStatus.SUCCEEDED, time.time(), exit_code=0)
@@ -163,9 +247,7 @@ async def test_a_cancel_arriving_while_a_claim_is_on_its_way_withdraws_the_refus
     start: Start, tmp_path: Path, member_url: str, postgres_url: str, other: FleetStore
 ) -> None:
     # A long lease: no renewal (which takes the fleet lock too) while the test holds it.
-    running, fleet = await parked_behind_another_member(
-        start, tmp_path, member_url, other, lease="30s"
-    )
+    running, _ = await parked_behind_another_member(start, tmp_path, member_url, other, lease="30s")
     answers: list[httpx.Response] = []
     with psycopg.connect(postgres_url) as conn:
         # Hold the fleet lock: the next claim of "mine" waits for it.
@@ -185,7 +267,7 @@ async def test_a_cancel_arriving_while_a_claim_is_on_its_way_withdraws_the_refus
     assert answer.status_code == 200, answer.text
     assert answer.json()["status"] == "cancelled"
     assert status_of(other, "mine") is RunStatus.CANCELLED
-    assert fleet.parked == ()
+    assert parked(running) == []
     running.supervisor.request_shutdown()
     await running.stopped.wait()
 
@@ -211,7 +293,7 @@ async def test_a_run_another_member_holds_is_cancelled_through_this_member(
     running = await start(fleet_config(tmp_path, member_url, more=more))
     # Seen queued here first (and refused: the cap), then claimed there.
     other.submit(NewRun(id="late", provider="demo", prompt="p", conversation="c2"), 3.0)
-    await wait_parked(fleet_of(running), "late")
+    await wait_parked(running, "late")
     assert [r.id for r in other.claim_many([("late", None)], 4.0).claimed] == ["late"]
     async with trio.open_nursery() as nursery:
         nursery.start_soon(play_holder, other, 2)

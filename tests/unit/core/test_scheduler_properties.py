@@ -7,17 +7,20 @@ the earliest-submitted free run until no run is free. A run is *free* when
 
 (a) its provider has a free slot (a provider missing from the caps has none),
 (b) the global cap, if any, has a free slot,
-(c) no running run shares one of its exclusion keys, and
+(c) no running or held run shares one of its exclusion keys, and
 (d) no earlier-submitted, still-queued run shares one of its keys, and
 (e) the start gate, if any, is open for its provider (the gate here is a
     count of further starts allowed per provider, standing in for accounts).
 
 :class:`SchedulerMachine` drives the real :class:`Scheduler` and the model with
-the same random events (submit, finish, requeue, cancel, limit changes,
+the same random events (submit, finish, requeue, hold, cancel, limit changes,
 agent-exclusivity toggles, gate changes), calling ``take_startable()`` after
 every event as the runtime does, and checks after every step that the core
 started exactly the runs the model starts, in the same order, and that every
-observable count and state agrees.
+observable count and state agrees. A *held* run (``Scheduler.hold``: a fleet
+member's refused claim) is in the model's ``held`` list: it blocks its keys as
+a running run does, counts against no cap, and is never started until
+``requeue`` puts it back in the queue (or ``cancel`` withdraws it).
 Pools of providers, workspaces, conversations and agents are tiny on purpose,
 so lanes collide and caps bind all the time.
 """
@@ -94,6 +97,7 @@ class ReferenceModel:
     agent_exclusive: bool
     queued: list[RunRequest] = field(default_factory=list)  # submission order
     running: list[RunRequest] = field(default_factory=list)  # start order
+    held: list[RunRequest] = field(default_factory=list)  # hold order
     submitted_at: dict[str, int] = field(default_factory=dict)  # id -> submission number
     submissions: int = 0
     # Further starts the gate allows per provider; a provider absent is not gated.
@@ -109,13 +113,15 @@ class ReferenceModel:
         return sum(1 for r in self.running if r.provider == provider)
 
     def is_live(self, run_id: str) -> bool:
-        return any(r.id == run_id for r in self.queued + self.running)
+        return any(r.id == run_id for r in self.queued + self.running + self.held)
 
     def state_of(self, run_id: str) -> RunState | None:
         if any(r.id == run_id for r in self.queued):
             return RunState.QUEUED
         if any(r.id == run_id for r in self.running):
             return RunState.RUNNING
+        if any(r.id == run_id for r in self.held):
+            return RunState.HELD
         return None
 
     # Each reason a queued run may not start, as a separate test so a failure
@@ -140,7 +146,8 @@ class ReferenceModel:
         return bool(self.keys(a) & self.keys(b)) or self.overlap(a, b)
 
     def blocking_running(self, run: RunRequest) -> list[RunRequest]:
-        return [r for r in self.running if self.conflicts(r, run)]
+        """Running and held runs that share a key with ``run``: both hold their lanes."""
+        return [r for r in self.running + self.held if self.conflicts(r, run)]
 
     def blocking_earlier_queued(self, run: RunRequest) -> list[RunRequest]:
         earlier = self.queued[: self.queued.index(run)]
@@ -176,18 +183,27 @@ class ReferenceModel:
             self.gate[run.provider] -= 1
 
     def requeue(self, run_id: str) -> None:
-        """Back to the queue, in its original place in submission order."""
-        run = self.finish(run_id)
+        """Back to the queue (from running or held), in its place in submission order."""
+        [run] = [r for r in self.running + self.held if r.id == run_id]
+        if run in self.running:
+            self.running.remove(run)
+        else:
+            self.held.remove(run)
         self.queued = self.in_submission_order([*self.queued, run])
+
+    def hold(self, run_id: str) -> None:
+        """Off its slot, still on its lanes."""
+        self.held.append(self.finish(run_id))
 
     def finish(self, run_id: str) -> RunRequest:
         [run] = [r for r in self.running if r.id == run_id]
         self.running.remove(run)
         return run
 
-    def cancel_queued(self, run_id: str) -> None:
-        [run] = [r for r in self.queued if r.id == run_id]
-        self.queued.remove(run)
+    def cancel_waiting(self, run_id: str) -> None:
+        """Withdraw a queued or held run."""
+        self.queued = [r for r in self.queued if r.id != run_id]
+        self.held = [r for r in self.held if r.id != run_id]
 
     def expected_starts(self) -> list[RunRequest]:
         """What ``take_startable`` must return, computed on a scratch copy.
@@ -200,6 +216,7 @@ class ReferenceModel:
             self.agent_exclusive,
             list(self.queued),
             list(self.running),
+            list(self.held),
             dict(self.submitted_at),
             self.submissions,
             None if self.gate is None else dict(self.gate),
@@ -220,6 +237,9 @@ class ReferenceModel:
 
     def running_by_provider(self) -> dict[str, int]:
         return _count(r.provider for r in self.running)
+
+    def held_by_provider(self) -> dict[str, int]:
+        return _count(r.provider for r in self.held)
 
     def queued_by_lane(self) -> dict[str, int]:
         lanes: list[str] = []
@@ -287,8 +307,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         # that were running when it was lowered (never raised by a start).
         self.over_cap_allowance: dict[str, int] = {}
         self.global_allowance = 0
-        # Runs that were running when agent exclusivity was switched on: only
-        # they may share an agent key while running.
+        # Runs that were running or held when agent exclusivity was switched
+        # on: only they may share an agent key while running or held.
         self.grandfathered: set[str] = set()
         # The gate's remaining starts per provider (None: no gate), shared with
         # the CountingGate each settle() hands the scheduler.
@@ -305,6 +325,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         for run in started:
             # Check each start against the rules as they stood at that moment,
             # so a failure names the rule, before comparing with the model.
+            assert run not in model.held, f"started {run.id} which is held"
             assert run in model.queued, f"started {run} which is not queued"
             assert model.provider_has_slot(run), (
                 f"started {run.id} with provider {run.provider} at its cap "
@@ -342,6 +363,9 @@ class SchedulerMachine(RuleBasedStateMachine):
     def running_ids(self) -> list[str]:
         return [r.id for r in self.model.running]
 
+    def held_ids(self) -> list[str]:
+        return [r.id for r in self.model.held]
+
     def assert_unchanged(self, before: tuple[Any, ...]) -> None:
         assert self.observe() == before
 
@@ -351,6 +375,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             s.snapshot(),
             list(s.queued_runs()),
             list(s.running_runs()),
+            list(s.held_runs()),
             s.limits,
             s.agent_exclusive,
         )
@@ -405,20 +430,35 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.global_allowance = min(self.global_allowance, len(self.model.running))
             self.settle()
 
-    @precondition(lambda self: self.model.running)
-    @rule(data=st.data())
-    def requeue(self, data: st.DataObject) -> None:
-        """A running run goes back to its place in the queue (its account was out of quota)."""
-        run_id = data.draw(st.sampled_from(self.running_ids()), label="requeue")
-        self.sched.requeue(run_id)
-        self.model.requeue(run_id)
-        # Running again later, it obeys exclusivity like any other run.
-        self.grandfathered.discard(run_id)
+    def lower_allowances(self) -> None:
+        """A run left its slot: what a lowered cap let run over it shrinks with it."""
         for provider in PROVIDERS:
             self.over_cap_allowance[provider] = min(
                 self.over_cap_allowance.get(provider, 0), self.model.running_on(provider)
             )
         self.global_allowance = min(self.global_allowance, len(self.model.running))
+
+    @precondition(lambda self: self.model.running)
+    @rule(data=st.data())
+    def hold(self, data: st.DataObject) -> None:
+        """A running run is held (a fleet member's claim of it was refused): lanes, no slot."""
+        run_id = data.draw(st.sampled_from(self.running_ids()), label="hold")
+        self.sched.hold(run_id)
+        self.model.hold(run_id)
+        assert self.sched.state_of(run_id) is RunState.HELD
+        self.lower_allowances()
+        self.settle()
+
+    @precondition(lambda self: self.model.running or self.model.held)
+    @rule(data=st.data())
+    def requeue(self, data: st.DataObject) -> None:
+        """A running or held run goes back to its place in the queue (out of quota, refused)."""
+        run_id = data.draw(st.sampled_from(self.running_ids() + self.held_ids()), label="requeue")
+        self.sched.requeue(run_id)
+        self.model.requeue(run_id)
+        # Running again later, it obeys exclusivity like any other run.
+        self.grandfathered.discard(run_id)
+        self.lower_allowances()
         self.settle()
 
     @rule(gate=gate_st)
@@ -428,12 +468,13 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.model.gate = None if gate is None else dict(gate)
         self.settle()
 
-    @precondition(lambda self: self.model.queued)
+    @precondition(lambda self: self.model.queued or self.model.held)
     @rule(data=st.data())
-    def cancel_queued(self, data: st.DataObject) -> None:
-        run_id = data.draw(st.sampled_from(self.queued_ids()), label="cancel (queued)")
+    def cancel_waiting(self, data: st.DataObject) -> None:
+        """A queued or held run is withdrawn: it never starts, a held one frees its lanes."""
+        run_id = data.draw(st.sampled_from(self.queued_ids() + self.held_ids()), label="cancel")
         assert self.sched.cancel(run_id) is CancelOutcome.REMOVED
-        self.model.cancel_queued(run_id)
+        self.model.cancel_waiting(run_id)
         self.retire(run_id)
         self.settle()
 
@@ -454,7 +495,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.sched.set_agent_exclusive(agent_exclusive)
         self.model.agent_exclusive = agent_exclusive
         if agent_exclusive and not was:
-            self.grandfathered = set(self.running_ids())
+            # Held runs keep their lanes too: they are grandfathered alike.
+            self.grandfathered = set(self.running_ids() + self.held_ids())
         elif not agent_exclusive:
             self.grandfathered = set()
         assert self.sched.agent_exclusive is agent_exclusive
@@ -464,15 +506,23 @@ class SchedulerMachine(RuleBasedStateMachine):
     def misuse_changes_nothing(self, data: st.DataObject, fields: dict[str, Any]) -> None:
         """Calls that must leave the scheduler as it was, one of them per step.
 
-        Submitting a live id and finishing a run that is not running raise
-        :class:`SchedulerError`; cancelling a running run reports RUNNING and
-        leaves it running; cancelling an unknown, finished or cancelled id
-        reports UNKNOWN; a second ``take_startable`` starts nothing.
+        Submitting a live id, and finishing or holding a run that is not
+        running (queued, held, gone), raise :class:`SchedulerError`, as does
+        requeueing one neither running nor held; cancelling a running run
+        reports RUNNING and leaves it running; cancelling an unknown,
+        finished or cancelled id reports UNKNOWN; a second ``take_startable``
+        starts nothing.
         """
-        live = [*self.queued_ids(), *self.running_ids()]
-        not_running = [*self.queued_ids(), *self.retired, "never-submitted"]
+        live = [*self.queued_ids(), *self.running_ids(), *self.held_ids()]
+        not_running = [*self.queued_ids(), *self.held_ids(), *self.retired, "never-submitted"]
         unknown = [*self.retired, "never-submitted"]
-        calls = ["finish_not_running", "requeue_not_running", "cancel_unknown", "take_again"]
+        calls = [
+            "finish_not_running",
+            "hold_not_running",
+            "requeue_not_running",
+            "cancel_unknown",
+            "take_again",
+        ]
         if live:
             calls.append("submit_duplicate")
         if self.model.running:
@@ -487,8 +537,13 @@ class SchedulerMachine(RuleBasedStateMachine):
             run_id = data.draw(st.sampled_from(not_running), label="id")
             with pytest.raises(SchedulerError):
                 self.sched.finish(run_id)
-        elif call == "requeue_not_running":
+        elif call == "hold_not_running":
             run_id = data.draw(st.sampled_from(not_running), label="id")
+            with pytest.raises(SchedulerError):
+                self.sched.hold(run_id)
+        elif call == "requeue_not_running":
+            not_running_or_held = [*self.queued_ids(), *self.retired, "never-submitted"]
+            run_id = data.draw(st.sampled_from(not_running_or_held), label="id")
             with pytest.raises(SchedulerError):
                 self.sched.requeue(run_id)
         elif call == "cancel_running":
@@ -516,8 +571,9 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @invariant()
     def running_runs_share_no_key(self) -> None:
+        """Lanes are exclusive among running and held runs alike."""
         model = self.model
-        running = model.running
+        running = model.running + model.held
         for i, a in enumerate(running):
             for b in running[i + 1 :]:
                 assert not model.overlap(a, b), ("overlapping working directories", a, b)
@@ -537,15 +593,25 @@ class SchedulerMachine(RuleBasedStateMachine):
         sched, model = self.sched, self.model
         assert sched.queued_count == len(model.queued)
         assert sched.running_count == len(model.running)
+        assert sched.held_count == len(model.held)
         assert list(sched.queued_runs()) == model.queued
         assert list(sched.running_runs()) == model.in_submission_order(model.running)
+        assert list(sched.held_runs()) == model.held
         snap = sched.snapshot()
         assert snap.queued == len(model.queued)
         assert snap.running == len(model.running)
+        assert snap.held == len(model.held)
         assert dict(snap.queued_by_provider) == model.queued_by_provider()
         assert dict(snap.running_by_provider) == model.running_by_provider()
+        assert dict(snap.held_by_provider) == model.held_by_provider()
         assert dict(snap.queued_by_lane) == model.queued_by_lane()
-        for run_id in [*self.queued_ids(), *self.running_ids(), *self.retired, "never"]:
+        for provider in PROVIDERS:
+            # A slot is free exactly when the model's caps, counting only
+            # running runs (never held ones), leave room.
+            free = model.running_on(provider) < model.cap(provider) and model.global_has_slot()
+            assert sched.has_free_slot(provider) is free, provider
+        ids = [*self.queued_ids(), *self.running_ids(), *self.held_ids(), *self.retired, "never"]
+        for run_id in ids:
             assert sched.state_of(run_id) is model.state_of(run_id), run_id
 
 
@@ -666,6 +732,7 @@ op_st = st.one_of(
     st.tuples(st.just("finish"), st.integers(min_value=0, max_value=20)),
     st.tuples(st.just("cancel"), st.integers(min_value=0, max_value=20)),
     st.tuples(st.just("requeue"), st.integers(min_value=0, max_value=20)),
+    st.tuples(st.just("hold"), st.integers(min_value=0, max_value=20)),
     st.tuples(st.just("limits"), limits_st),
     st.tuples(st.just("exclusive"), st.booleans()),
 )
@@ -680,8 +747,10 @@ def _run_both(limits: Limits, agent_exclusive: bool, ops: list[tuple[str, Any]])
             run = RunRequest(id=f"r{n}", **arg)
             first.submit(run)
             second.submit(attrs.evolve(run))  # an equal but distinct object
-        elif name in ("finish", "cancel", "requeue"):
+        elif name in ("finish", "cancel", "requeue", "hold"):
             runs = [*first.running_runs()]
+            if name in ("cancel", "requeue"):
+                runs += first.held_runs()
             if name == "cancel":
                 runs += first.queued_runs()
             if not runs:
@@ -699,6 +768,7 @@ def _run_both(limits: Limits, agent_exclusive: bool, ops: list[tuple[str, Any]])
         assert first.snapshot() == second.snapshot()
         assert list(first.running_runs()) == list(second.running_runs())
         assert list(first.queued_runs()) == list(second.queued_runs())
+        assert list(first.held_runs()) == list(second.held_runs())
 
 
 @settings(max_examples=100, deadline=None)
