@@ -206,9 +206,9 @@ async def test_a_fleet_cap_refusal_closes_its_provider_until_the_next_poll(
         claims.append([run_id for run_id, _ in items])
         return claim_many(items, *args, **kw)
 
-    def counting_poll(cursor: int) -> Any:
+    def counting_poll(cursor: int, *args: Any) -> Any:
         polls.append(cursor)
-        return poll(cursor)
+        return poll(cursor, *args)
 
     monkeypatch.setattr(store, "claim_many", counting_claim)
     monkeypatch.setattr(store, "poll", counting_poll)
@@ -735,7 +735,7 @@ async def late_parked_by_the_cap(
     more = "provider_caps = { demo = 1 }\n"
     running = await start(fleet_config(tmp_path, member_url, lease="30s", more=more))
     other.submit(NewRun(id="late", provider="demo", prompt="p", conversation="c2"), 3.0)
-    await wait_parked(fleet_of(running), "late")
+    await wait_parked(running, "late")
     return running
 
 
@@ -825,7 +825,7 @@ async def test_a_cancel_whose_refused_claim_meets_a_claim_elsewhere_asks_its_hol
     assert answer.status_code == 202, answer.text  # not 500
     assert status_of(other, "late") is RunStatus.RUNNING
     assert other.poll(0).cancels == [("late", "cancel requested")]
-    assert fleet_of(running).parked == ()
+    assert parked(running) == []
     assert running.supervisor._scheduler.state_of("late") is None
     running.supervisor.request_shutdown()
     await running.stopped.wait()
