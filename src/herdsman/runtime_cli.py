@@ -493,6 +493,13 @@ def _logs(args: argparse.Namespace) -> int:
             offset = _copy_log(path, offset, missing_ok=True)
             if run["status"] in TERMINAL:
                 _copy_log(path, offset, missing_ok=True)
+                if not path.exists():
+                    raise CommandError(
+                        f"no log at {path}: run {args.run_id} ended as {run['status']} without"
+                        " a log on this machine (a run cancelled before it started has none;"
+                        " in a fleet, a run another member ran has its log on that member's"
+                        " machine)"
+                    )
                 return 0
             time.sleep(0.5)
 

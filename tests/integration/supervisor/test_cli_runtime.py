@@ -221,6 +221,11 @@ def test_runs_logs_and_cancel_from_the_command_line(workdir: Path) -> None:
         again = herdsman("cancel", *CLI, "waiting", cwd=workdir)
         assert again.returncode == 1
         assert "already ended as cancelled (HTTP 409)" in again.stderr
+        # Ended without a log here: following it says so rather than print nothing.
+        unlogged = herdsman("logs", *CLI, "--follow", "waiting", cwd=workdir)
+        assert unlogged.returncode == 1
+        assert "no log at" in unlogged.stderr
+        assert "run waiting ended as cancelled without a log on this machine" in unlogged.stderr
         deadline = time.monotonic() + 20
         while "running" not in herdsman("runs", *CLI, "busy", cwd=workdir).stdout:
             assert time.monotonic() < deadline
