@@ -1476,8 +1476,10 @@ class Supervisor:
                 exc,
                 RETRYING_IN_FLEET,
             )
-            if await self._retry_finish(run_id, record_again):
+            last = await self._retry_finish(run_id, record_again, exc)
+            if last is None:
                 return
+            exc = last
         log.error(
             "could not record how run %s ended (%s): %s; %s",
             run_id,
@@ -1493,16 +1495,21 @@ class Supervisor:
         else:
             self._release(run_id)
 
-    async def _retry_finish(self, run_id: str, record: Callable[[], Awaitable[object]]) -> bool:
+    async def _retry_finish(
+        self, run_id: str, record: Callable[[], Awaitable[object]], refused: StoreError
+    ) -> StoreError | None:
         """Record a fleet member's finish again and again until the ledger takes it.
 
         Meanwhile the ledger holds the run's lanes fleet-wide (and, after a
         usage limit, this member its slot): a finish left unrecorded would
-        hold them for as long as this member's lease is renewed. Returns whether it was
-        recorded; ``False`` once the ledger can never take it (the run was
-        declared lost, the lease lapsed) or a forced stop gives up on it.
+        hold them for as long as this member's lease is renewed. Returns
+        ``None`` once it is recorded, else the last refusal: once the ledger
+        can never take it (the run was declared lost, the lease lapsed) or a
+        forced stop gives up on it (``refused``, the first refusal, if no
+        retry was made).
         """
         delay = FINISH_RETRY_FIRST
+        last = refused
         with trio.CancelScope() as retrying:
             # Shielded by the run's task (its finish must be recorded even in
             # a forced stop): only the forced stop's own call ends this.
@@ -1514,15 +1521,16 @@ class Supervisor:
                     try:
                         await record()
                     except StoreError as exc:
+                        last = exc
                         if _final(exc):
-                            return False
+                            return exc
                         log.warning("run %s: its finish is still not recorded: %s", run_id, exc)
                     else:
                         log.info("run %s: its finish is recorded at last", run_id)
-                        return True
+                        return None
             finally:
                 del self._finish_retries[run_id]
-        return False
+        return last  # a forced stop gave up on it
 
     def _report_finish(
         self, final: RunRecord, status: RunStatus, exit_code: int | None, *, requeue: bool
