@@ -542,17 +542,9 @@ class Supervisor:
         for session in sessions:
             key = sticky_key(session.workspace, session.conversation)
             self._accounts.remember(session.provider, key, session.account)
-        history = await self._account_history(now, self.config)
-        # A run lost in the crash "ended" at this restart: charging it the
-        # whole outage would block run-minute budgets long after. It counts
-        # as a start only.
-        uses = [
-            attrs.evolve(use, finished_at=use.started_at)
-            if use.finished_at is not None and use.finished_at >= now
-            else use
-            for use in history.uses
-        ]
-        self._restore_accounts(AccountHistory(history.limits, uses), None)
+        # A run lost in a crash (at this start or an earlier one) counts as
+        # a start only: the ledger charges it no run-minutes.
+        self._restore_accounts(await self._account_history(now, self.config), None)
 
     async def _account_history(self, now: float, config: Config) -> AccountHistory:
         """Rests in force and usage within the longest quota window of ``config``.
