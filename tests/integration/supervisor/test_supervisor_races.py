@@ -261,9 +261,9 @@ async def test_a_run_is_built_from_the_config_its_start_was_decided_under(
     supervisor = Supervisor(
         loaded.config,
         MemoryStore(),
-        git=git,
+        git=git,  # type: ignore[arg-type]
         execute=execute,
-        loaded=loaded,  # type: ignore[arg-type]
+        loaded=loaded,
     )
     async with serving(supervisor):
         await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x", conversation="c"))
