@@ -12,40 +12,68 @@ import trio
 from store_faults import StalledStore
 from supervisor_support import config_at, write_config
 
+from herdsman.config import Config
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.store import NewRun, RunStatus
 from herdsman.runtime.supervisor import CancelNotRecorded, Supervisor
 
 
-async def cancel_outcome(supervisor: Supervisor, run_id: str, into: list[object]) -> None:
-    """Ask to cancel ``run_id``; append what came back, record or exception."""
-    try:
-        into.append(await supervisor.cancel(run_id))
-    except Exception as exc:
-        into.append(exc)
+async def cancel_as_the_ledger_resumes(
+    nursery: trio.Nursery, store: StalledStore, supervisor: Supervisor, run_id: str
+) -> object:
+    """Ask to cancel ``run_id`` while a stalled store call holds the ledger; let it go.
+
+    What the cancel came back with: a record, or the exception it raised.
+    """
+    answers: list[object] = []
+
+    async def cancel() -> None:
+        try:
+            answers.append(await supervisor.cancel(run_id))
+        except Exception as exc:
+            answers.append(exc)
+
+    nursery.start_soon(cancel)
+    await trio.testing.wait_all_tasks_blocked()
+    store.go.set()
+    with trio.fail_after(10):
+        while not answers:
+            await trio.sleep(0.01)
+    [answer] = answers
+    return answer
+
+
+async def submit_behind_a_busy_run(
+    nursery: trio.Nursery, store: StalledStore, supervisor: Supervisor, *, in_flight: bool
+) -> None:
+    """Serve ``supervisor`` (one slot); run "busy", then queue "next" behind it.
+
+    ``in_flight``: the submit of "next" is left stalled in the store.
+    """
+    await nursery.start(supervisor.run)
+    await supervisor.submit(NewRun(id="busy", provider="demo", prompt="x"))
+    if not in_flight:
+        await supervisor.submit(NewRun(id="next", provider="demo", prompt="x"))
+        return
+    store.stall("submit")
+    nursery.start_soon(supervisor.submit, NewRun(id="next", provider="demo", prompt="x"))
+    await trio.to_thread.run_sync(store.entered.wait)
+
+
+def one_slot(tmp_path: Path) -> Config:
+    return config_at(write_config(tmp_path, concurrency=1, delay=0.5))
 
 
 async def test_a_refused_cancel_of_a_run_whose_submit_was_in_flight_keeps_it_queued(
     tmp_path: Path,
 ) -> None:
     store = StalledStore(set(), failing_once=frozenset({"cancel_queued"}))
-    config = config_at(write_config(tmp_path, concurrency=1, delay=0.5))
-    supervisor = Supervisor(config, store)
-    answers: list[object] = []
+    supervisor = Supervisor(one_slot(tmp_path), store)
     async with trio.open_nursery() as nursery:
-        await nursery.start(supervisor.run)
-        await supervisor.submit(NewRun(id="busy", provider="demo", prompt="x"))
-        store.stall("submit")
-        nursery.start_soon(supervisor.submit, NewRun(id="next", provider="demo", prompt="x"))
-        await trio.to_thread.run_sync(store.entered.wait)
+        await submit_behind_a_busy_run(nursery, store, supervisor, in_flight=True)
         # The scheduler does not know "next" yet: the cancel waits for the ledger.
-        nursery.start_soon(cancel_outcome, supervisor, "next", answers)
-        await trio.testing.wait_all_tasks_blocked()
-        store.go.set()
+        refused = await cancel_as_the_ledger_resumes(nursery, store, supervisor, "next")
         with trio.fail_after(10):
-            while not answers:
-                await trio.sleep(0.01)
-            [refused] = answers
             assert isinstance(refused, CancelNotRecorded), refused
             assert str(refused) == (
                 "could not record the cancel of run next (run ledger: database is locked"
@@ -82,20 +110,14 @@ async def test_a_refused_cancel_of_a_run_requeued_at_a_usage_limit_keeps_it_queu
         )
     )
     supervisor = Supervisor(config, store, execute=execute)
-    answers: list[object] = []
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.run)
         await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x"))
         await trio.to_thread.run_sync(store.entered.wait)
         # The scheduler still has r1 running; the ledger is recording its
         # re-queue, and the cancel's read of the record waits behind it.
-        nursery.start_soon(cancel_outcome, supervisor, "r1", answers)
-        await trio.testing.wait_all_tasks_blocked()
-        store.go.set()
+        refused = await cancel_as_the_ledger_resumes(nursery, store, supervisor, "r1")
         with trio.fail_after(10):
-            while not answers:
-                await trio.sleep(0.01)
-            [refused] = answers
             assert isinstance(refused, CancelNotRecorded), refused
             assert supervisor.status()["queued"] == 1
             # Queued in the ledger, so in the scheduler too: it goes again
@@ -105,30 +127,15 @@ async def test_a_refused_cancel_of_a_run_requeued_at_a_usage_limit_keeps_it_queu
     assert attempts == ["r1", "r1"]
 
 
-@pytest.mark.parametrize("stage", ["queued", "submitting"])
+@pytest.mark.parametrize("in_flight", [False, True])
 async def test_a_cancel_the_ledger_records_leaves_nothing_to_restore(
-    tmp_path: Path, stage: str
+    tmp_path: Path, in_flight: bool
 ) -> None:
     store = StalledStore(set())
-    config = config_at(write_config(tmp_path, concurrency=1, delay=0.5))
-    supervisor = Supervisor(config, store)
-    answers: list[object] = []
+    supervisor = Supervisor(one_slot(tmp_path), store)
     async with trio.open_nursery() as nursery:
-        await nursery.start(supervisor.run)
-        await supervisor.submit(NewRun(id="busy", provider="demo", prompt="x"))
-        if stage == "submitting":
-            store.stall("submit")
-            nursery.start_soon(supervisor.submit, NewRun(id="next", provider="demo", prompt="x"))
-            await trio.to_thread.run_sync(store.entered.wait)
-        else:
-            await supervisor.submit(NewRun(id="next", provider="demo", prompt="x"))
-        nursery.start_soon(cancel_outcome, supervisor, "next", answers)
-        await trio.testing.wait_all_tasks_blocked()
-        store.go.set()
-        with trio.fail_after(10):
-            while not answers:
-                await trio.sleep(0.01)
-        [record] = answers
+        await submit_behind_a_busy_run(nursery, store, supervisor, in_flight=in_flight)
+        record = await cancel_as_the_ledger_resumes(nursery, store, supervisor, "next")
         assert getattr(record, "status", record) is RunStatus.CANCELLED
         assert supervisor.status()["queued"] == 0
         nursery.cancel_scope.cancel()
@@ -138,14 +145,11 @@ async def test_the_api_answers_a_refused_cancel_503_saying_the_run_is_still_queu
     tmp_path: Path,
 ) -> None:
     store = StalledStore(set(), failing_once=frozenset({"cancel_queued"}))
-    config = config_at(write_config(tmp_path, concurrency=1, delay=0.5))
-    supervisor = Supervisor(config, store)
+    supervisor = Supervisor(one_slot(tmp_path), store)
     transport = httpx.ASGITransport(app=create_app(supervisor, "t"))
     headers = {"Authorization": "Bearer t"}
     async with trio.open_nursery() as nursery:
-        await nursery.start(supervisor.run)
-        await supervisor.submit(NewRun(id="busy", provider="demo", prompt="x"))
-        await supervisor.submit(NewRun(id="next", provider="demo", prompt="x"))
+        await submit_behind_a_busy_run(nursery, store, supervisor, in_flight=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             refused = await client.post("/v1/runs/next/cancel", headers=headers)
             again = await client.post("/v1/runs/next/cancel", headers=headers)

@@ -44,23 +44,15 @@ async def usage_at_start(tmp_path: Path, store: Store, unit: str, now: float) ->
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
-async def test_a_run_lost_at_this_start_is_charged_a_start_and_no_minutes(
-    tmp_path: Path, kind: str
+@pytest.mark.parametrize("lost_at", ["this start", "an earlier start"])
+async def test_a_lost_run_is_charged_a_start_and_no_minutes(
+    tmp_path: Path, kind: str, lost_at: str
 ) -> None:
     store = store_of(kind, tmp_path)
     crashed_while_running(store)
-    now = STARTED + 30 * MINUTE  # this start finds it running, and records it lost
-    assert await usage_at_start(tmp_path, store, "run_minutes", now) == 0.0
-    assert await usage_at_start(tmp_path, store, "runs", now + MINUTE) == 1.0
-
-
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
-async def test_a_run_lost_at_an_earlier_start_is_charged_a_start_and_no_minutes(
-    tmp_path: Path, kind: str
-) -> None:
-    store = store_of(kind, tmp_path)
-    crashed_while_running(store)
-    store.recover(STARTED + 10 * MINUTE)  # a start that then stopped cleanly
+    if lost_at == "an earlier start":
+        store.recover(STARTED + 10 * MINUTE)  # a start that then stopped cleanly
+    # Else this start finds it running, and records it lost.
     now = STARTED + 30 * MINUTE
     assert await usage_at_start(tmp_path, store, "run_minutes", now) == 0.0
     assert await usage_at_start(tmp_path, store, "runs", now) == 1.0
