@@ -1,24 +1,5 @@
-"""Fixtures of the simulator tests (helpers live in sim_workloads)."""
+"""Fixtures of the simulator tests (they live in sim_fixtures; see why there)."""
 
-from __future__ import annotations
+from sim_fixtures import _restore_herdsman_log_level, quiet_herdsman
 
-import logging
-from collections.abc import Iterator
-
-import pytest
-
-
-@pytest.fixture(autouse=True)
-def _restore_herdsman_log_level() -> Iterator[None]:
-    # Tests and commands (sim fuzz) quieten the simulated supervisor's
-    # logger; put it back after each test, for the tests that read it.
-    logger = logging.getLogger("herdsman")
-    level = logger.level
-    yield
-    logger.setLevel(level)
-
-
-@pytest.fixture
-def quiet_herdsman() -> None:
-    """Silence the simulated supervisor: faults make it log warnings by the hundred."""
-    logging.getLogger("herdsman").setLevel(logging.CRITICAL)
+__all__ = ["_restore_herdsman_log_level", "quiet_herdsman"]

@@ -104,7 +104,7 @@ def test_a_restart_that_requeues_out_of_order_is_caught(
 def test_a_cap_off_by_one_is_caught(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    limits_of = supervisor_module.limits_of
+    from herdsman.runtime.requests import limits_of  # what the supervisor calls
 
     def one_more(config: Any) -> Any:
         limits = limits_of(config)

@@ -220,6 +220,7 @@ def test_a_progress_bar_counts_simulations_on_a_terminal(
     assert "simulating: 100%" in terminal.getvalue()
     assert "4/4" in terminal.getvalue()
     # Not on a terminal (a pipe, CI): no bar.
-    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    piped = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", piped)
     assert main(argv) == 0
-    assert "simulating" not in sys.stderr.getvalue()
+    assert "simulating" not in piped.getvalue()

@@ -136,8 +136,9 @@ def test_a_run_waiting_for_a_rest_starts_even_when_the_input_ends_during_the_res
     from sim_workloads import config_json
 
     config = config_json('[supervisor]\nstate_dir = "/s"\n[providers.p]\nexec = ["x"]\n')
-    header = {"herdsman_trace": 1, "started_at": f"2026-11-29T12:00:00.{micro:06d}Z"}
-    until = dt.datetime.fromisoformat(header["started_at"]).timestamp() + 100.37
+    started_at = f"2026-11-29T12:00:00.{micro:06d}Z"
+    header = {"herdsman_trace": 1, "started_at": started_at}
+    until = dt.datetime.fromisoformat(started_at).timestamp() + 100.37
     run = {"id": "r1", "provider": "p", "workspace": "default"}
     lines = [
         {**header, "config": config},

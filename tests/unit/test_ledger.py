@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import outcome
@@ -10,11 +11,15 @@ import pytest
 import trio
 
 from herdsman.runtime.ledger import Ledger, inline
-from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, Store, StoreError
+from herdsman.runtime.store import MemoryStore, NewRun, RunRecord, RunStatus, Store, StoreError
 
 
 def new(run_id: str) -> NewRun:
     return NewRun(id=run_id, provider="p", prompt="x")
+
+
+def submit_at_1(run_id: str, store: Store) -> tuple[RunRecord, bool]:
+    return store.submit(new(run_id), 1.0)
 
 
 async def on_loop(fn: Callable[[], Any]) -> Any:
@@ -87,15 +92,16 @@ async def test_an_inline_ledger_applies_each_call_at_once_in_call_order() -> Non
     seen: list[str] = []
     for run_id in ("a", "b"):
         record, created = await ledger.call(
-            lambda s, run_id=run_id: s.submit(new(run_id), 1.0),
-            then=lambda r: seen.append(r[0].id),
+            partial(submit_at_1, run_id), then=lambda r: seen.append(r[0].id)
         )
         # The callback ran before the call returned.
         assert created
         assert seen[-1] == record.id == run_id
     assert ledger.batches == 2
     with pytest.raises(StoreError):
-        await ledger.call(lambda s: s.finish("nope", RunStatus.FAILED, 1.0), then=seen.append)
+        await ledger.call(
+            lambda s: s.finish("nope", RunStatus.FAILED, 1.0), then=lambda r: seen.append(r.id)
+        )
     assert seen == ["a", "b"]
 
 

@@ -154,6 +154,10 @@ class RunConflict(Exception):
     """The run is in a state that does not allow the request."""
 
 
+class CancelNotRecorded(StoreError):
+    """The ledger failed to record a cancel: the run is still queued, and may be cancelled again."""
+
+
 @attrs.frozen
 class AccountHistory:
     """What the ledger remembers of accounts: rests in force, runs in their windows."""
@@ -184,6 +188,15 @@ class _QueuedStarts:
     runs: list[RunRequest]
     now: float
     pending: Queued[Any]
+
+
+@attrs.frozen
+class _Withdrawn:
+    """A queued (or parked) run a cancel took out of the scheduler: what puts it back."""
+
+    request: RunRequest
+    seq: int
+    submitted_at: float | None
 
 
 @attrs.frozen
@@ -529,17 +542,9 @@ class Supervisor:
         for session in sessions:
             key = sticky_key(session.workspace, session.conversation)
             self._accounts.remember(session.provider, key, session.account)
-        history = await self._account_history(now, self.config)
-        # A run lost in the crash "ended" at this restart: charging it the
-        # whole outage would block run-minute budgets long after. It counts
-        # as a start only.
-        uses = [
-            attrs.evolve(use, finished_at=use.started_at)
-            if use.finished_at is not None and use.finished_at >= now
-            else use
-            for use in history.uses
-        ]
-        self._restore_accounts(AccountHistory(history.limits, uses), None)
+        # A run lost in a crash (at this start or an earlier one) counts as
+        # a start only: the ledger charges it no run-minutes.
+        self._restore_accounts(await self._account_history(now, self.config), None)
 
     async def _account_history(self, now: float, config: Config) -> AccountHistory:
         """Rests in force and usage within the longest quota window of ``config``.
@@ -678,17 +683,19 @@ class Supervisor:
         return submit
 
     async def cancel(self, run_id: str, reason: str = "cancel requested") -> RunRecord:
-        """Cancel a queued run at once, or stop a running one (its task records it)."""
+        """Cancel a queued run at once, or stop a running one (its task records it).
+
+        A ledger that fails to record the cancel of a queued run raises
+        :class:`CancelNotRecorded` and leaves the run queued, in the scheduler
+        as in the ledger.
+        """
         await self._ready.wait()
         # Decided the moment the request arrives when the scheduler knows the
         # run; only an id it does not know waits for the ledger (a submit of
         # it may still be in flight, and the ledger is FIFO).
-        request = self._scheduler.request_of(run_id)
-        seq = self._scheduler.seq_of(run_id)
-        withdrawn = self._scheduler.cancel(run_id)  # a parked (held) run: REMOVED
-        submitted_at = self._submitted_at.pop(run_id, None)
+        withdrawn, back = self._withdraw(run_id)  # a parked (held) run: REMOVED
         try:
-            return await self._cancel_recorded(run_id, reason, withdrawn)
+            return await self._cancel_recorded(run_id, reason, withdrawn, back)
         except StoreConflict:
             if self._fleet is None:
                 raise
@@ -697,39 +704,47 @@ class Supervisor:
             # one polled it, or ended. The ledger is the truth, and asks its
             # holder to cancel it; a race is never the user's error.
             return await self._cancel_elsewhere(run_id, reason)
-        except StoreError:
-            if withdrawn is CancelOutcome.REMOVED and request is not None:
-                # The ledger still says queued: so must the scheduler (at the
-                # back of its lanes; the cancel can be asked for again; a
-                # member's, in its place by the ledger's seq).
-                self._scheduler.submit(request, seq=seq if self._fleet is not None else None)
-                if submitted_at is not None:
-                    self._submitted_at[run_id] = submitted_at
-                self._wake()
-            raise
+
+    def _withdraw(self, run_id: str) -> tuple[CancelOutcome, _Withdrawn | None]:
+        """Take the run out of the scheduler for a cancel; with what puts it back, if removed."""
+        request, seq = self._scheduler.request_of(run_id), self._scheduler.seq_of(run_id)
+        submitted_at = self._submitted_at.pop(run_id, None)
+        withdrawn = self._scheduler.cancel(run_id)
+        if withdrawn is not CancelOutcome.REMOVED or request is None or seq is None:
+            return withdrawn, None
+        return withdrawn, _Withdrawn(request, seq, submitted_at)
+
+    def _put_back(self, back: _Withdrawn | None) -> None:
+        """The ledger refused a cancel: the run is still queued there, so it is here again."""
+        if back is None or self._scheduler.state_of(back.request.id) is not None:
+            return
+        # At the back of its lanes (the cancel can be asked for again); a
+        # member's, in its place by the ledger's seq.
+        self._scheduler.submit(back.request, seq=back.seq if self._fleet is not None else None)
+        if back.submitted_at is not None:
+            self._submitted_at[back.request.id] = back.submitted_at
+        self._wake()
 
     async def _cancel_recorded(
-        self, run_id: str, reason: str, withdrawn: CancelOutcome
+        self, run_id: str, reason: str, withdrawn: CancelOutcome, back: _Withdrawn | None
     ) -> RunRecord:
         if withdrawn is CancelOutcome.REMOVED:
             # Recorded with nothing awaited since the withdrawal: a start
             # it frees (the next run on its lanes) is then committed, and
             # traced, after the cancel, never before it.
-            return await self._record_cancel(run_id, reason)
+            return await self._record_cancel(run_id, reason, back)
         record = await self.get(run_id)
         if record is None:
             raise RunNotFound(run_id)
         if withdrawn is CancelOutcome.UNKNOWN and self._scheduler.state_of(run_id) is not None:
             # Its submit was still in flight a moment ago.
-            self._submitted_at.pop(run_id, None)
-            withdrawn = self._scheduler.cancel(run_id)
+            withdrawn, back = self._withdraw(run_id)
         if withdrawn is CancelOutcome.RUNNING:
             # The run may have ended, or gone back to the queue (a usage
             # limit), or been parked (a claim refused), while its record was read.
             state = self._scheduler.state_of(run_id)
             if state is RunState.QUEUED or state is RunState.HELD:
-                self._submitted_at.pop(run_id, None)
-                withdrawn = self._scheduler.cancel(run_id)
+                withdrawn, back = self._withdraw(run_id)
             elif run_id in self._handles:
                 self._stop(run_id, reason)
                 return record
@@ -750,7 +765,7 @@ class Supervisor:
                 # Held by another member, or queued and not polled here yet.
                 return await self._cancel_elsewhere(run_id, reason)
             raise RunConflict(f"run {run_id} already ended as {record.status.value}")
-        return await self._record_cancel(run_id, reason)
+        return await self._record_cancel(run_id, reason, back)
 
     async def _cancel_elsewhere(self, run_id: str, reason: str) -> RunRecord:
         """Cancel a run this member's scheduler does not hold, through the ledger.
@@ -777,8 +792,8 @@ class Supervisor:
             log.info("run %s runs on another member: asked it to cancel the run", run_id)
         return record
 
-    async def _record_cancel(self, run_id: str, reason: str) -> RunRecord:
-        """Record the cancel of a run just withdrawn from the queue."""
+    async def _record_cancel(self, run_id: str, reason: str, back: _Withdrawn | None) -> RunRecord:
+        """Record the cancel of a run just withdrawn from the queue (``back`` undoes that)."""
         now = self._wall()
 
         def cancelled(final: RunRecord) -> None:
@@ -787,9 +802,17 @@ class Supervisor:
             self._notify(run_id)
             self._wake()
 
-        return await self.ledger.call(
-            lambda s: s.cancel_queued(run_id, now, reason), then=cancelled
-        )
+        try:
+            return await self.ledger.call(
+                lambda s: s.cancel_queued(run_id, now, reason), then=cancelled
+            )
+        except StoreConflict:
+            raise  # the ledger no longer has it queued: nothing to put back
+        except StoreError as exc:
+            self._put_back(back)
+            message = f"could not record the cancel of run {run_id} ({exc}); it is still queued"
+            log.warning("%s", message)
+            raise CancelNotRecorded(f"{message}: ask again") from exc
 
     async def get(self, run_id: str) -> RunRecord | None:
         """The run's record, or ``None``."""

@@ -164,6 +164,19 @@ async def test_a_folder_that_cannot_be_made_leaves_every_repo_read_only(world: W
     assert all(c.error for c in checkouts)
 
 
+async def test_a_last_use_that_cannot_be_recorded_leaves_no_temporary_file(
+    world: World,
+) -> None:
+    manager = world.manager(world.app)
+    (first,) = await manager.prepare("default", "c")
+    record = first.path.parent / METADATA
+    record.unlink()
+    (record / "in-the-way").mkdir(parents=True)  # the rename over it fails
+    (again,) = await manager.prepare("default", "c")
+    assert again.usable, again.error
+    assert sorted(p.name for p in first.path.parent.iterdir()) == [METADATA, "app"]
+
+
 async def test_a_moved_state_dir_gets_its_checkouts_back(world: World) -> None:
     manager = world.manager(world.app)
     (first,) = await manager.prepare("default", "c")

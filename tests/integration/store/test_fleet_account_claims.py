@@ -326,7 +326,7 @@ def test_every_claim_decides_on_rests_and_budgets_as_the_account_core_would(
     budgets and windows exactly as one supervisor does on its own.
     """
     with members(postgres_server, 3) as stores:
-        now, runs, rests = T0, {}, {}
+        now, runs, rests = T0, dict[str, Run](), dict[str, float]()
         for step, (kind, *args) in enumerate(steps):
             if kind == "tick":
                 now += args[0]

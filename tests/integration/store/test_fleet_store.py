@@ -388,7 +388,12 @@ def test_every_write_of_a_member_takes_the_fleet_lock_first(postgres_url: str, w
         conn.execute("BEGIN")
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (a._fleet_lock,))
         done = threading.Event()
-        thread = threading.Thread(target=lambda: (write(a), done.set()))
+
+        def write_then_say_so() -> None:
+            write(a)
+            done.set()
+
+        thread = threading.Thread(target=write_then_say_so)
         thread.start()
         try:
             waiting_for_a_lock(conn)
@@ -498,7 +503,7 @@ def test_reads_take_no_fleet_lock_not_even_in_a_batch(postgres_url: str) -> None
         conn.execute("BEGIN")
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (a._fleet_lock,))
         try:
-            (polled,) = a.apply([lambda s: s.queued_after(0)])
+            (polled,) = a.apply([lambda _: a.queued_after(0)])  # in the batch: s is a
             assert [r.id for r in polled.unwrap()] == ["r1"]
             assert a.get("r1") is not None
         finally:

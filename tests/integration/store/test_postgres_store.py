@@ -173,7 +173,9 @@ def test_an_apply_batch_is_invisible_to_others_until_it_commits(postgres_url: st
             def look(_: object) -> None:
                 row = other.execute("SELECT count(*) FROM runs").fetchone()
                 assert row is not None
-                seen_inside.append(row[0])
+                (count,) = row
+                assert isinstance(count, int)
+                seen_inside.append(count)
 
             store.apply([lambda s: s.submit(new("a"), T0), look, lambda s: s.submit(new("b"), T0)])
             row = other.execute("SELECT count(*) FROM runs").fetchone()

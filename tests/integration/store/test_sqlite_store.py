@@ -396,7 +396,14 @@ def test_account_usage_searches_indices_instead_of_scanning_runs(tmp_path: Path)
             row[3]
             for row in store._conn.execute(
                 f"EXPLAIN QUERY PLAN {_ACCOUNT_USAGE}",
-                (T0, T0, RunStatus.RUNNING.value, RunStatus.RUNNING.value, RunStatus.LOST.value),
+                (
+                    RunStatus.LOST.value,
+                    T0,
+                    T0,
+                    RunStatus.RUNNING.value,
+                    RunStatus.RUNNING.value,
+                    RunStatus.LOST.value,
+                ),
             )
         ]
     finally:

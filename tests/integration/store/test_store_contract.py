@@ -834,8 +834,9 @@ def test_account_usage_keeps_lost_runs_and_forgets_requeued_attempts(store: Stor
     store.submit(new("limited"), T0)
     store.mark_running("limited", T0 + 1, "acct")
     store.finish("limited", UL, T0 + 2, exit_code=1)
+    # A lost run is charged as ending when it started: a start, no run-minutes.
     assert [(u.account, u.finished_at) for u in store.account_usage(T0)] == [
-        ("a", T0 + 5),
+        ("a", T0 + 1),
         ("acct", T0 + 2),
     ]
     # A re-queue clears the attempt's account, so it no longer counts.

@@ -276,7 +276,11 @@ def test_sqlite_and_memory_agree() -> None:
         directory = resources.enter_context(tempfile.TemporaryDirectory(prefix="herdsman-store-"))
         return SqliteStore(Path(directory) / "herdsman.db")
 
-    run_state_machine_as_test(lambda: StoresAgree(open_sqlite), settings=AGREEMENT)
+    class SqliteAgrees(StoresAgree):
+        def __init__(self) -> None:
+            super().__init__(open_sqlite)
+
+    run_state_machine_as_test(SqliteAgrees, settings=AGREEMENT)
 
 
 def test_postgres_and_memory_agree(postgres_url: str) -> None:
@@ -288,4 +292,8 @@ def test_postgres_and_memory_agree(postgres_url: str) -> None:
             conn.execute("TRUNCATE runs, conversation_sessions, account_limits RESTART IDENTITY")
         return PostgresStore(postgres_url)
 
-    run_state_machine_as_test(lambda: StoresAgree(open_postgres), settings=AGREEMENT)
+    class PostgresAgrees(StoresAgree):
+        def __init__(self) -> None:
+            super().__init__(open_postgres)
+
+    run_state_machine_as_test(PostgresAgrees, settings=AGREEMENT)

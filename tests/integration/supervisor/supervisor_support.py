@@ -106,7 +106,9 @@ class Running:
 class Start(Protocol):
     """``await start(config)``, or ``await start(path, watch=...)`` to allow reloads."""
 
-    def __call__(self, config: Config | Path, *, watch: bool = False) -> Awaitable[Running]: ...
+    def __call__(
+        self, config_or_path: Config | Path, /, *, watch: bool = False
+    ) -> Awaitable[Running]: ...
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,7 @@ def next_8pm_berlin(now: float) -> float:
 
 # Each shape: how far ahead the agent says the limit resets, and the reset
 # herdsman must read from it (a function of the time the run happened).
-SHAPES = {
+SHAPES: dict[str, Callable[[float], float]] = {
     "claude-event": lambda now: now + 3600,
     "claude-text": next_8pm_berlin,
     "claude-epoch": lambda now: now + 3600,

@@ -370,7 +370,7 @@ async def test_completion_callbacks_are_delivered_and_retried(
     receiver.bind = ["127.0.0.1:0"]
     receiver.accesslog = None
     app = Starlette(routes=[Route("/hook", hook, methods=["POST"])])
-    (url,) = await nursery.start(serve, app, receiver)  # type: ignore[arg-type]
+    (url,) = await nursery.start(serve, app, receiver)
     running = await start(config_at(write_config(tmp_path)))
     run = await submit(running, callback_url=f"{url}/hook", metadata={"ticket": 7})
     with trio.fail_after(15):

@@ -163,7 +163,8 @@ def test_kill_9_mid_run_the_run_is_lost_not_rerun_and_queued_runs_keep_order(
         )
         rest = [store.get(f"r{n}") for n in (1, 2, 3)]
         assert all(r is not None and r.status is RunStatus.SUCCEEDED for r in rest)
-        starts = [r.started_at for r in rest if r is not None]
+        starts = [r.started_at for r in rest if r is not None and r.started_at is not None]
+        assert len(starts) == len(rest)
         assert starts == sorted(starts)
     finally:
         store.close()

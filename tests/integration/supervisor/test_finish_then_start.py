@@ -237,5 +237,7 @@ async def _drive(
         k for request in requests.values() for k in busy_keys(request, agent_exclusive=True)
     }:
         lane = [r for r in order if key in busy_keys(requests[r], agent_exclusive=True)]
-        starts = [store.get(r).started_at for r in lane]  # type: ignore[union-attr]
+        records = [store.get(r) for r in lane]
+        starts = [r.started_at for r in records if r is not None and r.started_at is not None]
+        assert len(starts) == len(lane), key
         assert starts == sorted(starts), key

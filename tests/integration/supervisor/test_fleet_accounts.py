@@ -89,7 +89,7 @@ async def test_the_fleet_starts_no_more_runs_in_a_window_than_the_budget(
 
 async def resting(member: Running) -> bool:
     work = (await accounts(member))["work"]
-    return work["reason"] == "usage limit reached"
+    return bool(work["reason"] == "usage limit reached")
 
 
 async def test_a_rest_recorded_by_one_member_holds_on_the_other_until_ended_through_it(

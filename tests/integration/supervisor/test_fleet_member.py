@@ -964,10 +964,9 @@ async def test_a_usage_limit_that_meets_a_cancel_asked_elsewhere_ends_the_run_ca
         # becomes visible only as its usage-limited finish waits for the lock.
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (other._fleet_lock,))
         conn.execute("UPDATE runs SET cancel_request = 'stop it' WHERE id = 'r'")
+        waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted"
         with trio.fail_after(10):
-            while not watch.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[
-                0
-            ]:
+            while watch.execute(waiting).fetchone() == (0,):
                 await trio.sleep(0.05)
         conn.commit()
     with trio.fail_after(10):

@@ -98,7 +98,7 @@ async def test_an_agent_is_stopped_only_once_its_run_is_no_longer_running(
         assert agents[0].wait(timeout=5) is not None
         with trio.fail_after(5):
             await waited.wait()
-    assert left.watched == ()
+    assert not left.watched
     # Nothing else was touched.
     assert [agent.poll() for agent in agents[1:]] == [None, None]
 

@@ -85,7 +85,7 @@ def test_a_supervisor_on_postgres_runs_recovers_and_keeps_queue_order(
         assert (r0.status, r0.reason, r0.attempts) == (RunStatus.LOST, LOST_ON_RESTART, 1)
         rest = [store.get(f"r{n}") for n in (1, 2, 3)]
         assert all(r is not None and r.status is RunStatus.SUCCEEDED for r in rest)
-        starts = [r.started_at for r in rest if r is not None]
+        starts = [r.started_at for r in rest if r is not None and r.started_at is not None]
         assert starts == sorted(starts)
         assert len(set(starts)) == 3
     finally:

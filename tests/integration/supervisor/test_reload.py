@@ -43,7 +43,7 @@ def check_caps_in_force(events: list[TraceEvent], provider: str, first_cap: int)
 
     Returns the most runs ever running under each cap, in order.
     """
-    cap, running, peaks = first_cap, set(), [0]
+    cap, running, peaks = first_cap, set[str](), [0]
     for event in events:
         if event.event == "reload":
             cap = event.fields["config"]["providers"][provider]["concurrency"]

@@ -11,6 +11,7 @@ from typing import Any
 import outcome
 import pytest
 import trio
+from store_faults import FlakyStore
 from supervisor_support import config_at, unrecorded_finish, write_config
 
 from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, Store, StoreError
@@ -121,24 +122,6 @@ async def test_a_forced_shutdown_does_not_hang_on_a_stuck_preparation(tmp_path: 
             supervisor.request_shutdown()
     assert supervisor.report is not None
     assert supervisor.report.cancelled == ("r1",)
-
-
-class FlakyStore(MemoryStore):
-    """A ledger whose chosen operations fail, as a locked or full disk makes them."""
-
-    def __init__(self, failing: set[str]) -> None:
-        super().__init__()
-        self.failing = failing
-
-    def __getattribute__(self, name: str) -> Any:
-        failing = super().__getattribute__("failing")
-        if name in failing:
-
-            def fail(*args: Any, **kwargs: Any) -> Any:
-                raise StoreError(f"run ledger: database is locked ({name})")
-
-            return fail
-        return super().__getattribute__(name)
 
 
 async def test_a_prune_that_fails_is_logged_and_scheduling_goes_on(tmp_path: Path) -> None:
@@ -278,9 +261,9 @@ async def test_a_run_is_built_from_the_config_its_start_was_decided_under(
     supervisor = Supervisor(
         loaded.config,
         MemoryStore(),
-        git=git,
+        git=git,  # type: ignore[arg-type]
         execute=execute,
-        loaded=loaded,  # type: ignore[arg-type]
+        loaded=loaded,
     )
     async with serving(supervisor):
         await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x", conversation="c"))

@@ -2,7 +2,8 @@
 
 Every request must carry ``Authorization: Bearer <token>``. Errors are JSON
 ``{"error": message}``: 400 malformed, 401 token, 404 unknown run, 409
-conflicting state, 422 invalid field, 503 shutting down.
+conflicting state, 422 invalid field, 503 shutting down or a cancel the
+ledger failed to record.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from starlette.routing import Route
 from herdsman.runtime.intake import InvalidRequest, load_json, parse_batch, parse_submit
 from herdsman.runtime.store import RunStatus
 from herdsman.runtime.supervisor import (
+    CancelNotRecorded,
     NotAdmitting,
     RunConflict,
     RunNotFound,
@@ -87,7 +89,7 @@ class Api:
                 return error(409, str(exc))
             except UnknownAccount as exc:
                 return error(404, str(exc))
-            except NotAdmitting as exc:
+            except (NotAdmitting, CancelNotRecorded) as exc:
                 return error(503, str(exc))
 
         return wrapper

@@ -241,6 +241,9 @@ class Store(Protocol):
         ``since``, finished at or after ``since``, or is still running — but
         not if it ended without an exit code (other than ``lost``): it was
         never spawned and spent nothing, as the account tracker counts it.
+        A ``lost`` run's use ends when it started: it counts as a start and
+        is charged no run-minutes, whenever it was lost (its real end is
+        unknown; charging it the outage would block its account long after).
         Ordered by ``started_at``, then ``seq``. A re-queued run's earlier
         attempt is not here: :meth:`requeue` clears the account it spent.
         """

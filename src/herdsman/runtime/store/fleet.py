@@ -45,6 +45,7 @@ from herdsman.runtime.store.records import (
 )
 from herdsman.runtime.store.sql import (
     _ACCOUNT_USAGE_WHERE,
+    _CHARGED_END,
     _COLUMNS,
     _SELECT,
     _UPDATE,
@@ -411,16 +412,15 @@ class FleetStore(PostgresStore):
 
         What every member needs to count an account's window fleet-wide
         without counting its own runs twice: those it counts as they start
-        and end. A run another member lost is charged no run-minutes, as a
-        supervisor charges the runs it finds lost at a restart.
+        and end. A lost run is charged no run-minutes, as in :meth:`account_usage`.
         """
         running, lost = RunStatus.RUNNING.value, RunStatus.LOST.value
         with self._reading() as cur:
             since = check_now(since)
             rows = cur.execute(
                 "SELECT provider, account, started_at,"
-                " CASE WHEN status = ? THEN started_at ELSE finished_at END,"
-                " coalesce(held_by = ?, false) FROM runs"
+                + _CHARGED_END
+                + ", coalesce(held_by = ?, false) FROM runs"
                 + _ACCOUNT_USAGE_WHERE
                 + " ORDER BY started_at, seq",
                 (lost, self.member_id, since, since, running, running, lost),

@@ -306,7 +306,12 @@ class MemoryStore:
         self._check_open()
         since = check_now(since)
         used = [
-            AccountUse(r.provider, r.account, r.started_at, r.finished_at)
+            AccountUse(
+                r.provider,
+                r.account,
+                r.started_at,
+                r.started_at if r.status is RunStatus.LOST else r.finished_at,
+            )
             for r in self._runs.values()
             if r.account is not None
             and r.started_at is not None

@@ -117,8 +117,13 @@ _ACCOUNT_USAGE_WHERE = (
     # Ended without an exit code and not lost: never spawned, spent nothing.
     " AND (exit_code IS NOT NULL OR status IN (?, ?))"
 )
+# The end a run is charged to (parameter: lost): a lost run's real end is
+# unknown, and charging it the outage would block its account long after.
+_CHARGED_END = " CASE WHEN status = ? THEN started_at ELSE finished_at END"
 _ACCOUNT_USAGE = (
-    "SELECT provider, account, started_at, finished_at FROM runs"
+    "SELECT provider, account, started_at,"
+    + _CHARGED_END
+    + " FROM runs"
     + _ACCOUNT_USAGE_WHERE
     + " ORDER BY +started_at, seq"
 )
@@ -558,7 +563,7 @@ class SqlStore:
         with self._reading() as cur:
             since = check_now(since)
             running, lost = RunStatus.RUNNING.value, RunStatus.LOST.value
-            rows = cur.execute(_ACCOUNT_USAGE, (since, since, running, running, lost))
+            rows = cur.execute(_ACCOUNT_USAGE, (lost, since, since, running, running, lost))
             return [AccountUse(*row) for row in rows]
 
     def counts(self) -> Mapping[RunStatus, int]:

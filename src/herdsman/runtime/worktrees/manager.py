@@ -152,13 +152,13 @@ class WorktreeManager:
         async with self.lock(workspace, conversation):
             try:
                 folder.mkdir(parents=True, exist_ok=True)
-                self._touch(folder, workspace, conversation)
             except OSError as exc:  # a full disk, say: every repo is read-only
                 log.warning("no worktrees for %s: %s", folder.name, exc)
                 branch = f"herdsman/{slug}"
                 return [
                     Checkout(repo, folder / repo.name, branch, error=str(exc)) for repo in repos
                 ]
+            self._touch(folder, workspace, conversation)
             async with trio.open_nursery() as nursery:
                 for repo in repos:
                     nursery.start_soon(one, repo)
@@ -250,10 +250,26 @@ class WorktreeManager:
                 await self.git.remove_worktree(repo.path, entry.path)
 
     def _touch(self, folder: Path, workspace: str, conversation: str) -> None:
+        """Record the conversation's last use, which retention counts idleness from.
+
+        Bookkeeping only: if it cannot be written (a full disk), the run
+        still gets its checkouts, and the folder's idleness counts from the
+        last use recorded before (a folder never recorded is never swept).
+        """
         data = {"workspace": workspace, "conversation": conversation, "last_used": self._wall()}
         tmp = folder / f"{METADATA}.tmp"
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, folder / METADATA)
+        try:
+            tmp.write_text(json.dumps(data), encoding="utf-8")
+            os.replace(tmp, folder / METADATA)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)  # a partial write holds space
+            log.warning(
+                "could not record the last use of %s (%s); the run goes on, and retention"
+                " counts the folder idle since the last use recorded before",
+                folder,
+                exc,
+            )
 
     def folders(self) -> list[ConversationFolder]:
         """Every conversation folder under the root that has readable metadata, by path."""
