@@ -495,7 +495,7 @@ class Supervisor:
                 "run %s was running when the supervisor stopped: recorded as lost", record.id
             )
             self._emit("lost", run_id=record.id)
-            self.metrics.finished.labels(record.provider, RunStatus.LOST.value).inc()
+            self.metrics.count_finish(record.provider, RunStatus.LOST.value)
         if lost and self._stop_orphans:
             await self._stop_orphaned_agents(self.lost_at_startup)
         for record in await self.ledger.call(lambda s: s.queued_in_order()):
@@ -651,7 +651,7 @@ class Supervisor:
                     self._scheduler.submit(request)
                     self._submitted_at[record.id] = record.submitted_at
                     self._emit("submit", run=traced)
-                self.metrics.submitted.labels(new.provider).inc()
+                self.metrics.count_submit(new.provider)
             self._wake()
 
         results = await self.ledger.call(operation, then=recorded)
@@ -765,7 +765,7 @@ class Supervisor:
         def asked(result: tuple[RunRecord, bool]) -> None:
             record, cancelled = result
             if cancelled:
-                self.metrics.finished.labels(record.provider, RunStatus.CANCELLED.value).inc()
+                self.metrics.count_finish(record.provider, RunStatus.CANCELLED.value)
                 self._notify(run_id)
 
         record, cancelled = await self.ledger.call(
@@ -783,7 +783,7 @@ class Supervisor:
 
         def cancelled(final: RunRecord) -> None:
             self._emit("cancel", run_id=run_id)
-            self.metrics.finished.labels(final.provider, RunStatus.CANCELLED.value).inc()
+            self.metrics.count_finish(final.provider, RunStatus.CANCELLED.value)
             self._notify(run_id)
             self._wake()
 
@@ -1089,9 +1089,8 @@ class Supervisor:
         assert self._nursery is not None
         for record in records:
             self._emit("start", run_id=record.id, account=record.account)
-            self.metrics.started.labels(record.provider).inc()
             wait = (record.started_at or record.submitted_at) - record.submitted_at
-            self.metrics.queue_wait.labels(record.provider).observe(max(0.0, wait))
+            self.metrics.count_start(record.provider, max(0.0, wait))
             self._submitted_at.pop(record.id, None)
             pick, config = self._picks.pop(record.id, (None, self.config))
             self._nursery.start_soon(
@@ -1544,10 +1543,10 @@ class Supervisor:
             **({"requeued": True} if requeue else {}),
         )
         if not requeue:  # a re-queued run has not finished
-            self.metrics.finished.labels(final.provider, status.value).inc()
+            self.metrics.count_finish(final.provider, status.value)
         if final.started_at is not None and final.finished_at is not None:
             duration = final.finished_at - final.started_at
-            self.metrics.run_duration.labels(final.provider).observe(max(0.0, duration))
+            self.metrics.observe_duration(final.provider, max(0.0, duration))
         if final.callback_url and final.is_terminal and self._callbacks is not None:
             self._callbacks.start_soon(deliver_callback, final, name=f"callback {final.id}")
 
