@@ -141,6 +141,10 @@ class Ledger:
             self._work.set()
         return pending
 
+    def committed(self, pending: Queued[T]) -> bool:
+        """Whether ``pending`` has been applied (or refused): :meth:`result` will not wait."""
+        return pending.result is not None
+
     async def result(self, pending: Queued[T]) -> T:
         """Wait until ``pending`` (from :meth:`enqueue`) is committed; its result.
 
@@ -148,7 +152,7 @@ class Ledger:
         finish just waited for, say) returns at once, with no checkpoint: a
         trip through the scheduler per run for nothing to wait for.
         """
-        if pending.result is None:
+        if not self.committed(pending):
             assert pending.done is not None
             await pending.done.wait()
         assert pending.result is not None

@@ -1059,31 +1059,38 @@ class Supervisor:
 
     async def _commit_starts(self, queued: _QueuedStarts) -> None:
         """Wait for queued starts to commit; without a working ledger, drain and stop."""
-        # Shielded: once queued, the commit happens whatever we do, and its
-        # callback must find the run nursery open to hand each run its task
-        # (which, if we are being cancelled, records it as cancelled at once).
-        with trio.CancelScope(shield=True):
-            try:
+        try:
+            if self.ledger.committed(queued.pending):
+                # Committed with the finish just waited for: nothing to wait
+                # for, so nothing to shield (a cancel scope per run costs as
+                # much as a trip through the scheduler).
                 await self.ledger.result(queued.pending)
-            except StoreError as exc:
-                # Not recorded as started, so never spawned: they are still
-                # queued in the ledger and will start after a restart. Without
-                # a working ledger nothing else can be promised: drain and stop.
-                log.critical(
-                    "the run ledger could not record %d start(s) (%s); "
-                    "stopping: no run will start until the ledger works again",
-                    len(queued.runs),
-                    exc,
-                )
-                for run in queued.runs:
-                    self._scheduler.finish(run.id)
-                    self._accounts.finish(run.id, queued.now, spawned=False)
-                    self._picks.pop(run.id, None)
-                    del self._handles[run.id]
-                if not self._handles:
-                    self._idle.set()
-                self._fatal = f"the run ledger could not record a start: {exc}"
-                self.request_shutdown()
+            else:
+                # Shielded: once queued, the commit happens whatever we do,
+                # and its callback must find the run nursery open to hand each
+                # run its task (which, if we are being cancelled, records it
+                # as cancelled at once).
+                with trio.CancelScope(shield=True):
+                    await self.ledger.result(queued.pending)
+        except StoreError as exc:
+            # Not recorded as started, so never spawned: they are still
+            # queued in the ledger and will start after a restart. Without
+            # a working ledger nothing else can be promised: drain and stop.
+            log.critical(
+                "the run ledger could not record %d start(s) (%s); "
+                "stopping: no run will start until the ledger works again",
+                len(queued.runs),
+                exc,
+            )
+            for run in queued.runs:
+                self._scheduler.finish(run.id)
+                self._accounts.finish(run.id, queued.now, spawned=False)
+                self._picks.pop(run.id, None)
+                del self._handles[run.id]
+            if not self._handles:
+                self._idle.set()
+            self._fatal = f"the run ledger could not record a start: {exc}"
+            self.request_shutdown()
 
     def _started(self, records: list[RunRecord]) -> None:
         assert self._nursery is not None
@@ -1283,17 +1290,22 @@ class Supervisor:
         handle = self._handles[record.id]
         ended: ProcessOutcome | None = None
         try:
-            # Preparing (the checkouts above all) can be slow; a cancel or a
-            # shutdown must be able to stop it before anything is spawned.
             spec = None
-            with trio.CancelScope() as preparing:
-                self._preparing[record.id] = preparing
-                if handle.cancelled:
-                    preparing.cancel()
-                if self._left is not None:
-                    await self._left.clear_of(run_request(record))
+            if self._prepares_slowly(record, pick, config):
+                # Preparing (the checkouts above all) can be slow; a cancel or
+                # a shutdown must be able to stop it before anything is spawned.
+                with trio.CancelScope() as preparing:
+                    self._preparing[record.id] = preparing
+                    if handle.cancelled:
+                        preparing.cancel()
+                    if self._left is not None:
+                        await self._left.clear_of(run_request(record))
+                    spec = await self._spec_for(record, pick, config)
+                self._preparing.pop(record.id, None)
+            else:
+                # Nothing awaited: nothing a cancel could stop halfway, so no
+                # cancel scope (one per run costs as much as a checkpoint).
                 spec = await self._spec_for(record, pick, config)
-            self._preparing.pop(record.id, None)
             if spec is None or handle.cancelled:
                 ended = not_started(Outcome.CANCELLED, handle.reason or "cancel requested")
             else:
@@ -1310,6 +1322,21 @@ class Supervisor:
             # Shielded: a forced shutdown must still record how the run ended.
             with trio.CancelScope(shield=True):
                 await self._record_finish(record, ended, may_start=not going_down)
+
+    def _prepares_slowly(self, record: RunRecord, pick: Pick | None, config: Config) -> bool:
+        """Whether getting the run ready may await anything (see :meth:`_spec_for`).
+
+        Agents left running, a moved conversation's note, a session to look
+        up, checkouts to make: only a run with none of these (most) is ready
+        without a checkpoint.
+        """
+        if self._left is not None or (pick is not None and pick.moved):
+            return True
+        if record.conversation is None:
+            return False
+        provider = config.providers.get(record.provider)
+        resumes = provider is not None and bool(provider.resume_args)
+        return resumes or (self._worktrees is not None and bool(self._worktrees.repos))
 
     async def _spec_for(self, record: RunRecord, pick: Pick | None, config: Config) -> ProcessSpec:
         provider = config.providers.get(record.provider)
