@@ -206,8 +206,10 @@ def _conversation_keys(records: list[RunRecord]) -> Counter[str]:
 
 def as_text(value: str | None) -> str | None:
     """``value`` as storable text: an agent's output may carry lone surrogates and NUL."""
-    if value is None:
-        return None
+    if value is None or (value.isascii() and "\0" not in value):
+        # The usual case, checked without copying (isascii is O(1)): ASCII
+        # holds no surrogate, and only NUL would need replacing.
+        return value
     return value.encode("utf-8", "replace").decode("utf-8").replace("\0", "\ufffd")
 
 
