@@ -42,6 +42,7 @@ from herdsman.runtime.runner import Outcome, ProcessOutcome, ProcessSpec, RunCan
 from herdsman.runtime.store import NewRun, SqliteStore
 from herdsman.runtime.supervisor import Supervisor
 from herdsman.trace import TraceWriter
+from runtime import submit_runs
 
 CONCURRENCY = 8
 TOKEN = "benchmark"
@@ -120,26 +121,6 @@ async def submit_direct(supervisor: Supervisor, runs: int, batch: int, tag: str)
             nursery.start_soon(one, first)
 
 
-async def submit_http(client: httpx.AsyncClient, runs: int, batch: int, tag: str) -> None:
-    limiter = trio.CapacityLimiter(16)
-
-    async def one(first: int) -> None:
-        body = [
-            {"provider": "true", "prompt": "go", "id": f"{tag}{n}"}
-            for n in range(first, min(first + batch, runs))
-        ]
-        async with limiter:
-            if batch == 1:
-                response = await client.post("/v1/runs", json=body[0])
-            else:
-                response = await client.post("/v1/runs/batch", json={"runs": body})
-        response.raise_for_status()
-
-    async with trio.open_nursery() as nursery:
-        for first in range(0, runs, batch):
-            nursery.start_soon(one, first)
-
-
 async def one_pass(runs: int, batch: int, http: bool, profile: cProfile.Profile | None) -> Cost:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
@@ -168,7 +149,7 @@ async def one_pass(runs: int, batch: int, http: bool, profile: cProfile.Profile 
                 if profile is not None:
                     profile.enable()
                 if http:
-                    await submit_http(client, runs, batch, "r")
+                    await submit_runs(client, runs, batch, "r")
                 else:
                     await submit_direct(supervisor, runs, batch, "r")
                 await execute.all_ran.wait()
