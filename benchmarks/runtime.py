@@ -194,9 +194,8 @@ def cpu_seconds(pid: int, *, main_thread: bool = False) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-async def supervised_rate(client: httpx.AsyncClient, runs: int, batch: int, tag: str) -> float:
-    """Submit ``runs`` runs (``batch`` per request, 16 requests in flight); runs/s."""
-    ids: list[str] = []
+async def submit_runs(client: httpx.AsyncClient, runs: int, batch: int, tag: str) -> None:
+    """Submit runs ``tag0``.. of provider ``true``, ``batch`` a request, 16 requests in flight."""
     limiter = trio.CapacityLimiter(16)
 
     async def submit(first: int) -> None:
@@ -210,11 +209,15 @@ async def supervised_rate(client: httpx.AsyncClient, runs: int, batch: int, tag:
             else:
                 response = await client.post("/v1/runs/batch", json={"runs": body})
             response.raise_for_status()
-        ids.extend(run["id"] for run in body)
 
     async with trio.open_nursery() as nursery:
         for first in range(0, runs, batch):
             nursery.start_soon(submit, first)
+
+
+async def supervised_rate(client: httpx.AsyncClient, runs: int, batch: int, tag: str) -> float:
+    """Submit ``runs`` runs (see :func:`submit_runs`) and wait for them; runs/s."""
+    await submit_runs(client, runs, batch, tag)
     # Poll the status rather than each run, so the measurement does not add
     # a request per run to the supervisor's load.
     while True:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -10,7 +11,7 @@ import outcome
 import pytest
 import trio
 
-from herdsman.runtime.ledger import Ledger, inline
+from herdsman.runtime.ledger import Ledger, in_worker_thread, inline
 from herdsman.runtime.store import MemoryStore, NewRun, RunRecord, RunStatus, Store, StoreError
 
 
@@ -151,3 +152,71 @@ async def test_enqueue_on_an_inline_ledger_applies_at_once() -> None:
     record, created = await ledger.result(pending)
     assert created
     assert record.id == "a"
+
+
+async def test_a_batch_in_a_worker_thread_returns_its_value_off_the_event_loop() -> None:
+    loop_thread = threading.get_ident()
+    value, ran_in = await in_worker_thread(lambda: ("done", threading.get_ident()))
+    assert value == "done"
+    assert ran_in != loop_thread
+
+
+async def test_a_batch_in_a_worker_thread_raises_what_the_batch_raised() -> None:
+    def fail() -> None:
+        raise StoreError("disk full")
+
+    with pytest.raises(StoreError, match="disk full"):
+        await in_worker_thread(fail)
+
+
+async def test_a_batch_in_a_worker_thread_finishes_and_reports_even_when_cancelled() -> None:
+    started, release = threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def batch() -> str:
+        started.set()
+        release.wait(10)
+        finished.append("committed")
+        return "committed"
+
+    got: list[str] = []
+    with trio.CancelScope() as scope:
+
+        async def cancel_once_running() -> None:
+            await trio.to_thread.run_sync(started.wait, 10)
+            scope.cancel()
+            release.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel_once_running)
+            got.append(await in_worker_thread(batch))
+            # The cancel lands at the next checkpoint, after the batch reported.
+            await trio.lowlevel.checkpoint()
+            got.append("not reached")
+    assert scope.cancelled_caught
+    assert finished == ["committed"]
+    assert got == ["committed"]
+
+
+async def test_waiting_for_a_call_already_committed_is_no_checkpoint(
+    nursery: trio.Nursery,
+) -> None:
+    ledger = Ledger(MemoryStore(), run_sync=on_loop)
+    await nursery.start(ledger.run)
+    finish = ledger.enqueue(lambda s: s.submit(new("a"), 1.0))
+    start = ledger.enqueue(lambda s: s.get("a"))  # queued together: one batch
+    await ledger.result(finish)
+    # Its batch is committed: nothing to wait for, so not even a cancel stops it.
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        record = await ledger.result(start)
+    assert not scope.cancelled_caught
+    assert record is not None
+    assert record.id == "a"
+    assert ledger.batches == 1
+    # One not yet committed is waited for, and a cancel stops the wait.
+    later = ledger.enqueue(lambda s: s.get("a"))
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await ledger.result(later)
+    assert scope.cancelled_caught

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 #: Per provider: (queued, running), read when /metrics is scraped.
@@ -39,8 +41,35 @@ class _QueueCollector(Collector):
         yield running
 
 
+class _Children:
+    """A labelled metric's children, looked up once per label values.
+
+    ``labels(...)`` validates and joins its arguments and takes a lock on
+    every call; the supervisor counts several events per run, always with
+    the same few label values, so each child is kept once found. Children
+    are never removed from these metrics, so a kept one stays the one that
+    is exported.
+    """
+
+    __slots__ = ("_children", "_metric")
+
+    def __init__(self, metric: MetricWrapperBase) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
+
+
 class Metrics:
-    """Counters, gauges and histograms the API serves at ``GET /metrics``."""
+    """Counters, gauges and histograms the API serves at ``GET /metrics``.
+
+    The supervisor counts through the ``count_*`` and ``observe_*`` methods,
+    which keep each labelled child once looked up (see :class:`_Children`).
+    """
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -80,6 +109,28 @@ class Metrics:
             registry=r,
         )
         self.last_reload_ok.set(1)
+        self._submitted = _Children(self.submitted)
+        self._started = _Children(self.started)
+        self._finished = _Children(self.finished)
+        self._queue_wait = _Children(self.queue_wait)
+        self._run_duration = _Children(self.run_duration)
+
+    def count_submit(self, provider: str) -> None:
+        """One run of ``provider`` accepted."""
+        self._submitted(provider).inc()
+
+    def count_start(self, provider: str, waited: float) -> None:
+        """One run of ``provider`` started after waiting ``waited`` seconds in the queue."""
+        self._started(provider).inc()
+        self._queue_wait(provider).observe(waited)
+
+    def count_finish(self, provider: str, outcome: str) -> None:
+        """One run of ``provider`` ended with ``outcome`` (a run status)."""
+        self._finished(provider, outcome).inc()
+
+    def observe_duration(self, provider: str, seconds: float) -> None:
+        """A run of ``provider`` ran ``seconds`` from start to finish."""
+        self._run_duration(provider).observe(seconds)
 
     def watch_queue(self, counts: QueueCounts) -> None:
         """Report queued and running runs per provider from ``counts`` at each scrape."""

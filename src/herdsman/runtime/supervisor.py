@@ -219,8 +219,10 @@ def _conversation_keys(records: list[RunRecord]) -> Counter[str]:
 
 def as_text(value: str | None) -> str | None:
     """``value`` as storable text: an agent's output may carry lone surrogates and NUL."""
-    if value is None:
-        return None
+    if value is None or (value.isascii() and "\0" not in value):
+        # The usual case, checked without copying (isascii is O(1)): ASCII
+        # holds no surrogate, and only NUL would need replacing.
+        return value
     return value.encode("utf-8", "replace").decode("utf-8").replace("\0", "\ufffd")
 
 
@@ -508,7 +510,7 @@ class Supervisor:
                 "run %s was running when the supervisor stopped: recorded as lost", record.id
             )
             self._emit("lost", run_id=record.id)
-            self.metrics.finished.labels(record.provider, RunStatus.LOST.value).inc()
+            self.metrics.count_finish(record.provider, RunStatus.LOST.value)
         if lost and self._stop_orphans:
             await self._stop_orphaned_agents(self.lost_at_startup)
         for record in await self.ledger.call(lambda s: s.queued_in_order()):
@@ -656,7 +658,7 @@ class Supervisor:
                     self._scheduler.submit(request)
                     self._submitted_at[record.id] = record.submitted_at
                     self._emit("submit", run=traced)
-                self.metrics.submitted.labels(new.provider).inc()
+                self.metrics.count_submit(new.provider)
             self._wake()
 
         results = await self.ledger.call(operation, then=recorded)
@@ -780,7 +782,7 @@ class Supervisor:
         def asked(result: tuple[RunRecord, bool]) -> None:
             record, cancelled = result
             if cancelled:
-                self.metrics.finished.labels(record.provider, RunStatus.CANCELLED.value).inc()
+                self.metrics.count_finish(record.provider, RunStatus.CANCELLED.value)
                 self._notify(run_id)
 
         record, cancelled = await self.ledger.call(
@@ -798,7 +800,7 @@ class Supervisor:
 
         def cancelled(final: RunRecord) -> None:
             self._emit("cancel", run_id=run_id)
-            self.metrics.finished.labels(final.provider, RunStatus.CANCELLED.value).inc()
+            self.metrics.count_finish(final.provider, RunStatus.CANCELLED.value)
             self._notify(run_id)
             self._wake()
 
@@ -1082,39 +1084,45 @@ class Supervisor:
 
     async def _commit_starts(self, queued: _QueuedStarts) -> None:
         """Wait for queued starts to commit; without a working ledger, drain and stop."""
-        # Shielded: once queued, the commit happens whatever we do, and its
-        # callback must find the run nursery open to hand each run its task
-        # (which, if we are being cancelled, records it as cancelled at once).
-        with trio.CancelScope(shield=True):
-            try:
+        try:
+            if self.ledger.committed(queued.pending):
+                # Committed with the finish just waited for: nothing to wait
+                # for, so nothing to shield (a cancel scope per run costs as
+                # much as a trip through the scheduler).
                 await self.ledger.result(queued.pending)
-            except StoreError as exc:
-                # Not recorded as started, so never spawned: they are still
-                # queued in the ledger and will start after a restart. Without
-                # a working ledger nothing else can be promised: drain and stop.
-                log.critical(
-                    "the run ledger could not record %d start(s) (%s); "
-                    "stopping: no run will start until the ledger works again",
-                    len(queued.runs),
-                    exc,
-                )
-                for run in queued.runs:
-                    self._scheduler.finish(run.id)
-                    self._accounts.finish(run.id, queued.now, spawned=False)
-                    self._picks.pop(run.id, None)
-                    del self._handles[run.id]
-                if not self._handles:
-                    self._idle.set()
-                self._fatal = f"the run ledger could not record a start: {exc}"
-                self.request_shutdown()
+            else:
+                # Shielded: once queued, the commit happens whatever we do,
+                # and its callback must find the run nursery open to hand each
+                # run its task (which, if we are being cancelled, records it
+                # as cancelled at once).
+                with trio.CancelScope(shield=True):
+                    await self.ledger.result(queued.pending)
+        except StoreError as exc:
+            # Not recorded as started, so never spawned: they are still
+            # queued in the ledger and will start after a restart. Without
+            # a working ledger nothing else can be promised: drain and stop.
+            log.critical(
+                "the run ledger could not record %d start(s) (%s); "
+                "stopping: no run will start until the ledger works again",
+                len(queued.runs),
+                exc,
+            )
+            for run in queued.runs:
+                self._scheduler.finish(run.id)
+                self._accounts.finish(run.id, queued.now, spawned=False)
+                self._picks.pop(run.id, None)
+                del self._handles[run.id]
+            if not self._handles:
+                self._idle.set()
+            self._fatal = f"the run ledger could not record a start: {exc}"
+            self.request_shutdown()
 
     def _started(self, records: list[RunRecord]) -> None:
         assert self._nursery is not None
         for record in records:
             self._emit("start", run_id=record.id, account=record.account)
-            self.metrics.started.labels(record.provider).inc()
             wait = (record.started_at or record.submitted_at) - record.submitted_at
-            self.metrics.queue_wait.labels(record.provider).observe(max(0.0, wait))
+            self.metrics.count_start(record.provider, max(0.0, wait))
             self._submitted_at.pop(record.id, None)
             pick, config = self._picks.pop(record.id, (None, self.config))
             self._nursery.start_soon(
@@ -1307,17 +1315,22 @@ class Supervisor:
         handle = self._handles[record.id]
         ended: ProcessOutcome | None = None
         try:
-            # Preparing (the checkouts above all) can be slow; a cancel or a
-            # shutdown must be able to stop it before anything is spawned.
             spec = None
-            with trio.CancelScope() as preparing:
-                self._preparing[record.id] = preparing
-                if handle.cancelled:
-                    preparing.cancel()
-                if self._left is not None:
-                    await self._left.clear_of(run_request(record))
+            if self._prepares_slowly(record, pick, config):
+                # Preparing (the checkouts above all) can be slow; a cancel or
+                # a shutdown must be able to stop it before anything is spawned.
+                with trio.CancelScope() as preparing:
+                    self._preparing[record.id] = preparing
+                    if handle.cancelled:
+                        preparing.cancel()
+                    if self._left is not None:
+                        await self._left.clear_of(run_request(record))
+                    spec = await self._spec_for(record, pick, config)
+                self._preparing.pop(record.id, None)
+            else:
+                # Nothing awaited: nothing a cancel could stop halfway, so no
+                # cancel scope (one per run costs as much as a checkpoint).
                 spec = await self._spec_for(record, pick, config)
-            self._preparing.pop(record.id, None)
             if spec is None or handle.cancelled:
                 ended = not_started(Outcome.CANCELLED, handle.reason or "cancel requested")
             else:
@@ -1334,6 +1347,21 @@ class Supervisor:
             # Shielded: a forced shutdown must still record how the run ended.
             with trio.CancelScope(shield=True):
                 await self._record_finish(record, ended, may_start=not going_down)
+
+    def _prepares_slowly(self, record: RunRecord, pick: Pick | None, config: Config) -> bool:
+        """Whether getting the run ready may await anything (see :meth:`_spec_for`).
+
+        Agents left running, a moved conversation's note, a session to look
+        up, checkouts to make: only a run with none of these (most) is ready
+        without a checkpoint.
+        """
+        if self._left is not None or (pick is not None and pick.moved):
+            return True
+        if record.conversation is None:
+            return False
+        provider = config.providers.get(record.provider)
+        resumes = provider is not None and bool(provider.resume_args)
+        return resumes or (self._worktrees is not None and bool(self._worktrees.repos))
 
     async def _spec_for(self, record: RunRecord, pick: Pick | None, config: Config) -> ProcessSpec:
         provider = config.providers.get(record.provider)
@@ -1567,10 +1595,10 @@ class Supervisor:
             **({"requeued": True} if requeue else {}),
         )
         if not requeue:  # a re-queued run has not finished
-            self.metrics.finished.labels(final.provider, status.value).inc()
+            self.metrics.count_finish(final.provider, status.value)
         if final.started_at is not None and final.finished_at is not None:
             duration = final.finished_at - final.started_at
-            self.metrics.run_duration.labels(final.provider).observe(max(0.0, duration))
+            self.metrics.observe_duration(final.provider, max(0.0, duration))
         if final.callback_url and final.is_terminal and self._callbacks is not None:
             self._callbacks.start_soon(deliver_callback, final, name=f"callback {final.id}")
 

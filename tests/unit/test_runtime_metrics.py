@@ -1,0 +1,92 @@
+"""The supervisor's Prometheus metrics: exact counts, each labelled child looked up once."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.parser import text_string_to_metric_families
+
+from herdsman.runtime.metrics import Metrics
+
+PROVIDERS = ("claude", "codex")
+OUTCOMES = ("succeeded", "failed", "cancelled")
+
+
+def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of the exposition, by name and sorted labels (creation times left out)."""
+    text = metrics.render().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+
+
+Event = tuple[str, str, str, float]
+events = st.lists(
+    st.tuples(
+        st.sampled_from(["submit", "start", "finish", "duration"]),
+        st.sampled_from(PROVIDERS),
+        st.sampled_from(OUTCOMES),
+        st.floats(min_value=0, max_value=20000, allow_nan=False),
+    ),
+    max_size=60,
+)
+
+
+@given(events)
+def test_counting_methods_export_what_direct_labels_calls_would(script: list[Event]) -> None:
+    kept, direct = Metrics(), Metrics()
+    for kind, provider, outcome, seconds in script:
+        if kind == "submit":
+            kept.count_submit(provider)
+            direct.submitted.labels(provider).inc()
+        elif kind == "start":
+            kept.count_start(provider, seconds)
+            direct.started.labels(provider).inc()
+            direct.queue_wait.labels(provider).observe(seconds)
+        elif kind == "finish":
+            kept.count_finish(provider, outcome)
+            direct.finished.labels(provider, outcome).inc()
+        else:
+            kept.observe_duration(provider, seconds)
+            direct.run_duration.labels(provider).observe(seconds)
+    assert samples(kept) == samples(direct)
+
+
+def test_each_labelled_child_is_looked_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    metrics = Metrics()
+    lookups: list[tuple[str, tuple[str, ...]]] = []
+    original = MetricWrapperBase.labels
+
+    def counting(self: MetricWrapperBase, *values: str) -> MetricWrapperBase:
+        lookups.append((self._name, values))
+        return original(self, *values)
+
+    monkeypatch.setattr(MetricWrapperBase, "labels", counting)
+    for _ in range(5):
+        for provider in PROVIDERS:
+            metrics.count_submit(provider)
+            metrics.count_start(provider, 0.5)
+            metrics.count_finish(provider, "succeeded")
+            metrics.observe_duration(provider, 2.0)
+    assert sorted(lookups) == sorted(
+        (name, values)
+        for provider in PROVIDERS
+        for name, values in (
+            ("herdsman_runs_submitted", (provider,)),
+            ("herdsman_runs_started", (provider,)),
+            ("herdsman_queue_wait_seconds", (provider,)),
+            ("herdsman_runs_finished", (provider, "succeeded")),
+            ("herdsman_run_duration_seconds", (provider,)),
+        )
+    )
+    counted = samples(metrics)
+    for provider in PROVIDERS:
+        assert counted[("herdsman_runs_submitted_total", (("provider", provider),))] == 5
+        finished = (("outcome", "succeeded"), ("provider", provider))
+        assert counted[("herdsman_runs_finished_total", finished)] == 5
+        assert counted[("herdsman_queue_wait_seconds_count", (("provider", provider),))] == 5
