@@ -19,6 +19,7 @@ found running at start-up is recorded as lost, never re-run.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -1062,7 +1063,11 @@ class Supervisor:
         # Shielded: once queued, the commit happens whatever we do, and its
         # callback must find the run nursery open to hand each run its task
         # (which, if we are being cancelled, records it as cancelled at once).
-        with trio.CancelScope(shield=True):
+        # A ledger that applied them already (inline) leaves nothing to wait
+        # for, so nothing to shield: the scope was a visible cost per start
+        # in the simulator.
+        waits = queued.pending.done is not None
+        with trio.CancelScope(shield=True) if waits else contextlib.nullcontext():
             try:
                 await self.ledger.result(queued.pending)
             except StoreError as exc:
@@ -1423,7 +1428,13 @@ class Supervisor:
             if requeued:
                 self._requeue(final)
             elif early:
-                self._let_go(record.id)
+                # When this task takes the starts the finish frees (below), the
+                # dispatcher has nothing to look at for it: _starts_after_finish
+                # wakes it if it must. (Read after the commit, _admitting may
+                # have turned false since: then it is woken, to no harm.)
+                self._let_go(
+                    record.id, wake=not (may_start and self._admitting and self._fleet is None)
+                )
             else:
                 self._release(record.id, spawned=spawned)
             if hit is not None:
@@ -1442,7 +1453,7 @@ class Supervisor:
         try:
             pending = self.ledger.enqueue(finish, then=finished)
             if early and may_start and self._admitting:
-                starts = self._queue_starts()  # nothing awaited since the enqueue
+                starts = self._starts_after_finish()  # nothing awaited since the enqueue
             await self.ledger.result(pending)
         except StoreError as exc:
             unrecorded = exc
@@ -1607,13 +1618,35 @@ class Supervisor:
         self._submitted_at[record.id] = record.submitted_at
         self._let_go(record.id)
 
-    def _let_go(self, run_id: str) -> None:
-        """The run's task is done with it: wake its waiters and the dispatcher."""
+    def _let_go(self, run_id: str, *, wake: bool = True) -> None:
+        """The run's task is done with it: wake its waiters and the dispatcher.
+
+        ``wake=False``: the caller takes the starts this frees itself.
+        """
         del self._handles[run_id]
         self._notify(run_id)
         if not self._handles:
             self._idle.set()
-        self._wake()
+        if wake:
+            self._wake()
+
+    def _starts_after_finish(self) -> _QueuedStarts | None:
+        """Queue the starts a finish frees; wake the dispatcher only if it must look.
+
+        It would find nothing more to start now; what it may still have to
+        do is set, move or drop its timer for a resting account (these
+        starts may have used up an account's budget). Waking it only for
+        that spares a scheduling round per run — in the simulator, where
+        nothing else happens at that instant, a round that did nothing. A
+        fleet member's dispatcher is woken once the finish commits, as
+        before (a claim refused there frees a slot).
+        """
+        starts = self._queue_starts()
+        if self._fleet is None and (
+            self.account_recheck_at is not None or self._until_an_account_frees() < math.inf
+        ):
+            self._wake()
+        return starts
 
     def conversation_busy(self, workspace: str, conversation: str) -> bool:
         """Whether a run of the conversation is queued, running, or being submitted."""
