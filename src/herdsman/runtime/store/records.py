@@ -162,7 +162,7 @@ def check_text(run_id: str, **fields: str | None) -> None:
     accept what production would reject and a ledger reads the same on
     either database.
     """
-    _check_utf8(f"run {run_id!r}", fields)
+    _check_utf8(fields, "run {!r}", run_id)
 
 
 def check_limit_text(provider: str, account: str | None, **fields: str | None) -> None:
@@ -172,24 +172,36 @@ def check_limit_text(provider: str, account: str | None, **fields: str | None) -
     account really named ``""`` would read back as ``None``; configured
     account names are never empty, and both stores refuse it alike.
     """
-    owner = f"the account limit of {provider!r}/{account!r}"
+    owner = "the account limit of {!r}/{!r}"
     if account == "":
-        raise StoreError(f"{owner}: an account name must not be empty (None means ambient)")
-    _check_utf8(owner, {"provider": provider, "account": account, **fields})
+        raise StoreError(
+            f"{owner.format(provider, account)}: an account name must not be empty"
+            " (None means ambient)"
+        )
+    _check_utf8({"provider": provider, "account": account, **fields}, owner, provider, account)
 
 
-def _check_utf8(owner: str, fields: Mapping[str, str | None]) -> None:
+def _check_utf8(fields: Mapping[str, str | None], owner: str, *names: str | None) -> None:
+    """Check ``fields``; an error names its owner, ``owner.format(*names)``.
+
+    The owner is formatted only for an error: this runs on every state
+    change of every run, and building the name each time was most of its cost.
+    """
     for name, value in fields.items():
         if value is None:
             continue
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise StoreError(f"{name} of {owner} is not valid UTF-8 text: {exc}") from None
+        # ASCII always encodes; only other text may hold lone surrogates.
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise StoreError(
+                    f"{name} of {owner.format(*names)} is not valid UTF-8 text: {exc}"
+                ) from None
         if "\0" in value:
             raise StoreError(
-                f"{name} of {owner} contains a NUL character (at index {value.index(chr(0))}),"
-                " which the ledger cannot store"
+                f"{name} of {owner.format(*names)} contains a NUL character"
+                f" (at index {value.index(chr(0))}), which the ledger cannot store"
             )
 
 
