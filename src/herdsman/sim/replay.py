@@ -324,7 +324,7 @@ async def drive(
             t = supervisor.account_recheck_at
             if t is None:
                 return
-        now = trio.current_time()
+        now = clock.current_time()
         to_timer = trio.lowlevel.current_statistics().seconds_to_next_deadline
         if to_timer <= t - now:
             # The supervisor's own timer comes first (or at the same
