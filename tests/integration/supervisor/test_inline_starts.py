@@ -28,17 +28,8 @@ exec = ["p"]
 concurrency = 1
 """
 
-TWO_RUNS_AN_HOUR = """\
-[supervisor]
-state_dir = "{state}"
-[providers.p]
-exec = ["p"]
-concurrency = 1
-[[providers.p.accounts]]
-name = "a"
-window = "1h"
-budget = 2
-"""
+# One account that may start two runs an hour.
+TWO_RUNS_AN_HOUR = ONE_SLOT + '[[providers.p.accounts]]\nname = "a"\nwindow = "1h"\nbudget = 2\n'
 
 
 class DispatcherSteps(trio.abc.Instrument):
