@@ -1,0 +1,153 @@
+"""Spawning the child of a run: log, pipes, fork-exec and pidfd in one worker-thread job.
+
+Everything between a spec and a running child is blocking system calls:
+creating the working directory and the log file (after logs are deleted in
+bulk, creating a file can take the kernel milliseconds), three pipes,
+fork-exec, ``pidfd_open``. :func:`spawn` makes them all in one worker
+thread, so a run costs the event loop one thread hop. (Before, the log had a
+hop of its own and ``trio.lowlevel.open_process`` another for ``Popen``,
+with the pipes made and the child's ends closed on the event loop, and it
+opened a pidfd of its own next to the runner's.)
+
+:class:`Child` is the little of ``trio.Process`` the runner uses: the pid,
+the parent's ends of the pipes as ``FdStream``, waiting for the exit without
+reaping (through the pidfd; where there is none, ``waitid(WNOWAIT)`` in a
+worker thread), and reaping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import BinaryIO
+
+import trio
+
+from herdsman.runtime.runner.spec import ProcessSpec
+
+
+def _open_log(path: Path) -> BinaryIO:
+    """Create (or truncate) the log file, and its parent directories if needed."""
+    try:
+        return open(path, "wb")
+    except (FileNotFoundError, NotADirectoryError):
+        # A parent is missing, or is no directory: mkdir creates the former
+        # and raises the error that names the latter.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "wb")
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid``, or None where the platform or kernel has none."""
+    if sys.platform != "linux":
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except OSError:  # a kernel older than 5.3, or a sandbox that forbids it
+        return None
+
+
+def _wait_exited_blocking(pid: int) -> None:
+    """Block until ``pid`` has exited, leaving it unreaped (its pid stays taken)."""
+    with contextlib.suppress(ChildProcessError):  # reaped already: it has exited
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+
+
+class Child:
+    """A spawned child: its pid, the parent's ends of its pipes, and its exit.
+
+    Made by :func:`spawn`. The child leads its own process group (a new
+    session), so ``pid`` is also the group id. It is not reaped until
+    :meth:`poll` or :meth:`wait` reaps it: an unreaped child keeps its pid,
+    and so the group id, from being reused.
+    """
+
+    def __init__(
+        self, popen: subprocess.Popen[bytes], pidfd: int | None, fds: tuple[int, int, int]
+    ) -> None:
+        self._popen = popen
+        self._pidfd = pidfd
+        self.pid = popen.pid
+        # FdStream makes the parent's ends non-blocking; the child's ends,
+        # separate open files, stay blocking as programs expect.
+        self.stdin = trio.lowlevel.FdStream(fds[0])
+        self.stdout = trio.lowlevel.FdStream(fds[1])
+        self.stderr = trio.lowlevel.FdStream(fds[2])
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code once the child was reaped (negative: killed by that signal)."""
+        return self._popen.returncode
+
+    def poll(self) -> int | None:
+        """Reap the child if it has exited, without waiting; its exit code, or None."""
+        return self._popen.poll()
+
+    async def wait_exited(self) -> None:
+        """Wait until the child has exited, without reaping it."""
+        if self._popen.returncode is not None:
+            await trio.lowlevel.checkpoint()
+        elif self._pidfd is not None:
+            await trio.lowlevel.wait_readable(self._pidfd)
+        else:
+            # Abandoned on cancel, the thread ends when the child does; the
+            # runner stops the group right after any cancel.
+            await trio.to_thread.run_sync(_wait_exited_blocking, self.pid, abandon_on_cancel=True)
+
+    async def wait(self) -> int:
+        """Wait until the child has exited, reap it, and return its exit code."""
+        await self.wait_exited()
+        return self._popen.wait()  # a zombie by now: waitpid returns at once
+
+    def close(self) -> None:
+        """Close the pipes and the pidfd (the child should be reaped by now)."""
+        for stream in (self.stdin, self.stdout, self.stderr):
+            stream.close()  # aclose() without its checkpoint; closing twice is a no-op
+        if self._pidfd is not None:
+            trio.lowlevel.notify_closing(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+def spawn(spec: ProcessSpec) -> tuple[Child, BinaryIO]:
+    """Make ``spec``'s cwd (if asked), open its log, spawn its child: in a worker thread.
+
+    The child runs ``spec.argv`` with the spec's environment and cwd, stdin,
+    stdout and stderr on fresh pipes, in a new session. Raises ``OSError``
+    when the log cannot be opened or the child not spawned; nothing is left
+    open then (an empty log file may be left).
+    """
+    if spec.make_cwd:
+        spec.cwd.mkdir(parents=True, exist_ok=True)
+    log = _open_log(spec.log_path)
+    # os.pipe's ends are close-on-exec: the child gets its ends only as its
+    # stdin, stdout and stderr, and no other child (spawned by another
+    # thread at the same time) gets any.
+    with contextlib.ExitStack() as on_failure:
+        on_failure.callback(log.close)
+        stdin_read, stdin_write = os.pipe()
+        on_failure.callback(os.close, stdin_write)
+        with contextlib.ExitStack() as child_ends:
+            child_ends.callback(os.close, stdin_read)
+            stdout_read, stdout_write = os.pipe()
+            on_failure.callback(os.close, stdout_read)
+            child_ends.callback(os.close, stdout_write)
+            stderr_read, stderr_write = os.pipe()
+            on_failure.callback(os.close, stderr_read)
+            child_ends.callback(os.close, stderr_write)
+            popen = subprocess.Popen(
+                list(spec.argv),
+                stdin=stdin_read,
+                stdout=stdout_write,
+                stderr=stderr_write,
+                env=spec.env,  # a read-only snapshot already
+                cwd=spec.cwd,
+                start_new_session=True,
+            )
+        # The child is running: from here on nothing may fail and leave it
+        # without an owner.
+        on_failure.pop_all()
+    return Child(popen, _pidfd(popen.pid), (stdin_write, stdout_read, stderr_read)), log

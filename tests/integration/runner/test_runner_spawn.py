@@ -1,0 +1,122 @@
+"""Spawning: the log and the child are made off the event loop, and the exit is
+seen through a pidfd, or, where there is none, through waitid in a thread."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import trio
+from runner_helpers import demo, is_gone, make_spec, run_into, wait_for_grandchild, wait_gone
+
+from herdsman.runtime.runner import ProcessOutcome, execute
+from herdsman.runtime.runner import spawn as spawn_module
+from herdsman.runtime.runner.spec import Outcome
+
+
+@pytest.fixture(params=["pidfd", "waitid"])
+def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways of seeing a child's exit: a pidfd (Linux), and waitid where there is none."""
+    if request.param == "waitid":
+        monkeypatch.setattr(spawn_module, "_pidfd", lambda pid: None)
+    param: str = request.param
+    return param
+
+
+async def test_a_run_ends_with_its_childs_verdict(tmp_path: Path, exit_watch: str) -> None:
+    spec = make_spec(tmp_path, argv=demo("--delay", "0.2"))
+    started = time.monotonic()
+    outcome = await execute(spec)
+    assert time.monotonic() - started < 3  # the exit was seen, not the 20 s timeout
+    assert outcome.status is Outcome.SUCCEEDED
+    assert outcome.result == "demo reply: say hello\n"
+    failing = make_spec(tmp_path, argv=demo("--delay", "0", "--fail"))
+    assert (await execute(failing)).exit_code == 1
+
+
+async def test_a_timeout_stops_the_child_and_its_grandchild(
+    tmp_path: Path, exit_watch: str
+) -> None:
+    spec = make_spec(tmp_path, argv=demo("--delay", "30", "--spawn-grandchild"), timeout=0.5)
+    outcomes: list[ProcessOutcome] = []
+    async with trio.open_nursery() as nursery:
+        pid = await nursery.start(run_into, outcomes, spec)
+        grandchild = await wait_for_grandchild(spec.log_path)
+    [outcome] = outcomes
+    assert outcome.status is Outcome.TIMED_OUT
+    assert outcome.exit_code == -15
+    assert is_gone(pid)
+    assert wait_gone(grandchild)
+
+
+async def test_a_grandchild_holding_the_pipes_is_stopped_after_the_child_exits(
+    tmp_path: Path, exit_watch: str
+) -> None:
+    spec = make_spec(tmp_path, argv=demo("--delay", "0", "--spawn-grandchild"))
+    started = time.monotonic()
+    outcome = await execute(spec)
+    assert time.monotonic() - started < 3
+    assert outcome.status is Outcome.SUCCEEDED
+    assert outcome.exit_code == 0
+
+
+async def test_cancelling_the_caller_stops_the_group(tmp_path: Path, exit_watch: str) -> None:
+    spec = make_spec(tmp_path, argv=demo("--delay", "30", "--spawn-grandchild"))
+    outcomes: list[ProcessOutcome] = []
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            pid = await nursery.start(run_into, outcomes, spec)
+            grandchild = await wait_for_grandchild(spec.log_path)
+            scope.cancel()
+    assert outcomes == []
+    assert is_gone(pid)
+    assert wait_gone(grandchild)
+
+
+async def test_the_log_is_opened_off_the_event_loop(tmp_path: Path) -> None:
+    # Opening a FIFO for writing blocks until someone opens it for reading:
+    # a stand-in for a file system that is slow to create a file. The event
+    # loop must keep running meanwhile, and the child must not start before
+    # its log is open.
+    log_path = tmp_path / "run.log"
+    os.mkfifo(log_path)
+    spec = make_spec(tmp_path, argv=demo("--delay", "0"), log_path=log_path)
+    # Should the open block the event loop, this unblocks it after a while,
+    # so the test fails instead of hanging.
+    rescue = threading.Timer(3.0, lambda: os.close(os.open(log_path, os.O_RDONLY | os.O_NONBLOCK)))
+    rescue.start()
+    ticks = 0
+    spawned_at_tick: list[int] = []
+
+    class Started:
+        def started(self, value: int) -> None:
+            spawned_at_tick.append(ticks)
+
+    outcomes: list[ProcessOutcome] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                lambda: run_into(outcomes, spec, task_status=Started())  # type: ignore[arg-type]
+            )
+            for _ in range(5):
+                await trio.sleep(0.05)
+                ticks += 1
+            assert spawned_at_tick == []  # the child waits for its log
+            reader = os.open(log_path, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                while not outcomes:
+                    await trio.sleep(0.01)
+                log = b""  # the writer closed it: read to the end
+                while chunk := os.read(reader, 65536):
+                    log += chunk
+            finally:
+                os.close(reader)
+    finally:
+        rescue.cancel()
+    assert spawned_at_tick == [5]
+    [outcome] = outcomes
+    assert outcome.status is Outcome.SUCCEEDED
+    assert log == b"demo reply: say hello\n"
