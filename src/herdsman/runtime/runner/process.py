@@ -47,7 +47,7 @@ import trio
 from herdsman.runtime.runner.cancel import RunCancel
 from herdsman.runtime.runner.excerpt import ExcerptBuilder
 from herdsman.runtime.runner.protocols import ProtocolAdapter, make_adapter
-from herdsman.runtime.runner.spawn import Child, spawn
+from herdsman.runtime.runner.spawn import Child, spawner
 from herdsman.runtime.runner.spec import Outcome, ProcessOutcome, ProcessSpec, not_started
 
 EXIT_EOF_GRACE: Final = 0.5
@@ -400,7 +400,7 @@ async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]
     # One worker-thread job makes the cwd, the log and the child (spawn.py
     # says why off the event loop). It is not abandoned when the caller is
     # cancelled: the child it spawns is always returned, and stopped below.
-    child, log = await trio.to_thread.run_sync(spawn, spec)
+    child, log = await spawner().call(spec)
     # Nothing may checkpoint between the spawn and this try: a cancel
     # landing there would leave the group running.
     with log:

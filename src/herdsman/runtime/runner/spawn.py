@@ -22,11 +22,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Final
 
 import trio
 
 from herdsman.runtime.runner.spec import ProcessSpec
+from herdsman.runtime.runner.thread_calls import ThreadCalls
+
+SPAWN_THREADS: Final = 16
+"""Spawns made at once in worker threads; more wait their turn (trio's default cap is 40)."""
 
 
 def _open_log(path: Path) -> BinaryIO:
@@ -151,3 +155,18 @@ def spawn(spec: ProcessSpec) -> tuple[Child, BinaryIO]:
         # without an owner.
         on_failure.pop_all()
     return Child(popen, _pidfd(popen.pid), (stdin_write, stdout_read, stderr_read)), log
+
+
+_SPAWNER: trio.lowlevel.RunVar[ThreadCalls[ProcessSpec, tuple[Child, BinaryIO]]] = (
+    trio.lowlevel.RunVar("herdsman_spawner")
+)
+
+
+def spawner() -> ThreadCalls[ProcessSpec, tuple[Child, BinaryIO]]:
+    """The current trio run's worker threads for :func:`spawn`."""
+    try:
+        return _SPAWNER.get()
+    except LookupError:
+        calls = ThreadCalls(spawn, max_threads=SPAWN_THREADS)
+        _SPAWNER.set(calls)
+        return calls
