@@ -10,9 +10,17 @@ from pathlib import Path
 
 import pytest
 import trio
-from runner_helpers import demo, is_gone, make_spec, run_into, wait_for_grandchild, wait_gone
+from runner_helpers import (
+    demo,
+    is_gone,
+    make_spec,
+    run_into,
+    script,
+    wait_for_grandchild,
+    wait_gone,
+)
 
-from herdsman.runtime.runner import ProcessOutcome, execute
+from herdsman.runtime.runner import ProcessOutcome, ProcessSpec, execute
 from herdsman.runtime.runner import spawn as spawn_module
 from herdsman.runtime.runner.spec import Outcome
 
@@ -120,3 +128,46 @@ async def test_the_log_is_opened_off_the_event_loop(tmp_path: Path) -> None:
     [outcome] = outcomes
     assert outcome.status is Outcome.SUCCEEDED
     assert log == b"demo reply: say hello\n"
+
+
+COUNT_STDIN = script("import sys; print(len(sys.stdin.buffer.read()))")
+
+
+async def _spawn_and_read(spec: ProcessSpec, prompt_wanted: bool) -> tuple[spawn_module.Child, str]:
+    """spawn() called directly; the child's stdout once it has exited."""
+    child, log = spawn_module.spawn((spec, lambda: prompt_wanted))
+    with log:
+        if child.stdin is not None:
+            await child.stdin.send_all(child.prompt_rest)
+            await child.stdin.aclose()
+        output = b""
+        while chunk := await child.stdout.receive_some():
+            output += chunk
+        await child.wait()
+        child.close()
+    return child, output.decode()
+
+
+async def test_the_prompt_is_written_and_stdin_closed_by_the_spawn_job(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, argv=COUNT_STDIN, prompt="é" * 10)
+    child, output = await _spawn_and_read(spec, prompt_wanted=True)
+    assert child.stdin is None  # nothing was left for the event loop to write
+    assert output == "20\n"
+    assert child.returncode == 0
+
+
+async def test_a_prompt_larger_than_the_pipe_leaves_the_rest_to_the_runner(
+    tmp_path: Path,
+) -> None:
+    spec = make_spec(tmp_path, argv=COUNT_STDIN, prompt="x" * 200_000)
+    child, output = await _spawn_and_read(spec, prompt_wanted=True)
+    assert 0 < len(child.prompt_rest) < 200_000
+    assert output == "200000\n"
+
+
+async def test_a_prompt_no_longer_wanted_is_not_written(tmp_path: Path) -> None:
+    # A run cancelled while its child was being spawned: stdin is closed empty.
+    spec = make_spec(tmp_path, argv=COUNT_STDIN, prompt="secret plan")
+    child, output = await _spawn_and_read(spec, prompt_wanted=False)
+    assert child.stdin is None
+    assert output == "0\n"

@@ -5,10 +5,11 @@ The life of a run:
 1. The child is spawned with the spec's argv, cwd and complete environment,
    as the leader of a new session and so of its own process group; every
    process it starts stays in that group unless it moves itself out.
-2. The prompt is written to its stdin and stdin is closed: at once when the
-   pipe takes it whole (the usual case), else by a task of its own while
-   stdout and stderr are read, so a large prompt cannot deadlock against a
-   child that writes before it has read everything.
+2. The prompt is written to its stdin and stdin is closed: right after the
+   spawn, in the same worker-thread job, when the pipe takes it whole (the
+   usual case), else by a task of its own while stdout and stderr are read,
+   so a large prompt cannot deadlock against a child that writes before it
+   has read everything.
 3. Every chunk read goes to the log file at once (nothing accumulates in
    memory), to the excerpt builder, and, split into lines, to the protocol
    adapter.
@@ -171,28 +172,6 @@ class _Stop:
         self._scope = scope
         if self.status is not None:
             scope.cancel()
-
-
-def _send_now(stdin: trio.lowlevel.FdStream, prompt: bytes) -> memoryview | None:
-    """Write what the pipe takes of ``prompt`` without waiting; the rest, if any.
-
-    A prompt that fits in the pipe buffer (64 KiB on Linux) goes in one
-    write, and stdin is closed here: no task is needed for it. The pipe is
-    non-blocking, so this never waits for the child; whatever did not fit is
-    left to :func:`_feed_stdin`, which runs next to the readers.
-    """
-    if prompt:
-        try:
-            sent = os.write(stdin.fileno(), prompt)
-        except BlockingIOError:
-            return memoryview(prompt)
-        except OSError:
-            pass  # the child closed stdin or exited already, as in _feed_stdin
-        else:
-            if sent < len(prompt):
-                return memoryview(prompt)[sent:]
-    stdin.close()
-    return None
 
 
 async def _feed_stdin(stdin: trio.abc.SendStream, rest: memoryview) -> None:
@@ -400,7 +379,8 @@ async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]
     # One worker-thread job makes the cwd, the log and the child (spawn.py
     # says why off the event loop). It is not abandoned when the caller is
     # cancelled: the child it spawns is always returned, and stopped below.
-    child, log = await spawner().call(spec)
+    # The prompt is written there too, unless a cancel came first.
+    child, log = await spawner().call((spec, lambda: stop.status is None))
     # Nothing may checkpoint between the spawn and this try: a cancel
     # landing there would leave the group running.
     with log:
@@ -411,10 +391,8 @@ async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]
             with _internal_nursery_errors(), trio.CancelScope() as run_scope:
                 stop.bind(run_scope)
                 async with trio.open_nursery() as nursery:
-                    if stop.status is not None:  # cancelled during the spawn: no prompt
-                        child.stdin.close()
-                    elif (rest := _send_now(child.stdin, spec.prompt.encode("utf-8"))) is not None:
-                        nursery.start_soon(_feed_stdin, child.stdin, rest)
+                    if child.stdin is not None:  # the prompt did not fit in the pipe
+                        nursery.start_soon(_feed_stdin, child.stdin, child.prompt_rest)
                     nursery.start_soon(_pump, child.stdout, "stdout", output)
                     nursery.start_soon(_pump, child.stderr, "stderr", output)
                     if await _wait_exited(child, spec, output, started_at, stop):

@@ -1,13 +1,14 @@
-"""Spawning the child of a run: log, pipes, fork-exec and pidfd in one worker-thread job.
+"""Spawning the child of a run: log, pipes, fork-exec, pidfd, prompt in one thread job.
 
 Everything between a spec and a running child is blocking system calls:
 creating the working directory and the log file (after logs are deleted in
 bulk, creating a file can take the kernel milliseconds), three pipes,
-fork-exec, ``pidfd_open``. :func:`spawn` makes them all in one worker
-thread, so a run costs the event loop one thread hop. (Before, the log had a
-hop of its own and ``trio.lowlevel.open_process`` another for ``Popen``,
-with the pipes made and the child's ends closed on the event loop, and it
-opened a pidfd of its own next to the runner's.)
+fork-exec, ``pidfd_open``, writing the prompt and closing stdin.
+:func:`spawn` makes them all in one worker thread, so a run costs the event
+loop one thread hop. (Before, the log had a hop of its own and
+``trio.lowlevel.open_process`` another for ``Popen``, with the pipes made
+and the child's ends closed on the event loop, and it opened a pidfd of its
+own next to the runner's.)
 
 :class:`Child` is the little of ``trio.Process`` the runner uses: the pid,
 the parent's ends of the pipes as ``FdStream``, waiting for the exit without
@@ -21,6 +22,7 @@ import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Final
 
@@ -70,16 +72,27 @@ class Child:
     """
 
     def __init__(
-        self, popen: subprocess.Popen[bytes], pidfd: int | None, fds: tuple[int, int, int]
+        self,
+        popen: subprocess.Popen[bytes],
+        pidfd: int | None,
+        stdin: tuple[int, memoryview] | None,
+        stdout: int,
+        stderr: int,
     ) -> None:
         self._popen = popen
         self._pidfd = pidfd
         self.pid = popen.pid
         # FdStream makes the parent's ends non-blocking; the child's ends,
         # separate open files, stay blocking as programs expect.
-        self.stdin = trio.lowlevel.FdStream(fds[0])
-        self.stdout = trio.lowlevel.FdStream(fds[1])
-        self.stderr = trio.lowlevel.FdStream(fds[2])
+        #: The pipe to the child's stdin while part of the prompt is still to
+        #: be written (``prompt_rest``); None once it was written and closed.
+        self.stdin: trio.lowlevel.FdStream | None = None
+        self.prompt_rest = memoryview(b"")
+        if stdin is not None:
+            self.stdin = trio.lowlevel.FdStream(stdin[0])
+            self.prompt_rest = stdin[1]
+        self.stdout = trio.lowlevel.FdStream(stdout)
+        self.stderr = trio.lowlevel.FdStream(stderr)
 
     @property
     def returncode(self) -> int | None:
@@ -108,22 +121,52 @@ class Child:
 
     def close(self) -> None:
         """Close the pipes and the pidfd (the child should be reaped by now)."""
-        for stream in (self.stdin, self.stdout, self.stderr):
-            stream.close()  # aclose() without its checkpoint; closing twice is a no-op
+        if self.stdin is not None:
+            self.stdin.close()  # aclose() without its checkpoint; closing twice is a no-op
+        self.stdout.close()
+        self.stderr.close()
         if self._pidfd is not None:
             trio.lowlevel.notify_closing(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = None
 
 
-def spawn(spec: ProcessSpec) -> tuple[Child, BinaryIO]:
-    """Make ``spec``'s cwd (if asked), open its log, spawn its child: in a worker thread.
+def _send_prompt(fd: int, prompt: bytes) -> memoryview | None:
+    """Write what the pipe ``fd`` takes of ``prompt`` without waiting; the rest, if any.
 
-    The child runs ``spec.argv`` with the spec's environment and cwd, stdin,
-    stdout and stderr on fresh pipes, in a new session. Raises ``OSError``
-    when the log cannot be opened or the child not spawned; nothing is left
-    open then (an empty log file may be left).
+    A prompt that fits in the pipe buffer (64 KiB on Linux) goes in one
+    write, and ``fd`` is closed here. The parent's end is made non-blocking
+    first, so this never waits for the child; whatever did not fit is left
+    to the runner, which writes it next to the readers of stdout and stderr.
     """
+    os.set_blocking(fd, False)
+    if prompt:
+        try:
+            sent = os.write(fd, prompt)
+        except BlockingIOError:
+            return memoryview(prompt)
+        except OSError:
+            pass  # the child closed stdin or exited already: its output tells
+        else:
+            if sent < len(prompt):
+                return memoryview(prompt)[sent:]
+    os.close(fd)
+    return None
+
+
+def spawn(job: tuple[ProcessSpec, Callable[[], bool]]) -> tuple[Child, BinaryIO]:
+    """Make a spec's cwd (if asked), open its log, spawn its child: in a worker thread.
+
+    ``job`` is the spec and a function that says whether the prompt is
+    still wanted (False once the run was cancelled). The child runs
+    ``spec.argv`` with the spec's environment and cwd, stdin, stdout and
+    stderr on fresh pipes, in a new session; then its prompt is written to
+    stdin (see :func:`_send_prompt`), or stdin is closed unwritten if the
+    prompt is no longer wanted. Raises ``OSError`` when the log cannot be
+    opened or the child not spawned; nothing is left open then (an empty
+    log file may be left).
+    """
+    spec, prompt_wanted = job
     if spec.make_cwd:
         spec.cwd.mkdir(parents=True, exist_ok=True)
     log = _open_log(spec.log_path)
@@ -154,15 +197,17 @@ def spawn(spec: ProcessSpec) -> tuple[Child, BinaryIO]:
         # The child is running: from here on nothing may fail and leave it
         # without an owner.
         on_failure.pop_all()
-    return Child(popen, _pidfd(popen.pid), (stdin_write, stdout_read, stderr_read)), log
+    prompt = spec.prompt.encode("utf-8") if prompt_wanted() else b""
+    rest = _send_prompt(stdin_write, prompt)
+    stdin = None if rest is None else (stdin_write, rest)
+    return Child(popen, _pidfd(popen.pid), stdin, stdout_read, stderr_read), log
 
 
-_SPAWNER: trio.lowlevel.RunVar[ThreadCalls[ProcessSpec, tuple[Child, BinaryIO]]] = (
-    trio.lowlevel.RunVar("herdsman_spawner")
-)
+_Spawner = ThreadCalls[tuple[ProcessSpec, Callable[[], bool]], tuple[Child, BinaryIO]]
+_SPAWNER: trio.lowlevel.RunVar[_Spawner] = trio.lowlevel.RunVar("herdsman_spawner")
 
 
-def spawner() -> ThreadCalls[ProcessSpec, tuple[Child, BinaryIO]]:
+def spawner() -> _Spawner:
     """The current trio run's worker threads for :func:`spawn`."""
     try:
         return _SPAWNER.get()
