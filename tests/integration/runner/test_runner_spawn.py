@@ -8,30 +8,17 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 import trio
 from runner_helpers import (
     demo,
-    is_gone,
     make_spec,
     run_into,
     script,
-    wait_for_grandchild,
-    wait_gone,
 )
 
 from herdsman.runtime.runner import ProcessOutcome, ProcessSpec, execute
 from herdsman.runtime.runner import spawn as spawn_module
 from herdsman.runtime.runner.spec import Outcome
-
-
-@pytest.fixture(params=["pidfd", "waitid"])
-def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both ways of seeing a child's exit: a pidfd (Linux), and waitid where there is none."""
-    if request.param == "waitid":
-        monkeypatch.setattr(spawn_module, "_pidfd", lambda pid: None)
-    param: str = request.param
-    return param
 
 
 async def test_a_run_ends_with_its_childs_verdict(tmp_path: Path, exit_watch: str) -> None:
@@ -43,45 +30,6 @@ async def test_a_run_ends_with_its_childs_verdict(tmp_path: Path, exit_watch: st
     assert outcome.result == "demo reply: say hello\n"
     failing = make_spec(tmp_path, argv=demo("--delay", "0", "--fail"))
     assert (await execute(failing)).exit_code == 1
-
-
-async def test_a_timeout_stops_the_child_and_its_grandchild(
-    tmp_path: Path, exit_watch: str
-) -> None:
-    spec = make_spec(tmp_path, argv=demo("--delay", "30", "--spawn-grandchild"), timeout=0.5)
-    outcomes: list[ProcessOutcome] = []
-    async with trio.open_nursery() as nursery:
-        pid = await nursery.start(run_into, outcomes, spec)
-        grandchild = await wait_for_grandchild(spec.log_path)
-    [outcome] = outcomes
-    assert outcome.status is Outcome.TIMED_OUT
-    assert outcome.exit_code == -15
-    assert is_gone(pid)
-    assert wait_gone(grandchild)
-
-
-async def test_a_grandchild_holding_the_pipes_is_stopped_after_the_child_exits(
-    tmp_path: Path, exit_watch: str
-) -> None:
-    spec = make_spec(tmp_path, argv=demo("--delay", "0", "--spawn-grandchild"))
-    started = time.monotonic()
-    outcome = await execute(spec)
-    assert time.monotonic() - started < 3
-    assert outcome.status is Outcome.SUCCEEDED
-    assert outcome.exit_code == 0
-
-
-async def test_cancelling_the_caller_stops_the_group(tmp_path: Path, exit_watch: str) -> None:
-    spec = make_spec(tmp_path, argv=demo("--delay", "30", "--spawn-grandchild"))
-    outcomes: list[ProcessOutcome] = []
-    with trio.CancelScope() as scope:
-        async with trio.open_nursery() as nursery:
-            pid = await nursery.start(run_into, outcomes, spec)
-            grandchild = await wait_for_grandchild(spec.log_path)
-            scope.cancel()
-    assert outcomes == []
-    assert is_gone(pid)
-    assert wait_gone(grandchild)
 
 
 async def test_the_log_is_opened_off_the_event_loop(tmp_path: Path) -> None:
