@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import trio
 from runner_helpers import (
     demo,
@@ -119,3 +120,18 @@ async def test_a_prompt_no_longer_wanted_is_not_written(tmp_path: Path) -> None:
     child, output = await _spawn_and_read(spec, prompt_wanted=False)
     assert child.stdin is None
     assert output == "0\n"
+
+
+async def test_a_prompt_that_cannot_be_encoded_raises_before_anything_is_spawned(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "spawned"
+    spec = make_spec(
+        tmp_path,
+        argv=script(f"open({str(marker)!r}, 'w').close()"),
+        prompt="half a pair: \ud800",
+    )
+    with pytest.raises(UnicodeEncodeError):
+        await execute(spec)
+    await trio.sleep(0.5)  # time enough for a child, had one been spawned
+    assert not marker.exists()

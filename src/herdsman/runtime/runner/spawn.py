@@ -163,10 +163,14 @@ def spawn(job: tuple[ProcessSpec, Callable[[], bool]]) -> tuple[Child, BinaryIO]
     stderr on fresh pipes, in a new session; then its prompt is written to
     stdin (see :func:`_send_prompt`), or stdin is closed unwritten if the
     prompt is no longer wanted. Raises ``OSError`` when the log cannot be
-    opened or the child not spawned; nothing is left open then (an empty
-    log file may be left).
+    opened or the child not spawned, ``UnicodeEncodeError`` for a prompt
+    that is no valid Unicode, before anything is spawned; nothing is left
+    open then (an empty log file may be left).
     """
     spec, prompt_wanted = job
+    # Before the spawn: a prompt that cannot be encoded (a lone surrogate)
+    # raises here, not once a child is running.
+    prompt = spec.prompt.encode("utf-8")
     if spec.make_cwd:
         spec.cwd.mkdir(parents=True, exist_ok=True)
     log = _open_log(spec.log_path)
@@ -197,8 +201,7 @@ def spawn(job: tuple[ProcessSpec, Callable[[], bool]]) -> tuple[Child, BinaryIO]
         # The child is running: from here on nothing may fail and leave it
         # without an owner.
         on_failure.pop_all()
-    prompt = spec.prompt.encode("utf-8") if prompt_wanted() else b""
-    rest = _send_prompt(stdin_write, prompt)
+    rest = _send_prompt(stdin_write, prompt if prompt_wanted() else b"")
     stdin = None if rest is None else (stdin_write, rest)
     return Child(popen, _pidfd(popen.pid), stdin, stdout_read, stderr_read), log
 

@@ -15,8 +15,8 @@ runs in a thread it runs to the end and its caller gets its result, as with
 
 Making several waiting calls in one thread job, to share one hop, was
 measured and not kept: with one job at a time the spawns of a burst went
-one after another and the rate fell by a third on a loaded machine, and the
-event loop's time per call did not fall (docs/performance.md).
+one after another and the rate fell by a third on a loaded machine, for an
+event-loop time per call only a little lower (docs/performance.md).
 """
 
 from __future__ import annotations
