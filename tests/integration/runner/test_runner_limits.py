@@ -22,7 +22,9 @@ from herdsman.runtime.runner import ProcessOutcome, RunCancel, execute
 from herdsman.runtime.runner.spec import Outcome
 
 
-async def test_wall_clock_timeout_kills_the_child_and_its_grandchild(tmp_path: Path) -> None:
+async def test_wall_clock_timeout_kills_the_child_and_its_grandchild(
+    tmp_path: Path, exit_watch: str
+) -> None:
     spec = make_spec(tmp_path, argv=demo("--delay", "30", "--spawn-grandchild"), timeout=0.5)
     outcomes: list[ProcessOutcome] = []
     started = time.monotonic()
@@ -81,7 +83,9 @@ async def test_a_process_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Pa
     assert time.monotonic() - started < 3
 
 
-async def test_run_cancel_stops_the_group_and_returns_cancelled(tmp_path: Path) -> None:
+async def test_run_cancel_stops_the_group_and_returns_cancelled(
+    tmp_path: Path, exit_watch: str
+) -> None:
     spec = make_spec(tmp_path, argv=demo("--delay", "30", "--spawn-grandchild"))
     cancel = RunCancel()
     outcomes: list[ProcessOutcome] = []
@@ -111,7 +115,7 @@ async def test_run_cancel_before_execute_spawns_nothing(tmp_path: Path) -> None:
 
 
 async def test_cancelling_the_callers_scope_stops_the_group_and_reraises(
-    tmp_path: Path,
+    tmp_path: Path, exit_watch: str
 ) -> None:
     spec = make_spec(tmp_path, argv=demo("--delay", "30", "--spawn-grandchild"))
     outcomes: list[ProcessOutcome] = []
@@ -149,7 +153,7 @@ async def test_cancelled_execute_raises_cancelled_itself(tmp_path: Path) -> None
 
 
 async def test_a_grandchild_holding_the_pipes_does_not_keep_the_run_alive(
-    tmp_path: Path,
+    tmp_path: Path, exit_watch: str
 ) -> None:
     spec = make_spec(tmp_path, argv=demo("--delay", "0", "--spawn-grandchild"))
     started = time.monotonic()

@@ -5,10 +5,11 @@ The life of a run:
 1. The child is spawned with the spec's argv, cwd and complete environment,
    as the leader of a new session and so of its own process group; every
    process it starts stays in that group unless it moves itself out.
-2. The prompt is written to its stdin and stdin is closed: at once when the
-   pipe takes it whole (the usual case), else by a task of its own while
-   stdout and stderr are read, so a large prompt cannot deadlock against a
-   child that writes before it has read everything.
+2. The prompt is written to its stdin and stdin is closed: right after the
+   spawn, in the same worker-thread job, when the pipe takes it whole (the
+   usual case), else by a task of its own while stdout and stderr are read,
+   so a large prompt cannot deadlock against a child that writes before it
+   has read everything.
 3. Every chunk read goes to the log file at once (nothing accumulates in
    memory), to the excerpt builder, and, split into lines, to the protocol
    adapter.
@@ -39,10 +40,7 @@ import contextlib
 import math
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import BinaryIO, Final
 
 import trio
@@ -50,6 +48,7 @@ import trio
 from herdsman.runtime.runner.cancel import RunCancel
 from herdsman.runtime.runner.excerpt import ExcerptBuilder
 from herdsman.runtime.runner.protocols import ProtocolAdapter, make_adapter
+from herdsman.runtime.runner.spawn import Child, spawner
 from herdsman.runtime.runner.spec import Outcome, ProcessOutcome, ProcessSpec, not_started
 
 EXIT_EOF_GRACE: Final = 0.5
@@ -175,28 +174,6 @@ class _Stop:
             scope.cancel()
 
 
-def _send_now(stdin: trio.lowlevel.FdStream, prompt: bytes) -> memoryview | None:
-    """Write what the pipe takes of ``prompt`` without waiting; the rest, if any.
-
-    A prompt that fits in the pipe buffer (64 KiB on Linux) goes in one
-    write, and stdin is closed here: no task is needed for it. The pipe is
-    non-blocking, so this never waits for the child; whatever did not fit is
-    left to :func:`_feed_stdin`, which runs next to the readers.
-    """
-    if prompt:
-        try:
-            sent = os.write(stdin.fileno(), prompt)
-        except BlockingIOError:
-            return memoryview(prompt)
-        except OSError:
-            pass  # the child closed stdin or exited already, as in _feed_stdin
-        else:
-            if sent < len(prompt):
-                return memoryview(prompt)[sent:]
-    stdin.close()
-    return None
-
-
 async def _feed_stdin(stdin: trio.abc.SendStream, rest: memoryview) -> None:
     try:
         await stdin.send_all(rest)
@@ -235,7 +212,7 @@ def _limit_reason(spec: ProcessSpec, limit: str) -> str:
 
 
 async def _wait_exited(
-    process: trio.Process, spec: ProcessSpec, output: _Output, started_at: float, stop: _Stop
+    child: Child, spec: ProcessSpec, output: _Output, started_at: float, stop: _Stop
 ) -> bool:
     """Wait until the child exited (True) or one of its limits passed (False).
 
@@ -244,30 +221,18 @@ async def _wait_exited(
     output + ``idle_timeout``. Output moves the latter, so when the wait runs
     out the deadlines are looked at again before the stop is requested.
 
-    Where Linux allows, the child is not reaped: an unreaped child keeps its
-    pid, and so the group id, from being reused, which makes the SIGTERM to
-    the group that follows safe.
+    The child is not reaped here: an unreaped child keeps its pid, and so
+    the group id, from being reused, which makes the SIGTERM to the group
+    that follows safe.
     """
-    pidfd: int | None = None
-    if sys.platform == "linux":
-        with contextlib.suppress(OSError):
-            pidfd = os.pidfd_open(process.pid)
-    try:
-        while True:
-            deadline, limit = _nearest_limit(spec, output, started_at)
-            if limit is not None and trio.current_time() >= deadline:
-                stop.request(Outcome.TIMED_OUT, _limit_reason(spec, limit), limit)
-                return False
-            with trio.move_on_at(deadline):
-                if pidfd is not None:
-                    await trio.lowlevel.wait_readable(pidfd)
-                else:
-                    await process.wait()
-                return True
-    finally:
-        if pidfd is not None:
-            trio.lowlevel.notify_closing(pidfd)
-            os.close(pidfd)
+    while True:
+        deadline, limit = _nearest_limit(spec, output, started_at)
+        if limit is not None and trio.current_time() >= deadline:
+            stop.request(Outcome.TIMED_OUT, _limit_reason(spec, limit), limit)
+            return False
+        with trio.move_on_at(deadline):
+            await child.wait_exited()
+            return True
 
 
 def _signal_group(pgid: int, signum: int) -> None:
@@ -310,14 +275,14 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-async def _stop_group(process: trio.Process, grace: float) -> None:
+async def _stop_group(child: Child, grace: float) -> None:
     """SIGTERM the child's group, SIGKILL it after ``grace`` if needed, reap the child."""
-    pgid = process.pid  # the child leads its own group (start_new_session)
+    pgid = child.pid  # the child leads its own group (start_new_session)
     _signal_group(pgid, signal.SIGTERM)
-    if process.poll() is not None and not _group_signalable(pgid):
+    if child.poll() is not None and not _group_signalable(pgid):
         return  # the child exited (now reaped) and left no one behind: the usual case
     with trio.move_on_after(grace):
-        await process.wait()
+        await child.wait()
         # The usual case, a group that died with its leader, needs one
         # syscall; only a group that seems alive is looked at closely (a scan
         # of /proc, in a worker thread).
@@ -325,30 +290,28 @@ async def _stop_group(process: trio.Process, grace: float) -> None:
             await trio.sleep(_POLL)
         return
     _signal_group(pgid, signal.SIGKILL)
-    await process.wait()
+    await child.wait()
 
 
-async def _finish(process: trio.Process, spec: ProcessSpec, output: _Output) -> None:
+async def _finish(child: Child, spec: ProcessSpec, output: _Output) -> None:
     """Stop what is left of the group, drain the pipes (bounded), close everything."""
-    stdin, stdout, stderr = _pipes(process)
     if not output.open_streams:  # both pipes reached EOF: nothing to drain
-        await _stop_group(process, spec.kill_grace)
+        await _stop_group(child, spec.kill_grace)
     else:
         async with trio.open_nursery() as nursery:
             # The readers of the first phase were cancelled; reading goes on
             # here so output written while the group dies is still logged.
             if "stdout" in output.open_streams:
-                nursery.start_soon(_pump, stdout, "stdout", output)
+                nursery.start_soon(_pump, child.stdout, "stdout", output)
             if "stderr" in output.open_streams:
-                nursery.start_soon(_pump, stderr, "stderr", output)
-            await _stop_group(process, spec.kill_grace)
+                nursery.start_soon(_pump, child.stderr, "stderr", output)
+            await _stop_group(child, spec.kill_grace)
             # A process that left the group (setsid) may hold the pipes forever.
             with trio.move_on_after(DRAIN_GRACE):
                 await output.all_closed.wait()
             nursery.cancel_scope.cancel()
     output.finish()
-    for stream in (stdin, stdout, stderr):
-        stream.close()  # aclose() without its checkpoint; closing twice is a no-op
+    child.close()
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
@@ -410,69 +373,29 @@ async def execute(
             cancel._detach()
 
 
-def _prepare(spec: ProcessSpec) -> BinaryIO:
-    """Make the working directory if the spec says so; open the log."""
-    if spec.make_cwd:
-        spec.cwd.mkdir(parents=True, exist_ok=True)
-    return _open_log(spec.log_path)
-
-
-def _open_log(path: Path) -> BinaryIO:
-    """Create (or truncate) the log file, and its parent directories if needed."""
-    try:
-        return open(path, "wb")
-    except (FileNotFoundError, NotADirectoryError):
-        # A parent is missing, or is no directory: mkdir creates the former
-        # and raises the error that names the latter.
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return open(path, "wb")
-
-
-def _pipes(
-    process: trio.Process,
-) -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
-    """The child's stdin, stdout and stderr (always FdStreams on POSIX)."""
-    stdin, stdout, stderr = process.stdin, process.stdout, process.stderr
-    assert isinstance(stdin, trio.lowlevel.FdStream)
-    assert isinstance(stdout, trio.lowlevel.FdStream)
-    assert isinstance(stderr, trio.lowlevel.FdStream)
-    return stdin, stdout, stderr
-
-
 async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]) -> ProcessOutcome:
     adapter = make_adapter(spec.protocol, usage_limit_pattern=spec.usage_limit_pattern)
     excerpt = ExcerptBuilder()
-    # In a worker thread: creating a file can cost the kernel 0.1-0.5 ms (ext4
-    # searches past recently freed inodes, and logs are deleted in bulk), time
-    # in which the event loop, and so every other run, would stand still.
-    log = await trio.to_thread.run_sync(_prepare, spec)
+    # One worker-thread job makes the cwd, the log and the child (spawn.py
+    # says why off the event loop). It is not abandoned when the caller is
+    # cancelled: the child it spawns is always returned, and stopped below.
+    # The prompt is written there too, unless a cancel came first.
+    child, log = await spawner().call((spec, lambda: stop.status is None))
+    # Nothing may checkpoint between the spawn and this try: a cancel
+    # landing there would leave the group running.
     with log:
         output = _Output(log, adapter, excerpt)
-        process = await trio.lowlevel.open_process(
-            list(spec.argv),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=spec.env,  # a read-only snapshot already
-            cwd=spec.cwd,
-            start_new_session=True,
-        )
-        # Nothing may checkpoint between the spawn and this try: a cancel
-        # landing there would leave the group running.
         try:
-            stdin, stdout, stderr = _pipes(process)
-            task_status.started(process.pid)
+            task_status.started(child.pid)
             started_at = trio.current_time()
             with _internal_nursery_errors(), trio.CancelScope() as run_scope:
                 stop.bind(run_scope)
                 async with trio.open_nursery() as nursery:
-                    if stop.status is not None:  # cancelled during the spawn: no prompt
-                        stdin.close()
-                    elif (rest := _send_now(stdin, spec.prompt.encode("utf-8"))) is not None:
-                        nursery.start_soon(_feed_stdin, stdin, rest)
-                    nursery.start_soon(_pump, stdout, "stdout", output)
-                    nursery.start_soon(_pump, stderr, "stderr", output)
-                    if await _wait_exited(process, spec, output, started_at, stop):
+                    if child.stdin is not None:  # the prompt did not fit in the pipe
+                        nursery.start_soon(_feed_stdin, child.stdin, child.prompt_rest)
+                    nursery.start_soon(_pump, child.stdout, "stdout", output)
+                    nursery.start_soon(_pump, child.stderr, "stderr", output)
+                    if await _wait_exited(child, spec, output, started_at, stop):
                         stop.child_exited = True
                         if output.open_streams:
                             with trio.move_on_after(EXIT_EOF_GRACE):
@@ -480,8 +403,8 @@ async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]
                     nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                await _finish(process, spec, output)
-    exit_code = process.returncode
+                await _finish(child, spec, output)
+    exit_code = child.returncode
     assert exit_code is not None  # reaped by _finish
     if stop.status is not None:
         return ProcessOutcome(

@@ -1,0 +1,112 @@
+"""``ThreadCalls``: one blocking function called in worker threads, with a cheap hop.
+
+``trio.to_thread.run_sync`` costs the event loop about 40 µs a call more
+than the hop itself here: it takes a token of a ``CapacityLimiter`` (a
+checkpoint and a parking lot), copies the context, and waits in a loop that
+also serves ``trio.from_thread`` requests. A run's spawn needs none of that,
+so it goes through ``trio.lowlevel.start_thread_soon`` directly: the worker
+thread's result comes back with one ``run_sync_soon``.
+
+At most ``max_threads`` calls run at a time; later ones wait in a queue and
+start, in the order they came, as running ones end. A call still waiting
+in the queue can be cancelled (the function is then never called); once it
+runs in a thread it runs to the end and its caller gets its result, as with
+``trio.to_thread.run_sync``.
+
+Making several waiting calls in one thread job, to share one hop, was
+measured and not kept: with one job at a time the spawns of a burst went
+one after another and the rate fell by a third on a loaded machine, for an
+event-loop time per call only a little lower (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+import trio
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class _Call(Generic[T, R]):
+    """One call: its argument, its caller, and, once made, its result or error."""
+
+    __slots__ = ("argument", "error", "result", "task")
+
+    def __init__(self, argument: T, task: trio.lowlevel.Task) -> None:
+        self.argument = argument
+        self.task = task
+        self.result: R | None = None
+        self.error: BaseException | None = None
+
+
+class ThreadCalls(Generic[T, R]):
+    """Calls ``function(argument)`` in worker threads, at most ``max_threads`` at once.
+
+    Use one per trio run (it keeps the run's token), and ``call`` only from
+    that run's thread. ``function`` must not call back into trio.
+    """
+
+    def __init__(self, function: Callable[[T], R], *, max_threads: int) -> None:
+        if max_threads < 1:
+            raise ValueError(f"max_threads must be 1 or more, not {max_threads}")
+        self._function = function
+        self._max_threads = max_threads
+        self._running = 0
+        self._waiting: collections.deque[_Call[T, R]] = collections.deque()
+        self._token = trio.lowlevel.current_trio_token()
+
+    @property
+    def running(self) -> int:
+        """Calls running in worker threads now."""
+        return self._running
+
+    @property
+    def waiting(self) -> int:
+        """Calls waiting for a worker thread."""
+        return len(self._waiting)
+
+    async def call(self, argument: T) -> R:
+        """``function(argument)``, made in a worker thread; its result or its exception."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        call: _Call[T, R] = _Call(argument, trio.lowlevel.current_task())
+        if self._running < self._max_threads:
+            self._start(call)
+        else:
+            self._waiting.append(call)
+
+        def abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+            if call in self._waiting:  # not started: it never runs
+                self._waiting.remove(call)
+                return trio.lowlevel.Abort.SUCCEEDED
+            return trio.lowlevel.Abort.FAILED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+        if call.error is not None:
+            raise call.error
+        return call.result  # type: ignore[return-value]  # set, since error is None
+
+    def _start(self, call: _Call[T, R]) -> None:
+        self._running += 1
+        trio.lowlevel.start_thread_soon(
+            lambda: self._make(call),
+            # In the worker thread: back to the event loop with one wake-up.
+            lambda _: self._token.run_sync_soon(self._done, call),
+        )
+
+    def _make(self, call: _Call[T, R]) -> None:
+        # In the worker thread. Whatever the function raises is the caller's
+        # to see, re-raised in its task.
+        try:
+            call.result = self._function(call.argument)
+        except BaseException as exc:
+            call.error = exc
+
+    def _done(self, call: _Call[T, R]) -> None:
+        self._running -= 1
+        trio.lowlevel.reschedule(call.task)
+        if self._waiting:
+            self._start(self._waiting.popleft())

@@ -1,0 +1,137 @@
+"""Spawning: the log and the child are made off the event loop, and the exit is
+seen through a pidfd, or, where there is none, through waitid in a thread."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import trio
+from runner_helpers import (
+    demo,
+    make_spec,
+    run_into,
+    script,
+)
+
+from herdsman.runtime.runner import ProcessOutcome, ProcessSpec, execute
+from herdsman.runtime.runner import spawn as spawn_module
+from herdsman.runtime.runner.spec import Outcome
+
+
+async def test_a_run_ends_with_its_childs_verdict(tmp_path: Path, exit_watch: str) -> None:
+    spec = make_spec(tmp_path, argv=demo("--delay", "0.2"))
+    started = time.monotonic()
+    outcome = await execute(spec)
+    assert time.monotonic() - started < 3  # the exit was seen, not the 20 s timeout
+    assert outcome.status is Outcome.SUCCEEDED
+    assert outcome.result == "demo reply: say hello\n"
+    failing = make_spec(tmp_path, argv=demo("--delay", "0", "--fail"))
+    assert (await execute(failing)).exit_code == 1
+
+
+async def test_the_log_is_opened_off_the_event_loop(tmp_path: Path) -> None:
+    # Opening a FIFO for writing blocks until someone opens it for reading:
+    # a stand-in for a file system that is slow to create a file. The event
+    # loop must keep running meanwhile, and the child must not start before
+    # its log is open.
+    log_path = tmp_path / "run.log"
+    os.mkfifo(log_path)
+    spec = make_spec(tmp_path, argv=demo("--delay", "0"), log_path=log_path)
+    # Should the open block the event loop, this unblocks it after a while,
+    # so the test fails instead of hanging.
+    rescue = threading.Timer(3.0, lambda: os.close(os.open(log_path, os.O_RDONLY | os.O_NONBLOCK)))
+    rescue.start()
+    ticks = 0
+    spawned_at_tick: list[int] = []
+
+    class Started:
+        def started(self, value: int) -> None:
+            spawned_at_tick.append(ticks)
+
+    outcomes: list[ProcessOutcome] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                lambda: run_into(outcomes, spec, task_status=Started())  # type: ignore[arg-type]
+            )
+            for _ in range(5):
+                await trio.sleep(0.05)
+                ticks += 1
+            assert spawned_at_tick == []  # the child waits for its log
+            reader = os.open(log_path, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                while not outcomes:
+                    await trio.sleep(0.01)
+                log = b""  # the writer closed it: read to the end
+                while chunk := os.read(reader, 65536):
+                    log += chunk
+            finally:
+                os.close(reader)
+    finally:
+        rescue.cancel()
+    assert spawned_at_tick == [5]
+    [outcome] = outcomes
+    assert outcome.status is Outcome.SUCCEEDED
+    assert log == b"demo reply: say hello\n"
+
+
+COUNT_STDIN = script("import sys; print(len(sys.stdin.buffer.read()))")
+
+
+async def _spawn_and_read(spec: ProcessSpec, prompt_wanted: bool) -> tuple[spawn_module.Child, str]:
+    """spawn() called directly; the child's stdout once it has exited."""
+    child, log = spawn_module.spawn((spec, lambda: prompt_wanted))
+    with log:
+        if child.stdin is not None:
+            await child.stdin.send_all(child.prompt_rest)
+            await child.stdin.aclose()
+        output = b""
+        while chunk := await child.stdout.receive_some():
+            output += chunk
+        await child.wait()
+        child.close()
+    return child, output.decode()
+
+
+async def test_the_prompt_is_written_and_stdin_closed_by_the_spawn_job(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, argv=COUNT_STDIN, prompt="é" * 10)
+    child, output = await _spawn_and_read(spec, prompt_wanted=True)
+    assert child.stdin is None  # nothing was left for the event loop to write
+    assert output == "20\n"
+    assert child.returncode == 0
+
+
+async def test_a_prompt_larger_than_the_pipe_leaves_the_rest_to_the_runner(
+    tmp_path: Path,
+) -> None:
+    spec = make_spec(tmp_path, argv=COUNT_STDIN, prompt="x" * 200_000)
+    child, output = await _spawn_and_read(spec, prompt_wanted=True)
+    assert 0 < len(child.prompt_rest) < 200_000
+    assert output == "200000\n"
+
+
+async def test_a_prompt_no_longer_wanted_is_not_written(tmp_path: Path) -> None:
+    # A run cancelled while its child was being spawned: stdin is closed empty.
+    spec = make_spec(tmp_path, argv=COUNT_STDIN, prompt="secret plan")
+    child, output = await _spawn_and_read(spec, prompt_wanted=False)
+    assert child.stdin is None
+    assert output == "0\n"
+
+
+async def test_a_prompt_that_cannot_be_encoded_raises_before_anything_is_spawned(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "spawned"
+    spec = make_spec(
+        tmp_path,
+        argv=script(f"open({str(marker)!r}, 'w').close()"),
+        prompt="half a pair: \ud800",
+    )
+    with pytest.raises(UnicodeEncodeError):
+        await execute(spec)
+    await trio.sleep(0.5)  # time enough for a child, had one been spawned
+    assert not marker.exists()

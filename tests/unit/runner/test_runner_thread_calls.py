@@ -1,0 +1,133 @@
+"""ThreadCalls: a blocking function in worker threads, bounded, with a cheap hop."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from herdsman.runtime.runner.thread_calls import ThreadCalls
+
+
+class Recorder:
+    """A blocking function that notes how many calls overlap and the order they start in."""
+
+    def __init__(self, pause: float = 0.0) -> None:
+        self._lock = threading.Lock()
+        self._now = 0
+        self.most = 0
+        self.started: list[int] = []
+        self.threads: set[int] = set()
+        self._pause = pause
+
+    def __call__(self, argument: int) -> int:
+        with self._lock:
+            self._now += 1
+            self.most = max(self.most, self._now)
+            self.started.append(argument)
+            self.threads.add(threading.get_ident())
+        try:
+            time.sleep(self._pause)
+            if argument % 5 == 4:
+                raise ValueError(f"argument {argument}")
+            return argument * 10
+        finally:
+            with self._lock:
+                self._now -= 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    max_threads=st.integers(1, 4),
+    delays=st.lists(st.sampled_from([0.0, 0.0005, 0.002]), min_size=1, max_size=12),
+    pause=st.sampled_from([0.0, 0.001]),
+)
+def test_every_caller_gets_its_own_result_and_the_bound_holds(
+    max_threads: int, delays: list[float], pause: float
+) -> None:
+    function = Recorder(pause)
+    got: dict[int, object] = {}
+    arrived: list[int] = []
+
+    async def main() -> None:
+        calls = ThreadCalls(function, max_threads=max_threads)
+
+        async def one(argument: int) -> None:
+            await trio.sleep(delays[argument])
+            arrived.append(argument)
+            try:
+                got[argument] = await calls.call(argument)
+            except ValueError as exc:
+                got[argument] = str(exc)
+
+        async with trio.open_nursery() as nursery:
+            for argument in range(len(delays)):
+                nursery.start_soon(one, argument)
+        assert (calls.running, calls.waiting) == (0, 0)
+
+    trio.run(main)
+    assert got == {n: f"argument {n}" if n % 5 == 4 else n * 10 for n in range(len(delays))}
+    assert function.most <= max_threads
+    if max_threads == 1:  # one at a time: in the order the calls came
+        assert function.started == arrived
+
+
+async def test_a_waiting_call_can_be_cancelled_and_never_runs() -> None:
+    release = threading.Event()
+    ran: list[str] = []
+
+    def blocking(name: str) -> str:
+        ran.append(name)
+        if name == "first":
+            release.wait(10)
+        return name
+
+    calls = ThreadCalls(blocking, max_threads=1)
+    results: list[str] = []
+
+    async def first() -> None:
+        results.append(await calls.call("first"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(first)
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.move_on_after(0.05) as scope:
+            await calls.call("second")
+        assert scope.cancelled_caught
+        assert calls.waiting == 0
+        release.set()
+    assert results == ["first"]
+    assert ran == ["first"]  # "second" was dropped from the queue, never made
+
+
+async def test_a_running_call_finishes_and_returns_although_its_caller_was_cancelled() -> None:
+    def slow(argument: int) -> int:
+        time.sleep(0.2)
+        return argument + 1
+
+    calls = ThreadCalls(slow, max_threads=2)
+    result = None
+    with trio.CancelScope() as scope:
+        scope.deadline = trio.current_time() + 0.05
+        result = await calls.call(41)
+    # A spawned child must reach its caller: the cancel waits for the call.
+    assert result == 42
+    assert not scope.cancelled_caught
+    with trio.CancelScope() as outer:  # a call made while cancelled never starts
+        outer.cancel()
+        await calls.call(1)
+        pytest.fail("a call made while cancelled ran")
+    assert outer.cancelled_caught
+
+
+def test_max_threads_below_one_is_refused() -> None:
+    async def main() -> None:
+        with pytest.raises(ValueError, match="max_threads must be 1 or more, not 0"):
+            ThreadCalls(str, max_threads=0)
+
+    trio.run(main)
