@@ -220,3 +220,39 @@ async def test_waiting_for_a_call_already_committed_is_no_checkpoint(
         scope.cancel()
         await ledger.result(later)
     assert scope.cancelled_caught
+
+
+class BrokenStore(MemoryStore):
+    """A store whose commit raises what no store should: not a StoreError."""
+
+    def apply(
+        self, operations: Sequence[Callable[[Store], Any]], *, durable: bool = False
+    ) -> list[outcome.Outcome[Any]]:
+        raise RuntimeError("driver blew up")
+
+
+async def test_a_batch_whose_store_raises_no_store_error_still_answers_its_callers() -> None:
+    # The writer dies of it, but the callers of the batch in flight (some
+    # wait shielded) must get an answer rather than wait forever.
+    ledger = Ledger(BrokenStore(), run_sync=on_loop)
+    answers: list[str] = []
+
+    async def caller() -> None:
+        # Shielded, as a finish is; bounded here so that a hang fails the test.
+        with trio.CancelScope(shield=True), trio.move_on_after(5):
+            try:
+                await ledger.call(lambda s: s.get("a"))
+            except StoreError as exc:
+                answers.append(str(exc))
+
+    crashed: list[str] = []
+    with trio.fail_after(5):
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(caller)
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.start_soon(ledger.run)
+        except* RuntimeError as group:  # the writer: it does not carry on after this
+            crashed.extend(str(exc) for exc in group.exceptions)
+    assert crashed == ["driver blew up"]
+    assert answers == ["the run ledger failed: RuntimeError('driver blew up')"]

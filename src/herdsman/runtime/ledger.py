@@ -182,7 +182,14 @@ class Ledger:
             self._queue = []
 
     async def _apply(self, batch: Sequence[Queued[Any]]) -> None:
-        results: list[outcome.Outcome[Any]] = await self._run_sync(partial(self._commit, batch))
+        try:
+            results: list[outcome.Outcome[Any]] = await self._run_sync(partial(self._commit, batch))
+        except BaseException as exc:
+            # Not a StoreError (MemoryError, an unmapped driver error): the
+            # writer dies, but this batch's callers (shielded, some) must learn it.
+            failed = StoreError(f"the run ledger failed: {exc!r}")
+            self._settle(batch, [outcome.Error(failed) for _ in batch])
+            raise
         self._settle(batch, results)
 
     def _apply_now(self, pending: Queued[Any]) -> None:

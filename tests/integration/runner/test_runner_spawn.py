@@ -135,3 +135,35 @@ async def test_a_prompt_that_cannot_be_encoded_raises_before_anything_is_spawned
         await execute(spec)
     await trio.sleep(0.5)  # time enough for a child, had one been spawned
     assert not marker.exists()
+
+
+async def test_waiting_for_exits_without_a_pidfd_takes_no_default_thread_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without a pidfd each running child is watched by a thread for its
+    # whole life. Those threads must not come out of trio's default limiter
+    # (40 tokens, here 1): a child beyond it would not be seen ending, and
+    # every other worker-thread call in the process would wait.
+    monkeypatch.setattr(spawn_module, "_pidfd", lambda pid: None)
+    monkeypatch.setattr(trio.to_thread.current_default_thread_limiter(), "total_tokens", 1)
+    cancel_long = trio.CancelScope()
+    outcomes: list[ProcessOutcome] = []
+
+    async def long_run() -> None:
+        with cancel_long:
+            await execute(
+                make_spec(tmp_path, argv=demo("--delay", "30"), log_path=tmp_path / "long.log")
+            )
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(long_run)
+        await trio.sleep(0.3)  # the long child is running and watched
+        with trio.fail_after(5):
+            await trio.to_thread.run_sync(lambda: None)
+        short = make_spec(
+            tmp_path, argv=demo("--delay", "0"), timeout=3, log_path=tmp_path / "short.log"
+        )
+        outcomes.append(await execute(short))
+        cancel_long.cancel()
+    [outcome] = outcomes
+    assert outcome.status is Outcome.SUCCEEDED

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 import trio
@@ -131,3 +132,67 @@ def test_max_threads_below_one_is_refused() -> None:
             ThreadCalls(str, max_threads=0)
 
     trio.run(main)
+
+
+class FlakyThreads:
+    """``start_thread_soon`` that fails as told: a process out of threads."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.failing = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        if self.failing:
+            self.failing -= 1
+            raise RuntimeError("can't start new thread")
+        self.real(*args, **kwargs)
+
+
+async def test_a_thread_that_cannot_start_gives_its_slot_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    threads = FlakyThreads(trio.lowlevel.start_thread_soon)
+    monkeypatch.setattr(trio.lowlevel, "start_thread_soon", threads)
+    calls: ThreadCalls[int, int] = ThreadCalls(lambda n: n + 1, max_threads=2)
+    threads.failing = 2
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            await calls.call(0)
+    assert calls.running == 0
+    with trio.fail_after(5):
+        assert await calls.call(1) == 2
+
+
+async def test_a_waiting_call_whose_thread_cannot_start_gets_the_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    threads = FlakyThreads(trio.lowlevel.start_thread_soon)
+    monkeypatch.setattr(trio.lowlevel, "start_thread_soon", threads)
+    release = threading.Event()
+
+    def blocking(n: int) -> int:
+        if n == 0:
+            release.wait(10)
+        return n
+
+    calls = ThreadCalls(blocking, max_threads=1)
+    results: dict[int, object] = {}
+
+    async def one(n: int) -> None:
+        try:
+            results[n] = await calls.call(n)
+        except RuntimeError as exc:
+            results[n] = str(exc)
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, 0)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(one, 1)
+            await trio.testing.wait_all_tasks_blocked()
+            assert calls.waiting == 1
+            threads.failing = 1  # the thread for call 1, started when call 0 ends
+            release.set()
+        assert results == {0: 0, 1: "can't start new thread"}
+        assert (calls.running, calls.waiting) == (0, 0)
+        assert await calls.call(2) == 2

@@ -19,6 +19,7 @@ worker thread), and reaping.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import subprocess
 import sys
@@ -30,6 +31,13 @@ import trio
 
 from herdsman.runtime.runner.spec import ProcessSpec
 from herdsman.runtime.runner.thread_calls import ThreadCalls
+
+_WAITID_LIMITER: Final = trio.CapacityLimiter(math.inf)
+"""Exit waits without a pidfd: a thread per running child, unbounded, as in ``trio.Process``.
+
+Never trio's default limiter: 40 long runs would hold all its tokens, and
+the exit of a 41st, like every other worker-thread call, would wait.
+"""
 
 SPAWN_THREADS: Final = 16
 """Spawns made at once in worker threads; more wait their turn (trio's default cap is 40)."""
@@ -112,7 +120,9 @@ class Child:
         else:
             # Abandoned on cancel, the thread ends when the child does; the
             # runner stops the group right after any cancel.
-            await trio.to_thread.run_sync(_wait_exited_blocking, self.pid, abandon_on_cancel=True)
+            await trio.to_thread.run_sync(
+                _wait_exited_blocking, self.pid, abandon_on_cancel=True, limiter=_WAITID_LIMITER
+            )
 
     async def wait(self) -> int:
         """Wait until the child has exited, reap it, and return its exit code."""

@@ -91,11 +91,15 @@ class ThreadCalls(Generic[T, R]):
 
     def _start(self, call: _Call[T, R]) -> None:
         self._running += 1
-        trio.lowlevel.start_thread_soon(
-            lambda: self._make(call),
-            # In the worker thread: back to the event loop with one wake-up.
-            lambda _: self._token.run_sync_soon(self._done, call),
-        )
+        try:
+            trio.lowlevel.start_thread_soon(
+                lambda: self._make(call),
+                # In the worker thread: back to the event loop with one wake-up.
+                lambda _: self._token.run_sync_soon(self._done, call),
+            )
+        except BaseException:
+            self._running -= 1  # no thread holds this slot
+            raise
 
     def _make(self, call: _Call[T, R]) -> None:
         # In the worker thread. Whatever the function raises is the caller's
@@ -108,5 +112,10 @@ class ThreadCalls(Generic[T, R]):
     def _done(self, call: _Call[T, R]) -> None:
         self._running -= 1
         trio.lowlevel.reschedule(call.task)
-        if self._waiting:
-            self._start(self._waiting.popleft())
+        while self._waiting and self._running < self._max_threads:
+            waiting = self._waiting.popleft()
+            try:
+                self._start(waiting)
+            except Exception as exc:  # "can't start new thread": that caller gets it
+                waiting.error = exc
+                trio.lowlevel.reschedule(waiting.task)
