@@ -17,12 +17,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import outcome
 import trio
 
 from herdsman.runtime.store import Store, StoreError
+from herdsman.runtime.thread_calls import ThreadCalls
 
 log = logging.getLogger("herdsman.ledger")
 
@@ -33,27 +34,33 @@ RunSync = Callable[[Callable[[], Any]], Awaitable[Any]]
 async def in_worker_thread(fn: Callable[[], Any]) -> Any:
     """Run a blocking store batch off the event loop (the real store), uncancellably.
 
-    ``trio.to_thread.run_sync`` would do, but costs the event loop about
-    three times as much per call (its capacity limiter, cancel scope and
-    context copy: 70 against 24 µs a call here), and the ledger hops once
-    per batch. Neither is needed: the one writer task has at most one batch
-    in a thread at a time, and waits for it shielded anyway (a batch that
-    reached the store must report). A cancel of the caller takes effect at
-    its next checkpoint, once the batch is back.
+    Through :class:`~herdsman.runtime.thread_calls.ThreadCalls`, not
+    ``trio.to_thread.run_sync``, which costs the event loop about three
+    times as much per call (its capacity limiter, cancel scope and context
+    copy: 70 against 24 µs a call here), and the ledger hops once per batch.
+    Neither is needed: a ledger's one writer task has at most one batch in
+    a thread at a time, and waits for it shielded anyway (a batch that
+    reached the store must report). A batch once started runs to its end
+    and reports; a cancel of the caller takes effect at its next checkpoint.
     """
-    token = trio.lowlevel.current_trio_token()
-    task = trio.lowlevel.current_task()
-
-    def deliver(result: outcome.Outcome[Any]) -> None:
-        token.run_sync_soon(trio.lowlevel.reschedule, task, result)
-
-    trio.lowlevel.start_thread_soon(fn, deliver, name="herdsman ledger commit")
-    return await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
+    try:
+        commits = _COMMITS.get()
+    except LookupError:
+        commits = ThreadCalls(_call, max_threads=COMMIT_THREADS, name="herdsman ledger commit")
+        _COMMITS.set(commits)
+    return await commits.call(fn)
 
 
-def _refuse_abort(_: Callable[[], object]) -> trio.lowlevel.Abort:
-    # The batch runs to its end whatever happens to the caller.
-    return trio.lowlevel.Abort.FAILED
+def _call(fn: Callable[[], Any]) -> Any:
+    return fn()
+
+
+COMMIT_THREADS: Final = 8
+"""Batches committed at once by the ledgers of one trio run (each ledger has one at a time)."""
+
+_COMMITS: trio.lowlevel.RunVar[ThreadCalls[Callable[[], Any], Any]] = trio.lowlevel.RunVar(
+    "herdsman_ledger_commits"
+)
 
 
 async def inline(fn: Callable[[], Any]) -> Any:

@@ -34,7 +34,7 @@ import attrs
 import outcome
 import trio
 
-from herdsman.config import Config, ConfigError, LoadedConfig, format_duration
+from herdsman.config import Config, ConfigError, LoadedConfig, Provider, format_duration
 from herdsman.config.report import config_as_json
 from herdsman.core import CancelOutcome, RunRequest, RunState, Scheduler, busy_keys
 from herdsman.core.accounts import Pick, sticky_key
@@ -229,6 +229,11 @@ def as_text(value: str | None) -> str | None:
 def _final(exc: StoreError) -> bool:
     """Whether a refused write can never succeed: the run's state changed, or the lease lapsed."""
     return isinstance(exc, StoreConflict | UnknownRun | LeaseExpired)
+
+
+def _resumes(record: RunRecord, provider: Provider) -> bool:
+    """Whether the run resumes its conversation's session (looked up in the ledger first)."""
+    return record.conversation is not None and bool(provider.resume_args)
 
 
 def _limit_note(record: RunRecord, hit: LimitHit, again: RunRecord) -> str:
@@ -1367,11 +1372,16 @@ class Supervisor:
         """
         if self._left is not None or (pick is not None and pick.moved):
             return True
-        if record.conversation is None:
-            return False
         provider = config.providers.get(record.provider)
-        resumes = provider is not None and bool(provider.resume_args)
-        return resumes or (self._worktrees is not None and bool(self._worktrees.repos))
+        return (provider is not None and _resumes(record, provider)) or self._checks_out(record)
+
+    def _checks_out(self, record: RunRecord) -> bool:
+        """Whether the run gets checkouts of the configured repositories (prepared first)."""
+        return (
+            self._worktrees is not None
+            and bool(self._worktrees.repos)
+            and record.conversation is not None
+        )
 
     async def _spec_for(self, record: RunRecord, pick: Pick | None, config: Config) -> ProcessSpec:
         provider = config.providers.get(record.provider)
@@ -1389,7 +1399,7 @@ class Supervisor:
                 " run): it starts a fresh session"
             )
             await self.ledger.call(methodcaller("add_note", record.id, text))
-        if conversation is not None and provider.resume_args:
+        if conversation is not None and _resumes(record, provider):
             session = await self.ledger.call(
                 lambda s: s.conversation_session(record.provider, record.workspace, conversation)
             )
@@ -1407,7 +1417,7 @@ class Supervisor:
             if program is not None:
                 self._programs[provider.exec[0]] = program
         note, repos_dir = "", None
-        if self._worktrees is not None and self._worktrees.repos and conversation is not None:
+        if self._worktrees is not None and conversation is not None and self._checks_out(record):
             checkouts = await self._worktrees.prepare(record.workspace, conversation)
             note = checkouts_preamble(checkouts)
             for failed in (c for c in checkouts if not c.usable):

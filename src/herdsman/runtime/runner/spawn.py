@@ -30,7 +30,7 @@ from typing import BinaryIO, Final
 import trio
 
 from herdsman.runtime.runner.spec import ProcessSpec
-from herdsman.runtime.runner.thread_calls import ThreadCalls
+from herdsman.runtime.thread_calls import ThreadCalls
 
 _WAITID_LIMITER: Final = trio.CapacityLimiter(math.inf)
 """Exit waits without a pidfd: a thread per running child, unbounded, as in ``trio.Process``.

@@ -12,7 +12,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from herdsman.runtime.runner.thread_calls import ThreadCalls
+from herdsman.runtime.thread_calls import ThreadCalls
 
 
 class Recorder:

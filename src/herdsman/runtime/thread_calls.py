@@ -3,8 +3,8 @@
 ``trio.to_thread.run_sync`` costs the event loop about 40 µs a call more
 than the hop itself here: it takes a token of a ``CapacityLimiter`` (a
 checkpoint and a parking lot), copies the context, and waits in a loop that
-also serves ``trio.from_thread`` requests. A run's spawn needs none of that,
-so it goes through ``trio.lowlevel.start_thread_soon`` directly: the worker
+also serves ``trio.from_thread`` requests. A run's spawn and a ledger commit need
+none of that, so they go through ``trio.lowlevel.start_thread_soon`` directly: the worker
 thread's result comes back with one ``run_sync_soon``.
 
 At most ``max_threads`` calls run at a time; later ones wait in a queue and
@@ -50,11 +50,14 @@ class ThreadCalls(Generic[T, R]):
     that run's thread. ``function`` must not call back into trio.
     """
 
-    def __init__(self, function: Callable[[T], R], *, max_threads: int) -> None:
+    def __init__(
+        self, function: Callable[[T], R], *, max_threads: int, name: str | None = None
+    ) -> None:
         if max_threads < 1:
             raise ValueError(f"max_threads must be 1 or more, not {max_threads}")
         self._function = function
         self._max_threads = max_threads
+        self._name = name
         self._running = 0
         self._waiting: collections.deque[_Call[T, R]] = collections.deque()
         self._token = trio.lowlevel.current_trio_token()
@@ -96,6 +99,7 @@ class ThreadCalls(Generic[T, R]):
                 lambda: self._make(call),
                 # In the worker thread: back to the event loop with one wake-up.
                 lambda _: self._token.run_sync_soon(self._done, call),
+                name=self._name,
             )
         except BaseException:
             self._running -= 1  # no thread holds this slot
