@@ -253,7 +253,6 @@ class Scheduler:
         self._running = 0
         # Held runs in the order they were held; they hold lanes, not slots.
         self._held: dict[str, _Entry] = {}
-        self._held_count = 0  # len(self._held), kept for queued_count (hot in the sim)
 
     # -- queries -----------------------------------------------------------
 
@@ -270,7 +269,7 @@ class Scheduler:
     @property
     def queued_count(self) -> int:
         """How many runs wait to start."""
-        return len(self._entries) - self._running - self._held_count
+        return len(self._entries) - self._running - len(self._held)
 
     @property
     def running_count(self) -> int:
@@ -280,7 +279,7 @@ class Scheduler:
     @property
     def held_count(self) -> int:
         """How many runs are held (:meth:`hold`)."""
-        return self._held_count
+        return len(self._held)
 
     def state_of(self, run_id: str) -> RunState | None:
         """The run's state, or ``None`` if it is not queued or running."""
@@ -357,7 +356,7 @@ class Scheduler:
             queued_by_provider={p: n for p, n in self._queued_by_provider.items() if n},
             running_by_provider={p: n for p, n in self._running_by_provider.items() if n},
             queued_by_lane=dict(sorted(by_lane.items())),
-            held=self._held_count,
+            held=len(self._held),
             held_by_provider=dict(sorted(held_by_provider.items())),
         )
 
@@ -506,7 +505,6 @@ class Scheduler:
         self._running -= 1
         self._running_by_provider[entry.run.provider] -= 1
         self._held[run_id] = entry
-        self._held_count += 1
 
     def requeue(self, run_id: str) -> None:
         """Put a running or held run back in the queue, in its original place.
@@ -524,7 +522,7 @@ class Scheduler:
             self._running -= 1
             self._running_by_provider[provider] -= 1
         elif entry.state is RunState.HELD:
-            self._unhold(run_id)
+            del self._held[run_id]
         else:
             raise SchedulerError(f"run {run_id!r} is not running")
         entry.state = RunState.QUEUED
@@ -583,7 +581,7 @@ class Scheduler:
         if entry.state is RunState.HELD:
             # Withdrawn as a running run ends, freeing its lanes: running
             # again for that instant only to give back the slot hold took.
-            self._unhold(run_id)
+            del self._held[run_id]
             entry.state = RunState.RUNNING
             self._running += 1
             self._running_by_provider[entry.run.provider] += 1
@@ -638,10 +636,6 @@ class Scheduler:
                 self._offer(entry)
 
     # -- internals ---------------------------------------------------------
-
-    def _unhold(self, run_id: str) -> None:
-        del self._held[run_id]
-        self._held_count -= 1
 
     def _locks_for(self, run: RunRequest) -> tuple[tuple[_Lane, bool], ...]:
         lanes = self._lanes
