@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import outcome
 import pytest
 
@@ -194,6 +195,17 @@ def test_metadata_is_normalised_to_what_json_reads_back(store: Store) -> None:
     # The store kept its own copy: changing the caller's dict changes nothing.
     source["pair"] = "changed"
     assert store.get("r") == record
+
+
+def test_empty_and_look_alike_metadata_and_notes_read_back_as_written(store: Store) -> None:
+    store.submit(new("a"), T0)
+    store.submit(new("b", metadata={"k": {}}), T0)
+    first = store.get("a")
+    assert first is not None
+    assert (first.metadata, first.notes) == ({}, ())
+    assert [r.metadata for r in store.list_runs()] == [{"k": {}}, {}]
+    assert store.add_note("a", "[]").notes == ("[]",)
+    assert store.get("a") == attrs.evolve(first, notes=("[]",))
 
 
 @pytest.mark.parametrize("bad", [{"x": float("nan")}, {"x": {1, 2}}, {"x": object()}])

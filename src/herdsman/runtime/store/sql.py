@@ -654,6 +654,12 @@ def check_updated(cur: Cursor, current: RunRecord, record: RunRecord, where: str
         )
 
 
+# json.dumps with an option builds an encoder per call; runs are inserted
+# one by one, so they share this one (json.dumps(value, allow_nan=False)).
+_METADATA_JSON = json.JSONEncoder(allow_nan=False)
+_STATUSES = {status.value: status for status in RunStatus}
+
+
 def _insert_values(record: RunRecord) -> tuple[Any, ...]:
     return (
         record.id,
@@ -664,7 +670,7 @@ def _insert_values(record: RunRecord) -> tuple[Any, ...]:
         record.workspace,
         record.callback_url,
         # ASCII-escaped JSON: any string metadata can hold is storable.
-        json.dumps(record.metadata, allow_nan=False),
+        _METADATA_JSON.encode(record.metadata) if record.metadata else "{}",
         record.status.value,
         record.submitted_at,
         *_OUTCOME(record),
@@ -706,9 +712,10 @@ def _record(row: Sequence[Any]) -> RunRecord:
         agent=agent,
         workspace=workspace,
         callback_url=callback_url,
-        metadata=json.loads(metadata),
+        # Most runs carry no metadata and no notes: no parse for those.
+        metadata={} if metadata == "{}" else json.loads(metadata),
         seq=seq,
-        status=RunStatus(status),
+        status=_STATUSES.get(status) or RunStatus(status),
         submitted_at=submitted_at,
         started_at=started_at,
         finished_at=finished_at,
@@ -720,6 +727,6 @@ def _record(row: Sequence[Any]) -> RunRecord:
         excerpt=excerpt,
         log_path=log_path,
         attempts=attempts,
-        notes=tuple(json.loads(notes)),
+        notes=() if notes == "[]" else tuple(json.loads(notes)),
         cwd=cwd,
     )
