@@ -24,6 +24,7 @@ import logging
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
+from json.encoder import encode_basestring as _encode_string
 from pathlib import Path
 from typing import IO, Any
 
@@ -60,6 +61,63 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 
 def _dumps(obj: Mapping[str, Any]) -> str:
     return _ENCODER.encode(obj)
+
+
+_HEAD_KEYS = frozenset({"t", "seq", "event"})
+_KEYS: dict[str, str] = {}  # a field name -> a comma, its JSON text and a colon
+_MAX_KEYS = 256
+
+
+def _value(value: Any) -> str:
+    """``value`` as ``_ENCODER`` writes it inside an object."""
+    kind = type(value)
+    # Exact types only: bool is an int, an enum member a str; the encoder
+    # writes those its own way, so they take its path.
+    if kind is str:
+        return _encode_string(value)
+    if value is None:
+        return "null"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and math.isfinite(value):
+        return float.__repr__(value)
+    if kind is dict and value:
+        members = _members(value)
+        if members is not None:
+            return "{" + members[1:] + "}"
+    return _ENCODER.encode(value)  # lists, bools, odd keys; NaN raises as before
+
+
+def _members(fields: Mapping[Any, Any]) -> str | None:
+    """``,"key":value`` for each item, as ``_ENCODER`` writes them; None if a key is no str."""
+    parts = []
+    for key, value in fields.items():
+        name = _KEYS.get(key)
+        if name is None:
+            if type(key) is not str:  # the encoder turns 1 into "1": its path
+                return None
+            name = "," + _encode_string(key) + ":"
+            if len(_KEYS) < _MAX_KEYS:  # field names come from code: a few dozen
+                _KEYS[key] = name
+        parts.append(name)
+        parts.append(_value(value))
+    return "".join(parts)
+
+
+def event_line(t: float, seq: int, kind: str, fields: Mapping[str, Any]) -> str:
+    """The JSON line of an event: ``_dumps({"t": t, "seq": seq, "event": kind, **fields})``.
+
+    Byte for byte the same, at about half the cost for the usual event (a
+    few strings and numbers, a run object): JSON is compositional, so each
+    value is written on its own, the plain ones without the encoder's
+    machinery.
+    """
+    members = None
+    if type(t) is float and math.isfinite(t) and _HEAD_KEYS.isdisjoint(fields):
+        members = _members(fields)
+    if members is None:
+        return _dumps({"t": t, "seq": seq, "event": kind, **fields})
+    return f'{{"t":{float.__repr__(t)},"seq":{seq:d},"event":{_encode_string(kind)}{members}}}'
 
 
 class _FileLines:
@@ -200,13 +258,7 @@ class TraceWriter:
 
     def _append_to_current(self, kind: str, fields: dict[str, Any]) -> None:
         assert self._file is not None
-        record: dict[str, Any] = {
-            "t": round(self._clock() - self._origin, 6),
-            "seq": self._seq,
-            "event": kind,
-        }
-        record.update(fields)
-        self._write(_dumps(record))
+        self._write(event_line(round(self._clock() - self._origin, 6), self._seq, kind, fields))
         self._seq += 1
         if self._sink is None:  # a sink is never rotated: nothing to restate
             self._follow(kind, fields)
