@@ -428,6 +428,35 @@ def test_requeue_clears_the_attempt_and_keeps_its_place(store: Store) -> None:
     assert again.attempts == 2
 
 
+def test_every_change_of_a_run_reads_back_as_returned(store: Store) -> None:
+    # Each transition writes only the columns it changes: what is read back,
+    # and what the indexed queries find, must still be the whole record.
+    store.submit(new("r"), T0)
+    steps: list[Callable[[], RunRecord]] = [
+        lambda: store.mark_running("r", T0 + 1, "a"),
+        lambda: store.finish(
+            "r",
+            UL,
+            T0 + 2,
+            exit_code=1,
+            reason="limit",
+            result="no",
+            session_id="s",
+            excerpt="x",
+            log_path="/l",
+        ),
+        lambda: store.requeue("r"),
+        lambda: store.mark_running("r", T0 + 3, None),
+        lambda: store.finish("r", RunStatus.SUCCEEDED, T0 + 4, exit_code=0, result="ok"),
+    ]
+    for step in steps:
+        record = step()
+        assert store.get("r") == record
+        assert store.list_runs(status=record.status) == [record]
+    assert store.prune(T0 + 4) == 0
+    assert store.prune(T0 + 5) == 1
+
+
 def test_requeue_keeps_the_session(store: Store) -> None:
     store.submit(new("r"), T0)
     store.mark_running("r", T0, "a")

