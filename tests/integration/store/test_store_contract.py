@@ -432,19 +432,11 @@ def test_every_change_of_a_run_reads_back_as_returned(store: Store) -> None:
     # Each transition writes only the columns it changes: what is read back,
     # and what the indexed queries find, must still be the whole record.
     store.submit(new("r"), T0)
+    limited: dict[str, Any] = {"exit_code": 1, "reason": "limit", "result": "no"}
+    limited |= {"session_id": "s", "excerpt": "x", "log_path": "/l"}
     steps: list[Callable[[], RunRecord]] = [
         lambda: store.mark_running("r", T0 + 1, "a"),
-        lambda: store.finish(
-            "r",
-            UL,
-            T0 + 2,
-            exit_code=1,
-            reason="limit",
-            result="no",
-            session_id="s",
-            excerpt="x",
-            log_path="/l",
-        ),
+        lambda: store.finish("r", UL, T0 + 2, **limited),
         lambda: store.requeue("r"),
         lambda: store.mark_running("r", T0 + 3, None),
         lambda: store.finish("r", RunStatus.SUCCEEDED, T0 + 4, exit_code=0, result="ok"),
