@@ -18,11 +18,13 @@ replayed on its own.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import logging
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
+from json.encoder import encode_basestring as _encode_string
 from pathlib import Path
 from typing import IO, Any
 
@@ -59,6 +61,110 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 
 def _dumps(obj: Mapping[str, Any]) -> str:
     return _ENCODER.encode(obj)
+
+
+_HEAD_KEYS = frozenset({"t", "seq", "event"})
+_KEYS: dict[str, str] = {}  # a field name -> a comma, its JSON text and a colon
+_MAX_KEYS = 256
+
+
+def _value(value: Any) -> str:
+    """``value`` as ``_ENCODER`` writes it inside an object."""
+    kind = type(value)
+    # Exact types only: bool is an int, an enum member a str; the encoder
+    # writes those its own way, so they take its path.
+    if kind is str:
+        return _encode_string(value)
+    if value is None:
+        return "null"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and math.isfinite(value):
+        return float.__repr__(value)
+    if kind is dict and value:
+        members = _members(value)
+        if members is not None:
+            return "{" + members[1:] + "}"
+    return _ENCODER.encode(value)  # lists, bools, odd keys; NaN raises as before
+
+
+def _members(fields: Mapping[Any, Any]) -> str | None:
+    """``,"key":value`` for each item, as ``_ENCODER`` writes them; None if a key is no str."""
+    parts = []
+    for key, value in fields.items():
+        name = _KEYS.get(key)
+        if name is None:
+            if type(key) is not str:  # the encoder turns 1 into "1": its path
+                return None
+            name = "," + _encode_string(key) + ":"
+            if len(_KEYS) < _MAX_KEYS:  # field names come from code: a few dozen
+                _KEYS[key] = name
+        parts.append(name)
+        parts.append(_value(value))
+    return "".join(parts)
+
+
+def event_line(t: float, seq: int, kind: str, fields: Mapping[str, Any]) -> str:
+    """The JSON line of an event: ``_dumps({"t": t, "seq": seq, "event": kind, **fields})``.
+
+    Byte for byte the same, at about half the cost for the usual event (a
+    few strings and numbers, a run object): JSON is compositional, so each
+    value is written on its own, the plain ones without the encoder's
+    machinery.
+    """
+    members = None
+    if type(t) is float and math.isfinite(t) and _HEAD_KEYS.isdisjoint(fields):
+        members = _members(fields)
+    if members is None:
+        return _dumps({"t": t, "seq": seq, "event": kind, **fields})
+    return f'{{"t":{float.__repr__(t)},"seq":{seq:d},"event":{_encode_string(kind)}{members}}}'
+
+
+class _FileLines:
+    """A trace file opened unbuffered: each line is one ``write`` system call.
+
+    What a text file's ``write`` and ``flush`` did per line, without the text
+    layer: the line is encoded once (its length in bytes, for rotation, comes
+    with it) and goes to the OS at once (docs/performance.md).
+    """
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: io.FileIO) -> None:
+        self._raw = raw
+
+    def write_line(self, line: str) -> int:
+        """Write ``line`` and a newline in full; the bytes written."""
+        data = (line + "\n").encode("utf-8")
+        written = self._raw.write(data)
+        if written != len(data):  # a write may take less than all (a nearly full disk)
+            with memoryview(data) as view:
+                while written < len(data):
+                    written += self._raw.write(view[written:])
+        return len(data)
+
+    def close(self) -> None:
+        """Close the file."""
+        self._raw.close()
+
+
+class _SinkLines:
+    """A caller's text stream (the simulator's buffer): written and flushed per line."""
+
+    __slots__ = ("_sink",)
+
+    def __init__(self, sink: IO[str]) -> None:
+        self._sink = sink
+
+    def write_line(self, line: str) -> int:
+        """Write ``line`` and a newline; the bytes they take in UTF-8."""
+        data = line + "\n"
+        self._sink.write(data)
+        self._sink.flush()
+        return len(data) if data.isascii() else len(data.encode("utf-8"))
+
+    def close(self) -> None:
+        """Nothing: the sink is the caller's to close."""
 
 
 def format_time(when: dt.datetime) -> str:
@@ -100,7 +206,7 @@ class TraceWriter:
         self._live: dict[str, list[Any]] = {}
         # Accounts resting as the events tell: (provider, account) -> until.
         self._rests: dict[tuple[str, str | None], float] = {}
-        self._file: IO[str] | None = None
+        self._file: _FileLines | _SinkLines | None = None
         self._path: Path | None = None
         self._origin = 0.0
         self._seq = 0
@@ -152,13 +258,7 @@ class TraceWriter:
 
     def _append_to_current(self, kind: str, fields: dict[str, Any]) -> None:
         assert self._file is not None
-        record: dict[str, Any] = {
-            "t": round(self._clock() - self._origin, 6),
-            "seq": self._seq,
-            "event": kind,
-        }
-        record.update(fields)
-        self._write(_dumps(record))
+        self._write(event_line(round(self._clock() - self._origin, 6), self._seq, kind, fields))
         self._seq += 1
         if self._sink is None:  # a sink is never rotated: nothing to restate
             self._follow(kind, fields)
@@ -201,7 +301,7 @@ class TraceWriter:
 
     def close(self) -> None:
         """Close the current file (a sink stays open: it is the caller's)."""
-        if self._file is not None and self._file is not self._sink:
+        if self._file is not None:
             self._file.close()
         self._file = None
 
@@ -211,7 +311,7 @@ class TraceWriter:
         if self._sink is not None:
             if self._file is not None:
                 return  # a sink is one file's worth: never rotated
-            self._file = self._sink
+            self._file = _SinkLines(self._sink)
         else:
             self._directory.mkdir(parents=True, exist_ok=True)
             stamp = started.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%S")
@@ -220,7 +320,7 @@ class TraceWriter:
                 name = f"trace-{stamp}-{os.getpid()}-{self._files_opened}.jsonl"
                 path = self._directory / name
                 try:
-                    opened = path.open("x", encoding="utf-8")
+                    opened = _FileLines(io.FileIO(path, "x"))
                 except FileExistsError:
                     continue
                 break
@@ -245,10 +345,7 @@ class TraceWriter:
 
     def _write(self, line: str) -> None:
         assert self._file is not None
-        data = line + "\n"
-        self._file.write(data)
-        self._file.flush()
-        self._size += len(data.encode("utf-8"))
+        self._size += self._file.write_line(line)
 
 
 class TraceFormatError(Exception):

@@ -256,3 +256,28 @@ async def test_a_batch_whose_store_raises_no_store_error_still_answers_its_calle
             crashed.extend(str(exc) for exc in group.exceptions)
     assert crashed == ["driver blew up"]
     assert answers == ["the run ledger failed: RuntimeError('driver blew up')"]
+
+
+async def test_a_call_waited_for_wakes_its_caller_and_one_never_waited_for_needs_no_event(
+    nursery: trio.Nursery,
+) -> None:
+    ledger = Ledger(MemoryStore(), run_sync=on_loop)
+    finish = ledger.enqueue(lambda s: s.submit(new("a"), 1.0))
+    start = ledger.enqueue(lambda s: s.get("a"))
+    got: list[str] = []
+
+    async def wait() -> None:
+        record, _ = await ledger.result(finish)
+        got.append(record.id)
+
+    async with trio.open_nursery() as callers:
+        callers.start_soon(wait)
+        await trio.testing.wait_all_tasks_blocked()
+        assert finish.done is not None  # made by the wait
+        nursery.start_soon(ledger.run)
+    assert got == ["a"]
+    # Nobody waited for the start before it committed: it never needed an event.
+    assert ledger.committed(start)
+    assert start.done is None
+    record = await ledger.result(start)
+    assert record is not None

@@ -75,7 +75,11 @@ async def inline(fn: Callable[[], Any]) -> Any:
 
 
 class Queued(Generic[T]):
-    """A store call in the ledger's queue (see :meth:`Ledger.enqueue`)."""
+    """A store call in the ledger's queue (see :meth:`Ledger.enqueue`).
+
+    ``done`` is made only when someone waits for a call not yet committed:
+    a run's start usually commits with its finish and is never waited for.
+    """
 
     __slots__ = ("done", "durable", "operation", "result", "then")
 
@@ -84,13 +88,12 @@ class Queued(Generic[T]):
         operation: Callable[[Store], T],
         durable: bool,
         then: Callable[[T], None] | None,
-        done: trio.Event | None,
     ) -> None:
         self.operation = operation
         self.durable = durable
         self.then = then
         self.result: outcome.Outcome[T] | None = None
-        self.done = done
+        self.done: trio.Event | None = None
 
 
 class Ledger:
@@ -140,10 +143,10 @@ class Ledger:
         if self._immediate:
             # Nothing can be queued ahead of it: the store never makes the
             # writer wait, so every earlier call has been applied already.
-            pending = Queued(operation, durable, then, None)
+            pending = Queued(operation, durable, then)
             self._apply_now(pending)
         else:
-            pending = Queued(operation, durable, then, trio.Event())
+            pending = Queued(operation, durable, then)
             self._queue.append(pending)
             self._work.set()
         return pending
@@ -160,7 +163,8 @@ class Ledger:
         trip through the scheduler per run for nothing to wait for.
         """
         if not self.committed(pending):
-            assert pending.done is not None
+            if pending.done is None:
+                pending.done = trio.Event()
             await pending.done.wait()
         assert pending.result is not None
         return pending.result.unwrap()
@@ -184,8 +188,8 @@ class Ledger:
             closed = StoreError("the run ledger is closed: the supervisor is stopping")
             for pending in self._queue:
                 pending.result = outcome.Error(closed)
-                assert pending.done is not None
-                pending.done.set()
+                if pending.done is not None:
+                    pending.done.set()
             self._queue = []
 
     async def _apply(self, batch: Sequence[Queued[Any]]) -> None:

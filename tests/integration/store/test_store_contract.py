@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import outcome
 import pytest
 
@@ -194,6 +195,17 @@ def test_metadata_is_normalised_to_what_json_reads_back(store: Store) -> None:
     # The store kept its own copy: changing the caller's dict changes nothing.
     source["pair"] = "changed"
     assert store.get("r") == record
+
+
+def test_empty_and_look_alike_metadata_and_notes_read_back_as_written(store: Store) -> None:
+    store.submit(new("a"), T0)
+    store.submit(new("b", metadata={"k": {}}), T0)
+    first = store.get("a")
+    assert first is not None
+    assert (first.metadata, first.notes) == ({}, ())
+    assert [r.metadata for r in store.list_runs()] == [{"k": {}}, {}]
+    assert store.add_note("a", "[]").notes == ("[]",)
+    assert store.get("a") == attrs.evolve(first, notes=("[]",))
 
 
 @pytest.mark.parametrize("bad", [{"x": float("nan")}, {"x": {1, 2}}, {"x": object()}])
@@ -414,6 +426,27 @@ def test_requeue_clears_the_attempt_and_keeps_its_place(store: Store) -> None:
     assert [r.id for r in store.queued_in_order()] == ["first", "r", "later"]
     again = store.mark_running("r", T0 + 20, "acct-2")
     assert again.attempts == 2
+
+
+def test_every_change_of_a_run_reads_back_as_returned(store: Store) -> None:
+    # Each transition writes only the columns it changes: what is read back,
+    # and what the indexed queries find, must still be the whole record.
+    store.submit(new("r"), T0)
+    limited: dict[str, Any] = {"exit_code": 1, "reason": "limit", "result": "no"}
+    limited |= {"session_id": "s", "excerpt": "x", "log_path": "/l"}
+    steps: list[Callable[[], RunRecord]] = [
+        lambda: store.mark_running("r", T0 + 1, "a"),
+        lambda: store.finish("r", UL, T0 + 2, **limited),
+        lambda: store.requeue("r"),
+        lambda: store.mark_running("r", T0 + 3, None),
+        lambda: store.finish("r", RunStatus.SUCCEEDED, T0 + 4, exit_code=0, result="ok"),
+    ]
+    for step in steps:
+        record = step()
+        assert store.get("r") == record
+        assert store.list_runs(status=record.status) == [record]
+    assert store.prune(T0 + 4) == 0
+    assert store.prune(T0 + 5) == 1
 
 
 def test_requeue_keeps_the_session(store: Store) -> None:

@@ -6,10 +6,15 @@ import datetime as dt
 import io
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from herdsman.trace import TraceFormatError, TraceWriter, read_trace
+from herdsman.trace import _FileLines as FileLines
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 WALL = dt.datetime(2026, 11, 29, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -249,3 +254,36 @@ def test_a_malformed_carry_is_named_in_the_error(
     path.write_text(json.dumps({**header, "carry": carry}) + "\n", encoding="utf-8")
     with pytest.raises(TraceFormatError, match=rf"t.jsonl:1: {message}"):
         read_trace(path)
+
+
+def test_each_event_is_in_the_file_before_the_next_is_written(tmp_path: Path) -> None:
+    clock = FakeClock()
+    w = writer(tmp_path, clock)
+    w.event("submit", run={"id": "r0", "provider": "demo"})
+    assert w.path is not None
+    # Still open: what a crash now would leave on disk.
+    on_disk = w.path.read_bytes().decode("utf-8").splitlines()
+    assert json.loads(on_disk[-1])["run"] == {"id": "r0", "provider": "demo"}
+    w.event("cancel", run_id="r0")
+    assert w.path.read_bytes().decode("utf-8").splitlines()[2:] == [
+        '{"t":0.0,"seq":1,"event":"cancel","run_id":"r0"}'
+    ]
+    w.close()
+
+
+class ShortWrites(io.FileIO):
+    """A file whose every write takes at most 5 bytes, as a write system call may."""
+
+    def write(self, data: ReadableBuffer) -> int:
+        return super().write(bytes(memoryview(data))[:5])
+
+
+def test_a_short_write_is_completed_and_lines_count_bytes_not_characters(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "lines"
+    lines = FileLines(ShortWrites(path, "x"))
+    written = lines.write_line('{"id":"é"}') + lines.write_line("{}")
+    lines.close()
+    assert path.read_bytes() == '{"id":"é"}\n{}\n'.encode()
+    assert written == len('{"id":"é"}\n{}\n'.encode())

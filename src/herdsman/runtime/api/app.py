@@ -8,6 +8,7 @@ ledger failed to record.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -16,7 +17,8 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse as StarletteJSONResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from herdsman.runtime.intake import InvalidRequest, load_json, parse_batch, parse_submit
@@ -39,6 +41,19 @@ MAX_LIST = 1000
 #: How long a cancel of a running run waits for it to be recorded ended
 #: (the runner's kill grace is 5 s; a fleet member's holder sees it within a poll).
 CANCEL_WAIT = 10.0
+
+
+# Starlette's JSONResponse calls json.dumps with options, which builds an
+# encoder per response; this one is shared and writes the same bytes.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+class JSONResponse(StarletteJSONResponse):
+    """Starlette's JSON response, rendered by one shared encoder."""
+
+    def render(self, content: Any) -> bytes:
+        """``content`` as compact UTF-8 JSON (no NaN), exactly as Starlette renders it."""
+        return _ENCODER.encode(content).encode("utf-8")
 
 
 def error(status: int, message: str) -> JSONResponse:
