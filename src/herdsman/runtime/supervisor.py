@@ -25,7 +25,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
+from functools import cache, partial
 from operator import methodcaller
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -261,16 +261,17 @@ def finish_fields(ended: ProcessOutcome | None, log_path: str) -> tuple[RunStatu
     }
 
 
-def _awaits_nothing() -> AbstractContextManager[None]:
-    """``trio.testing.assert_no_checkpoints()``: raises if the block checkpoints.
+@cache
+def _no_checkpoints() -> Callable[[], AbstractContextManager[None]]:
+    """``trio.testing.assert_no_checkpoints``: a block that checkpoints raises.
 
-    Imported where it is used (by the simulator, whose ledger is inline):
+    Imported once it is used (by the simulator, whose ledger is inline):
     trio.testing takes about as long to import as trio itself, which every
     ``herdsman`` command would pay.
     """
     from trio.testing import assert_no_checkpoints  # noqa: PLC0415
 
-    return assert_no_checkpoints()
+    return assert_no_checkpoints
 
 
 class Supervisor:
@@ -1379,7 +1380,7 @@ class Supervisor:
                 # for a cancel to stop, so no shield, which cost the simulator
                 # about a twentieth of a run. Checked, so that an await added
                 # later fails loudly instead of going unshielded.
-                with _awaits_nothing():
+                with _no_checkpoints()():
                     await self._record_finish(record, ended, may_start=not going_down)
             else:
                 # Shielded: a forced shutdown must still record how the run ended.
