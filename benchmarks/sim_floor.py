@@ -60,11 +60,11 @@ from herdsman.core import Scheduler
 from herdsman.runtime.accounts import account_book
 from herdsman.runtime.launch import log_file
 from herdsman.runtime.requests import limits_of, run_request, trace_run
-from herdsman.runtime.runner import Outcome, ProcessOutcome, RunCancel
+from herdsman.runtime.runner import ProcessOutcome, RunCancel
 from herdsman.runtime.store import MemoryStore, NewRun
 from herdsman.runtime.supervisor import finish_fields
-from herdsman.sim.replay import ARRIVAL, Driver, drive, replay
-from herdsman.sim.workload import Workload, config_from_trace, read_workload
+from herdsman.sim.replay import ARRIVAL, Driver, _outcome, drive, replay
+from herdsman.sim.workload import Attempt, Workload, config_from_trace, read_workload
 from herdsman.trace import TraceWriter
 from sim_replay import workload as make_items
 from sim_replay import write_trace
@@ -73,17 +73,8 @@ PIECES = ("trace", "scheduler", "ledger", "accounts", "task", "driver", "fakefs"
 #: What a configuration name may be besides a comma-separated list of pieces.
 SPECIAL = ("setup", "bare", "all", "replay")
 
-# The fake runner's outcome for every run (the workload's runs all succeed).
-SUCCEEDED = ProcessOutcome(
-    status=Outcome.SUCCEEDED,
-    exit_code=0,
-    reason=None,
-    limit=None,
-    result="(simulated)",
-    session_id=None,
-    excerpt="",
-    usage_limit=None,
-)
+# The replay's fake-runner outcome for every run (the workload's runs all succeed).
+SUCCEEDED = _outcome(Attempt(0.0, "succeeded", 0), None)
 
 
 class Floor:
@@ -326,21 +317,10 @@ def instructions(name: str, runs: int, slots: int) -> int:
     """Instructions cachegrind counts for one configuration's whole process."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "cachegrind.out"
+        valgrind = ["valgrind", "--tool=cachegrind", "--cache-sim=no"]
+        child = [sys.executable, __file__, "--child", name, f"--runs={runs}", f"--slots={slots}"]
         completed = subprocess.run(
-            [
-                "valgrind",
-                "--tool=cachegrind",
-                "--cache-sim=no",
-                f"--cachegrind-out-file={out}",
-                sys.executable,
-                __file__,
-                "--child",
-                name,
-                "--runs",
-                str(runs),
-                "--slots",
-                str(slots),
-            ],
+            [*valgrind, f"--cachegrind-out-file={out}", *child],
             capture_output=True,
             text=True,
             check=False,
