@@ -25,7 +25,7 @@ gives it:
 * fakefs     everything inside pyfakefs's Patcher, as the replay runs.
 
     .venv/bin/python benchmarks/sim_floor.py [--runs 20000] [--slots 8]
-    .venv/bin/python benchmarks/sim_floor.py --cachegrind [--runs 3000] [--only bare,all]
+    .venv/bin/python benchmarks/sim_floor.py --cachegrind [--runs 3000] [--only "all;trace,ledger"]
 
 ``--cachegrind`` runs each configuration in its own process under
 valgrind's cachegrind, at RUNS and RUNS/3 runs, and prints instructions per
