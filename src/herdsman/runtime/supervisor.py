@@ -1377,9 +1377,9 @@ class Supervisor:
             if self._ledger_inline and self._fleet is None:
                 # Recording it awaits nothing here (the ledger applies each
                 # call at once; only a fleet member retries): no checkpoint
-                # for a cancel to stop, so no shield, which cost the simulator
-                # about a twentieth of a run. Checked, so that an await added
-                # later fails loudly instead of going unshielded.
+                # for a cancel to stop, so no shield, a cancel scope per run
+                # the simulator no longer pays (docs/simulator.md). Checked, so
+                # that an await added later fails loudly, not unshielded.
                 with _no_checkpoints()():
                     await self._record_finish(record, ended, may_start=not going_down)
             else:
