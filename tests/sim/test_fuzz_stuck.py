@@ -68,7 +68,10 @@ def _stick_r000(monkeypatch: pytest.MonkeyPatch) -> None:
 
     async def deadlocked(self: Supervisor, record: Any, ended: Any, **options: Any) -> Any:
         if record.id == "r000":
-            await trio.Event().wait()  # shielded (the supervisor records ends so): for ever
+            # Stuck for ever where a forced stop cannot reach it (the
+            # supervisor shields a finish that waits for its ledger).
+            with trio.CancelScope(shield=True):
+                await trio.Event().wait()
         return await honest(self, record, ended, **options)
 
     monkeypatch.setattr(Supervisor, "_record_finish", deadlocked)

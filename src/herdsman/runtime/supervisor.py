@@ -25,7 +25,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
+from functools import cache, partial
 from operator import methodcaller
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -95,6 +95,8 @@ from herdsman.runtime.worktrees.sweeper import IsBusy, SweepReport, idle_folders
 from herdsman.trace import TraceWriter
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from herdsman.runtime.store.fleet import ClaimResult, Poll
 
 log = logging.getLogger("herdsman.supervisor")
@@ -257,6 +259,19 @@ def finish_fields(ended: ProcessOutcome | None, log_path: str) -> tuple[RunStatu
         "excerpt": as_text(ended.excerpt),
         "log_path": log_path,
     }
+
+
+@cache
+def _no_checkpoints() -> Callable[[], AbstractContextManager[None]]:
+    """``trio.testing.assert_no_checkpoints``: a block that checkpoints raises.
+
+    Imported once it is used (by the simulator, whose ledger is inline):
+    trio.testing takes about as long to import as trio itself, which every
+    ``herdsman`` command would pay.
+    """
+    from trio.testing import assert_no_checkpoints  # noqa: PLC0415
+
+    return assert_no_checkpoints
 
 
 class Supervisor:
@@ -1359,9 +1374,18 @@ class Supervisor:
             # A task cancelled from outside belongs to a supervisor going
             # down: it records its run's end, and starts nothing after it.
             going_down = trio.current_effective_deadline() == -math.inf
-            # Shielded: a forced shutdown must still record how the run ended.
-            with trio.CancelScope(shield=True):
-                await self._record_finish(record, ended, may_start=not going_down)
+            if self._ledger_inline and self._fleet is None:
+                # Recording it awaits nothing here (the ledger applies each
+                # call at once; only a fleet member retries): no checkpoint
+                # for a cancel to stop, so no shield, a cancel scope per run
+                # the simulator no longer pays (docs/simulator.md). Checked, so
+                # that an await added later fails loudly, not unshielded.
+                with _no_checkpoints()():
+                    await self._record_finish(record, ended, may_start=not going_down)
+            else:
+                # Shielded: a forced shutdown must still record how the run ended.
+                with trio.CancelScope(shield=True):
+                    await self._record_finish(record, ended, may_start=not going_down)
 
     def _prepares_slowly(self, record: RunRecord, pick: Pick | None, config: Config) -> bool:
         """Whether getting the run ready may await anything (see :meth:`_spec_for`).

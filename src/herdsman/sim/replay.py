@@ -84,6 +84,10 @@ class Driver:
         self._heap: list[tuple[float, int, int, int, Callable[[], Awaitable[None]]]] = []
         self._pushes = 0
         self.executions = Executions(workload)
+        # One outcome per way an attempt can end on its own: outcomes are
+        # frozen, and building one per run cost more than the rest of the
+        # fake runner's bookkeeping.
+        self._outcomes: dict[tuple[str, int | None, float | None], ProcessOutcome] = {}
         #: Whether the driver is delivering events (it is not once the input is over).
         self.driving = False
 
@@ -145,7 +149,11 @@ class Driver:
                 cancel._detach()
         if stopped:
             return _outcome(Attempt(0.0, "cancelled"), stopped[0])
-        return _outcome(attempt, None)
+        key = (attempt.outcome, attempt.exit_code, attempt.resets_at)
+        ended = self._outcomes.get(key)
+        if ended is None:
+            ended = self._outcomes[key] = _outcome(attempt, None)
+        return ended
 
 
 def _outcome(attempt: Attempt, reason: str | None) -> ProcessOutcome:
