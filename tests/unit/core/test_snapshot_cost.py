@@ -1,15 +1,12 @@
 """A snapshot costs the lanes it lists, never a walk of the queue.
 
-Cost is counted, not timed: the lines of the scheduler's module executed
-during one :meth:`Scheduler.snapshot` (a trace function sees every one, in
-comprehensions too), which is the same on any machine.
+Cost is counted, not timed (line_cost.py): the lines of the scheduler's
+module one :meth:`Scheduler.snapshot` executes.
 """
 
 from __future__ import annotations
 
-import sys
-from types import FrameType
-from typing import Any
+from line_cost import lines_run
 
 import herdsman.core.scheduler as scheduler_module
 from herdsman.core import Limits, RunRequest, Scheduler, SchedulerSnapshot
@@ -17,23 +14,7 @@ from herdsman.core import Limits, RunRequest, Scheduler, SchedulerSnapshot
 
 def lines_run_by(sched: Scheduler) -> tuple[int, SchedulerSnapshot]:
     """How many lines of scheduler.py one snapshot executes, and the snapshot."""
-    source = scheduler_module.__file__
-    lines = 0
-
-    def trace(frame: FrameType, event: str, arg: Any) -> Any:
-        nonlocal lines
-        if frame.f_code.co_filename != source:
-            return None
-        if event == "line":
-            lines += 1
-        return trace
-
-    sys.settrace(trace)
-    try:
-        snap = sched.snapshot()
-    finally:
-        sys.settrace(None)
-    return lines, snap
+    return lines_run((scheduler_module,), sched.snapshot)
 
 
 def queue_in_conversations(queued: int, *, lone: int = 0) -> Scheduler:
