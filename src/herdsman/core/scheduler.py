@@ -180,6 +180,13 @@ class _Entry:
         self.state: RunState | None = RunState.QUEUED  # None once cancelled or finished
         self.in_heap = False
 
+    def __lt__(self, other: _Entry) -> bool:
+        # Heaps order (seq, entry): a tie is a cancelled run's tombstone and
+        # the same run put back in its place (a refused cancel). Either may
+        # pop first (the tombstone is dropped), so they compare equal rather
+        # than by anything that could differ between processes.
+        return False
+
 
 def _insert_by_seq(queue: deque[_Entry], entry: _Entry) -> None:
     """Insert ``entry`` where its sequence number puts it (near the front, as a rule).

@@ -734,9 +734,10 @@ class Supervisor:
         """The ledger refused a cancel: the run is still queued there, so it is here again."""
         if back is None or self._scheduler.state_of(back.request.id) is not None:
             return
-        # At the back of its lanes (the cancel can be asked for again); a
-        # member's, in its place by the ledger's seq.
-        self._scheduler.submit(back.request, seq=back.seq if self._fleet is not None else None)
+        # In its place by its seq (the scheduler's, or a member's from the
+        # ledger), ahead of the runs that came after it: a conversation's
+        # runs start in arrival order, a refused cancel or not.
+        self._scheduler.submit(back.request, seq=back.seq)
         if back.submitted_at is not None:
             self._submitted_at[back.request.id] = back.submitted_at
         self._wake()
