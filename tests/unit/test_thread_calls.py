@@ -66,9 +66,12 @@ def test_every_caller_gets_its_own_result_and_the_bound_holds(
             except ValueError as exc:
                 got[argument] = str(exc)
 
-        async with trio.open_nursery() as nursery:
-            for argument in range(len(delays)):
-                nursery.start_soon(one, argument)
+        # A call never woken fails the example instead of hanging the run
+        # (the calls take milliseconds).
+        with trio.fail_after(2):
+            async with trio.open_nursery() as nursery:
+                for argument in range(len(delays)):
+                    nursery.start_soon(one, argument)
         assert (calls.running, calls.waiting) == (0, 0)
 
     trio.run(main)
@@ -94,14 +97,17 @@ async def test_a_waiting_call_can_be_cancelled_and_never_runs() -> None:
     async def first() -> None:
         results.append(await calls.call("first"))
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(first)
-        await trio.testing.wait_all_tasks_blocked()
-        with trio.move_on_after(0.05) as scope:
-            await calls.call("second")
-        assert scope.cancelled_caught
-        assert calls.waiting == 0
-        release.set()
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(first)
+            await trio.testing.wait_all_tasks_blocked()
+            try:
+                with trio.move_on_after(0.05) as scope:
+                    await calls.call("second")
+                assert scope.cancelled_caught
+                assert calls.waiting == 0
+            finally:
+                release.set()  # never leave "first" blocking the thread
     assert results == ["first"]
     assert ran == ["first"]  # "second" was dropped from the queue, never made
 

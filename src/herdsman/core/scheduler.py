@@ -180,6 +180,13 @@ class _Entry:
         self.state: RunState | None = RunState.QUEUED  # None once cancelled or finished
         self.in_heap = False
 
+    def __lt__(self, other: _Entry) -> bool:
+        # Heaps order (seq, entry): a tie is a cancelled run's tombstone and
+        # the same run put back in its place (a refused cancel). Either may
+        # pop first (the tombstone is dropped), so they compare equal rather
+        # than by anything that could differ between processes.
+        return False
+
 
 def _insert_by_seq(queue: deque[_Entry], entry: _Entry) -> None:
     """Insert ``entry`` where its sequence number puts it (near the front, as a rule).
@@ -253,6 +260,9 @@ class Scheduler:
         self._running = 0
         # Held runs in the order they were held; they hold lanes, not slots.
         self._held: dict[str, _Entry] = {}
+        # Queued runs on no lane at all (no key), so a snapshot lists them
+        # without a walk of every queued run.
+        self._lone: dict[str, _Entry] = {}
 
     # -- queries -----------------------------------------------------------
 
@@ -341,11 +351,14 @@ class Scheduler:
         return (e.run for e in self._entries.values() if e.state is RunState.QUEUED)
 
     def snapshot(self) -> SchedulerSnapshot:
-        """Counts per provider and per lane. O(lanes + queued lone runs + held runs)."""
+        """Counts per provider and per lane. O(lanes + queued lone runs + held runs).
+
+        Never a walk of the queue: runs on lanes are counted by their lanes,
+        and lone runs are kept apart as they come and go.
+        """
         by_lane = {k: lane.live for k, lane in self._lanes.items() if lane.live}
-        for entry in self._entries.values():
-            if entry.state is RunState.QUEUED and not entry.locks:
-                by_lane[f"run:{entry.run.workspace}/{entry.run.id}"] = 1
+        for entry in self._lone.values():
+            by_lane[f"run:{entry.run.workspace}/{entry.run.id}"] = 1
         held_by_provider: dict[str, int] = {}
         for entry in self._held.values():
             provider = entry.run.provider
@@ -391,6 +404,8 @@ class Scheduler:
         entry = _Entry(run, self._next_seq, locks)
         self._next_seq += 1
         self._entries[run.id] = entry
+        if not locks:
+            self._lone[run.id] = entry
         ready = True
         for lane, exclusive in locks:
             self._enqueue(lane, entry, exclusive)
@@ -442,6 +457,8 @@ class Scheduler:
             entry.in_heap = False
             # Start it: a tombstone in every queue from now on.
             entry.state = RunState.RUNNING
+            if not entry.locks:
+                del self._lone[entry.run.id]
             for lane, exclusive in entry.locks:
                 if exclusive:
                     # _drop_stale just checked that ``entry`` heads this lane.
@@ -527,6 +544,8 @@ class Scheduler:
             raise SchedulerError(f"run {run_id!r} is not running")
         entry.state = RunState.QUEUED
         self._queued_by_provider[provider] = self._queued_by_provider.get(provider, 0) + 1
+        if not entry.locks:
+            self._lone[run_id] = entry
         for lane, exclusive in entry.locks:
             if exclusive:
                 lane.x_holders -= 1
@@ -590,6 +609,8 @@ class Scheduler:
         del self._entries[run_id]
         entry.state = None
         self._queued_by_provider[entry.run.provider] -= 1
+        if not entry.locks:
+            del self._lone[run_id]
         for lane, exclusive in entry.locks:
             if exclusive:
                 lane.live -= 1
@@ -613,6 +634,7 @@ class Scheduler:
         self._agent_exclusive = agent_exclusive
         self._lanes = {}
         self._ready = {}
+        self._lone = {}
         # Holders first (running and held runs): a run placed by seq
         # (``_insert``) may be queued before a running run it conflicts
         # with, and must find it holding.
@@ -627,6 +649,8 @@ class Scheduler:
                         lane.ix_holders += 1
         for entry in self._entries.values():  # submission order
             if entry.state is RunState.QUEUED:
+                if not entry.locks:
+                    self._lone[entry.run.id] = entry
                 for lane, exclusive in entry.locks:
                     self._enqueue(lane, entry, exclusive)
         for lane in list(self._lanes.values()):

@@ -23,7 +23,6 @@ import logging
 import math
 import os
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from functools import cache, partial
 from operator import methodcaller
@@ -36,7 +35,7 @@ import trio
 
 from herdsman.config import Config, ConfigError, LoadedConfig, Provider, format_duration
 from herdsman.config.report import config_as_json
-from herdsman.core import CancelOutcome, RunRequest, RunState, Scheduler, busy_keys
+from herdsman.core import CancelOutcome, KeyClaims, RunRequest, RunState, Scheduler, busy_keys
 from herdsman.core.accounts import Pick, sticky_key
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
@@ -211,12 +210,13 @@ class ShutdownReport:
     fatal: str | None = None
 
 
-def _conversation_keys(records: list[RunRecord]) -> Counter[str]:
-    return Counter(
+def _conversation_keys(records: list[RunRecord]) -> list[str]:
+    """One key per record in a conversation: each is claimed, and released, once."""
+    return [
         conversation_key(record.workspace, record.conversation)
         for record in records
         if record.conversation is not None
-    )
+    ]
 
 
 def as_text(value: str | None) -> str | None:
@@ -368,7 +368,7 @@ class Supervisor:
         self._submitted_at: dict[str, float] = {}
         # Keys of submits queued in the ledger but not yet in the scheduler,
         # so on_busy="skip" sees a follow-up that arrived a moment earlier.
-        self._pending_keys: Counter[str] = Counter()
+        self._pending_keys = KeyClaims()
         self._waiters: dict[str, list[trio.Event]] = {}
         self._ready = trio.Event()  # recovery done: intake may proceed
         self._stopping = False
@@ -622,17 +622,17 @@ class Supervisor:
         if not self._admitting:
             raise NotAdmitting("the supervisor is shutting down and accepts no new runs")
         plan: list[tuple[NewRun, RunRequest, bool]] = []
-        claimed: Counter[str] = Counter()
+        claimed: list[str] = []
         for new, on_busy in items:
             request = run_request(new)
             keys = busy_keys(request, agent_exclusive=self._scheduler.agent_exclusive)
             # Submits still in the ledger count as busy too, so a follow-up
             # arriving a moment after its predecessor is still skipped.
-            busy = self._scheduler.is_busy(request) or any(self._pending_keys[k] for k in keys)
+            busy = self._scheduler.is_busy(request) or any(map(self._pending_keys.claimed, keys))
             skip = on_busy == "skip" and busy
             if not skip:
-                self._pending_keys.update(keys)
-                claimed.update(keys)
+                self._pending_keys.claim(keys)
+                claimed.extend(keys)
             plan.append((new, request, skip))
         try:
             if self._worktrees is not None:
@@ -645,8 +645,7 @@ class Supervisor:
             now = self._wall()
             return await self._record_submits(plan, now, [on_busy for _, on_busy in items])
         finally:
-            self._pending_keys.subtract(claimed)
-            self._pending_keys = +self._pending_keys  # drop zero counts
+            self._pending_keys.release(claimed)
 
     async def _record_submits(
         self, plan: list[tuple[NewRun, RunRequest, bool]], now: float, on_busy: list[OnBusy]
@@ -750,9 +749,10 @@ class Supervisor:
         """The ledger refused a cancel: the run is still queued there, so it is here again."""
         if back is None or self._scheduler.state_of(back.request.id) is not None:
             return
-        # At the back of its lanes (the cancel can be asked for again); a
-        # member's, in its place by the ledger's seq.
-        self._scheduler.submit(back.request, seq=back.seq if self._fleet is not None else None)
+        # In its place by its seq (the scheduler's, or a member's from the
+        # ledger), ahead of the runs that came after it: a conversation's
+        # runs start in arrival order, a refused cancel or not.
+        self._scheduler.submit(back.request, seq=back.seq)
         if back.submitted_at is not None:
             self._submitted_at[back.request.id] = back.submitted_at
         self._wake()
@@ -1257,7 +1257,7 @@ class Supervisor:
         for record in records[:cut]:
             self._queue_polled(record)
         held = records[cut:]
-        self._pending_keys.update(_conversation_keys(held))
+        self._pending_keys.claim(_conversation_keys(held))
         for run_id, reason in poll.cancels:
             handle = self._handles.get(run_id)
             if handle is not None and not handle.cancelled:
@@ -1292,8 +1292,7 @@ class Supervisor:
                 if record.conversation is not None:
                     await self._worktrees.removal_finished(record.workspace, record.conversation)
         finally:
-            self._pending_keys.subtract(_conversation_keys(held))
-            self._pending_keys = +self._pending_keys  # drop zero counts
+            self._pending_keys.release(_conversation_keys(held))
         store, ids = self._fleet.store, [record.id for record in held]
         try:
             left = set(await self.ledger.call(lambda _: store.left_queue(ids)))
@@ -1744,7 +1743,7 @@ class Supervisor:
         """Whether a run of the conversation is queued, running, or being submitted."""
         key = conversation_key(workspace, conversation)
         probe = RunRequest("", "", conversation, None, workspace)
-        return self._scheduler.is_busy(probe) or self._pending_keys[key] > 0
+        return self._scheduler.is_busy(probe) or self._pending_keys.claimed(key)
 
     async def sweep_worktrees(self, *, dry_run: bool = False) -> SweepReport:
         """Remove the clean worktrees of idle conversations now (see sweeper.py)."""

@@ -34,13 +34,15 @@ R = TypeVar("R")
 class _Call(Generic[T, R]):
     """One call: its argument, its caller, and, once made, its result or error."""
 
-    __slots__ = ("argument", "error", "result", "task")
+    __slots__ = ("argument", "error", "in_thread", "result", "task")
 
     def __init__(self, argument: T, task: trio.lowlevel.Task) -> None:
         self.argument = argument
         self.task = task
         self.result: R | None = None
         self.error: BaseException | None = None
+        # Set once a worker thread has it: from then on it runs to the end.
+        self.in_thread = False
 
 
 class ThreadCalls(Generic[T, R]):
@@ -85,6 +87,10 @@ class ThreadCalls(Generic[T, R]):
             if call in self._waiting:  # not started: it never runs
                 self._waiting.remove(call)
                 return trio.lowlevel.Abort.SUCCEEDED
+            if not call.in_thread:
+                # Taken from the queue, but no thread got it (its start
+                # failed): nothing will wake this caller but the cancel.
+                return trio.lowlevel.Abort.SUCCEEDED
             return trio.lowlevel.Abort.FAILED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
@@ -104,6 +110,7 @@ class ThreadCalls(Generic[T, R]):
         except BaseException:
             self._running -= 1  # no thread holds this slot
             raise
+        call.in_thread = True
 
     def _make(self, call: _Call[T, R]) -> None:
         # In the worker thread. Whatever the function raises is the caller's

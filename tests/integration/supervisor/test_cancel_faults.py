@@ -160,3 +160,27 @@ async def test_the_api_answers_a_refused_cancel_503_saying_the_run_is_still_queu
         )
         assert (again.status_code, again.json()["status"]) == (200, "cancelled")
         nursery.cancel_scope.cancel()
+
+
+async def test_a_refused_cancel_keeps_the_run_in_its_place_in_its_conversation(
+    tmp_path: Path,
+) -> None:
+    store = StalledStore(set(), failing_once=frozenset({"cancel_queued"}))
+    supervisor = Supervisor(one_slot(tmp_path), store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        for run_id in ("busy", "first", "second"):
+            new = NewRun(id=run_id, provider="demo", prompt="x", conversation="c")
+            await supervisor.submit(new)
+        with pytest.raises(CancelNotRecorded):
+            await supervisor.cancel("first")
+        with trio.fail_after(10):
+            records = [await supervisor.wait(run_id, 10) for run_id in ("first", "second")]
+        nursery.cancel_scope.cancel()
+    assert [r.status for r in records] == [RunStatus.SUCCEEDED, RunStatus.SUCCEEDED]
+    first, second = records
+    assert first.started_at is not None
+    assert second.started_at is not None
+    # A conversation's runs start in arrival order: the refused cancel put
+    # "first" back where it was, ahead of "second", not behind it.
+    assert first.started_at < second.started_at

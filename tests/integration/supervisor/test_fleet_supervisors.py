@@ -331,16 +331,22 @@ def test_a_run_on_one_member_is_cancelled_through_another(
 LIMIT_AGENT = Path(__file__).with_name("limit_agent.py")
 
 
-def limit_member(directory: Path, url: str, account: str, *, sleep: float = 0) -> Supervisor:
-    """A member whose provider "agent" (limit_agent.py) runs on one account, after ``sleep``."""
+def limit_member(
+    directory: Path, url: str, account: str, *, gate: Path | None = None
+) -> Supervisor:
+    """A member whose provider "agent" (limit_agent.py) runs on one account.
+
+    With a ``gate``, each agent waits until that file exists before it starts.
+    """
     directory.mkdir()
     home = directory / "home"
     home.mkdir()
     records = directory / "records.jsonl"
     agent = f'"{sys.executable}", "{LIMIT_AGENT}", "plain", "{records}"'
+    wait = "" if gate is None else f"until [ -e '{gate}' ]; do sleep 0.05; done; "
     provider = f"""
 [providers.agent]
-exec = ["sh", "-c", "sleep {sleep} && exec \\"$0\\" \\"$@\\"", {agent}]
+exec = ["sh", "-c", "{wait}exec \\"$0\\" \\"$@\\"", {agent}]
 protocol = "plain"
 concurrency = 1
 usage_limit_pattern = 'LIMIT resets_at=(?P<resets_at>\\d+)'
@@ -361,8 +367,10 @@ poll = "1s"
 def test_a_run_requeued_by_a_member_that_stops_runs_on_another_without_a_restart(
     tmp_path: Path, fleet_url: str, postgres_url: str, closing: list[Supervisor]
 ) -> None:
-    # A's account is out of quota; its agent takes a few seconds to say so.
-    first = limit_member(tmp_path / "a", fleet_url, "a", sleep=8)
+    # A's account is out of quota; its agent says so once the test opens the
+    # gate (a fixed sleep lost the race to B's start on a loaded machine).
+    gate = tmp_path / "gate"
+    first = limit_member(tmp_path / "a", fleet_url, "a", gate=gate)
     closing.append(first)
     (tmp_path / "a" / "home" / "limited").write_text(json.dumps({"resets_in": 600}))
     a = client(first)
@@ -386,13 +394,12 @@ def test_a_run_requeued_by_a_member_that_stops_runs_on_another_without_a_restart
         assert still is not None
         assert still.status is RunStatus.RUNNING, "B ran s before A re-queued r"
         b_id = b.get("/v1/status").json()["fleet"]["member_id"]
-        # A hits the limit, re-queues "r" (its account rests) and stops.
+        # A hits the limit, re-queues "r" (its account rests) and stops. B may
+        # claim "r" at its next poll, before A stops: "r" is queued only until
+        # then, so its attempt is what shows the re-queue, not its status.
+        gate.touch()
         deadline = time.monotonic() + 30
-        while (
-            (record := store.get("r")) is None
-            or record.attempts < 1
-            or record.status is not RunStatus.QUEUED
-        ):
+        while (record := store.get("r")) is None or record.attempts < 1:
             assert time.monotonic() < deadline, first.output()
             time.sleep(0.05)
         a.close()

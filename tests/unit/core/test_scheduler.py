@@ -351,3 +351,18 @@ def test_fifo_holds_across_nested_directories() -> None:
 def test_a_relative_cwd_is_refused() -> None:
     with pytest.raises(ValueError, match="cwd must be an absolute path"):
         RunRequest("r", "claude", cwd="repo/sub")
+
+
+def test_a_cancelled_run_put_back_in_its_place_starts_there() -> None:
+    # A refused cancel puts the run back with its own seq while its
+    # tombstone still sits in the ready heap: the two must not be compared.
+    s = Scheduler(Limits({"p": 0}))
+    s.submit(RunRequest("a", "p", "c"))
+    s.submit(RunRequest("b", "p", "c"))
+    seq = s.seq_of("a")
+    assert s.cancel("a") is CancelOutcome.REMOVED
+    s.submit(RunRequest("a", "p", "c"), seq=seq)
+    s.set_limits(Limits({"p": 1}))
+    assert [r.id for r in s.take_startable()] == ["a"]
+    s.finish("a")
+    assert [r.id for r in s.take_startable()] == ["b"]

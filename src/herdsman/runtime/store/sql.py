@@ -210,15 +210,31 @@ class SqlStore:
                 yield cur
                 self._commit(cur)
             except BaseException as exc:
-                # A failed COMMIT may already have rolled back; a second
-                # ROLLBACK would raise and hide the real error.
-                if self._in_transaction():
-                    cur.execute("ROLLBACK")
+                self._roll_back(cur, exc)
                 if isinstance(exc, self._driver_errors):
                     raise self._failure(exc) from exc
                 raise
             finally:
                 cur.close()
+
+    def _roll_back(self, cur: Cursor, exc: BaseException) -> None:
+        """Roll back after ``exc``; a rollback that fails too never hides ``exc``.
+
+        ``exc`` stays the error reported: a driver's as :class:`StoreError`
+        naming both failures and caused by the rollback's; any other (a
+        conflict, a cancel) as itself, with the rollback's failure in a note.
+        """
+        try:
+            # A failed COMMIT may already have rolled back; a second
+            # ROLLBACK would raise and hide the real error.
+            if self._in_transaction():
+                cur.execute("ROLLBACK")
+        except self._driver_errors as rollback_exc:
+            if isinstance(exc, self._driver_errors):
+                raise StoreError(
+                    f"{self._describe()}: {exc} (and the rollback failed: {rollback_exc})"
+                ) from rollback_exc
+            exc.add_note(f"{self._describe()}: the rollback failed too: {rollback_exc}")
 
     @contextmanager
     def _as_store_errors(self) -> Iterator[None]:
