@@ -17,8 +17,16 @@ from runner_helpers import (
     script,
 )
 
-from herdsman.runtime.runner import ProcessOutcome, ProcessSpec, execute
+from herdsman.runtime.runner import (
+    ExcerptBuilder,
+    PlainAdapter,
+    ProcessOutcome,
+    ProcessSpec,
+    execute,
+)
 from herdsman.runtime.runner import spawn as spawn_module
+from herdsman.runtime.runner.child import Child
+from herdsman.runtime.runner.output import Output
 from herdsman.runtime.runner.spec import Outcome
 
 
@@ -82,25 +90,22 @@ async def test_the_log_is_opened_off_the_event_loop(tmp_path: Path) -> None:
 COUNT_STDIN = script("import sys; print(len(sys.stdin.buffer.read()))")
 
 
-async def _spawn_and_read(spec: ProcessSpec, prompt_wanted: bool) -> tuple[spawn_module.Child, str]:
-    """spawn() called directly; the child's stdout once it has exited."""
+async def _spawn_and_read(spec: ProcessSpec, prompt_wanted: bool) -> tuple[Child, memoryview, str]:
+    """spawn() called directly: the child, the prompt it left, its stdout once it has exited."""
     child, log = spawn_module.spawn((spec, lambda: prompt_wanted))
+    left = child.prompt_rest
     with log:
-        if child.stdin is not None:
-            await child.stdin.send_all(child.prompt_rest)
-            await child.stdin.aclose()
-        output = b""
-        while chunk := await child.stdout.receive_some():
-            output += chunk
-        await child.wait()
+        output = Output(log, PlainAdapter(), ExcerptBuilder())
+        await child.pump(output, lambda: child.exited and output.all_closed())
+        assert child.reap() is not None
         child.close()
-    return child, output.decode()
+    return child, left, spec.log_path.read_text()
 
 
 async def test_the_prompt_is_written_and_stdin_closed_by_the_spawn_job(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, argv=COUNT_STDIN, prompt="é" * 10)
-    child, output = await _spawn_and_read(spec, prompt_wanted=True)
-    assert child.stdin is None  # nothing was left for the event loop to write
+    child, left, output = await _spawn_and_read(spec, prompt_wanted=True)
+    assert len(left) == 0  # nothing was left for the event loop to write
     assert output == "20\n"
     assert child.returncode == 0
 
@@ -109,16 +114,16 @@ async def test_a_prompt_larger_than_the_pipe_leaves_the_rest_to_the_runner(
     tmp_path: Path,
 ) -> None:
     spec = make_spec(tmp_path, argv=COUNT_STDIN, prompt="x" * 200_000)
-    child, output = await _spawn_and_read(spec, prompt_wanted=True)
-    assert 0 < len(child.prompt_rest) < 200_000
+    child, left, output = await _spawn_and_read(spec, prompt_wanted=True)
+    assert 0 < len(left) < 200_000
     assert output == "200000\n"
 
 
 async def test_a_prompt_no_longer_wanted_is_not_written(tmp_path: Path) -> None:
     # A run cancelled while its child was being spawned: stdin is closed empty.
     spec = make_spec(tmp_path, argv=COUNT_STDIN, prompt="secret plan")
-    child, output = await _spawn_and_read(spec, prompt_wanted=False)
-    assert child.stdin is None
+    child, left, output = await _spawn_and_read(spec, prompt_wanted=False)
+    assert len(left) == 0
     assert output == "0\n"
 
 
