@@ -114,7 +114,7 @@ async def test_a_prompt_larger_than_the_pipe_leaves_the_rest_to_the_runner(
     tmp_path: Path,
 ) -> None:
     spec = make_spec(tmp_path, argv=COUNT_STDIN, prompt="x" * 200_000)
-    child, left, output = await _spawn_and_read(spec, prompt_wanted=True)
+    _child, left, output = await _spawn_and_read(spec, prompt_wanted=True)
     assert 0 < len(left) < 200_000
     assert output == "200000\n"
 
@@ -122,7 +122,7 @@ async def test_a_prompt_larger_than_the_pipe_leaves_the_rest_to_the_runner(
 async def test_a_prompt_no_longer_wanted_is_not_written(tmp_path: Path) -> None:
     # A run cancelled while its child was being spawned: stdin is closed empty.
     spec = make_spec(tmp_path, argv=COUNT_STDIN, prompt="secret plan")
-    child, left, output = await _spawn_and_read(spec, prompt_wanted=False)
+    _child, left, output = await _spawn_and_read(spec, prompt_wanted=False)
     assert len(left) == 0
     assert output == "0\n"
 
