@@ -11,9 +11,15 @@ handles whatever it says is ready with non-blocking reads and writes.
 So a run costs the event loop one task and one wakeup per batch of events,
 with no nursery, no task per stream, and no registration of each
 descriptor with trio's own epoll (about four ``epoll_ctl`` per wait).
-Inner registrations are level-triggered: a descriptor is unregistered as
-soon as it has nothing more to say (EOF, the exit seen, the prompt
-written), or the outer epoll would stay readable for ever.
+
+Inner registrations are one-shot: a descriptor reports once and is then
+disarmed until re-armed, which happens only when there may be more to
+come (a chunk read, part of the prompt written). So a descriptor that has
+said all it will (EOF, the exit) costs no system call to silence, and
+closing the epoll before the descriptors, at the end, leaves nothing
+registered that a copy of a descriptor (in a child another thread forked
+and has not yet exec'd) could keep alive. The one descriptor ever closed
+while armed, stdin at the exit, is unregistered first for that reason.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from herdsman.runtime.runner.output import Output
 CHUNK: Final = 64 * 1024
 """The most bytes read from a pipe per wakeup (the size of a Linux pipe buffer)."""
 
+_READ: Final = select.EPOLLIN | select.EPOLLONESHOT
+_WRITE: Final = select.EPOLLOUT | select.EPOLLONESHOT
 _STDIN: Final = "stdin"
 _EXIT: Final = "exit"
 
@@ -63,40 +71,34 @@ class Child:
         self.prompt_rest = memoryview(b"")
         self._poller = select.epoll()  # close-on-exec, like every descriptor Python makes
         self._poller_fd = self._poller.fileno()
+        #: Armed descriptors, or to be re-armed, and what each is.
         self._roles: dict[int, str] = {}
+        #: Descriptors still open; closed by close(), except stdin.
+        self._open: list[int] = [stdout, stderr, exit_fd]
         # Read only when epoll says so, yet a read must never block the event
         # loop. (stdin was made non-blocking by the spawn job; the exit
         # descriptor is never read.)
         os.set_blocking(stdout, False)
         os.set_blocking(stderr, False)
-        self._add(stdout, "stdout", select.EPOLLIN)
-        self._add(stderr, "stderr", select.EPOLLIN)
-        self._add(exit_fd, _EXIT, select.EPOLLIN)
+        self._add(stdout, "stdout", _READ)
+        self._add(stderr, "stderr", _READ)
+        self._add(exit_fd, _EXIT, _READ)
         if stdin is not None:
             self.prompt_rest = stdin[1]
-            self._add(stdin[0], _STDIN, select.EPOLLOUT)
+            self._open.append(stdin[0])
+            self._add(stdin[0], _STDIN, _WRITE)
 
     def _add(self, fd: int, role: str, events: int) -> None:
         self._roles[fd] = role
         self._poller.register(fd, events)
 
-    def _drop(self, fd: int) -> None:
+    def _close_stdin(self, fd: int, *, armed: bool) -> None:
+        # Closed at once, not by close(): the child sees EOF on stdin.
         del self._roles[fd]
-        # Unregistered before closing: a child forked by another thread may
-        # hold a copy of the descriptor until it execs, and while a copy is
-        # open, closing ours would leave it registered.
-        self._poller.unregister(fd)
+        self._open.remove(fd)
+        if armed:
+            self._poller.unregister(fd)
         os.close(fd)
-
-    def _drop_role(self, role: str) -> None:
-        for fd, held in list(self._roles.items()):
-            if held == role:
-                self._drop(fd)
-
-    @property
-    def feeding_stdin(self) -> bool:
-        """Whether part of the prompt is still to be written."""
-        return _STDIN in self._roles.values()
 
     def has_exited(self) -> bool:
         """Whether the child has exited (the ``until`` of a wait for its exit)."""
@@ -117,7 +119,7 @@ class Child:
     def _handle_ready(self, output: Output) -> None:
         for fd, _ in self._poller.poll(0):
             role = self._roles.get(fd)
-            if role is None:  # dropped by an earlier event of this batch
+            if role is None:  # done with by an earlier event of this batch
                 continue
             if role == _EXIT:
                 self._seen_exit()
@@ -127,32 +129,39 @@ class Child:
                 try:
                     chunk = os.read(fd, CHUNK)
                 except BlockingIOError:  # a spurious wakeup: nothing after all
+                    self._poller.modify(fd, _READ)
                     continue
                 if chunk:
                     output.feed(role, chunk)
+                    self._poller.modify(fd, _READ)
                 else:
-                    self._drop(fd)
+                    del self._roles[fd]
                     output.close_stream(role)
 
     def _seen_exit(self) -> None:
         self.exited = True
-        self._drop_role(_EXIT)
-        # The child will read no more of its prompt; a grandchild holding
-        # stdin does not get the rest either.
-        self._drop_role(_STDIN)
+        for fd, role in list(self._roles.items()):
+            if role == _EXIT:
+                del self._roles[fd]  # one-shot: it reported, or will to no one
+            elif role == _STDIN:
+                # The child will read no more of its prompt; a grandchild
+                # holding stdin does not get the rest either.
+                self._close_stdin(fd, armed=True)
 
     def _write_prompt(self, fd: int) -> None:
         try:
             sent = os.write(fd, self.prompt_rest)
         except BlockingIOError:
-            return
+            sent = 0
         except OSError:
             # The child closed stdin or exited before reading it all; its
             # exit status and output tell the story, not this.
             sent = len(self.prompt_rest)
         self.prompt_rest = self.prompt_rest[sent:]
-        if not self.prompt_rest:
-            self._drop(fd)
+        if self.prompt_rest:
+            self._poller.modify(fd, _WRITE)
+        else:
+            self._close_stdin(fd, armed=False)
 
     def reap(self) -> int | None:
         """Reap the child if it has exited, without waiting; its exit code, or None."""
@@ -169,8 +178,9 @@ class Child:
         return self.returncode
 
     def close(self) -> None:
-        """Close the pipes, the exit descriptor and the epoll (the child should be reaped)."""
-        for fd in list(self._roles):
-            os.close(fd)
-        self._roles.clear()
+        """Close the epoll, then the pipes and the exit descriptor (the child should be reaped)."""
         self._poller.close()
+        for fd in self._open:
+            os.close(fd)
+        self._open.clear()
+        self._roles.clear()
