@@ -102,3 +102,28 @@ async def test_a_normal_end_stops_a_grandchild_that_let_go_of_the_pipes(
     assert outcome.exit_code == 0
     assert wait_gone(_grandchild(spec.log_path), within=0.5)
     assert time.monotonic() - started < 3
+
+
+async def test_a_log_that_cannot_be_written_raises_and_still_stops_the_group(
+    tmp_path: Path,
+) -> None:
+    # /dev/full fails every write with ENOSPC. The run must fail with that
+    # error, itself, and yet leave no process behind, the child reaped,
+    # although the child ignores SIGTERM and keeps printing while it is
+    # being stopped.
+    code = (
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "while True:\n    print('x' * 100, flush=True)\n    time.sleep(0.001)\n"
+    )
+    spec = make_spec(tmp_path, argv=script(code), log_path=Path("/dev/full"), kill_grace=0.3)
+    pids: list[int] = []
+
+    class Started:
+        def started(self, value: int) -> None:
+            pids.append(value)
+
+    with pytest.raises(OSError, match="No space left") as raised:
+        await execute(spec, task_status=Started())  # type: ignore[arg-type]
+    assert raised.value.errno == errno.ENOSPC
+    [pid] = pids
+    assert not os.path.exists(f"/proc/{pid}")  # stopped and reaped, not a zombie

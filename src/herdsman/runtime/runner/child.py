@@ -117,26 +117,38 @@ class Child:
             self._handle_ready(output)
 
     def _handle_ready(self, output: Output) -> None:
+        # Each reported descriptor is disarmed now (one-shot): an event left
+        # unhandled would not come again, so a failing one (the log's disk
+        # full) must not keep the others of its batch from being handled.
+        failure: Exception | None = None
         for fd, _ in self._poller.poll(0):
             role = self._roles.get(fd)
-            if role is None:  # done with by an earlier event of this batch
+            if role is None:  # the exit, reported after reap() had seen it
                 continue
-            if role == _EXIT:
-                self._seen_exit()
-            elif role == _STDIN:
-                self._write_prompt(fd)
+            try:
+                self._handle(fd, role, output)
+            except Exception as error:  # re-raised below, after the batch
+                failure = failure or error
+        if failure is not None:
+            raise failure
+
+    def _handle(self, fd: int, role: str, output: Output) -> None:
+        if role == _EXIT:
+            self._seen_exit()
+        elif role == _STDIN:
+            self._write_prompt(fd)
+        else:
+            try:
+                chunk = os.read(fd, CHUNK)
+            except BlockingIOError:  # a spurious wakeup: nothing after all
+                self._poller.modify(fd, _READ)
+                return
+            if chunk:
+                self._poller.modify(fd, _READ)  # first: armed again even if the output fails
+                output.feed(role, chunk)
             else:
-                try:
-                    chunk = os.read(fd, CHUNK)
-                except BlockingIOError:  # a spurious wakeup: nothing after all
-                    self._poller.modify(fd, _READ)
-                    continue
-                if chunk:
-                    output.feed(role, chunk)
-                    self._poller.modify(fd, _READ)
-                else:
-                    del self._roles[fd]
-                    output.close_stream(role)
+                del self._roles[fd]
+                output.close_stream(role)
 
     def _seen_exit(self) -> None:
         self.exited = True

@@ -61,16 +61,28 @@ class Output:
         self._splitters = {stream: _LineSplitter() for stream in STREAMS}
         self.open_streams = set(STREAMS)
         self.last_activity = trio.current_time()
+        self._failed = False
 
     def feed(self, stream: str, chunk: bytes) -> None:
-        """Take one chunk read from ``stream``."""
+        """Take one chunk read from ``stream``.
+
+        The first failure (the log's disk full, say) is raised; from then on
+        chunks are dropped, so that stopping the run and draining its pipes
+        cannot fail again and leave the group running.
+        """
         self.last_activity = trio.current_time()
-        self._log.write(chunk)
-        # Flushed per chunk so `tail -f` on the log shows the run live.
-        self._log.flush()
-        self._excerpt.feed(chunk, stream)
-        for line in self._splitters[stream].feed(chunk):
-            self._to_adapter(stream, line)
+        if self._failed:
+            return
+        try:
+            self._log.write(chunk)
+            # Flushed per chunk so `tail -f` on the log shows the run live.
+            self._log.flush()
+            self._excerpt.feed(chunk, stream)
+            for line in self._splitters[stream].feed(chunk):
+                self._to_adapter(stream, line)
+        except BaseException:
+            self._failed = True
+            raise
 
     def _to_adapter(self, stream: str, line: bytes) -> None:
         if stream == "stdout":
