@@ -46,8 +46,8 @@ def _signal_group(pgid: int, signum: int) -> None:
         pass
 
 
-def _group_signalable(pgid: int) -> bool:
-    """Whether any process, zombies included, is left in group ``pgid``."""
+def group_signalable(pgid: int) -> bool:
+    """Whether any process, zombies included, is left in group ``pgid`` (one syscall)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -126,7 +126,7 @@ def stop_at_once(child: Child) -> bool:
     """
     pgid = child.pid  # the child leads its own group (start_new_session)
     _signal_group(pgid, signal.SIGTERM)
-    return child.reap() is not None and not _group_signalable(pgid)
+    return child.reap() is not None and not group_signalable(pgid)
 
 
 async def stop_group(child: Child, output: Output, grace: float) -> None:
@@ -147,7 +147,7 @@ async def stop_group(child: Child, output: Output, grace: float) -> None:
     # The usual case, a group that died with its leader, needs one syscall;
     # only a group that seems alive is looked at closely (a scan of /proc,
     # in a worker thread).
-    while _group_signalable(pgid) and await trio.to_thread.run_sync(_group_alive, pgid):
+    while group_signalable(pgid) and await trio.to_thread.run_sync(_group_alive, pgid):
         if trio.current_time() >= deadline:
             await trio.to_thread.run_sync(kill_members, pgid)
             return
