@@ -208,7 +208,7 @@ async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]
             finally:
                 child.close()
     exit_code = child.returncode
-    assert exit_code is not None  # reaped by _finish
+    assert exit_code is not None  # reaped by stop_at_once or _finish
     if stop.status is not None:
         return ProcessOutcome(
             status=stop.status,
