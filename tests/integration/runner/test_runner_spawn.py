@@ -3,7 +3,9 @@ seen through a pidfd, or, where there is none, through waitid in a thread."""
 
 from __future__ import annotations
 
+import errno
 import os
+import select
 import threading
 import time
 from pathlib import Path
@@ -172,3 +174,30 @@ async def test_waiting_for_exits_without_a_pidfd_takes_no_default_thread_token(
         cancel_long.cancel()
     [outcome] = outcomes
     assert outcome.status is Outcome.SUCCEEDED
+
+
+async def test_a_failure_after_the_spawn_kills_and_reaps_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The run's epoll is made after the fork-exec: should that fail (out of
+    # descriptors), the child must not run on without an owner, and nothing
+    # of the spawn may stay open.
+    pids: list[int] = []
+    real_exit_fd = spawn_module._exit_fd
+
+    def recording_exit_fd(pid: int) -> int:
+        pids.append(pid)
+        return real_exit_fd(pid)
+
+    def no_epoll() -> select.epoll:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(spawn_module, "_exit_fd", recording_exit_fd)
+    monkeypatch.setattr(select, "epoll", no_epoll)
+    spec = make_spec(tmp_path, argv=script("import time; time.sleep(30)"))
+    open_before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError, match="Too many open files"):
+        await execute(spec)
+    [pid] = pids
+    assert not os.path.exists(f"/proc/{pid}")  # killed and reaped
+    assert len(os.listdir("/proc/self/fd")) == open_before

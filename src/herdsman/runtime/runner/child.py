@@ -78,15 +78,19 @@ class Child:
         # Read only when epoll says so, yet a read must never block the event
         # loop. (stdin was made non-blocking by the spawn job; the exit
         # descriptor is never read.)
-        os.set_blocking(stdout, False)
-        os.set_blocking(stderr, False)
-        self._add(stdout, "stdout", _READ)
-        self._add(stderr, "stderr", _READ)
-        self._add(exit_fd, _EXIT, _READ)
-        if stdin is not None:
-            self.prompt_rest = stdin[1]
-            self._open.append(stdin[0])
-            self._add(stdin[0], _STDIN, _WRITE)
+        try:
+            os.set_blocking(stdout, False)
+            os.set_blocking(stderr, False)
+            self._add(stdout, "stdout", _READ)
+            self._add(stderr, "stderr", _READ)
+            self._add(exit_fd, _EXIT, _READ)
+            if stdin is not None:
+                self.prompt_rest = stdin[1]
+                self._open.append(stdin[0])
+                self._add(stdin[0], _STDIN, _WRITE)
+        except BaseException:
+            self._poller.close()  # the rest belongs to the caller until this returns
+            raise
 
     def _add(self, fd: int, role: str, events: int) -> None:
         self._roles[fd] = role

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -78,20 +79,24 @@ def _exit_fd(pid: int) -> int:
     if pidfd is not None:
         return pidfd
     read_fd, write_fd = os.pipe()
-    threading.Thread(
-        target=_report_exit, args=(pid, write_fd), name=f"herdsman-exit-{pid}", daemon=True
-    ).start()
+    try:
+        threading.Thread(
+            target=_report_exit, args=(pid, write_fd), name=f"herdsman-exit-{pid}", daemon=True
+        ).start()
+    except BaseException:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise
     return read_fd
 
 
-def _send_prompt(fd: int, prompt: bytes) -> memoryview | None:
-    """Write what the pipe ``fd`` takes of ``prompt`` without waiting; the rest, if any.
+def _send_prompt(fd: int, prompt: bytes) -> memoryview:
+    """Write what the pipe ``fd`` takes of ``prompt`` without waiting; the rest (empty if none).
 
     A prompt that fits in the pipe buffer (64 KiB on Linux) goes in one
-    write, and ``fd`` is closed here. The parent's end is made non-blocking
-    first, so this never waits for the child; whatever did not fit is left
-    to the runner, which writes it as the pipe takes it, between reads of
-    stdout and stderr.
+    write. The parent's end is made non-blocking first, so this never waits
+    for the child; whatever did not fit is left to the runner, which writes
+    it as the pipe takes it, between reads of stdout and stderr.
     """
     os.set_blocking(fd, False)
     if prompt:
@@ -102,10 +107,8 @@ def _send_prompt(fd: int, prompt: bytes) -> memoryview | None:
         except OSError:
             pass  # the child closed stdin or exited already: its output tells
         else:
-            if sent < len(prompt):
-                return memoryview(prompt)[sent:]
-    os.close(fd)
-    return None
+            return memoryview(prompt)[sent:]
+    return memoryview(b"")
 
 
 def spawn(job: tuple[ProcessSpec, Callable[[], bool]]) -> tuple[Child, BinaryIO]:
@@ -115,11 +118,14 @@ def spawn(job: tuple[ProcessSpec, Callable[[], bool]]) -> tuple[Child, BinaryIO]
     still wanted (False once the run was cancelled). The child runs
     ``spec.argv`` with the spec's environment and cwd, stdin, stdout and
     stderr on fresh pipes, in a new session; then its prompt is written to
-    stdin (see :func:`_send_prompt`), or stdin is closed unwritten if the
-    prompt is no longer wanted. Raises ``OSError`` when the log cannot be
-    opened or the child not spawned, ``UnicodeEncodeError`` for a prompt
-    that is no valid Unicode, before anything is spawned; nothing is left
-    open then (an empty log file may be left).
+    stdin (see :func:`_send_prompt`) and stdin closed if it took it all,
+    or stdin is closed unwritten if the prompt is no longer wanted. Raises
+    ``OSError`` when the log cannot be opened or the child not spawned,
+    ``UnicodeEncodeError`` for a prompt that is no valid Unicode, before
+    anything is spawned; nothing is left open then (an empty log file may be
+    left). Should what the runner needs after the spawn fail (descriptors
+    for the exit or the epoll), the child is killed and reaped and the
+    error raised.
     """
     spec, prompt_wanted = job
     # Before the spawn: a prompt that cannot be encoded (a lone surrogate)
@@ -152,12 +158,28 @@ def spawn(job: tuple[ProcessSpec, Callable[[], bool]]) -> tuple[Child, BinaryIO]
                 cwd=spec.cwd,
                 start_new_session=True,
             )
-        # The child is running: from here on nothing may fail and leave it
-        # without an owner.
+        # The child is running: should anything below fail (no descriptor
+        # left for its exit or its epoll, no thread), it is killed and
+        # reaped (before the pipes are closed: callbacks run LIFO), not
+        # left without an owner.
+        on_failure.callback(_kill_and_reap, popen)
+        rest = _send_prompt(stdin_write, prompt if prompt_wanted() else b"")
+        exit_fd = _exit_fd(popen.pid)
+        on_failure.callback(os.close, exit_fd)
+        child = Child(
+            popen, exit_fd, (stdin_write, rest) if rest else None, stdout_read, stderr_read
+        )
         on_failure.pop_all()
-    rest = _send_prompt(stdin_write, prompt if prompt_wanted() else b"")
-    stdin = None if rest is None else (stdin_write, rest)
-    return Child(popen, _exit_fd(popen.pid), stdin, stdout_read, stderr_read), log
+    if not rest:
+        os.close(stdin_write)  # the whole prompt is in: the child sees EOF after it
+    return child, log
+
+
+def _kill_and_reap(popen: subprocess.Popen[bytes]) -> None:
+    """Kill a child that cannot be handed to the runner, and its group; reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(popen.pid, signal.SIGKILL)  # unreaped: the group id is still its own
+    popen.wait()
 
 
 _Spawner = ThreadCalls[tuple[ProcessSpec, Callable[[], bool]], tuple[Child, BinaryIO]]
