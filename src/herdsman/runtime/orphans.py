@@ -20,6 +20,8 @@ from pathlib import Path
 
 import trio
 
+from herdsman.runtime.runner.group import group_signalable
+
 log = logging.getLogger("herdsman.orphans")
 
 __all__ = ["agents_under", "find_orphans", "stop_groups", "stop_orphans", "stopped_note"]
@@ -96,7 +98,7 @@ async def stop_groups(groups: Collection[int], grace: float) -> None:
         _signal(group, signal.SIGTERM)
     with trio.move_on_after(grace):
         while alive:
-            alive = {group for group in alive if _exists(group)}
+            alive = {group for group in alive if group_signalable(group)}
             await trio.sleep(0.05)
     for group in sorted(alive):
         _signal(group, signal.SIGKILL)
@@ -105,13 +107,3 @@ async def stop_groups(groups: Collection[int], grace: float) -> None:
 def _signal(group: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(group, signum)
-
-
-def _exists(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

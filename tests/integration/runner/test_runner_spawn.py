@@ -3,7 +3,9 @@ seen through a pidfd, or, where there is none, through waitid in a thread."""
 
 from __future__ import annotations
 
+import errno
 import os
+import select
 import threading
 import time
 from pathlib import Path
@@ -17,8 +19,16 @@ from runner_helpers import (
     script,
 )
 
-from herdsman.runtime.runner import ProcessOutcome, ProcessSpec, execute
+from herdsman.runtime.runner import (
+    ExcerptBuilder,
+    PlainAdapter,
+    ProcessOutcome,
+    ProcessSpec,
+    execute,
+)
 from herdsman.runtime.runner import spawn as spawn_module
+from herdsman.runtime.runner.child import Child
+from herdsman.runtime.runner.output import Output
 from herdsman.runtime.runner.spec import Outcome
 
 
@@ -82,25 +92,22 @@ async def test_the_log_is_opened_off_the_event_loop(tmp_path: Path) -> None:
 COUNT_STDIN = script("import sys; print(len(sys.stdin.buffer.read()))")
 
 
-async def _spawn_and_read(spec: ProcessSpec, prompt_wanted: bool) -> tuple[spawn_module.Child, str]:
-    """spawn() called directly; the child's stdout once it has exited."""
+async def _spawn_and_read(spec: ProcessSpec, prompt_wanted: bool) -> tuple[Child, memoryview, str]:
+    """spawn() called directly: the child, the prompt it left, its stdout once it has exited."""
     child, log = spawn_module.spawn((spec, lambda: prompt_wanted))
+    left = child.prompt_rest
     with log:
-        if child.stdin is not None:
-            await child.stdin.send_all(child.prompt_rest)
-            await child.stdin.aclose()
-        output = b""
-        while chunk := await child.stdout.receive_some():
-            output += chunk
-        await child.wait()
+        output = Output(log, PlainAdapter(), ExcerptBuilder())
+        await child.pump(output, lambda: child.exited and output.all_closed())
+        assert child.reap() is not None
         child.close()
-    return child, output.decode()
+    return child, left, spec.log_path.read_text()
 
 
 async def test_the_prompt_is_written_and_stdin_closed_by_the_spawn_job(tmp_path: Path) -> None:
     spec = make_spec(tmp_path, argv=COUNT_STDIN, prompt="é" * 10)
-    child, output = await _spawn_and_read(spec, prompt_wanted=True)
-    assert child.stdin is None  # nothing was left for the event loop to write
+    child, left, output = await _spawn_and_read(spec, prompt_wanted=True)
+    assert len(left) == 0  # nothing was left for the event loop to write
     assert output == "20\n"
     assert child.returncode == 0
 
@@ -109,16 +116,16 @@ async def test_a_prompt_larger_than_the_pipe_leaves_the_rest_to_the_runner(
     tmp_path: Path,
 ) -> None:
     spec = make_spec(tmp_path, argv=COUNT_STDIN, prompt="x" * 200_000)
-    child, output = await _spawn_and_read(spec, prompt_wanted=True)
-    assert 0 < len(child.prompt_rest) < 200_000
+    _child, left, output = await _spawn_and_read(spec, prompt_wanted=True)
+    assert 0 < len(left) < 200_000
     assert output == "200000\n"
 
 
 async def test_a_prompt_no_longer_wanted_is_not_written(tmp_path: Path) -> None:
     # A run cancelled while its child was being spawned: stdin is closed empty.
     spec = make_spec(tmp_path, argv=COUNT_STDIN, prompt="secret plan")
-    child, output = await _spawn_and_read(spec, prompt_wanted=False)
-    assert child.stdin is None
+    _child, left, output = await _spawn_and_read(spec, prompt_wanted=False)
+    assert len(left) == 0
     assert output == "0\n"
 
 
@@ -167,3 +174,30 @@ async def test_waiting_for_exits_without_a_pidfd_takes_no_default_thread_token(
         cancel_long.cancel()
     [outcome] = outcomes
     assert outcome.status is Outcome.SUCCEEDED
+
+
+async def test_a_failure_after_the_spawn_kills_and_reaps_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The run's epoll is made after the fork-exec: should that fail (out of
+    # descriptors), the child must not run on without an owner, and nothing
+    # of the spawn may stay open.
+    pids: list[int] = []
+    real_exit_fd = spawn_module._exit_fd
+
+    def recording_exit_fd(pid: int) -> int:
+        pids.append(pid)
+        return real_exit_fd(pid)
+
+    def no_epoll() -> select.epoll:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(spawn_module, "_exit_fd", recording_exit_fd)
+    monkeypatch.setattr(select, "epoll", no_epoll)
+    spec = make_spec(tmp_path, argv=script("import time; time.sleep(30)"))
+    open_before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError, match="Too many open files"):
+        await execute(spec)
+    [pid] = pids
+    assert not os.path.exists(f"/proc/{pid}")  # killed and reaped
+    assert len(os.listdir("/proc/self/fd")) == open_before

@@ -7,25 +7,29 @@ The life of a run:
    process it starts stays in that group unless it moves itself out.
 2. The prompt is written to its stdin and stdin is closed: right after the
    spawn, in the same worker-thread job, when the pipe takes it whole (the
-   usual case), else by a task of its own while stdout and stderr are read,
-   so a large prompt cannot deadlock against a child that writes before it
-   has read everything.
-3. Every chunk read goes to the log file at once (nothing accumulates in
+   usual case), else as the pipe takes it, between reads of stdout and
+   stderr, so a large prompt cannot deadlock against a child that writes
+   before it has read everything.
+3. One task does all the waiting, on one epoll descriptor of the run's own
+   that holds stdout, stderr, stdin (while the prompt is unwritten) and the
+   child's exit (child.py): one wakeup of the event loop handles whatever
+   is ready, with no nursery, no task per stream and no registration of
+   each descriptor with trio.
+4. Every chunk read goes to the log file at once (nothing accumulates in
    memory), to the excerpt builder, and, split into lines, to the protocol
-   adapter.
-4. The task waiting for the child's exit is also the watchdog: it enforces
-   ``timeout`` (from spawn) and ``idle_timeout`` (since the last byte on
-   stdout or stderr).
-5. The run ends when the child exits, a limit fires, ``RunCancel.cancel`` is
+   adapter (output.py).
+5. The wait for the exit is also the watchdog: it runs in a cancel scope
+   whose deadline is the nearest limit, spawn time + ``timeout`` or last
+   output + ``idle_timeout``. Output moves the latter, so when the scope
+   runs out the limits are looked at again before the run is stopped.
+6. The run ends when the child exits, a limit fires, ``RunCancel.cancel`` is
    called, or the caller's cancel scope is cancelled. In every case what is
-   left of the process group is stopped (below), the child is reaped, and the
-   pipes are drained; this cleanup runs shielded, so it completes even while
-   the caller is being cancelled, and then ``trio.Cancelled`` is re-raised.
-
-Stopping the group: SIGTERM to the whole group, then, after ``kill_grace``
-seconds, SIGKILL to whatever is still alive. A group counts as empty when all
-its members are zombies: an init that never reaps orphans (common in
-containers) must not make every stop wait the full grace.
+   left of the process group is stopped (group.py), the child is reaped,
+   the pipes are drained, and everything is closed in one place. At a
+   normal end (both pipes at EOF, the child exited, its group empty) that
+   takes no awaiting at all; otherwise the cleanup runs shielded, so it
+   completes even while the caller is being cancelled, and then
+   ``trio.Cancelled`` is re-raised.
 
 When the child exits by itself while processes it started still hold stdout
 or stderr open, the runner waits at most ``EXIT_EOF_GRACE`` seconds for the
@@ -36,19 +40,18 @@ drained for up to ``DRAIN_GRACE`` seconds after the group is stopped).
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import signal
-from collections.abc import Iterator
-from typing import BinaryIO, Final
+from typing import Final
 
 import trio
 
 from herdsman.runtime.runner.cancel import RunCancel
+from herdsman.runtime.runner.child import Child
 from herdsman.runtime.runner.excerpt import ExcerptBuilder
-from herdsman.runtime.runner.protocols import ProtocolAdapter, make_adapter
-from herdsman.runtime.runner.spawn import Child, spawner
+from herdsman.runtime.runner.group import stop_at_once, stop_group
+from herdsman.runtime.runner.output import Output
+from herdsman.runtime.runner.protocols import make_adapter
+from herdsman.runtime.runner.spawn import spawner
 from herdsman.runtime.runner.spec import Outcome, ProcessOutcome, ProcessSpec, not_started
 
 EXIT_EOF_GRACE: Final = 0.5
@@ -57,12 +60,6 @@ EXIT_EOF_GRACE: Final = 0.5
 DRAIN_GRACE: Final = 1.0
 """Seconds to keep reading the pipes after the group was stopped."""
 
-MAX_LINE: Final = 8 * 1024 * 1024
-"""The longest stdout line handed to an adapter whole; longer ones arrive in pieces."""
-
-_CHUNK: Final = 64 * 1024
-_POLL: Final = 0.02  # how often a stopping group is checked for survivors
-
 
 def _human_seconds(seconds: float) -> str:
     if seconds >= 3600 and seconds % 3600 == 0:
@@ -70,80 +67,6 @@ def _human_seconds(seconds: float) -> str:
     if seconds >= 60 and seconds % 60 == 0:
         return f"{int(seconds // 60)}m"
     return f"{seconds:g}s"
-
-
-class _LineSplitter:
-    """Cuts one stream into lines for an adapter, holding at most ``MAX_LINE`` bytes."""
-
-    def __init__(self) -> None:
-        self._partial = bytearray()
-
-    def feed(self, data: bytes) -> list[bytes]:
-        lines: list[bytes] = []
-        start = 0
-        while (newline := data.find(b"\n", start)) >= 0:
-            if self._partial:
-                self._partial += data[start : newline + 1]
-                lines.append(bytes(self._partial))
-                self._partial.clear()
-            else:
-                lines.append(data[start : newline + 1])
-            start = newline + 1
-        self._partial += data[start:]
-        while len(self._partial) >= MAX_LINE:
-            lines.append(bytes(self._partial[:MAX_LINE]))
-            del self._partial[:MAX_LINE]
-        return lines
-
-    def flush(self) -> bytes | None:
-        if not self._partial:
-            return None
-        rest = bytes(self._partial)
-        self._partial.clear()
-        return rest
-
-
-class _Output:
-    """Where output goes: the log file, the excerpt and the adapter."""
-
-    def __init__(self, log: BinaryIO, adapter: ProtocolAdapter, excerpt: ExcerptBuilder) -> None:
-        self._log = log
-        self._adapter = adapter
-        self._excerpt = excerpt
-        self._splitters = {"stdout": _LineSplitter(), "stderr": _LineSplitter()}
-        self.open_streams = {"stdout", "stderr"}
-        self.all_closed = trio.Event()
-        self.last_activity = trio.current_time()
-
-    def feed(self, stream: str, chunk: bytes) -> None:
-        self.last_activity = trio.current_time()
-        self._log.write(chunk)
-        # Flushed per chunk so `tail -f` on the log shows the run live.
-        self._log.flush()
-        self._excerpt.feed(chunk, stream)
-        for line in self._splitters[stream].feed(chunk):
-            self._to_adapter(stream, line)
-
-    def _to_adapter(self, stream: str, line: bytes) -> None:
-        if stream == "stdout":
-            self._adapter.feed_line(line)
-        else:
-            self._adapter.feed_stderr_line(line)
-
-    def close_stream(self, stream: str) -> None:
-        rest = self._splitters[stream].flush()
-        if rest is not None:
-            self._to_adapter(stream, rest)
-        self.open_streams.discard(stream)
-        if not self.open_streams:
-            self.all_closed.set()
-
-    def finish(self) -> None:
-        """Hand the adapter the partial last lines of streams that never closed."""
-        for stream in sorted(self.open_streams):
-            rest = self._splitters[stream].flush()
-            if rest is not None:
-                self._to_adapter(stream, rest)
 
 
 class _Stop:
@@ -174,25 +97,8 @@ class _Stop:
             scope.cancel()
 
 
-async def _feed_stdin(stdin: trio.abc.SendStream, rest: memoryview) -> None:
-    try:
-        await stdin.send_all(rest)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        # The child closed stdin or exited before reading it all; its exit
-        # status and output tell the story, not this.
-        pass
-    finally:
-        await stdin.aclose()
-
-
-async def _pump(stream: trio.abc.ReceiveStream, name: str, output: _Output) -> None:
-    while chunk := await stream.receive_some(_CHUNK):
-        output.feed(name, bytes(chunk))  # a no-op copy for bytes
-    output.close_stream(name)
-
-
 def _nearest_limit(
-    spec: ProcessSpec, output: _Output, started_at: float
+    spec: ProcessSpec, output: Output, started_at: float
 ) -> tuple[float, str | None]:
     """The nearest deadline and the limit it enforces; ``inf`` and None without limits."""
     deadline, limit = math.inf, None
@@ -211,15 +117,10 @@ def _limit_reason(spec: ProcessSpec, limit: str) -> str:
     return f"no output for {_human_seconds(spec.idle_timeout or 0)} (idle_timeout)"
 
 
-async def _wait_exited(
-    child: Child, spec: ProcessSpec, output: _Output, started_at: float, stop: _Stop
+async def _watch(
+    child: Child, spec: ProcessSpec, output: Output, started_at: float, stop: _Stop
 ) -> bool:
-    """Wait until the child exited (True) or one of its limits passed (False).
-
-    This is also the watchdog, so that a run needs no task for it: the wait
-    is bounded by the nearest deadline, spawn time + ``timeout`` or last
-    output + ``idle_timeout``. Output moves the latter, so when the wait runs
-    out the deadlines are looked at again before the stop is requested.
+    """Handle the child's I/O until it exited (True), a limit passed or a stop came (False).
 
     The child is not reaped here: an unreaped child keeps its pid, and so
     the group id, from being reused, which makes the SIGTERM to the group
@@ -230,117 +131,23 @@ async def _wait_exited(
         if limit is not None and trio.current_time() >= deadline:
             stop.request(Outcome.TIMED_OUT, _limit_reason(spec, limit), limit)
             return False
-        with trio.move_on_at(deadline):
-            await child.wait_exited()
+        # One scope per run in the usual case; a new one only when the
+        # deadline passed after output had moved the idle deadline on.
+        with trio.CancelScope(deadline=deadline) as scope:
+            stop.bind(scope)
+            await child.pump(output, child.has_exited)
+            stop.child_exited = True
             return True
+        if stop.status is not None:
+            return False
 
 
-def _signal_group(pgid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
-        os.killpg(pgid, signum)
-
-
-def _group_signalable(pgid: int) -> bool:
-    """Whether any process, zombies included, is left in group ``pgid``."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` is still running (zombies don't count)."""
-    if not _group_signalable(pgid):
-        return False
-    # killpg also succeeds on a group of zombies nobody reaps; look closer.
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return True
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat_file:
-                stat = stat_file.read()
-        except OSError:
-            continue
-        # Fields after the parenthesised command name: state, ppid, pgrp, ...
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
-
-
-async def _stop_group(child: Child, grace: float) -> None:
-    """SIGTERM the child's group, SIGKILL it after ``grace`` if needed, reap the child."""
-    pgid = child.pid  # the child leads its own group (start_new_session)
-    _signal_group(pgid, signal.SIGTERM)
-    if child.poll() is not None and not _group_signalable(pgid):
-        return  # the child exited (now reaped) and left no one behind: the usual case
-    with trio.move_on_after(grace):
-        await child.wait()
-        # The usual case, a group that died with its leader, needs one
-        # syscall; only a group that seems alive is looked at closely (a scan
-        # of /proc, in a worker thread).
-        while _group_signalable(pgid) and await trio.to_thread.run_sync(_group_alive, pgid):
-            await trio.sleep(_POLL)
-        return
-    _signal_group(pgid, signal.SIGKILL)
-    await child.wait()
-
-
-async def _finish(child: Child, spec: ProcessSpec, output: _Output) -> None:
-    """Stop what is left of the group, drain the pipes (bounded), close everything."""
-    if not output.open_streams:  # both pipes reached EOF: nothing to drain
-        await _stop_group(child, spec.kill_grace)
-    else:
-        async with trio.open_nursery() as nursery:
-            # The readers of the first phase were cancelled; reading goes on
-            # here so output written while the group dies is still logged.
-            if "stdout" in output.open_streams:
-                nursery.start_soon(_pump, child.stdout, "stdout", output)
-            if "stderr" in output.open_streams:
-                nursery.start_soon(_pump, child.stderr, "stderr", output)
-            await _stop_group(child, spec.kill_grace)
-            # A process that left the group (setsid) may hold the pipes forever.
-            with trio.move_on_after(DRAIN_GRACE):
-                await output.all_closed.wait()
-            nursery.cancel_scope.cancel()
-    output.finish()
-    child.close()
-
-
-def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            yield from _leaves(exc)
-        else:
-            yield exc
-
-
-@contextlib.contextmanager
-def _internal_nursery_errors() -> Iterator[None]:
-    """Let errors out of execute's own nursery the way callers expect them.
-
-    The nursery is an implementation detail: a caller being cancelled should
-    see ``trio.Cancelled``, and one failure (say, the disk filling under the
-    log) should be that exception, not a group of it and the Cancelled its
-    sibling tasks got.
-    """
-    try:
-        yield
-    except BaseExceptionGroup as group:
-        leaves = list(_leaves(group))
-        real = [exc for exc in leaves if not isinstance(exc, trio.Cancelled)]
-        if len(real) == 1:
-            raise real[0] from group
-        if not real:
-            raise leaves[0] from None
-        raise
+async def _finish(child: Child, spec: ProcessSpec, output: Output) -> None:
+    """Stop what is left of the group, then drain the pipes (bounded)."""
+    await stop_group(child, output, spec.kill_grace)
+    # A process that left the group (setsid) may hold the pipes forever.
+    with trio.move_on_after(DRAIN_GRACE):
+        await child.pump(output, output.all_closed)
 
 
 async def execute(
@@ -384,28 +191,24 @@ async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]
     # Nothing may checkpoint between the spawn and this try: a cancel
     # landing there would leave the group running.
     with log:
-        output = _Output(log, adapter, excerpt)
+        output = Output(log, adapter, excerpt)
         try:
             task_status.started(child.pid)
-            started_at = trio.current_time()
-            with _internal_nursery_errors(), trio.CancelScope() as run_scope:
-                stop.bind(run_scope)
-                async with trio.open_nursery() as nursery:
-                    if child.stdin is not None:  # the prompt did not fit in the pipe
-                        nursery.start_soon(_feed_stdin, child.stdin, child.prompt_rest)
-                    nursery.start_soon(_pump, child.stdout, "stdout", output)
-                    nursery.start_soon(_pump, child.stderr, "stderr", output)
-                    if await _wait_exited(child, spec, output, started_at, stop):
-                        stop.child_exited = True
-                        if output.open_streams:
-                            with trio.move_on_after(EXIT_EOF_GRACE):
-                                await output.all_closed.wait()
-                    nursery.cancel_scope.cancel()
+            exited = await _watch(child, spec, output, trio.current_time(), stop)
+            if exited and not output.all_closed():
+                with trio.move_on_after(EXIT_EOF_GRACE):
+                    await child.pump(output, output.all_closed)
         finally:
-            with trio.CancelScope(shield=True):
-                await _finish(child, spec, output)
+            try:
+                # The usual end needs no awaiting, and so no shield.
+                if not (stop_at_once(child) and output.all_closed()):
+                    with trio.CancelScope(shield=True):
+                        await _finish(child, spec, output)
+                output.finish()
+            finally:
+                child.close()
     exit_code = child.returncode
-    assert exit_code is not None  # reaped by _finish
+    assert exit_code is not None  # reaped by stop_at_once or _finish
     if stop.status is not None:
         return ProcessOutcome(
             status=stop.status,

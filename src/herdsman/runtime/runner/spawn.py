@@ -10,34 +10,29 @@ loop one thread hop. (Before, the log had a hop of its own and
 and the child's ends closed on the event loop, and it opened a pidfd of its
 own next to the runner's.)
 
-:class:`Child` is the little of ``trio.Process`` the runner uses: the pid,
-the parent's ends of the pipes as ``FdStream``, waiting for the exit without
-reaping (through the pidfd; where there is none, ``waitid(WNOWAIT)`` in a
-worker thread), and reaping.
+:class:`Child` (child.py) gets the parent's ends of the pipes and a
+descriptor that becomes readable when the child exits (its pidfd; where
+there is none, a pipe closed by a thread once ``waitid(WNOWAIT)`` returns),
+all registered, here in the worker thread, with an epoll of the run's own.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Final
 
 import trio
 
+from herdsman.runtime.runner.child import Child
 from herdsman.runtime.runner.spec import ProcessSpec
 from herdsman.runtime.thread_calls import ThreadCalls
-
-_WAITID_LIMITER: Final = trio.CapacityLimiter(math.inf)
-"""Exit waits without a pidfd: a thread per running child, unbounded, as in ``trio.Process``.
-
-Never trio's default limiter: 40 long runs would hold all its tokens, and
-the exit of a 41st, like every other worker-thread call, would wait.
-"""
 
 SPAWN_THREADS: Final = 16
 """Spawns made at once in worker threads; more wait their turn (trio's default cap is 40)."""
@@ -64,90 +59,44 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def _wait_exited_blocking(pid: int) -> None:
-    """Block until ``pid`` has exited, leaving it unreaped (its pid stays taken)."""
+def _report_exit(pid: int, write_fd: int) -> None:
+    """Block until ``pid`` has exited, leaving it unreaped, then close ``write_fd``."""
     with contextlib.suppress(ChildProcessError):  # reaped already: it has exited
         os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    # The reader sees EOF: the exit, as a pidfd would say it.
+    os.close(write_fd)
 
 
-class Child:
-    """A spawned child: its pid, the parent's ends of its pipes, and its exit.
+def _exit_fd(pid: int) -> int:
+    """A descriptor that becomes readable once ``pid`` has exited.
 
-    Made by :func:`spawn`. The child leads its own process group (a new
-    session), so ``pid`` is also the group id. It is not reaped until
-    :meth:`poll` or :meth:`wait` reaps it: an unreaped child keeps its pid,
-    and so the group id, from being reused.
+    A pidfd where there is one; else the read end of a pipe whose write end
+    a thread of its own closes once ``waitid(WNOWAIT)`` sees the exit (a
+    plain thread, not trio's: it needs no token of any limiter, and ends
+    with the child, which the runner always stops).
     """
-
-    def __init__(
-        self,
-        popen: subprocess.Popen[bytes],
-        pidfd: int | None,
-        stdin: tuple[int, memoryview] | None,
-        stdout: int,
-        stderr: int,
-    ) -> None:
-        self._popen = popen
-        self._pidfd = pidfd
-        self.pid = popen.pid
-        # FdStream makes the parent's ends non-blocking; the child's ends,
-        # separate open files, stay blocking as programs expect.
-        #: The pipe to the child's stdin while part of the prompt is still to
-        #: be written (``prompt_rest``); None once it was written and closed.
-        self.stdin: trio.lowlevel.FdStream | None = None
-        self.prompt_rest = memoryview(b"")
-        if stdin is not None:
-            self.stdin = trio.lowlevel.FdStream(stdin[0])
-            self.prompt_rest = stdin[1]
-        self.stdout = trio.lowlevel.FdStream(stdout)
-        self.stderr = trio.lowlevel.FdStream(stderr)
-
-    @property
-    def returncode(self) -> int | None:
-        """The exit code once the child was reaped (negative: killed by that signal)."""
-        return self._popen.returncode
-
-    def poll(self) -> int | None:
-        """Reap the child if it has exited, without waiting; its exit code, or None."""
-        return self._popen.poll()
-
-    async def wait_exited(self) -> None:
-        """Wait until the child has exited, without reaping it."""
-        if self._popen.returncode is not None:
-            await trio.lowlevel.checkpoint()
-        elif self._pidfd is not None:
-            await trio.lowlevel.wait_readable(self._pidfd)
-        else:
-            # Abandoned on cancel, the thread ends when the child does; the
-            # runner stops the group right after any cancel.
-            await trio.to_thread.run_sync(
-                _wait_exited_blocking, self.pid, abandon_on_cancel=True, limiter=_WAITID_LIMITER
-            )
-
-    async def wait(self) -> int:
-        """Wait until the child has exited, reap it, and return its exit code."""
-        await self.wait_exited()
-        return self._popen.wait()  # a zombie by now: waitpid returns at once
-
-    def close(self) -> None:
-        """Close the pipes and the pidfd (the child should be reaped by now)."""
-        if self.stdin is not None:
-            self.stdin.close()  # aclose() without its checkpoint; closing twice is a no-op
-        self.stdout.close()
-        self.stderr.close()
-        if self._pidfd is not None:
-            trio.lowlevel.notify_closing(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = None
+    pidfd = _pidfd(pid)
+    if pidfd is not None:
+        return pidfd
+    read_fd, write_fd = os.pipe()
+    try:
+        threading.Thread(
+            target=_report_exit, args=(pid, write_fd), name=f"herdsman-exit-{pid}", daemon=True
+        ).start()
+    except BaseException:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise
+    return read_fd
 
 
-def _send_prompt(fd: int, prompt: bytes) -> memoryview | None:
-    """Write what the pipe ``fd`` takes of ``prompt`` without waiting; the rest, if any.
+def _send_prompt(fd: int, prompt: bytes) -> memoryview:
+    """Write what the pipe ``fd`` takes of ``prompt`` without waiting; the rest (empty if none).
 
     A prompt that fits in the pipe buffer (64 KiB on Linux) goes in one
-    write, and ``fd`` is closed here. The parent's end is made non-blocking
-    first, so this never waits for the child; whatever did not fit is left
-    to the runner, which writes it next to the readers of stdout and stderr.
+    write. The parent's end is made non-blocking first, so this never waits
+    for the child; whatever did not fit is left to the runner, which writes
+    it as the pipe takes it, between reads of stdout and stderr.
     """
     os.set_blocking(fd, False)
     if prompt:
@@ -158,10 +107,8 @@ def _send_prompt(fd: int, prompt: bytes) -> memoryview | None:
         except OSError:
             pass  # the child closed stdin or exited already: its output tells
         else:
-            if sent < len(prompt):
-                return memoryview(prompt)[sent:]
-    os.close(fd)
-    return None
+            return memoryview(prompt)[sent:]
+    return memoryview(b"")
 
 
 def spawn(job: tuple[ProcessSpec, Callable[[], bool]]) -> tuple[Child, BinaryIO]:
@@ -171,11 +118,14 @@ def spawn(job: tuple[ProcessSpec, Callable[[], bool]]) -> tuple[Child, BinaryIO]
     still wanted (False once the run was cancelled). The child runs
     ``spec.argv`` with the spec's environment and cwd, stdin, stdout and
     stderr on fresh pipes, in a new session; then its prompt is written to
-    stdin (see :func:`_send_prompt`), or stdin is closed unwritten if the
-    prompt is no longer wanted. Raises ``OSError`` when the log cannot be
-    opened or the child not spawned, ``UnicodeEncodeError`` for a prompt
-    that is no valid Unicode, before anything is spawned; nothing is left
-    open then (an empty log file may be left).
+    stdin (see :func:`_send_prompt`) and stdin closed if it took it all,
+    or stdin is closed unwritten if the prompt is no longer wanted. Raises
+    ``OSError`` when the log cannot be opened or the child not spawned,
+    ``UnicodeEncodeError`` for a prompt that is no valid Unicode, before
+    anything is spawned; nothing is left open then (an empty log file may be
+    left). Should what the runner needs after the spawn fail (descriptors
+    for the exit or the epoll), the child is killed and reaped and the
+    error raised.
     """
     spec, prompt_wanted = job
     # Before the spawn: a prompt that cannot be encoded (a lone surrogate)
@@ -208,12 +158,28 @@ def spawn(job: tuple[ProcessSpec, Callable[[], bool]]) -> tuple[Child, BinaryIO]
                 cwd=spec.cwd,
                 start_new_session=True,
             )
-        # The child is running: from here on nothing may fail and leave it
-        # without an owner.
+        # The child is running: should anything below fail (no descriptor
+        # left for its exit or its epoll, no thread), it is killed and
+        # reaped (before the pipes are closed: callbacks run LIFO), not
+        # left without an owner.
+        on_failure.callback(_kill_and_reap, popen)
+        rest = _send_prompt(stdin_write, prompt if prompt_wanted() else b"")
+        exit_fd = _exit_fd(popen.pid)
+        on_failure.callback(os.close, exit_fd)
+        child = Child(
+            popen, exit_fd, (stdin_write, rest) if rest else None, stdout_read, stderr_read
+        )
         on_failure.pop_all()
-    rest = _send_prompt(stdin_write, prompt if prompt_wanted() else b"")
-    stdin = None if rest is None else (stdin_write, rest)
-    return Child(popen, _pidfd(popen.pid), stdin, stdout_read, stderr_read), log
+    if not rest:
+        os.close(stdin_write)  # the whole prompt is in: the child sees EOF after it
+    return child, log
+
+
+def _kill_and_reap(popen: subprocess.Popen[bytes]) -> None:
+    """Kill a child that cannot be handed to the runner, and its group; reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(popen.pid, signal.SIGKILL)  # unreaped: the group id is still its own
+    popen.wait()
 
 
 _Spawner = ThreadCalls[tuple[ProcessSpec, Callable[[], bool]], tuple[Child, BinaryIO]]
