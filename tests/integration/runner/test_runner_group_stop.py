@@ -1,14 +1,18 @@
-"""Stopping the group: survivors of the leader die without a killpg after its reaping,
-and a normal end still stops processes that let go of the pipes."""
+"""Stopping the group: survivors of the leader die with it, even while they fork,
+a normal end still stops processes that let go of the pipes, and a log that
+fails while the group is stopped does not stop the stopping."""
 
 from __future__ import annotations
 
 import errno
 import os
+import resource
+import signal
 import time
 from pathlib import Path
 
 import pytest
+import trio
 from runner_helpers import make_spec, script, wait_gone
 
 from herdsman.runtime.runner import execute
@@ -38,56 +42,56 @@ def _grandchild(log_path: Path) -> int:
     return int(log_path.read_text().split()[1])
 
 
-def _record_killpg(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, bool]]:
-    """Wrap os.killpg: each call's group, signal, and whether the leader was reaped by then."""
-    calls: list[tuple[int, int, bool]] = []
-    real = os.killpg
+# The leader exits at once and leaves a survivor that ignores SIGTERM, lets
+# go of the pipes and forks a sleeping process every few milliseconds, for
+# longer than the grace.
+_FORKING_SURVIVOR = """
+import os, signal, time
+print(os.getpid(), flush=True)
+if os.fork() == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    for _ in range(1000):
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        time.sleep(0.002)
+    os._exit(0)
+"""
 
-    def killpg(pgid: int, signum: int) -> None:
-        # An unreaped leader, even a zombie, still has its /proc entry.
-        calls.append((pgid, signum, not os.path.exists(f"/proc/{pgid}")))
-        real(pgid, signum)
 
-    monkeypatch.setattr(os, "killpg", killpg)
-    return calls
+def _running_in_group(pgid: int) -> list[int]:
+    running = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_bytes()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+                running.append(int(entry))
+    return running
 
 
-async def test_survivors_of_a_reaped_leader_are_killed_without_a_killpg(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def test_survivors_that_keep_forking_do_not_outlive_the_run(
+    tmp_path: Path, exit_watch: str
 ) -> None:
-    # Once the leader is reaped, its group id stays taken only while a
-    # member lives; a killpg after the last one died could hit a group that
-    # took the id since. The grace runs out on a survivor: it must be
-    # killed through a pidfd, and every real signal sent by group must
-    # precede the reaping.
-    calls = _record_killpg(monkeypatch)
-    spec = make_spec(tmp_path, argv=(*script(_GRANDCHILD), "sleep"), timeout=0.5, kill_grace=0.3)
+    # The grace runs out on a survivor of a reaped leader that forks all the
+    # while: the group must be killed in one step, so that no process
+    # forked after a look at the members escapes the kill.
+    spec = make_spec(tmp_path, argv=script(_FORKING_SURVIVOR), kill_grace=0.3)
     outcome = await execute(spec)
-    assert outcome.status is Outcome.TIMED_OUT
-    assert outcome.exit_code == -15  # the leader went at SIGTERM
-    grandchild = _grandchild(spec.log_path)
-    assert wait_gone(grandchild)
-    leader = next(pgid for pgid, signum, _ in calls if signum != 0)
-    signals = [(signum, reaped) for pgid, signum, reaped in calls if pgid == leader and signum]
-    assert signals
-    assert all(not reaped for _, reaped in signals)
-
-
-async def test_without_pidfds_survivors_are_still_killed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # An old kernel or a sandbox: pidfd_open fails with ENOSYS. The group
-    # is then killed by killpg, the best left, rather than not at all.
-    def no_pidfd(pid: int, flags: int = 0) -> int:
-        raise OSError(errno.ENOSYS, "pidfd_open")
-
-    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
-    spec = make_spec(tmp_path, argv=(*script(_GRANDCHILD), "sleep"), timeout=0.5, kill_grace=0.3)
-    started = time.monotonic()
-    outcome = await execute(spec)
-    assert outcome.status is Outcome.TIMED_OUT
-    assert wait_gone(_grandchild(spec.log_path))
-    assert time.monotonic() - started < 5
+    assert outcome.status is Outcome.SUCCEEDED
+    pgid = int(spec.log_path.read_text().split()[0])
+    deadline = time.monotonic() + 1.0  # a SIGKILL in flight lands
+    while (left := _running_in_group(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
 
 
 async def test_a_normal_end_stops_a_grandchild_that_let_go_of_the_pipes(
@@ -127,3 +131,41 @@ async def test_a_log_that_cannot_be_written_raises_and_still_stops_the_group(
     assert raised.value.errno == errno.ENOSPC
     [pid] = pids
     assert not os.path.exists(f"/proc/{pid}")  # stopped and reaped, not a zombie
+
+
+async def test_a_log_that_fails_while_the_group_is_stopped_still_stops_it(
+    tmp_path: Path,
+) -> None:
+    # The log's first failure comes in the middle of the stop: the child
+    # prints 200 KB when it gets SIGTERM, into a log that may not grow past
+    # 100 KB (a file-size limit standing in for a full disk), and then ignores
+    # the signal. The stop must go on to SIGKILL and reap the child, and only
+    # then raise the log's error.
+    code = (
+        "import signal, sys, time\n"
+        "def term(*_):\n"
+        "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "    sys.stderr.write('s' * 200_000)\n"
+        "    sys.stderr.flush()\n"
+        "    time.sleep(30)\n"
+        "signal.signal(signal.SIGTERM, term)\n"
+        "print('started', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    spec = make_spec(tmp_path, argv=script(code), timeout=0.5, kill_grace=0.5)
+    pids: list[int] = []
+
+    class Started:
+        def started(self, value: int) -> None:
+            pids.append(value)
+
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, limit[1]))
+    try:
+        with trio.fail_after(10), pytest.raises(OSError, match="too large") as raised:
+            await execute(spec, task_status=Started())  # type: ignore[arg-type]
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+    assert raised.value.errno == errno.EFBIG
+    [pid] = pids
+    assert not os.path.exists(f"/proc/{pid}")  # stopped and reaped

@@ -10,10 +10,17 @@ finds the group gone, and no awaiting (:func:`stop_at_once`).
 Otherwise (:func:`stop_group`) the child is given ``grace`` seconds to exit,
 unreaped; if it does not, SIGKILL goes to the group, still safe. Once the
 child is reaped, processes it left in the group keep the group id taken
-only while one of them lives: a ``killpg`` after the last one died could
-hit a new group that took the id. So those survivors are killed one by
-one, each through a pidfd opened and checked first
-(:func:`kill_members`), never by a ``killpg``.
+only while one of them lives. Those survivors are watched until they are
+gone or the grace runs out, then SIGKILLed by ``killpg`` right after a
+check that one is still running: the kernel signals the whole group in one
+step, so a survivor that keeps forking cannot slip a new process past it (a
+scan of the members followed by a kill of each could). What is left is a
+window of microseconds between that check and the signal: if every
+survivor died in it and the pid counter wrapped round to the group id, a
+new group that took the id would get the SIGKILL. Pinning the id for good
+would mean keeping the leader unreaped until the end, and then telling its
+zombie apart from live members needs a scan of ``/proc`` for every run,
+the usual end included.
 
 A group counts as empty when all its members are zombies: an init that
 never reaps orphans (common in containers) must not make every stop wait
@@ -22,10 +29,9 @@ the full grace.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
 import signal
+from collections.abc import Iterator
 from typing import Final
 
 import trio
@@ -71,51 +77,29 @@ def _state_and_group(pid: int | str) -> tuple[bytes, int] | None:
     return fields[0], int(fields[2])
 
 
-def group_members(pgid: int) -> list[int]:
-    """The pids of the processes of group ``pgid`` still running (zombies don't count)."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    members = []
-    for entry in entries:
+def _running_members(pgid: int) -> Iterator[int]:
+    """The pids of group ``pgid``'s members still running (zombies don't count), as found.
+
+    Raises OSError when /proc cannot be read.
+    """
+    for entry in os.listdir("/proc"):
         if entry.isdigit():
             found = _state_and_group(entry)
             if found is not None and found[1] == pgid and found[0] not in (b"Z", b"X"):
-                members.append(int(entry))
-    return members
+                yield int(entry)
 
 
 def _group_alive(pgid: int) -> bool:
-    return bool(group_members(pgid))
+    try:
+        return next(_running_members(pgid), None) is not None
+    except OSError:
+        return True  # cannot look: assume the worst, and let the grace decide
 
 
-def kill_members(pgid: int) -> None:
-    """SIGKILL each running member of group ``pgid`` through a pidfd (blocking: a /proc scan).
-
-    For a group whose leader was reaped. A pidfd names one process for good,
-    and a process found in the group after its pidfd was opened is a member:
-    the group still exists, so its id cannot have been reused. Without
-    pidfds (an old kernel or a sandbox) this falls back to ``killpg``, open
-    to the reuse race above, however unlikely.
-    """
-    for pid in group_members(pgid):
-        try:
-            pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            continue  # gone since the scan
-        except OSError as error:
-            if error.errno in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
-                _signal_group(pgid, signal.SIGKILL)
-                return
-            raise
-        try:
-            found = _state_and_group(pid)
-            if found is not None and found[1] == pgid:
-                with contextlib.suppress(ProcessLookupError):  # exited since the check
-                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        finally:
-            os.close(pidfd)
+def _kill_if_alive(pgid: int) -> None:
+    """SIGKILL group ``pgid`` right after finding a member that still runs (blocking)."""
+    if _group_alive(pgid):
+        _signal_group(pgid, signal.SIGKILL)
 
 
 def stop_at_once(child: Child) -> bool:
@@ -149,7 +133,7 @@ async def stop_group(child: Child, output: Output, grace: float) -> None:
     # in a worker thread).
     while group_signalable(pgid) and await trio.to_thread.run_sync(_group_alive, pgid):
         if trio.current_time() >= deadline:
-            await trio.to_thread.run_sync(kill_members, pgid)
+            await trio.to_thread.run_sync(_kill_if_alive, pgid)
             return
         with trio.move_on_after(POLL):  # a sleep that keeps reading the output
             await child.pump(output, lambda: False)

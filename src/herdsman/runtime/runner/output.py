@@ -61,17 +61,27 @@ class Output:
         self._splitters = {stream: _LineSplitter() for stream in STREAMS}
         self.open_streams = set(STREAMS)
         self.last_activity = trio.current_time()
-        self._failed = False
+        self.failure: BaseException | None = None
+        self._raising = True
+
+    def keep_failures(self) -> None:
+        """From now on keep the first failure in ``failure`` instead of raising it.
+
+        For the stop: an error raised in the middle of stopping the group
+        would leave it running and the child unreaped. The caller raises
+        ``failure`` once the group is stopped.
+        """
+        self._raising = False
 
     def feed(self, stream: str, chunk: bytes) -> None:
         """Take one chunk read from ``stream``.
 
-        The first failure (the log's disk full, say) is raised; from then on
-        chunks are dropped, so that stopping the run and draining its pipes
-        cannot fail again and leave the group running.
+        The first failure (the log's disk full, say) is raised, or kept (see
+        :meth:`keep_failures`); from then on chunks are dropped, so that
+        stopping the run and draining its pipes cannot fail again.
         """
         self.last_activity = trio.current_time()
-        if self._failed:
+        if self.failure is not None:
             return
         try:
             self._log.write(chunk)
@@ -80,9 +90,10 @@ class Output:
             self._excerpt.feed(chunk, stream)
             for line in self._splitters[stream].feed(chunk):
                 self._to_adapter(stream, line)
-        except BaseException:
-            self._failed = True
-            raise
+        except Exception as error:
+            self.failure = error
+            if self._raising:
+                raise
 
     def _to_adapter(self, stream: str, line: bytes) -> None:
         if stream == "stdout":

@@ -202,11 +202,14 @@ async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]
             try:
                 # The usual end needs no awaiting, and so no shield.
                 if not (stop_at_once(child) and output.all_closed()):
+                    output.keep_failures()  # raised below, once the group is stopped
                     with trio.CancelScope(shield=True):
                         await _finish(child, spec, output)
                 output.finish()
             finally:
                 child.close()
+        if output.failure is not None:  # the log failed while the group was stopped
+            raise output.failure
     exit_code = child.returncode
     assert exit_code is not None  # reaped by stop_at_once or _finish
     if stop.status is not None:
