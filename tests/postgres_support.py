@@ -82,3 +82,16 @@ def split_password(url: str) -> tuple[str, str | None]:
     user = f"{parts.username}@" if parts.username else ""
     netloc = user + parts.netloc.rpartition("@")[2]
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), parts.password
+
+
+def fleet_lock_waiters(key: int) -> str:
+    """SQL counting the sessions that wait for the fleet lock ``key`` (of one ledger).
+
+    Only that lock: pg_locks shows the whole server, where other test
+    sessions' transactions may be waiting as well.
+    """
+    return (
+        "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'advisory'"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        f" AND classid = {key >> 32} AND objid = {key & 0xFFFFFFFF} AND objsubid = 1"
+    )

@@ -25,7 +25,7 @@ from herdsman.runtime.store.fleet import (
 )
 from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.runtime.store.records import LOST_ON_RESTART
-from postgres_support import fresh_schema
+from postgres_support import fleet_lock_waiters, fresh_schema
 
 T0 = 1_700_000_000.0
 
@@ -288,9 +288,8 @@ def test_a_submit_waits_for_a_claim_in_progress(postgres_url: str) -> None:
         try:
             # Wait until the submit is seen queuing for the lock, not for a time.
             for _ in range(500):
-                waiting = conn.execute(
-                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-                ).fetchone()
+                assert a._fleet_lock is not None
+                waiting = conn.execute(fleet_lock_waiters(a._fleet_lock)).fetchone()
                 if waiting is not None and waiting[0]:
                     break
                 time.sleep(0.01)

@@ -41,7 +41,7 @@ from herdsman.runtime.store.fleet import ClaimRules, FleetStore
 from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.runtime.supervisor import SKIP_REASON
 from herdsman.runtime.worktrees.sweeper import SweepReport
-from postgres_support import split_password
+from postgres_support import fleet_lock_waiters, split_password
 
 
 @pytest.fixture
@@ -952,7 +952,11 @@ async def test_a_usage_limit_that_meets_a_cancel_asked_elsewhere_ends_the_run_ca
         f"""exec = ["sh", "-c", 'sleep 2; exec "$0" "$@"', "{sys.executable}", """,
     )
     limit(tmp_path, "work", resets_in=3600)
-    fleet = f'[store]\nurl = "{member_url}"\n[fleet]\nenabled = true\nlease = "30s"\npoll = "1s"\n'
+    # A lease of an hour: renewed at the start only. A renewal takes the fleet
+    # lock too; one waiting for it below would pass for the finish, and the
+    # cancel, committed early, would reach the member's poll while the agent
+    # still ran and end the run by the plain cancel path instead.
+    fleet = f'[store]\nurl = "{member_url}"\n[fleet]\nenabled = true\nlease = "1h"\npoll = "1s"\n'
     running = await start(write_config(tmp_path, extra=fleet + block))
     supervisor = running.supervisor
     body = {"id": "r", "provider": "agent", "prompt": "x", "conversation": "c1"}
@@ -964,7 +968,7 @@ async def test_a_usage_limit_that_meets_a_cancel_asked_elsewhere_ends_the_run_ca
         # becomes visible only as its usage-limited finish waits for the lock.
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (other._fleet_lock,))
         conn.execute("UPDATE runs SET cancel_request = 'stop it' WHERE id = 'r'")
-        waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+        waiting = fleet_lock_waiters(other._fleet_lock)
         with trio.fail_after(10):
             while watch.execute(waiting).fetchone() == (0,):
                 await trio.sleep(0.05)
