@@ -12,15 +12,21 @@ from pathlib import Path
 CLI = ("-c", "supervisor.toml")
 
 
-def processes_with_env(entry: str) -> list[int]:
-    """Pids of live processes whose environment contains ``entry`` (KEY=VALUE)."""
+def processes_with_env(entry: str, under: Path) -> list[int]:
+    """Pids of live processes whose environment contains ``entry`` (KEY=VALUE).
+
+    Only those working in ``under`` (the test's own folder): other test
+    sessions on the machine run agents with the same run ids.
+    """
+    root = str(under.resolve())
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cwd = os.readlink(f"/proc/{pid}/cwd")
         except OSError:
             continue
-        if entry.encode() in environ:
+        if entry.encode() in environ and (cwd == root or cwd.startswith(root + "/")):
             found.append(int(pid))
     return found
 

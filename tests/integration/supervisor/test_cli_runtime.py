@@ -121,7 +121,7 @@ def test_kill_9_mid_run_the_run_is_lost_not_rerun_and_queued_runs_keep_order(
         sup.close()
     # A supervisor killed this way cannot stop its runs: r0's agent lives on
     # in its own process group, until the next start stops it.
-    orphans = processes_with_env("HERDSMAN_RUN_ID=r0")
+    orphans = processes_with_env("HERDSMAN_RUN_ID=r0", workdir)
     assert orphans, "the agent of r0 should have outlived its supervisor"
 
     # Restart with quick runs; r0 must be lost, never re-run, and its agent stopped.

@@ -339,7 +339,7 @@ async def test_a_cancel_asked_through_another_member_stops_the_run_here(
     )
     assert answer.status_code == 201, answer.text
     with trio.fail_after(10):
-        while not (agents := processes_with_env("HERDSMAN_RUN_ID=long")):
+        while not (agents := processes_with_env("HERDSMAN_RUN_ID=long", tmp_path)):
             await trio.sleep(0.05)
     record, _ = other.request_cancel("long", time.time(), "stopped from the other member")
     assert record.status is RunStatus.RUNNING

@@ -293,7 +293,7 @@ def test_a_run_on_one_member_is_cancelled_through_another(
         )
         assert answer.status_code == 201, answer.text
         deadline = time.monotonic() + 20
-        while not (agents := processes_with_env("HERDSMAN_RUN_ID=long")):
+        while not (agents := processes_with_env("HERDSMAN_RUN_ID=long", tmp_path)):
             assert time.monotonic() < deadline, closing[0].output()
             time.sleep(0.05)
         with store._reading() as cur:
