@@ -46,10 +46,21 @@ def _path(value: str | os.PathLike[str]) -> Path:
     return value if isinstance(value, Path) else Path(value)
 
 
+class OwnedEnv(dict[str, str]):
+    """An environment a :class:`ProcessSpec` takes over as it is, without a copy.
+
+    Whoever builds one hands it over for good: it must neither keep it nor
+    change it after the spec is made. (Any other mapping is copied.)
+    """
+
+    __slots__ = ()
+
+
 def _frozen_env(env: Mapping[str, str]) -> Mapping[str, str]:
     # A snapshot: the caller may keep mutating its own dict (os.environ, say)
     # after building the spec; the run must see what was there at build time.
-    return MappingProxyType(dict(env))
+    # An OwnedEnv is made for this spec alone: a second copy per run is waste.
+    return MappingProxyType(env if type(env) is OwnedEnv else dict(env))
 
 
 def _positive_or_none(
