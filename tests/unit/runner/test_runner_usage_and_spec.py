@@ -65,6 +65,16 @@ def test_spec_converts_and_snapshots_its_fields() -> None:
     assert spec.kill_grace == 5.0
 
 
+def test_spec_keeps_its_log_path_as_a_string() -> None:
+    # The supervisor passes a string per run; making it a Path cost more
+    # than building the rest of the spec.
+    given = "/tmp/x.log"
+    assert _spec(log_path=given).log_file is given
+    from_path = _spec(log_path=Path("/tmp/y.log"))
+    assert from_path.log_file == "/tmp/y.log"
+    assert from_path.log_path == Path("/tmp/y.log")
+
+
 def test_spec_takes_an_owned_env_without_copying_it() -> None:
     # launch.SpecBuilder hands each run's fresh environment over as an
     # OwnedEnv: copying it again would be a second copy per run for nothing.
