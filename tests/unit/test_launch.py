@@ -112,22 +112,22 @@ def from_scratch(
     prompt = note + record.prompt
     if parallel and config.supervisor.parallel_preamble:
         prompt = PARALLEL_PREAMBLE + prompt
-    env = dict(base)
-    env.update(provider.env)
-    env.update(account_env(provider, record.account))
-    env["HERDSMAN_RUN_ID"] = record.id
-    env["HERDSMAN_CONVERSATION"] = record.conversation or ""
-    env["HERDSMAN_STATE_DIR"] = str(config.supervisor.state_dir)
-    if record.account is not None:
-        env["HERDSMAN_ACCOUNT"] = record.account
-    else:
-        env.pop("HERDSMAN_ACCOUNT", None)
-    if parallel:
-        env["HERDSMAN_PARALLEL"] = "1"
-    else:
-        env.pop("HERDSMAN_PARALLEL", None)
-    if repos is not None:
-        env["HERDSMAN_REPOS"] = str(repos)
+    env = {**base, **provider.env, **account_env(provider, record.account)}
+    # herdsman's own variables, in this order; None removes an ambient one.
+    own = {
+        "HERDSMAN_RUN_ID": record.id,
+        "HERDSMAN_CONVERSATION": record.conversation or "",
+        "HERDSMAN_STATE_DIR": str(config.supervisor.state_dir),
+        "HERDSMAN_ACCOUNT": record.account,
+        "HERDSMAN_PARALLEL": "1" if parallel else None,
+    }
+    if repos is not None:  # an ambient HERDSMAN_REPOS is kept otherwise
+        own["HERDSMAN_REPOS"] = str(repos)
+    for name, value in own.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     return ProcessSpec(
         argv=(*provider.exec, *resume),
         env=env,
