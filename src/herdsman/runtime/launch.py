@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+import attrs
 
 from herdsman.config import Config, Provider
 from herdsman.executables import resolve_executable
 from herdsman.runtime.accounts import account_env
-from herdsman.runtime.runner import ProcessSpec
+from herdsman.runtime.runner import OwnedEnv, ProcessSpec
 from herdsman.runtime.store import RunRecord
 
 PARALLEL_PREAMBLE = """\
@@ -28,25 +29,29 @@ def may_run_in_parallel(config: Config) -> bool:
     return min(slots, cap) > 1 if cap is not None else slots > 1
 
 
-def run_environment(
-    record: RunRecord,
+def template_environment(
     provider: Provider,
+    account: str | None,
     *,
-    account_env: Mapping[str, str],
     parallel: bool,
     base: Mapping[str, str],
     state_dir: Path,
 ) -> dict[str, str]:
-    """The child's environment: ambient, then provider, then account, then herdsman's."""
+    """What every run of ``provider`` on ``account`` gets: ambient, provider, account, herdsman's.
+
+    The run's own variables (``HERDSMAN_RUN_ID``, ``HERDSMAN_CONVERSATION``)
+    hold empty placeholders, so that setting them per run keeps the order of
+    the variables exactly as building the environment from scratch gives it.
+    """
     env = dict(base)
     env.update(provider.env)
-    env.update(account_env)
-    env["HERDSMAN_RUN_ID"] = record.id
-    env["HERDSMAN_CONVERSATION"] = record.conversation or ""
+    env.update(account_env(provider, account))
+    env["HERDSMAN_RUN_ID"] = ""
+    env["HERDSMAN_CONVERSATION"] = ""
     # With the run id, this finds an agent that outlived a killed supervisor.
     env["HERDSMAN_STATE_DIR"] = str(state_dir)
-    if record.account is not None:
-        env["HERDSMAN_ACCOUNT"] = record.account
+    if account is not None:
+        env["HERDSMAN_ACCOUNT"] = account
     else:
         env.pop("HERDSMAN_ACCOUNT", None)
     if parallel:
@@ -76,50 +81,98 @@ def build_argv(
     return (program, *provider.exec[1:], *resume)
 
 
-def build_spec(
-    record: RunRecord,
-    config: Config,
-    *,
-    resume: Sequence[str] = (),
-    base_env: Mapping[str, str] | None = None,
-    program: str | None = None,
-    checkouts_note: str = "",
-    repos_dir: Path | None = None,
-) -> ProcessSpec:
-    """Everything the runner needs to execute ``record``, on the account it holds.
+@attrs.frozen
+class _Template:
+    """What the runs of one provider on one account share under one configuration."""
 
-    ``checkouts_note`` (what the worktree manager says about the run's
-    checkouts) goes before the prompt; ``repos_dir``, the folder holding
-    them, is exported as ``HERDSMAN_REPOS``.
+    provider: Provider
+    env: dict[str, str]
+    preamble: str
+    timeout: float | None
+    idle_timeout: float | None
+
+
+class SpecBuilder:
+    """Builds each run's :class:`ProcessSpec`, doing per run only what is the run's own.
+
+    The environment every run of a provider and account shares (ambient,
+    provider, account, herdsman's), the preamble and the limits are worked
+    out once per configuration and kept while runs are started under that
+    configuration object; a reload brings a new one, so its changes (a
+    provider's ``env``, say) reach the next run started under it.
     """
-    provider = config.providers[record.provider]
-    state_dir = config.supervisor.state_dir
-    parallel = may_run_in_parallel(config)
-    prompt = checkouts_note + record.prompt
-    if parallel and config.supervisor.parallel_preamble:
-        prompt = PARALLEL_PREAMBLE + prompt
-    env = run_environment(
-        record,
-        provider,
-        account_env=account_env(provider, record.account),
-        parallel=parallel,
-        base=os.environ if base_env is None else base_env,
-        state_dir=state_dir,
-    )
-    if repos_dir is not None:
-        env["HERDSMAN_REPOS"] = str(repos_dir)
-    return ProcessSpec(
-        argv=build_argv(provider, resume, program),
-        env=env,
-        cwd=record.cwd if record.cwd is not None else provider.workdir,
-        prompt=prompt,
-        timeout=provider.timeout.total_seconds() if provider.timeout else None,
-        idle_timeout=provider.idle_timeout.total_seconds() if provider.idle_timeout else None,
-        log_path=log_file(state_dir, record.id),
-        protocol=provider.protocol,
-        usage_limit_pattern=provider.usage_limit_pattern,
-        # The provider's own folder is herdsman's to make (when the process is
-        # spawned, so the simulator's fake runner never touches a disk); a
-        # folder a client names must exist.
-        make_cwd=record.cwd is None,
-    )
+
+    def __init__(self, base_env: Mapping[str, str]) -> None:
+        # A snapshot: reading os.environ decodes every variable, every time.
+        self._base = dict(base_env)
+        self._config: Config | None = None
+        self._templates: dict[tuple[str, str | None], _Template] = {}
+
+    def _template(self, config: Config, provider_name: str, account: str | None) -> _Template:
+        if config is not self._config:
+            # One configuration at a time: runs decided under the previous
+            # one are few and only just after a reload.
+            self._config, self._templates = config, {}
+        key = (provider_name, account)
+        template = self._templates.get(key)
+        if template is None:
+            provider = config.providers[provider_name]
+            parallel = may_run_in_parallel(config)
+            template = _Template(
+                provider=provider,
+                env=template_environment(
+                    provider,
+                    account,
+                    parallel=parallel,
+                    base=self._base,
+                    state_dir=config.supervisor.state_dir,
+                ),
+                preamble=(
+                    PARALLEL_PREAMBLE if parallel and config.supervisor.parallel_preamble else ""
+                ),
+                timeout=provider.timeout.total_seconds() if provider.timeout else None,
+                idle_timeout=(
+                    provider.idle_timeout.total_seconds() if provider.idle_timeout else None
+                ),
+            )
+            self._templates[key] = template
+        return template
+
+    def spec(
+        self,
+        record: RunRecord,
+        config: Config,
+        *,
+        resume: Sequence[str] = (),
+        program: str | None = None,
+        checkouts_note: str = "",
+        repos_dir: Path | None = None,
+    ) -> ProcessSpec:
+        """Everything the runner needs to execute ``record``, on the account it holds.
+
+        ``checkouts_note`` (what the worktree manager says about the run's
+        checkouts) goes before the prompt; ``repos_dir``, the folder holding
+        them, is exported as ``HERDSMAN_REPOS``.
+        """
+        template = self._template(config, record.provider, record.account)
+        provider = template.provider
+        env = OwnedEnv(template.env)  # the one copy this run's environment costs
+        env["HERDSMAN_RUN_ID"] = record.id
+        env["HERDSMAN_CONVERSATION"] = record.conversation or ""
+        if repos_dir is not None:
+            env["HERDSMAN_REPOS"] = str(repos_dir)
+        return ProcessSpec(
+            argv=build_argv(provider, resume, program),
+            env=env,
+            cwd=record.cwd if record.cwd is not None else provider.workdir,
+            prompt=template.preamble + checkouts_note + record.prompt,
+            timeout=template.timeout,
+            idle_timeout=template.idle_timeout,
+            log_path=log_file(config.supervisor.state_dir, record.id),
+            protocol=provider.protocol,
+            usage_limit_pattern=provider.usage_limit_pattern,
+            # The provider's own folder is herdsman's to make (when the process is
+            # spawned, so the simulator's fake runner never touches a disk); a
+            # folder a client names must exist.
+            make_cwd=record.cwd is None,
+        )

@@ -55,7 +55,7 @@ from herdsman.runtime.fleet_accounts import (
 )
 from herdsman.runtime.fleet_member import FleetMember, Refused
 from herdsman.runtime.git import Git, RealGit
-from herdsman.runtime.launch import build_spec, log_file
+from herdsman.runtime.launch import SpecBuilder, log_file
 from herdsman.runtime.ledger import Ledger, Queued, RunSync, in_worker_thread, inline
 from herdsman.runtime.left_agents import LeftAgents
 from herdsman.runtime.metrics import Metrics
@@ -363,8 +363,8 @@ class Supervisor:
         if config.repos:
             self._worktrees = self._worktree_manager(config)
         self._programs: dict[str, str] = {}
-        # A snapshot: reading os.environ decodes every variable, on every run.
-        self._base_env = dict(os.environ)
+        # Each provider's and account's share of a spec, kept per configuration.
+        self._specs = SpecBuilder(os.environ)
         self._submitted_at: dict[str, float] = {}
         # Keys of submits queued in the ledger but not yet in the scheduler,
         # so on_busy="skip" sees a follow-up that arrived a moment earlier.
@@ -1450,11 +1450,10 @@ class Supervisor:
                 )
                 await self.ledger.call(methodcaller("add_note", record.id, text))
             repos_dir = self._worktrees.folder(record.workspace, conversation)
-        return build_spec(
+        return self._specs.spec(
             record,
             config,
             resume=resume,
-            base_env=self._base_env,
             program=program,
             checkouts_note=note,
             repos_dir=repos_dir,

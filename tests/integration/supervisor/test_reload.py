@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -377,3 +378,38 @@ async def test_a_folder_removed_and_made_again_is_watched_again(
     await trio.sleep(0.6)
     path.write_text(text.replace("concurrency = 1", "concurrency = 3"))
     assert (await wait_for_generation(running, 3))["limits"]["providers"] == {"demo": 3}
+
+
+async def test_a_reloaded_provider_and_account_env_reaches_the_next_run(
+    start: Start, tmp_path: Path
+) -> None:
+    # Each provider's and account's environment is kept per configuration
+    # (launch.SpecBuilder): a reload must still reach the very next run.
+    script = "import os; print(os.environ['FROM_PROVIDER'], os.environ.get('FROM_ACCOUNT'))"
+    extra = (
+        "[providers.env]\n"
+        f'exec = ["{sys.executable}", "-c", "{script}"]\n'
+        'env = { FROM_PROVIDER = "one" }\n'
+    )
+    path = write_config(tmp_path, extra=extra)
+    running = await start(path)
+
+    async def printed() -> list[str]:
+        response = await running.client.post("/v1/runs", json={"provider": "env", "prompt": "x"})
+        assert response.status_code == 201, response.text
+        done = await running.wait(response.json()["id"])
+        assert done["status"] == "succeeded", done
+        words: list[str] = done["result"].split()
+        return words
+
+    assert await printed() == ["one", "None"]
+    edit(path, 'FROM_PROVIDER = "one"', 'FROM_PROVIDER = "two"')
+    await reload(running)
+    assert await printed() == ["two", "None"]
+    account = '\n[[providers.env.accounts]]\nname = "a"\nenv = { FROM_ACCOUNT = "A" }\n'
+    path.write_text(path.read_text() + account)
+    await reload(running)
+    assert await printed() == ["two", "A"]
+    edit(path, 'FROM_ACCOUNT = "A"', 'FROM_ACCOUNT = "B"')
+    await reload(running)
+    assert await printed() == ["two", "B"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from herdsman.runtime.runner.spec import Outcome, ProcessSpec
+from herdsman.runtime.runner.spec import Outcome, OwnedEnv, ProcessSpec
 from herdsman.runtime.runner.usage import parse_claude_reset, parse_codex_reset
 
 LATE = datetime(2026, 4, 1, 21, 0, tzinfo=UTC).timestamp()  # 23:00 in Berlin
@@ -63,6 +63,27 @@ def test_spec_converts_and_snapshots_its_fields() -> None:
     assert spec.argv == ("agent",)
     assert spec.cwd == Path("/tmp")
     assert spec.kill_grace == 5.0
+
+
+def test_spec_keeps_its_log_path_as_a_string() -> None:
+    # The supervisor passes a string per run; making it a Path cost more
+    # than building the rest of the spec.
+    given = "/tmp/x.log"
+    assert _spec(log_path=given).log_file is given
+    from_path = _spec(log_path=Path("/tmp/y.log"))
+    assert from_path.log_file == "/tmp/y.log"
+    assert from_path.log_path == Path("/tmp/y.log")
+
+
+def test_spec_takes_an_owned_env_without_copying_it() -> None:
+    # launch.SpecBuilder hands each run's fresh environment over as an
+    # OwnedEnv: copying it again would be a second copy per run for nothing.
+    owned = OwnedEnv(A="1")
+    spec = _spec(env=owned)
+    owned["B"] = "2"  # what an owner must never do: it shows that no copy was made
+    assert dict(spec.env) == {"A": "1", "B": "2"}
+    with pytest.raises(TypeError):
+        spec.env["C"] = "3"  # type: ignore[index]  # still read-only through the spec
 
 
 @pytest.mark.parametrize(

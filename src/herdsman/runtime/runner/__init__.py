@@ -14,6 +14,7 @@ from herdsman.runtime.runner.protocols import (
 from herdsman.runtime.runner.spec import (
     PROTOCOLS,
     Outcome,
+    OwnedEnv,
     ProcessOutcome,
     ProcessSpec,
     UsageLimit,
@@ -28,6 +29,7 @@ __all__ = [
     "CodexAdapter",
     "ExcerptBuilder",
     "Outcome",
+    "OwnedEnv",
     "PlainAdapter",
     "ProcessOutcome",
     "ProcessSpec",

@@ -38,14 +38,14 @@ SPAWN_THREADS: Final = 16
 """Spawns made at once in worker threads; more wait their turn (trio's default cap is 40)."""
 
 
-def _open_log(path: Path) -> BinaryIO:
+def _open_log(path: str) -> BinaryIO:
     """Create (or truncate) the log file, and its parent directories if needed."""
     try:
         return open(path, "wb")
     except (FileNotFoundError, NotADirectoryError):
         # A parent is missing, or is no directory: mkdir creates the former
         # and raises the error that names the latter.
-        path.parent.mkdir(parents=True, exist_ok=True)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         return open(path, "wb")
 
 
@@ -133,7 +133,7 @@ def spawn(job: tuple[ProcessSpec, Callable[[], bool]]) -> tuple[Child, BinaryIO]
     prompt = spec.prompt.encode("utf-8")
     if spec.make_cwd:
         spec.cwd.mkdir(parents=True, exist_ok=True)
-    log = _open_log(spec.log_path)
+    log = _open_log(spec.log_file)
     # os.pipe's ends are close-on-exec: the child gets its ends only as its
     # stdin, stdout and stderr, and no other child (spawned by another
     # thread at the same time) gets any.

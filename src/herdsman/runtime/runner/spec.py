@@ -46,10 +46,25 @@ def _path(value: str | os.PathLike[str]) -> Path:
     return value if isinstance(value, Path) else Path(value)
 
 
+def _str_path(value: str | os.PathLike[str]) -> str:
+    return value if type(value) is str else os.fspath(value)
+
+
+class OwnedEnv(dict[str, str]):
+    """An environment a :class:`ProcessSpec` takes over as it is, without a copy.
+
+    Whoever builds one hands it over for good: it must neither keep it nor
+    change it after the spec is made. (Any other mapping is copied.)
+    """
+
+    __slots__ = ()
+
+
 def _frozen_env(env: Mapping[str, str]) -> Mapping[str, str]:
     # A snapshot: the caller may keep mutating its own dict (os.environ, say)
     # after building the spec; the run must see what was there at build time.
-    return MappingProxyType(dict(env))
+    # An OwnedEnv is made for this spec alone: a second copy per run is waste.
+    return MappingProxyType(env if type(env) is OwnedEnv else dict(env))
 
 
 def _positive_or_none(
@@ -96,7 +111,8 @@ class ProcessSpec:
     ``usage_limit_pattern`` (a regex) lets the ``plain`` protocol recognise a
     usage-limit message on stdout or stderr; a named group ``resets_at`` holding
     unix seconds is taken as the reset time. ``make_cwd`` creates ``cwd`` if
-    it is missing.
+    it is missing. ``log_path`` (kept as the string ``log_file``) is the
+    file the output is written to.
     """
 
     argv: tuple[str, ...] = attrs.field(converter=_argv, validator=_non_empty)
@@ -105,13 +121,21 @@ class ProcessSpec:
     prompt: str
     timeout: float | None = attrs.field(validator=_positive_or_none)
     idle_timeout: float | None = attrs.field(validator=_positive_or_none)
-    log_path: Path = attrs.field(converter=_path)
+    #: Where the output goes, as given (a string is kept as it is: a ``Path``
+    #: built per run costs more than the rest of the spec's fields together).
+    #: Passed as ``log_path``; :attr:`log_path` is the same as a ``Path``.
+    log_file: str = attrs.field(converter=_str_path, alias="log_path")
     protocol: str = attrs.field(validator=attrs.validators.in_(PROTOCOLS))
     kill_grace: float = attrs.field(default=5.0, validator=_non_negative)
     usage_limit_pattern: str | None = attrs.field(default=None, validator=_valid_pattern)
     #: Create ``cwd`` (and its parents) if it is missing: right for a folder
     #: herdsman owns (a provider's workdir), wrong for one a client named.
     make_cwd: bool = False
+
+    @property
+    def log_path(self) -> Path:
+        """:attr:`log_file` as a ``Path``."""
+        return Path(self.log_file)
 
 
 @attrs.frozen
