@@ -88,8 +88,10 @@ class ThreadCalls(Generic[T, R]):
                 self._waiting.remove(call)
                 return trio.lowlevel.Abort.SUCCEEDED
             if not call.in_thread:
-                # Taken from the queue, but no thread got it (its start
-                # failed): nothing will wake this caller but the cancel.
+                # Out of the queue and in no thread: only a start that
+                # failed leaves a call so, and _done hands its caller the
+                # error at once. Should that hand-off ever be missed, a
+                # cancel still frees the caller rather than leave it hung.
                 return trio.lowlevel.Abort.SUCCEEDED
             return trio.lowlevel.Abort.FAILED
 
