@@ -314,19 +314,33 @@ class Pass(NamedTuple):
     p50: float | None
 
 
+def file_create_us(directory: Path, files: int = 200) -> float:
+    """CPU microseconds to create one empty file in ``directory`` (a fresh subdirectory)."""
+    directory.mkdir()
+    before = time.process_time()
+    for n in range(files):
+        (directory / f"{n}.log").open("wb").close()
+    return (time.process_time() - before) / files * 1e6
+
+
 async def one_pass(
-    runs: int, samples: int, runner_only: bool, store_url: str | None, tag: str
+    runs: int, samples: int, runner_only: bool, store_url: str | None, tag: str, *, scratch: Path
 ) -> Pass:
-    """Measure everything once (runs are tagged ``tag`` so passes never share ids)."""
+    """Measure everything once (runs are tagged ``tag`` so passes never share ids).
+
+    Everything the pass writes stays in ``scratch`` until the whole benchmark
+    is over: see :func:`main_async`.
+    """
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average before this pass: {load}")
+    print(f"creating an empty file here: {file_create_us(scratch / 'files'):.0f} us of CPU")
     raw = await raw_spawn_rate(runs)
     print(
         f"raw trio.run_process({TRUE}), concurrency {CONCURRENCY}: {raw.rate:8,.0f} runs/s "
         f"(CPU {raw.cpu_ms:.2f} ms/run, event loop {raw.loop_ms:.2f})"
     )
-    with tempfile.TemporaryDirectory() as tmp:
-        runner = await runner_rate(runs, Path(tmp))
+    (scratch / "runner").mkdir()
+    runner = await runner_rate(runs, scratch / "runner")
     print(
         f"runner only: execute({TRUE}), concurrency {CONCURRENCY}: {runner.rate:6,.0f} runs/s "
         f"({runner.rate / raw.rate:.0%} of raw; CPU {runner.cpu_ms:.2f} ms/run, "
@@ -335,42 +349,42 @@ async def one_pass(
     if runner_only:
         return Pass(raw.rate, runner.rate / raw.rate, None, None, None)
     ratios: dict[int, float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        directory = Path(tmp)
-        port = free_port()
-        write_config(directory, port, store_url)
-        process = await trio.to_thread.run_sync(start_supervisor, directory)
-        try:
-            token = (directory / "state" / "api-token").read_text().strip()
-            async with httpx.AsyncClient(
-                base_url=f"http://127.0.0.1:{port}",
-                headers={"Authorization": f"Bearer {token}"},
-                timeout=180,
-            ) as client:
-                await wait_ready(client)
-                for batch, kind in ((1, "s"), (50, "b")):
-                    cpu_before = cpu_seconds(process.pid)
-                    loop_before = cpu_seconds(process.pid, main_thread=True)
-                    rate = await supervised_rate(client, runs, batch, f"{kind}{tag}")
-                    cpu = (cpu_seconds(process.pid) - cpu_before) / runs * 1000
-                    loop = (cpu_seconds(process.pid, main_thread=True) - loop_before) / runs * 1000
-                    ratios[batch] = rate / raw.rate
-                    how = "one run per request" if batch == 1 else f"{batch} runs per request"
-                    how += "" if store_url is None else ", PostgreSQL ledger"
-                    print(
-                        f"herdsman run, submit over HTTP ({how}) -> finish: {rate:6,.0f} runs/s "
-                        f"({rate / raw.rate:.0%} of raw; supervisor CPU {cpu:.2f} ms/run, "
-                        f"event loop {loop:.2f})"
-                    )
-                lat = await spawn_latencies(client, samples, f"d{tag}")
-                quantiles = statistics.quantiles(lat, n=100)
+    directory = scratch / "supervisor"
+    directory.mkdir()
+    port = free_port()
+    write_config(directory, port, store_url)
+    process = await trio.to_thread.run_sync(start_supervisor, directory)
+    try:
+        token = (directory / "state" / "api-token").read_text().strip()
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=180,
+        ) as client:
+            await wait_ready(client)
+            for batch, kind in ((1, "s"), (50, "b")):
+                cpu_before = cpu_seconds(process.pid)
+                loop_before = cpu_seconds(process.pid, main_thread=True)
+                rate = await supervised_rate(client, runs, batch, f"{kind}{tag}")
+                cpu = (cpu_seconds(process.pid) - cpu_before) / runs * 1000
+                loop = (cpu_seconds(process.pid, main_thread=True) - loop_before) / runs * 1000
+                ratios[batch] = rate / raw.rate
+                how = "one run per request" if batch == 1 else f"{batch} runs per request"
+                how += "" if store_url is None else ", PostgreSQL ledger"
                 print(
-                    f"submit-to-spawn latency, free slot ({samples} samples): "
-                    f"p50 {statistics.median(lat):.1f} ms, p99 {quantiles[98]:.1f} ms"
+                    f"herdsman run, submit over HTTP ({how}) -> finish: {rate:6,.0f} runs/s "
+                    f"({rate / raw.rate:.0%} of raw; supervisor CPU {cpu:.2f} ms/run, "
+                    f"event loop {loop:.2f})"
                 )
-        finally:
-            process.send_signal(signal.SIGTERM)
-            await trio.to_thread.run_sync(process.wait)
+            lat = await spawn_latencies(client, samples, f"d{tag}")
+            quantiles = statistics.quantiles(lat, n=100)
+            print(
+                f"submit-to-spawn latency, free slot ({samples} samples): "
+                f"p50 {statistics.median(lat):.1f} ms, p99 {quantiles[98]:.1f} ms"
+            )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await trio.to_thread.run_sync(process.wait)
     rate, cpu = await hello_world_rate(runs)
     print(
         f"for scale: hypercorn + Starlette hello world:  {rate:8,.0f} requests/s "
@@ -401,10 +415,21 @@ async def main_async(
     runs: int, samples: int, runner_only: bool, store_url: str | None, repeat: int
 ) -> None:
     passes = []
-    for n in range(repeat):
-        if repeat > 1:
-            print(f"-- pass {n + 1} of {repeat}")
-        passes.append(await one_pass(runs, samples, runner_only, store_url, f"{n}x"))
+    # Nothing is deleted until the end. On this machine's ext4, creating a
+    # file after thousands were deleted in its block group costs 200-440 us
+    # of CPU instead of 13-50 us (perf puts the time in the inode allocator's
+    # check for recently deleted inodes), and that cost landed on whichever
+    # measurement came after a cleanup. Each pass prints what creating a
+    # file costs at its start; benchmarks/file_create.py shows the effect.
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in range(repeat):
+            if repeat > 1:
+                print(f"-- pass {n + 1} of {repeat}")
+            scratch = Path(tmp) / str(n)
+            scratch.mkdir()
+            passes.append(
+                await one_pass(runs, samples, runner_only, store_url, f"{n}x", scratch=scratch)
+            )
     if repeat > 1:
         summarise(passes)
 
