@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import traceback
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -281,3 +282,48 @@ async def test_a_call_waited_for_wakes_its_caller_and_one_never_waited_for_needs
     assert start.done is None
     record = await ledger.result(start)
     assert record is not None
+
+
+async def test_a_call_can_be_waited_for_by_several_tasks_and_again(
+    nursery: trio.Nursery,
+) -> None:
+    ledger = Ledger(MemoryStore(), run_sync=on_loop)
+    pending = ledger.enqueue(lambda s: s.submit(new("a"), 1.0))
+    got: list[tuple[RunRecord, bool]] = []
+
+    async def wait() -> None:
+        got.append(await ledger.result(pending))
+
+    async with trio.open_nursery() as waiters:
+        waiters.start_soon(wait)
+        waiters.start_soon(wait)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(ledger.run)
+    got.append(await ledger.result(pending))  # committed: at once
+    assert len(got) == 3
+    assert got[0][0].id == "a"
+    assert got[0] is got[1] is got[2]
+
+
+async def test_a_failed_call_raises_its_error_each_time_it_is_waited_for(
+    nursery: trio.Nursery,
+) -> None:
+    ledger = Ledger(MemoryStore(), run_sync=on_loop)
+    await nursery.start(ledger.run)
+    pending = ledger.enqueue(lambda s: s.finish("nope", RunStatus.FAILED, 1.0))
+    raised: list[BaseException] = []
+    frames: list[list[str]] = []
+    for _ in range(3):
+        try:
+            await ledger.result(pending)
+        except StoreError as exc:
+            raised.append(exc)
+            frames.append([frame.name for frame in traceback.extract_tb(exc.__traceback__)])
+    assert len(raised) == 3
+    assert raised[0] is raised[1] is raised[2]
+    assert str(raised[0]) == "no run with id 'nope'"
+    # Each time with the store's traceback under this wait, not grown by the
+    # waits before it.
+    assert frames[0] == frames[1] == frames[2]
+    assert frames[0][0] == "test_a_failed_call_raises_its_error_each_time_it_is_waited_for"
+    assert "finish" in frames[0]

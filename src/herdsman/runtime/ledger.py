@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
+from types import TracebackType
 from typing import Any, Final, Generic, TypeVar
 
 import outcome
@@ -79,9 +80,11 @@ class Queued(Generic[T]):
 
     ``done`` is made only when someone waits for a call not yet committed:
     a run's start usually commits with its finish and is never waited for.
+    ``traceback`` is a failed call's error's traceback as the store call left
+    it: each wait raises the error again from there.
     """
 
-    __slots__ = ("done", "durable", "operation", "result", "then")
+    __slots__ = ("done", "durable", "operation", "result", "then", "traceback")
 
     def __init__(
         self,
@@ -94,6 +97,7 @@ class Queued(Generic[T]):
         self.then = then
         self.result: outcome.Outcome[T] | None = None
         self.done: trio.Event | None = None
+        self.traceback: TracebackType | None = None
 
 
 class Ledger:
@@ -160,14 +164,22 @@ class Ledger:
 
         A call already committed (a start that shared its batch with the
         finish just waited for, say) returns at once, with no checkpoint: a
-        trip through the scheduler per run for nothing to wait for.
+        trip through the scheduler per run for nothing to wait for. Any
+        number of tasks may wait for one call, any number of times: each
+        gets its value, or its error raised again.
         """
         if not self.committed(pending):
             if pending.done is None:
                 pending.done = trio.Event()
             await pending.done.wait()
-        assert pending.result is not None
-        return pending.result.unwrap()
+        result: outcome.Outcome[T] | None = pending.result
+        if isinstance(result, outcome.Value):
+            value: T = result.value
+            return value
+        assert isinstance(result, outcome.Error)
+        # Not unwrap(), which allows one use; the store's traceback each
+        # time, not one grown by every earlier wait's frames.
+        raise result.error.with_traceback(pending.traceback)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The writer task: apply queued calls batch by batch, forever."""
@@ -240,6 +252,8 @@ class Ledger:
     def _hand_over(self, pending: Queued[Any], result: outcome.Outcome[Any]) -> None:
         """Give one call its result and run its callback."""
         pending.result = result
+        if isinstance(result, outcome.Error):
+            pending.traceback = result.error.__traceback__
         if pending.then is not None and isinstance(result, outcome.Value):
             try:
                 pending.then(result.value)

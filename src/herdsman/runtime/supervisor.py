@@ -835,9 +835,15 @@ class Supervisor:
             self._wake()
 
         try:
-            return await self.ledger.call(
+            pending = self.ledger.enqueue(
                 lambda s: s.cancel_queued(run_id, now, reason), then=cancelled
             )
+            # Shielded: the cancel is recorded or refused whether or not its
+            # caller still waits (a client that hung up), and only a waiter
+            # learns a refusal and puts the run back. A batch's commit is
+            # waited for shielded by the ledger's writer anyway.
+            with trio.CancelScope(shield=True):
+                record = await self.ledger.result(pending)
         except StoreConflict:
             raise  # the ledger no longer has it queued: nothing to put back
         except StoreError as exc:
@@ -845,6 +851,7 @@ class Supervisor:
             message = f"could not record the cancel of run {run_id} ({exc}); it is still queued"
             log.warning("%s", message)
             raise CancelNotRecorded(f"{message}: ask again") from exc
+        return record
 
     async def get(self, run_id: str) -> RunRecord | None:
         """The run's record, or ``None``."""

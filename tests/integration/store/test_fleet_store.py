@@ -465,14 +465,18 @@ def test_a_member_polls_the_runs_queued_after_the_last_it_saw(postgres_url: str)
     with fleet(postgres_url, "a", "b") as (a, b):
         for n in range(4):
             (a if n % 2 else b).submit(run(f"r{n}", f"c{n}"), T0 + n)
-        everything = a.queued_after(0)
+        polled = a.poll(0)
+        everything = polled.runs
         assert [r.id for r in everything] == ["r0", "r1", "r2", "r3"]
         assert [r.seq for r in everything] == sorted(r.seq for r in everything)
+        assert polled.cursor == everything[-1].seq
         b.claim_many([("r1", None)], T0 + 5)  # claimed: not queued any more
         b.cancel_queued("r2", T0 + 5, "no")
-        after_r0 = b.queued_after(everything[0].seq)
-        assert [r.id for r in after_r0] == ["r3"]
-        assert a.queued_after(everything[-1].seq) == []
+        after_r0 = b.poll(everything[0].seq)
+        assert [r.id for r in after_r0.runs] == ["r3"]
+        assert after_r0.cursor == everything[-1].seq
+        assert a.poll(polled.cursor).runs == []
+        assert a.poll(polled.cursor).cursor == polled.cursor
 
 
 def test_a_claim_with_a_clock_stamps_its_starts_once_the_fleet_lock_is_held(
@@ -502,8 +506,8 @@ def test_reads_take_no_fleet_lock_not_even_in_a_batch(postgres_url: str) -> None
         conn.execute("BEGIN")
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (a._fleet_lock,))
         try:
-            (polled,) = a.apply([lambda _: a.queued_after(0)])  # in the batch: s is a
-            assert [r.id for r in polled.unwrap()] == ["r1"]
+            (polled,) = a.apply([lambda _: a.poll(0)])  # in the batch: s is a
+            assert [r.id for r in polled.unwrap().runs] == ["r1"]
             assert a.get("r1") is not None
         finally:
             conn.execute("COMMIT")

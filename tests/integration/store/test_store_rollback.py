@@ -19,6 +19,14 @@ from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.runtime.store.sql import Cursor, SqlStore
 
 
+class TransactionLost(Exception):
+    """A failure that rolls back the whole transaction before it raises ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class FailingCursor:
     """A real cursor, but the statements in ``failing`` raise instead of running."""
 
@@ -28,7 +36,11 @@ class FailingCursor:
 
     def execute(self, sql: str, *args: Any, **kwargs: Any) -> Any:
         if sql in self._failing:
-            raise self._failing[sql]
+            failure = self._failing[sql]
+            if isinstance(failure, TransactionLost):
+                self._cursor.execute("ROLLBACK")
+                raise failure.error
+            raise failure
         return self._cursor.execute(sql, *args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -91,3 +103,101 @@ def test_a_refused_change_whose_rollback_fails_is_still_the_refusal(store: SqlSt
     with pytest.raises(StoreConflict) as caught:
         store.finish("r", RunStatus.SUCCEEDED, 101.0)  # queued, never started
     assert caught.value.__notes__[-1].endswith(": the rollback failed too: gone")
+
+
+# --- inside a batch: an operation's savepoint ------------------------------
+
+ROLLBACK_TO = "ROLLBACK TO SAVEPOINT operation"
+RELEASE = "RELEASE SAVEPOINT operation"
+
+
+def in_transaction(store: SqlStore) -> bool:
+    return store._in_transaction()
+
+
+def test_a_refusal_in_a_batch_whose_undo_fails_fails_the_batch_naming_the_refusal(
+    store: SqlStore,
+) -> None:
+    store.submit(NewRun(id="r", provider="claude", prompt="p"), 100.0)
+    gone = driver_error(store, "gone")
+    failing(store)[ROLLBACK_TO] = gone
+    with pytest.raises(StoreError) as caught:
+        store.apply(
+            [
+                lambda s: s.submit(NewRun(id="before", provider="claude", prompt="p"), 101.0),
+                lambda s: s.finish("r", RunStatus.SUCCEEDED, 101.0),  # queued: refused
+                lambda s: s.submit(NewRun(id="after", provider="claude", prompt="p"), 101.0),
+            ]
+        )
+    failing(store).clear()
+    refusal = caught.value.__cause__
+    # The refusal is what the batch reports; the undo's failure rides along.
+    assert isinstance(refusal, StoreConflict)
+    assert str(refusal).startswith("run 'r' is queued; it cannot become succeeded")
+    assert refusal.__notes__[-1].endswith(": the rollback failed too: gone")
+    assert str(caught.value).endswith(
+        f"the batch was rolled back: an operation failed and could not be undone: {refusal}"
+    )
+    # What the failed operation may have left is not committed, nor anything
+    # else of the batch, and the connection is in no transaction or savepoint.
+    assert not in_transaction(store)
+    assert [store.get(i) for i in ("before", "after")] == [None, None]
+    store.submit(NewRun(id="next", provider="claude", prompt="p"), 102.0)
+    assert [r.id for r in store.queued_in_order()] == ["r", "next"]
+
+
+def test_a_driver_error_in_a_batch_whose_undo_fails_is_a_store_error_naming_both(
+    store: SqlStore,
+) -> None:
+    broken, gone = driver_error(store, "disk I/O error"), driver_error(store, "gone")
+    failing(store).update({"SELECT status, COUNT(*) FROM runs GROUP BY status": broken})
+    failing(store)[ROLLBACK_TO] = gone
+    with pytest.raises(StoreError) as caught:
+        store.apply(
+            [
+                lambda s: s.submit(NewRun(id="a", provider="claude", prompt="p"), 100.0),
+                lambda s: s.counts(),
+            ]
+        )
+    failing(store).clear()
+    first = caught.value.__cause__
+    assert isinstance(first, StoreError)
+    assert str(first).endswith(": disk I/O error (and the rollback failed: gone)")
+    assert first.__cause__ is gone
+    assert gone.__context__ is broken
+    assert not in_transaction(store)
+    assert store.get("a") is None
+
+
+def test_a_batch_whose_release_fails_keeps_nothing(store: SqlStore) -> None:
+    failing(store)[RELEASE] = driver_error(store, "gone")
+    with pytest.raises(StoreError, match="the batch was rolled back") as caught:
+        store.apply([lambda s: s.submit(NewRun(id="a", provider="claude", prompt="p"), 100.0)])
+    failing(store).clear()
+    assert str(caught.value.__cause__).endswith(": gone (and the rollback failed: gone)")
+    # The submit succeeded but its savepoint could not be closed: it is
+    # undone with the batch, never committed behind a reported failure.
+    assert not in_transaction(store)
+    assert store.get("a") is None
+
+
+def test_operations_after_an_undo_that_failed_run_in_no_transaction_of_their_own(
+    store: SqlStore,
+) -> None:
+    # As SQLite does on some errors (a full disk): the failed statement took
+    # the whole transaction with it, so the savepoint is gone too. A later
+    # operation must not open a transaction of its own and commit it alone.
+    store.submit(NewRun(id="r", provider="claude", prompt="p"), 100.0)
+    gone = driver_error(store, "no such savepoint: operation")
+    failing(store)[ROLLBACK_TO] = TransactionLost(gone)
+    with pytest.raises(StoreError, match="could not be undone") as caught:
+        store.apply(
+            [
+                lambda s: s.finish("r", RunStatus.SUCCEEDED, 101.0),  # refused
+                lambda s: s.submit(NewRun(id="after", provider="claude", prompt="p"), 101.0),
+            ]
+        )
+    failing(store).clear()
+    assert isinstance(caught.value.__cause__, StoreConflict)
+    assert not in_transaction(store)
+    assert store.get("after") is None

@@ -184,3 +184,40 @@ async def test_a_refused_cancel_keeps_the_run_in_its_place_in_its_conversation(
     # A conversation's runs start in arrival order: the refused cancel put
     # "first" back where it was, ahead of "second", not behind it.
     assert first.started_at < second.started_at
+
+
+async def test_a_refused_cancel_whose_caller_was_cancelled_meanwhile_keeps_the_run_queued(
+    tmp_path: Path,
+) -> None:
+    store = StalledStore(set(), failing_once=frozenset({"cancel_queued"}))
+    supervisor = Supervisor(one_slot(tmp_path), store)
+    answers: list[object] = []
+
+    async def cancel_next(*, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            try:
+                answers.append(await supervisor.cancel("next"))
+            except Exception as exc:
+                answers.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        await submit_behind_a_busy_run(nursery, store, supervisor, in_flight=False)
+        # A read holds the ledger, so the cancel's record waits behind it...
+        store.stall("get")
+        nursery.start_soon(supervisor.get, "busy")
+        await trio.to_thread.run_sync(store.entered.wait)
+        scope = await nursery.start(cancel_next)
+        await trio.testing.wait_all_tasks_blocked()
+        assert supervisor.status()["queued"] == 0  # withdrawn, its cancel queued
+        # ...and its caller gives up (a client that hung up) before it commits.
+        scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        store.go.set()
+        with trio.fail_after(10):
+            # The ledger refused the cancel: the run is queued there, so here
+            # too, and runs in turn.
+            assert (await supervisor.wait("next", 5)).status is RunStatus.SUCCEEDED
+        nursery.cancel_scope.cancel()
+    # The caller still learned that its cancel was not recorded.
+    assert [type(answer) for answer in answers] == [CancelNotRecorded]

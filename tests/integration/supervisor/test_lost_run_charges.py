@@ -9,13 +9,16 @@ import trio
 from supervisor_support import config_at, write_config
 
 from herdsman.runtime.store import MemoryStore, NewRun, SqliteStore, Store
+from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.runtime.supervisor import Supervisor
 
 STARTED = 1_800_000_000.0
 MINUTE = 60.0
 
 
-def store_of(kind: str, tmp_path: Path) -> Store:
+def store_of(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+    if kind == "postgres":  # a sole supervisor's, not a fleet's
+        return PostgresStore(request.getfixturevalue("postgres_url"))
     return SqliteStore(tmp_path / "herdsman.db") if kind == "sqlite" else MemoryStore()
 
 
@@ -43,19 +46,22 @@ async def usage_at_start(tmp_path: Path, store: Store, unit: str, now: float) ->
     return usage
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
 @pytest.mark.parametrize("lost_at", ["this start", "an earlier start"])
 async def test_a_lost_run_is_charged_a_start_and_no_minutes(
-    tmp_path: Path, kind: str, lost_at: str
+    tmp_path: Path, kind: str, lost_at: str, request: pytest.FixtureRequest
 ) -> None:
-    store = store_of(kind, tmp_path)
-    crashed_while_running(store)
-    if lost_at == "an earlier start":
-        store.recover(STARTED + 10 * MINUTE)  # a start that then stopped cleanly
-    # Else this start finds it running, and records it lost.
-    now = STARTED + 30 * MINUTE
-    assert await usage_at_start(tmp_path, store, "run_minutes", now) == 0.0
-    assert await usage_at_start(tmp_path, store, "runs", now) == 1.0
+    store = store_of(kind, tmp_path, request)
+    try:
+        crashed_while_running(store)
+        if lost_at == "an earlier start":
+            store.recover(STARTED + 10 * MINUTE)  # a start that then stopped cleanly
+        # Else this start finds it running, and records it lost.
+        now = STARTED + 30 * MINUTE
+        assert await usage_at_start(tmp_path, store, "run_minutes", now) == 0.0
+        assert await usage_at_start(tmp_path, store, "runs", now) == 1.0
+    finally:
+        store.close()
 
 
 async def test_an_account_a_reload_brings_back_is_charged_no_minutes_for_a_lost_run(

@@ -47,7 +47,9 @@ class Store(Protocol):
         ``durable`` makes the whole batch (and everything committed before
         it) reach the disk before this returns.
         If the commit itself fails, :class:`StoreError` is raised and nothing
-        of the batch is kept.
+        of the batch is kept; so too if undoing a failed call fails (the
+        error names that call's error, which is its cause), and then no
+        later operation of the batch makes a store call.
 
         A crash cannot land between two operations of one batch: they reach
         the file together or not at all. This is what lets the supervisor

@@ -431,20 +431,6 @@ class FleetStore(PostgresStore):
             (mine if held_here else elsewhere).append(AccountUse(*use))
         return UsageByMember(mine, elsewhere)
 
-    def queued_after(self, seq: int) -> list[RunRecord]:
-        """Queued runs submitted after ``seq``, by ``seq``: what a member polls for.
-
-        Safe to poll with the highest ``seq`` seen so far: submissions take
-        the fleet lock before drawing their ``seq``, so no run with a lower
-        ``seq`` can be committed after one with a higher ``seq`` was read.
-        """
-        with self._reading() as cur:
-            rows = cur.execute(
-                f"{_SELECT} WHERE status = ? AND seq > ? ORDER BY seq",
-                (RunStatus.QUEUED.value, seq),
-            ).fetchall()
-        return [_record(row) for row in rows]
-
     def live_conversations(self, candidates: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which ``(workspace, conversation)`` of ``candidates`` have a queued or running run.
 
@@ -495,9 +481,9 @@ class FleetStore(PostgresStore):
         place in the queue, which other members' cursors have passed; so a
         re-queue also draws a ``requeue_mark`` from ``seq``'s counter, and a
         poll reads the queued runs whose ``seq`` or mark is past the cursor.
-        Both are drawn under the fleet lock, so, as for ``seq`` alone
-        (:meth:`queued_after`), none lower than one already read can commit
-        later.
+        Both are drawn under the fleet lock (a submit takes it before drawing
+        its ``seq``), so none lower than one already read can commit later:
+        polling with the returned cursor misses nothing.
         """
         with self._reading() as cur:
             rows = cur.execute(

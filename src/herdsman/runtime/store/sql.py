@@ -147,6 +147,8 @@ class SqlStore:
         # Re-entrant: ``apply`` holds it while the operations it runs take it again.
         self._lock = threading.RLock()
         self._batch: Cursor | None = None
+        # The error of an operation of the running batch that could not be undone.
+        self._batch_failure: BaseException | None = None
         self._closed = False
 
     # --- what a subclass provides ------------------------------------------
@@ -230,11 +232,15 @@ class SqlStore:
             if self._in_transaction():
                 cur.execute("ROLLBACK")
         except self._driver_errors as rollback_exc:
-            if isinstance(exc, self._driver_errors):
-                raise StoreError(
-                    f"{self._describe()}: {exc} (and the rollback failed: {rollback_exc})"
-                ) from rollback_exc
-            exc.add_note(f"{self._describe()}: the rollback failed too: {rollback_exc}")
+            self._report_failed_undo(exc, rollback_exc)
+
+    def _report_failed_undo(self, exc: BaseException, rollback_exc: Exception) -> None:
+        """Report ``exc``, not the failed rollback after it, as :meth:`_roll_back` says."""
+        if isinstance(exc, self._driver_errors):
+            raise StoreError(
+                f"{self._describe()}: {exc} (and the rollback failed: {rollback_exc})"
+            ) from rollback_exc
+        exc.add_note(f"{self._describe()}: the rollback failed too: {rollback_exc}")
 
     @contextmanager
     def _as_store_errors(self) -> Iterator[None]:
@@ -255,29 +261,64 @@ class SqlStore:
             raise StoreError(f"{self._describe()}: the transaction failed and was rolled back")
         cur.execute("COMMIT")
 
-    @staticmethod
     @contextmanager
-    def _savepoint(cur: Cursor) -> Iterator[None]:
-        """Undo only this operation if it fails; the batch goes on."""
+    def _savepoint(self, cur: Cursor) -> Iterator[None]:
+        """Undo only this operation if it fails; the batch goes on.
+
+        If undoing it fails too, the operation's error is still the one
+        raised (as :meth:`_roll_back` reports it), and the batch is doomed:
+        what the operation changed may be in its transaction still, or the
+        database may have rolled the whole transaction back already. So no
+        later operation of the batch runs (in SQLite, outside a transaction,
+        its savepoint would begin and commit one of its own), and
+        :meth:`apply` rolls everything back and raises.
+        """
+        if self._batch_failure is not None:
+            raise StoreError(
+                f"{self._describe()}: not applied: an earlier operation of its batch"
+                f" could not be undone ({self._batch_failure})"
+            )
         cur.execute("SAVEPOINT operation")
         try:
             yield
-        except BaseException:
+            # Inside the try: a savepoint left open would commit with the
+            # batch what its operation was told had failed.
+            cur.execute("RELEASE SAVEPOINT operation")
+        except BaseException as exc:
+            self._undo_savepoint(cur, exc)
+            raise
+
+    def _undo_savepoint(self, cur: Cursor, exc: BaseException) -> None:
+        """Roll back to the operation's savepoint after ``exc``; doom the batch if that fails."""
+        try:
             cur.execute("ROLLBACK TO SAVEPOINT operation")
             cur.execute("RELEASE SAVEPOINT operation")
-            raise
-        cur.execute("RELEASE SAVEPOINT operation")
+        except self._driver_errors as undo_exc:
+            try:
+                self._report_failed_undo(exc, undo_exc)
+            except StoreError as both:
+                self._batch_failure = both
+                raise
+            self._batch_failure = exc
 
     def apply(
         self, operations: Sequence[Callable[[Store], Any]], *, durable: bool = False
     ) -> list[outcome.Outcome[Any]]:
         """See :meth:`Store.apply`: one transaction, one commit."""
         with self._transaction(durable=durable, batch=True) as cur:
-            self._batch = cur
+            self._batch, self._batch_failure = cur, None
             try:
-                return [outcome.capture(operation, self) for operation in operations]
+                results = [outcome.capture(operation, self) for operation in operations]
+                failure = self._batch_failure
             finally:
-                self._batch = None
+                self._batch, self._batch_failure = None, None
+            if failure is not None:
+                # Raised inside the transaction: it is rolled back, savepoints and all.
+                raise StoreError(
+                    f"{self._describe()}: the batch was rolled back: an operation failed"
+                    f" and could not be undone: {failure}"
+                ) from failure
+            return results
 
     @contextmanager
     def _reading(self) -> Iterator[Cursor]:
