@@ -14,8 +14,12 @@ Prints, in one run on this machine:
 
 CPU is given per run, in all (worker threads included) and in the event-loop
 thread alone: that thread is the one that cannot use the second CPU, so its
-time per run bounds the rate. Other load on the machine moves the rates much
-more than the CPU times.
+time per run bounds the rate. For the supervisor it is also split by thread:
+the event loop, the spawn jobs and the ledger's commits (what their calls
+used in worker threads, from ``GET /metrics``), and the rest (the hand-off
+to and from those threads, other threads), with the context switches per
+run of the event loop and of the other threads. Other load on the machine
+moves the rates much more than the CPU times.
 
 With ``--store-url URL`` the supervisor keeps its ledger in PostgreSQL at URL
 (an empty database or schema; the password, if any, from PGPASSWORD or
@@ -33,6 +37,7 @@ Run: python benchmarks/runtime.py [--runs N] [--latency-samples N] [--runner-onl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -47,6 +52,7 @@ from typing import NamedTuple
 
 import httpx
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 from herdsman.runtime.runner import Outcome, ProcessSpec, execute
 
@@ -184,6 +190,57 @@ async def wait_ready(client: httpx.AsyncClient) -> None:
             except httpx.TransportError:
                 pass
             await trio.sleep(0.05)
+
+
+class Threads(NamedTuple):
+    """The supervisor's CPU seconds so far: in all, by thread; context switches."""
+
+    cpu: float
+    loop: float
+    spawn: float
+    ledger: float
+    loop_switches: int
+    other_switches: int
+
+    def per_run(self, before: Threads, runs: int) -> str:
+        """The CPU ms and context switches per run since ``before``, as printed."""
+        ms = [(now - then) / runs * 1000 for now, then in zip(self[:4], before[:4], strict=True)]
+        cpu, loop, spawn, ledger = ms
+        switches = [(now - then) / runs for now, then in zip(self[4:], before[4:], strict=True)]
+        return (
+            f"supervisor CPU {cpu:.2f} ms/run: event loop {loop:.2f}, spawn jobs {spawn:.2f}, "
+            f"ledger commits {ledger:.2f}, the rest {cpu - loop - spawn - ledger:.2f}; "
+            f"context switches per run: event loop {switches[0]:.1f}, "
+            f"other threads {switches[1]:.1f}"
+        )
+
+
+async def supervisor_threads(client: httpx.AsyncClient, pid: int) -> Threads:
+    """What the supervisor ``pid`` has spent so far (its pools' CPU from its /metrics)."""
+    pools = {"spawn": 0.0, "ledger": 0.0}
+    response = await client.get("/metrics")
+    response.raise_for_status()
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            if sample.name == "herdsman_worker_thread_cpu_seconds_total":
+                pools[sample.labels["pool"]] = sample.value
+    loop_switches = other_switches = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+            status = (task / "status").read_text().splitlines()
+            switches = sum(int(line.split()[1]) for line in status if "ctxt_switches" in line)
+            if task.name == str(pid):
+                loop_switches += switches
+            else:
+                other_switches += switches
+    return Threads(
+        cpu_seconds(pid),
+        cpu_seconds(pid, main_thread=True),
+        pools["spawn"],
+        pools["ledger"],
+        loop_switches,
+        other_switches,
+    )
 
 
 def cpu_seconds(pid: int, *, main_thread: bool = False) -> float:
@@ -363,18 +420,15 @@ async def one_pass(
         ) as client:
             await wait_ready(client)
             for batch, kind in ((1, "s"), (50, "b")):
-                cpu_before = cpu_seconds(process.pid)
-                loop_before = cpu_seconds(process.pid, main_thread=True)
+                before = await supervisor_threads(client, process.pid)
                 rate = await supervised_rate(client, runs, batch, f"{kind}{tag}")
-                cpu = (cpu_seconds(process.pid) - cpu_before) / runs * 1000
-                loop = (cpu_seconds(process.pid, main_thread=True) - loop_before) / runs * 1000
+                after = await supervisor_threads(client, process.pid)
                 ratios[batch] = rate / raw.rate
                 how = "one run per request" if batch == 1 else f"{batch} runs per request"
                 how += "" if store_url is None else ", PostgreSQL ledger"
                 print(
                     f"herdsman run, submit over HTTP ({how}) -> finish: {rate:6,.0f} runs/s "
-                    f"({rate / raw.rate:.0%} of raw; supervisor CPU {cpu:.2f} ms/run, "
-                    f"event loop {loop:.2f})"
+                    f"({rate / raw.rate:.0%} of raw)\n  {after.per_run(before, runs)}"
                 )
             lat = await spawn_latencies(client, samples, f"d{tag}")
             quantiles = statistics.quantiles(lat, n=100)
