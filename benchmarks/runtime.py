@@ -193,37 +193,44 @@ async def wait_ready(client: httpx.AsyncClient) -> None:
 
 
 class Threads(NamedTuple):
-    """The supervisor's CPU seconds so far: in all, by thread; context switches."""
+    """What the supervisor has spent so far: CPU seconds, by thread; wall time
+    of the spawn jobs and the ledger commits in their threads; context switches."""
 
     cpu: float
     loop: float
     spawn: float
     ledger: float
+    spawn_wall: float
+    ledger_wall: float
     loop_switches: int
     other_switches: int
 
     def per_run(self, before: Threads, runs: int) -> str:
-        """The CPU ms and context switches per run since ``before``, as printed."""
-        ms = [(now - then) / runs * 1000 for now, then in zip(self[:4], before[:4], strict=True)]
-        cpu, loop, spawn, ledger = ms
-        switches = [(now - then) / runs for now, then in zip(self[4:], before[4:], strict=True)]
+        """The CPU and wall ms and context switches per run since ``before``, as printed."""
+        ms = [(now - then) / runs * 1000 for now, then in zip(self[:6], before[:6], strict=True)]
+        cpu, loop, spawn, ledger, spawn_wall, ledger_wall = ms
+        switches = [(now - then) / runs for now, then in zip(self[6:], before[6:], strict=True)]
         return (
             f"supervisor CPU {cpu:.2f} ms/run: event loop {loop:.2f}, spawn jobs {spawn:.2f}, "
-            f"ledger commits {ledger:.2f}, the rest {cpu - loop - spawn - ledger:.2f}; "
-            f"context switches per run: event loop {switches[0]:.1f}, "
-            f"other threads {switches[1]:.1f}"
+            f"ledger commits {ledger:.2f}, the rest {cpu - loop - spawn - ledger:.2f}\n"
+            f"  wall time in worker threads per run: spawn jobs {spawn_wall:.2f} ms, "
+            f"ledger commits {ledger_wall:.2f} ms; context switches per run: "
+            f"event loop {switches[0]:.1f}, other threads {switches[1]:.1f}"
         )
 
 
 async def supervisor_threads(client: httpx.AsyncClient, pid: int) -> Threads:
-    """What the supervisor ``pid`` has spent so far (its pools' CPU from its /metrics)."""
-    pools = {"spawn": 0.0, "ledger": 0.0}
+    """What the supervisor ``pid`` has spent so far (its pools' times from its /metrics)."""
+    pools = {
+        (name, pool): 0.0 for name in ("cpu_seconds", "seconds") for pool in ("spawn", "ledger")
+    }
     response = await client.get("/metrics")
     response.raise_for_status()
     for family in text_string_to_metric_families(response.text):
         for sample in family.samples:
-            if sample.name == "herdsman_worker_thread_cpu_seconds_total":
-                pools[sample.labels["pool"]] = sample.value
+            name = sample.name.removeprefix("herdsman_worker_thread_").removesuffix("_total")
+            if (name, sample.labels.get("pool")) in pools:
+                pools[name, sample.labels["pool"]] = sample.value
     loop_switches = other_switches = 0
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(FileNotFoundError):  # a thread that just ended
@@ -236,8 +243,10 @@ async def supervisor_threads(client: httpx.AsyncClient, pid: int) -> Threads:
     return Threads(
         cpu_seconds(pid),
         cpu_seconds(pid, main_thread=True),
-        pools["spawn"],
-        pools["ledger"],
+        pools["cpu_seconds", "spawn"],
+        pools["cpu_seconds", "ledger"],
+        pools["seconds", "spawn"],
+        pools["seconds", "ledger"],
         loop_switches,
         other_switches,
     )
@@ -272,8 +281,29 @@ async def submit_runs(client: httpx.AsyncClient, runs: int, batch: int, tag: str
             nursery.start_soon(submit, first)
 
 
-async def supervised_rate(client: httpx.AsyncClient, runs: int, batch: int, tag: str) -> float:
-    """Submit ``runs`` runs (see :func:`submit_runs`) and wait for them; runs/s."""
+class Supervised(NamedTuple):
+    """Runs/s through the supervisor, and how long each run held its slot."""
+
+    rate: float
+    held_p50_ms: float
+    held_p90_ms: float
+    slots_busy: float
+
+    def __str__(self) -> str:
+        return (
+            f"a run holds its slot from its start to its finish: p50 {self.held_p50_ms:.1f} ms, "
+            f"p90 {self.held_p90_ms:.1f} ms; {self.slots_busy:.2f} of {CONCURRENCY} slots "
+            "busy on average"
+        )
+
+
+async def supervised_rate(client: httpx.AsyncClient, runs: int, batch: int, tag: str) -> Supervised:
+    """Submit ``runs`` runs (see :func:`submit_runs`) and wait for them; runs/s.
+
+    With every slot busy all the time, the rate is the slots over the time
+    a run holds one (the ledger's start to finish: the durable start, the
+    spawn, the child, its end): the held times say where the rate goes.
+    """
     await submit_runs(client, runs, batch, tag)
     # Poll the status rather than each run, so the measurement does not add
     # a request per run to the supervisor's load.
@@ -288,7 +318,12 @@ async def supervised_rate(client: httpx.AsyncClient, runs: int, batch: int, tag:
     if failed or len(records) != runs:
         raise SystemExit(f"{len(failed)} of {len(records)} runs did not succeed: {failed[:1]}")
     span: float = max(r["finished_at"] for r in records) - min(r["submitted_at"] for r in records)
-    return runs / span
+    held = [r["finished_at"] - r["started_at"] for r in records]
+    running = max(r["finished_at"] for r in records) - min(r["started_at"] for r in records)
+    deciles = statistics.quantiles(held, n=10)
+    return Supervised(
+        runs / span, statistics.median(held) * 1000, deciles[8] * 1000, sum(held) / running
+    )
 
 
 async def spawn_latencies(client: httpx.AsyncClient, samples: int, tag: str) -> list[float]:
@@ -421,14 +456,16 @@ async def one_pass(
             await wait_ready(client)
             for batch, kind in ((1, "s"), (50, "b")):
                 before = await supervisor_threads(client, process.pid)
-                rate = await supervised_rate(client, runs, batch, f"{kind}{tag}")
+                supervised = await supervised_rate(client, runs, batch, f"{kind}{tag}")
                 after = await supervisor_threads(client, process.pid)
+                rate = supervised.rate
                 ratios[batch] = rate / raw.rate
                 how = "one run per request" if batch == 1 else f"{batch} runs per request"
                 how += "" if store_url is None else ", PostgreSQL ledger"
                 print(
                     f"herdsman run, submit over HTTP ({how}) -> finish: {rate:6,.0f} runs/s "
-                    f"({rate / raw.rate:.0%} of raw)\n  {after.per_run(before, runs)}"
+                    f"({rate / raw.rate:.0%} of raw)\n  {after.per_run(before, runs)}\n"
+                    f"  {supervised}"
                 )
             lat = await spawn_latencies(client, samples, f"d{tag}")
             quantiles = statistics.quantiles(lat, n=100)

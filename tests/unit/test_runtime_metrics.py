@@ -107,6 +107,8 @@ async def test_the_worker_thread_pools_cpu_and_calls_are_exported() -> None:
     await calls.call(None)
     after = samples(Metrics())
     cpu = ("herdsman_worker_thread_cpu_seconds_total", (("pool", "metrics-test"),))
+    took = ("herdsman_worker_thread_seconds_total", (("pool", "metrics-test"),))
     made = ("herdsman_worker_thread_calls_total", (("pool", "metrics-test"),))
     assert after[made] - before.get(made, 0) == 2
     assert after[cpu] - before.get(cpu, 0) >= 0.04
+    assert after[took] - before.get(took, 0) >= after[cpu] - before.get(cpu, 0)

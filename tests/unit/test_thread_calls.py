@@ -233,9 +233,9 @@ async def test_a_pool_counts_its_calls_and_the_cpu_they_used_in_their_threads() 
             raise ValueError(kind)
         return kind
 
-    def spent(pool: str) -> tuple[int, float]:
+    def spent(pool: str) -> tuple[int, float, float]:
         usage = thread_usage().get(pool)
-        return (0, 0.0) if usage is None else (usage.calls, usage.cpu_seconds)
+        return (0, 0.0, 0.0) if usage is None else (usage.calls, usage.cpu_seconds, usage.seconds)
 
     before = {pool: spent(pool) for pool in ("test-busy", "test-idle")}
     busy = ThreadCalls(work, max_threads=2, pool="test-busy")
@@ -248,13 +248,16 @@ async def test_a_pool_counts_its_calls_and_the_cpu_they_used_in_their_threads() 
         nursery.start_soon(idle.call, "sleep")
     with pytest.raises(ValueError, match="fail"):
         await idle.call("fail")
-    (busy_calls, busy_cpu), (idle_calls, idle_cpu) = (
-        (spent(pool)[0] - before[pool][0], spent(pool)[1] - before[pool][1])
+    (busy_calls, busy_cpu, busy_time), (idle_calls, idle_cpu, idle_time) = (
+        tuple(now - then for now, then in zip(spent(pool), before[pool], strict=True))
         for pool in ("test-busy", "test-idle")
     )
     assert (busy_calls, idle_calls) == (2, 2)
     assert busy_cpu >= 0.1
+    assert busy_time >= busy_cpu  # wall time: CPU and waits
+    # The sleep shows in the time the calls took, not in their CPU.
     assert idle_cpu < 0.05
+    assert idle_time >= 0.2
     usage = thread_usage()
     assert list(usage) == sorted(usage)  # in a stable order for whoever lists them
 

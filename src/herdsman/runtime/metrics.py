@@ -52,13 +52,20 @@ class _ThreadCollector(Collector):
             "CPU time the calls of a pool used in worker threads, in this process",
             labels=["pool"],
         )
+        busy = CounterMetricFamily(
+            "herdsman_worker_thread_seconds",
+            "Time the calls of a pool took in worker threads, waits for the GIL or a CPU included",
+            labels=["pool"],
+        )
         calls = CounterMetricFamily(
             "herdsman_worker_thread_calls", "Calls a pool made in worker threads", labels=["pool"]
         )
         for pool, usage in thread_usage().items():
             cpu.add_metric([pool], usage.cpu_seconds)
+            busy.add_metric([pool], usage.seconds)
             calls.add_metric([pool], usage.calls)
         yield cpu
+        yield busy
         yield calls
 
 

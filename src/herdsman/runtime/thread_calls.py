@@ -42,7 +42,7 @@ R = TypeVar("R")
 class ThreadUsage:
     """What one pool's calls cost in worker threads, in this process, so far."""
 
-    __slots__ = ("calls", "cpu_seconds")
+    __slots__ = ("calls", "cpu_seconds", "seconds")
 
     def __init__(self) -> None:
         #: Calls made (the function ran to its end, returning or raising).
@@ -50,6 +50,9 @@ class ThreadUsage:
         #: CPU time the function used in its worker threads, user and system.
         #: The hand-off to and from the thread is not in it.
         self.cpu_seconds = 0.0
+        #: Time from the function's start to its end in its threads, waits
+        #: included: for the GIL, a CPU, the disk, a vfork child's exec.
+        self.seconds = 0.0
 
 
 _USAGE: dict[str, ThreadUsage] = {}
@@ -64,14 +67,18 @@ def thread_usage() -> Mapping[str, ThreadUsage]:
         snapshot = {}
         for pool, usage in sorted(_USAGE.items()):
             copy = snapshot[pool] = ThreadUsage()
-            copy.calls, copy.cpu_seconds = usage.calls, usage.cpu_seconds
+            copy.calls, copy.cpu_seconds, copy.seconds = (
+                usage.calls,
+                usage.cpu_seconds,
+                usage.seconds,
+            )
         return snapshot
 
 
 class _Call(Generic[T, R]):
     """One call: its argument, its caller, and, once made, its result or error."""
 
-    __slots__ = ("argument", "cpu_seconds", "error", "in_thread", "result", "task")
+    __slots__ = ("argument", "cpu_seconds", "error", "in_thread", "result", "seconds", "task")
 
     def __init__(self, argument: T, task: trio.lowlevel.Task) -> None:
         self.argument = argument
@@ -79,6 +86,7 @@ class _Call(Generic[T, R]):
         self.result: R | None = None
         self.error: BaseException | None = None
         self.cpu_seconds = 0.0
+        self.seconds = 0.0
         # Set once a worker thread has it: from then on it runs to the end.
         self.in_thread = False
 
@@ -165,17 +173,19 @@ class ThreadCalls(Generic[T, R]):
     def _make(self, call: _Call[T, R]) -> None:
         # In the worker thread. Whatever the function raises is the caller's
         # to see, re-raised in its task.
-        started = time.thread_time()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         try:
             call.result = self._function(call.argument)
         except BaseException as exc:
             call.error = exc
-        call.cpu_seconds = time.thread_time() - started
+        call.cpu_seconds = time.thread_time() - cpu_started
+        call.seconds = time.perf_counter() - started
 
     def _done(self, call: _Call[T, R]) -> None:
         with _USAGE_LOCK:
             self._usage.calls += 1
             self._usage.cpu_seconds += call.cpu_seconds
+            self._usage.seconds += call.seconds
         self._running -= 1
         trio.lowlevel.reschedule(call.task)
         while self._waiting and self._running < self._max_threads:
