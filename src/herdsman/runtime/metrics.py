@@ -44,7 +44,7 @@ class _QueueCollector(Collector):
 
 
 class _ThreadCollector(Collector):
-    """CPU time and calls of the worker-thread pools (spawns, ledger commits), read when scraped."""
+    """Calls, CPU and wall time of the worker-thread pools (spawns, commits), when scraped."""
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         cpu = CounterMetricFamily(

@@ -18,11 +18,12 @@ measured and not kept: with one job at a time the spawns of a burst went
 one after another and the rate fell by a third on a loaded machine, for an
 event-loop time per call only a little lower (docs/performance.md).
 
-Each ``ThreadCalls`` counts its calls and the CPU time its function used
-in the worker threads under a pool name (``"spawn"``, ``"ledger"``):
-:func:`thread_usage` gives the totals of this process, which ``GET /metrics``
-exports. The supervisor's event loop has its thread's CPU time; this says
-what the rest of its CPU went to.
+Each ``ThreadCalls`` counts, under a pool name (``"spawn"``, ``"ledger"``),
+its calls and the CPU and wall time its function took in the worker
+threads: :func:`thread_usage` gives the totals of this process, which
+``GET /metrics`` exports. The event loop's share of the supervisor's CPU is
+its thread's CPU time; these say where the rest went, and how much of a
+call's time in its thread was waiting (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -67,11 +68,9 @@ def thread_usage() -> Mapping[str, ThreadUsage]:
         snapshot = {}
         for pool, usage in sorted(_USAGE.items()):
             copy = snapshot[pool] = ThreadUsage()
-            copy.calls, copy.cpu_seconds, copy.seconds = (
-                usage.calls,
-                usage.cpu_seconds,
-                usage.seconds,
-            )
+            copy.calls = usage.calls
+            copy.cpu_seconds = usage.cpu_seconds
+            copy.seconds = usage.seconds
         return snapshot
 
 
