@@ -17,9 +17,11 @@ thread alone: that thread is the one that cannot use the second CPU, so its
 time per run bounds the rate. For the supervisor it is also split by thread:
 the event loop, the spawn jobs and the ledger's commits (what their calls
 used in worker threads, from ``GET /metrics``), and the rest (the hand-off
-to and from those threads, other threads), with the context switches per
-run of the event loop and of the other threads. Other load on the machine
-moves the rates much more than the CPU times.
+to and from those threads, other threads), with the wall time the spawn
+jobs and commits took in their threads and the context switches per run of
+the event loop and of the other threads; and how long a run held its slot,
+from its start to its finish in the ledger. Other load on the machine moves
+the rates much more than the CPU times.
 
 With ``--store-url URL`` the supervisor keeps its ledger in PostgreSQL at URL
 (an empty database or schema; the password, if any, from PGPASSWORD or
@@ -298,7 +300,8 @@ class Supervised(NamedTuple):
 
 
 async def supervised_rate(client: httpx.AsyncClient, runs: int, batch: int, tag: str) -> Supervised:
-    """Submit ``runs`` runs (see :func:`submit_runs`) and wait for them; runs/s.
+    """Submit ``runs`` runs (see :func:`submit_runs`) and wait for them; the rate, and
+    how long the runs held their slots.
 
     With every slot busy all the time, the rate is the slots over the time
     a run holds one (the ledger's start to finish: the durable start, the

@@ -263,7 +263,7 @@ async def test_a_pool_counts_its_calls_and_the_cpu_they_used_in_their_threads() 
 
 
 async def test_a_snapshot_of_the_usage_does_not_change_later() -> None:
-    calls = ThreadCalls(lambda n: n, max_threads=1, pool="test-snapshot")
+    calls: ThreadCalls[int, int] = ThreadCalls(lambda n: n, max_threads=1, pool="test-snapshot")
     await calls.call(1)
     before = thread_usage()["test-snapshot"]
     counted = before.calls
