@@ -14,8 +14,14 @@ Prints, in one run on this machine:
 
 CPU is given per run, in all (worker threads included) and in the event-loop
 thread alone: that thread is the one that cannot use the second CPU, so its
-time per run bounds the rate. Other load on the machine moves the rates much
-more than the CPU times.
+time per run bounds the rate. For the supervisor it is also split by thread:
+the event loop, the spawn jobs and the ledger's commits (what their calls
+used in worker threads, from ``GET /metrics``), and the rest (the hand-off
+to and from those threads, other threads), with the wall time the spawn
+jobs and commits took in their threads and the context switches per run of
+the event loop and of the other threads; and how long a run held its slot,
+from its start to its finish in the ledger. Other load on the machine moves
+the rates much more than the CPU times.
 
 With ``--store-url URL`` the supervisor keeps its ledger in PostgreSQL at URL
 (an empty database or schema; the password, if any, from PGPASSWORD or
@@ -33,6 +39,7 @@ Run: python benchmarks/runtime.py [--runs N] [--latency-samples N] [--runner-onl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -47,6 +54,7 @@ from typing import NamedTuple
 
 import httpx
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 from herdsman.runtime.runner import Outcome, ProcessSpec, execute
 
@@ -186,6 +194,66 @@ async def wait_ready(client: httpx.AsyncClient) -> None:
             await trio.sleep(0.05)
 
 
+class Threads(NamedTuple):
+    """What the supervisor has spent so far: CPU seconds, by thread; wall time
+    of the spawn jobs and the ledger commits in their threads; context switches."""
+
+    cpu: float
+    loop: float
+    spawn: float
+    ledger: float
+    spawn_wall: float
+    ledger_wall: float
+    loop_switches: int
+    other_switches: int
+
+    def per_run(self, before: Threads, runs: int) -> str:
+        """The CPU and wall ms and context switches per run since ``before``, as printed."""
+        ms = [(now - then) / runs * 1000 for now, then in zip(self[:6], before[:6], strict=True)]
+        cpu, loop, spawn, ledger, spawn_wall, ledger_wall = ms
+        switches = [(now - then) / runs for now, then in zip(self[6:], before[6:], strict=True)]
+        return (
+            f"supervisor CPU {cpu:.2f} ms/run: event loop {loop:.2f}, spawn jobs {spawn:.2f}, "
+            f"ledger commits {ledger:.2f}, the rest {cpu - loop - spawn - ledger:.2f}\n"
+            f"  wall time in worker threads per run: spawn jobs {spawn_wall:.2f} ms, "
+            f"ledger commits {ledger_wall:.2f} ms; context switches per run: "
+            f"event loop {switches[0]:.1f}, other threads {switches[1]:.1f}"
+        )
+
+
+async def supervisor_threads(client: httpx.AsyncClient, pid: int) -> Threads:
+    """What the supervisor ``pid`` has spent so far (its pools' times from its /metrics)."""
+    pools = {
+        (name, pool): 0.0 for name in ("cpu_seconds", "seconds") for pool in ("spawn", "ledger")
+    }
+    response = await client.get("/metrics")
+    response.raise_for_status()
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            name = sample.name.removeprefix("herdsman_worker_thread_").removesuffix("_total")
+            if (name, sample.labels.get("pool")) in pools:
+                pools[name, sample.labels["pool"]] = sample.value
+    loop_switches = other_switches = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+            status = (task / "status").read_text().splitlines()
+            switches = sum(int(line.split()[1]) for line in status if "ctxt_switches" in line)
+            if task.name == str(pid):
+                loop_switches += switches
+            else:
+                other_switches += switches
+    return Threads(
+        cpu_seconds(pid),
+        cpu_seconds(pid, main_thread=True),
+        pools["cpu_seconds", "spawn"],
+        pools["cpu_seconds", "ledger"],
+        pools["seconds", "spawn"],
+        pools["seconds", "ledger"],
+        loop_switches,
+        other_switches,
+    )
+
+
 def cpu_seconds(pid: int, *, main_thread: bool = False) -> float:
     """User + system CPU time of a process (or its main thread) so far, children excluded."""
     stat = Path(f"/proc/{pid}/task/{pid}/stat" if main_thread else f"/proc/{pid}/stat")
@@ -215,8 +283,30 @@ async def submit_runs(client: httpx.AsyncClient, runs: int, batch: int, tag: str
             nursery.start_soon(submit, first)
 
 
-async def supervised_rate(client: httpx.AsyncClient, runs: int, batch: int, tag: str) -> float:
-    """Submit ``runs`` runs (see :func:`submit_runs`) and wait for them; runs/s."""
+class Supervised(NamedTuple):
+    """Runs/s through the supervisor, and how long each run held its slot."""
+
+    rate: float
+    held_p50_ms: float
+    held_p90_ms: float
+    slots_busy: float
+
+    def __str__(self) -> str:
+        return (
+            f"a run holds its slot from its start to its finish: p50 {self.held_p50_ms:.1f} ms, "
+            f"p90 {self.held_p90_ms:.1f} ms; {self.slots_busy:.2f} of {CONCURRENCY} slots "
+            "busy on average"
+        )
+
+
+async def supervised_rate(client: httpx.AsyncClient, runs: int, batch: int, tag: str) -> Supervised:
+    """Submit ``runs`` runs (see :func:`submit_runs`) and wait for them; the rate, and
+    how long the runs held their slots.
+
+    With every slot busy all the time, the rate is the slots over the time
+    a run holds one (the ledger's start to finish: the durable start, the
+    spawn, the child, its end): the held times say where the rate goes.
+    """
     await submit_runs(client, runs, batch, tag)
     # Poll the status rather than each run, so the measurement does not add
     # a request per run to the supervisor's load.
@@ -231,7 +321,12 @@ async def supervised_rate(client: httpx.AsyncClient, runs: int, batch: int, tag:
     if failed or len(records) != runs:
         raise SystemExit(f"{len(failed)} of {len(records)} runs did not succeed: {failed[:1]}")
     span: float = max(r["finished_at"] for r in records) - min(r["submitted_at"] for r in records)
-    return runs / span
+    held = [r["finished_at"] - r["started_at"] for r in records]
+    running = max(r["finished_at"] for r in records) - min(r["started_at"] for r in records)
+    deciles = statistics.quantiles(held, n=10)
+    return Supervised(
+        runs / span, statistics.median(held) * 1000, deciles[8] * 1000, sum(held) / running
+    )
 
 
 async def spawn_latencies(client: httpx.AsyncClient, samples: int, tag: str) -> list[float]:
@@ -363,18 +458,17 @@ async def one_pass(
         ) as client:
             await wait_ready(client)
             for batch, kind in ((1, "s"), (50, "b")):
-                cpu_before = cpu_seconds(process.pid)
-                loop_before = cpu_seconds(process.pid, main_thread=True)
-                rate = await supervised_rate(client, runs, batch, f"{kind}{tag}")
-                cpu = (cpu_seconds(process.pid) - cpu_before) / runs * 1000
-                loop = (cpu_seconds(process.pid, main_thread=True) - loop_before) / runs * 1000
+                before = await supervisor_threads(client, process.pid)
+                supervised = await supervised_rate(client, runs, batch, f"{kind}{tag}")
+                after = await supervisor_threads(client, process.pid)
+                rate = supervised.rate
                 ratios[batch] = rate / raw.rate
                 how = "one run per request" if batch == 1 else f"{batch} runs per request"
                 how += "" if store_url is None else ", PostgreSQL ledger"
                 print(
                     f"herdsman run, submit over HTTP ({how}) -> finish: {rate:6,.0f} runs/s "
-                    f"({rate / raw.rate:.0%} of raw; supervisor CPU {cpu:.2f} ms/run, "
-                    f"event loop {loop:.2f})"
+                    f"({rate / raw.rate:.0%} of raw)\n  {after.per_run(before, runs)}\n"
+                    f"  {supervised}"
                 )
             lat = await spawn_latencies(client, samples, f"d{tag}")
             quantiles = statistics.quantiles(lat, n=100)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,6 +11,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from herdsman.runtime.metrics import Metrics
+from herdsman.runtime.thread_calls import ThreadCalls
 
 PROVIDERS = ("claude", "codex")
 OUTCOMES = ("succeeded", "failed", "cancelled")
@@ -90,3 +93,22 @@ def test_each_labelled_child_is_looked_up_once(monkeypatch: pytest.MonkeyPatch) 
         finished = (("outcome", "succeeded"), ("provider", provider))
         assert counted[("herdsman_runs_finished_total", finished)] == 5
         assert counted[("herdsman_queue_wait_seconds_count", (("provider", provider),))] == 5
+
+
+async def test_the_worker_thread_pools_cpu_and_calls_are_exported() -> None:
+    def burn(_: None) -> None:
+        until = time.thread_time() + 0.02
+        while time.thread_time() < until:
+            pass
+
+    calls = ThreadCalls(burn, max_threads=1, pool="metrics-test")
+    before = samples(Metrics())
+    await calls.call(None)
+    await calls.call(None)
+    after = samples(Metrics())
+    cpu = ("herdsman_worker_thread_cpu_seconds_total", (("pool", "metrics-test"),))
+    took = ("herdsman_worker_thread_seconds_total", (("pool", "metrics-test"),))
+    made = ("herdsman_worker_thread_calls_total", (("pool", "metrics-test"),))
+    assert after[made] - before.get(made, 0) == 2
+    assert after[cpu] - before.get(cpu, 0) >= 0.04
+    assert after[took] - before.get(took, 0) >= after[cpu] - before.get(cpu, 0)

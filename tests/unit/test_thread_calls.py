@@ -12,7 +12,12 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from herdsman.runtime.thread_calls import ThreadCalls
+from herdsman.runtime.thread_calls import ThreadCalls, thread_usage
+
+
+def calls_counted(pool: str) -> int:
+    usage = thread_usage().get(pool)
+    return 0 if usage is None else usage.calls
 
 
 class Recorder:
@@ -54,9 +59,10 @@ def test_every_caller_gets_its_own_result_and_the_bound_holds(
     function = Recorder(pause)
     got: dict[int, object] = {}
     arrived: list[int] = []
+    counted = calls_counted("property")
 
     async def main() -> None:
-        calls = ThreadCalls(function, max_threads=max_threads)
+        calls = ThreadCalls(function, max_threads=max_threads, pool="property")
 
         async def one(argument: int) -> None:
             await trio.sleep(delays[argument])
@@ -76,6 +82,8 @@ def test_every_caller_gets_its_own_result_and_the_bound_holds(
 
     trio.run(main)
     assert got == {n: f"argument {n}" if n % 5 == 4 else n * 10 for n in range(len(delays))}
+    # Every call made is counted once, those that raised too.
+    assert calls_counted("property") - counted == len(delays)
     assert function.most <= max_threads
     if max_threads == 1:  # one at a time: in the order the calls came
         assert function.started == arrived
@@ -91,7 +99,7 @@ async def test_a_waiting_call_can_be_cancelled_and_never_runs() -> None:
             release.wait(10)
         return name
 
-    calls = ThreadCalls(blocking, max_threads=1)
+    calls = ThreadCalls(blocking, max_threads=1, pool="test")
     results: list[str] = []
 
     async def first() -> None:
@@ -117,7 +125,7 @@ async def test_a_running_call_finishes_and_returns_although_its_caller_was_cance
         time.sleep(0.2)
         return argument + 1
 
-    calls = ThreadCalls(slow, max_threads=2)
+    calls = ThreadCalls(slow, max_threads=2, pool="test")
     result = None
     with trio.CancelScope() as scope:
         scope.deadline = trio.current_time() + 0.05
@@ -135,7 +143,7 @@ async def test_a_running_call_finishes_and_returns_although_its_caller_was_cance
 def test_max_threads_below_one_is_refused() -> None:
     async def main() -> None:
         with pytest.raises(ValueError, match="max_threads must be 1 or more, not 0"):
-            ThreadCalls(str, max_threads=0)
+            ThreadCalls(str, max_threads=0, pool="test")
 
     trio.run(main)
 
@@ -159,7 +167,10 @@ async def test_a_thread_that_cannot_start_gives_its_slot_back(
 ) -> None:
     threads = FlakyThreads(trio.lowlevel.start_thread_soon)
     monkeypatch.setattr(trio.lowlevel, "start_thread_soon", threads)
-    calls: ThreadCalls[int, int] = ThreadCalls(lambda n: n + 1, max_threads=2)
+    calls: ThreadCalls[int, int] = ThreadCalls(
+        lambda n: n + 1, max_threads=2, pool="test-unstarted"
+    )
+    counted = calls_counted("test-unstarted")
     threads.failing = 2
     for _ in range(2):
         with pytest.raises(RuntimeError, match="can't start new thread"):
@@ -167,6 +178,7 @@ async def test_a_thread_that_cannot_start_gives_its_slot_back(
     assert calls.running == 0
     with trio.fail_after(5):
         assert await calls.call(1) == 2
+    assert calls_counted("test-unstarted") - counted == 1  # the calls never made are not counted
 
 
 async def test_a_waiting_call_whose_thread_cannot_start_gets_the_error(
@@ -181,7 +193,7 @@ async def test_a_waiting_call_whose_thread_cannot_start_gets_the_error(
             release.wait(10)
         return n
 
-    calls = ThreadCalls(blocking, max_threads=1)
+    calls = ThreadCalls(blocking, max_threads=1, pool="test")
     results: dict[int, object] = {}
 
     async def one(n: int) -> None:
@@ -202,3 +214,58 @@ async def test_a_waiting_call_whose_thread_cannot_start_gets_the_error(
         assert results == {0: 0, 1: "can't start new thread"}
         assert (calls.running, calls.waiting) == (0, 0)
         assert await calls.call(2) == 2
+
+
+def burn(seconds: float) -> None:
+    """Use ``seconds`` of this thread's CPU time."""
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        pass
+
+
+async def test_a_pool_counts_its_calls_and_the_cpu_they_used_in_their_threads() -> None:
+    def work(kind: str) -> str:
+        if kind == "burn":
+            burn(0.05)
+        elif kind == "sleep":
+            time.sleep(0.2)  # wall time, next to no CPU
+        else:
+            raise ValueError(kind)
+        return kind
+
+    def spent(pool: str) -> tuple[int, float, float]:
+        usage = thread_usage().get(pool)
+        return (0, 0.0, 0.0) if usage is None else (usage.calls, usage.cpu_seconds, usage.seconds)
+
+    before = {pool: spent(pool) for pool in ("test-busy", "test-idle")}
+    busy = ThreadCalls(work, max_threads=2, pool="test-busy")
+    idle = ThreadCalls(work, max_threads=2, pool="test-idle")
+    # A second ThreadCalls of a pool (the next trio run's, say) adds to the same totals.
+    busy_too = ThreadCalls(work, max_threads=1, pool="test-busy")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(busy.call, "burn")
+        nursery.start_soon(busy_too.call, "burn")
+        nursery.start_soon(idle.call, "sleep")
+    with pytest.raises(ValueError, match="fail"):
+        await idle.call("fail")
+    (busy_calls, busy_cpu, busy_time), (idle_calls, idle_cpu, idle_time) = (
+        tuple(now - then for now, then in zip(spent(pool), before[pool], strict=True))
+        for pool in ("test-busy", "test-idle")
+    )
+    assert (busy_calls, idle_calls) == (2, 2)
+    assert busy_cpu >= 0.1
+    assert busy_time >= busy_cpu  # wall time: CPU and waits
+    # The sleep shows in the time the calls took, not in their CPU.
+    assert idle_cpu < 0.05
+    assert idle_time >= 0.2
+    usage = thread_usage()
+    assert list(usage) == sorted(usage)  # in a stable order for whoever lists them
+
+
+async def test_a_snapshot_of_the_usage_does_not_change_later() -> None:
+    calls: ThreadCalls[int, int] = ThreadCalls(lambda n: n, max_threads=1, pool="test-snapshot")
+    await calls.call(1)
+    before = thread_usage()["test-snapshot"]
+    counted = before.calls
+    await calls.call(2)
+    assert (before.calls, thread_usage()["test-snapshot"].calls) == (counted, counted + 1)

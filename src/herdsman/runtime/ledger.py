@@ -47,7 +47,9 @@ async def in_worker_thread(fn: Callable[[], Any]) -> Any:
     try:
         commits = _COMMITS.get()
     except LookupError:
-        commits = ThreadCalls(_call, max_threads=COMMIT_THREADS, name="herdsman ledger commit")
+        commits = ThreadCalls(
+            _call, max_threads=COMMIT_THREADS, pool="ledger", name="herdsman ledger commit"
+        )
         _COMMITS.set(commits)
     return await commits.call(fn)
 

@@ -6,9 +6,11 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
+
+from herdsman.runtime.thread_calls import thread_usage
 
 #: Per provider: (queued, running), read when /metrics is scraped.
 QueueCounts = Callable[[], Mapping[str, tuple[int, int]]]
@@ -39,6 +41,32 @@ class _QueueCollector(Collector):
             running.add_metric([provider], executing)
         yield queued
         yield running
+
+
+class _ThreadCollector(Collector):
+    """Calls, CPU and wall time of the worker-thread pools (spawns, commits), when scraped."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        cpu = CounterMetricFamily(
+            "herdsman_worker_thread_cpu_seconds",
+            "CPU time the calls of a pool used in worker threads, in this process",
+            labels=["pool"],
+        )
+        busy = CounterMetricFamily(
+            "herdsman_worker_thread_seconds",
+            "Time the calls of a pool took in worker threads, waits for the GIL or a CPU included",
+            labels=["pool"],
+        )
+        calls = CounterMetricFamily(
+            "herdsman_worker_thread_calls", "Calls a pool made in worker threads", labels=["pool"]
+        )
+        for pool, usage in thread_usage().items():
+            cpu.add_metric([pool], usage.cpu_seconds)
+            busy.add_metric([pool], usage.seconds)
+            calls.add_metric([pool], usage.calls)
+        yield cpu
+        yield busy
+        yield calls
 
 
 class _Children:
@@ -109,6 +137,7 @@ class Metrics:
             registry=r,
         )
         self.last_reload_ok.set(1)
+        r.register(_ThreadCollector())
         self._submitted = _Children(self.submitted)
         self._started = _Children(self.started)
         self._finished = _Children(self.finished)

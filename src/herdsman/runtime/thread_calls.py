@@ -17,12 +17,21 @@ Making several waiting calls in one thread job, to share one hop, was
 measured and not kept: with one job at a time the spawns of a burst went
 one after another and the rate fell by a third on a loaded machine, for an
 event-loop time per call only a little lower (docs/performance.md).
+
+Each ``ThreadCalls`` counts, under a pool name (``"spawn"``, ``"ledger"``),
+its calls and the CPU and wall time its function took in the worker
+threads: :func:`thread_usage` gives the totals of this process, which
+``GET /metrics`` exports. The event loop's share of the supervisor's CPU is
+its thread's CPU time; these say where the rest went, and how much of a
+call's time in its thread was waiting (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
 import trio
@@ -31,16 +40,52 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+class ThreadUsage:
+    """What one pool's calls cost in worker threads, in this process, so far."""
+
+    __slots__ = ("calls", "cpu_seconds", "seconds")
+
+    def __init__(self) -> None:
+        #: Calls made (the function ran to its end, returning or raising).
+        self.calls = 0
+        #: CPU time the function used in its worker threads, user and system.
+        #: The hand-off to and from the thread is not in it.
+        self.cpu_seconds = 0.0
+        #: Time from the function's start to its end in its threads, waits
+        #: included: for the GIL, a CPU, the disk, a vfork child's exec.
+        self.seconds = 0.0
+
+
+_USAGE: dict[str, ThreadUsage] = {}
+# Trio runs in several threads (tests) may finish calls at once: += on a
+# shared total is no atomic operation.
+_USAGE_LOCK = threading.Lock()
+
+
+def thread_usage() -> Mapping[str, ThreadUsage]:
+    """Every pool's usage so far in this process, by pool name (a snapshot)."""
+    with _USAGE_LOCK:
+        snapshot = {}
+        for pool, usage in sorted(_USAGE.items()):
+            copy = snapshot[pool] = ThreadUsage()
+            copy.calls = usage.calls
+            copy.cpu_seconds = usage.cpu_seconds
+            copy.seconds = usage.seconds
+        return snapshot
+
+
 class _Call(Generic[T, R]):
     """One call: its argument, its caller, and, once made, its result or error."""
 
-    __slots__ = ("argument", "error", "in_thread", "result", "task")
+    __slots__ = ("argument", "cpu_seconds", "error", "in_thread", "result", "seconds", "task")
 
     def __init__(self, argument: T, task: trio.lowlevel.Task) -> None:
         self.argument = argument
         self.task = task
         self.result: R | None = None
         self.error: BaseException | None = None
+        self.cpu_seconds = 0.0
+        self.seconds = 0.0
         # Set once a worker thread has it: from then on it runs to the end.
         self.in_thread = False
 
@@ -49,14 +94,24 @@ class ThreadCalls(Generic[T, R]):
     """Calls ``function(argument)`` in worker threads, at most ``max_threads`` at once.
 
     Use one per trio run (it keeps the run's token), and ``call`` only from
-    that run's thread. ``function`` must not call back into trio.
+    that run's thread. ``function`` must not call back into trio. ``name``
+    names the worker thread while it makes a call (as the OS shows it);
+    ``pool`` is the name its calls are counted under (see
+    :func:`thread_usage`).
     """
 
     def __init__(
-        self, function: Callable[[T], R], *, max_threads: int, name: str | None = None
+        self,
+        function: Callable[[T], R],
+        *,
+        max_threads: int,
+        pool: str,
+        name: str | None = None,
     ) -> None:
         if max_threads < 1:
             raise ValueError(f"max_threads must be 1 or more, not {max_threads}")
+        with _USAGE_LOCK:
+            self._usage = _USAGE.setdefault(pool, ThreadUsage())
         self._function = function
         self._max_threads = max_threads
         self._name = name
@@ -117,12 +172,19 @@ class ThreadCalls(Generic[T, R]):
     def _make(self, call: _Call[T, R]) -> None:
         # In the worker thread. Whatever the function raises is the caller's
         # to see, re-raised in its task.
+        started, cpu_started = time.perf_counter(), time.thread_time()
         try:
             call.result = self._function(call.argument)
         except BaseException as exc:
             call.error = exc
+        call.cpu_seconds = time.thread_time() - cpu_started
+        call.seconds = time.perf_counter() - started
 
     def _done(self, call: _Call[T, R]) -> None:
+        with _USAGE_LOCK:
+            self._usage.calls += 1
+            self._usage.cpu_seconds += call.cpu_seconds
+            self._usage.seconds += call.seconds
         self._running -= 1
         trio.lowlevel.reschedule(call.task)
         while self._waiting and self._running < self._max_threads:

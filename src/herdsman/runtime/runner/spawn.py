@@ -191,6 +191,6 @@ def spawner() -> _Spawner:
     try:
         return _SPAWNER.get()
     except LookupError:
-        calls = ThreadCalls(spawn, max_threads=SPAWN_THREADS)
+        calls = ThreadCalls(spawn, max_threads=SPAWN_THREADS, pool="spawn")
         _SPAWNER.set(calls)
         return calls
