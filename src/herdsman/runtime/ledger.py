@@ -79,9 +79,10 @@ class Queued(Generic[T]):
 
     ``done`` is made only when someone waits for a call not yet committed:
     a run's start usually commits with its finish and is never waited for.
+    ``waiter`` is the task waiting in :meth:`Ledger.settled`, if one is.
     """
 
-    __slots__ = ("done", "durable", "operation", "result", "then")
+    __slots__ = ("done", "durable", "operation", "result", "then", "waiter")
 
     def __init__(
         self,
@@ -94,6 +95,19 @@ class Queued(Generic[T]):
         self.then = then
         self.result: outcome.Outcome[T] | None = None
         self.done: trio.Event | None = None
+        self.waiter: trio.lowlevel.Task | None = None
+
+    def wake(self) -> None:
+        """Wake whoever waits for this call: it has its result."""
+        if self.done is not None:
+            self.done.set()
+        if self.waiter is not None:
+            trio.lowlevel.reschedule(self.waiter)
+            self.waiter = None
+
+
+def _cannot_abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED
 
 
 class Ledger:
@@ -169,6 +183,24 @@ class Ledger:
         assert pending.result is not None
         return pending.result.unwrap()
 
+    async def settled(self, pending: Queued[T]) -> T:
+        """As :meth:`result`, but the wait cannot be cancelled; one such waiter per call.
+
+        For a caller that must learn the outcome even when cancelled (a
+        run's task recording its finish during a forced shutdown), at the
+        cost of one scheduling round: a shielded cancel scope around
+        :meth:`result` does the same, but entering and leaving one cost
+        the event loop more than the rest of a run's bookkeeping on its
+        finish. A cancel that arrives meanwhile takes effect at the
+        caller's next checkpoint.
+        """
+        if not self.committed(pending):
+            assert pending.waiter is None, "one settled() waiter per call"
+            pending.waiter = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(_cannot_abort)
+        assert pending.result is not None
+        return pending.result.unwrap()
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The writer task: apply queued calls batch by batch, forever."""
         task_status.started()
@@ -188,8 +220,7 @@ class Ledger:
             closed = StoreError("the run ledger is closed: the supervisor is stopping")
             for pending in self._queue:
                 pending.result = outcome.Error(closed)
-                if pending.done is not None:
-                    pending.done.set()
+                pending.wake()
             self._queue = []
 
     async def _apply(self, batch: Sequence[Queued[Any]]) -> None:
@@ -234,8 +265,7 @@ class Ledger:
                 self._hand_over(pending, result)
         finally:
             for pending in batch:
-                if pending.done is not None:
-                    pending.done.set()
+                pending.wake()
 
     def _hand_over(self, pending: Queued[Any], result: outcome.Outcome[Any]) -> None:
         """Give one call its result and run its callback."""
