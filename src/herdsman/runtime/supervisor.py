@@ -1025,7 +1025,7 @@ class Supervisor:
 
     def _emit(self, kind: str, **fields: Any) -> None:
         if self._trace is not None:
-            self._trace.event(kind, **fields)
+            self._trace.record(kind, fields)
 
     def _notify(self, run_id: str) -> None:
         for event in self._waiters.pop(run_id, ()):
