@@ -15,8 +15,15 @@ the views, no socket), up to 16 requests in flight. It prints runs/s and
 CPU per run, in all and in the event-loop thread (the SQLite commits run in
 worker threads); with ``--profile`` also the top of a cProfile of one pass.
 
+With ``--instructions`` it counts instructions instead of timing: it runs
+itself under valgrind's callgrind (``--separate-threads=yes``) at ``--runs``
+runs and at a fifth of that, and prints the difference per run, for the
+event-loop thread and for the other threads (the ledger's commits) apart.
+The load does not move these counts; the event loop's is the one that
+bounds the rate, as it cannot use a second CPU.
+
 Run: python benchmarks/supervisor_cost.py [--runs N] [--batch N] [--http]
-     [--repeat N] [--profile]
+     [--repeat N] [--profile | --instructions]
 """
 
 from __future__ import annotations
@@ -26,8 +33,11 @@ import cProfile
 import datetime as dt
 import os
 import pstats
+import re
 import sqlite3
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -202,6 +212,45 @@ async def main_async(args: argparse.Namespace) -> None:
         )
 
 
+def thread_instructions(runs: int, batch: int, http: bool) -> tuple[int, int]:
+    """Instructions callgrind counts for a pass of ``runs``: (event-loop thread, the others)."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "callgrind.out"
+        valgrind = ["valgrind", "--tool=callgrind", "--separate-threads=yes", "--dump-instr=no"]
+        child = [sys.executable, __file__, f"--runs={runs}", f"--batch={batch}", "--repeat=1"]
+        completed = subprocess.run(
+            [*valgrind, f"--callgrind-out-file={out}", *child, *(["--http"] if http else [])],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if completed.returncode != 0:
+            raise SystemExit(f"callgrind failed:\n{completed.stderr[-2000:]}")
+        loop = others = 0
+        # One file per thread, callgrind.out-01 the first: trio.run's.
+        for path in sorted(Path(folder).glob("callgrind.out-*")):
+            found = re.search(r"^summary:\s+(\d+)", path.read_text(), re.MULTILINE)
+            if found is None:
+                raise SystemExit(f"no instruction count in {path.name}")
+            if path.name.endswith("-01"):
+                loop += int(found.group(1))
+            else:
+                others += int(found.group(1))
+        return loop, others
+
+
+def print_instructions(args: argparse.Namespace) -> None:
+    small = args.runs // 5
+    big_loop, big_others = thread_instructions(args.runs, args.batch, args.http)
+    small_loop, small_others = thread_instructions(small, args.batch, args.http)
+    how = "over the ASGI app" if args.http else "submit_many"
+    print(
+        f"{args.runs} minus {small} runs, {args.batch} per submit, {how}; instructions per run: "
+        f"event-loop thread {(big_loop - small_loop) / (args.runs - small):,.0f}, "
+        f"other threads {(big_others - small_others) / (args.runs - small):,.0f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2000)
@@ -211,10 +260,22 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile the first pass")
     parser.add_argument("--sort", default="tottime", help="pstats sort key (with --profile)")
     parser.add_argument("--top", type=int, default=40, help="profile lines (with --profile)")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per run under callgrind, by thread (needs valgrind)",
+    )
     args = parser.parse_args()
     for name in ("runs", "batch", "repeat", "top"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name} must be 1 or more, not {getattr(args, name)}")
+    if args.instructions:
+        if args.profile:
+            parser.error("--instructions and --profile cannot be used together")
+        if args.runs < 5:
+            parser.error(f"--runs must be 5 or more with --instructions, not {args.runs}")
+        print_instructions(args)
+        return
     trio.run(main_async, args)
 
 

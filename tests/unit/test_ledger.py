@@ -327,3 +327,66 @@ async def test_a_failed_call_raises_its_error_each_time_it_is_waited_for(
     assert frames[0] == frames[1] == frames[2]
     assert frames[0][0] == "test_a_failed_call_raises_its_error_each_time_it_is_waited_for"
     assert "finish" in frames[0]
+
+
+async def test_a_settled_wait_is_not_stopped_by_a_cancel_which_lands_at_the_next_checkpoint(
+    nursery: trio.Nursery,
+) -> None:
+    ledger = Ledger(MemoryStore(), run_sync=on_loop)
+    pending = ledger.enqueue(lambda s: s.submit(new("a"), 1.0))
+    got: list[str] = []
+    scope = trio.CancelScope()
+
+    async def finish() -> None:
+        with scope:
+            record, _ = await ledger.settled(pending)
+            got.append(record.id)  # reached although cancelled during the wait
+            await trio.lowlevel.checkpoint()
+            got.append("not reached")
+
+    async with trio.open_nursery() as callers:
+        callers.start_soon(finish)
+        await trio.testing.wait_all_tasks_blocked()
+        assert pending.waiter is not None
+        scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == []  # still waiting for the commit
+        nursery.start_soon(ledger.run)
+    assert got == ["a"]
+    assert scope.cancelled_caught
+    assert pending.waiter is None
+    assert pending.done is None  # no event made for it
+
+
+async def test_a_settled_wait_ends_when_the_ledger_closes() -> None:
+    ledger = Ledger(MemoryStore(), run_sync=on_loop)
+    errors: list[str] = []
+
+    async def finish(pending: Any) -> None:
+        try:
+            await ledger.settled(pending)
+        except StoreError as exc:
+            errors.append(str(exc))
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as outer:
+            with trio.CancelScope() as writer:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(ledger.run)
+                    # Queued as the writer is cancelled: it never takes it.
+                    writer.cancel()
+                    outer.start_soon(finish, ledger.enqueue(lambda s: s.get("a")))
+    assert errors == ["the run ledger is closed: the supervisor is stopping"]
+
+
+async def test_committed_calls_need_no_settled_wait(nursery: trio.Nursery) -> None:
+    ledger = Ledger(MemoryStore(), run_sync=on_loop)
+    await nursery.start(ledger.run)
+    finish = ledger.enqueue(lambda s: s.submit(new("a"), 1.0))
+    start = ledger.enqueue(lambda s: s.get("a"))
+    await ledger.settled(finish)
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        record = await ledger.settled(start)  # committed: no checkpoint at all
+    assert not scope.cancelled_caught
+    assert record is not None

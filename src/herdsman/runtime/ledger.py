@@ -83,10 +83,11 @@ class Queued(Generic[T]):
     ``done`` is made only when someone waits for a call not yet committed:
     a run's start usually commits with its finish and is never waited for.
     ``traceback`` is a failed call's error's traceback as the store call left
-    it: each wait raises the error again from there.
+    it: each wait raises the error again from there. ``waiter`` is the task
+    waiting in :meth:`Ledger.settled`, if one is.
     """
 
-    __slots__ = ("done", "durable", "operation", "result", "then", "traceback")
+    __slots__ = ("done", "durable", "operation", "result", "then", "traceback", "waiter")
 
     def __init__(
         self,
@@ -100,6 +101,31 @@ class Queued(Generic[T]):
         self.result: outcome.Outcome[T] | None = None
         self.done: trio.Event | None = None
         self.traceback: TracebackType | None = None
+        self.waiter: trio.lowlevel.Task | None = None
+
+    def wake(self) -> None:
+        """Wake whoever waits for this call: it has its result."""
+        if self.done is not None:
+            self.done.set()
+        if self.waiter is not None:
+            trio.lowlevel.reschedule(self.waiter)
+            self.waiter = None
+
+
+def _cannot_abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED
+
+
+def _unwrap(pending: Queued[T]) -> T:
+    """A committed call's value, or its error raised again."""
+    result: outcome.Outcome[T] | None = pending.result
+    if isinstance(result, outcome.Value):
+        value: T = result.value
+        return value
+    assert isinstance(result, outcome.Error)
+    # Not unwrap(), which allows one use; the store's traceback each
+    # time, not one grown by every earlier wait's frames.
+    raise result.error.with_traceback(pending.traceback)
 
 
 class Ledger:
@@ -174,14 +200,24 @@ class Ledger:
             if pending.done is None:
                 pending.done = trio.Event()
             await pending.done.wait()
-        result: outcome.Outcome[T] | None = pending.result
-        if isinstance(result, outcome.Value):
-            value: T = result.value
-            return value
-        assert isinstance(result, outcome.Error)
-        # Not unwrap(), which allows one use; the store's traceback each
-        # time, not one grown by every earlier wait's frames.
-        raise result.error.with_traceback(pending.traceback)
+        return _unwrap(pending)
+
+    async def settled(self, pending: Queued[T]) -> T:
+        """As :meth:`result`, but the wait cannot be cancelled; one such waiter per call.
+
+        For a caller that must learn the outcome even when cancelled (a
+        run's task recording its finish during a forced shutdown), at the
+        cost of one scheduling round: a shielded cancel scope around
+        :meth:`result` does the same, but entering and leaving one cost
+        the event loop more than the rest of a run's bookkeeping on its
+        finish. A cancel that arrives meanwhile takes effect at the
+        caller's next checkpoint.
+        """
+        if not self.committed(pending):
+            assert pending.waiter is None, "one settled() waiter per call"
+            pending.waiter = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(_cannot_abort)
+        return _unwrap(pending)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The writer task: apply queued calls batch by batch, forever."""
@@ -202,8 +238,7 @@ class Ledger:
             closed = StoreError("the run ledger is closed: the supervisor is stopping")
             for pending in self._queue:
                 pending.result = outcome.Error(closed)
-                if pending.done is not None:
-                    pending.done.set()
+                pending.wake()
             self._queue = []
 
     async def _apply(self, batch: Sequence[Queued[Any]]) -> None:
@@ -248,8 +283,7 @@ class Ledger:
                 self._hand_over(pending, result)
         finally:
             for pending in batch:
-                if pending.done is not None:
-                    pending.done.set()
+                pending.wake()
 
     def _hand_over(self, pending: Queued[Any], result: outcome.Outcome[Any]) -> None:
         """Give one call its result and run its callback."""

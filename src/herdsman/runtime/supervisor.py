@@ -1032,7 +1032,7 @@ class Supervisor:
 
     def _emit(self, kind: str, **fields: Any) -> None:
         if self._trace is not None:
-            self._trace.event(kind, **fields)
+            self._trace.record(kind, fields)
 
     def _notify(self, run_id: str) -> None:
         for event in self._waiters.pop(run_id, ()):
@@ -1389,9 +1389,9 @@ class Supervisor:
                 with _no_checkpoints()():
                     await self._record_finish(record, ended, may_start=not going_down)
             else:
-                # Shielded: a forced shutdown must still record how the run ended.
-                with trio.CancelScope(shield=True):
-                    await self._record_finish(record, ended, may_start=not going_down)
+                # A forced shutdown must still record how the run ended:
+                # _record_finish waits only in ways a cancel cannot stop.
+                await self._record_finish(record, ended, may_start=not going_down)
 
     def _prepares_slowly(self, record: RunRecord, pick: Pick | None, config: Config) -> bool:
         """Whether getting the run ready may await anything (see :meth:`_spec_for`).
@@ -1549,11 +1549,15 @@ class Supervisor:
             pending = self.ledger.enqueue(finish, then=finished)
             if early and may_start and self._admitting:
                 starts = self._take_starts()  # nothing awaited since the enqueue
-            await self.ledger.result(pending)
+            # The run's task may be cancelled (a forced shutdown): every wait
+            # here is one a cancel cannot stop. This one without a shielded
+            # scope, which cost about as much as the rest of a finish; the
+            # rarer waits below shield themselves when they wait at all.
+            await self.ledger.settled(pending)
         except StoreError as exc:
             unrecorded = exc
         if starts is not None:
-            await self._commit_starts(starts)
+            await self._commit_starts(starts)  # shields its own wait, if it waits
         if unrecorded is not None:
             again = partial(self.ledger.call, finish, then=finished)
             await self._unrecorded_finish(record.id, status, unrecorded, again, early=early)
@@ -1582,7 +1586,10 @@ class Supervisor:
                 exc,
                 RETRYING_IN_FLEET,
             )
-            last = await self._retry_finish(run_id, record_again, exc)
+            # Shielded: the run's task may be cancelled (a forced stop); only
+            # the forced stop's own call ends the retries (_retry_finish).
+            with trio.CancelScope(shield=True):
+                last = await self._retry_finish(run_id, record_again, exc)
             if last is None:
                 return
             exc = last
@@ -1617,8 +1624,8 @@ class Supervisor:
         delay = FINISH_RETRY_FIRST
         last = refused
         with trio.CancelScope() as retrying:
-            # Shielded by the run's task (its finish must be recorded even in
-            # a forced stop): only the forced stop's own call ends this.
+            # Shielded by the caller (its finish must be recorded even in a
+            # forced stop): only the forced stop's own call ends this.
             self._finish_retries[run_id] = retrying
             try:
                 while True:

@@ -11,7 +11,7 @@ from typing import Any
 import outcome
 import pytest
 import trio
-from store_faults import FlakyStore
+from store_faults import FlakyStore, StalledStore
 from supervisor_support import config_at, unrecorded_finish, write_config
 
 from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, Store, StoreError
@@ -53,6 +53,30 @@ async def test_cancelling_the_supervisor_during_a_start_commit_records_the_run(
     # the spawn: recorded as cancelled, never left running, never re-run.
     assert record.status is RunStatus.CANCELLED
     assert record.attempts == 1
+
+
+async def test_cancelling_the_supervisor_during_a_finish_commit_still_hears_its_outcome(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The run's task waits for its finish to commit with no shielding scope
+    # (Ledger.settled): cancelled meanwhile, it must still learn that the
+    # ledger refused the finish, and let the run go as a refused finish does.
+    store = StalledStore({"finish"})
+    store.stall("finish")
+    supervisor = Supervisor(config_at(write_config(tmp_path, delay=0.05)), store)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(supervisor.run)
+            await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x"))
+            assert await trio.to_thread.run_sync(store.entered.wait, 10)
+            nursery.cancel_scope.cancel()  # the finish commit is in flight
+            store.go.set()
+    message = await unrecorded_finish(caplog, "r1")
+    assert message.startswith("could not record how run r1 ended (succeeded)")
+    assert message.endswith("the next start will report it lost")
+    record = store.get("r1")
+    assert record is not None
+    assert record.status is RunStatus.RUNNING  # as the ledger has it: lost at the next start
 
 
 @asynccontextmanager

@@ -6,7 +6,7 @@ import datetime as dt
 import io
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -115,6 +115,27 @@ def test_a_sink_is_one_file_never_rotated(tmp_path: Path) -> None:
     lines = sink.getvalue().splitlines()
     assert len(lines) == 101
     assert all('"rotated"' not in line for line in lines)
+
+
+def test_record_writes_what_event_writes_from_the_same_fields(tmp_path: Path) -> None:
+    clock = FakeClock()
+    by_keywords, by_dict = writer(tmp_path / "a", clock), writer(tmp_path / "b", clock)
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("submit", {"run": {"id": "r0", "provider": "demo", "workspace": "default"}}),
+        ("start", {"run_id": "r0", "account": None}),
+        ("finish", {"run_id": "r0", "outcome": "succeeded", "exit_code": 0}),
+    ]
+    for kind, fields in events:
+        by_keywords.event(kind, **fields)
+        by_dict.record(kind, fields)
+        clock.now += 0.25
+    for w in (by_keywords, by_dict):
+        w.close()
+    assert by_keywords.path is not None
+    assert by_dict.path is not None
+    assert by_dict.path.read_bytes() == by_keywords.path.read_bytes()
+    with pytest.raises(ValueError, match="unknown trace event 'bogus'"):
+        by_dict.record("bogus", {})
 
 
 def test_unknown_event_kind_is_refused_by_the_writer(tmp_path: Path) -> None:
