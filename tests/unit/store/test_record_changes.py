@@ -57,3 +57,13 @@ def test_a_change_is_the_record_evolve_would_make(changes: dict[str, Any]) -> No
 def test_a_misspelt_field_is_refused_not_added() -> None:
     with pytest.raises(AttributeError):
         _changed(BASE, stauts=RunStatus.RUNNING)
+
+
+@pytest.mark.parametrize("name", ["status", "not_a_field"])
+def test_a_record_refuses_every_assignment(name: str) -> None:
+    # Not slotted (building one is cheaper), so nothing but attrs' frozen
+    # __setattr__ keeps an attribute from being changed or added.
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        setattr(BASE, name, RunStatus.RUNNING)
+    assert BASE.status is RunStatus.QUEUED
+    assert not hasattr(BASE, "not_a_field")

@@ -205,7 +205,14 @@ def _check_utf8(fields: Mapping[str, str | None], owner: str, *names: str | None
             )
 
 
-@attrs.frozen(slots=True)
+# Run records and submissions are frozen *dict* classes, not slotted ones:
+# attrs builds a frozen slotted instance through object.__setattr__, a call
+# per field, while a frozen dict class's __init__ stores each field straight
+# into the instance's __dict__. A 23-field RunRecord costs about 9,800
+# instructions to build that way against 21,200 slotted (cachegrind), and
+# every run builds three (submit, start, finish); the price is about 120
+# bytes more per record held (docs/performance.md, "Run records").
+@attrs.frozen(slots=False)
 class NewRun:
     """A run as submitted: what to run, where, and who to tell.
 
@@ -226,7 +233,7 @@ class NewRun:
     cwd: str | None = None
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=False)  # see NewRun
 class RunRecord:
     """A run as the ledger holds it: the submission plus everything that happened.
 
@@ -272,7 +279,7 @@ class RunRecord:
 
 _RECORD_FIELDS = tuple(field.name for field in attrs.fields(RunRecord))
 _record_values = operator.attrgetter(*_RECORD_FIELDS)
-_set = object.__setattr__
+_FIELD_INDEX = {name: index for index, name in enumerate(_RECORD_FIELDS)}
 
 
 def _changed(record: RunRecord, **changes: object) -> RunRecord:
@@ -280,13 +287,17 @@ def _changed(record: RunRecord, **changes: object) -> RunRecord:
 
     Every state change of every run goes through here (three per run in
     the simulator); evolve's generic field walk was a visible share of a
-    replay. The copy is made with every field as it is (RunRecord has no
-    converters or validators to run again), then the changed ones are set.
+    replay. The record's values are read in field order, the changed ones
+    replaced, and the copy built from them by RunRecord's own ``__init__``
+    (it has no converters or validators to run again).
     """
-    copy = RunRecord(*_record_values(record))
-    for name, value in changes.items():
-        _set(copy, name, value)
-    return copy
+    values = list(_record_values(record))
+    try:
+        for name, value in changes.items():
+            values[_FIELD_INDEX[name]] = value
+    except KeyError as unknown:
+        raise AttributeError(f"RunRecord has no field {unknown}") from None
+    return RunRecord(*values)
 
 
 @attrs.frozen(slots=True)
