@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 import json
 import math
-import operator
 from collections.abc import Mapping
 from typing import TypeAlias
 
@@ -278,20 +277,21 @@ class RunRecord:
 
 
 _RECORD_FIELDS = tuple(field.name for field in attrs.fields(RunRecord))
-_record_values = operator.attrgetter(*_RECORD_FIELDS)
 _FIELD_INDEX = {name: index for index, name in enumerate(_RECORD_FIELDS)}
 
 
 def _changed(record: RunRecord, **changes: object) -> RunRecord:
-    """``attrs.evolve(record, **changes)`` at about half its cost.
+    """``attrs.evolve(record, **changes)`` at about a third of its cost.
 
     Every state change of every run goes through here (three per run in
     the simulator); evolve's generic field walk was a visible share of a
     replay. The record's values are read in field order, the changed ones
     replaced, and the copy built from them by RunRecord's own ``__init__``
-    (it has no converters or validators to run again).
+    (it has no converters or validators to run again). They are read from
+    the instance's ``__dict__``, which RunRecord's ``__init__`` fills in
+    field order: a fifth of the instructions of reading 23 attributes.
     """
-    values = list(_record_values(record))
+    values = list(record.__dict__.values())
     try:
         for name, value in changes.items():
             values[_FIELD_INDEX[name]] = value
