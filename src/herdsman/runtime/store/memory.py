@@ -91,21 +91,17 @@ class MemoryStore:
         self._check_open()
         now = check_now(now)
         # Stage every change first so an illegal item leaves nothing applied,
-        # like the rolled-back transaction of the SQLite store.
+        # like the rolled-back transaction of the SQLite store. A run given
+        # twice fails its second start (running cannot become running), so
+        # the staged records are the items' records, in their order.
         staged: dict[str, RunRecord] = {}
-        out: list[RunRecord] = []
         for run_id, account in items:
-            current = staged.get(run_id)
-            if current is None:
-                current = self._runs.get(run_id)
+            current = staged.get(run_id) or self._runs.get(run_id)
             if current is None:
                 raise not_found(run_id)
-            record = started(current, now, account)
-            staged[run_id] = record
-            out.append(record)
-        for record in out:
-            self._runs[record.id] = record
-        return out
+            staged[run_id] = started(current, now, account)
+        self._runs.update(staged)
+        return list(staged.values())
 
     def finish(
         self,
