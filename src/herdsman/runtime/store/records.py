@@ -281,15 +281,15 @@ _FIELD_INDEX = {name: index for index, name in enumerate(_RECORD_FIELDS)}
 
 
 def _changed(record: RunRecord, changes: Mapping[str, object]) -> RunRecord:
-    """``attrs.evolve(record, **changes)`` at about a third of its cost.
+    """``attrs.evolve(record, **changes)`` at two fifths of its cost.
 
-    Every state change of every run goes through here (three per run in
-    the simulator); evolve's generic field walk was a visible share of a
-    replay. The record's values are read in field order, the changed ones
-    replaced, and the copy built from them by RunRecord's own ``__init__``
-    (it has no converters or validators to run again). They are read from
-    the instance's ``__dict__``, which RunRecord's ``__init__`` fills in
-    field order: a fifth of the instructions of reading 23 attributes.
+    A run's start and finish (and any re-queue or note) go through here;
+    evolve's generic field walk was a visible share of a replay. The
+    record's values are read in field order, the changed ones replaced, and
+    the copy built from them by RunRecord's own ``__init__`` (it has no
+    converters or validators to run again). They are read from the
+    instance's ``__dict__``, which RunRecord's ``__init__`` fills in field
+    order, rather than as 23 attributes (7,000 instructions).
     The changes come as one mapping, not keywords: a keyword call packs
     them into a new dict again at every call.
     """
