@@ -17,7 +17,7 @@ from herdsman.runtime.store.records import (
     RunRecord,
     RunStatus,
     _changed,
-    finished,
+    ended,
     new_record,
     noted,
     requeued,
@@ -87,24 +87,14 @@ def _every_way_to_make_a_record() -> list[RunRecord]:
         NewRun(id="r2", provider="p", prompt="x", metadata={"a": [1]}), 1, 1.0, RunStatus.QUEUED
     )
     running = started(made, 2.0, "acct")
-    limited = finished(
-        running,
-        RunStatus.USAGE_LIMITED,
-        3.0,
-        exit_code=1,
-        reason="limit",
-        result=None,
-        session_id="s",
-        excerpt="",
-        log_path="/l",
-    )
+    limited = ended(running, RunStatus.USAGE_LIMITED, 3.0, "limit")
     again = noted(requeued(limited), "note")
     return [
         made,
         running,
         limited,
         again,
-        attrs.evolve(again, attempts=5),
+        attrs.evolve(again, attempts=5, session_id="s", excerpt=""),
         copy.copy(again),
         copy.deepcopy(again),
         pickle.loads(pickle.dumps(again)),
