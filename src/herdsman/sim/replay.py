@@ -365,13 +365,15 @@ async def _deliver(supervisor: Supervisor, arrival: Any) -> int:
         return 0  # it has stopped (a replayed shutdown): nothing reaches it any more
     if arrival.kind in ("submit", "skip"):
         run = fields["run"]
+        # id, provider, prompt, conversation, agent, workspace: by position,
+        # as keywords are matched by name at every call (one per arrival).
         new = NewRun(
-            id=run["id"],
-            provider=run["provider"],
-            prompt=run.get("prompt", "(not recorded)"),
-            conversation=run.get("conversation"),
-            agent=run.get("agent"),
-            workspace=run.get("workspace", "default"),
+            run["id"],
+            run["provider"],
+            run.get("prompt", "(not recorded)"),
+            run.get("conversation"),
+            run.get("agent"),
+            run.get("workspace", "default"),
             cwd=run.get("cwd"),
         )
         if "account" in fields:  # running on it when the trace file was rotated

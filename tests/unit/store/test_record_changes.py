@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 from typing import Any
 
 import attrs
@@ -9,7 +11,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from herdsman.runtime.store.records import RunRecord, RunStatus, _changed
+from herdsman.runtime.store.records import (
+    _RECORD_FIELDS,
+    NewRun,
+    RunRecord,
+    RunStatus,
+    _changed,
+    ended,
+    new_record,
+    noted,
+    requeued,
+    started,
+)
 
 BASE = RunRecord(
     id="r1",
@@ -46,7 +59,7 @@ CHANGES: dict[str, st.SearchStrategy[Any]] = {
 
 @given(st.fixed_dictionaries({}, optional=CHANGES))
 def test_a_change_is_the_record_evolve_would_make(changes: dict[str, Any]) -> None:
-    changed = _changed(BASE, **changes)
+    changed = _changed(BASE, changes)
     assert changed == attrs.evolve(BASE, **changes)
     # A copy: the original is untouched, whatever changed.
     assert BASE.status is RunStatus.QUEUED
@@ -56,4 +69,41 @@ def test_a_change_is_the_record_evolve_would_make(changes: dict[str, Any]) -> No
 
 def test_a_misspelt_field_is_refused_not_added() -> None:
     with pytest.raises(AttributeError):
-        _changed(BASE, stauts=RunStatus.RUNNING)
+        _changed(BASE, {"stauts": RunStatus.RUNNING})
+
+
+@pytest.mark.parametrize("name", ["status", "not_a_field"])
+def test_a_record_refuses_every_assignment(name: str) -> None:
+    # Not slotted (building one is cheaper), so nothing but attrs' frozen
+    # __setattr__ keeps an attribute from being changed or added.
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        setattr(BASE, name, RunStatus.RUNNING)
+    assert BASE.status is RunStatus.QUEUED
+    assert not hasattr(BASE, "not_a_field")
+
+
+def _every_way_to_make_a_record() -> list[RunRecord]:
+    made = new_record(
+        NewRun(id="r2", provider="p", prompt="x", metadata={"a": [1]}), 1, 1.0, RunStatus.QUEUED
+    )
+    running = started(made, 2.0, "acct")
+    limited = ended(running, RunStatus.USAGE_LIMITED, 3.0, "limit")
+    again = noted(requeued(limited), "note")
+    return [
+        made,
+        running,
+        limited,
+        again,
+        attrs.evolve(again, attempts=5, session_id="s", excerpt=""),
+        copy.copy(again),
+        copy.deepcopy(again),
+        pickle.loads(pickle.dumps(again)),
+    ]
+
+
+@pytest.mark.parametrize("record", _every_way_to_make_a_record())
+def test_a_record_holds_its_values_in_field_order_however_made(record: RunRecord) -> None:
+    # _changed reads the values from __dict__ in this order.
+    assert list(record.__dict__) == list(_RECORD_FIELDS)
+    assert _changed(record, {}) == record
+    assert _changed(record, {"reason": "r"}) == attrs.evolve(record, reason="r")

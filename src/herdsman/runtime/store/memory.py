@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 class MemoryStore:
     """A :class:`~herdsman.runtime.store.base.Store` held in dicts.
 
-    Point operations are O(1); listings, ``recover`` and ``prune`` scan every
-    run, which is fine at simulator sizes and keeps this store obviously
+    Point operations are O(1); listings, ``counts``, ``recover`` and
+    ``prune`` scan every run, which is fine at simulator sizes and keeps this store obviously
     right. Nothing is durable, which is the point.
     """
 
@@ -56,7 +56,6 @@ class MemoryStore:
         self._runs: dict[str, RunRecord] = {}
         self._sessions: dict[tuple[str, str, str], Session] = {}
         self._limits: dict[tuple[str, str | None], AccountLimit] = {}
-        self._counts: Counter[RunStatus] = Counter()
         self._last_seq = 0
         self._closed = False
 
@@ -78,7 +77,7 @@ class MemoryStore:
             return existing, False
         record = new_record(new, self._last_seq + 1, now, status, reason)
         self._last_seq += 1
-        self._put(record)
+        self._runs[record.id] = record
         return record, True
 
     def mark_running(self, run_id: str, now: float, account: str | None) -> RunRecord:
@@ -92,21 +91,17 @@ class MemoryStore:
         self._check_open()
         now = check_now(now)
         # Stage every change first so an illegal item leaves nothing applied,
-        # like the rolled-back transaction of the SQLite store.
+        # like the rolled-back transaction of the SQLite store. A run given
+        # twice fails its second start (running cannot become running), so
+        # the staged records are the items' records, in their order.
         staged: dict[str, RunRecord] = {}
-        out: list[RunRecord] = []
         for run_id, account in items:
-            current = staged.get(run_id)
-            if current is None:
-                current = self._runs.get(run_id)
+            current = staged.get(run_id) or self._runs.get(run_id)
             if current is None:
                 raise not_found(run_id)
-            record = started(current, now, account)
-            staged[run_id] = record
-            out.append(record)
-        for record in out:
-            self._put(record)
-        return out
+            staged[run_id] = started(current, now, account)
+        self._runs.update(staged)
+        return list(staged.values())
 
     def finish(
         self,
@@ -135,7 +130,7 @@ class MemoryStore:
             excerpt=excerpt,
             log_path=log_path,
         )
-        self._put(record)
+        self._runs[record.id] = record
         return record
 
     def cancel_queued(self, run_id: str, now: float, reason: str) -> RunRecord:
@@ -146,21 +141,21 @@ class MemoryStore:
         if current.status is not RunStatus.QUEUED:
             raise not_queued(current)
         record = ended(current, RunStatus.CANCELLED, now, reason)
-        self._put(record)
+        self._runs[record.id] = record
         return record
 
     def add_note(self, run_id: str, note: str) -> RunRecord:
         """See :meth:`Store.add_note`."""
         self._check_open()
         record = noted(self._existing(run_id), note)
-        self._put(record)
+        self._runs[record.id] = record
         return record
 
     def requeue(self, run_id: str) -> RunRecord:
         """See :meth:`Store.requeue`."""
         self._check_open()
         record = requeued(self._existing(run_id))
-        self._put(record)
+        self._runs[record.id] = record
         return record
 
     def apply(
@@ -221,7 +216,7 @@ class MemoryStore:
             if r.status is RunStatus.RUNNING
         ]
         for record in found:
-            self._put(record)
+            self._runs[record.id] = record
         return found
 
     def prune(self, finished_before: float) -> int:
@@ -237,7 +232,6 @@ class MemoryStore:
         ]
         for record in doomed:
             del self._runs[record.id]
-            self._counts[record.status] -= 1
         return len(doomed)
 
     def conversation_session(
@@ -328,9 +322,14 @@ class MemoryStore:
         return used
 
     def counts(self) -> Mapping[RunStatus, int]:
-        """See :meth:`Store.counts`."""
+        """See :meth:`Store.counts`.
+
+        Counted when asked, like the other listings: no caller asks per run,
+        while tallying at every state change cost each run three updates.
+        """
         self._check_open()
-        return {status: self._counts[status] for status in RunStatus}
+        tally = Counter(record.status for record in self._runs.values())
+        return {status: tally[status] for status in RunStatus}
 
     def close(self) -> None:
         """See :meth:`Store.close`."""
@@ -345,10 +344,3 @@ class MemoryStore:
         if record is None:
             raise not_found(run_id)
         return record
-
-    def _put(self, record: RunRecord) -> None:
-        previous = self._runs.get(record.id)
-        if previous is not None:
-            self._counts[previous.status] -= 1
-        self._runs[record.id] = record
-        self._counts[record.status] += 1
