@@ -90,9 +90,17 @@ async def _watch_folders(
     )
     # aclosing: leaving the loop early must stop the watching thread now, not
     # whenever the generator is garbage collected.
+    # A change made after the folders were looked up but before this watch
+    # was armed (say, the link swapped again while the last change was being
+    # reloaded) reports nothing to it: so the first batch, empty or not
+    # (one comes within ``rust_timeout``, once the watch is armed), is
+    # reported as a change too. The caller compares contents, so a file
+    # that did not change costs one read.
+    armed = False
     async with contextlib.aclosing(changes):
         async for batch in changes:
-            if batch:
+            if batch or not armed:
+                armed = True
                 await changed()
             if _watched_folders(path) != folders or not all(map(os.path.isdir, folders)):
                 return
