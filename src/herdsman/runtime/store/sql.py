@@ -179,8 +179,12 @@ class SqlStore:
 
     # --- transactions --------------------------------------------------------
 
+    def _message(self, exc: BaseException) -> str:
+        """A driver error's text as a store error may carry it (a subclass cleans it)."""
+        return str(exc)
+
     def _failure(self, exc: Exception) -> StoreError:
-        return StoreError(f"{self._describe()}: {exc}")
+        return StoreError(f"{self._describe()}: {self._message(exc)}")
 
     def _open_cursor(self) -> Cursor:
         try:
@@ -236,11 +240,13 @@ class SqlStore:
 
     def _report_failed_undo(self, exc: BaseException, rollback_exc: Exception) -> None:
         """Report ``exc``, not the failed rollback after it, as :meth:`_roll_back` says."""
+        # Both through _message: a driver's raw text may span lines or name a password.
+        undo = self._message(rollback_exc)
         if isinstance(exc, self._driver_errors):
             raise StoreError(
-                f"{self._describe()}: {exc} (and the rollback failed: {rollback_exc})"
+                f"{self._describe()}: {self._message(exc)} (and the rollback failed: {undo})"
             ) from rollback_exc
-        exc.add_note(f"{self._describe()}: the rollback failed too: {rollback_exc}")
+        exc.add_note(f"{self._describe()}: the rollback failed too: {undo}")
 
     @contextmanager
     def _as_store_errors(self) -> Iterator[None]:
