@@ -10,7 +10,7 @@ import outcome
 import trio
 import trio.testing
 
-from herdsman.runtime.ledger import Ledger, Queued, fresh_error
+from herdsman.runtime.ledger import Ledger, Queued, fresh_error, inline
 from herdsman.runtime.store import MemoryStore, RunNotFound, RunStatus, Store, StoreError
 
 
@@ -196,3 +196,40 @@ class Picky(Exception):
 def test_an_error_that_cannot_be_rebuilt_is_raised_itself() -> None:
     original = Picky(3, where="here")
     assert fresh_error(original, None) is original
+
+
+class FailingCommitStore(MemoryStore):
+    """A store whose commit fails as a SQL store's does when an undo failed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raised: list[StoreError] = []
+
+    def apply(
+        self, operations: Sequence[Callable[[Store], Any]], *, durable: bool = False
+    ) -> list[outcome.Outcome[Any]]:
+        error = StoreError("the batch was rolled back")
+        error.__cause__ = RunNotFound("the call's own error")
+        self.raised.append(error)
+        raise error
+
+
+async def test_a_failed_commit_reaches_each_caller_caused_by_the_stores_error() -> None:
+    for run_sync in (on_loop, inline):
+        store = FailingCommitStore()
+        ledger = Ledger(store, run_sync=run_sync)
+        errors: list[StoreError] = []
+        async with trio.open_nursery() as nursery:
+            if run_sync is on_loop:
+                await nursery.start(ledger.run)
+            for _ in range(2):
+                try:
+                    await ledger.call(lambda s: s.get("x"))
+                except StoreError as exc:
+                    errors.append(exc)
+            nursery.cancel_scope.cancel()
+        assert [str(exc) for exc in errors] == ["the batch was rolled back"] * 2
+        assert [exc.__cause__ for exc in errors] == store.raised
+        assert all(isinstance(exc.__cause__, StoreError) for exc in errors)
+        assert all(isinstance(cause.__cause__, RunNotFound) for cause in store.raised)
+        assert "the call's own error" in "".join(traceback.format_exception(errors[0]))

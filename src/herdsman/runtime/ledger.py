@@ -232,7 +232,7 @@ class Ledger:
         try:
             (result,) = self.store.apply([pending.operation], durable=pending.durable)
         except StoreError as exc:  # the commit itself failed: nothing of it was kept
-            result = outcome.Error(StoreError(str(exc)))
+            result = outcome.Error(_commit_failed(exc))
         self._hand_over(pending, result)
 
     def _commit(self, batch: Sequence[Queued[Any]]) -> list[outcome.Outcome[Any]]:
@@ -243,7 +243,7 @@ class Ledger:
             return self.store.apply([c.operation for c in batch], durable=durable)
         except StoreError as exc:  # the commit itself failed: nothing of it was kept
             # One exception object per caller: each re-raises it in its own task.
-            return [outcome.Error(StoreError(str(exc))) for _ in batch]
+            return [outcome.Error(_commit_failed(exc)) for _ in batch]
 
     def _settle(self, batch: Sequence[Queued[Any]], results: list[outcome.Outcome[Any]]) -> None:
         """Hand each call its result and run the callbacks, in queue order."""
@@ -267,6 +267,20 @@ class Ledger:
                 # A failing callback (a trace write on a full disk, say)
                 # must not take the writer, and every later call, down.
                 log.exception("error after a ledger commit; carrying on")
+
+
+def _commit_failed(exc: StoreError) -> StoreError:
+    """One caller's error for a commit that failed with ``exc``, caused by it.
+
+    A plain :class:`StoreError`, as ``raise ... from exc`` would make it:
+    the chain keeps what the store said caused the failure (a call whose
+    undo failed, a driver error), which is only ever read, never raised
+    again, so every caller may share it.
+    """
+    error = StoreError(str(exc))
+    error.__cause__ = exc
+    error.__suppress_context__ = True
+    return error
 
 
 def fresh_error(error: BaseException, traceback: TracebackType | None) -> BaseException:

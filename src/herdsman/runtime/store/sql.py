@@ -274,9 +274,9 @@ class SqlStore:
         If undoing it fails too, the operation's error is still the one
         raised (as :meth:`_roll_back` reports it), and the batch is doomed:
         what the operation changed may be in its transaction still, or the
-        database may have rolled the whole transaction back already. So no
-        later operation of the batch runs (in SQLite, outside a transaction,
-        its savepoint would begin and commit one of its own), and
+        database may have rolled the whole transaction back already. So every
+        later store call of the batch is refused here (in SQLite, outside a
+        transaction, its savepoint would begin and commit one of its own), and
         :meth:`apply` rolls everything back and raises.
         """
         if self._batch_failure is not None:
