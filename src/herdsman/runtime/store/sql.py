@@ -134,9 +134,9 @@ class SqlStore:
 
     Safe to call from ``trio.to_thread`` worker threads: a lock lets one
     thread at a time use the connection. Every state change is one
-    transaction; inside :meth:`apply` each call is a savepoint of the
-    batch's transaction. Subclasses call this ``__init__`` first, then open
-    the connection.
+    transaction; inside :meth:`apply` each operation is a savepoint of the
+    batch's transaction, and each call a savepoint within it. Subclasses
+    call this ``__init__`` first, then open the connection.
     """
 
     #: The driver's exception base classes, turned into :class:`StoreError`.
@@ -296,6 +296,11 @@ class SqlStore:
 
     def _undo_savepoint(self, cur: Cursor, exc: BaseException) -> None:
         """Roll back to the operation's savepoint after ``exc``; doom the batch if that fails."""
+        if self._batch_failure is not None:
+            # A store call inside this operation could not be undone: the
+            # batch is doomed and rolled back whole, so this undo is moot
+            # (and would only report the same failure twice).
+            return
         try:
             cur.execute("ROLLBACK TO SAVEPOINT operation")
             cur.execute("RELEASE SAVEPOINT operation")
@@ -314,7 +319,7 @@ class SqlStore:
         with self._transaction(durable=durable, batch=True) as cur:
             self._batch, self._batch_failure = cur, None
             try:
-                results = [outcome.capture(operation, self) for operation in operations]
+                results = [outcome.capture(self._operation, cur, op) for op in operations]
                 failure = self._batch_failure
             finally:
                 self._batch, self._batch_failure = None, None
@@ -325,6 +330,15 @@ class SqlStore:
                     f" and could not be undone: {failure}"
                 ) from failure
             return results
+
+    def _operation(self, cur: Cursor, operation: Callable[[Store], Any]) -> Any:
+        """One operation of a batch, all or nothing: a savepoint around all its store calls.
+
+        The base savepoint, not :meth:`_transaction`: an operation that only
+        reads must take no write lock (a fleet's), as its reads take none.
+        """
+        with self._as_store_errors(), self._savepoint(cur):
+            return operation(self)
 
     @contextmanager
     def _reading(self) -> Iterator[Cursor]:
