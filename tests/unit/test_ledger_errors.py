@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import outcome
+import pytest
 import trio
 import trio.testing
 
@@ -28,16 +29,34 @@ def fail(exc: BaseException) -> NoReturn:
     raise exc
 
 
+@pytest.fixture
+async def failed_call(nursery: trio.Nursery) -> tuple[Ledger, Queued[object]]:
+    """A ledger whose writer runs, and a call of it that fails (an unknown run)."""
+    ledger = Ledger(MemoryStore(), run_sync=on_loop)
+    await nursery.start(ledger.run)
+    return ledger, ledger.enqueue(finish_unknown)
+
+
+async def wait_while_handling(
+    ledger: Ledger, pending: Queued[object], handled: BaseException
+) -> BaseException:
+    """Wait for the failed ``pending`` while handling ``handled``; the error the wait raised."""
+    try:
+        fail(handled)
+    except type(handled):
+        with pytest.raises(StoreError) as caught:
+            await ledger.result(pending)
+    return caught.value
+
+
 def frame_names(exc: BaseException) -> list[str]:
     return [frame.name for frame in traceback.extract_tb(exc.__traceback__)]
 
 
 async def test_a_waiter_handling_its_error_never_sees_another_waits_frames_or_context(
-    nursery: trio.Nursery,
+    failed_call: tuple[Ledger, Queued[object]],
 ) -> None:
-    ledger = Ledger(MemoryStore(), run_sync=on_loop)
-    await nursery.start(ledger.run)
-    pending = ledger.enqueue(finish_unknown)
+    ledger, pending = failed_call
     a_caught, b_done = trio.Event(), trio.Event()
     seen: dict[str, Any] = {}
 
@@ -52,13 +71,7 @@ async def test_a_waiter_handling_its_error_never_sees_another_waits_frames_or_co
 
     async def waiter_b() -> None:
         await a_caught.wait()
-        try:
-            fail(KeyError("B was handling this"))
-        except KeyError:
-            try:
-                await ledger.result(pending)
-            except StoreError as exc:
-                seen["b"] = exc
+        seen["b"] = await wait_while_handling(ledger, pending, KeyError("B was handling this"))
         b_done.set()
 
     async with trio.open_nursery() as waiters:
@@ -77,18 +90,12 @@ async def test_a_waiter_handling_its_error_never_sees_another_waits_frames_or_co
 
 
 async def test_a_later_wait_outside_a_handler_carries_no_context_from_an_earlier_wait(
-    nursery: trio.Nursery,
+    failed_call: tuple[Ledger, Queued[object]],
 ) -> None:
-    ledger = Ledger(MemoryStore(), run_sync=on_loop)
-    await nursery.start(ledger.run)
-    pending = ledger.enqueue(finish_unknown)
-    try:
-        fail(KeyError("handled during the first wait only"))
-    except KeyError:
-        try:
-            await ledger.result(pending)
-        except StoreError as exc:
-            first = exc
+    ledger, pending = failed_call
+    first = await wait_while_handling(
+        ledger, pending, KeyError("handled during the first wait only")
+    )
     assert isinstance(first.__context__, KeyError)
     try:
         await ledger.result(pending)

@@ -11,6 +11,7 @@ queued again where no scheduler will ever start it).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import trio
 from supervisor_support import config_at, unrecorded_finish, write_config
 
 from herdsman.runtime.runner import Outcome, ProcessOutcome, ProcessSpec, RunCancel, UsageLimit
-from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, SqliteStore, Store, StoreError
+from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, SqliteStore, StoreError
 from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.runtime.supervisor import Supervisor
 
@@ -52,23 +53,36 @@ class FlakyPostgres(FailsOnce, PostgresStore):
     pass
 
 
-def flaky_store(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> FlakyMemory | FlakySqlite | FlakyPostgres:
-    if kind == "postgres":  # a sole supervisor's, not a fleet's
-        return FlakyPostgres(request.getfixturevalue("postgres_url"))
-    return FlakySqlite(tmp_path / "herdsman.db") if kind == "sqlite" else FlakyMemory()
+Flaky = FlakyMemory | FlakySqlite | FlakyPostgres
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Flaky]:
+    """Each kind of ledger, failing the call a test names once."""
+    made: Flaky
+    if request.param == "postgres":  # a sole supervisor's, not a fleet's
+        made = FlakyPostgres(request.getfixturevalue("postgres_url"))
+    else:
+        made = FlakySqlite(tmp_path / "herdsman.db") if request.param == "sqlite" else FlakyMemory()
+    yield made
+    made.close()
 
 
 async def end_of_r1(
     tmp_path: Path,
-    store: Store,
+    store: Flaky,
+    failing: str,
     ended: ProcessOutcome,
     caplog: pytest.LogCaptureFixture,
     *,
     conversation: str | None = None,
-) -> str:
-    """Run r1 once, ending as ``ended``; the error logged for its unrecorded finish."""
+) -> None:
+    """Run r1 once, ending as ``ended``, its finish's call ``failing`` failing once.
+
+    Waits until the supervisor has logged the finish as unrecorded, naming
+    that call's error, and has let the run go.
+    """
+    store.failing = failing
     attempts: list[str] = []
 
     async def execute(
@@ -87,6 +101,7 @@ async def end_of_r1(
             NewRun(id="r1", provider="demo", prompt="x", conversation=conversation)
         )
         logged = await unrecorded_finish(caplog, "r1")
+        assert f"database or disk is full ({failing})" in logged
         # Let go in the scheduler: nothing running, nothing queued again.
         with trio.fail_after(10):
             while supervisor.status()["running"]:
@@ -94,51 +109,37 @@ async def end_of_r1(
         assert supervisor.status()["queued"] == 0
         nursery.cancel_scope.cancel()
     assert attempts == ["r1"]
-    return logged
 
 
-KINDS = ["memory", "sqlite", "postgres"]
-
-
-@pytest.mark.parametrize("kind", KINDS)
 async def test_a_finish_whose_session_cannot_be_kept_is_not_recorded_at_all(
-    tmp_path: Path, kind: str, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    store: Flaky,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    store = flaky_store(kind, tmp_path, request)
-    store.failing = "set_conversation_session"
-    try:
-        ended = ProcessOutcome(Outcome.SUCCEEDED, 0, None, None, "ok", "sess-1", "", None)
-        logged = await end_of_r1(tmp_path, store, ended, caplog, conversation="c1")
-        assert "database or disk is full (set_conversation_session)" in logged
-        # As the supervisor said: not recorded. The run is still running in
-        # the ledger (a restart reports it lost), and no session was kept.
-        record = store.get("r1")
-        assert record is not None
-        assert record.status is RunStatus.RUNNING
-        assert record.finished_at is None
-        assert store.conversation_session("demo", "default", "c1") is None
-    finally:
-        store.close()
+    ended = ProcessOutcome(Outcome.SUCCEEDED, 0, None, None, "ok", "sess-1", "", None)
+    await end_of_r1(tmp_path, store, "set_conversation_session", ended, caplog, conversation="c1")
+    # As the supervisor said: not recorded. The run is still running in
+    # the ledger (a restart reports it lost), and no session was kept.
+    record = store.get("r1")
+    assert record is not None
+    assert record.status is RunStatus.RUNNING
+    assert record.finished_at is None
+    assert store.conversation_session("demo", "default", "c1") is None
 
 
-@pytest.mark.parametrize("kind", KINDS)
 async def test_a_usage_limited_finish_whose_note_cannot_be_added_is_not_recorded_at_all(
-    tmp_path: Path, kind: str, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    store: Flaky,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    store = flaky_store(kind, tmp_path, request)
-    store.failing = "add_note"
-    try:
-        limit = UsageLimit(time.time() + 3600, "You've hit your limit")
-        ended = ProcessOutcome(Outcome.FAILED, 1, "limit", None, None, None, "", limit)
-        logged = await end_of_r1(tmp_path, store, ended, caplog)
-        assert "database or disk is full (add_note)" in logged
-        # Neither finished, nor re-queued behind the scheduler's back (where
-        # nothing would ever start it), nor its account marked limited.
-        record = store.get("r1")
-        assert record is not None
-        assert record.status is RunStatus.RUNNING
-        assert record.notes == ()
-        assert store.queued_in_order() == []
-        assert store.account_limits(0.0) == []
-    finally:
-        store.close()
+    limit = UsageLimit(time.time() + 3600, "You've hit your limit")
+    ended = ProcessOutcome(Outcome.FAILED, 1, "limit", None, None, None, "", limit)
+    await end_of_r1(tmp_path, store, "add_note", ended, caplog)
+    # Neither finished, nor re-queued behind the scheduler's back (where
+    # nothing would ever start it), nor its account marked limited.
+    record = store.get("r1")
+    assert record is not None
+    assert record.status is RunStatus.RUNNING
+    assert record.notes == ()
+    assert store.queued_in_order() == []
+    assert store.account_limits(0.0) == []
