@@ -14,6 +14,7 @@ the order trio happens to wake the callers.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -83,8 +84,8 @@ class Queued(Generic[T]):
     ``done`` is made only when someone waits for a call not yet committed:
     a run's start usually commits with its finish and is never waited for.
     ``traceback`` is a failed call's error's traceback as the store call left
-    it: each wait raises the error again from there. ``waiter`` is the task
-    waiting in :meth:`Ledger.settled`, if one is.
+    it: each wait raises a copy of the error from there (see :func:`fresh_error`).
+    ``waiter`` is the task waiting in :meth:`Ledger.settled`, if one is.
     """
 
     __slots__ = ("done", "durable", "operation", "result", "then", "traceback", "waiter")
@@ -123,9 +124,9 @@ def _unwrap(pending: Queued[T]) -> T:
         value: T = result.value
         return value
     assert isinstance(result, outcome.Error)
-    # Not unwrap(), which allows one use; the store's traceback each
-    # time, not one grown by every earlier wait's frames.
-    raise result.error.with_traceback(pending.traceback)
+    # Not unwrap(), which allows one use: a copy of the error for each wait,
+    # with the store's traceback, not one grown by earlier waits' frames.
+    raise fresh_error(result.error, pending.traceback)
 
 
 class Ledger:
@@ -194,7 +195,9 @@ class Ledger:
         finish just waited for, say) returns at once, with no checkpoint: a
         trip through the scheduler per run for nothing to wait for. Any
         number of tasks may wait for one call, any number of times: each
-        gets its value, or its error raised again.
+        gets its value, or its error raised again — as an exception object
+        of its own (:func:`fresh_error`), so one waiter's raise never changes
+        the traceback or context of the error another waiter is handling.
         """
         if not self.committed(pending):
             if pending.done is None:
@@ -235,8 +238,9 @@ class Ledger:
             # Nobody will apply what is still queued: fail it rather than let
             # its callers wait forever.
             self._closed = True
-            closed = StoreError("the run ledger is closed: the supervisor is stopping")
             for pending in self._queue:
+                # One exception object per call, as a failed commit's callers get.
+                closed = StoreError("the run ledger is closed: the supervisor is stopping")
                 pending.result = outcome.Error(closed)
                 pending.wake()
             self._queue = []
@@ -247,8 +251,8 @@ class Ledger:
         except BaseException as exc:
             # Not a StoreError (MemoryError, an unmapped driver error): the
             # writer dies, but this batch's callers (shielded, some) must learn it.
-            failed = StoreError(f"the run ledger failed: {exc!r}")
-            self._settle(batch, [outcome.Error(failed) for _ in batch])
+            failed = f"the run ledger failed: {exc!r}"
+            self._settle(batch, [outcome.Error(StoreError(failed)) for _ in batch])
             raise
         self._settle(batch, results)
 
@@ -263,7 +267,7 @@ class Ledger:
         try:
             (result,) = self.store.apply([pending.operation], durable=pending.durable)
         except StoreError as exc:  # the commit itself failed: nothing of it was kept
-            result = outcome.Error(StoreError(str(exc)))
+            result = outcome.Error(_commit_failed(exc))
         self._hand_over(pending, result)
 
     def _commit(self, batch: Sequence[Queued[Any]]) -> list[outcome.Outcome[Any]]:
@@ -274,7 +278,7 @@ class Ledger:
             return self.store.apply([c.operation for c in batch], durable=durable)
         except StoreError as exc:  # the commit itself failed: nothing of it was kept
             # One exception object per caller: each re-raises it in its own task.
-            return [outcome.Error(StoreError(str(exc))) for _ in batch]
+            return [outcome.Error(_commit_failed(exc)) for _ in batch]
 
     def _settle(self, batch: Sequence[Queued[Any]], results: list[outcome.Outcome[Any]]) -> None:
         """Hand each call its result and run the callbacks, in queue order."""
@@ -297,3 +301,42 @@ class Ledger:
                 # A failing callback (a trace write on a full disk, say)
                 # must not take the writer, and every later call, down.
                 log.exception("error after a ledger commit; carrying on")
+
+
+def _commit_failed(exc: StoreError) -> StoreError:
+    """One caller's error for a commit that failed with ``exc``, caused by it.
+
+    A plain :class:`StoreError`, as ``raise ... from exc`` would make it:
+    the chain keeps what the store said caused the failure (a call whose
+    undo failed, a driver error), which is only ever read, never raised
+    again, so every caller may share it.
+    """
+    error = StoreError(str(exc))
+    error.__cause__ = exc
+    error.__suppress_context__ = True
+    return error
+
+
+def fresh_error(error: BaseException, traceback: TracebackType | None) -> BaseException:
+    """A new exception like ``error`` for one raise, with ``traceback`` as its traceback.
+
+    Raising an exception object changes it: its ``__traceback__`` grows by
+    the raising frames and its ``__context__`` becomes whatever the raising
+    task is handling. A failed call may be waited for by several tasks, so
+    each wait raises its own copy: same type, arguments (so same message),
+    ``__cause__``, ``__context__``, ``__suppress_context__`` and notes (a
+    list of its own). An error whose class cannot be rebuilt from its
+    arguments (a constructor with other parameters) is raised itself, as
+    before copies: sharing it is better than hiding it behind a copy error.
+    """
+    try:
+        fresh = copy.copy(error)
+    except Exception:
+        return error.with_traceback(traceback)
+    fresh.__cause__ = error.__cause__
+    fresh.__context__ = error.__context__
+    fresh.__suppress_context__ = error.__suppress_context__
+    notes = getattr(error, "__notes__", None)
+    if isinstance(notes, list):
+        fresh.__notes__ = list(notes)
+    return fresh.with_traceback(traceback)

@@ -978,7 +978,7 @@ def test_apply_runs_operations_in_order_and_returns_each_result(store: Store) ->
     assert store.get("b") == b
 
 
-def test_apply_undoes_only_the_call_that_failed(store: Store) -> None:
+def test_apply_undoes_the_whole_operation_that_failed_and_only_it(store: Store) -> None:
     store.submit(new("a"), T0)
 
     def half_then_fail(s: Store) -> None:
@@ -996,15 +996,39 @@ def test_apply_undoes_only_the_call_that_failed(store: Store) -> None:
     with pytest.raises(StoreConflict):
         results[1].unwrap()
     assert results[2].unwrap()[1] is True
-    # Each store call is all-or-nothing; calls before the failing one stay.
-    ghost = store.get("ghost")
-    assert ghost is not None
+    # An operation is all-or-nothing: the calls it made before the failing
+    # one are undone with it; the operations around it stay.
+    assert store.get("ghost") is None
     a = store.get("a")
     assert a is not None
     assert a.status is RunStatus.CANCELLED
     got = store.get("c")
     assert got is not None
     assert got.status is Q
+    assert [r.id for r in store.queued_in_order()] == ["c"]
+    assert store.counts()[Q] == 1
+
+
+def test_an_operation_that_handles_a_failed_call_keeps_its_other_calls(store: Store) -> None:
+    # Each store call is still all-or-nothing on its own: an operation that
+    # catches a refusal goes on from where the call left the store.
+    store.submit(new("a"), T0)
+
+    def tolerant(s: Store) -> str:
+        s.submit(new("b"), T0)
+        try:
+            s.finish("a", RunStatus.SUCCEEDED, T0 + 1)  # a is queued, not running
+        except StoreConflict:
+            s.cancel_queued("a", T0 + 1, "could not finish")
+        return "done"
+
+    (result,) = store.apply([tolerant])
+    assert result.unwrap() == "done"
+    a, b = store.get("a"), store.get("b")
+    assert a is not None
+    assert a.status is RunStatus.CANCELLED
+    assert b is not None
+    assert b.status is Q
 
 
 def test_usage_limited_then_requeue_in_one_batch_leaves_the_run_queued(store: Store) -> None:
@@ -1036,7 +1060,7 @@ def test_usage_limited_then_requeue_in_one_batch_leaves_the_run_queued(store: St
     assert store.prune(T0 + 1000) == 0
 
 
-def test_a_failed_requeue_leaves_a_usage_limited_run_final(store: Store) -> None:
+def test_a_failed_requeue_undoes_the_finish_of_its_operation(store: Store) -> None:
     in_status(store, "r", R)
 
     def fail_after_finish(s: Store) -> None:
@@ -1046,12 +1070,30 @@ def test_a_failed_requeue_leaves_a_usage_limited_run_final(store: Store) -> None
     results = store.apply([fail_after_finish, lambda s: s.get("r")])
     with pytest.raises(RuntimeError, match="requeue never happened"):
         results[0].unwrap()
-    # apply undoes only the store call that raised: the finish before it stays.
+    # The operation is undone whole: the run is running still, as before it.
     seen = results[1].unwrap()
+    assert seen is not None
+    assert seen.status is R
+    assert seen.finished_at is None
+    assert store.get("r") == seen
+    assert store.prune(T0 + 3) == 0
+
+
+def test_a_failed_requeue_of_its_own_leaves_a_usage_limited_run_final(store: Store) -> None:
+    in_status(store, "r", R)
+
+    def fail_to_requeue(s: Store) -> None:
+        s.requeue("r")
+        raise RuntimeError("requeue never happened")
+
+    results = store.apply([lambda s: s.finish("r", UL, T0 + 2, reason="limit"), fail_to_requeue])
+    with pytest.raises(RuntimeError, match="requeue never happened"):
+        results[1].unwrap()
+    # Another operation's finish stays: the run remains usage_limited, final.
+    seen = store.get("r")
     assert seen is not None
     assert seen.status is UL
     assert seen.is_terminal
-    assert store.get("r") == seen
     assert store.prune(T0 + 3) == 1
     assert store.get("r") is None
 

@@ -201,3 +201,35 @@ def test_operations_after_an_undo_that_failed_run_in_no_transaction_of_their_own
     assert isinstance(caught.value.__cause__, StoreConflict)
     assert not in_transaction(store)
     assert store.get("after") is None
+
+
+def test_a_postgres_undo_that_fails_reports_both_errors_cleaned_as_any_driver_error(
+    postgres_url: str,
+) -> None:
+    # libpq's messages span lines and may quote the password: a failed undo
+    # must clean both the operation's error and its own, as _failure does.
+    store = FailingPostgres(postgres_url)
+    secret = store._password or ""
+    shown = "***" if secret else ""
+    failing(store).update(
+        {
+            "SELECT status, COUNT(*) FROM runs GROUP BY status": psycopg.OperationalError(
+                "disk I/O error\nDETAIL:  the disk is full"
+            ),
+            ROLLBACK_TO: psycopg.OperationalError(
+                f"server closed the connection unexpectedly\n\tpassword {secret} was refused"
+            ),
+        }
+    )
+    try:
+        with pytest.raises(StoreError) as caught:
+            store.apply([lambda s: s.counts()])
+    finally:
+        failing(store).clear()
+        store.close()
+    message = str(caught.value)
+    assert message.endswith(
+        ": disk I/O error; DETAIL:  the disk is full (and the rollback failed:"
+        f" server closed the connection unexpectedly; password {shown} was refused)"
+    )
+    assert len(message.splitlines()) == 1

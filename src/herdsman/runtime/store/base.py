@@ -40,24 +40,27 @@ class Store(Protocol):
         Group commit: the supervisor's ledger queues the calls that arrive
         while the previous batch commits and applies them together, so one
         commit — and with ``durable`` one fsync — serves all of them. Every
-        store call is all-or-nothing on its own, inside a batch too: a call
-        that raises is undone alone (the calls an operation made before it
-        stay), the operation's exception is returned in its slot
-        (``outcome.Error``), and the other operations still commit.
+        operation is all-or-nothing: one that raises is undone whole, every
+        store call it made included (its finish, say, when the note after
+        it fails), its exception is returned in its slot (``outcome.Error``),
+        and the other operations still commit. Every store call is
+        all-or-nothing on its own too: an operation that catches a call's
+        error goes on with the store as it was before that call.
         ``durable`` makes the whole batch (and everything committed before
         it) reach the disk before this returns.
         If the commit itself fails, :class:`StoreError` is raised and nothing
-        of the batch is kept; so too if undoing a failed call fails (the
-        error names that call's error, which is its cause), and then no
-        later operation of the batch makes a store call.
+        of the batch is kept; so too if undoing a failed operation or call
+        fails (the error names that call's error, which is its cause), and
+        then no later operation of the batch is called.
 
         A crash cannot land between two operations of one batch: they reach
         the file together or not at all. This is what lets the supervisor
         record a usage_limited outcome and re-queue the run in one batch
         (``finish(run_id, USAGE_LIMITED, ...)`` then ``requeue(run_id)``)
-        without anyone seeing the run usage_limited in between. If the
-        re-queue raises, though, the ``finish`` stays: the run remains
-        usage_limited, which is final.
+        without anyone seeing the run usage_limited in between. Made in
+        one operation, as the supervisor does, a re-queue that raises undoes
+        the ``finish`` too; made in two, the ``finish`` stays: the run
+        remains usage_limited, which is final.
         """
         ...
 

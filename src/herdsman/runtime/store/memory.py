@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import outcome
@@ -37,6 +38,7 @@ from herdsman.runtime.store.records import (
     requeued,
     started,
 )
+from herdsman.runtime.store.undo import UndoLog
 
 if TYPE_CHECKING:
     from herdsman.runtime.store.base import Store
@@ -58,6 +60,8 @@ class MemoryStore:
         self._limits: dict[tuple[str, str | None], AccountLimit] = {}
         self._last_seq = 0
         self._closed = False
+        # While apply runs an operation: how to undo what it changed.
+        self._undo: UndoLog | None = None
 
     def submit(self, new: NewRun, now: float) -> tuple[RunRecord, bool]:
         """See :meth:`Store.submit`."""
@@ -77,7 +81,7 @@ class MemoryStore:
             return existing, False
         record = new_record(new, self._last_seq + 1, now, status, reason)
         self._last_seq += 1
-        self._runs[record.id] = record
+        self._put(record)
         return record, True
 
     def mark_running(self, run_id: str, now: float, account: str | None) -> RunRecord:
@@ -100,7 +104,8 @@ class MemoryStore:
             if current is None:
                 raise not_found(run_id)
             staged[run_id] = started(current, now, account)
-        self._runs.update(staged)
+        for record in staged.values():
+            self._put(record)
         return list(staged.values())
 
     def finish(
@@ -130,7 +135,7 @@ class MemoryStore:
             excerpt=excerpt,
             log_path=log_path,
         )
-        self._runs[record.id] = record
+        self._put(record)
         return record
 
     def cancel_queued(self, run_id: str, now: float, reason: str) -> RunRecord:
@@ -141,29 +146,44 @@ class MemoryStore:
         if current.status is not RunStatus.QUEUED:
             raise not_queued(current)
         record = ended(current, RunStatus.CANCELLED, now, reason)
-        self._runs[record.id] = record
+        self._put(record)
         return record
 
     def add_note(self, run_id: str, note: str) -> RunRecord:
         """See :meth:`Store.add_note`."""
         self._check_open()
         record = noted(self._existing(run_id), note)
-        self._runs[record.id] = record
+        self._put(record)
         return record
 
     def requeue(self, run_id: str) -> RunRecord:
         """See :meth:`Store.requeue`."""
         self._check_open()
         record = requeued(self._existing(run_id))
-        self._runs[record.id] = record
+        self._put(record)
         return record
 
     def apply(
         self, operations: Sequence[Callable[[Store], Any]], *, durable: bool = False
     ) -> list[outcome.Outcome[Any]]:
-        """See :meth:`Store.apply`. Each operation is already all-or-nothing here."""
+        """See :meth:`Store.apply`. An operation that raises is undone whole."""
         self._check_open()
-        return [outcome.capture(operation, self) for operation in operations]
+        return [outcome.capture(self._operation, operation) for operation in operations]
+
+    def _operation(self, operation: Callable[[Store], Any]) -> Any:
+        """Run one operation of a batch; if it raises, undo every change it made."""
+        outer, self._undo = self._undo, UndoLog()
+        try:
+            result = operation(self)
+        except BaseException:
+            undo, self._undo = self._undo, None  # the undo itself is not logged
+            undo.undo()
+            raise
+        finally:
+            log, self._undo = self._undo, outer
+        if outer is not None and log is not None:  # an apply inside an operation
+            outer.extend(log)
+        return result
 
     def get(self, run_id: str) -> RunRecord | None:
         """See :meth:`Store.get`."""
@@ -216,7 +236,7 @@ class MemoryStore:
             if r.status is RunStatus.RUNNING
         ]
         for record in found:
-            self._runs[record.id] = record
+            self._put(record)
         return found
 
     def prune(self, finished_before: float) -> int:
@@ -232,6 +252,8 @@ class MemoryStore:
         ]
         for record in doomed:
             del self._runs[record.id]
+        if doomed and self._undo is not None:
+            self._undo.add(partial(self._unprune, doomed))
         return len(doomed)
 
     def conversation_session(
@@ -260,6 +282,8 @@ class MemoryStore:
             account=account,
         )
         key = (provider, workspace, conversation)
+        if self._undo is not None:
+            self._undo.keep(self._sessions, key)
         if session_id is None:
             self._sessions.pop(key, None)
         else:
@@ -277,6 +301,8 @@ class MemoryStore:
         self._check_open()
         until = check_now(until)
         check_limit_text(provider, account, message=message)
+        if self._undo is not None:
+            self._undo.keep(self._limits, (provider, account))
         self._limits[provider, account] = AccountLimit(provider, account, until, message)
 
     def account_limits(self, now: float) -> list[AccountLimit]:
@@ -293,6 +319,8 @@ class MemoryStore:
         """See :meth:`Store.clear_account_limit`."""
         self._check_open()
         check_limit_text(provider, account)
+        if self._undo is not None:
+            self._undo.keep(self._limits, (provider, account))
         self._limits.pop((provider, account), None)
 
     def account_usage(self, since: float) -> list[AccountUse]:
@@ -344,3 +372,24 @@ class MemoryStore:
         if record is None:
             raise not_found(run_id)
         return record
+
+    def _put(self, record: RunRecord) -> None:
+        if self._undo is not None:
+            self._undo.add(partial(self._unput, record, self._runs.get(record.id)))
+        self._runs[record.id] = record
+
+    def _unput(self, record: RunRecord, previous: RunRecord | None) -> None:
+        """Undo the :meth:`_put` of ``record`` over ``previous`` (``None``: it was new)."""
+        if previous is not None:
+            self._runs[record.id] = previous
+            return
+        del self._runs[record.id]
+        # Undone newest first: its seq is handed out again, as SQLite's
+        # rolled-back AUTOINCREMENT counter does.
+        self._last_seq = record.seq - 1
+
+    def _unprune(self, doomed: list[RunRecord]) -> None:
+        """Put back the runs :meth:`prune` deleted, in seq order (the dict's order)."""
+        runs = [*self._runs.values(), *doomed]
+        runs.sort(key=lambda record: record.seq)
+        self._runs = {record.id: record for record in runs}

@@ -231,8 +231,8 @@ class PostgresStore(SqlStore):
         lines = (line.strip() for line in str(exc).splitlines())
         return hide_password("; ".join(line for line in lines if line), self._url, self._password)
 
-    def _failure(self, exc: Exception) -> StoreError:
-        return StoreError(f"{self._describe()}: {self._hide(exc)}")
+    def _message(self, exc: BaseException) -> str:
+        return self._hide(exc)
 
     def _settle_session(self) -> None:
         """Settings that must not depend on the server's, the role's or the URL's."""

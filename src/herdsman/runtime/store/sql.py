@@ -134,9 +134,9 @@ class SqlStore:
 
     Safe to call from ``trio.to_thread`` worker threads: a lock lets one
     thread at a time use the connection. Every state change is one
-    transaction; inside :meth:`apply` each call is a savepoint of the
-    batch's transaction. Subclasses call this ``__init__`` first, then open
-    the connection.
+    transaction; inside :meth:`apply` each operation is a savepoint of the
+    batch's transaction, and each call a savepoint within it. Subclasses
+    call this ``__init__`` first, then open the connection.
     """
 
     #: The driver's exception base classes, turned into :class:`StoreError`.
@@ -179,8 +179,12 @@ class SqlStore:
 
     # --- transactions --------------------------------------------------------
 
+    def _message(self, exc: BaseException) -> str:
+        """A driver error's text as a store error may carry it (a subclass cleans it)."""
+        return str(exc)
+
     def _failure(self, exc: Exception) -> StoreError:
-        return StoreError(f"{self._describe()}: {exc}")
+        return StoreError(f"{self._describe()}: {self._message(exc)}")
 
     def _open_cursor(self) -> Cursor:
         try:
@@ -236,11 +240,13 @@ class SqlStore:
 
     def _report_failed_undo(self, exc: BaseException, rollback_exc: Exception) -> None:
         """Report ``exc``, not the failed rollback after it, as :meth:`_roll_back` says."""
+        # Both through _message: a driver's raw text may span lines or name a password.
+        undo = self._message(rollback_exc)
         if isinstance(exc, self._driver_errors):
             raise StoreError(
-                f"{self._describe()}: {exc} (and the rollback failed: {rollback_exc})"
+                f"{self._describe()}: {self._message(exc)} (and the rollback failed: {undo})"
             ) from rollback_exc
-        exc.add_note(f"{self._describe()}: the rollback failed too: {rollback_exc}")
+        exc.add_note(f"{self._describe()}: the rollback failed too: {undo}")
 
     @contextmanager
     def _as_store_errors(self) -> Iterator[None]:
@@ -268,9 +274,9 @@ class SqlStore:
         If undoing it fails too, the operation's error is still the one
         raised (as :meth:`_roll_back` reports it), and the batch is doomed:
         what the operation changed may be in its transaction still, or the
-        database may have rolled the whole transaction back already. So no
-        later operation of the batch runs (in SQLite, outside a transaction,
-        its savepoint would begin and commit one of its own), and
+        database may have rolled the whole transaction back already. So every
+        later store call of the batch is refused here (in SQLite, outside a
+        transaction, its savepoint would begin and commit one of its own), and
         :meth:`apply` rolls everything back and raises.
         """
         if self._batch_failure is not None:
@@ -290,6 +296,11 @@ class SqlStore:
 
     def _undo_savepoint(self, cur: Cursor, exc: BaseException) -> None:
         """Roll back to the operation's savepoint after ``exc``; doom the batch if that fails."""
+        if self._batch_failure is not None:
+            # A store call inside this operation could not be undone: the
+            # batch is doomed and rolled back whole, so this undo is moot
+            # (and would only report the same failure twice).
+            return
         try:
             cur.execute("ROLLBACK TO SAVEPOINT operation")
             cur.execute("RELEASE SAVEPOINT operation")
@@ -308,7 +319,7 @@ class SqlStore:
         with self._transaction(durable=durable, batch=True) as cur:
             self._batch, self._batch_failure = cur, None
             try:
-                results = [outcome.capture(operation, self) for operation in operations]
+                results = [outcome.capture(self._operation, cur, op) for op in operations]
                 failure = self._batch_failure
             finally:
                 self._batch, self._batch_failure = None, None
@@ -319,6 +330,15 @@ class SqlStore:
                     f" and could not be undone: {failure}"
                 ) from failure
             return results
+
+    def _operation(self, cur: Cursor, operation: Callable[[Store], Any]) -> Any:
+        """One operation of a batch, all or nothing: a savepoint around all its store calls.
+
+        The base savepoint, not :meth:`_transaction`: an operation that only
+        reads must take no write lock (a fleet's), as its reads take none.
+        """
+        with self._as_store_errors(), self._savepoint(cur):
+            return operation(self)
 
     @contextmanager
     def _reading(self) -> Iterator[Cursor]:
