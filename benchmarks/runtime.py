@@ -510,11 +510,11 @@ async def main_async(
 ) -> None:
     passes = []
     # Nothing is deleted until the end. On this machine's ext4, creating a
-    # file after thousands were deleted in its block group costs 200-440 us
-    # of CPU instead of 13-50 us (perf puts the time in the inode allocator's
-    # check for recently deleted inodes), and that cost landed on whichever
-    # measurement came after a cleanup. Each pass prints what creating a
-    # file costs at its start; benchmarks/file_create.py shows the effect.
+    # file (every run creates its log) costs 13-440 us of CPU, most right
+    # after thousands were deleted (perf puts the time in the inode
+    # allocator), and the deletions of a pass's logs used to land on the
+    # measurement after them. Each pass prints what creating a file costs
+    # at its start; benchmarks/file_create.py shows the effect alone.
     with tempfile.TemporaryDirectory() as tmp:
         for n in range(repeat):
             if repeat > 1:
