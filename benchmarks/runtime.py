@@ -56,6 +56,7 @@ import httpx
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from file_create import create
 from herdsman.runtime.runner import Outcome, ProcessSpec, execute
 
 CONCURRENCY = 8
@@ -409,15 +410,6 @@ class Pass(NamedTuple):
     p50: float | None
 
 
-def file_create_us(directory: Path, files: int = 200) -> float:
-    """CPU microseconds to create one empty file in ``directory`` (a fresh subdirectory)."""
-    directory.mkdir()
-    before = time.process_time()
-    for n in range(files):
-        (directory / f"{n}.log").open("wb").close()
-    return (time.process_time() - before) / files * 1e6
-
-
 async def one_pass(
     runs: int, samples: int, runner_only: bool, store_url: str | None, tag: str, *, scratch: Path
 ) -> Pass:
@@ -428,7 +420,7 @@ async def one_pass(
     """
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average before this pass: {load}")
-    print(f"creating an empty file here: {file_create_us(scratch / 'files'):.0f} us of CPU")
+    print(f"creating an empty file here: {create(scratch / 'files', 200):.0f} us of CPU")
     raw = await raw_spawn_rate(runs)
     print(
         f"raw trio.run_process({TRUE}), concurrency {CONCURRENCY}: {raw.rate:8,.0f} runs/s "

@@ -48,8 +48,8 @@ class MemoryStore:
     """A :class:`~herdsman.runtime.store.base.Store` held in dicts.
 
     Point operations are O(1); listings, ``counts``, ``recover`` and
-    ``prune`` scan every run, which is fine at simulator sizes and keeps this store obviously
-    right. Nothing is durable, which is the point.
+    ``prune`` scan every run, which is fine at simulator sizes and keeps
+    this store obviously right. Nothing is durable, which is the point.
     """
 
     def __init__(self) -> None:

@@ -161,6 +161,11 @@ def check_text(run_id: str, **fields: str | None) -> None:
     accept what production would reject and a ledger reads the same on
     either database.
     """
+    check_texts(run_id, fields)
+
+
+def check_texts(run_id: str, fields: Mapping[str, str | None]) -> None:
+    """:func:`check_text` with the fields given as a mapping (no keyword call to pack them)."""
     _check_utf8(fields, "run {!r}", run_id)
 
 
@@ -349,8 +354,8 @@ def new_record(
     new: NewRun, seq: int, now: float, status: RunStatus, reason: str | None = None
 ) -> RunRecord:
     """The record a store creates for ``new`` (queued, or skipped straight away)."""
-    # check_text's checks, given a dict: no keyword call to re-pack it.
-    _check_utf8(
+    check_texts(
+        new.id,
         {
             "id": new.id,
             "provider": new.provider,
@@ -362,8 +367,6 @@ def new_record(
             "reason": reason,
             "cwd": new.cwd,
         },
-        "run {!r}",
-        new.id,
     )
     # The fields without a default by position, in their order: keywords
     # are matched by name at every call (3,000 instructions more a submit).
@@ -426,7 +429,7 @@ def finished(
         "excerpt": excerpt,
         "log_path": log_path,
     }
-    _check_utf8(texts, "run {!r}", record.id)  # check_text's checks
+    check_texts(record.id, texts)
     return _changed(record, {"status": status, "finished_at": now, "exit_code": exit_code, **texts})
 
 
