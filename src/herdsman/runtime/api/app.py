@@ -286,7 +286,7 @@ class Api:
 
 
 async def unexpected_error(request: Request, exc: Exception) -> Response:
-    """A bug or a failing store: logged with its traceback, answered as JSON."""
+    """A bug: logged with its traceback, answered as JSON (a failing ledger is a 503)."""
     log.error("error answering %s %s", request.method, request.url.path, exc_info=exc)
     return error(500, f"internal error: {type(exc).__name__}: {exc}")
 
