@@ -112,7 +112,10 @@ class _CancelOnSpawn:
 
 
 async def test_a_cancel_landing_at_the_spawn_stops_the_child_at_once(tmp_path: Path) -> None:
-    spec = make_spec(tmp_path, argv=(*script(READER), "0"), prompt="never needed")
+    # The child can end only by the cancel's signal: one that read its prompt
+    # at once could exit by itself (code 0) before a loaded event loop got to
+    # the cancel, which is a run that finished, not one the cancel stopped.
+    spec = make_spec(tmp_path, argv=(*script(READER), "30"), prompt="never needed")
     cancel = RunCancel()
     status = _CancelOnSpawn(cancel)
     started = time.monotonic()

@@ -1115,6 +1115,44 @@ def test_a_requeue_that_raises_in_the_batch_keeps_the_finish(store: Store) -> No
     assert got.is_terminal
 
 
+def test_an_apply_inside_an_operation_is_refused_and_its_batch_goes_on_whole(
+    store: Store,
+) -> None:
+    # A batch is one transaction: an apply nested in one of its operations
+    # would end it early (SQL) or commit apart from it. It is a programming
+    # error, raised in that operation, which is undone whole as any other.
+    store.submit(new("a"), T0)
+
+    def nested(s: Store) -> None:
+        s.submit(new("before"), T0)
+        s.apply([lambda t: t.submit(new("inner"), T0)])
+
+    def fails(s: Store) -> None:
+        s.submit(new("undone"), T0)
+        raise RuntimeError("fails after its submit")
+
+    results = store.apply(
+        [
+            nested,
+            lambda s: s.submit(new("after"), T0),
+            fails,
+            lambda s: s.cancel_queued("a", T0 + 1, "cancelled"),
+        ]
+    )
+    with pytest.raises(RuntimeError, match=r"^store\.apply was called inside an operation"):
+        results[0].unwrap()
+    assert results[1].unwrap()[1] is True
+    with pytest.raises(RuntimeError, match="fails after its submit"):
+        results[2].unwrap()
+    assert results[3].unwrap().status is RunStatus.CANCELLED
+    assert [store.get(run_id) for run_id in ("before", "inner", "undone")] == [None] * 3
+    assert [r.id for r in store.queued_in_order()] == ["after"]
+    # The store is usable afterwards: a batch of its own commits as usual.
+    (later,) = store.apply([lambda s: s.submit(new("later"), T0)])
+    assert later.unwrap()[1] is True
+    assert [r.id for r in store.queued_in_order()] == ["after", "later"]
+
+
 # --- notes -----------------------------------------------------------------
 
 

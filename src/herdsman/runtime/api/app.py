@@ -2,8 +2,9 @@
 
 Every request must carry ``Authorization: Bearer <token>``. Errors are JSON
 ``{"error": message}``: 400 malformed, 401 token, 404 unknown run, 409
-conflicting state, 422 invalid field, 503 shutting down or a cancel the
-ledger failed to record.
+conflicting state, 422 invalid field, 503 shutting down, or a run ledger that
+failed (locked, full, unreachable, closed while stopping). A submit's 503 also
+lists the run ids in ``"ids"``: submitting them again is safe.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from herdsman.runtime.intake import InvalidRequest, load_json, parse_batch, parse_submit
-from herdsman.runtime.store import RunStatus
+from herdsman.runtime.store import RunStatus, StoreConflict, StoreError
+from herdsman.runtime.store.errors import RunNotFound as UnknownRun
 from herdsman.runtime.supervisor import (
     CancelNotRecorded,
     NotAdmitting,
@@ -106,20 +108,61 @@ class Api:
                 return error(404, str(exc))
             except (NotAdmitting, CancelNotRecorded) as exc:
                 return error(503, str(exc))
+            except (StoreConflict, UnknownRun):
+                raise  # the ledger works; a refusal nothing mapped above is a bug: a 500
+            except StoreError as exc:
+                # Unavailable, not broken: nothing was changed, and the same
+                # request may succeed once the ledger is back.
+                log.warning("the run ledger failed: %s", exc)
+                return error(503, f"the run ledger failed ({exc}); nothing changed: ask again")
 
         return wrapper
+
+    @staticmethod
+    def not_recorded(ids: list[str], exc: StoreError, *, batch: bool) -> JSONResponse:
+        """The 503 of a submit the ledger refused: what to submit again, and why that is safe.
+
+        A client that gave no id learns the one its run was given, so a retry
+        cannot record the run twice should the first attempt have been kept.
+        """
+        log.warning("the run ledger failed to record a submit: %s", exc)
+        if batch:
+            what = "the batch may be recorded in part"
+            again = 'submit it again with the same ids (in "ids")'
+            which = "one"
+        else:
+            what = f"run {ids[0]} was not recorded"
+            again = f'submit it again with the same id, "{ids[0]}"'
+            which = "it"
+        message = (
+            f"{what}: the run ledger failed ({exc}); {again}: a known id returns the"
+            f" existing run, so a retry never queues {which} twice"
+        )
+        return JSONResponse({"error": message, "ids": ids}, status_code=503)
 
     async def submit(self, request: Request) -> Response:
         """``POST /v1/runs``: 201 for a new run, 200 with the existing one for a known id."""
         providers = self.supervisor.config.providers
         new, on_busy = parse_submit(await read_json(request), providers)
-        record, created = await self.supervisor.submit(new, on_busy)
+        try:
+            record, created = await self.supervisor.submit(new, on_busy)
+        except (StoreConflict, UnknownRun):
+            raise
+        except StoreError as exc:
+            return self.not_recorded([new.id], exc, batch=False)
         return JSONResponse(run_view(record), status_code=201 if created else 200)
 
     async def submit_batch(self, request: Request) -> Response:
         """``POST /v1/runs/batch``: several runs, queued in the order given."""
         items = parse_batch(await read_json(request), self.supervisor.config.providers)
-        results = await self.supervisor.submit_many(items)
+        try:
+            results = await self.supervisor.submit_many(items)
+        except (StoreConflict, UnknownRun):
+            raise
+        except StoreError as exc:
+            # One run's error is raised for the whole batch: the others
+            # may have been recorded.
+            return self.not_recorded([new.id for new, _ in items], exc, batch=True)
         body = {"results": [{"created": c, "run": run_view(r)} for r, c in results]}
         return JSONResponse(body)
 
@@ -243,7 +286,7 @@ class Api:
 
 
 async def unexpected_error(request: Request, exc: Exception) -> Response:
-    """A bug or a failing store: logged with its traceback, answered as JSON."""
+    """A bug: logged with its traceback, answered as JSON (a failing ledger is a 503)."""
     log.error("error answering %s %s", request.method, request.url.path, exc_info=exc)
     return error(500, f"internal error: {type(exc).__name__}: {exc}")
 

@@ -54,7 +54,9 @@ class Store(Protocol):
         then no later operation of the batch is called.
 
         A crash cannot land between two operations of one batch: they reach
-        the file together or not at all. This is what lets the supervisor
+        the file together or not at all. An operation never calls ``apply``
+        itself: that raises :class:`RuntimeError` in the operation (a batch is
+        one transaction; a nested one would end it early). This is what lets the supervisor
         record a usage_limited outcome and re-queue the run in one batch
         (``finish(run_id, USAGE_LIMITED, ...)`` then ``requeue(run_id)``)
         without anyone seeing the run usage_limited in between. Made in

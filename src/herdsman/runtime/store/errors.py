@@ -26,3 +26,17 @@ class LeaseExpired(StoreError):
     A member that sees this has been, or is about to be, declared gone: its
     running runs are (or will be) ``lost``. It must stop admitting and say so.
     """
+
+
+def nested_apply() -> RuntimeError:
+    """The error of ``Store.apply`` called from inside an operation of a batch.
+
+    A programming error, not a store failure (so not a :class:`StoreError`):
+    a batch is one transaction, which a nested batch would end early, or
+    commit apart from the operation around it. Raised in that operation,
+    which is then undone whole; the rest of the batch goes on.
+    """
+    return RuntimeError(
+        "store.apply was called inside an operation of a batch: an operation calls"
+        " the store's methods directly; only the ledger applies batches"
+    )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import outcome
 
-from herdsman.runtime.store.errors import StoreError
+from herdsman.runtime.store.errors import StoreError, nested_apply
 from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
     AccountLimit,
@@ -168,11 +168,13 @@ class MemoryStore:
     ) -> list[outcome.Outcome[Any]]:
         """See :meth:`Store.apply`. An operation that raises is undone whole."""
         self._check_open()
+        if self._undo is not None:  # inside an operation: refused as the SQL stores refuse it
+            raise nested_apply()
         return [outcome.capture(self._operation, operation) for operation in operations]
 
     def _operation(self, operation: Callable[[Store], Any]) -> Any:
         """Run one operation of a batch; if it raises, undo every change it made."""
-        outer, self._undo = self._undo, UndoLog()
+        self._undo = UndoLog()  # never nested: apply refuses to run inside an operation
         try:
             result = operation(self)
         except BaseException:
@@ -180,9 +182,7 @@ class MemoryStore:
             undo.undo()
             raise
         finally:
-            log, self._undo = self._undo, outer
-        if outer is not None and log is not None:  # an apply inside an operation
-            outer.extend(log)
+            self._undo = None
         return result
 
     def get(self, run_id: str) -> RunRecord | None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import outcome
 
-from herdsman.runtime.store.errors import StoreConflict, StoreError
+from herdsman.runtime.store.errors import StoreConflict, StoreError, nested_apply
 from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
     TERMINAL_STATUSES,
@@ -316,6 +316,17 @@ class SqlStore:
         self, operations: Sequence[Callable[[Store], Any]], *, durable: bool = False
     ) -> list[outcome.Outcome[Any]]:
         """See :meth:`Store.apply`: one transaction, one commit."""
+        with self._lock:
+            # Under the lock, so only this thread's own batch can be open:
+            # inside it, _transaction would give a savepoint and the finally
+            # below would end the batch for the operations after this one.
+            if self._batch is not None:
+                raise nested_apply()
+            return self._apply_batch(operations, durable)
+
+    def _apply_batch(
+        self, operations: Sequence[Callable[[Store], Any]], durable: bool
+    ) -> list[outcome.Outcome[Any]]:
         with self._transaction(durable=durable, batch=True) as cur:
             self._batch, self._batch_failure = cur, None
             try:

@@ -1,0 +1,80 @@
+"""What a fleet member's ledger raises when the fleet refuses a write, on a real server.
+
+A member retries a refused finish unless the refusal is final (its lease
+lapsed, the run was declared lost): ``supervisor._final`` decides by the
+error's class. These refusals come from inside an operation, so the batch
+hands them over as they are; a commit that fails as a whole (the connection
+lost) is a plain :class:`StoreError`, which is worth retrying.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+import trio
+
+from herdsman.runtime.ledger import Ledger
+from herdsman.runtime.store import NewRun, RunStatus, Store, StoreConflict, StoreError
+from herdsman.runtime.store.fleet import FleetStore, LeaseExpired
+from herdsman.runtime.supervisor import _final
+
+T0 = 1_700_000_000.0
+
+
+def member(url: str, name: str, lease: float) -> FleetStore:
+    return FleetStore(
+        url, member_id=f"{name}-{uuid.uuid4().hex[:8]}", host=name, pid=100, lease=lease
+    )
+
+
+async def refusal(store: FleetStore, operation: Callable[[Store], Any]) -> StoreError:
+    """The error ``operation`` raises through a ledger over ``store`` (a commit and all)."""
+    ledger = Ledger(store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(ledger.run)
+        with pytest.raises(StoreError) as raised:
+            await ledger.call(operation)
+        nursery.cancel_scope.cancel()
+    return raised.value
+
+
+async def test_a_lapsed_member_s_refusals_reach_the_supervisor_as_final(
+    postgres_url: str,
+) -> None:
+    gone, live = member(postgres_url, "gone", 0.2), member(postgres_url, "live", 60.0)
+    try:
+        live.submit(NewRun(id="r1", provider="p", prompt="x"), T0)
+        live.submit(NewRun(id="r2", provider="p", prompt="x"), T0)
+        assert len(gone.claim_many([("r1", None)], T0).claimed) == 1
+        time.sleep(0.5)
+        assert [r.id for r in live.expire_lapsed(T0 + 1)] == ["r1"]
+
+        finish = await refusal(gone, lambda s: s.finish("r1", RunStatus.SUCCEEDED, T0 + 2))
+        claim = await refusal(gone, lambda s: gone.claim_many([("r2", None)], T0 + 2))
+        assert type(finish) is StoreConflict
+        assert type(claim) is LeaseExpired
+        assert _final(finish)
+        assert _final(claim)
+    finally:
+        gone.close()
+        live.close()
+
+
+async def test_a_commit_lost_with_the_connection_is_worth_retrying(postgres_url: str) -> None:
+    store = member(postgres_url, "a", 60.0)
+    try:
+        store.submit(NewRun(id="r1", provider="p", prompt="x"), T0)
+        assert len(store.claim_many([("r1", None)], T0).claimed) == 1
+        with psycopg.connect(postgres_url, autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", (store._conn.info.backend_pid,))
+        lost = await refusal(store, lambda s: s.finish("r1", RunStatus.SUCCEEDED, T0 + 1))
+        assert type(lost) is StoreError
+        assert "run ledger on PostgreSQL server" in str(lost)
+        assert not _final(lost)
+    finally:
+        store.close()

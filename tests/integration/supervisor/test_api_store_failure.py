@@ -1,0 +1,176 @@
+"""A run ledger that fails (a locked SQLite file) answers 503 through the HTTP API and the CLI."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import AsyncIterator
+from functools import partial
+from pathlib import Path
+
+import attrs
+import httpx
+import pytest
+import trio
+from cli_support import CLI, herdsman
+from supervisor_support import config_at, write_config
+
+from herdsman.config import Config
+from herdsman.runtime.api.app import create_app
+from herdsman.runtime.api.server import ensure_token, serve_api
+from herdsman.runtime.main import DB_NAME, token_path
+from herdsman.runtime.store import SqliteStore
+from herdsman.runtime.supervisor import Supervisor
+
+
+@attrs.define
+class Served:
+    """A supervisor on a real SQLite file, its API, a client, and what can lock the file."""
+
+    config: Config
+    ledger: Path
+    client: httpx.AsyncClient
+
+    def lock(self) -> sqlite3.Connection:
+        """Another process's write lock on the ledger, as a backup or a stuck writer holds it."""
+        locker = sqlite3.connect(self.ledger, isolation_level=None)
+        locker.execute("BEGIN IMMEDIATE")
+        return locker
+
+
+@pytest.fixture
+async def served(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Served]:
+    config = config_at(write_config(tmp_path, concurrency=1))
+    config.supervisor.state_dir.mkdir(parents=True)
+    ledger = config.supervisor.state_dir / DB_NAME
+    # A short busy timeout, so a write behind the lock fails at once (the
+    # default waits 10 s, which is what a real supervisor keeps).
+    store = SqliteStore(ledger, busy_timeout=0.05)
+    supervisor = Supervisor(config, store)
+    token = ensure_token(token_path(config))
+    stopped = trio.Event()
+    await nursery.start(supervisor.run)
+    app = create_app(supervisor, token)
+    urls = await nursery.start(
+        partial(serve_api, app, config.api.listen, shutdown_trigger=stopped.wait)
+    )
+    async with httpx.AsyncClient(
+        base_url=urls[0], headers={"Authorization": f"Bearer {token}"}, timeout=30
+    ) as client:
+        yield Served(config, ledger, client)
+    stopped.set()
+    supervisor.request_shutdown()
+
+
+def ledger_error(served: Served) -> str:
+    return f"run ledger {str(served.ledger)!r}: database is locked"
+
+
+async def test_a_submit_the_ledger_refuses_is_a_503_saying_it_was_not_recorded(
+    served: Served,
+) -> None:
+    locker = served.lock()
+    body = {"id": "r1", "provider": "demo", "prompt": "hello"}
+    refused = await served.client.post("/v1/runs", json=body)
+    assert refused.status_code == 503
+    assert refused.json() == {
+        "error": f"run r1 was not recorded: the run ledger failed ({ledger_error(served)});"
+        ' submit it again with the same id, "r1": a known id returns the existing run,'
+        " so a retry never queues it twice",
+        "ids": ["r1"],
+    }
+    locker.rollback()
+    again = await served.client.post("/v1/runs", json=body)
+    assert again.status_code == 201, again.text
+    assert again.json()["id"] == "r1"
+
+
+async def test_a_refused_submit_without_an_id_names_the_id_to_retry_with(
+    served: Served,
+) -> None:
+    locker = served.lock()
+    body = {"provider": "demo", "prompt": "hello"}
+    refused = await served.client.post("/v1/runs", json=body)
+    locker.rollback()
+    assert refused.status_code == 503
+    [run_id] = refused.json()["ids"]
+    assert f'submit it again with the same id, "{run_id}"' in refused.json()["error"]
+    # The retry with that id records the run once; a second retry finds it.
+    first = await served.client.post("/v1/runs", json={**body, "id": run_id})
+    second = await served.client.post("/v1/runs", json={**body, "id": run_id})
+    assert (first.status_code, second.status_code) == (201, 200)
+    listed = (await served.client.get("/v1/runs")).json()["runs"]
+    assert [run["id"] for run in listed] == [run_id]
+
+
+async def test_a_batch_the_ledger_refuses_is_a_503_listing_its_ids(served: Served) -> None:
+    locker = served.lock()
+    runs = [{"id": "b1", "provider": "demo", "prompt": "x"}, {"provider": "demo", "prompt": "y"}]
+    refused = await served.client.post("/v1/runs/batch", json={"runs": runs})
+    locker.rollback()
+    assert refused.status_code == 503
+    answer = refused.json()
+    ids = answer["ids"]
+    assert ids[0] == "b1"
+    assert len(ids) == 2
+    assert answer["error"] == (
+        f"the batch may be recorded in part: the run ledger failed ({ledger_error(served)});"
+        ' submit it again with the same ids (in "ids"): a known id returns the existing'
+        " run, so a retry never queues one twice"
+    )
+    again = await served.client.post(
+        "/v1/runs/batch",
+        json={"runs": [{**run, "id": run_id} for run, run_id in zip(runs, ids, strict=True)]},
+    )
+    assert again.status_code == 200, again.text
+    assert [result["run"]["id"] for result in again.json()["results"]] == ids
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "once_unlocked"),
+    [
+        ("GET", "/v1/runs/r1", 200),
+        ("GET", "/v1/runs", 200),
+        ("POST", "/v1/runs/r1/cancel", 409),  # it had ended: the answer a working ledger gives
+    ],
+)
+async def test_a_read_or_cancel_the_ledger_cannot_answer_is_a_503(
+    served: Served, method: str, path: str, once_unlocked: int
+) -> None:
+    created = await served.client.post(
+        "/v1/runs", json={"id": "r1", "provider": "demo", "prompt": "hello"}
+    )
+    assert created.status_code == 201
+    await served.client.get("/v1/runs/r1", params={"wait": 20})
+    locker = served.lock()
+    refused = await served.client.request(method, path)
+    locker.rollback()
+    assert (refused.status_code, refused.json()) == (
+        503,
+        {"error": f"the run ledger failed ({ledger_error(served)}); nothing changed: ask again"},
+    )
+    assert (await served.client.request(method, path)).status_code == once_unlocked
+
+
+async def test_the_cli_prints_the_503_in_one_line_and_exits_non_zero(
+    served: Served, tmp_path: Path
+) -> None:
+    locker = served.lock()
+    submitted = await trio.to_thread.run_sync(
+        partial(herdsman, "submit", *CLI, "-p", "demo", "--id", "c1", "hello", cwd=tmp_path)
+    )
+    listed = await trio.to_thread.run_sync(partial(herdsman, "runs", *CLI, cwd=tmp_path))
+    locker.rollback()
+    assert submitted.returncode == 1
+    assert submitted.stdout == ""
+    assert submitted.stderr == (
+        f"herdsman: run c1 was not recorded: the run ledger failed ({ledger_error(served)});"
+        ' submit it again with the same id, "c1": a known id returns the existing run,'
+        " so a retry never queues it twice (HTTP 503)\n"
+    )
+    assert listed.returncode == 1
+    assert re.fullmatch(
+        r"herdsman: the run ledger failed \(.*database is locked\); nothing changed:"
+        r" ask again \(HTTP 503\)\n",
+        listed.stderr,
+    ), listed.stderr
