@@ -66,3 +66,49 @@ def test_an_undo_log_restores_keys_newest_first() -> None:
     assert mapping == {"changed": 2, "kept": 1}
     log.undo()  # emptied by the first
     assert mapping == {"changed": 2, "kept": 1}
+
+
+def test_a_failed_apply_inside_an_operation_undoes_only_its_own_changes() -> None:
+    store = MemoryStore()
+
+    def outer(s: Store) -> None:
+        s.submit(new("a"), 1.0)
+
+        def inner(t: Store) -> None:
+            t.submit(new("b"), 1.0)
+            t.mark_running("a", 1.5, None)
+            raise Failed
+
+        (result,) = s.apply([inner])
+        with pytest.raises(Failed):
+            result.unwrap()
+        s.submit(new("c"), 2.0)
+
+    (result,) = store.apply([outer])
+    result.unwrap()
+    runs = {r.id: r for r in store.list_runs()}
+    assert sorted(runs) == ["a", "c"]
+    assert runs["a"].status is RunStatus.QUEUED  # the inner start is undone
+    assert runs["c"].seq == 2  # b's seq was handed out again
+    # What the outer operation kept is not undone by a later failed one.
+    store.apply([lambda s: (s.submit(new("d"), 3.0), s.requeue("a"))])
+    assert sorted(r.id for r in store.list_runs()) == ["a", "c"]
+
+
+def test_an_undo_log_undoes_back_to_a_mark_only() -> None:
+    mapping = {"x": 1}
+    log = UndoLog()
+    log.keep(mapping, "x")
+    mapping["x"] = 2
+    mark = log.mark()
+    log.keep(mapping, "x")
+    mapping["x"] = 3
+    log.keep(mapping, "y")
+    mapping["y"] = 4
+    log.undo(mark)
+    assert mapping == {"x": 2}
+    log.undo(mark)  # those steps are gone: nothing more to undo there
+    assert mapping == {"x": 2}
+    log.clear()
+    log.undo()  # cleared: the change before the mark stays
+    assert mapping == {"x": 2}

@@ -60,7 +60,9 @@ class MemoryStore:
         self._limits: dict[tuple[str, str | None], AccountLimit] = {}
         self._last_seq = 0
         self._closed = False
-        # While apply runs an operation: how to undo what it changed.
+        # How to undo what the operations applying now changed; self._undo
+        # is this log while an operation runs, None otherwise (nothing logged).
+        self._log = UndoLog()
         self._undo: UndoLog | None = None
 
     def submit(self, new: NewRun, now: float) -> tuple[RunRecord, bool]:
@@ -171,19 +173,25 @@ class MemoryStore:
         return [outcome.capture(self._operation, operation) for operation in operations]
 
     def _operation(self, operation: Callable[[Store], Any]) -> Any:
-        """Run one operation of a batch; if it raises, undo every change it made."""
-        outer, self._undo = self._undo, UndoLog()
+        """Run one operation of a batch; if it raises, undo every change it made.
+
+        Every operation logs into the store's one log, from the mark it
+        began at: an apply inside an operation is undone with it, and no
+        log is built per operation (the simulator applies three a run).
+        """
+        outer = self._undo
+        log = self._undo = self._log
+        mark = log.mark()
         try:
-            result = operation(self)
+            return operation(self)
         except BaseException:
-            undo, self._undo = self._undo, None  # the undo itself is not logged
-            undo.undo()
+            self._undo = None  # the undo itself is not logged
+            log.undo(mark)
             raise
         finally:
-            log, self._undo = self._undo, outer
-        if outer is not None and log is not None:  # an apply inside an operation
-            outer.extend(log)
-        return result
+            self._undo = outer
+            if outer is None:  # the outermost operation is over: its changes stay
+                log.clear()
 
     def get(self, run_id: str) -> RunRecord | None:
         """See :meth:`Store.get`."""

@@ -11,9 +11,12 @@ _ABSENT: Final = object()
 class UndoLog:
     """Steps that undo changes, run newest first by :meth:`undo`.
 
-    The in-memory store fills one per operation of an :meth:`apply` batch,
-    so an operation that raises is undone whole, as a SQL store's savepoint
-    undoes it.
+    The in-memory store keeps one, which every operation of an
+    :meth:`apply` batch fills: an operation that raises is undone whole,
+    back to the :meth:`mark` it began at, as a SQL store's savepoint
+    undoes it. An operation inside another (an apply within an operation)
+    marks a later point of the same log, so undoing the outer one undoes
+    the inner one's changes too.
     """
 
     __slots__ = ("_steps",)
@@ -29,15 +32,24 @@ class UndoLog:
         """Remember ``mapping[key]`` (or that it is absent) before it changes."""
         self._steps.append(_Restore(mapping, key, mapping.get(key, _ABSENT)))
 
-    def extend(self, other: UndoLog) -> None:
-        """Take over ``other``'s steps, as newer than these."""
-        self._steps.extend(other._steps)
+    def mark(self) -> int:
+        """The point the log is at now, for :meth:`undo` to go back to."""
+        return len(self._steps)
 
-    def undo(self) -> None:
-        """Run every step, newest first; the log is empty afterwards."""
-        steps, self._steps = self._steps, []
+    def undo(self, mark: int = 0) -> None:
+        """Run the steps added since ``mark``, newest first, and forget them.
+
+        They are taken out of the log before the first runs, so a step that
+        raises leaves none of them behind to run twice.
+        """
+        steps = self._steps[mark:]
+        del self._steps[mark:]
         for step in reversed(steps):
             step()
+
+    def clear(self) -> None:
+        """Forget every step: the changes they undo are kept."""
+        self._steps.clear()
 
 
 class _Restore:
