@@ -116,7 +116,7 @@ def test_a_record_is_built_by_storing_its_fields_and_nothing_else() -> None:
     for field in attrs.fields(RunRecord):
         assert field.converter is None, field.name
         assert field.validator is None, field.name
-        assert field.on_setattr is None or field.on_setattr is attrs.setters.NO_OP, field.name
+        assert field.on_setattr is None, field.name
     for hook in ("__attrs_pre_init__", "__attrs_post_init__", "__attrs_init__"):
         assert not hasattr(RunRecord, hook), hook
     assert "__slots__" not in vars(RunRecord)
