@@ -292,15 +292,18 @@ class Ledger:
     def _hand_over(self, pending: Queued[Any], result: outcome.Outcome[Any]) -> None:
         """Give one call its result and run its callback."""
         pending.result = result
-        if isinstance(result, outcome.Error):
+        # One type check on the usual path, a value: an outcome is a Value or an Error.
+        if isinstance(result, outcome.Value):
+            if pending.then is not None:
+                try:
+                    pending.then(result.value)
+                except Exception:
+                    # A failing callback (a trace write on a full disk, say)
+                    # must not take the writer, and every later call, down.
+                    log.exception("error after a ledger commit; carrying on")
+        else:
+            assert isinstance(result, outcome.Error)
             pending.traceback = result.error.__traceback__
-        if pending.then is not None and isinstance(result, outcome.Value):
-            try:
-                pending.then(result.value)
-            except Exception:
-                # A failing callback (a trace write on a full disk, say)
-                # must not take the writer, and every later call, down.
-                log.exception("error after a ledger commit; carrying on")
 
 
 def _commit_failed(exc: StoreError) -> StoreError:

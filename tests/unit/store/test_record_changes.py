@@ -107,3 +107,16 @@ def test_a_record_holds_its_values_in_field_order_however_made(record: RunRecord
     assert list(record.__dict__) == list(_RECORD_FIELDS)
     assert _changed(record, {}) == record
     assert _changed(record, {"reason": "r"}) == attrs.evolve(record, reason="r")
+
+
+def test_a_record_is_built_by_storing_its_fields_and_nothing_else() -> None:
+    # _changed copies a record's __dict__ instead of calling __init__: sound
+    # only while __init__ has nothing else to do. A converter, validator or
+    # hook added to RunRecord must make _changed call __init__ again.
+    for field in attrs.fields(RunRecord):
+        assert field.converter is None, field.name
+        assert field.validator is None, field.name
+        assert field.on_setattr is None, field.name
+    for hook in ("__attrs_pre_init__", "__attrs_post_init__", "__attrs_init__"):
+        assert not hasattr(RunRecord, hook), hook
+    assert "__slots__" not in vars(RunRecord)

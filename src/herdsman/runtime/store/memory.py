@@ -60,7 +60,9 @@ class MemoryStore:
         self._limits: dict[tuple[str, str | None], AccountLimit] = {}
         self._last_seq = 0
         self._closed = False
-        # While apply runs an operation: how to undo what it changed.
+        # How to undo what the operations applying now changed; self._undo
+        # is this log while an operation runs, None otherwise (nothing logged).
+        self._log = UndoLog()
         self._undo: UndoLog | None = None
 
     def submit(self, new: NewRun, now: float) -> tuple[RunRecord, bool]:
@@ -170,20 +172,27 @@ class MemoryStore:
         self._check_open()
         if self._undo is not None:  # inside an operation: refused as the SQL stores refuse it
             raise nested_apply()
+        if len(operations) == 1:  # the inline ledger's every call: no comprehension to run
+            return [outcome.capture(self._operation, operations[0])]
         return [outcome.capture(self._operation, operation) for operation in operations]
 
     def _operation(self, operation: Callable[[Store], Any]) -> Any:
-        """Run one operation of a batch; if it raises, undo every change it made."""
-        self._undo = UndoLog()  # never nested: apply refuses to run inside an operation
+        """Run one operation of a batch; if it raises, undo every change it made.
+
+        Every operation logs into the store's one log, cleared when the
+        operation ends: no log is built per operation (the simulator applies
+        three a run). Never nested: apply refuses to run inside an operation.
+        """
+        log = self._undo = self._log
         try:
-            result = operation(self)
+            return operation(self)
         except BaseException:
-            undo, self._undo = self._undo, None  # the undo itself is not logged
-            undo.undo()
+            self._undo = None  # the undo itself is not logged
+            log.undo()
             raise
         finally:
             self._undo = None
-        return result
+            log.clear()
 
     def get(self, run_id: str) -> RunRecord | None:
         """See :meth:`Store.get`."""

@@ -11,9 +11,10 @@ _ABSENT: Final = object()
 class UndoLog:
     """Steps that undo changes, run newest first by :meth:`undo`.
 
-    The in-memory store fills one per operation of an :meth:`apply` batch,
-    so an operation that raises is undone whole, as a SQL store's savepoint
-    undoes it.
+    The in-memory store keeps one, which each operation of an
+    :meth:`apply` batch fills and which is cleared when the operation
+    ends: an operation that raises is undone whole, as a SQL store's
+    savepoint undoes it.
     """
 
     __slots__ = ("_steps",)
@@ -29,15 +30,19 @@ class UndoLog:
         """Remember ``mapping[key]`` (or that it is absent) before it changes."""
         self._steps.append(_Restore(mapping, key, mapping.get(key, _ABSENT)))
 
-    def extend(self, other: UndoLog) -> None:
-        """Take over ``other``'s steps, as newer than these."""
-        self._steps.extend(other._steps)
-
     def undo(self) -> None:
-        """Run every step, newest first; the log is empty afterwards."""
+        """Run every step, newest first, and forget them.
+
+        They are taken out of the log before the first runs, so a step that
+        raises leaves none of them behind to run twice.
+        """
         steps, self._steps = self._steps, []
         for step in reversed(steps):
             step()
+
+    def clear(self) -> None:
+        """Forget every step: the changes they undo are kept."""
+        self._steps.clear()
 
 
 class _Restore:
