@@ -6,6 +6,7 @@ import threading
 import time
 from typing import Any
 
+import outcome
 import pytest
 import trio
 import trio.testing
@@ -269,3 +270,82 @@ async def test_a_snapshot_of_the_usage_does_not_change_later() -> None:
     counted = before.calls
     await calls.call(2)
     assert (before.calls, thread_usage()["test-snapshot"].calls) == (counted, counted + 1)
+
+
+async def test_a_started_call_hands_its_outcome_to_on_done_on_the_event_loop() -> None:
+    loop_thread = threading.get_ident()
+    landed: list[tuple[object, int]] = []
+    done = trio.Event()
+
+    def triple(argument: int) -> int:
+        if argument < 0:
+            raise ValueError("negative")
+        return argument * 3
+
+    def on_done(result: outcome.Outcome[int]) -> None:
+        landed.append((result, threading.get_ident()))
+        if len(landed) == 2:
+            done.set()
+
+    calls = ThreadCalls(triple, max_threads=2, pool="test")
+    calls.start(4, on_done)
+    calls.start(-1, on_done)
+    with trio.fail_after(5):
+        await done.wait()
+    values = {repr(r) for r, _ in landed if isinstance(r, outcome.Value)}
+    errors = [r.error for r, _ in landed if isinstance(r, outcome.Error)]
+    assert values == {repr(outcome.Value(12))}
+    assert [str(e) for e in errors] == ["negative"]
+    assert {thread for _, thread in landed} == {loop_thread}
+    assert (calls.running, calls.waiting) == (0, 0)
+
+
+async def test_a_started_call_waits_its_turn_behind_waiting_calls() -> None:
+    release = threading.Event()
+    order: list[str] = []
+
+    def note(name: str) -> str:
+        order.append(name)
+        if name == "first":
+            release.wait(10)
+        return name
+
+    calls = ThreadCalls(note, max_threads=1, pool="test")
+    landed = trio.Event()
+    got: list[str] = []
+
+    async def call(name: str) -> None:
+        got.append(await calls.call(name))
+
+    def on_done(result: outcome.Outcome[str]) -> None:
+        got.append(result.unwrap())
+        landed.set()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call, "first")
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(call, "second")
+            await trio.testing.wait_all_tasks_blocked()
+            calls.start("third", on_done)  # the one thread is busy: it waits
+            assert calls.waiting == 2
+            release.set()
+        await landed.wait()
+    assert order == ["first", "second", "third"]  # made in the order they came
+    assert sorted(got) == ["first", "second", "third"]  # each heard of (wake-up order aside)
+
+
+async def test_a_started_call_whose_thread_cannot_start_raises_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: ThreadCalls[int, int] = ThreadCalls(lambda n: n, max_threads=1, pool="test")
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(trio.lowlevel, "start_thread_soon", refuse)
+    landed: list[object] = []
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        calls.start(1, landed.append)
+    assert (calls.running, calls.waiting) == (0, 0)
+    assert landed == []
