@@ -54,6 +54,9 @@ async def in_worker_thread(fn: Callable[[], Any]) -> Any:
     a thread at a time, and waits for it shielded anyway (a batch that
     reached the store must report). A batch once started runs to its end
     and reports; a cancel of the caller takes effect at its next checkpoint.
+
+    A :class:`Ledger` given this (the default) pipelines its batches through
+    the same threads rather than awaiting each here (see the module docstring).
     """
     return await _commit_threads().call(fn)
 
