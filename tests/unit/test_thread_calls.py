@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import outcome
@@ -46,6 +47,18 @@ class Recorder:
         finally:
             with self._lock:
                 self._now -= 1
+
+
+def held_first(release: threading.Event, ran: list[str]) -> Callable[[str], str]:
+    """A function that notes each name it is called with, holding "first" until ``release``."""
+
+    def blocking(name: str) -> str:
+        ran.append(name)
+        if name == "first":
+            release.wait(10)
+        return name
+
+    return blocking
 
 
 @settings(max_examples=40, deadline=None)
@@ -93,14 +106,7 @@ def test_every_caller_gets_its_own_result_and_the_bound_holds(
 async def test_a_waiting_call_can_be_cancelled_and_never_runs() -> None:
     release = threading.Event()
     ran: list[str] = []
-
-    def blocking(name: str) -> str:
-        ran.append(name)
-        if name == "first":
-            release.wait(10)
-        return name
-
-    calls = ThreadCalls(blocking, max_threads=1, pool="test")
+    calls = ThreadCalls(held_first(release, ran), max_threads=1, pool="test")
     results: list[str] = []
 
     async def first() -> None:
@@ -303,14 +309,7 @@ async def test_a_started_call_hands_its_outcome_to_on_done_on_the_event_loop() -
 async def test_a_started_call_waits_its_turn_behind_waiting_calls() -> None:
     release = threading.Event()
     order: list[str] = []
-
-    def note(name: str) -> str:
-        order.append(name)
-        if name == "first":
-            release.wait(10)
-        return name
-
-    calls = ThreadCalls(note, max_threads=1, pool="test")
+    calls = ThreadCalls(held_first(release, order), max_threads=1, pool="test")
     landed = trio.Event()
     got: list[str] = []
 
