@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
-import outcome
 import pytest
 import trio
 import trio.testing
@@ -47,18 +45,6 @@ class Recorder:
         finally:
             with self._lock:
                 self._now -= 1
-
-
-def held_first(release: threading.Event, ran: list[str]) -> Callable[[str], str]:
-    """A function that notes each name it is called with, holding "first" until ``release``."""
-
-    def blocking(name: str) -> str:
-        ran.append(name)
-        if name == "first":
-            release.wait(10)
-        return name
-
-    return blocking
 
 
 @settings(max_examples=40, deadline=None)
@@ -106,7 +92,14 @@ def test_every_caller_gets_its_own_result_and_the_bound_holds(
 async def test_a_waiting_call_can_be_cancelled_and_never_runs() -> None:
     release = threading.Event()
     ran: list[str] = []
-    calls = ThreadCalls(held_first(release, ran), max_threads=1, pool="test")
+
+    def blocking(name: str) -> str:
+        ran.append(name)
+        if name == "first":
+            release.wait(10)
+        return name
+
+    calls = ThreadCalls(blocking, max_threads=1, pool="test")
     results: list[str] = []
 
     async def first() -> None:
@@ -276,75 +269,3 @@ async def test_a_snapshot_of_the_usage_does_not_change_later() -> None:
     counted = before.calls
     await calls.call(2)
     assert (before.calls, thread_usage()["test-snapshot"].calls) == (counted, counted + 1)
-
-
-async def test_a_started_call_hands_its_outcome_to_on_done_on_the_event_loop() -> None:
-    loop_thread = threading.get_ident()
-    landed: list[tuple[object, int]] = []
-    done = trio.Event()
-
-    def triple(argument: int) -> int:
-        if argument < 0:
-            raise ValueError("negative")
-        return argument * 3
-
-    def on_done(result: outcome.Outcome[int]) -> None:
-        landed.append((result, threading.get_ident()))
-        if len(landed) == 2:
-            done.set()
-
-    calls = ThreadCalls(triple, max_threads=2, pool="test")
-    calls.start(4, on_done)
-    calls.start(-1, on_done)
-    with trio.fail_after(5):
-        await done.wait()
-    values = {repr(r) for r, _ in landed if isinstance(r, outcome.Value)}
-    errors = [r.error for r, _ in landed if isinstance(r, outcome.Error)]
-    assert values == {repr(outcome.Value(12))}
-    assert [str(e) for e in errors] == ["negative"]
-    assert {thread for _, thread in landed} == {loop_thread}
-    assert (calls.running, calls.waiting) == (0, 0)
-
-
-async def test_a_started_call_waits_its_turn_behind_waiting_calls() -> None:
-    release = threading.Event()
-    order: list[str] = []
-    calls = ThreadCalls(held_first(release, order), max_threads=1, pool="test")
-    landed = trio.Event()
-    got: list[str] = []
-
-    async def call(name: str) -> None:
-        got.append(await calls.call(name))
-
-    def on_done(result: outcome.Outcome[str]) -> None:
-        got.append(result.unwrap())
-        landed.set()
-
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(call, "first")
-            await trio.testing.wait_all_tasks_blocked()
-            nursery.start_soon(call, "second")
-            await trio.testing.wait_all_tasks_blocked()
-            calls.start("third", on_done)  # the one thread is busy: it waits
-            assert calls.waiting == 2
-            release.set()
-        await landed.wait()
-    assert order == ["first", "second", "third"]  # made in the order they came
-    assert sorted(got) == ["first", "second", "third"]  # each heard of (wake-up order aside)
-
-
-async def test_a_started_call_whose_thread_cannot_start_raises_at_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    calls: ThreadCalls[int, int] = ThreadCalls(lambda n: n, max_threads=1, pool="test")
-
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        raise RuntimeError("can't start new thread")
-
-    monkeypatch.setattr(trio.lowlevel, "start_thread_soon", refuse)
-    landed: list[object] = []
-    with pytest.raises(RuntimeError, match="can't start new thread"):
-        calls.start(1, landed.append)
-    assert (calls.running, calls.waiting) == (0, 0)
-    assert landed == []

@@ -10,22 +10,12 @@ batch synchronously, in queue order, right after the commit and before any
 caller resumes. The supervisor updates the scheduler, the trace and the
 metrics there, so they see changes in exactly the ledger's order — never in
 the order trio happens to wake the callers.
-
-With the real store (:func:`in_worker_thread`), batches are pipelined: the
-moment a batch's commit ends, whatever is queued is handed to the commit
-thread as the next batch, and only then does the event loop settle the
-batch just committed (results, callbacks, wake-ups). At most one batch is
-in the store at a time, so batches still commit one after another in queue
-order; what changes is that the next commit no longer waits for the event
-loop to settle the last one (docs/performance.md).
 """
 
 from __future__ import annotations
 
-import collections
 import copy
 import logging
-import math
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from types import TracebackType
@@ -54,23 +44,15 @@ async def in_worker_thread(fn: Callable[[], Any]) -> Any:
     a thread at a time, and waits for it shielded anyway (a batch that
     reached the store must report). A batch once started runs to its end
     and reports; a cancel of the caller takes effect at its next checkpoint.
-
-    A :class:`Ledger` given this (the default) pipelines its batches through
-    the same threads rather than awaiting each here (see the module docstring).
     """
-    return await _commit_threads().call(fn)
-
-
-def _commit_threads() -> ThreadCalls[Callable[[], Any], Any]:
-    """The current trio run's worker threads for store batches."""
     try:
-        return _COMMITS.get()
+        commits = _COMMITS.get()
     except LookupError:
         commits = ThreadCalls(
             _call, max_threads=COMMIT_THREADS, pool="ledger", name="herdsman ledger commit"
         )
         _COMMITS.set(commits)
-        return commits
+    return await commits.call(fn)
 
 
 def _call(fn: Callable[[], Any]) -> Any:
@@ -157,15 +139,6 @@ class Ledger:
         self._queue: list[Queued[Any]] = []
         self._work = trio.Event()
         self._closed = False
-        # The pipelined writer's state (see _pipeline): whether a batch is in
-        # the commit thread, the batches committed and not yet settled, in
-        # commit order, and the writer task while it waits for one.
-        self._committing = False
-        self._landed: collections.deque[
-            tuple[list[Queued[Any]], outcome.Outcome[list[outcome.Outcome[Any]]]]
-        ] = collections.deque()
-        self._writer: trio.lowlevel.Task | None = None
-        self._commits: ThreadCalls[Callable[[], Any], Any] | None = None
         self.batches = 0
         self.calls = 0
 
@@ -253,8 +226,6 @@ class Ledger:
         """The writer task: apply queued calls batch by batch, forever."""
         task_status.started()
         try:
-            if self._run_sync is in_worker_thread:
-                await self._pipeline(_commit_threads())
             while True:
                 await self._work.wait()
                 self._work = trio.Event()
@@ -273,74 +244,6 @@ class Ledger:
                 pending.result = outcome.Error(closed)
                 pending.wake()
             self._queue = []
-
-    async def _pipeline(self, commits: ThreadCalls[Callable[[], Any], Any]) -> None:
-        """The writer with batches pipelined (module docstring); runs until cancelled.
-
-        The commit thread's end of a batch (:meth:`_land`, on the event
-        loop) hands the queue to the thread as the next batch, then wakes
-        this task, which settles the landed batches in commit order. A
-        cancel of this task lands only while nothing is in the thread: the
-        batch there (and the one it may hand on before this task has seen
-        the cancel) is waited for, uncancellably, and settled; nothing is
-        handed on after that, and what is still queued fails, as when the
-        writer stops between batches.
-        """
-        self._commits = commits
-        while True:
-            if not self._committing and not self._landed:
-                await self._work.wait()  # the cancel that stops the writer lands here
-                self._work = trio.Event()
-                self._launch()
-                if not self._committing and not self._landed:
-                    continue  # the queue had been taken by a chained launch
-            if not self._landed:
-                self._writer = trio.lowlevel.current_task()
-                await trio.lowlevel.wait_task_rescheduled(_cannot_abort)
-            batch, committed = self._landed.popleft()
-            if isinstance(committed, outcome.Error):
-                # Not a StoreError (those are each call's result): a thread
-                # that could not start, MemoryError... The writer dies, as
-                # in _apply, but this batch's callers must learn it.
-                exc = committed.error
-                failed = f"the run ledger failed: {exc!r}"
-                self._settle(batch, [outcome.Error(StoreError(failed)) for _ in batch])
-                raise exc
-            self._settle(batch, committed.unwrap())
-            if trio.current_effective_deadline() == -math.inf:
-                # Stopping: what the thread has now is the last batch.
-                self._closed = True
-
-    def _launch(self) -> None:
-        """Hand what is queued to the commit thread as one batch (if anything is)."""
-        if not self._queue:
-            return
-        assert self._commits is not None  # set by _pipeline, the only caller's caller
-        batch, self._queue = self._queue, []
-        self._committing = True
-        try:
-            self._commits.start(partial(self._commit, batch), partial(self._land, batch))
-        except Exception as exc:  # no thread could be started
-            self._committing = False
-            self._landed.append((batch, outcome.Error(exc)))
-
-    def _land(
-        self, batch: list[Queued[Any]], committed: outcome.Outcome[list[outcome.Outcome[Any]]]
-    ) -> None:
-        """A batch's commit has ended (on the event loop, outside any task): start the next.
-
-        Run between tasks, never in one: the queue holds no half of what a
-        task enqueued without a checkpoint, so taking it here keeps such
-        calls in one batch. Nothing follows a batch that failed other than
-        with its callers' errors: the writer stops on it.
-        """
-        self._committing = False
-        self._landed.append((batch, committed))
-        if isinstance(committed, outcome.Value) and not self._closed:
-            self._launch()
-        if self._writer is not None:
-            trio.lowlevel.reschedule(self._writer)
-            self._writer = None
 
     async def _apply(self, batch: Sequence[Queued[Any]]) -> None:
         try:

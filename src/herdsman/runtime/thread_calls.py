@@ -13,11 +13,6 @@ in the queue can be cancelled (the function is then never called); once it
 runs in a thread it runs to the end and its caller gets its result, as with
 ``trio.to_thread.run_sync``.
 
-:meth:`ThreadCalls.start` makes a call without a waiting task: its result
-goes to a function run on the event loop as the call ends. The ledger
-uses it to hand the next batch to a thread as soon as the previous one
-has committed, before the event loop settles that one (runtime/ledger.py).
-
 Making several waiting calls in one thread job, to share one hop, was
 measured and not kept: with one job at a time the spawns of a burst went
 one after another and the rate fell by a third on a loaded machine, for an
@@ -39,7 +34,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
-import outcome
 import trio
 
 T = TypeVar("T")
@@ -81,29 +75,13 @@ def thread_usage() -> Mapping[str, ThreadUsage]:
 
 
 class _Call(Generic[T, R]):
-    """One call: its argument, its caller (a waiting task, or a function to
-    hand the outcome to), and, once made, its result or error."""
+    """One call: its argument, its caller, and, once made, its result or error."""
 
-    __slots__ = (
-        "argument",
-        "cpu_seconds",
-        "error",
-        "in_thread",
-        "on_done",
-        "result",
-        "seconds",
-        "task",
-    )
+    __slots__ = ("argument", "cpu_seconds", "error", "in_thread", "result", "seconds", "task")
 
-    def __init__(
-        self,
-        argument: T,
-        task: trio.lowlevel.Task | None,
-        on_done: Callable[[outcome.Outcome[R]], None] | None = None,
-    ) -> None:
+    def __init__(self, argument: T, task: trio.lowlevel.Task) -> None:
         self.argument = argument
         self.task = task
-        self.on_done = on_done
         self.result: R | None = None
         self.error: BaseException | None = None
         self.cpu_seconds = 0.0
@@ -177,23 +155,6 @@ class ThreadCalls(Generic[T, R]):
             raise call.error
         return call.result  # type: ignore[return-value]  # set, since error is None
 
-    def start(self, argument: T, on_done: Callable[[outcome.Outcome[R]], None]) -> None:
-        """Call ``function(argument)`` in a worker thread, and return at once.
-
-        Once the call has ended, ``on_done`` gets its outcome (its value or
-        its exception), on the event loop, outside any task: it must not
-        raise, nor block, nor await. Such a call cannot be cancelled. It
-        waits its turn behind calls already waiting, as :meth:`call` does.
-        Raises (and never calls ``on_done``) when no thread can be started
-        for it now; a waiting call whose thread cannot start later gets that
-        error through ``on_done``.
-        """
-        call: _Call[T, R] = _Call(argument, None, on_done)
-        if self._running < self._max_threads:
-            self._start(call)
-        else:
-            self._waiting.append(call)
-
     def _start(self, call: _Call[T, R]) -> None:
         self._running += 1
         try:
@@ -225,24 +186,11 @@ class ThreadCalls(Generic[T, R]):
             self._usage.cpu_seconds += call.cpu_seconds
             self._usage.seconds += call.seconds
         self._running -= 1
-        # Calls that waited go first: an on_done below may start a call of
-        # its own, which must not overtake them.
+        trio.lowlevel.reschedule(call.task)
         while self._waiting and self._running < self._max_threads:
             waiting = self._waiting.popleft()
             try:
                 self._start(waiting)
             except Exception as exc:  # "can't start new thread": that caller gets it
                 waiting.error = exc
-                _deliver(waiting)
-        _deliver(call)
-
-
-def _deliver(call: _Call[T, R]) -> None:
-    """Hand a call's result or error to its caller."""
-    if call.on_done is None:
-        assert call.task is not None  # a call without on_done has a task
-        trio.lowlevel.reschedule(call.task)
-    elif call.error is not None:
-        call.on_done(outcome.Error(call.error))
-    else:
-        call.on_done(outcome.Value(call.result))  # type: ignore[arg-type]  # set, since no error
+                trio.lowlevel.reschedule(waiting.task)
