@@ -80,12 +80,17 @@ __all__ = [
 END, ARRIVAL = 0, 1
 
 
+#: What an event does when delivered: a coroutine to await (an arrival
+#: handed to the supervisor), or nothing more (a run's end wakes its task).
+Action = Callable[[], Awaitable[None] | None]
+
+
 class Driver:
     """The heap of external events, and the fake runner that feeds it."""
 
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
-        self._heap: list[tuple[float, int, int, int, Callable[[], Awaitable[None]]]] = []
+        self._heap: list[tuple[float, int, int, int, Action]] = []
         self._pushes = 0
         self.executions = Executions(workload)
         # One outcome per way an attempt can end on its own: outcomes are
@@ -95,7 +100,7 @@ class Driver:
         #: Whether the driver is delivering events (it is not once the input is over).
         self.driving = False
 
-    def push(self, t: float, kind: int, order: int, action: Callable[[], Awaitable[None]]) -> None:
+    def push(self, t: float, kind: int, order: int, action: Action) -> None:
         # ``order`` breaks ties within a kind; the counter only keeps tuples
         # comparable (it never decides: equal (t, kind, order) cannot happen).
         self._pushes += 1
@@ -105,7 +110,7 @@ class Driver:
         """When the earliest event is due, if there is one."""
         return self._heap[0][0] if self._heap else None
 
-    def pop(self) -> tuple[float, Callable[[], Awaitable[None]]] | None:
+    def pop(self) -> tuple[float, Action] | None:
         if not self._heap:
             return None
         t, _, _, _, action = heapq.heappop(self._heap)
@@ -136,16 +141,14 @@ class Driver:
                     # Stopped now, but ended by the driver like any run's end:
                     # a forced shutdown stops many at once, and their ends
                     # must be recorded in arrival order, not trio's wake order.
-                    self.push(trio.current_time(), END, index, end)
+                    self.push(trio.current_time(), END, index, done.set)
                 else:
                     done.set()
 
             cancel._attach(on_cancel)
 
-        async def end() -> None:
-            done.set()
-
-        self.push(trio.current_time() + attempt.duration, END, index, end)
+        # Its end wakes this task and awaits nothing: no coroutine per run.
+        self.push(trio.current_time() + attempt.duration, END, index, done.set)
         try:
             await done.wait()
         finally:
@@ -365,7 +368,9 @@ async def drive(
                 return
             continue
         _, action = item
-        await action()
+        pending = action()
+        if pending is not None:
+            await pending
         await trio.testing.wait_all_tasks_blocked()
         if after is not None and after():
             return
