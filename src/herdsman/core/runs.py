@@ -14,7 +14,10 @@ def _absolute_posix(_: object, attribute: attrs.Attribute[str | None], value: st
         raise ValueError(f"{attribute.name} must be an absolute path, got {value!r}")
 
 
-@attrs.frozen(slots=True)
+# Frozen, but not slotted: each field goes straight into the instance's
+# __dict__ instead of through object.__setattr__ (store/records.py, NewRun).
+# One is built per run submitted.
+@attrs.frozen(slots=False)
 class RunRequest:
     """A run as the scheduler sees it: who executes it and which lanes it joins.
 

@@ -161,15 +161,18 @@ class SpecBuilder:
         env["HERDSMAN_CONVERSATION"] = record.conversation or ""
         if repos_dir is not None:
             env["HERDSMAN_REPOS"] = str(repos_dir)
+        # The required fields by position (argv, env, cwd, prompt, timeout,
+        # idle_timeout, log_path, protocol): keywords are matched by name at
+        # every call, and this is one call per run.
         return ProcessSpec(
-            argv=build_argv(provider, resume, program),
-            env=env,
-            cwd=record.cwd if record.cwd is not None else provider.workdir,
-            prompt=template.preamble + checkouts_note + record.prompt,
-            timeout=template.timeout,
-            idle_timeout=template.idle_timeout,
-            log_path=log_file(config.supervisor.state_dir, record.id),
-            protocol=provider.protocol,
+            build_argv(provider, resume, program),
+            env,
+            record.cwd if record.cwd is not None else provider.workdir,
+            template.preamble + checkouts_note + record.prompt,
+            template.timeout,
+            template.idle_timeout,
+            log_file(config.supervisor.state_dir, record.id),
+            provider.protocol,
             usage_limit_pattern=provider.usage_limit_pattern,
             # The provider's own folder is herdsman's to make (when the process is
             # spawned, so the simulator's fake runner never touches a disk); a

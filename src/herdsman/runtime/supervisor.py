@@ -1095,6 +1095,10 @@ class Supervisor:
         Synchronous: the start joins whatever is queued in the ledger right
         now, and commits in the same transaction (see :meth:`_record_finish`).
         """
+        if not self._scheduler.queued_count:
+            # Nothing waits (most finishes, unless there is a backlog): no
+            # time to read, no gate to build, no queue to look through.
+            return None
         now = self._wall()
         gate = self._accounts.gate(now)
         starts = self._scheduler.take_startable(

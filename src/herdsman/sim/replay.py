@@ -7,10 +7,12 @@ attempt number), never from which task woke first. The driver delivers one
 event at a time and then waits until every task is blocked
 (``trio.testing.wait_all_tasks_blocked``) before the next, so whatever one
 event sets off has finished before the next begins. Between events it moves
-the ``MockClock`` itself, to the next event or to the supervisor's own next
-timer if that comes first (so a timer due at an event's instant acts before
-it). Nothing is decided by trio's wake-up order, which ``--seed`` reshuffles
-to prove it.
+the clock itself (a :class:`~herdsman.sim.clock.DrivenClock`, which nothing
+else moves), to the next event or to the supervisor's own next timer if
+that comes first (so a timer due at an event's instant acts before it);
+once the input is over, from timer to timer until the supervisor has
+stopped. Nothing is decided by trio's wake-up order, which ``--seed``
+reshuffles to prove it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import contextlib
 import datetime as dt
 import heapq
 import io
+import math
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -47,6 +50,7 @@ from herdsman.runtime.supervisor import (
     Supervisor,
     UnknownAccount,
 )
+from herdsman.sim.clock import DrivenClock
 from herdsman.sim.result import ReplayResult, summary
 from herdsman.sim.workload import (
     CARRIED_REST,
@@ -76,12 +80,17 @@ __all__ = [
 END, ARRIVAL = 0, 1
 
 
+#: What an event does when delivered: a coroutine to await (an arrival
+#: handed to the supervisor), or nothing more (a run's end wakes its task).
+Action = Callable[[], Awaitable[None] | None]
+
+
 class Driver:
     """The heap of external events, and the fake runner that feeds it."""
 
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
-        self._heap: list[tuple[float, int, int, int, Callable[[], Awaitable[None]]]] = []
+        self._heap: list[tuple[float, int, int, int, Action]] = []
         self._pushes = 0
         self.executions = Executions(workload)
         # One outcome per way an attempt can end on its own: outcomes are
@@ -91,7 +100,7 @@ class Driver:
         #: Whether the driver is delivering events (it is not once the input is over).
         self.driving = False
 
-    def push(self, t: float, kind: int, order: int, action: Callable[[], Awaitable[None]]) -> None:
+    def push(self, t: float, kind: int, order: int, action: Action) -> None:
         # ``order`` breaks ties within a kind; the counter only keeps tuples
         # comparable (it never decides: equal (t, kind, order) cannot happen).
         self._pushes += 1
@@ -101,7 +110,7 @@ class Driver:
         """When the earliest event is due, if there is one."""
         return self._heap[0][0] if self._heap else None
 
-    def pop(self) -> tuple[float, Callable[[], Awaitable[None]]] | None:
+    def pop(self) -> tuple[float, Action] | None:
         if not self._heap:
             return None
         t, _, _, _, action = heapq.heappop(self._heap)
@@ -132,16 +141,14 @@ class Driver:
                     # Stopped now, but ended by the driver like any run's end:
                     # a forced shutdown stops many at once, and their ends
                     # must be recorded in arrival order, not trio's wake order.
-                    self.push(trio.current_time(), END, index, end)
+                    self.push(trio.current_time(), END, index, done.set)
                 else:
                     done.set()
 
             cancel._attach(on_cancel)
 
-        async def end() -> None:
-            done.set()
-
-        self.push(trio.current_time() + attempt.duration, END, index, end)
+        # Its end wakes this task and awaits nothing: no coroutine per run.
+        self.push(trio.current_time() + attempt.duration, END, index, done.set)
         try:
             await done.wait()
         finally:
@@ -187,8 +194,8 @@ def replay(
 ) -> ReplayResult:
     """Replay ``workload`` under ``loaded``; the simulated trace and a summary.
 
-    Everything runs inside a pyfakefs fake filesystem and under a
-    ``MockClock``: nothing touches the disk, nothing spawns, nothing waits.
+    Everything runs inside a pyfakefs fake filesystem and on a clock only
+    the driver moves: nothing touches the disk, nothing spawns, nothing waits.
     ``seed`` reshuffles trio's wake-up order (the output must not change).
     ``store`` is the run ledger to replay into, empty and already open (a
     real SQLite or PostgreSQL ledger, to check that the supervisor decides
@@ -198,9 +205,7 @@ def replay(
     if seed is not None:
         shuffle_trio(seed)
     began = time.perf_counter()
-    # Autojump only matters once the input is over (a shutdown's grace
-    # period): while driving, the driver moves the clock itself.
-    clock = trio.testing.MockClock(autojump_threshold=0)
+    clock = DrivenClock()
     with Patcher():
         result = trio.run(
             _replay, workload, loaded, clock, MemoryStore() if store is None else store, clock=clock
@@ -217,7 +222,7 @@ def shuffle_trio(seed: int) -> None:
 
 
 async def _replay(
-    workload: Workload, given: LoadedConfig, clock: trio.testing.MockClock, store: Store
+    workload: Workload, given: LoadedConfig, clock: DrivenClock, store: Store
 ) -> ReplayResult:
     # Made again inside the fake filesystem: a Path object made before the
     # patch began is the real pathlib's (FINDINGS.md) and can make the same
@@ -232,7 +237,7 @@ async def _replay(
     out = io.StringIO()
 
     # The clock itself rather than trio.current_time(), which reaches it
-    # through two more calls: the supervisor reads the time about a dozen
+    # through two more calls: the supervisor reads the time about seven
     # times per run. The same clock, so the same times.
     now = clock.current_time
     started_at = workload.started_at
@@ -288,7 +293,7 @@ async def _replay(
         # The input is over; what stopping the simulated supervisor traces is not.
         text = out.getvalue()
         supervisor.request_shutdown()
-        await supervisor.finished.wait()
+        await drive_until(supervisor.finished, clock)
         nursery.cancel_scope.cancel()
     trace.close()
     return ReplayResult(
@@ -306,16 +311,27 @@ class Driven(Protocol):
     def account_recheck_at(self) -> float | None: ...
 
 
+def _to_next_timer(clock: DrivenClock | trio.testing.MockClock, now: float) -> float:
+    """Seconds from ``now`` to the supervisor's next timer; only while every task is blocked."""
+    if isinstance(clock, DrivenClock):
+        # What trio's run statistics would say, by the same subtraction,
+        # without building them (clock.py).
+        return clock.next_deadline - now
+    return trio.lowlevel.current_statistics().seconds_to_next_deadline
+
+
 async def drive(
     driver: Driver,
     supervisor: Driven,
-    clock: trio.testing.MockClock,
+    clock: DrivenClock | trio.testing.MockClock,
     after: Callable[[], bool] | None = None,
 ) -> None:
     """Deliver every event in order, one at a time, until nothing more can happen.
 
-    ``after`` is called once whatever each event or timer set off has
-    settled; it returns True to stop driving (the fuzzer found a violation).
+    ``clock`` moves only when the driver moves it: a ``DrivenClock``, or a
+    ``MockClock`` that does not jump by itself (the fuzzer's). ``after`` is
+    called once whatever each event or timer set off has settled; it
+    returns True to stop driving (the fuzzer found a violation).
     """
     # Each pass starts with every task blocked and no timer due: only the
     # driver can make something happen now.
@@ -333,7 +349,7 @@ async def drive(
             if t is None:
                 return
         now = clock.current_time()
-        to_timer = trio.lowlevel.current_statistics().seconds_to_next_deadline
+        to_timer = _to_next_timer(clock, now)
         if to_timer <= t - now:
             # The supervisor's own timer comes first (or at the same
             # instant: it acts before the event). Jumped by the same
@@ -352,10 +368,29 @@ async def drive(
                 return
             continue
         _, action = item
-        await action()
+        pending = action()
+        if pending is not None:
+            await pending
         await trio.testing.wait_all_tasks_blocked()
         if after is not None and after():
             return
+
+
+async def drive_until(done: trio.Event, clock: DrivenClock) -> None:
+    """Move ``clock`` from one timer to the next until ``done`` is set.
+
+    Once the input is over: a shutdown's grace period, a forced stop's
+    wait. Each jump is the same as the driver's to a timer (and as
+    ``MockClock``'s autojump), once every task is blocked.
+    """
+    while True:
+        await trio.testing.wait_all_tasks_blocked()
+        if done.is_set():
+            return
+        to_timer = _to_next_timer(clock, clock.current_time())
+        if to_timer == math.inf:
+            raise RuntimeError("the simulated supervisor waits for nothing that can happen")
+        clock.jump(max(0.0, to_timer))
 
 
 async def _deliver(supervisor: Supervisor, arrival: Any) -> int:

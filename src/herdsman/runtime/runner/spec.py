@@ -95,7 +95,11 @@ def _valid_pattern(_: object, attribute: attrs.Attribute[str | None], value: str
         raise ValueError(f"{attribute.name} is not a valid regular expression: {exc}") from None
 
 
-@attrs.frozen
+# Frozen, but not slotted: a frozen slotted class stores each field through
+# object.__setattr__, a call per field; without slots each goes straight
+# into the instance's __dict__ (store/records.py, ``NewRun``, measured it).
+# One spec is built per run started.
+@attrs.frozen(slots=False)
 class ProcessSpec:
     """One agent process to run, completely described.
 
