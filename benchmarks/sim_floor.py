@@ -63,7 +63,6 @@ from herdsman.runtime.requests import limits_of, run_request, trace_run
 from herdsman.runtime.runner import ProcessOutcome, RunCancel
 from herdsman.runtime.store import MemoryStore, NewRun
 from herdsman.runtime.supervisor import finish_fields
-from herdsman.sim.clock import DrivenClock
 from herdsman.sim.replay import ARRIVAL, Driver, _outcome, drive, replay
 from herdsman.sim.workload import Attempt, Workload, config_from_trace, read_workload
 from herdsman.trace import TraceWriter
@@ -86,11 +85,7 @@ class Floor:
         self.slots = slots
         self.workload = workload
         self.config = config_from_trace(workload.header.config, "header").config
-        # The driver moves the replay's clock itself; without it, the loop's
-        # sleeps need MockClock's autojump.
-        self.clock: DrivenClock | trio.testing.MockClock = (
-            DrivenClock() if "driver" in pieces else trio.testing.MockClock(autojump_threshold=0)
-        )
+        self.clock = trio.testing.MockClock(autojump_threshold=0)
         self.sink = io.StringIO()
         now = self.clock.current_time
         self.now = now

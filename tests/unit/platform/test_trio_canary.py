@@ -2,7 +2,8 @@
 
 trio is pinned to one minor version (pyproject.toml) because the simulator
 reaches into its scheduler (FINDINGS.md: the module-level ``_r`` random
-generator and the ``_ALLOW_DETERMINISTIC_SCHEDULING`` flag). When an upgrade
+generator and the ``_ALLOW_DETERMINISTIC_SCHEDULING`` flag; the replay driver reads
+the run's deadline heap, ``runner.deadlines``). When an upgrade
 moves them, this fails first, with the reason, instead of the simulator
 silently losing its reproducibility.
 """
@@ -14,7 +15,12 @@ from importlib.metadata import version
 
 import trio
 import trio._core._run as trio_run
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from trio.testing import MockClock
+
+from herdsman.sim.replay import _next_deadline
 
 
 def test_trio_is_the_pinned_minor_version() -> None:
@@ -36,3 +42,36 @@ def test_mock_clock_autojump_runs_virtual_time() -> None:
         return trio.current_time()
 
     assert trio.run(sleeper, clock=clock) == 3600.0
+
+
+@given(
+    delays=st.lists(st.floats(min_value=0.5, max_value=1e6), max_size=6),
+    cancelled=st.sets(st.integers(min_value=0, max_value=5)),
+)
+@settings(max_examples=50, deadline=None)
+def test_the_replays_next_timer_is_what_trios_run_statistics_say(
+    delays: list[float], cancelled: set[int]
+) -> None:
+    # The replay's driver reads trio's private deadline heap instead of
+    # current_statistics() (sim/replay.py _next_deadline).
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            scopes = []
+            for delay in delays:
+                scope = trio.CancelScope(deadline=trio.current_time() + delay)
+                scopes.append(scope)
+                nursery.start_soon(_sleep_in, scope)
+            for index in sorted(cancelled):
+                if index < len(scopes):
+                    scopes[index].cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            expected = trio.lowlevel.current_statistics().seconds_to_next_deadline
+            assert _next_deadline() - trio.current_time() == expected
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=MockClock())
+
+
+async def _sleep_in(scope: trio.CancelScope) -> None:
+    with scope:
+        await trio.sleep_forever()
