@@ -113,6 +113,18 @@ class Queued(Generic[T]):
             self.waiter = None
 
 
+class LedgerClosed(StoreError):
+    """The ledger no longer applies calls: its writer ended, as the supervisor stops.
+
+    Nothing of the call was applied, and asking again will not help until the
+    supervisor runs again: unlike a plain :class:`StoreError` (a locked or
+    full disk) this is not a passing failure.
+    """
+
+
+CLOSED = "the run ledger is closed: the supervisor is stopping"
+
+
 def _cannot_abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
     return trio.lowlevel.Abort.FAILED
 
@@ -172,7 +184,7 @@ class Ledger:
         transaction, in queue order: all of them or none.
         """
         if self._closed:
-            raise StoreError("the run ledger is closed: the supervisor is stopping")
+            raise LedgerClosed(CLOSED)
         if self._immediate:
             # Nothing can be queued ahead of it: the store never makes the
             # writer wait, so every earlier call has been applied already.
@@ -240,7 +252,7 @@ class Ledger:
             self._closed = True
             for pending in self._queue:
                 # One exception object per call, as a failed commit's callers get.
-                closed = StoreError("the run ledger is closed: the supervisor is stopping")
+                closed = LedgerClosed(CLOSED)
                 pending.result = outcome.Error(closed)
                 pending.wake()
             self._queue = []

@@ -30,6 +30,7 @@ class Served:
     config: Config
     ledger: Path
     client: httpx.AsyncClient
+    supervisor: Supervisor
 
     def lock(self) -> sqlite3.Connection:
         """Another process's write lock on the ledger, as a backup or a stuck writer holds it."""
@@ -57,7 +58,7 @@ async def served(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Served]
     async with httpx.AsyncClient(
         base_url=urls[0], headers={"Authorization": f"Bearer {token}"}, timeout=30
     ) as client:
-        yield Served(config, ledger, client)
+        yield Served(config, ledger, client, supervisor)
     stopped.set()
     supervisor.request_shutdown()
 
@@ -174,3 +175,30 @@ async def test_the_cli_prints_the_503_in_one_line_and_exits_non_zero(
         r" ask again \(HTTP 503\)\n",
         listed.stderr,
     ), listed.stderr
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/v1/runs", None),
+        ("GET", "/v1/runs/r1", None),
+        ("POST", "/v1/runs/r1/cancel", None),
+        ("POST", "/v1/accounts/end-rest", {"provider": "demo"}),
+    ],
+)
+async def test_a_request_after_the_ledger_closed_says_the_supervisor_is_stopping(
+    served: Served, method: str, path: str, body: dict[str, str] | None
+) -> None:
+    # As a request in flight while the server shuts down after the supervisor
+    # stopped: asking again cannot help, so the answer must not say to.
+    created = await served.client.post(
+        "/v1/runs", json={"id": "r1", "provider": "demo", "prompt": "hello"}
+    )
+    assert created.status_code == 201
+    served.supervisor.request_shutdown()
+    await served.supervisor.finished.wait()
+    refused = await served.client.request(method, path, json=body)
+    assert (refused.status_code, refused.json()) == (
+        503,
+        {"error": "the run ledger is closed: the supervisor is stopping"},
+    )

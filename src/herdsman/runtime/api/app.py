@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from herdsman.runtime.intake import InvalidRequest, load_json, parse_batch, parse_submit
+from herdsman.runtime.ledger import LedgerClosed
 from herdsman.runtime.store import RunStatus, StoreConflict, StoreError
 from herdsman.runtime.store.errors import RunNotFound as UnknownRun
 from herdsman.runtime.supervisor import (
@@ -106,7 +107,9 @@ class Api:
                 return error(409, str(exc))
             except UnknownAccount as exc:
                 return error(404, str(exc))
-            except (NotAdmitting, CancelNotRecorded) as exc:
+            except (NotAdmitting, CancelNotRecorded, LedgerClosed) as exc:
+                # A closed ledger, as a stopping supervisor's: not a passing
+                # failure, so no "ask again" (the next request meets it too).
                 return error(503, str(exc))
             except (StoreConflict, UnknownRun):
                 raise  # the ledger works; a refusal nothing mapped above is a bug: a 500
