@@ -19,7 +19,7 @@ from herdsman.config import Config
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.api.server import ensure_token, serve_api
 from herdsman.runtime.main import DB_NAME, token_path
-from herdsman.runtime.store import SqliteStore
+from herdsman.runtime.store import RunRecord, SqliteStore
 from herdsman.runtime.supervisor import Supervisor
 
 
@@ -201,4 +201,32 @@ async def test_a_request_after_the_ledger_closed_says_the_supervisor_is_stopping
     assert (refused.status_code, refused.json()) == (
         503,
         {"error": "the run ledger is closed: the supervisor is stopping"},
+    )
+
+
+async def test_submit_wait_names_the_run_it_submitted_when_the_wait_fails(
+    served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The submit is recorded; only the wait's reads meet the locked ledger.
+    really_wait = served.supervisor.wait
+
+    async def wait_on_a_locked_ledger(run_id: str, timeout: float) -> RunRecord:
+        locker = served.lock()
+        try:
+            return await really_wait(run_id, timeout)
+        finally:
+            locker.rollback()
+
+    monkeypatch.setattr(served.supervisor, "wait", wait_on_a_locked_ledger)
+    waited = await trio.to_thread.run_sync(
+        partial(herdsman, "submit", *CLI, "-p", "demo", "--wait", "hello", cwd=tmp_path)
+    )
+    listed = (await served.client.get("/v1/runs")).json()["runs"]
+    [run_id] = [run["id"] for run in listed]
+    assert waited.returncode == 1
+    assert waited.stdout == ""
+    assert waited.stderr == (
+        f"{run_id}: submitted; waiting for it to end\n"
+        f"herdsman: run {run_id} was submitted; waiting for it failed: the run ledger failed"
+        f" ({ledger_error(served)}); nothing changed: ask again (HTTP 503)\n"
     )
