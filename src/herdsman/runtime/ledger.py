@@ -25,6 +25,7 @@ import outcome
 import trio
 
 from herdsman.runtime.store import Store, StoreError
+from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost
 from herdsman.runtime.thread_calls import ThreadCalls
 
 log = logging.getLogger("herdsman.ledger")
@@ -321,15 +322,22 @@ class Ledger:
 def _commit_failed(exc: StoreError) -> StoreError:
     """One caller's error for a commit that failed with ``exc``, caused by it.
 
-    A plain :class:`StoreError`, as ``raise ... from exc`` would make it:
-    the chain keeps what the store said caused the failure (a call whose
-    undo failed, a driver error), which is only ever read, never raised
-    again, so every caller may share it.
+    Of the class that tells the caller what the failure means (a commit
+    whose outcome is unknown, a lost connection, or a plain
+    :class:`StoreError`), as ``raise ... from exc`` would make it: the chain
+    keeps what the store said caused the failure (a call whose undo failed,
+    a driver error), which is only ever read, never raised again, so every
+    caller may share it.
     """
-    error = StoreError(str(exc))
+    kind = next(k for k in _COMMIT_FAILURES if isinstance(exc, k))
+    error = kind(str(exc))
     error.__cause__ = exc
     error.__suppress_context__ = True
     return error
+
+
+#: The classes a failed commit's callers see, the most telling first.
+_COMMIT_FAILURES: Final = (CommitOutcomeUnknown, ConnectionLost, StoreError)
 
 
 def fresh_error(error: BaseException, traceback: TracebackType | None) -> BaseException:
