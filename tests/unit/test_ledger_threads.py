@@ -13,7 +13,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from herdsman.runtime.ledger import Ledger, LedgerClosed
+from herdsman.runtime.ledger import Ledger, LedgerBroken, LedgerClosed
 from herdsman.runtime.store import MemoryStore, NewRun, RunRecord, Store, StoreError
 
 
@@ -198,7 +198,7 @@ async def test_a_batch_that_breaks_the_writer_answers_its_callers_and_ends_the_c
             await trio.to_thread.run_sync(store.first_in.wait, 10)
             second = ledger.enqueue(submit("b"))
             store.release_first.set()
-            with pytest.raises(StoreError, match="the run ledger failed: RuntimeError"):
+            with pytest.raises(LedgerBroken, match="the run ledger failed: RuntimeError"):
                 await ledger.result(first)
     with pytest.raises(LedgerClosed, match="the run ledger is closed"):
         await ledger.result(second)

@@ -126,6 +126,15 @@ class LedgerClosed(StoreError):
 CLOSED = "the run ledger is closed: the supervisor is stopping"
 
 
+class LedgerBroken(StoreError):
+    """A batch failed with an error that is not a store failure: a bug, not an outage.
+
+    Its callers get this (a :class:`StoreError`, so they handle it as any
+    failed write); the writer dies of the original error, which closes the
+    ledger. Whether the batch was kept is unknown.
+    """
+
+
 def _cannot_abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
     return trio.lowlevel.Abort.FAILED
 
@@ -265,7 +274,7 @@ class Ledger:
             # Not a StoreError (MemoryError, an unmapped driver error): the
             # writer dies, but this batch's callers (shielded, some) must learn it.
             failed = f"the run ledger failed: {exc!r}"
-            self._settle(batch, [outcome.Error(StoreError(failed)) for _ in batch])
+            self._settle(batch, [outcome.Error(LedgerBroken(failed)) for _ in batch])
             raise
         self._settle(batch, results)
 

@@ -18,6 +18,7 @@ from supervisor_support import config_at, write_config
 from herdsman.config import Config
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.api.server import ensure_token, serve_api
+from herdsman.runtime.ledger import LedgerBroken
 from herdsman.runtime.main import DB_NAME, token_path
 from herdsman.runtime.store import RunRecord, SqliteStore
 from herdsman.runtime.supervisor import Supervisor
@@ -229,4 +230,20 @@ async def test_submit_wait_names_the_run_it_submitted_when_the_wait_fails(
         f"{run_id}: submitted; waiting for it to end\n"
         f"herdsman: run {run_id} was submitted; waiting for it failed: the run ledger failed"
         f" ({ledger_error(served)}); nothing changed: ask again (HTTP 503)\n"
+    )
+
+
+async def test_a_bug_the_ledger_met_is_a_500_not_an_unavailable_ledger(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the ledger hands the callers of a batch that failed with an error
+    # that is no store failure (its writer dies of that error).
+    async def broken(**_: object) -> list[RunRecord]:
+        raise LedgerBroken("the run ledger failed: TypeError('a bug')")
+
+    monkeypatch.setattr(served.supervisor, "list_runs", broken)
+    answer = await served.client.get("/v1/runs")
+    assert (answer.status_code, answer.json()) == (
+        500,
+        {"error": "internal error: LedgerBroken: the run ledger failed: TypeError('a bug')"},
     )

@@ -24,7 +24,7 @@ from starlette.routing import Route
 
 from herdsman.runtime.api.ledger_answers import not_recorded, unavailable
 from herdsman.runtime.intake import InvalidRequest, load_json, parse_batch, parse_submit
-from herdsman.runtime.ledger import LedgerClosed
+from herdsman.runtime.ledger import LedgerBroken, LedgerClosed
 from herdsman.runtime.store import RunStatus, StoreConflict, StoreError
 from herdsman.runtime.store.errors import RunNotFound as UnknownRun
 from herdsman.runtime.supervisor import (
@@ -112,8 +112,10 @@ class Api:
                 # A closed ledger, as a stopping supervisor's: not a passing
                 # failure, so no "ask again" (the next request meets it too).
                 return error(503, str(exc))
-            except (StoreConflict, UnknownRun):
-                raise  # the ledger works; a refusal nothing mapped above is a bug: a 500
+            except (StoreConflict, UnknownRun, LedgerBroken):
+                # The ledger works, and a refusal nothing mapped above is a
+                # bug; or the ledger met a bug: a 500 either way, not a 503.
+                raise
             except StoreError as exc:
                 return error(503, unavailable(exc))
 
@@ -125,7 +127,7 @@ class Api:
         new, on_busy = parse_submit(await read_json(request), providers)
         try:
             record, created = await self.supervisor.submit(new, on_busy)
-        except (StoreConflict, UnknownRun):
+        except (StoreConflict, UnknownRun, LedgerBroken):
             raise
         except StoreError as exc:
             return JSONResponse(not_recorded([new.id], exc, batch=False), status_code=503)
@@ -136,7 +138,7 @@ class Api:
         items = parse_batch(await read_json(request), self.supervisor.config.providers)
         try:
             results = await self.supervisor.submit_many(items)
-        except (StoreConflict, UnknownRun):
+        except (StoreConflict, UnknownRun, LedgerBroken):
             raise
         except StoreError as exc:
             # One run's error is raised for the whole batch: the others
