@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -12,13 +11,10 @@ import psycopg
 import pytest
 import trio
 from commit_cut_proxy import CommitCutProxy
+from served_api import served_api
 from supervisor_support import config_at, write_config
 
-from herdsman.runtime.api.app import create_app
-from herdsman.runtime.api.server import ensure_token, serve_api
-from herdsman.runtime.main import token_path
 from herdsman.runtime.store.postgres import PostgresStore
-from herdsman.runtime.supervisor import Supervisor
 
 RESTART = "herdsman does not reconnect to its ledger: restart the supervisor"
 
@@ -40,20 +36,9 @@ async def client(
     config.supervisor.state_dir.mkdir(parents=True)
     server = urlsplit(postgres_url)
     proxied = server._replace(netloc=f"{server.username}:{server.password}@127.0.0.1:{proxy.port}")
-    supervisor = Supervisor(config, PostgresStore(proxied.geturl(), sole=True))
-    token = ensure_token(token_path(config))
-    stopped = trio.Event()
-    await nursery.start(supervisor.run)
-    app = create_app(supervisor, token)
-    urls = await nursery.start(
-        partial(serve_api, app, config.api.listen, shutdown_trigger=stopped.wait)
-    )
-    async with httpx.AsyncClient(
-        base_url=urls[0], headers={"Authorization": f"Bearer {token}"}, timeout=30
-    ) as http:
+    store = PostgresStore(proxied.geturl(), sole=True)
+    async with served_api(config, store, nursery) as (_, http):
         yield http
-    stopped.set()
-    supervisor.request_shutdown()
 
 
 async def test_a_submit_whose_commit_answer_was_lost_may_have_been_recorded(
@@ -75,7 +60,13 @@ async def test_a_submit_whose_commit_answer_was_lost_may_have_been_recorded(
     # It was: the server committed before the answer was cut.
     with psycopg.connect(postgres_url) as conn:
         assert conn.execute("SELECT id FROM runs").fetchall() == [("r1",)]
-    # The lost connection stays lost: every request says to restart.
+    # The lost connection stays lost: every request says to restart, and a
+    # retry cannot tell whether the first attempt was kept.
+    again = await client.post("/v1/runs", json=body)
+    assert again.status_code == 503
+    assert again.json()["error"].startswith(
+        "run r1 was not recorded by this request: the run ledger failed ("
+    )
     listed = await client.get("/v1/runs")
     assert listed.status_code == 503
     assert listed.json()["error"].endswith(f"the connection is closed); {RESTART}, then ask again")

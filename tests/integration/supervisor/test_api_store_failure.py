@@ -13,13 +13,12 @@ import httpx
 import pytest
 import trio
 from cli_support import CLI, herdsman
+from served_api import served_api
 from supervisor_support import config_at, write_config
 
 from herdsman.config import Config
-from herdsman.runtime.api.app import create_app
-from herdsman.runtime.api.server import ensure_token, serve_api
 from herdsman.runtime.ledger import LedgerBroken
-from herdsman.runtime.main import DB_NAME, token_path
+from herdsman.runtime.main import DB_NAME
 from herdsman.runtime.store import RunRecord, SqliteStore
 from herdsman.runtime.supervisor import Supervisor
 
@@ -48,20 +47,8 @@ async def served(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Served]
     # A short busy timeout, so a write behind the lock fails at once (the
     # default waits 10 s, which is what a real supervisor keeps).
     store = SqliteStore(ledger, busy_timeout=0.05)
-    supervisor = Supervisor(config, store)
-    token = ensure_token(token_path(config))
-    stopped = trio.Event()
-    await nursery.start(supervisor.run)
-    app = create_app(supervisor, token)
-    urls = await nursery.start(
-        partial(serve_api, app, config.api.listen, shutdown_trigger=stopped.wait)
-    )
-    async with httpx.AsyncClient(
-        base_url=urls[0], headers={"Authorization": f"Bearer {token}"}, timeout=30
-    ) as client:
+    async with served_api(config, store, nursery) as (supervisor, client):
         yield Served(config, ledger, client, supervisor)
-    stopped.set()
-    supervisor.request_shutdown()
 
 
 def ledger_error(served: Served) -> str:

@@ -40,12 +40,7 @@ def not_recorded(ids: list[str], exc: StoreError, *, batch: bool) -> dict[str, o
         again = 'submit it again with the same ids (in "ids")'
         which = "one"
     else:
-        kept = (
-            "may have been recorded"
-            if isinstance(exc, CommitOutcomeUnknown)
-            else "was not recorded"
-        )
-        what = f"run {ids[0]} {kept}"
+        what = f"run {ids[0]} {_kept(exc)}"
         again = f'submit it again with the same id, "{ids[0]}"'
         which = "it"
     if isinstance(exc, ConnectionLost):
@@ -55,3 +50,13 @@ def not_recorded(ids: list[str], exc: StoreError, *, batch: bool) -> dict[str, o
         f" existing run, so a retry never queues {which} twice"
     )
     return {"error": message, "ids": ids}
+
+
+def _kept(exc: StoreError) -> str:
+    """What a single run's refused submit did to the ledger."""
+    if isinstance(exc, CommitOutcomeUnknown):
+        return "may have been recorded"
+    if isinstance(exc, ConnectionLost):
+        # An earlier request's lost commit may have recorded it: this one cannot tell.
+        return "was not recorded by this request"
+    return "was not recorded"
