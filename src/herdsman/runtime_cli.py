@@ -185,7 +185,11 @@ def _submit(args: argparse.Namespace) -> int:
         if not args.wait:
             print(run["id"])
             return 0
-        run = _wait(client, run, args.wait_timeout)
+        if status != 200:
+            # Said before the wait, which may fail: a user who never learnt
+            # the id would submit again without --id, and make a second run.
+            print(f"{run['id']}: submitted; waiting for it to end", file=sys.stderr)
+        run = _waited(client, run, args.wait_timeout)
     if args.json:
         _print_json(run)
     elif run["status"] == "succeeded":
@@ -194,6 +198,17 @@ def _submit(args: argparse.Namespace) -> int:
         detail = run.get("reason")
         print(f"{run['id']}: {run['status']}{f' ({detail})' if detail else ''}", file=sys.stderr)
     return 0 if run["status"] == "succeeded" else 1
+
+
+def _waited(client: ApiClient, run: Mapping[str, Any], seconds: float | None) -> dict[str, Any]:
+    """:func:`_wait` for a run just submitted: a failure says the run was submitted."""
+    submitted = f"run {run['id']} was submitted; waiting for it failed"
+    try:
+        return _wait(client, run, seconds)
+    except ApiError as error:
+        raise CommandError(f"{submitted}: {error.message} (HTTP {error.status})") from None
+    except (ApiUnavailable, CommandError) as error:
+        raise CommandError(f"{submitted}: {error}") from None
 
 
 def _wait(client: ApiClient, run: Mapping[str, Any], seconds: float | None) -> dict[str, Any]:

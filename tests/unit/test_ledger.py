@@ -12,7 +12,7 @@ import outcome
 import pytest
 import trio
 
-from herdsman.runtime.ledger import Ledger, in_worker_thread, inline
+from herdsman.runtime.ledger import Ledger, LedgerClosed, in_worker_thread, inline
 from herdsman.runtime.store import MemoryStore, NewRun, RunRecord, RunStatus, Store, StoreError
 
 
@@ -81,10 +81,10 @@ async def test_a_stopped_ledger_fails_calls_instead_of_hanging() -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(ledger.run)
             scope.cancel()
-    with pytest.raises(StoreError, match="the run ledger is closed"):
+    with pytest.raises(LedgerClosed, match="the run ledger is closed"):
         await ledger.call(lambda s: s.get("a"))
     # Queuing without waiting fails at once too, not at the wait.
-    with pytest.raises(StoreError, match="the run ledger is closed"):
+    with pytest.raises(LedgerClosed, match="the run ledger is closed"):
         ledger.enqueue(lambda s: s.get("a"))
 
 

@@ -13,7 +13,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from herdsman.runtime.ledger import Ledger
+from herdsman.runtime.ledger import Ledger, LedgerBroken, LedgerClosed
 from herdsman.runtime.store import MemoryStore, NewRun, RunRecord, Store, StoreError
 
 
@@ -58,7 +58,7 @@ async def test_a_cancelled_writer_settles_the_batch_in_its_thread_and_fails_the_
                 writer.cancel()
                 store.release_first.set()
         assert (await ledger.result(first))[0].id == "a"
-        with pytest.raises(StoreError, match="the run ledger is closed"):
+        with pytest.raises(LedgerClosed, match="the run ledger is closed"):
             await ledger.result(second)
     assert in_seq_order(store) == ["a"]
 
@@ -198,8 +198,8 @@ async def test_a_batch_that_breaks_the_writer_answers_its_callers_and_ends_the_c
             await trio.to_thread.run_sync(store.first_in.wait, 10)
             second = ledger.enqueue(submit("b"))
             store.release_first.set()
-            with pytest.raises(StoreError, match="the run ledger failed: RuntimeError"):
+            with pytest.raises(LedgerBroken, match="the run ledger failed: RuntimeError"):
                 await ledger.result(first)
-    with pytest.raises(StoreError, match="the run ledger is closed"):
+    with pytest.raises(LedgerClosed, match="the run ledger is closed"):
         await ledger.result(second)
     assert store.applied == 1  # the batch behind it never reached the store

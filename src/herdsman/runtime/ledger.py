@@ -25,6 +25,7 @@ import outcome
 import trio
 
 from herdsman.runtime.store import Store, StoreError
+from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost
 from herdsman.runtime.thread_calls import ThreadCalls
 
 log = logging.getLogger("herdsman.ledger")
@@ -113,6 +114,27 @@ class Queued(Generic[T]):
             self.waiter = None
 
 
+class LedgerClosed(StoreError):
+    """The ledger no longer applies calls: its writer ended, as the supervisor stops.
+
+    Nothing of the call was applied, and asking again will not help until the
+    supervisor runs again: unlike a plain :class:`StoreError` (a locked or
+    full disk) this is not a passing failure.
+    """
+
+
+CLOSED = "the run ledger is closed: the supervisor is stopping"
+
+
+class LedgerBroken(StoreError):
+    """A batch failed with an error that is not a store failure: a bug, not an outage.
+
+    Its callers get this (a :class:`StoreError`, so they handle it as any
+    failed write); the writer dies of the original error, which closes the
+    ledger. Whether the batch was kept is unknown.
+    """
+
+
 def _cannot_abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
     return trio.lowlevel.Abort.FAILED
 
@@ -172,7 +194,7 @@ class Ledger:
         transaction, in queue order: all of them or none.
         """
         if self._closed:
-            raise StoreError("the run ledger is closed: the supervisor is stopping")
+            raise LedgerClosed(CLOSED)
         if self._immediate:
             # Nothing can be queued ahead of it: the store never makes the
             # writer wait, so every earlier call has been applied already.
@@ -240,7 +262,7 @@ class Ledger:
             self._closed = True
             for pending in self._queue:
                 # One exception object per call, as a failed commit's callers get.
-                closed = StoreError("the run ledger is closed: the supervisor is stopping")
+                closed = LedgerClosed(CLOSED)
                 pending.result = outcome.Error(closed)
                 pending.wake()
             self._queue = []
@@ -252,7 +274,7 @@ class Ledger:
             # Not a StoreError (MemoryError, an unmapped driver error): the
             # writer dies, but this batch's callers (shielded, some) must learn it.
             failed = f"the run ledger failed: {exc!r}"
-            self._settle(batch, [outcome.Error(StoreError(failed)) for _ in batch])
+            self._settle(batch, [outcome.Error(LedgerBroken(failed)) for _ in batch])
             raise
         self._settle(batch, results)
 
@@ -309,15 +331,22 @@ class Ledger:
 def _commit_failed(exc: StoreError) -> StoreError:
     """One caller's error for a commit that failed with ``exc``, caused by it.
 
-    A plain :class:`StoreError`, as ``raise ... from exc`` would make it:
-    the chain keeps what the store said caused the failure (a call whose
-    undo failed, a driver error), which is only ever read, never raised
-    again, so every caller may share it.
+    Of the class that tells the caller what the failure means (a commit
+    whose outcome is unknown, a lost connection, or a plain
+    :class:`StoreError`), as ``raise ... from exc`` would make it: the chain
+    keeps what the store said caused the failure (a call whose undo failed,
+    a driver error), which is only ever read, never raised again, so every
+    caller may share it.
     """
-    error = StoreError(str(exc))
+    kind = next(k for k in _COMMIT_FAILURES if isinstance(exc, k))
+    error = kind(str(exc))
     error.__cause__ = exc
     error.__suppress_context__ = True
     return error
+
+
+#: The classes a failed commit's callers see, the most telling first.
+_COMMIT_FAILURES: Final = (CommitOutcomeUnknown, ConnectionLost, StoreError)
 
 
 def fresh_error(error: BaseException, traceback: TracebackType | None) -> BaseException:

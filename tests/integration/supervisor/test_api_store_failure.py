@@ -13,13 +13,13 @@ import httpx
 import pytest
 import trio
 from cli_support import CLI, herdsman
+from served_api import served_api
 from supervisor_support import config_at, write_config
 
 from herdsman.config import Config
-from herdsman.runtime.api.app import create_app
-from herdsman.runtime.api.server import ensure_token, serve_api
-from herdsman.runtime.main import DB_NAME, token_path
-from herdsman.runtime.store import SqliteStore
+from herdsman.runtime.ledger import LedgerBroken
+from herdsman.runtime.main import DB_NAME
+from herdsman.runtime.store import RunRecord, SqliteStore
 from herdsman.runtime.supervisor import Supervisor
 
 
@@ -30,6 +30,7 @@ class Served:
     config: Config
     ledger: Path
     client: httpx.AsyncClient
+    supervisor: Supervisor
 
     def lock(self) -> sqlite3.Connection:
         """Another process's write lock on the ledger, as a backup or a stuck writer holds it."""
@@ -46,20 +47,8 @@ async def served(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Served]
     # A short busy timeout, so a write behind the lock fails at once (the
     # default waits 10 s, which is what a real supervisor keeps).
     store = SqliteStore(ledger, busy_timeout=0.05)
-    supervisor = Supervisor(config, store)
-    token = ensure_token(token_path(config))
-    stopped = trio.Event()
-    await nursery.start(supervisor.run)
-    app = create_app(supervisor, token)
-    urls = await nursery.start(
-        partial(serve_api, app, config.api.listen, shutdown_trigger=stopped.wait)
-    )
-    async with httpx.AsyncClient(
-        base_url=urls[0], headers={"Authorization": f"Bearer {token}"}, timeout=30
-    ) as client:
-        yield Served(config, ledger, client)
-    stopped.set()
-    supervisor.request_shutdown()
+    async with served_api(config, store, nursery) as (supervisor, client):
+        yield Served(config, ledger, client, supervisor)
 
 
 def ledger_error(served: Served) -> str:
@@ -174,3 +163,74 @@ async def test_the_cli_prints_the_503_in_one_line_and_exits_non_zero(
         r" ask again \(HTTP 503\)\n",
         listed.stderr,
     ), listed.stderr
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/v1/runs", None),
+        ("GET", "/v1/runs/r1", None),
+        ("POST", "/v1/runs/r1/cancel", None),
+        ("POST", "/v1/accounts/end-rest", {"provider": "demo"}),
+    ],
+)
+async def test_a_request_after_the_ledger_closed_says_the_supervisor_is_stopping(
+    served: Served, method: str, path: str, body: dict[str, str] | None
+) -> None:
+    # As a request in flight while the server shuts down after the supervisor
+    # stopped: asking again cannot help, so the answer must not say to.
+    created = await served.client.post(
+        "/v1/runs", json={"id": "r1", "provider": "demo", "prompt": "hello"}
+    )
+    assert created.status_code == 201
+    served.supervisor.request_shutdown()
+    await served.supervisor.finished.wait()
+    refused = await served.client.request(method, path, json=body)
+    assert (refused.status_code, refused.json()) == (
+        503,
+        {"error": "the run ledger is closed: the supervisor is stopping"},
+    )
+
+
+async def test_submit_wait_names_the_run_it_submitted_when_the_wait_fails(
+    served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The submit is recorded; only the wait's reads meet the locked ledger.
+    really_wait = served.supervisor.wait
+
+    async def wait_on_a_locked_ledger(run_id: str, timeout: float) -> RunRecord:
+        locker = served.lock()
+        try:
+            return await really_wait(run_id, timeout)
+        finally:
+            locker.rollback()
+
+    monkeypatch.setattr(served.supervisor, "wait", wait_on_a_locked_ledger)
+    waited = await trio.to_thread.run_sync(
+        partial(herdsman, "submit", *CLI, "-p", "demo", "--wait", "hello", cwd=tmp_path)
+    )
+    listed = (await served.client.get("/v1/runs")).json()["runs"]
+    [run_id] = [run["id"] for run in listed]
+    assert waited.returncode == 1
+    assert waited.stdout == ""
+    assert waited.stderr == (
+        f"{run_id}: submitted; waiting for it to end\n"
+        f"herdsman: run {run_id} was submitted; waiting for it failed: the run ledger failed"
+        f" ({ledger_error(served)}); nothing changed: ask again (HTTP 503)\n"
+    )
+
+
+async def test_a_bug_the_ledger_met_is_a_500_not_an_unavailable_ledger(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the ledger hands the callers of a batch that failed with an error
+    # that is no store failure (its writer dies of that error).
+    async def broken(**_: object) -> list[RunRecord]:
+        raise LedgerBroken("the run ledger failed: TypeError('a bug')")
+
+    monkeypatch.setattr(served.supervisor, "list_runs", broken)
+    answer = await served.client.get("/v1/runs")
+    assert (answer.status_code, answer.json()) == (
+        500,
+        {"error": "internal error: LedgerBroken: the run ledger failed: TypeError('a bug')"},
+    )

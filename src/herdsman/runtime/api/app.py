@@ -22,7 +22,9 @@ from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response
 from starlette.routing import Route
 
+from herdsman.runtime.api.ledger_answers import not_recorded, unavailable
 from herdsman.runtime.intake import InvalidRequest, load_json, parse_batch, parse_submit
+from herdsman.runtime.ledger import LedgerBroken, LedgerClosed
 from herdsman.runtime.store import RunStatus, StoreConflict, StoreError
 from herdsman.runtime.store.errors import RunNotFound as UnknownRun
 from herdsman.runtime.supervisor import (
@@ -106,39 +108,18 @@ class Api:
                 return error(409, str(exc))
             except UnknownAccount as exc:
                 return error(404, str(exc))
-            except (NotAdmitting, CancelNotRecorded) as exc:
+            except (NotAdmitting, CancelNotRecorded, LedgerClosed) as exc:
+                # A closed ledger, as a stopping supervisor's: not a passing
+                # failure, so no "ask again" (the next request meets it too).
                 return error(503, str(exc))
-            except (StoreConflict, UnknownRun):
-                raise  # the ledger works; a refusal nothing mapped above is a bug: a 500
+            except (StoreConflict, UnknownRun, LedgerBroken):
+                # The ledger works, and a refusal nothing mapped above is a
+                # bug; or the ledger met a bug: a 500 either way, not a 503.
+                raise
             except StoreError as exc:
-                # Unavailable, not broken: nothing was changed, and the same
-                # request may succeed once the ledger is back.
-                log.warning("the run ledger failed: %s", exc)
-                return error(503, f"the run ledger failed ({exc}); nothing changed: ask again")
+                return error(503, unavailable(exc))
 
         return wrapper
-
-    @staticmethod
-    def not_recorded(ids: list[str], exc: StoreError, *, batch: bool) -> JSONResponse:
-        """The 503 of a submit the ledger refused: what to submit again, and why that is safe.
-
-        A client that gave no id learns the one its run was given, so a retry
-        cannot record the run twice should the first attempt have been kept.
-        """
-        log.warning("the run ledger failed to record a submit: %s", exc)
-        if batch:
-            what = "the batch may be recorded in part"
-            again = 'submit it again with the same ids (in "ids")'
-            which = "one"
-        else:
-            what = f"run {ids[0]} was not recorded"
-            again = f'submit it again with the same id, "{ids[0]}"'
-            which = "it"
-        message = (
-            f"{what}: the run ledger failed ({exc}); {again}: a known id returns the"
-            f" existing run, so a retry never queues {which} twice"
-        )
-        return JSONResponse({"error": message, "ids": ids}, status_code=503)
 
     async def submit(self, request: Request) -> Response:
         """``POST /v1/runs``: 201 for a new run, 200 with the existing one for a known id."""
@@ -146,10 +127,10 @@ class Api:
         new, on_busy = parse_submit(await read_json(request), providers)
         try:
             record, created = await self.supervisor.submit(new, on_busy)
-        except (StoreConflict, UnknownRun):
+        except (StoreConflict, UnknownRun, LedgerBroken):
             raise
         except StoreError as exc:
-            return self.not_recorded([new.id], exc, batch=False)
+            return JSONResponse(not_recorded([new.id], exc, batch=False), status_code=503)
         return JSONResponse(run_view(record), status_code=201 if created else 200)
 
     async def submit_batch(self, request: Request) -> Response:
@@ -157,12 +138,13 @@ class Api:
         items = parse_batch(await read_json(request), self.supervisor.config.providers)
         try:
             results = await self.supervisor.submit_many(items)
-        except (StoreConflict, UnknownRun):
+        except (StoreConflict, UnknownRun, LedgerBroken):
             raise
         except StoreError as exc:
             # One run's error is raised for the whole batch: the others
             # may have been recorded.
-            return self.not_recorded([new.id for new, _ in items], exc, batch=True)
+            body = not_recorded([new.id for new, _ in items], exc, batch=True)
+            return JSONResponse(body, status_code=503)
         body = {"results": [{"created": c, "run": run_view(r)} for r, c in results]}
         return JSONResponse(body)
 

@@ -7,6 +7,22 @@ class StoreError(Exception):
     """Anything the store refuses: a closed store, an unreadable file, bad input."""
 
 
+class ConnectionLost(StoreError):
+    """The store's connection to its database server is gone (PostgreSQL).
+
+    A store never reconnects: every later call fails the same way until the
+    supervisor is restarted, so asking again alone does not help.
+    """
+
+
+class CommitOutcomeUnknown(ConnectionLost):
+    """The connection was lost after COMMIT was sent, before the server answered.
+
+    The server may have committed the transaction or not: the caller must
+    read the outcome again (once reconnected) rather than assume either.
+    """
+
+
 class StoreConflict(StoreError):
     """A state change that is illegal from the run's current status.
 

@@ -366,5 +366,9 @@ class PostgresStore(SqlStore):
             TransactionStatus.INERROR,
         )
 
+    def _connection_lost(self) -> bool:
+        # psycopg marks a connection closed when the server or network dropped it.
+        return self._conn.closed and not self._closed
+
     def _close_connection(self) -> None:
         self._conn.close()

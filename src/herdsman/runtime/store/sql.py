@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import outcome
 
-from herdsman.runtime.store.errors import StoreConflict, StoreError, nested_apply
+from herdsman.runtime.store.errors import (
+    CommitOutcomeUnknown,
+    ConnectionLost,
+    StoreConflict,
+    StoreError,
+    nested_apply,
+)
 from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
     TERMINAL_STATUSES,
@@ -183,8 +189,13 @@ class SqlStore:
         """A driver error's text as a store error may carry it (a subclass cleans it)."""
         return str(exc)
 
+    def _connection_lost(self) -> bool:
+        """Whether the connection to the database server is gone (never, for a file)."""
+        return False
+
     def _failure(self, exc: Exception) -> StoreError:
-        return StoreError(f"{self._describe()}: {self._message(exc)}")
+        kind = ConnectionLost if self._connection_lost() else StoreError
+        return kind(f"{self._describe()}: {self._message(exc)}")
 
     def _open_cursor(self) -> Cursor:
         try:
@@ -265,7 +276,18 @@ class SqlStore:
             # PostgreSQL would answer this COMMIT with a silent ROLLBACK:
             # report the batch as failed, not as kept.
             raise StoreError(f"{self._describe()}: the transaction failed and was rolled back")
-        cur.execute("COMMIT")
+        try:
+            cur.execute("COMMIT")
+        except self._driver_errors as exc:
+            # A server that answered the COMMIT with an error rolled back; one
+            # whose answer never came may have committed: no caller may be
+            # told the change was not recorded.
+            if not self._connection_lost():
+                raise
+            raise CommitOutcomeUnknown(
+                f"{self._describe()}: the connection was lost after COMMIT was sent,"
+                f" so the change may have been recorded: {self._message(exc)}"
+            ) from exc
 
     @contextmanager
     def _savepoint(self, cur: Cursor) -> Iterator[None]:

@@ -1,0 +1,91 @@
+"""A TCP proxy to PostgreSQL that loses the answer to a COMMIT the server received.
+
+It forwards both ways until armed; then, once the client has sent an
+``INSERT INTO runs`` and a COMMIT after it, it forwards that COMMIT, waits
+for the server to commit, and cuts both sockets before the answer comes
+back: the client's connection is lost with its transaction kept.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+#: The untyped requests a client may send before its startup packet (SSL, GSS).
+_PRE_STARTUP = (80877103, 80877104)
+
+
+class CommitCutProxy:
+    """Listens on 127.0.0.1; each connection is forwarded to ``(host, port)``."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.armed = False
+        self.cut = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        """Stop accepting connections."""
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            threading.Thread(target=self._up, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._down, args=(server, client), daemon=True).start()
+
+    def _up(self, client: socket.socket, server: socket.socket) -> None:
+        """Client to server, reading the protocol's messages to see the COMMIT go by."""
+        statements: dict[bytes, bytes] = {}  # prepared statement name -> its SQL
+        pending, started, inserted = b"", False, False
+        try:
+            while data := client.recv(65536):
+                server.sendall(data)
+                pending += data
+                while not started and len(pending) >= 8:
+                    size = int.from_bytes(pending[:4], "big")
+                    code = int.from_bytes(pending[4:8], "big")
+                    if len(pending) < size:
+                        break
+                    pending, started = pending[size:], code not in _PRE_STARTUP
+                commit = False
+                while started and len(pending) >= 5:
+                    kind, size = pending[:1], int.from_bytes(pending[1:5], "big")
+                    if len(pending) < size + 1:
+                        break
+                    body, pending = pending[5 : size + 1], pending[size + 1 :]
+                    sql = b""
+                    if kind == b"P":  # Parse: name, then the SQL
+                        name, rest = body.split(b"\0", 1)
+                        statements[name] = sql = rest.split(b"\0", 1)[0]
+                    elif kind == b"B":  # Bind: portal, then the statement's name
+                        sql = statements.get(body.split(b"\0", 2)[1], b"")
+                    elif kind == b"Q":  # a simple query
+                        sql = body.rstrip(b"\0")
+                    sql = sql.strip(b" ;").upper()
+                    inserted = inserted or (self.armed and sql.startswith(b"INSERT INTO RUNS"))
+                    commit = commit or sql == b"COMMIT"
+                if commit and inserted and self.armed:
+                    self.armed = False
+                    self.cut.set()  # from now on no answer reaches the client
+                    time.sleep(0.5)  # the server commits meanwhile
+                    client.shutdown(socket.SHUT_RDWR)
+                    client.close()
+                    server.close()
+                    return
+        except OSError:
+            pass
+
+    def _down(self, server: socket.socket, client: socket.socket) -> None:
+        try:
+            while (data := server.recv(65536)) and not self.cut.is_set():
+                client.sendall(data)
+        except OSError:
+            pass
