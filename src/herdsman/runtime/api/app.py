@@ -46,6 +46,11 @@ MAX_LIST = 1000
 #: (the runner's kill grace is 5 s; a fleet member's holder sees it within a poll).
 CANCEL_WAIT = 10.0
 
+#: Store errors that are bugs, not an unavailable ledger: the ledger works and
+#: refused something nothing mapped to a 4xx, or the ledger met a bug. They go
+#: on to the 500 handler; every other StoreError is a 503.
+_BUGS = (StoreConflict, UnknownRun, LedgerBroken)
+
 
 # Starlette's JSONResponse calls json.dumps with options, which builds an
 # encoder per response; this one is shared and writes the same bytes.
@@ -112,9 +117,7 @@ class Api:
                 # A closed ledger, as a stopping supervisor's: not a passing
                 # failure, so no "ask again" (the next request meets it too).
                 return error(503, str(exc))
-            except (StoreConflict, UnknownRun, LedgerBroken):
-                # The ledger works, and a refusal nothing mapped above is a
-                # bug; or the ledger met a bug: a 500 either way, not a 503.
+            except _BUGS:
                 raise
             except StoreError as exc:
                 return error(503, unavailable(exc))
@@ -127,7 +130,7 @@ class Api:
         new, on_busy = parse_submit(await read_json(request), providers)
         try:
             record, created = await self.supervisor.submit(new, on_busy)
-        except (StoreConflict, UnknownRun, LedgerBroken):
+        except _BUGS:
             raise
         except StoreError as exc:
             return JSONResponse(not_recorded([new.id], exc, batch=False), status_code=503)
@@ -138,7 +141,7 @@ class Api:
         items = parse_batch(await read_json(request), self.supervisor.config.providers)
         try:
             results = await self.supervisor.submit_many(items)
-        except (StoreConflict, UnknownRun, LedgerBroken):
+        except _BUGS:
             raise
         except StoreError as exc:
             # One run's error is raised for the whole batch: the others
