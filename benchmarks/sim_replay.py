@@ -7,15 +7,27 @@ fake runner) on top. Both handle the same synthetic workload: RUNS runs,
 Poisson arrivals, exponential durations, SLOTS slots.
 
     .venv/bin/python benchmarks/sim_replay.py [--runs 100000] [--slots 8]
+    .venv/bin/python benchmarks/sim_replay.py --cachegrind [--runs 3000]
+
+``--cachegrind`` counts instructions instead (load-independent): each of
+three passes runs in its own process under valgrind's cachegrind
+(``PYTHONHASHSEED=0``), at RUNS and RUNS/3 runs; per run is the difference
+of the two counts over the difference in runs. ``setup`` only writes and
+reads the trace, ``replay`` also replays it (less ``setup``: the replay's
+cost), ``bare`` runs the bare loop alone (less its own workload's cost).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import logging
+import os
 import random
+import re
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -86,12 +98,91 @@ def write_trace(path: Path, items: list[tuple[float, float]], slots: int) -> Non
             out.write(json.dumps(event) + "\n")
 
 
+def child(name: str, runs: int, slots: int) -> None:
+    """One cachegrind pass: build the workload and do ``name`` with it."""
+    items = workload(runs, slots)
+    if name in ("bare", "bare-setup"):
+        if name == "bare":
+            bare_loop(items, slots)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        trace = Path(folder) / "trace.jsonl"
+        write_trace(trace, items, slots)
+        loaded_workload = read_workload(trace)
+        loaded = config_from_trace(loaded_workload.header.config, "header")
+        if name == "replay":
+            replay(loaded_workload, loaded)
+
+
+def instructions(name: str, runs: int, slots: int) -> int:
+    """Instructions cachegrind counts for one pass's whole process."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "cachegrind.out"
+        command = [
+            "valgrind",
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            f"--cachegrind-out-file={out}",
+            sys.executable,
+            __file__,
+            "--child",
+            name,
+            f"--runs={runs}",
+            f"--slots={slots}",
+        ]
+        completed = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+        )
+        found = re.search(r"I\s+refs:\s+([\d,]+)", completed.stderr)
+        if completed.returncode != 0 or found is None:
+            raise SystemExit(f"cachegrind failed for {name}:\n{completed.stderr[-2000:]}")
+        return int(found.group(1).replace(",", ""))
+
+
+def cachegrind(runs: int, slots: int, jobs: int) -> None:
+    small = runs // 3
+    names = ("setup", "replay", "bare-setup", "bare")
+    # Each count is a process of its own, so they may run side by side.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        counts = {
+            (name, n): pool.submit(instructions, name, n, slots)
+            for name in names
+            for n in (runs, small)
+        }
+
+        def per_run(name: str) -> float:
+            return (counts[name, runs].result() - counts[name, small].result()) / (runs - small)
+
+        setup = per_run("setup")
+        replayed = per_run("replay") - setup
+        bare = per_run("bare") - per_run("bare-setup")
+    print(f"{runs:,} minus {small:,} runs, {slots} slots, PYTHONHASHSEED=0; instructions per run")
+    print(f"writing and reading the trace: {setup:>11,.0f}  (taken off the replay)")
+    print(f"bare trio + MockClock loop:    {bare:>11,.0f}")
+    share = 100 * bare / replayed
+    print(f"herdsman sim replay:           {replayed:>11,.0f}  bare loop's share {share:.0f}%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=None, help="100000; 3000 with --cachegrind")
     parser.add_argument("--slots", type=int, default=8)
+    parser.add_argument("--cachegrind", action="store_true", help="count instructions")
+    parser.add_argument("--jobs", type=int, default=2, help="cachegrind processes at once")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.getLogger("herdsman").setLevel(logging.ERROR)
+    if args.child is not None:
+        child(args.child, args.runs, args.slots)
+        return
+    if args.cachegrind:
+        cachegrind(args.runs or 3000, args.slots, args.jobs)
+        return
+    args.runs = args.runs or 100_000
     items = workload(args.runs, args.slots)
     print(f"{args.runs:,} runs, {args.slots} slots, 80% utilisation")
     bare = bare_loop(items, args.slots)
