@@ -24,7 +24,7 @@ import math
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from functools import cache, partial
+from functools import partial
 from operator import methodcaller
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -88,14 +88,13 @@ from herdsman.runtime.store import (
 )
 from herdsman.runtime.store.errors import LeaseExpired
 from herdsman.runtime.store.errors import RunNotFound as UnknownRun
+from herdsman.runtime.task_state import checkpoints, effectively_cancelled
 from herdsman.runtime.worktrees.listing import describe_worktrees
 from herdsman.runtime.worktrees.manager import WorktreeManager, checkouts_preamble
 from herdsman.runtime.worktrees.sweeper import IsBusy, SweepReport, idle_folders, sweep
 from herdsman.trace import TraceWriter
 
 if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
     from herdsman.runtime.store.fleet import ClaimResult, Poll
 
 log = logging.getLogger("herdsman.supervisor")
@@ -264,19 +263,6 @@ def finish_fields(ended: ProcessOutcome | None, log_path: str) -> tuple[RunStatu
         "excerpt": as_text(ended.excerpt),
         "log_path": log_path,
     }
-
-
-@cache
-def _no_checkpoints() -> Callable[[], AbstractContextManager[None]]:
-    """``trio.testing.assert_no_checkpoints``: a block that checkpoints raises.
-
-    Imported once it is used (by the simulator, whose ledger is inline):
-    trio.testing takes about as long to import as trio itself, which every
-    ``herdsman`` command would pay.
-    """
-    from trio.testing import assert_no_checkpoints  # noqa: PLC0415
-
-    return assert_no_checkpoints
 
 
 class Supervisor:
@@ -1388,16 +1374,30 @@ class Supervisor:
             self._preparing.pop(record.id, None)
             # A task cancelled from outside belongs to a supervisor going
             # down: it records its run's end, and starts nothing after it.
-            going_down = trio.current_effective_deadline() == -math.inf
             if self._ledger_inline and self._fleet is None:
+                # The task's own flag, not trio.current_effective_deadline(),
+                # which walks every enclosing scope: the simulator's cost per
+                # run (runtime/task_state.py).
+                task = trio.lowlevel.current_task()
+                going_down = effectively_cancelled(task)
                 # Recording it awaits nothing here (the ledger applies each
                 # call at once; only a fleet member retries): no checkpoint
                 # for a cancel to stop, so no shield, a cancel scope per run
                 # the simulator no longer pays (docs/simulator.md). Checked, so
-                # that an await added later fails loudly, not unshielded.
-                with _no_checkpoints()():
+                # that an await added later fails loudly, not unshielded: the
+                # check of trio.testing.assert_no_checkpoints, without its
+                # generator-based context manager.
+                passed = checkpoints(task)
+                try:
                     await self._record_finish(record, ended, may_start=not going_down)
+                finally:
+                    if checkpoints(task) != passed:
+                        raise AssertionError(
+                            f"run {record.id}: recording its finish on the inline ledger"
+                            " reached a checkpoint (a no-checkpoint block yielded)"
+                        )
             else:
+                going_down = trio.current_effective_deadline() == -math.inf
                 # A forced shutdown must still record how the run ended:
                 # _record_finish waits only in ways a cancel cannot stop.
                 await self._record_finish(record, ended, may_start=not going_down)

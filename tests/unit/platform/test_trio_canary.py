@@ -3,13 +3,15 @@
 trio is pinned to one minor version (pyproject.toml) because the simulator
 reaches into its scheduler (FINDINGS.md: the module-level ``_r`` random
 generator and the ``_ALLOW_DETERMINISTIC_SCHEDULING`` flag; the replay driver reads
-the run's deadline heap, ``runner.deadlines``). When an upgrade
+the run's deadline heap, ``runner.deadlines``; the supervisor reads a task's
+cancel status and checkpoint counts, runtime/task_state.py). When an upgrade
 moves them, this fails first, with the reason, instead of the simulator
 silently losing its reproducibility.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from importlib.metadata import version
 
@@ -20,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trio.testing import MockClock
 
+from herdsman.runtime.task_state import checkpoints, effectively_cancelled
 from herdsman.sim.replay import _next_deadline
 
 
@@ -75,3 +78,84 @@ def test_the_replays_next_timer_is_what_trios_run_statistics_say(
 async def _sleep_in(scope: trio.CancelScope) -> None:
     with scope:
         await trio.sleep_forever()
+
+
+# One enclosing scope: (cancelled before entering, cancelled inside, shielded,
+# deadline already past when entered).
+_scope = st.tuples(st.booleans(), st.booleans(), st.booleans(), st.booleans())
+
+
+@given(scopes=st.lists(_scope, max_size=5))
+@settings(max_examples=100, deadline=None)
+def test_a_tasks_cancelled_flag_is_what_its_effective_deadline_says(
+    scopes: list[tuple[bool, bool, bool, bool]],
+) -> None:
+    # The supervisor reads it instead of current_effective_deadline() == -inf
+    # on the inline ledger's path (runtime/task_state.py).
+    seen: list[tuple[bool, bool]] = []
+
+    async def nested(depth: int) -> None:
+        task = trio.lowlevel.current_task()
+        seen.append((effectively_cancelled(task), trio.current_effective_deadline() == -math.inf))
+        if depth == len(scopes):
+            return
+        before, inside, shield, past = scopes[depth]
+        now = trio.current_time()
+        scope = trio.CancelScope(shield=shield, deadline=now - 1 if past else now + 100)
+        if before:
+            scope.cancel()
+        with scope:
+            if inside:
+                scope.cancel()
+            await nested(depth + 1)
+
+    trio.run(nested, 0, clock=MockClock())
+    assert len(seen) == len(scopes) + 1
+    assert all(cheap == public for cheap, public in seen)
+
+
+@given(
+    steps=st.lists(
+        st.sampled_from(
+            ["sync", "checkpoint", "sleep0", "event", "cancelled", "shielded", "uncancelled"]
+        )
+    )
+)
+@settings(max_examples=100, deadline=None)
+def test_a_tasks_checkpoint_counts_move_exactly_when_assert_no_checkpoints_fails(
+    steps: list[str],
+) -> None:
+    # The supervisor compares them around an inline finish in place of
+    # trio.testing.assert_no_checkpoints (runtime/task_state.py).
+    async def main() -> None:
+        task = trio.lowlevel.current_task()
+        done = trio.Event()
+        done.set()
+        for step in steps:
+            before = checkpoints(task)
+            try:
+                with trio.testing.assert_no_checkpoints():
+                    await _step(step, done)
+                public_yielded = False
+            except AssertionError:
+                public_yielded = True
+            assert (checkpoints(task) != before) == public_yielded
+
+    trio.run(main, clock=MockClock())
+
+
+async def _step(step: str, done: trio.Event) -> None:
+    if step == "checkpoint":
+        await trio.lowlevel.checkpoint()
+    elif step == "sleep0":
+        await trio.sleep(0)
+    elif step == "event":
+        await done.wait()  # set already: still a checkpoint
+    elif step == "shielded":
+        await trio.lowlevel.cancel_shielded_checkpoint()  # a schedule point only
+    elif step == "uncancelled":
+        await trio.lowlevel.checkpoint_if_cancelled()  # a cancel point only
+    elif step == "cancelled":
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await trio.lowlevel.checkpoint_if_cancelled()
