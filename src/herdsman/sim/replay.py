@@ -33,6 +33,7 @@ from pyfakefs.fake_filesystem_unittest import Patcher
 from herdsman.config import LoadedConfig
 from herdsman.runtime.git.fake import FakeGit
 from herdsman.runtime.ledger import inline
+from herdsman.runtime.metrics import Uncounted
 from herdsman.runtime.runner import (
     Outcome,
     ProcessOutcome,
@@ -258,6 +259,8 @@ async def _replay(
         execute=driver.execute,
         wall=wall,
         trace=trace,
+        # Nothing scrapes a replay's /metrics: its runs are left uncounted.
+        metrics=Uncounted(),
         run_sync=inline,
         git=git,
         loaded=loaded,
