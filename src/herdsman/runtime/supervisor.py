@@ -1056,9 +1056,15 @@ class Supervisor:
                 # starts: whatever frees up meanwhile starts in the next commit.
                 await self._start_what_may_start()
 
-    def _until_an_account_frees(self) -> float:
-        """Seconds until time alone frees an account some queued run waits for."""
-        now = self._wall()
+    def _until_an_account_frees(self, now: float | None = None) -> float:
+        """Seconds until time alone frees an account some queued run waits for.
+
+        ``now``: the wall time, if the caller has just read it.
+        """
+        if not self._scheduler.queued_count:
+            return math.inf  # nothing waits: no time to read, no provider to look at
+        if now is None:
+            now = self._wall()
         times = [
             t
             for provider in self._accounts.providers
@@ -1505,7 +1511,7 @@ class Supervisor:
         # the finish is recorded, and only then lets the dispatcher look.
         early = hit is None
         if early:
-            self._free(record.id, spawned=spawned)
+            self._free(record.id, now, spawned=spawned)
             if session_id and conversation is not None:
                 self._stick(record, conversation)
 
@@ -1706,16 +1712,16 @@ class Supervisor:
 
     def _release(self, run_id: str, *, spawned: bool = True) -> None:
         """A run's process is over: free its slot, lanes and account, wake whoever waits."""
-        self._free(run_id, spawned=spawned)
+        self._free(run_id, self._wall(), spawned=spawned)
         self._let_go(run_id)
 
-    def _free(self, run_id: str, *, spawned: bool) -> None:
-        """Give the run's slot, lanes and account back to the cores.
+    def _free(self, run_id: str, now: float, *, spawned: bool) -> None:
+        """Give the run's slot, lanes and account back to the cores, at wall time ``now``.
 
         A run that never got a process gives its account's budget back.
         """
         self._scheduler.finish(run_id)
-        self._accounts.finish(run_id, self._wall(), spawned=spawned)
+        self._accounts.finish(run_id, now, spawned=spawned)
 
     def _stick(self, record: RunRecord, conversation: str) -> None:
         """The conversation sticks to the account where its session now lives."""
@@ -1755,8 +1761,12 @@ class Supervisor:
         commits, as before (a claim refused there frees a slot).
         """
         starts = self._queue_starts()
+        # The starts' time, read a moment ago, if they read it: time passing
+        # only frees accounts, so an earlier time can only wake the
+        # dispatcher when it need not, which costs nothing but the wake.
         if self._fleet is None and (
-            self.account_recheck_at is not None or self._until_an_account_frees() < math.inf
+            self.account_recheck_at is not None
+            or self._until_an_account_frees(None if starts is None else starts.now) < math.inf
         ):
             self._wake()
         return starts
