@@ -1025,6 +1025,10 @@ class Supervisor:
         if self._trace is not None:
             self._trace.record(kind, fields)
 
+    def _emit_fields(self, kind: str, fields: dict[str, Any]) -> None:
+        if self._trace is not None:
+            self._trace.record(kind, fields)
+
     def _notify(self, run_id: str) -> None:
         for event in self._waiters.pop(run_id, ()):
             event.set()
@@ -1664,15 +1668,16 @@ class Supervisor:
         self, final: RunRecord, status: RunStatus, exit_code: int | None, *, requeue: bool
     ) -> None:
         """Trace and count a finish just recorded; deliver its completion callback."""
-        self._emit(
-            "finish",
-            run_id=final.id,
-            outcome=status.value,
-            exit_code=exit_code,
-            **({"requeued": True} if requeue else {}),
-        )
+        # The status's text as a plain str: a StrEnum member's value is its
+        # own text, which str.__str__ copies in C where .value is two
+        # Python-level calls (the trace writes only exact str values fast).
+        text = str.__str__(status)
+        fields = {"run_id": final.id, "outcome": text, "exit_code": exit_code}
+        if requeue:
+            fields["requeued"] = True
+        self._emit_fields("finish", fields)
         if not requeue:  # a re-queued run has not finished
-            self.metrics.count_finish(final.provider, status.value)
+            self.metrics.count_finish(final.provider, text)
         if final.started_at is not None and final.finished_at is not None:
             duration = final.finished_at - final.started_at
             self.metrics.observe_duration(final.provider, max(0.0, duration))
