@@ -54,14 +54,17 @@ class Child:
 
     def __init__(
         self,
-        popen: subprocess.Popen[bytes],
+        pid: int,
         exit_fd: int,
         stdin: tuple[int, memoryview] | None,
         stdout: int,
         stderr: int,
+        *,
+        popen: subprocess.Popen[bytes] | None = None,
     ) -> None:
+        # The Popen that spawned it, if one did (not posix_spawn.try_spawn).
         self._popen = popen
-        self.pid = popen.pid
+        self.pid = pid
         #: Whether the child has exited (seen through its exit descriptor or
         #: by :meth:`reap`); it may not be reaped yet.
         self.exited = False
@@ -188,7 +191,8 @@ class Child:
             self.returncode = os.waitstatus_to_exitcode(status)
             # Popen must know too: one it believes unreaped is polled again
             # when it is collected, and by then the pid may be another child's.
-            self._popen.returncode = self.returncode
+            if self._popen is not None:
+                self._popen.returncode = self.returncode
             if not self.exited:
                 self._seen_exit()
         return self.returncode
