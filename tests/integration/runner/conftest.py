@@ -14,12 +14,3 @@ def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         monkeypatch.setattr(spawn_module, "_pidfd", lambda pid: None)
     param: str = request.param
     return param
-
-
-@pytest.fixture(params=["posix_spawn", "popen"])
-def spawn_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both ways of spawning: posix_spawn where it can be, and Popen, which it falls back on."""
-    if request.param == "popen":
-        monkeypatch.setattr(spawn_module, "try_spawn", lambda *args, **kwargs: None)
-    param: str = request.param
-    return param

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+from types import SimpleNamespace
+from typing import cast
 
 import trio
 from hypothesis import given, settings
@@ -61,8 +64,9 @@ def test_every_byte_and_end_arrives_whatever_the_order(
         err_read, err_write = os.pipe()
         exit_read, exit_write = os.pipe()  # closing the write end is the exit
         writers = {"stdout": out_write, "stderr": err_write, "exit": exit_write}
-        # The pid is only read by reap(), not used here.
-        child = Child(os.getpid(), exit_read, None, out_read, err_read)
+        # Only the pid is read from the Popen, and only by reap(), not used here.
+        popen = cast("subprocess.Popen[bytes]", SimpleNamespace(pid=os.getpid()))
+        child = Child(popen, exit_read, None, out_read, err_read)
         output = _Recording()
 
         async def child_side() -> None:

@@ -177,7 +177,7 @@ async def test_waiting_for_exits_without_a_pidfd_takes_no_default_thread_token(
 
 
 async def test_a_failure_after_the_spawn_kills_and_reaps_the_child(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spawn_path: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The run's epoll is made after the fork-exec: should that fail (out of
     # descriptors), the child must not run on without an owner, and nothing

@@ -54,17 +54,14 @@ class Child:
 
     def __init__(
         self,
-        pid: int,
+        popen: subprocess.Popen[bytes],
         exit_fd: int,
         stdin: tuple[int, memoryview] | None,
         stdout: int,
         stderr: int,
-        *,
-        popen: subprocess.Popen[bytes] | None = None,
     ) -> None:
-        # The Popen that spawned it, if one did (not posix_spawn.try_spawn).
         self._popen = popen
-        self.pid = pid
+        self.pid = popen.pid
         #: Whether the child has exited (seen through its exit descriptor or
         #: by :meth:`reap`); it may not be reaped yet.
         self.exited = False
@@ -191,8 +188,7 @@ class Child:
             self.returncode = os.waitstatus_to_exitcode(status)
             # Popen must know too: one it believes unreaped is polled again
             # when it is collected, and by then the pid may be another child's.
-            if self._popen is not None:
-                self._popen.returncode = self.returncode
+            self._popen.returncode = self.returncode
             if not self.exited:
                 self._seen_exit()
         return self.returncode

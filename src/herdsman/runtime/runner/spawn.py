@@ -3,8 +3,7 @@
 Everything between a spec and a running child is blocking system calls:
 creating the working directory and the log file (after logs are deleted in
 bulk, creating a file can take the kernel milliseconds), three pipes,
-fork-exec (``posix_spawn`` where it can be, else ``subprocess.Popen``:
-see posix_spawn.py), ``pidfd_open``, writing the prompt and closing stdin.
+fork-exec, ``pidfd_open``, writing the prompt and closing stdin.
 :func:`spawn` makes them all in one worker thread, so a run costs the event
 loop one thread hop. (Before, the log had a hop of its own and
 ``trio.lowlevel.open_process`` another for ``Popen``, with the pipes made
@@ -32,7 +31,6 @@ from typing import BinaryIO, Final
 import trio
 
 from herdsman.runtime.runner.child import Child
-from herdsman.runtime.runner.posix_spawn import try_spawn
 from herdsman.runtime.runner.spec import ProcessSpec
 from herdsman.runtime.thread_calls import ThreadCalls
 
@@ -151,43 +149,25 @@ def spawn(job: tuple[ProcessSpec, Callable[[], bool]]) -> tuple[Child, BinaryIO]
             stderr_read, stderr_write = os.pipe()
             on_failure.callback(os.close, stderr_read)
             child_ends.callback(os.close, stderr_write)
-            # The same child either way (posix_spawn.py); Popen for what
-            # the cheaper path leaves to it, its errors included.
-            popen = None
-            pid = try_spawn(
-                spec.argv,
-                spec.env,
-                spec.cwd,
+            popen = subprocess.Popen(
+                list(spec.argv),
                 stdin=stdin_read,
                 stdout=stdout_write,
                 stderr=stderr_write,
+                env=spec.env,  # a read-only snapshot already
+                cwd=spec.cwd,
+                start_new_session=True,
             )
-            if pid is None:
-                popen = subprocess.Popen(
-                    list(spec.argv),
-                    stdin=stdin_read,
-                    stdout=stdout_write,
-                    stderr=stderr_write,
-                    env=spec.env,  # a read-only snapshot already
-                    cwd=spec.cwd,
-                    start_new_session=True,
-                )
-                pid = popen.pid
         # The child is running: should anything below fail (no descriptor
         # left for its exit or its epoll, no thread), it is killed and
         # reaped (before the pipes are closed: callbacks run LIFO), not
         # left without an owner.
-        on_failure.callback(_kill_and_reap, pid, popen)
+        on_failure.callback(_kill_and_reap, popen)
         rest = _send_prompt(stdin_write, prompt if prompt_wanted() else b"")
-        exit_fd = _exit_fd(pid)
+        exit_fd = _exit_fd(popen.pid)
         on_failure.callback(os.close, exit_fd)
         child = Child(
-            pid,
-            exit_fd,
-            (stdin_write, rest) if rest else None,
-            stdout_read,
-            stderr_read,
-            popen=popen,
+            popen, exit_fd, (stdin_write, rest) if rest else None, stdout_read, stderr_read
         )
         on_failure.pop_all()
     if not rest:
@@ -195,14 +175,11 @@ def spawn(job: tuple[ProcessSpec, Callable[[], bool]]) -> tuple[Child, BinaryIO]
     return child, log
 
 
-def _kill_and_reap(pid: int, popen: subprocess.Popen[bytes] | None) -> None:
+def _kill_and_reap(popen: subprocess.Popen[bytes]) -> None:
     """Kill a child that cannot be handed to the runner, and its group; reap it."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)  # unreaped: the group id is still its own
-    if popen is not None:
-        popen.wait()  # Popen must know it is reaped: it would poll the pid again
-    else:
-        os.waitpid(pid, 0)
+        os.killpg(popen.pid, signal.SIGKILL)  # unreaped: the group id is still its own
+    popen.wait()
 
 
 _Spawner = ThreadCalls[tuple[ProcessSpec, Callable[[], bool]], tuple[Child, BinaryIO]]
