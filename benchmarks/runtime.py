@@ -184,15 +184,25 @@ def start_supervisor(directory: Path) -> subprocess.Popen[bytes]:
     return process
 
 
-async def wait_ready(client: httpx.AsyncClient) -> None:
-    with trio.fail_after(30):
-        while True:
-            try:
-                if (await client.get("/v1/status")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await trio.sleep(0.05)
+async def wait_ready(
+    client: httpx.AsyncClient, process: subprocess.Popen[bytes], directory: Path
+) -> None:
+    """Until the supervisor's API answers; its log, and an exit, if it never does.
+
+    On a loaded machine a supervisor has failed to answer within the limit;
+    the log, deleted with the scratch folder, is the only way to see why.
+    """
+    deadline = trio.current_time() + 30
+    while trio.current_time() < deadline and process.poll() is None:
+        try:
+            if (await client.get("/v1/status")).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        await trio.sleep(0.05)
+    state = "exited with " + str(process.returncode) if process.poll() is not None else "no answer"
+    log = (directory / "supervisor.log").read_text(errors="replace")
+    raise SystemExit(f"the supervisor's API did not answer within 30 s ({state}); its log:\n{log}")
 
 
 class Threads(NamedTuple):
@@ -448,7 +458,7 @@ async def one_pass(
             headers={"Authorization": f"Bearer {token}"},
             timeout=180,
         ) as client:
-            await wait_ready(client)
+            await wait_ready(client, process, directory)
             for batch, kind in ((1, "s"), (50, "b")):
                 before = await supervisor_threads(client, process.pid)
                 supervised = await supervised_rate(client, runs, batch, f"{kind}{tag}")
