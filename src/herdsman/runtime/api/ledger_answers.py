@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from herdsman.runtime.ledger import LedgerClosed
 from herdsman.runtime.store import StoreError
 from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost
 
@@ -34,6 +35,8 @@ def not_recorded(ids: list[str], exc: StoreError, *, batch: bool) -> dict[str, o
     A client that gave no id learns the one its run was given, so a retry
     cannot record the run twice should the first attempt have been kept.
     """
+    if isinstance(exc, LedgerClosed):
+        return _refused_while_stopping(ids, exc, batch=batch)
     log.warning("the run ledger failed to record a submit: %s", exc)
     if batch:
         what = "the batch may be recorded in part"
@@ -48,6 +51,32 @@ def not_recorded(ids: list[str], exc: StoreError, *, batch: bool) -> dict[str, o
     message = (
         f"{what}: the run ledger failed ({exc}); {again}: a known id returns the"
         f" existing run, so a retry never queues {which} twice"
+    )
+    return {"error": message, "ids": ids}
+
+
+def _refused_while_stopping(ids: list[str], exc: LedgerClosed, *, batch: bool) -> dict[str, object]:
+    """The 503 body of a submit that met the ledger closed: nothing kept, nothing to retry yet.
+
+    Asking again at once meets the same closed ledger (or a server that is
+    gone): the client must wait until the supervisor runs again.
+    """
+    if batch:
+        what, again, which = (
+            "the batch was not recorded",
+            'them again with the same ids (in "ids")',
+            "one",
+        )
+    else:
+        what, again, which = (
+            f"run {ids[0]} was not recorded",
+            f'it again with the same id, "{ids[0]}"',
+            "it",
+        )
+    message = (
+        f"{what}: {exc}, and accepts no runs until it is started again (by you, or by"
+        f" whatever restarts it); then submit {again}: a known id returns the existing"
+        f" run, so a retry never queues {which} twice"
     )
     return {"error": message, "ids": ids}
 
