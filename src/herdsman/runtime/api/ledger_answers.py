@@ -1,8 +1,9 @@
 """What the API answers when the run ledger fails: each error says what is true of it.
 
 A plain :class:`StoreError` (a locked or full disk) changed nothing and may
-pass; a lost connection never heals in this process (the store does not
-reconnect); a commit whose answer was lost may have recorded the change.
+pass; a lost connection that reaches the API is one the store could not make
+again just now (it tries again at the next request, after a pause while that
+keeps failing); a commit whose answer was lost may have recorded the change.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost
 
 log = logging.getLogger("herdsman.api")
 
-RESTART = "herdsman does not reconnect to its ledger: restart the supervisor"
+RECONNECT = (
+    "herdsman connects to its ledger again at a later request (pausing up to 30 s"
+    " between attempts while the server cannot be reached)"
+)
 
 
 def unavailable(exc: StoreError) -> str:
@@ -23,7 +27,7 @@ def unavailable(exc: StoreError) -> str:
     log.warning("the run ledger failed: %s", exc)
     if isinstance(exc, ConnectionLost):
         # A commit's lost answer says itself that the change may have been kept.
-        return f"the run ledger failed ({exc}); {RESTART}, then ask again"
+        return f"the run ledger failed ({exc}); {RECONNECT}: ask again"
     # Unavailable, not broken: nothing was changed, and the same request
     # may succeed once the ledger is back.
     return f"the run ledger failed ({exc}); nothing changed: ask again"
@@ -47,7 +51,7 @@ def not_recorded(ids: list[str], exc: StoreError, *, batch: bool) -> dict[str, o
         again = f'submit it again with the same id, "{ids[0]}"'
         which = "it"
     if isinstance(exc, ConnectionLost):
-        again = f"{RESTART}, then {again}"
+        again = f"{RECONNECT}: {again}"
     message = (
         f"{what}: the run ledger failed ({exc}); {again}: a known id returns the"
         f" existing run, so a retry never queues {which} twice"
