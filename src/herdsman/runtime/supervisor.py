@@ -856,6 +856,13 @@ class Supervisor:
             message = f"could not record the cancel of run {run_id} ({exc}); it is still queued"
             log.warning("%s", message)
             raise CancelNotRecorded(f"{message}: ask again") from exc
+        except Exception:
+            # No store failure (a bug, an error the store did not map): the
+            # caller gets it as it is (a 500), but the operation was undone,
+            # so the run is still queued in the ledger and must be here too,
+            # in its place, or nothing would start it until a restart.
+            self._put_back(back)
+            raise
         return record
 
     async def get(self, run_id: str) -> RunRecord | None:
