@@ -621,7 +621,22 @@ class Supervisor:
     async def submit_many(
         self, items: Sequence[tuple[NewRun, OnBusy]]
     ) -> list[tuple[RunRecord, bool]]:
-        """Submit several runs in the given order, in one ledger operation."""
+        """Submit several runs in the given order, in one ledger operation.
+
+        Raises the error of the first item the ledger refused (the others
+        are recorded all the same): :meth:`submit_each` answers each item.
+        """
+        return [result.unwrap() for result in await self.submit_each(items)]
+
+    async def submit_each(
+        self, items: Sequence[tuple[NewRun, OnBusy]]
+    ) -> list[outcome.Outcome[tuple[RunRecord, bool]]]:
+        """As :meth:`submit_many`, with each item's own result or error.
+
+        An item the ledger refuses is undone alone, and the others are
+        recorded: each gets its answer. A commit that fails as a whole
+        raises, as for a single submit.
+        """
         if not self._ready.is_set():  # waiting on a set Event would still yield once
             await self._ready.wait()
         if not self._admitting:
@@ -654,7 +669,7 @@ class Supervisor:
 
     async def _record_submits(
         self, plan: list[tuple[NewRun, RunRequest, bool]], now: float, on_busy: list[OnBusy]
-    ) -> list[tuple[RunRecord, bool]]:
+    ) -> list[outcome.Outcome[tuple[RunRecord, bool]]]:
         submit = self._submit_operation(now)
         # No checkpoint between here, the callback and the starts below.
         takes_starts = self._ledger_inline and self._fleet is None and self._admitting
@@ -696,7 +711,7 @@ class Supervisor:
             starts = self._take_starts()
             if starts is not None:
                 await self._commit_starts(starts)
-        return [result.unwrap() for result in results]
+        return results
 
     def _submit_operation(
         self, now: float

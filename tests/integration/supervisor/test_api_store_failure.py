@@ -289,3 +289,35 @@ async def test_a_submit_that_meets_the_ledger_closed_says_to_wait_for_a_restart(
             "ids": ["late"],
         }
     assert [store.get(run_id) for run_id in ("late", "b1", "b2")] == [None] * 3
+
+
+async def test_a_batch_item_the_ledger_refuses_gets_its_own_answer(served: Served) -> None:
+    # One run the ledger itself refuses (a trigger, as a constraint or a full
+    # disk would): it alone is not recorded, and says so; the others are.
+    refuser = sqlite3.connect(served.ledger, isolation_level=None)
+    refuser.execute(
+        "CREATE TRIGGER refuse_b2 BEFORE INSERT ON runs WHEN NEW.id = 'b2'"
+        " BEGIN SELECT RAISE(ABORT, 'b2 is refused here'); END"
+    )
+    runs = [{"id": f"b{i}", "provider": "demo", "prompt": "x"} for i in (1, 2, 3)]
+    answer = await served.client.post("/v1/runs/batch", json={"runs": runs})
+    assert answer.status_code == 200, answer.text
+    first, refused, third = answer.json()["results"]
+    assert (first["created"], first["run"]["id"]) == (True, "b1")
+    assert (third["created"], third["run"]["id"]) == (True, "b3")
+    assert refused == {
+        "id": "b2",
+        "error": f"run b2 was not recorded: the run ledger failed (run ledger"
+        f" {str(served.ledger)!r}: b2 is refused here); submit it again with the same id,"
+        ' "b2": a known id returns the existing run, so a retry never queues it twice',
+    }
+    listed = (await served.client.get("/v1/runs")).json()["runs"]
+    assert sorted(run["id"] for run in listed) == ["b1", "b3"]
+    refuser.execute("DROP TRIGGER refuse_b2")
+    refuser.close()
+    again = await served.client.post("/v1/runs/batch", json={"runs": runs})
+    assert [(r["created"], r["run"]["id"]) for r in again.json()["results"]] == [
+        (False, "b1"),
+        (True, "b2"),
+        (False, "b3"),
+    ]
