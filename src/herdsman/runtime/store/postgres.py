@@ -527,4 +527,6 @@ class PostgresStore(SqlStore):
             self._check_same_version()
         except BaseException:
             self._conn.close()
+            # The old session is still the one to end should it live on.
+            self._session = old_session
             raise
