@@ -607,7 +607,22 @@ class Supervisor:
     async def submit_many(
         self, items: Sequence[tuple[NewRun, OnBusy]]
     ) -> list[tuple[RunRecord, bool]]:
-        """Submit several runs in the given order, in one ledger operation."""
+        """Submit several runs in the given order, in one ledger operation.
+
+        Raises the error of the first item the ledger refused (the others
+        are recorded all the same): :meth:`submit_each` answers each item.
+        """
+        return [result.unwrap() for result in await self.submit_each(items)]
+
+    async def submit_each(
+        self, items: Sequence[tuple[NewRun, OnBusy]]
+    ) -> list[outcome.Outcome[tuple[RunRecord, bool]]]:
+        """As :meth:`submit_many`, with each item's own result or error.
+
+        An item the ledger refuses is undone alone, and the others are
+        recorded: each gets its answer. A commit that fails as a whole
+        raises, as for a single submit.
+        """
         if not self._ready.is_set():  # waiting on a set Event would still yield once
             await self._ready.wait()
         if not self._admitting:
@@ -640,7 +655,7 @@ class Supervisor:
 
     async def _record_submits(
         self, plan: list[tuple[NewRun, RunRequest, bool]], now: float, on_busy: list[OnBusy]
-    ) -> list[tuple[RunRecord, bool]]:
+    ) -> list[outcome.Outcome[tuple[RunRecord, bool]]]:
         submit = self._submit_operation(now)
         # No checkpoint between here, the callback and the starts below.
         takes_starts = self._ledger_inline and self._fleet is None and self._admitting
@@ -682,7 +697,7 @@ class Supervisor:
             starts = self._take_starts()
             if starts is not None:
                 await self._commit_starts(starts)
-        return [result.unwrap() for result in results]
+        return results
 
     def _submit_operation(
         self, now: float
@@ -842,6 +857,13 @@ class Supervisor:
             message = f"could not record the cancel of run {run_id} ({exc}); it is still queued"
             log.warning("%s", message)
             raise CancelNotRecorded(f"{message}: ask again") from exc
+        except Exception:
+            # No store failure (a bug, an error the store did not map): the
+            # caller gets it as it is (a 500), but the operation was undone,
+            # so the run is still queued in the ledger and must be here too,
+            # in its place, or nothing would start it until a restart.
+            self._put_back(back)
+            raise
         return record
 
     async def get(self, run_id: str) -> RunRecord | None:

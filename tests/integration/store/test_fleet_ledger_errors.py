@@ -4,7 +4,8 @@ A member retries a refused finish unless the refusal is final (its lease
 lapsed, the run was declared lost): ``supervisor._final`` decides by the
 error's class. These refusals come from inside an operation, so the batch
 hands them over as they are; a commit that fails as a whole (the connection
-lost) is a plain :class:`StoreError`, which is worth retrying.
+lost, and the server still unreachable) is a plain :class:`StoreError` or a
+:class:`ConnectionLost`, which is worth retrying.
 """
 
 from __future__ import annotations
@@ -66,16 +67,28 @@ async def test_a_lapsed_member_s_refusals_reach_the_supervisor_as_final(
         live.close()
 
 
-async def test_a_commit_lost_with_the_connection_is_worth_retrying(postgres_url: str) -> None:
+async def test_a_finish_the_connection_broke_under_is_recorded_on_a_new_connection(
+    postgres_url: str,
+) -> None:
+    # A server restart, as the member sees it: its session is gone. The
+    # member's finish is recorded at once, not refused until a restart.
     store = member(postgres_url, "a", 60.0)
     try:
         store.submit(NewRun(id="r1", provider="p", prompt="x"), T0)
         assert len(store.claim_many([("r1", None)], T0).claimed) == 1
         with psycopg.connect(postgres_url, autocommit=True) as other:
             other.execute("SELECT pg_terminate_backend(%s)", (store._conn.info.backend_pid,))
-        lost = await refusal(store, lambda s: s.finish("r1", RunStatus.SUCCEEDED, T0 + 1))
-        assert type(lost) is ConnectionLost  # not final: a fleet member records it again
-        assert "run ledger on PostgreSQL server" in str(lost)
-        assert not _final(lost)
+        ledger = Ledger(store)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(ledger.run)
+            finished = await ledger.call(lambda s: s.finish("r1", RunStatus.SUCCEEDED, T0 + 1))
+            nursery.cancel_scope.cancel()
+        assert finished.status is RunStatus.SUCCEEDED
+        assert store.get("r1") == finished
     finally:
         store.close()
+
+
+def test_a_connection_the_store_could_not_make_again_is_worth_retrying() -> None:
+    # Raised while the server stays unreachable: a member records the finish again.
+    assert not _final(ConnectionLost("run ledger on PostgreSQL server: connection refused"))

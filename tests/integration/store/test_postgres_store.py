@@ -27,6 +27,7 @@ from herdsman.runtime.store import (
     StoreError,
 )
 from herdsman.runtime.store import sqlite as sqlite_store
+from herdsman.runtime.store.errors import ConnectionLost
 from herdsman.runtime.store.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore
 from postgres_support import fresh_schema, split_password, with_search_path
 
@@ -238,19 +239,87 @@ def test_a_wrong_password_is_named_without_showing_it(postgres_server: str) -> N
     assert "PostgreSQL server" in str(caught.value)
 
 
-def test_a_lost_connection_is_a_store_error_naming_the_server(postgres_url: str) -> None:
+def cut(url: str, store: PostgresStore) -> None:
+    """End the store's session on the server, as a server restart or a network cut does."""
+    with raw(url) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", (store._conn.info.backend_pid,))
+
+
+def test_a_lost_connection_is_made_again_at_the_next_call(postgres_url: str) -> None:
     store = PostgresStore(postgres_url)
     try:
         store.submit(new("a"), T0)
-        pid = store._conn.info.backend_pid
-        with raw(postgres_url) as other:
-            other.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        for call in (lambda: store.get("a"), lambda: store.submit(new("b"), T0)):
-            with pytest.raises(StoreError, match=r"^run ledger on PostgreSQL server .+ database"):
-                call()
+        cut(postgres_url, store)
+        # The call that meets the dead connection fails (nothing was recorded) ...
+        with pytest.raises(ConnectionLost, match=r"^run ledger on PostgreSQL server .+ database"):
+            store.submit(new("b"), T0)
+        # ... and the next one connects again, set up as at start.
+        created = store.submit(new("b"), T0)
+        assert (created[0].seq, created[1]) == (2, True)
+        assert [r.id for r in store.list_runs()] == ["b", "a"]
     finally:
         store.close()
     store.close()  # still idempotent
+
+
+def test_a_batch_the_connection_broke_under_is_applied_once_on_a_new_connection(
+    postgres_url: str,
+) -> None:
+    store = PostgresStore(postgres_url)
+    try:
+        store.submit(new("a"), T0)
+        cut(postgres_url, store)
+        noted, submitted = store.apply(
+            [lambda s: s.add_note("a", "once"), lambda s: s.submit(new("b"), T0)]
+        )
+        assert noted.unwrap().notes == ("once",)
+        assert submitted.unwrap()[1] is True
+        with raw(postgres_url) as other:
+            rows = other.execute("SELECT id, notes FROM runs ORDER BY seq").fetchall()
+        assert rows == [("a", '["once"]'), ("b", "[]")]
+    finally:
+        store.close()
+
+
+def test_reconnecting_pauses_after_a_failure_and_keeps_the_sole_supervisor_lock(
+    postgres_server: str,
+) -> None:
+    with fresh_schema(postgres_server) as url:
+        store = PostgresStore(url, sole=True)
+        clock = [100.0]
+        store._monotonic = lambda: clock[0]
+        try:
+            store.submit(new("a"), T0)
+            cut(url, store)
+            # Another supervisor took the ledger while the connection was down.
+            other = PostgresStore(url, sole=True)
+            refused = "another herdsman supervisor is using the run ledger on PostgreSQL server"
+            with pytest.raises(StoreError) as meets_the_cut:
+                store.get("a")
+            assert type(meets_the_cut.value) is ConnectionLost
+            with pytest.raises(StoreError, match=f"^{refused}"):
+                store.get("a")
+            # No attempt before the pause is over: the refusal is remembered.
+            with pytest.raises(ConnectionLost) as paused:
+                store.get("a")
+            assert "the next attempt is made in 0.5 s" in str(paused.value)
+            assert refused in str(paused.value)
+            clock[0] += 0.5
+            with pytest.raises(StoreError, match=f"^{refused}"):
+                store.get("a")
+            other.close()
+            clock[0] += 0.9  # the pause doubled: not over yet
+            with pytest.raises(ConnectionLost, match=r"the next attempt is made in 0\.1 s"):
+                store.get("a")
+            clock[0] += 0.1
+            record = store.get("a")
+            assert record is not None
+            assert record.id == "a"
+            # The lock is held again: no second supervisor gets in.
+            with pytest.raises(StoreError, match=f"^{refused}"):
+                PostgresStore(url, sole=True)
+        finally:
+            store.close()
 
 
 def test_a_url_that_is_not_postgresql_is_refused_before_connecting() -> None:

@@ -8,6 +8,7 @@ back: the client's connection is lost with its transaction kept.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -38,10 +39,13 @@ class CommitCutProxy:
             except OSError:
                 return
             server = socket.create_connection(self.target)
-            threading.Thread(target=self._up, args=(client, server), daemon=True).start()
-            threading.Thread(target=self._down, args=(server, client), daemon=True).start()
+            # This connection's own: one cut must not silence the
+            # connections made after it (a client that connects again).
+            cut = threading.Event()
+            threading.Thread(target=self._up, args=(client, server, cut), daemon=True).start()
+            threading.Thread(target=self._down, args=(server, client, cut), daemon=True).start()
 
-    def _up(self, client: socket.socket, server: socket.socket) -> None:
+    def _up(self, client: socket.socket, server: socket.socket, cut: threading.Event) -> None:
         """Client to server, reading the protocol's messages to see the COMMIT go by."""
         statements: dict[bytes, bytes] = {}  # prepared statement name -> its SQL
         pending, started, inserted = b"", False, False
@@ -74,7 +78,8 @@ class CommitCutProxy:
                     commit = commit or sql == b"COMMIT"
                 if commit and inserted and self.armed:
                     self.armed = False
-                    self.cut.set()  # from now on no answer reaches the client
+                    cut.set()  # from now on no answer reaches the client
+                    self.cut.set()
                     time.sleep(0.5)  # the server commits meanwhile
                     client.shutdown(socket.SHUT_RDWR)
                     client.close()
@@ -82,10 +87,20 @@ class CommitCutProxy:
                     return
         except OSError:
             pass
+        _hang_up(server)  # the client hung up, or the server went: end both ways
 
-    def _down(self, server: socket.socket, client: socket.socket) -> None:
+    def _down(self, server: socket.socket, client: socket.socket, cut: threading.Event) -> None:
         try:
-            while (data := server.recv(65536)) and not self.cut.is_set():
+            while (data := server.recv(65536)) and not cut.is_set():
                 client.sendall(data)
         except OSError:
             pass
+        # The server hung up (its session was ended): so does the proxy, as
+        # the server's own socket would, or the client waits for ever.
+        _hang_up(client)
+
+
+def _hang_up(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # closed already (a cut)
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()

@@ -3,7 +3,8 @@
 ``python limit_agent.py SHAPE RECORDS [resume args...]``
 
 Every run appends what reached it (argv after RECORDS, the account-selecting
-environment, the run id) as one JSON line to ``RECORDS``. The account's home
+environment, the run id, and the reset it reports as unix seconds when
+limited) as one JSON line to ``RECORDS``. The account's home
 (``CLAUDE_CONFIG_DIR``, ``CODEX_HOME`` or ``AGENT_HOME``, by shape) may hold a
 file ``limited`` with ``{"resets_in": seconds, "until": unix seconds or
 null}``: while it is there (and ``until`` has not passed) the run prints the
@@ -38,7 +39,7 @@ def limited(home: str | None) -> dict[str, float] | None:
     return state
 
 
-def claude(shape: str, limit: dict[str, float] | None, session: str) -> int:
+def claude(shape: str, limit: dict[str, float] | None, resets: int, session: str) -> int:
     emit({"type": "system", "subtype": "init", "session_id": session, "tools": []})
     if limit is None:
         emit(
@@ -51,7 +52,6 @@ def claude(shape: str, limit: dict[str, float] | None, session: str) -> int:
             }
         )
         return 0
-    resets = int(time.time() + limit["resets_in"])
     if shape == "claude-event":
         emit(
             {
@@ -115,11 +115,11 @@ def codex(shape: str, limit: dict[str, float] | None, session: str) -> int:
     return 1
 
 
-def plain(limit: dict[str, float] | None) -> int:
+def plain(limit: dict[str, float] | None, resets: int) -> int:
     if limit is None:
         print("done", flush=True)
         return 0
-    print(f"LIMIT resets_at={int(time.time() + limit['resets_in'])}", flush=True)
+    print(f"LIMIT resets_at={resets}", flush=True)
     return 1
 
 
@@ -128,6 +128,9 @@ def main() -> int:
     family = shape.split("-")[0]
     home = os.environ.get(HOME_VARIABLE[family])
     limit = limited(home)
+    # The reset an epoch-printing shape reports, recorded too: a test checks
+    # herdsman against it rather than against its own clock, later.
+    resets = int(time.time() + limit["resets_in"]) if limit is not None else 0
     sys.stdin.read()
     run_id = os.environ.get("HERDSMAN_RUN_ID", "")
     with records.open("a", encoding="utf-8") as out:
@@ -139,16 +142,17 @@ def main() -> int:
                     "account": os.environ.get("HERDSMAN_ACCOUNT"),
                     "home": home,
                     "limited": limit is not None,
+                    "resets_at": resets if limit is not None else None,
                 }
             )
             + "\n"
         )
     session = f"sess-{Path(home).name if home else 'ambient'}-{run_id}"
     if family == "claude":
-        return claude(shape, limit, session)
+        return claude(shape, limit, resets, session)
     if family == "codex":
         return codex(shape, limit, session)
-    return plain(limit)
+    return plain(limit, resets)
 
 
 if __name__ == "__main__":

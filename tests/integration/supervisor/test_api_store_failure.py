@@ -14,6 +14,7 @@ import pytest
 import trio
 from cli_support import CLI, herdsman
 from served_api import served_api
+from store_faults import StalledStore
 from supervisor_support import config_at, write_config
 
 from herdsman.config import Config
@@ -234,3 +235,89 @@ async def test_a_bug_the_ledger_met_is_a_500_not_an_unavailable_ledger(
         500,
         {"error": "internal error: LedgerBroken: the run ledger failed: TypeError('a bug')"},
     )
+
+
+@pytest.mark.parametrize("batch", [False, True])
+async def test_a_submit_that_meets_the_ledger_closed_says_to_wait_for_a_restart(
+    tmp_path: Path, nursery: trio.Nursery, batch: bool
+) -> None:
+    # A submit admitted just before the shutdown, queued behind a commit the
+    # ledger was still making when its writer was told to stop.
+    config = config_at(write_config(tmp_path, concurrency=1))
+    store = StalledStore(set())
+    answers: list[httpx.Response] = []
+    async with served_api(config, store, nursery) as (supervisor, client):
+
+        async def post(path: str, body: object) -> None:
+            answers.append(await client.post(path, json=body))
+
+        store.stall("submit")
+        nursery.start_soon(post, "/v1/runs", {"id": "first", "provider": "demo", "prompt": "x"})
+        await trio.to_thread.run_sync(store.entered.wait)
+        if batch:
+            runs = [{"id": f"b{i}", "provider": "demo", "prompt": "x"} for i in (1, 2)]
+            nursery.start_soon(post, "/v1/runs/batch", {"runs": runs})
+        else:
+            nursery.start_soon(post, "/v1/runs", {"id": "late", "provider": "demo", "prompt": "x"})
+        await trio.testing.wait_all_tasks_blocked()
+        supervisor.request_shutdown()
+        # Nothing runs: the supervisor stops at once, but for its ledger's writer.
+        await trio.testing.wait_all_tasks_blocked()
+        store.go.set()
+        await supervisor.finished.wait()
+        with trio.fail_after(10):
+            while len(answers) < 2:
+                await trio.sleep(0.01)
+    first, late = sorted(answers, key=lambda r: r.status_code)
+    assert first.status_code == 201, first.text
+    assert late.status_code == 503
+    closed = "the run ledger is closed: the supervisor is stopping"
+    if batch:
+        assert late.json() == {
+            "error": f"the batch was not recorded: {closed}, and accepts no runs until it is"
+            " started again (by you, or by whatever restarts it); then submit them again with"
+            ' the same ids (in "ids"): a known id returns the existing run, so a retry never'
+            " queues one twice",
+            "ids": ["b1", "b2"],
+        }
+    else:
+        assert late.json() == {
+            "error": f"run late was not recorded: {closed}, and accepts no runs until it is"
+            " started again (by you, or by whatever restarts it); then submit it again with"
+            ' the same id, "late": a known id returns the existing run, so a retry never'
+            " queues it twice",
+            "ids": ["late"],
+        }
+    assert [store.get(run_id) for run_id in ("late", "b1", "b2")] == [None] * 3
+
+
+async def test_a_batch_item_the_ledger_refuses_gets_its_own_answer(served: Served) -> None:
+    # One run the ledger itself refuses (a trigger, as a constraint or a full
+    # disk would): it alone is not recorded, and says so; the others are.
+    refuser = sqlite3.connect(served.ledger, isolation_level=None)
+    refuser.execute(
+        "CREATE TRIGGER refuse_b2 BEFORE INSERT ON runs WHEN NEW.id = 'b2'"
+        " BEGIN SELECT RAISE(ABORT, 'b2 is refused here'); END"
+    )
+    runs = [{"id": f"b{i}", "provider": "demo", "prompt": "x"} for i in (1, 2, 3)]
+    answer = await served.client.post("/v1/runs/batch", json={"runs": runs})
+    assert answer.status_code == 200, answer.text
+    first, refused, third = answer.json()["results"]
+    assert (first["created"], first["run"]["id"]) == (True, "b1")
+    assert (third["created"], third["run"]["id"]) == (True, "b3")
+    assert refused == {
+        "id": "b2",
+        "error": f"run b2 was not recorded: the run ledger failed (run ledger"
+        f" {str(served.ledger)!r}: b2 is refused here); submit it again with the same id,"
+        ' "b2": a known id returns the existing run, so a retry never queues it twice',
+    }
+    listed = (await served.client.get("/v1/runs")).json()["runs"]
+    assert sorted(run["id"] for run in listed) == ["b1", "b3"]
+    refuser.execute("DROP TRIGGER refuse_b2")
+    refuser.close()
+    again = await served.client.post("/v1/runs/batch", json={"runs": runs})
+    assert [(r["created"], r["run"]["id"]) for r in again.json()["results"]] == [
+        (False, "b1"),
+        (True, "b2"),
+        (False, "b3"),
+    ]

@@ -14,7 +14,7 @@ from supervisor_support import config_at, write_config
 
 from herdsman.config import Config
 from herdsman.runtime.api.app import create_app
-from herdsman.runtime.store import NewRun, RunStatus
+from herdsman.runtime.store import MemoryStore, NewRun, RunRecord, RunStatus
 from herdsman.runtime.supervisor import CancelNotRecorded, Supervisor
 
 
@@ -221,3 +221,41 @@ async def test_a_refused_cancel_whose_caller_was_cancelled_meanwhile_keeps_the_r
         nursery.cancel_scope.cancel()
     # The caller still learned that its cancel was not recorded.
     assert [type(answer) for answer in answers] == [CancelNotRecorded]
+
+
+class CancelBreaksOnce(MemoryStore):
+    """A ledger whose first cancel fails with an error that is no store failure (a bug)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broke = False
+
+    def cancel_queued(self, run_id: str, now: float, reason: str) -> RunRecord:
+        if not self.broke:
+            self.broke = True
+            raise RuntimeError("the store met a bug")
+        return super().cancel_queued(run_id, now, reason)
+
+
+async def test_a_cancel_that_fails_with_no_store_error_keeps_the_run_in_its_place(
+    tmp_path: Path,
+) -> None:
+    store = CancelBreaksOnce()
+    supervisor = Supervisor(one_slot(tmp_path), store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        for run_id in ("busy", "first", "second"):
+            new = NewRun(id=run_id, provider="demo", prompt="x", conversation="c")
+            await supervisor.submit(new)
+        with pytest.raises(RuntimeError, match="the store met a bug"):
+            await supervisor.cancel("first")
+        # Undone in the ledger, so queued in the scheduler again, ahead of "second".
+        assert supervisor.status()["queued"] == 2
+        with trio.fail_after(10):
+            records = [await supervisor.wait(run_id, 10) for run_id in ("first", "second")]
+        nursery.cancel_scope.cancel()
+    assert [r.status for r in records] == [RunStatus.SUCCEEDED, RunStatus.SUCCEEDED]
+    first, second = records
+    assert first.started_at is not None
+    assert second.started_at is not None
+    assert first.started_at < second.started_at

@@ -15,6 +15,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import outcome
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -140,16 +141,27 @@ class Api:
         """``POST /v1/runs/batch``: several runs, queued in the order given."""
         items = parse_batch(await read_json(request), self.supervisor.config.providers)
         try:
-            results = await self.supervisor.submit_many(items)
+            results = await self.supervisor.submit_each(items)
         except _BUGS:
             raise
         except StoreError as exc:
-            # One run's error is raised for the whole batch: the others
-            # may have been recorded.
+            # The commit failed as a whole.
             body = not_recorded([new.id for new, _ in items], exc, batch=True)
             return JSONResponse(body, status_code=503)
-        body = {"results": [{"created": c, "run": run_view(r)} for r, c in results]}
-        return JSONResponse(body)
+        answers: list[dict[str, object]] = []
+        for (new, _), result in zip(items, results, strict=True):
+            if isinstance(result, outcome.Value):
+                record, created = result.value
+                answers.append({"created": created, "run": run_view(record)})
+                continue
+            assert isinstance(result, outcome.Error)
+            refusal = result.error
+            if isinstance(refusal, _BUGS) or not isinstance(refusal, StoreError):
+                raise refusal
+            # The ledger refused this run alone: the others were recorded.
+            refused = not_recorded([new.id], refusal, batch=False)
+            answers.append({"id": new.id, "error": refused["error"]})
+        return JSONResponse({"results": answers})
 
     async def get_run(self, request: Request) -> Response:
         """``GET /v1/runs/{id}[?wait=SECONDS]``."""

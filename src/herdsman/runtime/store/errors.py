@@ -10,8 +10,10 @@ class StoreError(Exception):
 class ConnectionLost(StoreError):
     """The store's connection to its database server is gone (PostgreSQL).
 
-    A store never reconnects: every later call fails the same way until the
-    supervisor is restarted, so asking again alone does not help.
+    Nothing of the call was recorded (unless it is a
+    :class:`CommitOutcomeUnknown`). The store connects again at a later call:
+    at the next one, then, while the server stays unreachable, after pauses
+    growing to 30 s (see ``docs/store.md``), so asking again may succeed.
     """
 
 

@@ -8,16 +8,24 @@ connection, the schema and its migrations.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
-from typing import Any
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
+import outcome
 import psycopg
 import psycopg.sql
 from psycopg.pq import TransactionStatus
 
 from herdsman.postgres_url import hide_password, parse_postgres_url, server_name
-from herdsman.runtime.store.errors import StoreError
+from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost, StoreError
 from herdsman.runtime.store.sql import Cursor, SqlStore
+
+if TYPE_CHECKING:
+    from herdsman.runtime.store.base import Store
+
+log = logging.getLogger("herdsman.store")
 
 # Each entry migrates the schema from version i to i + 1, step for step as
 # the SQLite store's MIGRATIONS, so a version number means the same tables
@@ -130,6 +138,13 @@ _MIGRATION_LOCK = 0x68657264736D616E
 # lock (see PostgresStore._claim). "hrdm" in ASCII.
 _SOLE_SUPERVISOR_LOCK = 0x6872646D
 
+#: After a failed attempt to reconnect, no call tries again for this long
+#: (seconds); each failure in a row doubles it, up to RECONNECT_MAX_WAIT. A
+#: server that is down refuses at once, but an unreachable one holds every
+#: attempt for the connect timeout: without a pause, each ledger call would.
+RECONNECT_FIRST_WAIT = 0.5
+RECONNECT_MAX_WAIT = 30.0
+
 # The version lives in a one-row table beside the ledger's tables (in the
 # first schema of the search_path), written in the migration's transaction.
 _VERSION_TABLE = "herdsman_schema"
@@ -198,13 +213,22 @@ class PostgresStore(SqlStore):
         self.server = server_name(params)
         self._url = url
         self._password = params.get("password")
+        self._sole = sole
         extra: dict[str, Any] = {"fallback_application_name": "herdsman"}
         if "connect_timeout" not in params:
             extra["connect_timeout"] = connect_timeout
+        self._connect_options = extra
+        # Reconnecting (see _ensure_connected): the clock its pauses are
+        # measured on, when the next attempt may be made, the pause after
+        # the next failure, and why the last attempt failed.
+        self._monotonic: Callable[[], float] = time.monotonic
+        self._next_attempt = 0.0
+        self._reconnect_wait = RECONNECT_FIRST_WAIT
+        self._reconnect_failure = ""
+        self._schema: str | None = None
+        self._session: tuple[int, Any] | None = None
         try:
-            # autocommit: no implicit transactions; we issue BEGIN/COMMIT
-            # ourselves (as the SQLite store does) so each change is exactly one.
-            self._conn = psycopg.connect(url, autocommit=True, **extra)
+            self._conn = self._connect()
         except psycopg.Error as exc:
             raise StoreError(
                 f"cannot connect to the run ledger on {self.server}: {self._hide(exc)}"
@@ -220,6 +244,11 @@ class PostgresStore(SqlStore):
             self._conn.close()
             self._closed = True
             raise
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        # autocommit: no implicit transactions; we issue BEGIN/COMMIT
+        # ourselves (as the SQLite store does) so each change is exactly one.
+        return psycopg.connect(self._url, autocommit=True, **self._connect_options)
 
     def _take_ledger(self, sole: bool) -> None:
         """Hold the ledger as this kind of store does, before the schema is touched."""
@@ -252,6 +281,21 @@ class PostgresStore(SqlStore):
                     f"the run ledger on {self.server} has no schema to live in: the"
                     " search_path names none that exists (set one, or create it)"
                 )
+            if self._schema is not None and row[0] != self._schema:
+                # Reconnected: the URL's search_path now finds another schema
+                # (one created since): the ledger is the one opened at start.
+                raise StoreError(
+                    f"the run ledger on {self.server} was in schema {self._schema!r}, but the"
+                    f" connection made again finds schema {row[0]!r} first: restart the"
+                    " supervisor (or drop the schema created since)"
+                )
+            self._schema = row[0]
+            # This session, as the server knows it: a later connection ends it
+            # should it outlive its client (see _end_old_session).
+            session = self._conn.execute(
+                "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+            ).fetchone()
+            self._session = None if session is None else (session[0], session[1])
             self._conn.execute(
                 psycopg.sql.SQL("SET search_path TO {}").format(psycopg.sql.Identifier(row[0]))
             )
@@ -372,3 +416,117 @@ class PostgresStore(SqlStore):
 
     def _close_connection(self) -> None:
         self._conn.close()
+
+    # --- reconnecting ---------------------------------------------------------
+
+    def apply(
+        self, operations: Sequence[Callable[[Store], Any]], *, durable: bool = False
+    ) -> list[outcome.Outcome[Any]]:
+        """See :meth:`Store.apply`; a batch the connection broke under is applied once more.
+
+        Only when the connection broke before the batch's COMMIT was sent:
+        the server then rolled back the whole transaction with the
+        connection, so nothing of it was recorded, and applying it again on
+        a new connection records it once. A batch whose COMMIT was sent
+        (:class:`CommitOutcomeUnknown`: it may have been recorded) is never
+        applied again, and neither is one that began on a connection
+        already known lost (its reconnect was the new try, and failed).
+        """
+        with self._lock:
+            was_open = not self._conn.closed
+            try:
+                return super().apply(operations, durable=durable)
+            except CommitOutcomeUnknown:
+                raise
+            except StoreError as exc:
+                # Whatever the error says (an undo that failed on the dead
+                # connection is a plain StoreError), a connection lost during
+                # this batch, before its COMMIT, left nothing of it recorded.
+                if not (was_open and self._connection_lost()):
+                    raise
+                log.warning("%s; applying the batch again on a new connection", exc)
+            return super().apply(operations, durable=durable)
+
+    def _ensure_connected(self) -> None:
+        """Connect again if the connection was lost: at once, then with pauses while it fails.
+
+        A connection made again is set up as the first was (session
+        settings, the same schema, the sole-supervisor or fleet lock, the
+        schema version this code writes); should any of that fail, it is
+        closed and the store stays disconnected. Raises
+        :class:`ConnectionLost` while the server cannot be reached (saying
+        when the next attempt is due), and the refusal itself otherwise
+        (another supervisor took the ledger meanwhile, the schema changed).
+        """
+        if not self._conn.closed:
+            return
+        wait = self._next_attempt - self._monotonic()
+        if wait > 0:
+            raise ConnectionLost(
+                f"{self._describe()}: the connection was lost, and connecting again"
+                f" failed ({self._reconnect_failure}); the next attempt is made in"
+                f" {wait:.1f} s, at the first call after that"
+            )
+        try:
+            self._reconnect()
+        except (StoreError, psycopg.Error) as exc:
+            failure = self._hide(exc) if isinstance(exc, psycopg.Error) else str(exc)
+            self._reconnect_failure = failure
+            wait = self._reconnect_wait
+            self._next_attempt = self._monotonic() + wait
+            self._reconnect_wait = min(wait * 2, RECONNECT_MAX_WAIT)
+            log.warning("cannot reconnect to the %s: %s", self._describe(), failure)
+            if isinstance(exc, StoreError) and not isinstance(exc, ConnectionLost):
+                raise  # a refusal: it says what is wrong
+            raise ConnectionLost(
+                f"{self._describe()}: the connection was lost, and connecting again"
+                f" failed ({failure}); the next attempt is made in {wait:.1f} s, at the"
+                " first call after that"
+            ) from exc
+        self._next_attempt, self._reconnect_wait = 0.0, RECONNECT_FIRST_WAIT
+        log.warning("reconnected to the %s", self._describe())
+
+    def _end_old_session(self, session: tuple[int, Any] | None) -> None:
+        """End the lost connection's session on the server, if it lives on, and wait for it.
+
+        After a network cut the server may not notice for minutes (until
+        its TCP keepalive gives up): the session would keep the sole-
+        supervisor lock (this supervisor would be refused as "another"), and
+        any row locks of a transaction it had open. Matched by its start
+        time too, so a new session that got its pid is never touched.
+        """
+        if session is None:
+            return
+        self._conn.execute(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+            " WHERE pid = %s AND backend_start = %s",
+            session,
+        )
+
+    def _check_same_version(self) -> None:
+        version = self._version()
+        if version != SCHEMA_VERSION:
+            # Another herdsman migrated it meanwhile (or it was restored
+            # from an older backup): this code's queries may not fit.
+            raise StoreError(
+                f"the run ledger on {self.server} has schema version {version} since the"
+                f" connection was lost, not {SCHEMA_VERSION} as this herdsman writes:"
+                " restart the supervisor"
+            )
+
+    def _reconnect(self) -> None:
+        """A new connection in place of the lost one, set up as at start, or an error."""
+        old_session = self._session
+        self._conn = self._connect()
+        try:
+            self._settle_session()
+            self._end_old_session(old_session)
+            # The lock went with the old session: another supervisor may
+            # have taken the ledger since (it is refused then).
+            self._take_ledger(self._sole)
+            self._check_same_version()
+        except BaseException:
+            self._conn.close()
+            # The old session is still the one to end should it live on.
+            self._session = old_session
+            raise

@@ -196,6 +196,13 @@ class SqlStore:
         """Whether the connection to the database server is gone (never, for a file)."""
         return False
 
+    def _ensure_connected(self) -> None:
+        """Connect again if the connection was lost (a server's store), or raise why not.
+
+        Called, holding the lock, before each transaction or read outside a
+        batch: never inside one, whose transaction died with its connection.
+        """
+
     def _failure(self, exc: Exception) -> StoreError:
         kind = ConnectionLost if self._connection_lost() else StoreError
         return kind(f"{self._describe()}: {self._message(exc)}")
@@ -220,6 +227,7 @@ class SqlStore:
                 with self._as_store_errors(), self._call_savepoint(self._batch):
                     yield self._batch
                 return
+            self._ensure_connected()
             cur = self._open_cursor()
             try:
                 self._begin(cur, durable)
@@ -275,6 +283,14 @@ class SqlStore:
         return False
 
     def _commit(self, cur: Cursor) -> None:
+        if self._connection_lost():
+            # Lost under an operation of the batch, before the COMMIT was
+            # sent: the server rolled the transaction back with the
+            # connection, so nothing of it was recorded (not "may have been").
+            raise ConnectionLost(
+                f"{self._describe()}: the connection was lost before COMMIT was sent,"
+                " so nothing of the change was recorded"
+            )
         if self._transaction_aborted():
             # PostgreSQL would answer this COMMIT with a silent ROLLBACK:
             # report the batch as failed, not as kept.
@@ -434,6 +450,7 @@ class SqlStore:
                 with self._as_store_errors(), self._call_savepoint(self._batch):
                     yield self._batch
                 return
+            self._ensure_connected()
             cur = self._open_cursor()
             try:
                 yield cur
