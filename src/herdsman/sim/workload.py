@@ -10,6 +10,7 @@ usage limit — comes from the recorded start/finish pair, or from
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,13 +54,33 @@ DEFAULT_DURATION = 60.0
 
 @attrs.frozen
 class Attempt:
-    """How one attempt of a run went: how long it took, and how it ended."""
+    """How one attempt of a run went: how long it took, and how it ended.
+
+    A recorded attempt also says when its ``finish`` was traced
+    (``ends_at``) and the moments at which a start answers an event its
+    recorded start could have answered: after ``answers_after``, up to
+    ``answers_by`` (the recorded start). Started then, it ends at
+    ``ends_at`` exactly, whichever of those events the engine started it
+    on; started at any other moment (a what-if), it takes ``duration``.
+    Both engines end an attempt at ``end(now)``.
+    """
 
     duration: float
     outcome: str
     exit_code: int | None = None
     #: For a usage-limited attempt: when the limit resets (unix seconds).
     resets_at: float | None = None
+    #: When the recording traced its finish (trace time); meaningless for an
+    #: attempt whose window (below) is empty, as a synthetic one's is.
+    ends_at: float = math.inf
+    answers_after: float = math.inf
+    answers_by: float = -math.inf
+
+    def end(self, now: float) -> float:
+        """When the attempt ends if it starts at ``now`` (trace time)."""
+        if self.answers_after < now <= self.answers_by:
+            return self.ends_at
+        return now + self.duration
 
 
 @attrs.define
@@ -150,15 +171,10 @@ def read_workload_text(text: str, name: str) -> Workload:
 def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> Workload:
     arrivals: list[Arrival] = []
     plans: dict[str, RunPlan] = {}
-    started: dict[str, float] = {}
+    # run id -> (origin of its duration, the moments its start answers)
+    started: dict[str, tuple[float, float, float]] = {}
     resets: dict[str, float] = {}
-    # The time of the last event a start can be a response to. A recorded
-    # start comes a few milliseconds after what allowed it (the commit of the
-    # start); timing each attempt from its cause, not from its start event,
-    # makes a replay that starts it in response to the same event end it at
-    # exactly the recorded moment, so those milliseconds never add up and
-    # reorder events that were close.
-    cause = 0.0
+    answers = _Answers()
     rotated_at = None
     # A rotated file restates what was running and queued when it began:
     # they arrive first, the running ones before the rest (they held their
@@ -171,15 +187,14 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
         plans.setdefault(run["id"], RunPlan(len(plans)))
         # Back on the account it was running on, if that one can take it.
         arrivals.append(Arrival(0.0, "submit", {"run": run, "account": held.get("account")}))
-        started[run["id"]] = 0.0
+        started[run["id"]] = (0.0, -START_LATENCY, 0.0)
     for run in carry.get("queued", []):
         plans.setdefault(run["id"], RunPlan(len(plans)))
         arrivals.append(Arrival(0.0, "submit", {"run": run}))
     for event in events:
         kind, fields = event.event, event.fields
         where = f"{path}:{event.line}"
-        if kind != "start":
-            cause = event.t
+        answers.saw(kind, event.t)
         if kind in ("submit", "skip"):
             run = fields["run"]
             submitted = plans.setdefault(run["id"], RunPlan(len(plans)))
@@ -188,10 +203,7 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
                 submitted.synthetic = True
             arrivals.append(Arrival(event.t, kind, {"run": run}))
         elif kind == "start":
-            # Longer after the last event than a start takes, it answered
-            # something untraced (an account's rest ending): time it from itself.
-            origin = cause if event.t - cause <= START_LATENCY else event.t
-            started[fields["run_id"]] = origin
+            started[fields["run_id"]] = answers.start(event.t)
         elif kind == "usage_limit":
             resets[fields["run_id"]] = float(fields["until"])
         elif kind == "finish":
@@ -199,12 +211,16 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
             began = started.pop(run_id, None)
             recorded = plans.get(run_id)
             if began is not None and recorded is not None:
+                origin, after, by = began
                 recorded.attempts.append(
                     Attempt(
-                        round(event.t - began, 6),
+                        round(event.t - origin, 6),
                         fields["outcome"],
                         fields.get("exit_code"),
                         resets.pop(run_id, None),
+                        event.t,
+                        after,
+                        by,
                     )
                 )
         elif kind == "cancel":
@@ -221,10 +237,56 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
     if rotated_at is not None:
         # Still running when the recording went on in another file: they ran
         # at least until then (what happens after is not this file's).
-        for run_id, began in started.items():
+        for run_id, (origin, after, by) in started.items():
             if run_id in plans:
-                plans[run_id].attempts.append(Attempt(round(rotated_at - began, 6), "succeeded", 0))
+                plans[run_id].attempts.append(
+                    Attempt(
+                        round(rotated_at - origin, 6), "succeeded", 0, None, rotated_at, after, by
+                    )
+                )
     return Workload(header, header_time(header), tuple(arrivals), plans, rotated_at)
+
+
+class _Answers:
+    """What a recorded start may have answered, from the events before it (see :class:`Attempt`).
+
+    Which event a start answered, the trace cannot say: the runs of one
+    batch are all submitted before the first starts, and a start taken a
+    moment late comes after whatever was traced meanwhile. An engine starts
+    a run at once, at the event that let it start. That event came after the
+    last start decided before this one's (a decision takes every run that
+    may start then, and the trace keeps the ledger's order: the starts of
+    one decision are traced together), and at most ``START_LATENCY`` before
+    it.
+    """
+
+    __slots__ = ("_after_start", "_cause", "_floor", "_last_start")
+
+    def __init__(self) -> None:
+        # The time of the last event a start can be a response to. A recorded
+        # start comes a few milliseconds after what allowed it (the commit of
+        # the start); timing each attempt from its cause, not from its start
+        # event, keeps those milliseconds from adding up in a what-if.
+        self._cause = 0.0
+        self._floor = -math.inf  # the last start before the current run of starts
+        self._last_start = -math.inf
+        self._after_start = False
+
+    def saw(self, kind: str, t: float) -> None:
+        """Take in the next event of the trace (before :meth:`start`, for a start)."""
+        if kind != "start":
+            self._cause = t
+        elif not self._after_start:
+            self._floor = self._last_start
+        self._after_start = kind == "start"
+
+    def start(self, t: float) -> tuple[float, float, float]:
+        """A start at ``t``: the origin of its duration, and its window (after, up to)."""
+        # Longer after the last event than a start takes, it answered
+        # something untraced (an account's rest ending): time it from itself.
+        origin = self._cause if t - self._cause <= START_LATENCY else t
+        self._last_start = t
+        return origin, max(self._floor, t - START_LATENCY), t
 
 
 #: The exit code a synthetic attempt ends with: its process ran (so its
