@@ -34,6 +34,7 @@ __all__ = [
     "Arrival",
     "Attempt",
     "Executions",
+    "RecordedAttempt",
     "RunPlan",
     "Workload",
     "config_from_trace",
@@ -54,27 +55,35 @@ DEFAULT_DURATION = 60.0
 
 @attrs.frozen
 class Attempt:
-    """How one attempt of a run went: how long it took, and how it ended.
-
-    A recorded attempt also says when its ``finish`` was traced
-    (``ends_at``) and the moments at which a start answers an event its
-    recorded start could have answered: after ``answers_after``, up to
-    ``answers_by`` (the recorded start). Started then, it ends at
-    ``ends_at`` exactly, whichever of those events the engine started it
-    on; started at any other moment (a what-if), it takes ``duration``.
-    Both engines end an attempt at ``end(now)``.
-    """
+    """How one attempt of a run went: how long it took, and how it ended."""
 
     duration: float
     outcome: str
     exit_code: int | None = None
     #: For a usage-limited attempt: when the limit resets (unix seconds).
     resets_at: float | None = None
-    #: When the recording traced its finish (trace time); meaningless for an
-    #: attempt whose window (below) is empty, as a synthetic one's is.
-    ends_at: float = math.inf
-    answers_after: float = math.inf
-    answers_by: float = -math.inf
+
+    def end(self, now: float) -> float:
+        """When the attempt ends if it starts at ``now`` (trace time); both engines ask."""
+        return now + self.duration
+
+
+@attrs.frozen
+class RecordedAttempt(Attempt):
+    """An attempt a trace recorded: when its ``finish`` was traced, and when it may start.
+
+    A start at a moment after ``answers_after`` and up to ``answers_by``
+    (the recorded start) may answer the event the recorded start answered
+    (see :func:`_answered`): started then, the attempt ends at ``ends_at``
+    exactly, whichever of those events the engine started it on, so a replay
+    that agrees with the recording so far ends it where the recording did.
+    Started at any other moment (a what-if), it takes ``duration``. A class
+    of its own, so synthetic attempts (most of a plan's) cost no more to make.
+    """
+
+    ends_at: float = attrs.field(kw_only=True)
+    answers_after: float = attrs.field(kw_only=True)
+    answers_by: float = attrs.field(kw_only=True)
 
     def end(self, now: float) -> float:
         """When the attempt ends if it starts at ``now`` (trace time)."""
@@ -174,7 +183,9 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
     # run id -> (origin of its duration, the moments its start answers)
     started: dict[str, tuple[float, float, float]] = {}
     resets: dict[str, float] = {}
-    answers = _Answers()
+    # The time of the last event a start can be a response to, and of the
+    # last start before that event (see _answered).
+    cause, floor, last_start = 0.0, -math.inf, -math.inf
     rotated_at = None
     # A rotated file restates what was running and queued when it began:
     # they arrive first, the running ones before the rest (they held their
@@ -194,7 +205,8 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
     for event in events:
         kind, fields = event.event, event.fields
         where = f"{path}:{event.line}"
-        answers.saw(kind, event.t)
+        if kind != "start":
+            cause, floor = event.t, last_start
         if kind in ("submit", "skip"):
             run = fields["run"]
             submitted = plans.setdefault(run["id"], RunPlan(len(plans)))
@@ -203,7 +215,8 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
                 submitted.synthetic = True
             arrivals.append(Arrival(event.t, kind, {"run": run}))
         elif kind == "start":
-            started[fields["run_id"]] = answers.start(event.t)
+            started[fields["run_id"]] = _answered(cause, floor, event.t)
+            last_start = event.t
         elif kind == "usage_limit":
             resets[fields["run_id"]] = float(fields["until"])
         elif kind == "finish":
@@ -213,14 +226,14 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
             if began is not None and recorded is not None:
                 origin, after, by = began
                 recorded.attempts.append(
-                    Attempt(
+                    RecordedAttempt(
                         round(event.t - origin, 6),
                         fields["outcome"],
                         fields.get("exit_code"),
                         resets.pop(run_id, None),
-                        event.t,
-                        after,
-                        by,
+                        ends_at=event.t,
+                        answers_after=after,
+                        answers_by=by,
                     )
                 )
         elif kind == "cancel":
@@ -240,15 +253,26 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
         for run_id, (origin, after, by) in started.items():
             if run_id in plans:
                 plans[run_id].attempts.append(
-                    Attempt(
-                        round(rotated_at - origin, 6), "succeeded", 0, None, rotated_at, after, by
+                    RecordedAttempt(
+                        round(rotated_at - origin, 6),
+                        "succeeded",
+                        0,
+                        ends_at=rotated_at,
+                        answers_after=after,
+                        answers_by=by,
                     )
                 )
     return Workload(header, header_time(header), tuple(arrivals), plans, rotated_at)
 
 
-class _Answers:
-    """What a recorded start may have answered, from the events before it (see :class:`Attempt`).
+def _answered(cause: float, floor: float, t: float) -> tuple[float, float, float]:
+    """A start at ``t``: the origin of its duration, and the window of moments it answers.
+
+    ``cause`` is the time of the last event before it other than a start,
+    ``floor`` that of the last start before that event. A recorded start
+    comes a few milliseconds after what allowed it (the commit of the
+    start); timing each attempt from its cause, not from its start event,
+    keeps those milliseconds from adding up in a what-if.
 
     Which event a start answered, the trace cannot say: the runs of one
     batch are all submitted before the first starts, and a start taken a
@@ -256,37 +280,13 @@ class _Answers:
     a run at once, at the event that let it start. That event came after the
     last start decided before this one's (a decision takes every run that
     may start then, and the trace keeps the ledger's order: the starts of
-    one decision are traced together), and at most ``START_LATENCY`` before
-    it.
+    one decision are traced together, after ``floor``), and at most
+    ``START_LATENCY`` before it (see :class:`RecordedAttempt`).
     """
-
-    __slots__ = ("_after_start", "_cause", "_floor", "_last_start")
-
-    def __init__(self) -> None:
-        # The time of the last event a start can be a response to. A recorded
-        # start comes a few milliseconds after what allowed it (the commit of
-        # the start); timing each attempt from its cause, not from its start
-        # event, keeps those milliseconds from adding up in a what-if.
-        self._cause = 0.0
-        self._floor = -math.inf  # the last start before the current run of starts
-        self._last_start = -math.inf
-        self._after_start = False
-
-    def saw(self, kind: str, t: float) -> None:
-        """Take in the next event of the trace (before :meth:`start`, for a start)."""
-        if kind != "start":
-            self._cause = t
-        elif not self._after_start:
-            self._floor = self._last_start
-        self._after_start = kind == "start"
-
-    def start(self, t: float) -> tuple[float, float, float]:
-        """A start at ``t``: the origin of its duration, and its window (after, up to)."""
-        # Longer after the last event than a start takes, it answered
-        # something untraced (an account's rest ending): time it from itself.
-        origin = self._cause if t - self._cause <= START_LATENCY else t
-        self._last_start = t
-        return origin, max(self._floor, t - START_LATENCY), t
+    # Longer after the last event than a start takes, it answered something
+    # untraced (an account's rest ending): time it from itself.
+    origin = cause if t - cause <= START_LATENCY else t
+    return origin, max(floor, t - START_LATENCY), t
 
 
 #: The exit code a synthetic attempt ends with: its process ran (so its
