@@ -11,7 +11,8 @@ engine runs only what decides — the very same :class:`~herdsman.core.Scheduler
   order);
 * after every event, the dispatcher's step: ``take_startable`` with an
   :class:`~herdsman.core.accounts.AccountGate` at that moment, each start
-  traced and its end scheduled after the attempt's recorded duration;
+  traced and its end scheduled at ``Attempt.end`` (the recorded finish, or
+  after the recorded duration in a what-if);
 * a run's end as ``Supervisor._record_finish`` settles it: a usage limit rests
   the account (and re-queues the run once), a run that never spawned gives its
   budget back, the slot, lanes and account are freed before the trace says so;
@@ -400,7 +401,7 @@ class FastEngine:
         self._pushes += 1
         heapq.heappush(
             self._ends,
-            (self._now + attempt.duration, run.index, self._pushes, run_id, run.execution),
+            (attempt.end(self._now), run.index, self._pushes, run_id, run.execution),
         )
 
     # -- a run's end -----------------------------------------------------------

@@ -146,7 +146,7 @@ class Driver:
             cancel._attach(on_cancel)
 
         # Its end wakes this task and awaits nothing: no coroutine per run.
-        self.push(trio.current_time() + attempt.duration, END, index, done.set)
+        self.push(attempt.end(trio.current_time()), END, index, done.set)
         try:
             await done.wait()
         finally:

@@ -10,6 +10,7 @@ usage limit — comes from the recorded start/finish pair, or from
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ __all__ = [
     "Arrival",
     "Attempt",
     "Executions",
+    "RecordedAttempt",
     "RunPlan",
     "Workload",
     "config_from_trace",
@@ -60,6 +62,34 @@ class Attempt:
     exit_code: int | None = None
     #: For a usage-limited attempt: when the limit resets (unix seconds).
     resets_at: float | None = None
+
+    def end(self, now: float) -> float:
+        """When the attempt ends if it starts at ``now`` (trace time); both engines ask."""
+        return now + self.duration
+
+
+@attrs.frozen
+class RecordedAttempt(Attempt):
+    """An attempt a trace recorded: when its ``finish`` was traced, and when it may start.
+
+    A start at a moment after ``answers_after`` and up to ``answers_by``
+    (the recorded start) may answer the event the recorded start answered
+    (see :func:`_answered`): started then, the attempt ends at ``ends_at``
+    exactly, whichever of those events the engine started it on, so a replay
+    that agrees with the recording so far ends it where the recording did.
+    Started at any other moment (a what-if), it takes ``duration``. A class
+    of its own, so synthetic attempts (most of a plan's) cost no more to make.
+    """
+
+    ends_at: float = attrs.field(kw_only=True)
+    answers_after: float = attrs.field(kw_only=True)
+    answers_by: float = attrs.field(kw_only=True)
+
+    def end(self, now: float) -> float:
+        """When the attempt ends if it starts at ``now`` (trace time)."""
+        if self.answers_after < now <= self.answers_by:
+            return self.ends_at
+        return now + self.duration
 
 
 @attrs.define
@@ -150,15 +180,12 @@ def read_workload_text(text: str, name: str) -> Workload:
 def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> Workload:
     arrivals: list[Arrival] = []
     plans: dict[str, RunPlan] = {}
-    started: dict[str, float] = {}
+    # run id -> (origin of its duration, the moments its start answers)
+    started: dict[str, tuple[float, float, float]] = {}
     resets: dict[str, float] = {}
-    # The time of the last event a start can be a response to. A recorded
-    # start comes a few milliseconds after what allowed it (the commit of the
-    # start); timing each attempt from its cause, not from its start event,
-    # makes a replay that starts it in response to the same event end it at
-    # exactly the recorded moment, so those milliseconds never add up and
-    # reorder events that were close.
-    cause = 0.0
+    # The time of the last event a start can be a response to, and of the
+    # last start before that event (see _answered).
+    cause, floor, last_start = 0.0, -math.inf, -math.inf
     rotated_at = None
     # A rotated file restates what was running and queued when it began:
     # they arrive first, the running ones before the rest (they held their
@@ -171,7 +198,7 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
         plans.setdefault(run["id"], RunPlan(len(plans)))
         # Back on the account it was running on, if that one can take it.
         arrivals.append(Arrival(0.0, "submit", {"run": run, "account": held.get("account")}))
-        started[run["id"]] = 0.0
+        started[run["id"]] = (0.0, -START_LATENCY, 0.0)
     for run in carry.get("queued", []):
         plans.setdefault(run["id"], RunPlan(len(plans)))
         arrivals.append(Arrival(0.0, "submit", {"run": run}))
@@ -179,7 +206,7 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
         kind, fields = event.event, event.fields
         where = f"{path}:{event.line}"
         if kind != "start":
-            cause = event.t
+            cause, floor = event.t, last_start
         if kind in ("submit", "skip"):
             run = fields["run"]
             submitted = plans.setdefault(run["id"], RunPlan(len(plans)))
@@ -188,10 +215,8 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
                 submitted.synthetic = True
             arrivals.append(Arrival(event.t, kind, {"run": run}))
         elif kind == "start":
-            # Longer after the last event than a start takes, it answered
-            # something untraced (an account's rest ending): time it from itself.
-            origin = cause if event.t - cause <= START_LATENCY else event.t
-            started[fields["run_id"]] = origin
+            started[fields["run_id"]] = _answered(cause, floor, event.t)
+            last_start = event.t
         elif kind == "usage_limit":
             resets[fields["run_id"]] = float(fields["until"])
         elif kind == "finish":
@@ -199,12 +224,16 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
             began = started.pop(run_id, None)
             recorded = plans.get(run_id)
             if began is not None and recorded is not None:
+                origin, after, by = began
                 recorded.attempts.append(
-                    Attempt(
-                        round(event.t - began, 6),
+                    RecordedAttempt(
+                        round(event.t - origin, 6),
                         fields["outcome"],
                         fields.get("exit_code"),
                         resets.pop(run_id, None),
+                        ends_at=event.t,
+                        answers_after=after,
+                        answers_by=by,
                     )
                 )
         elif kind == "cancel":
@@ -221,10 +250,43 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
     if rotated_at is not None:
         # Still running when the recording went on in another file: they ran
         # at least until then (what happens after is not this file's).
-        for run_id, began in started.items():
+        for run_id, (origin, after, by) in started.items():
             if run_id in plans:
-                plans[run_id].attempts.append(Attempt(round(rotated_at - began, 6), "succeeded", 0))
+                plans[run_id].attempts.append(
+                    RecordedAttempt(
+                        round(rotated_at - origin, 6),
+                        "succeeded",
+                        0,
+                        ends_at=rotated_at,
+                        answers_after=after,
+                        answers_by=by,
+                    )
+                )
     return Workload(header, header_time(header), tuple(arrivals), plans, rotated_at)
+
+
+def _answered(cause: float, floor: float, t: float) -> tuple[float, float, float]:
+    """A start at ``t``: the origin of its duration, and the window of moments it answers.
+
+    ``cause`` is the time of the last event before it other than a start,
+    ``floor`` that of the last start before that event. A recorded start
+    comes a few milliseconds after what allowed it (the commit of the
+    start); timing each attempt from its cause, not from its start event,
+    keeps those milliseconds from adding up in a what-if.
+
+    Which event a start answered, the trace cannot say: the runs of one
+    batch are all submitted before the first starts, and a start taken a
+    moment late comes after whatever was traced meanwhile. An engine starts
+    a run at once, at the event that let it start. That event came after the
+    last start decided before this one's (a decision takes every run that
+    may start then, and the trace keeps the ledger's order: the starts of
+    one decision are traced together, after ``floor``), and at most
+    ``START_LATENCY`` before it (see :class:`RecordedAttempt`).
+    """
+    # Longer after the last event than a start takes, it answered something
+    # untraced (an account's rest ending): time it from itself.
+    origin = cause if t - cause <= START_LATENCY else t
+    return origin, max(floor, t - START_LATENCY), t
 
 
 #: The exit code a synthetic attempt ends with: its process ran (so its

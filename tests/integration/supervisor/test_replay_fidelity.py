@@ -66,6 +66,9 @@ async def test_a_recorded_run_replays_with_the_same_starts_and_accounts(
     assert len(starts(recorded)) == len(ids)
     assert starts(replayed) == starts(recorded)
     assert {account for _, account in starts(recorded)} == {None, "a", "b"}
+    # The finishes too, in the same order: each run ends at its recorded
+    # moment, so two close finishes never come out swapped.
+    assert first_divergence(read_decisions(recorded), read_decisions(replayed)) is None
 
 
 async def test_each_trace_file_of_a_drain_and_restart_replays_on_its_own(

@@ -1,0 +1,232 @@
+"""A replay that starts a recorded run in answer to the same event ends it at the recorded moment.
+
+The real supervisor starts a run a few milliseconds after the event that let
+it start, and not always right behind it in the trace: the runs of one batch
+are all submitted before the first starts, and a start taken late may come
+after an unrelated finish. The replay starts a run at once. If it timed the
+run from the wrong event, two close finishes would come out swapped and the
+replay would start the next runs in another order, or on other accounts,
+than the recording did (a flaky tests/integration/supervisor fidelity test
+under load). These hand-written recordings make those moments wide.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sim_workloads import config_json
+
+from herdsman.config import LoadedConfig
+from herdsman.sim.engine import fast_replay
+from herdsman.sim.replay import replay
+from herdsman.sim.result import ReplayResult
+from herdsman.sim.workload import Workload, config_from_trace, read_workload
+
+SIM = Path(__file__).parents[2] / "sim"
+
+Engine = Callable[[Workload, LoadedConfig], ReplayResult]
+ENGINES: dict[str, Engine] = {"trio": replay, "fast": fast_replay}
+
+# Two slots; in the first test, two accounts of one slot each.
+ACCOUNTS = """\
+[supervisor]
+state_dir = "/s"
+[providers.p]
+exec = ["x"]
+concurrency = 2
+[[providers.p.accounts]]
+name = "a"
+concurrency = 1
+[[providers.p.accounts]]
+name = "b"
+concurrency = 1
+"""
+
+TWO_PROVIDERS = """\
+[supervisor]
+state_dir = "/s"
+[providers.p]
+exec = ["x"]
+concurrency = 2
+[providers.q]
+exec = ["y"]
+concurrency = 1
+"""
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> None:
+    logging.getLogger("herdsman").setLevel(logging.ERROR)
+
+
+def submit(t: float, run_id: str, provider: str, conversation: str) -> dict[str, Any]:
+    """A recorded submit."""
+    run = {"id": run_id, "provider": provider, "conversation": conversation}
+    return {"t": t, "event": "submit", "run": run}
+
+
+def start(t: float, run_id: str, account: str | None = None) -> dict[str, Any]:
+    """A recorded start."""
+    return {"t": t, "event": "start", "run_id": run_id, "account": account}
+
+
+def finish(t: float, run_id: str) -> dict[str, Any]:
+    """A recorded finish of a run that succeeded."""
+    return {"t": t, "event": "finish", "run_id": run_id, "outcome": "succeeded", "exit_code": 0}
+
+
+def recording(path: Path, config: str, events: list[dict[str, Any]]) -> Path:
+    """Write a recorded trace of ``events`` (numbered in order) under ``config``."""
+    header = {
+        "herdsman_trace": 1,
+        "started_at": "2026-11-29T12:00:00.000000Z",
+        "config": config_json(config),
+    }
+    lines = [header] + [{"t": e["t"], "seq": n, **e} for n, e in enumerate(events)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def events_of(text: str) -> list[dict[str, Any]]:
+    """The events of a trace held in memory."""
+    return [json.loads(line) for line in text.splitlines()[1:]]
+
+
+def starts(events: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
+    """Each start's run and account, in order."""
+    return [(e["run_id"], e["account"]) for e in events if e["event"] == "start"]
+
+
+def finishes(events: list[dict[str, Any]]) -> list[tuple[float, str]]:
+    """Each finish's time and run, in order."""
+    return [(e["t"], e["run_id"]) for e in events if e["event"] == "finish"]
+
+
+def replayed(trace: Path, engine: str) -> list[dict[str, Any]]:
+    """The events of ``trace`` replayed by ``engine`` under its own configuration."""
+    workload = read_workload(trace)
+    loaded = config_from_trace(workload.header.config, "h")
+    return events_of(ENGINES[engine](workload, loaded).trace)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_runs_submitted_in_one_batch_end_at_their_recorded_moments(
+    tmp_path: Path, engine: str
+) -> None:
+    # Both starts come after the whole batch (the last submit at 4.2 ms);
+    # the replay starts r1 at its own submit, 4.2 ms sooner. Timed from the
+    # last submit, r1 would end at 997.8 ms, before r2 (1000 ms): r3 would
+    # then start before r4, on account a.
+    events = [
+        submit(0.0, "r1", "p", "c1"),
+        submit(0.004, "r2", "p", "c2"),
+        submit(0.0041, "r3", "p", "c1"),
+        submit(0.0042, "r4", "p", "c2"),
+        start(0.006, "r1", "a"),
+        start(0.0061, "r2", "b"),
+        finish(1.0, "r2"),
+        start(1.0002, "r4", "b"),
+        finish(1.002, "r1"),
+        start(1.0022, "r3", "a"),
+        finish(2.0, "r4"),
+        finish(2.1, "r3"),
+    ]
+    trace = recording(tmp_path / "batch.jsonl", ACCOUNTS, events)
+    out = replayed(trace, engine)
+    assert starts(out) == [("r1", "a"), ("r2", "b"), ("r4", "b"), ("r3", "a")]
+    assert finishes(out) == [(1.0, "r2"), (1.002, "r1"), (2.0, "r4"), (2.1, "r3")]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_run_started_late_behind_another_finish_ends_at_its_recorded_moment(
+    tmp_path: Path, engine: str
+) -> None:
+    # x1 could start at its submit (300 ms: a slot was free); the supervisor
+    # got to it only at 304 ms, after q's run ended at 303 ms. The replay
+    # starts it at 300 ms: timed from that finish, x1 would end at 998 ms,
+    # before a1 (1000 ms), and x2 would start before a2.
+    events = [
+        submit(0.0, "a1", "p", "a"),
+        start(0.001, "a1"),
+        submit(0.1, "b1", "q", "b"),
+        start(0.101, "b1"),
+        submit(0.2, "a2", "p", "a"),
+        submit(0.3, "x1", "p", "x"),
+        finish(0.303, "b1"),
+        start(0.304, "x1"),
+        submit(0.31, "x2", "p", "x"),
+        finish(1.0, "a1"),
+        start(1.0001, "a2"),
+        finish(1.001, "x1"),
+        start(1.0011, "x2"),
+        finish(2.0, "a2"),
+        finish(2.1, "x2"),
+    ]
+    trace = recording(tmp_path / "late.jsonl", TWO_PROVIDERS, events)
+    out = replayed(trace, engine)
+    assert starts(out) == [(r, None) for r in ("a1", "b1", "x1", "a2", "x2")]
+    assert finishes(out) == [(0.303, "b1"), (1.0, "a1"), (1.001, "x1"), (2.0, "a2"), (2.1, "x2")]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_what_if_that_starts_a_run_much_sooner_keeps_its_recorded_duration(
+    tmp_path: Path, engine: str
+) -> None:
+    # Recorded with one slot: r2 waited for r1 and ran from 10.0 to 15.0.
+    # With two slots it starts at its submit (1.0), far outside the moments
+    # its recorded start could have answered: it takes its 5 s, not 14.
+    events = [
+        submit(0.0, "r1", "p", "c1"),
+        start(0.001, "r1"),
+        submit(1.0, "r2", "p", "c2"),
+        finish(10.0, "r1"),
+        start(10.001, "r2"),
+        finish(15.0, "r2"),
+    ]
+    trace = recording(tmp_path / "what-if.jsonl", TWO_PROVIDERS.replace("= 2", "= 1", 1), events)
+    workload = read_workload(trace)
+    two = config_from_trace(workload.header.config, "h", ["providers.p.concurrency=2"])
+    out = events_of(ENGINES[engine](workload, two).trace)
+    assert finishes(out) == [(6.0, "r2"), (10.0, "r1")]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_what_if_start_before_the_start_decided_ahead_of_it_keeps_its_duration(
+    tmp_path: Path, engine: str
+) -> None:
+    # Recorded with one slot: r2 started at 9.901, r3 behind it at 10.201.
+    # r3's start answered something after r2's was decided (9.901): with
+    # three slots it starts at its submit (9.8), before that, so it takes its
+    # 1 s (from r2's finish, which its recorded start answered), not 1.4 s.
+    events = [
+        submit(0.0, "r1", "p", "c1"),
+        start(0.001, "r1"),
+        submit(9.7, "r2", "p", "c2"),
+        submit(9.8, "r3", "p", "c3"),
+        finish(9.9, "r1"),
+        start(9.901, "r2"),
+        finish(10.2, "r2"),
+        start(10.201, "r3"),
+        finish(11.2, "r3"),
+    ]
+    trace = recording(tmp_path / "what-if.jsonl", TWO_PROVIDERS.replace("= 2", "= 1", 1), events)
+    workload = read_workload(trace)
+    three = config_from_trace(workload.header.config, "h", ["providers.p.concurrency=3"])
+    out = events_of(ENGINES[engine](workload, three).trace)
+    assert starts(out) == [("r1", None), ("r2", None), ("r3", None)]
+    # r2 starts at 9.7, within 0.5 s of its recorded start and after r1's:
+    # it ends where it ended.
+    assert finishes(out) == [(9.9, "r1"), (10.2, "r2"), (10.8, "r3")]
+
+
+def test_the_recorded_demo_replays_with_its_recorded_finish_times() -> None:
+    # Recorded by a real supervisor (sim/record_demo.py): two batches of
+    # submits, each run's start a few milliseconds behind its batch.
+    recorded = events_of((SIM / "demo-recorded.jsonl").read_text(encoding="utf-8"))
+    golden = events_of((SIM / "demo-recorded.golden.jsonl").read_text(encoding="utf-8"))
+    assert finishes(golden) == finishes(recorded)
