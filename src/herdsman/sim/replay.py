@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import heapq
 import io
 import time
@@ -97,6 +98,8 @@ class Driver:
         self._outcomes: dict[tuple[str, int | None, float | None], ProcessOutcome] = {}
         #: Whether the driver is delivering events (it is not once the input is over).
         self.driving = False
+        #: The time now: the replay reads its ``MockClock`` through :func:`mock_time`.
+        self.now: Callable[[], float] = trio.current_time
 
     def push(self, t: float, kind: int, order: int, action: Action) -> None:
         # ``order`` breaks ties within a kind; the counter only keeps tuples
@@ -139,14 +142,14 @@ class Driver:
                     # Stopped now, but ended by the driver like any run's end:
                     # a forced shutdown stops many at once, and their ends
                     # must be recorded in arrival order, not trio's wake order.
-                    self.push(trio.current_time(), END, index, done.set)
+                    self.push(self.now(), END, index, done.set)
                 else:
                     done.set()
 
             cancel._attach(on_cancel)
 
         # Its end wakes this task and awaits nothing: no coroutine per run.
-        self.push(attempt.end(trio.current_time()), END, index, done.set)
+        self.push(attempt.end(self.now()), END, index, done.set)
         try:
             await done.wait()
         finally:
@@ -237,9 +240,10 @@ async def _replay(
     out = io.StringIO()
 
     # The clock itself rather than trio.current_time(), which reaches it
-    # through two more calls: the supervisor reads the time about seven
-    # times per run. The same clock, so the same times.
-    now = clock.current_time
+    # through two more calls, and without its real-clock arithmetic
+    # (mock_time): the supervisor, the trace and the fake runner read the
+    # time about ten times a run. The same clock, so the same times.
+    now = driver.now = mock_time(clock)
     started_at = workload.started_at
 
     def wall() -> float:
@@ -313,6 +317,21 @@ class Driven(Protocol):
     def account_recheck_at(self) -> float | None: ...
 
 
+def mock_time(clock: trio.testing.MockClock) -> Callable[[], float]:
+    """``clock.current_time`` as a call with no Python frame, for a clock that never runs.
+
+    A ``MockClock`` at rate 0 (the replay's: only jumps move it) says
+    ``virtual_base + 0.0 * (real clock - real_base)``, which is its
+    private ``_virtual_base`` exactly; reading it skips two Python-level
+    calls and a read of the real clock, about 1,000 instructions a read.
+    Guarded by tests/unit/platform's canary; a clock that runs is read as
+    usual.
+    """
+    if clock.rate != 0:
+        return clock.current_time
+    return functools.partial(getattr, clock, "_virtual_base")
+
+
 def _next_deadline() -> float:
     """When the supervisor's next timer is due (``inf``: none); only while every task is blocked.
 
@@ -322,6 +341,20 @@ def _next_deadline() -> float:
     statistics too, about 22,000 instructions a call, twice a run.
     """
     return _trio_run.GLOBAL_RUN_CONTEXT.runner.deadlines.next_deadline()
+
+
+def _settler() -> Callable[[], Awaitable[None]]:
+    """``trio.testing.wait_all_tasks_blocked``, the run's own method; only inside ``trio.run``.
+
+    The public function is this method behind a wrapper that looks the
+    runner up at every call, twice a run: about 5,000 instructions a run
+    (docs/simulator.md). A private name, guarded by tests/unit/platform's
+    canary, as :func:`_next_deadline`.
+    """
+    settle: Callable[[], Awaitable[None]] = (
+        _trio_run.GLOBAL_RUN_CONTEXT.runner.wait_all_tasks_blocked
+    )
+    return settle
 
 
 async def drive(
@@ -335,9 +368,11 @@ async def drive(
     ``after`` is called once whatever each event or timer set off has
     settled; it returns True to stop driving (the fuzzer found a violation).
     """
+    now_is = mock_time(clock)
+    settle = _settler()
     # Each pass starts with every task blocked and no timer due: only the
     # driver can make something happen now.
-    await trio.testing.wait_all_tasks_blocked()
+    await settle()
     while True:
         t = driver.next_time()
         if t is None:
@@ -350,14 +385,14 @@ async def drive(
             t = supervisor.account_recheck_at
             if t is None:
                 return
-        now = clock.current_time()
+        now = now_is()
         to_timer = _next_deadline() - now
         if to_timer <= t - now:
             # The supervisor's own timer comes first (or at the same
             # instant: it acts before the event). Jumped by the same
             # arithmetic as MockClock's autojump, so the times are the same.
             clock.jump(max(0.0, to_timer))
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
             if after is not None and after():
                 return
             continue
@@ -373,7 +408,7 @@ async def drive(
         pending = action()
         if pending is not None:
             await pending
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         if after is not None and after():
             return
 

@@ -3,7 +3,10 @@
 trio is pinned to one minor version (pyproject.toml) because the simulator
 reaches into its scheduler (FINDINGS.md: the module-level ``_r`` random
 generator and the ``_ALLOW_DETERMINISTIC_SCHEDULING`` flag; the replay driver reads
-the run's deadline heap, ``runner.deadlines``; the supervisor reads a task's
+the run's deadline heap, ``runner.deadlines``, and reads a ``MockClock``'s
+``_virtual_base``, sim/replay.py ``mock_time``, and waits for every task
+to block through the runner's own ``wait_all_tasks_blocked``, ``_settler``;
+the supervisor reads a task's
 cancel status and checkpoint counts, runtime/task_state.py). When an upgrade
 moves them, this fails first, with the reason, instead of the simulator
 silently losing its reproducibility.
@@ -23,7 +26,7 @@ from hypothesis import strategies as st
 from trio.testing import MockClock
 
 from herdsman.runtime.task_state import checkpoints, effectively_cancelled
-from herdsman.sim.replay import _next_deadline
+from herdsman.sim.replay import _next_deadline, _settler, mock_time
 
 
 def test_trio_is_the_pinned_minor_version() -> None:
@@ -73,6 +76,73 @@ def test_the_replays_next_timer_is_what_trios_run_statistics_say(
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=MockClock())
+
+
+@given(
+    jumps=st.lists(st.floats(min_value=0.0, max_value=1e7), max_size=8),
+    sleeps=st.lists(st.floats(min_value=1e-6, max_value=1e6), max_size=4),
+)
+@settings(max_examples=100, deadline=None)
+def test_the_replays_clock_read_is_the_mock_clocks_current_time(
+    jumps: list[float], sleeps: list[float]
+) -> None:
+    # The replay reads a MockClock at rate 0 through its private
+    # _virtual_base (sim/replay.py mock_time): bit for bit what
+    # current_time() says, after jumps and autojumps alike.
+    clock = MockClock(autojump_threshold=0)
+    now = mock_time(clock)
+    assert now is not clock.current_time  # the private read, not the fallback
+    seen: list[tuple[float, float]] = [(now(), clock.current_time())]
+
+    async def main() -> None:
+        for seconds in jumps:
+            clock.jump(seconds)
+            seen.append((now(), clock.current_time()))
+            await trio.lowlevel.checkpoint()
+            seen.append((now(), trio.current_time()))
+        for seconds in sleeps:
+            await trio.sleep(seconds)  # the autojump moves the clock
+            seen.append((now(), trio.current_time()))
+
+    trio.run(main, clock=clock)
+    assert [math.copysign(1.0, a) for a, _ in seen] == [math.copysign(1.0, b) for _, b in seen]
+    assert [a for a, _ in seen] == [b for _, b in seen]
+
+
+@given(steps=st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=6))
+@settings(max_examples=50, deadline=None)
+def test_the_replays_wait_for_blocked_tasks_is_trios_public_one(steps: list[int]) -> None:
+    # The replay's driver awaits the runner's own wait_all_tasks_blocked
+    # (sim/replay.py _settler) rather than trio.testing's wrapper around it:
+    # it must return only once every other task is blocked, here each
+    # after its own number of checkpoints, then a spawned task's too.
+    done: list[int] = []
+
+    async def busy(index: int, checkpoints: int) -> None:
+        for _ in range(checkpoints):
+            await trio.lowlevel.checkpoint()
+        done.append(index)
+        await trio.sleep_forever()
+
+    async def main() -> None:
+        settle = _settler()
+        assert settle == trio_run.GLOBAL_RUN_CONTEXT.runner.wait_all_tasks_blocked
+        async with trio.open_nursery() as nursery:
+            for index, checkpoints in enumerate(steps):
+                nursery.start_soon(busy, index, checkpoints)
+            await settle()
+            assert sorted(done) == list(range(len(steps)))
+            nursery.start_soon(busy, len(steps), steps[0])
+            await settle()
+            assert len(done) == len(steps) + 1
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_a_running_mock_clock_is_read_as_usual() -> None:
+    clock = MockClock(rate=1.0)
+    assert mock_time(clock) == clock.current_time
 
 
 async def _sleep_in(scope: trio.CancelScope) -> None:
