@@ -86,7 +86,7 @@ from herdsman.runtime.store import (
     StoreConflict,
     StoreError,
 )
-from herdsman.runtime.store.errors import LeaseExpired
+from herdsman.runtime.store.errors import CommitOutcomeUnknown, LeaseExpired
 from herdsman.runtime.store.errors import RunNotFound as UnknownRun
 from herdsman.runtime.task_state import checkpoints, effectively_cancelled
 from herdsman.runtime.worktrees.listing import describe_worktrees
@@ -852,6 +852,8 @@ class Supervisor:
                 record = await self.ledger.result(pending)
         except StoreConflict:
             raise  # the ledger no longer has it queued: nothing to put back
+        except CommitOutcomeUnknown as exc:
+            return await self._cancel_outcome(run_id, back, exc, cancelled)
         except StoreError as exc:
             self._put_back(back)
             message = f"could not record the cancel of run {run_id} ({exc}); it is still queued"
@@ -864,6 +866,42 @@ class Supervisor:
             # in its place, or nothing would start it until a restart.
             self._put_back(back)
             raise
+        return record
+
+    async def _cancel_outcome(
+        self,
+        run_id: str,
+        back: _Withdrawn | None,
+        exc: CommitOutcomeUnknown,
+        cancelled: Callable[[RunRecord], None],
+    ) -> RunRecord:
+        """A cancel whose COMMIT answer was lost: the ledger says whether it was kept.
+
+        Put back only a run the ledger still has queued: a start of one it
+        cancelled would be refused, and a refused start stops the supervisor.
+        """
+        try:
+            # Through the ledger: after the commit, on the connection made again.
+            record = await self.ledger.call(lambda s: s.get(run_id))
+        except StoreError as read_exc:
+            # Not put back: a run that may be cancelled is never started.
+            message = (
+                f"the cancel of run {run_id} may have been recorded ({exc}), and reading the"
+                f" run back failed too ({read_exc}); it is not started by this supervisor"
+                " (a restart queues it again if the cancel was not kept)"
+            )
+            log.warning("%s", message)
+            raise CancelNotRecorded(message) from exc
+        if record is not None and record.status is RunStatus.QUEUED:
+            self._put_back(back)
+            message = f"could not record the cancel of run {run_id} ({exc}); it is still queued"
+            log.warning("%s", message)
+            raise CancelNotRecorded(f"{message}: ask again") from exc
+        if record is None or record.status is not RunStatus.CANCELLED:
+            ended = "unknown" if record is None else record.status.value
+            raise RunConflict(f"run {run_id} already ended as {ended}") from exc
+        log.info("the cancel of run %s was recorded, though its commit's answer was lost", run_id)
+        cancelled(record)
         return record
 
     async def get(self, run_id: str) -> RunRecord | None:

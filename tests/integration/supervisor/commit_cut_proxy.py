@@ -1,7 +1,8 @@
 """A TCP proxy to PostgreSQL that loses the answer to a COMMIT the server received.
 
-It forwards both ways until armed; then, once the client has sent an
-``INSERT INTO runs`` and a COMMIT after it, it forwards that COMMIT, waits
+It forwards both ways until armed; then, once the client has sent a
+statement starting with ``trigger`` (an ``INSERT INTO runs`` unless told
+otherwise) and a COMMIT after it, it forwards that COMMIT, waits
 for the server to commit, and cuts both sockets before the answer comes
 back: the client's connection is lost with its transaction kept.
 """
@@ -23,6 +24,8 @@ class CommitCutProxy:
     def __init__(self, host: str, port: int) -> None:
         self.target = (host, port)
         self.armed = False
+        #: The statement (upper case) whose transaction's COMMIT answer is lost.
+        self.trigger = b"INSERT INTO RUNS"
         self.cut = threading.Event()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
@@ -74,7 +77,7 @@ class CommitCutProxy:
                     elif kind == b"Q":  # a simple query
                         sql = body.rstrip(b"\0")
                     sql = sql.strip(b" ;").upper()
-                    inserted = inserted or (self.armed and sql.startswith(b"INSERT INTO RUNS"))
+                    inserted = inserted or (self.armed and sql.startswith(self.trigger))
                     commit = commit or sql == b"COMMIT"
                 if commit and inserted and self.armed:
                     self.armed = False
