@@ -692,12 +692,54 @@ class Supervisor:
             if not takes_starts:
                 self._wake()
 
-        results = await self.ledger.call(operation, then=recorded)
+        try:
+            results = await self.ledger.call(operation, then=recorded)
+        except CommitOutcomeUnknown as exc:
+            if self._fleet is not None:
+                raise  # a member's poll queues whatever the ledger kept
+            await self._adopt_kept_submits(plan, exc, recorded)
+            raise
         if takes_starts:
             starts = self._take_starts()
             if starts is not None:
                 await self._commit_starts(starts)
         return results
+
+    async def _adopt_kept_submits(
+        self,
+        plan: list[tuple[NewRun, RunRequest, bool]],
+        exc: CommitOutcomeUnknown,
+        recorded: Callable[[list[outcome.Outcome[tuple[RunRecord, bool]]]], None],
+    ) -> None:
+        """Submits whose COMMIT answer was lost: queue here those the ledger kept.
+
+        A kept run must be queued here too: a submit of it again (as the
+        answer says) finds it in the ledger and returns it as known, so
+        nothing else would ever start it. A queued run the scheduler does
+        not know can only be one of these (read in ledger order, in the
+        read's callback). The caller still gets the lost answer's error.
+        """
+        ids = [new.id for new, _, _ in plan]
+        kept: list[outcome.Outcome[tuple[RunRecord, bool]]] = []
+
+        def adopt(records: list[RunRecord | None]) -> None:
+            for record in records:
+                if record is None:
+                    kept.append(outcome.Error(exc))
+                    continue
+                new = (
+                    record.status is RunStatus.QUEUED
+                    and self._scheduler.state_of(record.id) is None
+                )
+                kept.append(outcome.Value((record, new)))
+            recorded(kept)
+
+        try:
+            # Through the ledger: on the connection made again.
+            await self.ledger.call(lambda s: [s.get(run_id) for run_id in ids], then=adopt)
+        except StoreError as read_exc:
+            # Kept or not, unknown still: a restart queues a kept run.
+            log.warning("could not read back submits whose commit's answer was lost: %s", read_exc)
 
     def _submit_operation(
         self, now: float
