@@ -26,6 +26,8 @@ class CommitCutProxy:
         self.armed = False
         #: The statement (upper case) whose transaction's COMMIT answer is lost.
         self.trigger = b"INSERT INTO RUNS"
+        #: Lose the COMMIT itself (the server never gets it), not its answer.
+        self.drop_commit = False
         self.cut = threading.Event()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
@@ -54,7 +56,6 @@ class CommitCutProxy:
         pending, started, inserted = b"", False, False
         try:
             while data := client.recv(65536):
-                server.sendall(data)
                 pending += data
                 while not started and len(pending) >= 8:
                     size = int.from_bytes(pending[:4], "big")
@@ -79,11 +80,14 @@ class CommitCutProxy:
                     sql = sql.strip(b" ;").upper()
                     inserted = inserted or (self.armed and sql.startswith(self.trigger))
                     commit = commit or sql == b"COMMIT"
-                if commit and inserted and self.armed:
+                lose = commit and inserted and self.armed
+                if not (lose and self.drop_commit):
+                    server.sendall(data)
+                if lose:
                     self.armed = False
                     cut.set()  # from now on no answer reaches the client
                     self.cut.set()
-                    time.sleep(0.5)  # the server commits meanwhile
+                    time.sleep(0.5)  # the server commits meanwhile (unless dropped)
                     client.shutdown(socket.SHUT_RDWR)
                     client.close()
                     server.close()

@@ -96,3 +96,30 @@ async def test_a_cancel_whose_commit_answer_was_lost_is_read_back_and_the_run_ne
     assert later.status_code == 201, later.text
     done = (await client.get("/v1/runs/third", params={"wait": 30})).json()
     assert done["status"] == "succeeded"
+
+
+async def test_a_cancel_whose_commit_was_lost_unsent_is_read_back_and_the_run_put_back(
+    served: Served, proxy: CommitCutProxy, postgres_url: str
+) -> None:
+    client = served.client
+    body = {"provider": "demo", "prompt": "x", "conversation": "c"}
+    first = (await client.post("/v1/runs", json={**body, "id": "first"})).json()
+    with trio.fail_after(30):
+        while first["status"] != "running":
+            await trio.sleep(0.02)
+            first = (await client.get("/v1/runs/first")).json()
+    second = await client.post("/v1/runs", json={**body, "id": "second"})
+    assert second.status_code == 201, second.text
+    proxy.trigger, proxy.drop_commit, proxy.armed = b"UPDATE RUNS", True, True
+    cancel = await client.post("/v1/runs/second/cancel")
+    assert proxy.cut.is_set()
+    # The server never got the COMMIT: read back, the run is still queued,
+    # so it is put back, and the cancel may be asked for again.
+    assert cancel.status_code == 503, cancel.text
+    assert "it is still queued: ask again" in cancel.json()["error"]
+    ended = [
+        (await client.get(f"/v1/runs/{run_id}", params={"wait": 20})).json()
+        for run_id in ("first", "second")
+    ]
+    assert [(r["status"], r["attempts"]) for r in ended] == [("succeeded", 1)] * 2
+    assert served.supervisor._fatal is None
