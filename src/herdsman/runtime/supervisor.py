@@ -922,9 +922,15 @@ class Supervisor:
         Put back only a run the ledger still has queued: a start of one it
         cancelled would be refused, and a refused start stops the supervisor.
         """
+
+        def kept(record: RunRecord | None) -> None:
+            # In ledger order, as the cancel's own callback would have run.
+            if record is not None and record.status is RunStatus.CANCELLED:
+                cancelled(record)
+
         try:
             # Through the ledger: after the commit, on the connection made again.
-            record = await self.ledger.call(lambda s: s.get(run_id))
+            record = await self.ledger.call(lambda s: s.get(run_id), then=kept)
         except StoreError as read_exc:
             # Not put back: a run that may be cancelled is never started.
             message = (
@@ -943,7 +949,6 @@ class Supervisor:
             ended = "unknown" if record is None else record.status.value
             raise RunConflict(f"run {run_id} already ended as {ended}") from exc
         log.info("the cancel of run %s was recorded, though its commit's answer was lost", run_id)
-        cancelled(record)
         return record
 
     async def get(self, run_id: str) -> RunRecord | None:
