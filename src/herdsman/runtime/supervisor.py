@@ -86,7 +86,7 @@ from herdsman.runtime.store import (
     StoreConflict,
     StoreError,
 )
-from herdsman.runtime.store.errors import CommitOutcomeUnknown, LeaseExpired
+from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost, LeaseExpired
 from herdsman.runtime.store.errors import RunNotFound as UnknownRun
 from herdsman.runtime.task_state import checkpoints, effectively_cancelled
 from herdsman.runtime.worktrees.listing import describe_worktrees
@@ -1703,8 +1703,14 @@ class Supervisor:
         was queued (see :meth:`_record_finish`); the ledger holds its lanes
         all the same until the finish is recorded, so a run behind it on one
         of them is refused its claim, and parked, meanwhile.
+
+        A lost connection is retried by a sole supervisor too: the store
+        connects again by itself, so this supervisor may run on for long
+        after the outage, and a finish let go would leave its run
+        ``running`` in the ledger until a restart that may never come.
         """
-        if self._fleet is not None and not _final(exc):
+        retry = self._fleet is not None or isinstance(exc, ConnectionLost)
+        if retry and not _final(exc):
             log.error(
                 "could not record how run %s ended (%s): %s; %s",
                 run_id,
@@ -1737,7 +1743,7 @@ class Supervisor:
     async def _retry_finish(
         self, run_id: str, record: Callable[[], Awaitable[object]], refused: StoreError
     ) -> StoreError | None:
-        """Record a fleet member's finish again and again until the ledger takes it.
+        """Record a finish again and again until the ledger takes it (fleet, or a lost connection).
 
         Meanwhile the ledger holds the run's lanes fleet-wide (and, after a
         usage limit, this member its slot): a finish left unrecorded would

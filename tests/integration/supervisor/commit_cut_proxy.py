@@ -28,6 +28,8 @@ class CommitCutProxy:
         self.trigger = b"INSERT INTO RUNS"
         #: Lose the COMMIT itself (the server never gets it), not its answer.
         self.drop_commit = False
+        #: Hang up on every new connection at once, as a server that is down.
+        self.refuse = False
         self.cut = threading.Event()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
@@ -43,6 +45,9 @@ class CommitCutProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self.refuse:
+                _hang_up(client)
+                continue
             server = socket.create_connection(self.target)
             # This connection's own: one cut must not silence the
             # connections made after it (a client that connects again).
