@@ -766,7 +766,8 @@ class Supervisor:
 
         A ledger that fails to record the cancel of a queued run raises
         :class:`CancelNotRecorded` and leaves the run queued, in the scheduler
-        as in the ledger.
+        as in the ledger. One whose COMMIT answer was lost is read back: a
+        kept cancel is returned as recorded (see :meth:`_cancel_outcome`).
         """
         await self._ready.wait()
         # Decided the moment the request arrives when the scheduler knows the
