@@ -86,7 +86,7 @@ from herdsman.runtime.store import (
     StoreConflict,
     StoreError,
 )
-from herdsman.runtime.store.errors import LeaseExpired
+from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost, LeaseExpired
 from herdsman.runtime.store.errors import RunNotFound as UnknownRun
 from herdsman.runtime.task_state import checkpoints, effectively_cancelled
 from herdsman.runtime.worktrees.listing import describe_worktrees
@@ -692,12 +692,54 @@ class Supervisor:
             if not takes_starts:
                 self._wake()
 
-        results = await self.ledger.call(operation, then=recorded)
+        try:
+            results = await self.ledger.call(operation, then=recorded)
+        except CommitOutcomeUnknown as exc:
+            if self._fleet is not None:
+                raise  # a member's poll queues whatever the ledger kept
+            await self._adopt_kept_submits(plan, exc, recorded)
+            raise
         if takes_starts:
             starts = self._take_starts()
             if starts is not None:
                 await self._commit_starts(starts)
         return results
+
+    async def _adopt_kept_submits(
+        self,
+        plan: list[tuple[NewRun, RunRequest, bool]],
+        exc: CommitOutcomeUnknown,
+        recorded: Callable[[list[outcome.Outcome[tuple[RunRecord, bool]]]], None],
+    ) -> None:
+        """Submits whose COMMIT answer was lost: queue here those the ledger kept.
+
+        A kept run must be queued here too: a submit of it again (as the
+        answer says) finds it in the ledger and returns it as known, so
+        nothing else would ever start it. A queued run the scheduler does
+        not know can only be one of these (read in ledger order, in the
+        read's callback). The caller still gets the lost answer's error.
+        """
+        ids = [new.id for new, _, _ in plan]
+        kept: list[outcome.Outcome[tuple[RunRecord, bool]]] = []
+
+        def adopt(records: list[RunRecord | None]) -> None:
+            for record in records:
+                if record is None:
+                    kept.append(outcome.Error(exc))
+                    continue
+                new = (
+                    record.status is RunStatus.QUEUED
+                    and self._scheduler.state_of(record.id) is None
+                )
+                kept.append(outcome.Value((record, new)))
+            recorded(kept)
+
+        try:
+            # Through the ledger: on the connection made again.
+            await self.ledger.call(lambda s: [s.get(run_id) for run_id in ids], then=adopt)
+        except StoreError as read_exc:
+            # Kept or not, unknown still: a restart queues a kept run.
+            log.warning("could not read back submits whose commit's answer was lost: %s", read_exc)
 
     def _submit_operation(
         self, now: float
@@ -724,7 +766,8 @@ class Supervisor:
 
         A ledger that fails to record the cancel of a queued run raises
         :class:`CancelNotRecorded` and leaves the run queued, in the scheduler
-        as in the ledger.
+        as in the ledger. One whose COMMIT answer was lost is read back: a
+        kept cancel is returned as recorded (see :meth:`_cancel_outcome`).
         """
         await self._ready.wait()
         # Decided the moment the request arrives when the scheduler knows the
@@ -852,6 +895,8 @@ class Supervisor:
                 record = await self.ledger.result(pending)
         except StoreConflict:
             raise  # the ledger no longer has it queued: nothing to put back
+        except CommitOutcomeUnknown as exc:
+            return await self._cancel_outcome(run_id, back, exc, cancelled)
         except StoreError as exc:
             self._put_back(back)
             message = f"could not record the cancel of run {run_id} ({exc}); it is still queued"
@@ -864,6 +909,47 @@ class Supervisor:
             # in its place, or nothing would start it until a restart.
             self._put_back(back)
             raise
+        return record
+
+    async def _cancel_outcome(
+        self,
+        run_id: str,
+        back: _Withdrawn | None,
+        exc: CommitOutcomeUnknown,
+        cancelled: Callable[[RunRecord], None],
+    ) -> RunRecord:
+        """A cancel whose COMMIT answer was lost: the ledger says whether it was kept.
+
+        Put back only a run the ledger still has queued: a start of one it
+        cancelled would be refused, and a refused start stops the supervisor.
+        """
+
+        def kept(record: RunRecord | None) -> None:
+            # In ledger order, as the cancel's own callback would have run.
+            if record is not None and record.status is RunStatus.CANCELLED:
+                cancelled(record)
+
+        try:
+            # Through the ledger: after the commit, on the connection made again.
+            record = await self.ledger.call(lambda s: s.get(run_id), then=kept)
+        except StoreError as read_exc:
+            # Not put back: a run that may be cancelled is never started.
+            message = (
+                f"the cancel of run {run_id} may have been recorded ({exc}), and reading the"
+                f" run back failed too ({read_exc}); it is not started by this supervisor"
+                " (a restart queues it again if the cancel was not kept)"
+            )
+            log.warning("%s", message)
+            raise CancelNotRecorded(message) from exc
+        if record is not None and record.status is RunStatus.QUEUED:
+            self._put_back(back)
+            message = f"could not record the cancel of run {run_id} ({exc}); it is still queued"
+            log.warning("%s", message)
+            raise CancelNotRecorded(f"{message}: ask again") from exc
+        if record is None or record.status is not RunStatus.CANCELLED:
+            ended = "unknown" if record is None else record.status.value
+            raise RunConflict(f"run {run_id} already ended as {ended}") from exc
+        log.info("the cancel of run %s was recorded, though its commit's answer was lost", run_id)
         return record
 
     async def get(self, run_id: str) -> RunRecord | None:
@@ -1618,8 +1704,14 @@ class Supervisor:
         was queued (see :meth:`_record_finish`); the ledger holds its lanes
         all the same until the finish is recorded, so a run behind it on one
         of them is refused its claim, and parked, meanwhile.
+
+        A lost connection is retried by a sole supervisor too: the store
+        connects again by itself, so this supervisor may run on for long
+        after the outage, and a finish let go would leave its run
+        ``running`` in the ledger until a restart that may never come.
         """
-        if self._fleet is not None and not _final(exc):
+        retry = self._fleet is not None or isinstance(exc, ConnectionLost)
+        if retry and not _final(exc):
             log.error(
                 "could not record how run %s ended (%s): %s; %s",
                 run_id,
@@ -1652,7 +1744,7 @@ class Supervisor:
     async def _retry_finish(
         self, run_id: str, record: Callable[[], Awaitable[object]], refused: StoreError
     ) -> StoreError | None:
-        """Record a fleet member's finish again and again until the ledger takes it.
+        """Record a finish again and again until the ledger takes it (fleet, or a lost connection).
 
         Meanwhile the ledger holds the run's lanes fleet-wide (and, after a
         usage limit, this member its slot): a finish left unrecorded would

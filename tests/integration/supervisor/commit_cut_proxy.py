@@ -1,7 +1,8 @@
 """A TCP proxy to PostgreSQL that loses the answer to a COMMIT the server received.
 
-It forwards both ways until armed; then, once the client has sent an
-``INSERT INTO runs`` and a COMMIT after it, it forwards that COMMIT, waits
+It forwards both ways until armed; then, once the client has sent a
+statement starting with ``trigger`` (an ``INSERT INTO runs`` unless told
+otherwise) and a COMMIT after it, it forwards that COMMIT, waits
 for the server to commit, and cuts both sockets before the answer comes
 back: the client's connection is lost with its transaction kept.
 """
@@ -23,6 +24,12 @@ class CommitCutProxy:
     def __init__(self, host: str, port: int) -> None:
         self.target = (host, port)
         self.armed = False
+        #: The statement (upper case) whose transaction's COMMIT answer is lost.
+        self.trigger = b"INSERT INTO RUNS"
+        #: Lose the COMMIT itself (the server never gets it), not its answer.
+        self.drop_commit = False
+        #: Hang up on every new connection at once, as a server that is down.
+        self.refuse = False
         self.cut = threading.Event()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
@@ -38,6 +45,9 @@ class CommitCutProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            if self.refuse:
+                _hang_up(client)
+                continue
             server = socket.create_connection(self.target)
             # This connection's own: one cut must not silence the
             # connections made after it (a client that connects again).
@@ -51,7 +61,6 @@ class CommitCutProxy:
         pending, started, inserted = b"", False, False
         try:
             while data := client.recv(65536):
-                server.sendall(data)
                 pending += data
                 while not started and len(pending) >= 8:
                     size = int.from_bytes(pending[:4], "big")
@@ -74,13 +83,16 @@ class CommitCutProxy:
                     elif kind == b"Q":  # a simple query
                         sql = body.rstrip(b"\0")
                     sql = sql.strip(b" ;").upper()
-                    inserted = inserted or (self.armed and sql.startswith(b"INSERT INTO RUNS"))
+                    inserted = inserted or (self.armed and sql.startswith(self.trigger))
                     commit = commit or sql == b"COMMIT"
-                if commit and inserted and self.armed:
+                lose = commit and inserted and self.armed
+                if not (lose and self.drop_commit):
+                    server.sendall(data)
+                if lose:
                     self.armed = False
                     cut.set()  # from now on no answer reaches the client
                     self.cut.set()
-                    time.sleep(0.5)  # the server commits meanwhile
+                    time.sleep(0.5)  # the server commits meanwhile (unless dropped)
                     client.shutdown(socket.SHUT_RDWR)
                     client.close()
                     server.close()

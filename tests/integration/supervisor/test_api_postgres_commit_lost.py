@@ -169,3 +169,19 @@ async def test_a_run_whose_connection_was_cut_while_it_ran_is_recorded_once(
     assert [(r["status"], r["attempts"]) for r in ended] == [("succeeded", 1)] * 2
     status = (await served.client.get("/v1/status")).json()
     assert status["admitting"] is True
+
+
+async def test_a_submit_whose_commit_answer_was_lost_and_was_kept_runs(
+    client: httpx.AsyncClient, proxy: CommitCutProxy
+) -> None:
+    proxy.armed = True
+    body = {"id": "r1", "provider": "demo", "prompt": "hello"}
+    refused = await client.post("/v1/runs", json=body)
+    assert proxy.cut.is_set()
+    assert refused.status_code == 503, refused.text
+    # Submitted again as the answer says: the run the ledger kept is the
+    # one queued, and it runs (not left queued in the ledger alone).
+    again = await client.post("/v1/runs", json=body)
+    assert again.status_code == 200, again.text
+    ended = (await client.get("/v1/runs/r1", params={"wait": 20})).json()
+    assert (ended["status"], ended["attempts"]) == ("succeeded", 1)
