@@ -36,15 +36,11 @@ same difference for a pass that builds the workload and runs nothing.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import contextlib
 import datetime as dt
 import io
 import logging
 import math
-import os
-import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -66,8 +62,8 @@ from herdsman.runtime.supervisor import finish_fields
 from herdsman.sim.replay import ARRIVAL, Driver, _outcome, drive, replay
 from herdsman.sim.workload import Attempt, Workload, config_from_trace, read_workload
 from herdsman.trace import TraceWriter
+from sim_replay import instructions_per_run, write_trace
 from sim_replay import workload as make_items
-from sim_replay import write_trace
 
 PIECES = ("trace", "scheduler", "ledger", "accounts", "task", "driver", "fakefs")
 #: What a configuration name may be besides a comma-separated list of pieces.
@@ -313,54 +309,21 @@ def wall_clock(runs: int, slots: int, only: list[str] | None, repeat: int) -> No
             sys.stdout.flush()
 
 
-def instructions(name: str, runs: int, slots: int) -> int:
-    """Instructions cachegrind counts for one configuration's whole process."""
-    with tempfile.TemporaryDirectory() as folder:
-        out = Path(folder) / "cachegrind.out"
-        valgrind = ["valgrind", "--tool=cachegrind", "--cache-sim=no"]
-        child = [sys.executable, __file__, "--child", name, f"--runs={runs}", f"--slots={slots}"]
-        completed = subprocess.run(
-            [*valgrind, f"--cachegrind-out-file={out}", *child],
-            capture_output=True,
-            text=True,
-            check=False,
-            env=os.environ,
-        )
-        found = re.search(r"I\s+refs:\s+([\d,]+)", completed.stderr)
-        if completed.returncode != 0 or found is None:
-            raise SystemExit(f"cachegrind failed for {name}:\n{completed.stderr[-2000:]}")
-        return int(found.group(1).replace(",", ""))
-
-
 def cachegrind(runs: int, slots: int, only: list[str] | None, jobs: int) -> None:
-    small = runs // 3
     names = ["setup"] + [
         name for name, _ in configurations() if only is None or name in only or name == "bare"
     ]
-    # Each count is a process of its own, so they may run side by side.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        counts = {
-            (name, n): pool.submit(instructions, name, n, slots)
-            for name in names
-            for n in (runs, small)
-        }
-
-        def per_run(name: str) -> float:
-            return (counts[name, runs].result() - counts[name, small].result()) / (runs - small)
-
-        setup = per_run("setup")
-        print(f"{runs:,} minus {small:,} runs, {slots} slots; instructions per run")
-        print(
-            f"{'(building and reading the workload)':<34} {setup:>11,.0f}  (taken off every line)"
-        )
-        bare: float | None = None
-        for name, label in configurations():
-            if name not in names:
-                continue
-            count = per_run(name) - setup
-            bare = count if bare is None else bare
-            print(f"{label:<34} {count:>11,.0f}  bare loop's share {100 * bare / count:>4.0f}%")
-            sys.stdout.flush()
+    small, per_run = instructions_per_run(__file__, names, runs, slots, jobs)
+    setup = per_run["setup"]
+    print(f"{runs:,} minus {small:,} runs, {slots} slots, PYTHONHASHSEED=0; instructions per run")
+    print(f"{'(building and reading the workload)':<34} {setup:>11,.0f}  (taken off every line)")
+    bare: float | None = None
+    for name, label in configurations():
+        if name not in names:
+            continue
+        count = per_run[name] - setup
+        bare = count if bare is None else bare
+        print(f"{label:<34} {count:>11,.0f}  bare loop's share {100 * bare / count:>4.0f}%")
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import trio
@@ -114,24 +115,14 @@ def child(name: str, runs: int, slots: int) -> None:
             replay(loaded_workload, loaded)
 
 
-def instructions(name: str, runs: int, slots: int) -> int:
-    """Instructions cachegrind counts for one pass's whole process."""
+def instructions(script: str, name: str, runs: int, slots: int) -> int:
+    """Instructions cachegrind counts for one pass of ``script --child name``, whole process."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "cachegrind.out"
-        command = [
-            "valgrind",
-            "--tool=cachegrind",
-            "--cache-sim=no",
-            f"--cachegrind-out-file={out}",
-            sys.executable,
-            __file__,
-            "--child",
-            name,
-            f"--runs={runs}",
-            f"--slots={slots}",
-        ]
+        valgrind = ["valgrind", "--tool=cachegrind", "--cache-sim=no"]
+        child = [sys.executable, script, "--child", name, f"--runs={runs}", f"--slots={slots}"]
         completed = subprocess.run(
-            command,
+            [*valgrind, f"--cachegrind-out-file={out}", *child],
             capture_output=True,
             text=True,
             check=False,
@@ -143,23 +134,33 @@ def instructions(name: str, runs: int, slots: int) -> int:
         return int(found.group(1).replace(",", ""))
 
 
-def cachegrind(runs: int, slots: int, jobs: int) -> None:
+def instructions_per_run(
+    script: str, names: Sequence[str], runs: int, slots: int, jobs: int
+) -> tuple[int, dict[str, float]]:
+    """Each pass's instructions per run: ``runs`` minus a third as many, so start-up cancels out.
+
+    Returns the smaller run count and the figure of each name. Each count is
+    a process of its own, so up to ``jobs`` of them run side by side.
+    """
     small = runs // 3
-    names = ("setup", "replay", "bare-setup", "bare")
-    # Each count is a process of its own, so they may run side by side.
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         counts = {
-            (name, n): pool.submit(instructions, name, n, slots)
+            (name, n): pool.submit(instructions, script, name, n, slots)
             for name in names
             for n in (runs, small)
         }
+        return small, {
+            name: (counts[name, runs].result() - counts[name, small].result()) / (runs - small)
+            for name in names
+        }
 
-        def per_run(name: str) -> float:
-            return (counts[name, runs].result() - counts[name, small].result()) / (runs - small)
 
-        setup = per_run("setup")
-        replayed = per_run("replay") - setup
-        bare = per_run("bare") - per_run("bare-setup")
+def cachegrind(runs: int, slots: int, jobs: int) -> None:
+    names = ("setup", "replay", "bare-setup", "bare")
+    small, per_run = instructions_per_run(__file__, names, runs, slots, jobs)
+    setup = per_run["setup"]
+    replayed = per_run["replay"] - setup
+    bare = per_run["bare"] - per_run["bare-setup"]
     print(f"{runs:,} minus {small:,} runs, {slots} slots, PYTHONHASHSEED=0; instructions per run")
     print(f"writing and reading the trace: {setup:>11,.0f}  (taken off the replay)")
     print(f"bare trio + MockClock loop:    {bare:>11,.0f}")

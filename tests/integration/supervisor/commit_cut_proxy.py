@@ -13,6 +13,9 @@ import contextlib
 import socket
 import threading
 import time
+from urllib.parse import urlsplit
+
+from herdsman.runtime.store.postgres import PostgresStore
 
 #: The untyped requests a client may send before its startup packet (SSL, GSS).
 _PRE_STARTUP = (80877103, 80877104)
@@ -116,3 +119,10 @@ def _hang_up(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):  # closed already (a cut)
         sock.shutdown(socket.SHUT_RDWR)
     sock.close()
+
+
+def proxied_store(postgres_url: str, proxy: CommitCutProxy) -> PostgresStore:
+    """A sole supervisor's PostgreSQL store on ``postgres_url``'s database, through ``proxy``."""
+    server = urlsplit(postgres_url)
+    proxied = server._replace(netloc=f"{server.username}:{server.password}@127.0.0.1:{proxy.port}")
+    return PostgresStore(proxied.geturl(), sole=True)

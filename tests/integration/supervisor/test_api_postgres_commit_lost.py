@@ -7,16 +7,15 @@ batch it broke applied on the new one.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import attrs
 import httpx
 import psycopg
 import pytest
 import trio
-from commit_cut_proxy import CommitCutProxy
+from commit_cut_proxy import CommitCutProxy, proxied_store
 from served_api import served_api
 from supervisor_support import config_at, write_config
 
@@ -45,21 +44,6 @@ class Served:
         with psycopg.connect(self.url, autocommit=True) as other:
             pid = self.store._conn.info.backend_pid
             other.execute("SELECT pg_terminate_backend(%s)", (pid,))
-
-
-@pytest.fixture
-def proxy(postgres_url: str) -> Iterator[CommitCutProxy]:
-    server = urlsplit(postgres_url)
-    assert server.hostname is not None
-    cutter = CommitCutProxy(server.hostname, server.port or 5432)
-    yield cutter
-    cutter.close()
-
-
-def proxied_store(postgres_url: str, proxy: CommitCutProxy) -> PostgresStore:
-    server = urlsplit(postgres_url)
-    proxied = server._replace(netloc=f"{server.username}:{server.password}@127.0.0.1:{proxy.port}")
-    return PostgresStore(proxied.geturl(), sole=True)
 
 
 @pytest.fixture

@@ -8,16 +8,15 @@ restart, which may never come.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import attrs
 import httpx
 import psycopg
 import pytest
 import trio
-from commit_cut_proxy import CommitCutProxy
+from commit_cut_proxy import CommitCutProxy, proxied_store
 from served_api import served_api
 from supervisor_support import config_at, write_config
 
@@ -35,24 +34,13 @@ class Served:
 
 
 @pytest.fixture
-def proxy(postgres_url: str) -> Iterator[CommitCutProxy]:
-    server = urlsplit(postgres_url)
-    assert server.hostname is not None
-    cutter = CommitCutProxy(server.hostname, server.port or 5432)
-    yield cutter
-    cutter.close()
-
-
-@pytest.fixture
 async def served(
     tmp_path: Path, postgres_url: str, proxy: CommitCutProxy, nursery: trio.Nursery
 ) -> AsyncIterator[Served]:
     # Long enough that the run is still running when the server goes down.
     config = config_at(write_config(tmp_path, concurrency=1, delay=2))
     config.supervisor.state_dir.mkdir(parents=True)
-    server = urlsplit(postgres_url)
-    proxied = server._replace(netloc=f"{server.username}:{server.password}@127.0.0.1:{proxy.port}")
-    store = PostgresStore(proxied.geturl(), sole=True)
+    store = proxied_store(postgres_url, proxy)
     try:
         async with served_api(config, store, nursery) as (supervisor, http):
             yield Served(supervisor, http, store)
