@@ -898,10 +898,7 @@ class Supervisor:
         except CommitOutcomeUnknown as exc:
             return await self._cancel_outcome(run_id, back, exc, cancelled)
         except StoreError as exc:
-            self._put_back(back)
-            message = f"could not record the cancel of run {run_id} ({exc}); it is still queued"
-            log.warning("%s", message)
-            raise CancelNotRecorded(f"{message}: ask again") from exc
+            raise self._still_queued(run_id, back, exc) from exc
         except Exception:
             # No store failure (a bug, an error the store did not map): the
             # caller gets it as it is (a 500), but the operation was undone,
@@ -942,15 +939,21 @@ class Supervisor:
             log.warning("%s", message)
             raise CancelNotRecorded(message) from exc
         if record is not None and record.status is RunStatus.QUEUED:
-            self._put_back(back)
-            message = f"could not record the cancel of run {run_id} ({exc}); it is still queued"
-            log.warning("%s", message)
-            raise CancelNotRecorded(f"{message}: ask again") from exc
+            raise self._still_queued(run_id, back, exc) from exc
         if record is None or record.status is not RunStatus.CANCELLED:
             ended = "unknown" if record is None else record.status.value
             raise RunConflict(f"run {run_id} already ended as {ended}") from exc
         log.info("the cancel of run %s was recorded, though its commit's answer was lost", run_id)
         return record
+
+    def _still_queued(
+        self, run_id: str, back: _Withdrawn | None, exc: StoreError
+    ) -> CancelNotRecorded:
+        """A cancel the ledger did not record: the run goes back in its place; the error."""
+        self._put_back(back)
+        message = f"could not record the cancel of run {run_id} ({exc}); it is still queued"
+        log.warning("%s", message)
+        return CancelNotRecorded(f"{message}: ask again")
 
     async def get(self, run_id: str) -> RunRecord | None:
         """The run's record, or ``None``."""
@@ -1130,10 +1133,6 @@ class Supervisor:
             log.error("%s not traced: the run ledger failed: %s", kind, error)
 
     def _emit(self, kind: str, **fields: Any) -> None:
-        if self._trace is not None:
-            self._trace.record(kind, fields)
-
-    def _emit_fields(self, kind: str, fields: dict[str, Any]) -> None:
         if self._trace is not None:
             self._trace.record(kind, fields)
 
@@ -1789,7 +1788,8 @@ class Supervisor:
         fields = {"run_id": final.id, "outcome": text, "exit_code": exit_code}
         if requeue:
             fields["requeued"] = True
-        self._emit_fields("finish", fields)
+        if self._trace is not None:
+            self._trace.record("finish", fields)
         if not requeue:  # a re-queued run has not finished
             self.metrics.count_finish(final.provider, text)
         if final.started_at is not None and final.finished_at is not None:

@@ -462,11 +462,7 @@ class PostgresStore(SqlStore):
             return
         wait = self._next_attempt - self._monotonic()
         if wait > 0:
-            raise ConnectionLost(
-                f"{self._describe()}: the connection was lost, and connecting again"
-                f" failed ({self._reconnect_failure}); the next attempt is made in"
-                f" {wait:.1f} s, at the first call after that"
-            )
+            raise self._unreachable(wait)
         try:
             self._reconnect()
         except (StoreError, psycopg.Error) as exc:
@@ -478,13 +474,17 @@ class PostgresStore(SqlStore):
             log.warning("cannot reconnect to the %s: %s", self._describe(), failure)
             if isinstance(exc, StoreError) and not isinstance(exc, ConnectionLost):
                 raise  # a refusal: it says what is wrong
-            raise ConnectionLost(
-                f"{self._describe()}: the connection was lost, and connecting again"
-                f" failed ({failure}); the next attempt is made in {wait:.1f} s, at the"
-                " first call after that"
-            ) from exc
+            raise self._unreachable(wait) from exc
         self._next_attempt, self._reconnect_wait = 0.0, RECONNECT_FIRST_WAIT
         log.warning("reconnected to the %s", self._describe())
+
+    def _unreachable(self, wait: float) -> ConnectionLost:
+        """The error of a call while the server cannot be reached, ``wait`` s before a retry."""
+        return ConnectionLost(
+            f"{self._describe()}: the connection was lost, and connecting again"
+            f" failed ({self._reconnect_failure}); the next attempt is made in"
+            f" {wait:.1f} s, at the first call after that"
+        )
 
     def _end_old_session(self, session: tuple[int, Any] | None) -> None:
         """End the lost connection's session on the server, if it lives on, and wait for it.
