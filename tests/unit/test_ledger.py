@@ -107,6 +107,57 @@ async def test_an_inline_ledger_applies_each_call_at_once_in_call_order() -> Non
     assert seen == ["a", "b"]
 
 
+async def test_an_inline_ledger_over_the_in_memory_store_applies_each_call_by_apply_one() -> None:
+    store = MemoryStore()
+
+    def refuse(*_: object, **__: object) -> list[outcome.Outcome[Any]]:
+        raise AssertionError("apply() used: apply_one() does a call of its own")
+
+    store.apply = refuse  # type: ignore[method-assign]
+    ledger = Ledger(store, run_sync=inline)
+    seen: list[object] = []
+    record, created = await ledger.call(partial(submit_at_1, "a"), then=seen.append)
+    assert created
+    assert seen == [(record, True)]
+    # A failed call: undone whole, its error raised at each wait with the
+    # store's frames under the wait's, and its callback not run.
+    pending = ledger.enqueue(
+        lambda s: [s.submit(new("b"), 2.0), s.finish("nope", RunStatus.FAILED, 2.0)],
+        then=seen.append,
+    )
+    assert ledger.committed(pending)
+    frames = []
+    for _ in range(2):
+        with pytest.raises(StoreError, match="no run with id 'nope'") as caught:
+            await ledger.result(pending)
+        frames.append([frame.name for frame in traceback.extract_tb(caught.value.__traceback__)])
+    assert frames[0] == frames[1]
+    assert "finish" in frames[0]
+    assert seen == [(record, True)]
+    assert [r.id for r in store.list_runs()] == ["a"]
+    assert ledger.batches == ledger.calls == 2
+
+
+async def test_an_inline_ledger_over_a_subclass_of_the_in_memory_store_uses_its_apply() -> None:
+    store = RecordingStore()
+    ledger = Ledger(store, run_sync=inline)
+    await ledger.call(partial(submit_at_1, "a"))
+    assert store.applied == [(1, False)]
+
+
+async def test_an_inline_ledger_over_a_closed_in_memory_store_fails_each_call() -> None:
+    store = MemoryStore()
+    ledger = Ledger(store, run_sync=inline)
+    store.close()
+    errors = []
+    for _ in range(2):
+        with pytest.raises(StoreError, match="the store is closed") as caught:
+            await ledger.call(partial(submit_at_1, "a"))
+        errors.append(caught.value)
+    assert errors[0] is not errors[1]
+    assert all(isinstance(error.__cause__, StoreError) for error in errors)
+
+
 class RecordingStore(MemoryStore):
     """Remembers the size and durability of every batch it applies."""
 

@@ -115,8 +115,9 @@ class BrokenStore(MemoryStore):
 
 
 def stored_error(pending: Queued[Any]) -> BaseException:
-    assert isinstance(pending.result, outcome.Error)
-    return pending.result.error
+    assert pending.committed
+    assert pending.error is not None
+    return pending.error
 
 
 async def test_the_calls_of_a_batch_whose_writer_failed_get_an_error_each() -> None:

@@ -26,6 +26,7 @@ import trio
 
 from herdsman.runtime.store import Store, StoreError
 from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost
+from herdsman.runtime.store.memory import MemoryStore, OperationFailed
 from herdsman.runtime.thread_calls import ThreadCalls
 
 log = logging.getLogger("herdsman.ledger")
@@ -82,6 +83,10 @@ async def inline(fn: Callable[[], Any]) -> Any:
 class Queued(Generic[T]):
     """A store call in the ledger's queue (see :meth:`Ledger.enqueue`).
 
+    Once applied (or refused), ``committed`` is true and the call has its
+    ``value`` or, if it failed, its ``error`` (``None`` otherwise): held as
+    they are rather than as an ``outcome.Outcome``, whose construction cost
+    more than the rest of an inline call's hand-over.
     ``done`` is made only when someone waits for a call not yet committed:
     a run's start usually commits with its finish and is never waited for.
     ``traceback`` is a failed call's error's traceback as the store call left
@@ -89,7 +94,17 @@ class Queued(Generic[T]):
     ``waiter`` is the task waiting in :meth:`Ledger.settled`, if one is.
     """
 
-    __slots__ = ("done", "durable", "operation", "result", "then", "traceback", "waiter")
+    __slots__ = (
+        "committed",
+        "done",
+        "durable",
+        "error",
+        "operation",
+        "then",
+        "traceback",
+        "value",
+        "waiter",
+    )
 
     def __init__(
         self,
@@ -100,7 +115,9 @@ class Queued(Generic[T]):
         self.operation = operation
         self.durable = durable
         self.then = then
-        self.result: outcome.Outcome[T] | None = None
+        self.committed = False
+        self.value: T | None = None
+        self.error: BaseException | None = None
         self.done: trio.Event | None = None
         self.traceback: TracebackType | None = None
         self.waiter: trio.lowlevel.Task | None = None
@@ -141,14 +158,12 @@ def _cannot_abort(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
 
 def _unwrap(pending: Queued[T]) -> T:
     """A committed call's value, or its error raised again."""
-    result: outcome.Outcome[T] | None = pending.result
-    if isinstance(result, outcome.Value):
-        value: T = result.value
-        return value
-    assert isinstance(result, outcome.Error)
-    # Not unwrap(), which allows one use: a copy of the error for each wait,
-    # with the store's traceback, not one grown by earlier waits' frames.
-    raise fresh_error(result.error, pending.traceback)
+    error = pending.error
+    if error is None:
+        return pending.value  # type: ignore[return-value]  # committed: its value
+    # Not the error itself: a copy of it for each wait, with the store's
+    # traceback, not one grown by earlier waits' frames.
+    raise fresh_error(error, pending.traceback)
 
 
 class Ledger:
@@ -158,6 +173,13 @@ class Ledger:
         self.store = store
         self._run_sync = run_sync
         self._immediate = run_sync is inline
+        # The simulator's ledger: the in-memory store itself (not a subclass,
+        # which may apply batches its own way), applied inline. Each call
+        # then goes through MemoryStore.apply_one: no batch list, no outcome
+        # object per call (see _apply_now).
+        self._apply_one = (
+            store.apply_one if self._immediate and type(store) is MemoryStore else None
+        )
         self._queue: list[Queued[Any]] = []
         self._work = trio.Event()
         self._closed = False
@@ -208,7 +230,7 @@ class Ledger:
 
     def committed(self, pending: Queued[T]) -> bool:
         """Whether ``pending`` has been applied (or refused): :meth:`result` will not wait."""
-        return pending.result is not None
+        return pending.committed
 
     async def result(self, pending: Queued[T]) -> T:
         """Wait until ``pending`` (from :meth:`enqueue`) is committed; its result.
@@ -221,7 +243,7 @@ class Ledger:
         of its own (:func:`fresh_error`), so one waiter's raise never changes
         the traceback or context of the error another waiter is handling.
         """
-        if not self.committed(pending):
+        if not pending.committed:
             if pending.done is None:
                 pending.done = trio.Event()
             await pending.done.wait()
@@ -238,7 +260,7 @@ class Ledger:
         finish. A cancel that arrives meanwhile takes effect at the
         caller's next checkpoint.
         """
-        if not self.committed(pending):
+        if not pending.committed:
             assert pending.waiter is None, "one settled() waiter per call"
             pending.waiter = trio.lowlevel.current_task()
             await trio.lowlevel.wait_task_rescheduled(_cannot_abort)
@@ -262,8 +284,8 @@ class Ledger:
             self._closed = True
             for pending in self._queue:
                 # One exception object per call, as a failed commit's callers get.
-                closed = LedgerClosed(CLOSED)
-                pending.result = outcome.Error(closed)
+                pending.error = LedgerClosed(CLOSED)
+                pending.committed = True
                 pending.wake()
             self._queue = []
 
@@ -282,15 +304,38 @@ class Ledger:
         """:meth:`_commit` and :meth:`_settle` for a batch of one, inline.
 
         The same steps without the batch's lists and loops: the simulator
-        applies three calls per run this way.
+        applies three calls per run this way. With the in-memory store, through
+        its ``apply_one``: the operation's value as it is, its error wrapped
+        (:class:`~herdsman.runtime.store.memory.OperationFailed`), and a batch
+        refused as a whole raised as ``apply`` raises it.
         """
         self.batches += 1
         self.calls += 1
+        apply_one = self._apply_one
+        if apply_one is None:
+            try:
+                (result,) = self.store.apply([pending.operation], durable=pending.durable)
+            except StoreError as exc:  # the commit itself failed: nothing of it was kept
+                result = outcome.Error(_commit_failed(exc))
+            self._hand_over(pending, result)
+            return
         try:
-            (result,) = self.store.apply([pending.operation], durable=pending.durable)
+            value = apply_one(pending.operation)
+        except OperationFailed as failed:  # the call failed, and was undone
+            self._hand_over(pending, outcome.Error(failed.error))
+            return
         except StoreError as exc:  # the commit itself failed: nothing of it was kept
-            result = outcome.Error(_commit_failed(exc))
-        self._hand_over(pending, result)
+            self._hand_over(pending, outcome.Error(_commit_failed(exc)))
+            return
+        # _hand_over's steps for a value, without an outcome to build and read.
+        pending.value = value
+        pending.committed = True
+        then = pending.then
+        if then is not None:
+            try:
+                then(value)
+            except Exception:
+                log.exception("error after a ledger commit; carrying on")
 
     def _commit(self, batch: Sequence[Queued[Any]]) -> list[outcome.Outcome[Any]]:
         self.batches += 1
@@ -313,9 +358,10 @@ class Ledger:
 
     def _hand_over(self, pending: Queued[Any], result: outcome.Outcome[Any]) -> None:
         """Give one call its result and run its callback."""
-        pending.result = result
         # One type check on the usual path, a value: an outcome is a Value or an Error.
         if isinstance(result, outcome.Value):
+            pending.value = result.value
+            pending.committed = True
             if pending.then is not None:
                 try:
                     pending.then(result.value)
@@ -325,7 +371,9 @@ class Ledger:
                     log.exception("error after a ledger commit; carrying on")
         else:
             assert isinstance(result, outcome.Error)
+            pending.error = result.error
             pending.traceback = result.error.__traceback__
+            pending.committed = True
 
 
 def _commit_failed(exc: StoreError) -> StoreError:

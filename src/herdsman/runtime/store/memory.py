@@ -44,6 +44,19 @@ if TYPE_CHECKING:
     from herdsman.runtime.store.base import Store
 
 
+class OperationFailed(Exception):
+    """The operation :meth:`MemoryStore.apply_one` ran raised ``error``; it was undone whole.
+
+    Raised for the operation's error so that the caller can tell it from an
+    error of ``apply`` itself (a closed store), which ``apply_one`` raises as
+    it is, as ``apply`` does.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 class MemoryStore:
     """A :class:`~herdsman.runtime.store.base.Store` held in dicts.
 
@@ -175,6 +188,35 @@ class MemoryStore:
         if len(operations) == 1:  # the inline ledger's every call: no comprehension to run
             return [outcome.capture(self._operation, operations[0])]
         return [outcome.capture(self._operation, operation) for operation in operations]
+
+    def apply_one(self, operation: Callable[[Store], Any]) -> Any:
+        """``apply([operation])`` for the simulator's inline ledger, without its list and outcome.
+
+        Returns the operation's value; if it raises, its changes are undone
+        and :class:`OperationFailed` is raised with its error (as ``apply``
+        would have returned it, an ``outcome.Error``). What ``apply`` itself
+        raises (a closed store, a call from inside an operation) is raised as
+        it is. Building an outcome per call cost the simulator more than
+        the rest of handing the call over.
+        """
+        if self._closed:
+            self._check_open()
+        if self._undo is not None:  # inside an operation: refused as the SQL stores refuse it
+            raise nested_apply()
+        log = self._undo = self._log
+        try:
+            try:
+                return operation(self)
+            except BaseException:
+                self._undo = None  # the undo itself is not logged
+                log.undo()
+                raise
+            finally:
+                self._undo = None
+                log.clear()
+        except BaseException as exc:
+            # Told apart from a refusal of the whole call (above), raised as it is.
+            raise OperationFailed(exc) from None
 
     def _operation(self, operation: Callable[[Store], Any]) -> Any:
         """Run one operation of a batch; if it raises, undo every change it made.
