@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import outcome
@@ -304,7 +303,7 @@ class MemoryStore:
         for record in doomed:
             del self._runs[record.id]
         if doomed and self._undo is not None:
-            self._undo.add(partial(self._unprune, doomed))
+            self._undo.append((self._unprune, doomed))
         return len(doomed)
 
     def conversation_session(
@@ -425,8 +424,9 @@ class MemoryStore:
         return record
 
     def _put(self, record: RunRecord) -> None:
-        if self._undo is not None:
-            self._undo.add(partial(self._unput, record, self._runs.get(record.id)))
+        undo = self._undo
+        if undo is not None:
+            undo.append((self._unput, record, self._runs.get(record.id)))
         self._runs[record.id] = record
 
     def _unput(self, record: RunRecord, previous: RunRecord | None) -> None:
