@@ -169,6 +169,21 @@ def check_texts(run_id: str, fields: Mapping[str, str | None]) -> None:
     _check_utf8(fields, "run {!r}", run_id)
 
 
+def _plain(*texts: str | None) -> bool:
+    """Whether every one of ``texts`` is plain: ASCII without NUL, or ``None``.
+
+    Every ledger stores plain text, so a record's texts that all are need
+    no further check. The usual case, checked over the values alone: the
+    field names (a mapping built at every state change) are needed only
+    to name a field in an error, by :func:`check_texts`. A value that is
+    not text fails here as it fails there.
+    """
+    for text in texts:
+        if text is not None and (not text.isascii() or "\0" in text):
+            return False
+    return True
+
+
 def check_limit_text(provider: str, account: str | None, **fields: str | None) -> None:
     """:func:`check_text` for an account limit; also refuse ``""`` as an account name.
 
@@ -356,20 +371,31 @@ def new_record(
     new: NewRun, seq: int, now: float, status: RunStatus, reason: str | None = None
 ) -> RunRecord:
     """The record a store creates for ``new`` (queued, or skipped straight away)."""
-    check_texts(
+    if not _plain(
         new.id,
-        {
-            "id": new.id,
-            "provider": new.provider,
-            "prompt": new.prompt,
-            "conversation": new.conversation,
-            "agent": new.agent,
-            "workspace": new.workspace,
-            "callback_url": new.callback_url,
-            "reason": reason,
-            "cwd": new.cwd,
-        },
-    )
+        new.provider,
+        new.prompt,
+        new.conversation,
+        new.agent,
+        new.workspace,
+        new.callback_url,
+        reason,
+        new.cwd,
+    ):
+        check_texts(
+            new.id,
+            {
+                "id": new.id,
+                "provider": new.provider,
+                "prompt": new.prompt,
+                "conversation": new.conversation,
+                "agent": new.agent,
+                "workspace": new.workspace,
+                "callback_url": new.callback_url,
+                "reason": reason,
+                "cwd": new.cwd,
+            },
+        )
     # The fields without a default by position, in their order: keywords
     # are matched by name at every call (3,000 instructions more a submit).
     return RunRecord(
@@ -393,7 +419,8 @@ def new_record(
 def started(record: RunRecord, now: float, account: str | None) -> RunRecord:
     """``record`` moved from queued to running."""
     check_transition(record.id, record.status, RunStatus.RUNNING)
-    check_text(record.id, account=account)
+    if account is not None and (not account.isascii() or "\0" in account):  # as _plain
+        check_text(record.id, account=account)
     return _changed(
         record,
         {
@@ -424,15 +451,28 @@ def finished(
             f" (outcomes: {', '.join(sorted(s.value for s in FINISH_STATUSES))})"
         )
     check_transition(record.id, record.status, status)
-    texts = {
+    changes = {
+        "status": status,
+        "finished_at": now,
+        "exit_code": exit_code,
         "reason": reason,
         "result": result,
         "session_id": session_id,
         "excerpt": excerpt,
         "log_path": log_path,
     }
-    check_texts(record.id, texts)
-    return _changed(record, {"status": status, "finished_at": now, "exit_code": exit_code, **texts})
+    if not _plain(reason, result, session_id, excerpt, log_path):
+        check_texts(
+            record.id,
+            {
+                "reason": reason,
+                "result": result,
+                "session_id": session_id,
+                "excerpt": excerpt,
+                "log_path": log_path,
+            },
+        )
+    return _changed(record, changes)
 
 
 def ended(record: RunRecord, status: RunStatus, now: float, reason: str) -> RunRecord:
