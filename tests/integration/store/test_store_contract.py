@@ -263,6 +263,32 @@ def test_timestamps_must_be_finite(store: Store, now: float) -> None:
     assert store.get("r") is None
 
 
+@pytest.mark.parametrize("now", [float("nan"), float("inf"), -float("inf")])
+def test_a_start_and_a_finish_need_a_finite_time_too(store: Store, now: float) -> None:
+    store.submit(new("r"), T0)
+    with pytest.raises(StoreError, match="finite"):
+        store.mark_running_many([("r", None)], now)
+    store.mark_running("r", T0, None)
+    with pytest.raises(StoreError, match="finite"):
+        store.finish("r", RunStatus.FAILED, now)
+    assert store.get("r").status is R  # type: ignore[union-attr]
+
+
+class Moment(float):
+    """A float of a subclass: stored as a plain float, as an int is."""
+
+
+def test_every_state_change_stores_its_time_as_a_plain_float(store: Store) -> None:
+    store.submit(new("r"), Moment(T0))
+    store.mark_running_many([("r", None)], int(T0) + 1)
+    store.finish("r", RunStatus.FAILED, Moment(T0 + 2))
+    for record in (store.get("r"), store.list_runs()[0]):
+        assert record is not None
+        times = (record.submitted_at, record.started_at, record.finished_at)
+        assert [type(t) for t in times] == [float, float, float]
+        assert times == (T0, T0 + 1, T0 + 2)
+
+
 def test_integer_timestamps_read_back_as_floats(store: Store) -> None:
     record, _ = store.submit(new("r"), 1_700_000_000)
     assert type(record.submitted_at) is float
@@ -936,6 +962,8 @@ def test_close_is_idempotent_and_final(store: Store) -> None:
         lambda: store.get("r"),
         lambda: store.submit(new("x"), T0),
         lambda: store.mark_running("r", T0, None),
+        lambda: store.mark_running_many([("r", None)], T0),
+        lambda: store.finish("r", RunStatus.FAILED, T0),
         store.list_runs,
         store.queued_in_order,
         lambda: store.recover(T0),

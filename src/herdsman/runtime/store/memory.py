@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from math import isfinite
+from typing import TYPE_CHECKING, Any, Final
 
 import outcome
 
@@ -41,6 +42,11 @@ from herdsman.runtime.store.undo import UndoLog
 
 if TYPE_CHECKING:
     from herdsman.runtime.store.base import Store
+
+
+# Read once: a member read as an attribute of its enum class costs a
+# Python-level call, since the enum's metaclass defines __getattr__.
+_QUEUED: Final = RunStatus.QUEUED
 
 
 class OperationFailed(Exception):
@@ -79,7 +85,7 @@ class MemoryStore:
 
     def submit(self, new: NewRun, now: float) -> tuple[RunRecord, bool]:
         """See :meth:`Store.submit`."""
-        return self._create(new, now, RunStatus.QUEUED, None)
+        return self._create(new, now, _QUEUED, None)
 
     def skip(self, new: NewRun, now: float, reason: str) -> tuple[RunRecord, bool]:
         """See :meth:`Store.skip`."""
@@ -88,8 +94,13 @@ class MemoryStore:
     def _create(
         self, new: NewRun, now: float, status: RunStatus, reason: str | None
     ) -> tuple[RunRecord, bool]:
-        self._check_open()
-        now = check_now(now)
+        # The checks of _check_open and check_now without their calls when
+        # they pass (here, in mark_running_many and in finish: every run's
+        # submit, start and finish in the simulator).
+        if self._closed:
+            self._check_open()
+        if now.__class__ is not float or not isfinite(now):
+            now = check_now(now)
         existing = self._runs.get(new.id)
         if existing is not None:
             return existing, False
@@ -106,8 +117,10 @@ class MemoryStore:
         self, items: Sequence[tuple[str, str | None]], now: float
     ) -> list[RunRecord]:
         """See :meth:`Store.mark_running_many`."""
-        self._check_open()
-        now = check_now(now)
+        if self._closed:  # as in _create
+            self._check_open()
+        if now.__class__ is not float or not isfinite(now):
+            now = check_now(now)
         # Stage every change first so an illegal item leaves nothing applied,
         # like the rolled-back transaction of the SQLite store. A run given
         # twice fails its second start (running cannot become running), so
@@ -136,10 +149,15 @@ class MemoryStore:
         log_path: str | None = None,
     ) -> RunRecord:
         """See :meth:`Store.finish`."""
-        self._check_open()
-        now = check_now(now)
+        if self._closed:  # as in _create
+            self._check_open()
+        if now.__class__ is not float or not isfinite(now):
+            now = check_now(now)
+        current = self._runs.get(run_id)
+        if current is None:
+            raise not_found(run_id)
         record = finished(
-            self._existing(run_id),
+            current,
             status,
             now,
             exit_code=exit_code,
