@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from herdsman.runtime.store.errors import StoreError
 from herdsman.runtime.store.records import (
     _RECORD_FIELDS,
     NewRun,
@@ -120,3 +121,47 @@ def test_a_record_is_built_by_storing_its_fields_and_nothing_else() -> None:
     for hook in ("__attrs_pre_init__", "__attrs_post_init__", "__attrs_init__"):
         assert not hasattr(RunRecord, hook), hook
     assert "__slots__" not in vars(RunRecord)
+
+
+@given(
+    st.builds(
+        NewRun,
+        id=st.text(max_size=3),
+        provider=st.text(max_size=3),
+        prompt=st.text(max_size=3),
+        conversation=st.none() | st.text(max_size=3),
+        agent=st.none() | st.text(max_size=3),
+        workspace=st.text(max_size=3),
+        callback_url=st.none() | st.text(max_size=3),
+        metadata=st.dictionaries(st.text(max_size=2), st.integers() | st.none(), max_size=2),
+        cwd=st.none() | st.text(max_size=3),
+    ).filter(lambda new: all(v is None or "\0" not in v for v in vars(new).values())),
+    st.sampled_from([RunStatus.QUEUED, RunStatus.SKIPPED]),
+    st.none() | st.text(max_size=3),
+)
+def test_a_new_record_holds_each_value_in_its_own_field(
+    new: NewRun, status: RunStatus, reason: str | None
+) -> None:
+    # new_record passes every field by position: a field added or moved
+    # must not shift the values into the wrong fields.
+    try:
+        record = new_record(new, 7, 2.0, status, reason)
+    except StoreError:  # a lone surrogate: refused, as test_record_texts checks
+        return
+    assert record == RunRecord(
+        id=new.id,
+        provider=new.provider,
+        prompt=new.prompt,
+        conversation=new.conversation,
+        agent=new.agent,
+        workspace=new.workspace,
+        callback_url=new.callback_url,
+        metadata=dict(new.metadata),
+        seq=7,
+        status=status,
+        submitted_at=2.0,
+        finished_at=2.0 if status is RunStatus.SKIPPED else None,
+        reason=reason,
+        cwd=new.cwd,
+    )
+    assert list(record.__dict__) == list(_RECORD_FIELDS)
