@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from heapq import heappop, heappush
 from math import isfinite
 from typing import TYPE_CHECKING, Any, Final
 
@@ -77,6 +78,11 @@ class MemoryStore:
         self._sessions: dict[tuple[str, str, str], Session] = {}
         self._limits: dict[tuple[str, str | None], AccountLimit] = {}
         self._last_seq = 0
+        # (finished_at, run id) of every record put with an end, a heap:
+        # what prune looks at. Every run whose record has an end has an
+        # entry for that end (_ended); entries of records replaced or
+        # deleted since stay until prune reaches them (see prune).
+        self._ends: list[tuple[float, str]] = []
         self._closed = False
         # How to undo what the operations applying now changed; self._undo
         # is this log while an operation runs, None otherwise (nothing logged).
@@ -107,6 +113,8 @@ class MemoryStore:
         record = new_record(new, self._last_seq + 1, now, status, reason)
         self._last_seq += 1
         self._put(record)
+        if status is not _QUEUED:  # skipped: it ends as it is made
+            self._ended(record)
         return record, True
 
     def mark_running(self, run_id: str, now: float, account: str | None) -> RunRecord:
@@ -168,6 +176,7 @@ class MemoryStore:
             log_path=log_path,
         )
         self._put(record)
+        heappush(self._ends, (now, run_id))  # _ended's step, from what is at hand
         return record
 
     def cancel_queued(self, run_id: str, now: float, reason: str) -> RunRecord:
@@ -179,6 +188,7 @@ class MemoryStore:
             raise not_queued(current)
         record = ended(current, RunStatus.CANCELLED, now, reason)
         self._put(record)
+        self._ended(record)
         return record
 
     def add_note(self, run_id: str, note: str) -> RunRecord:
@@ -186,6 +196,7 @@ class MemoryStore:
         self._check_open()
         record = noted(self._existing(run_id), note)
         self._put(record)
+        self._ended(record)  # a note keeps the end a record has
         return record
 
     def requeue(self, run_id: str) -> RunRecord:
@@ -305,21 +316,31 @@ class MemoryStore:
         ]
         for record in found:
             self._put(record)
+            self._ended(record)
         return found
 
     def prune(self, finished_before: float) -> int:
         """See :meth:`Store.prune`."""
         self._check_open()
         finished_before = check_now(finished_before)
-        doomed = [
-            r
-            for r in self._runs.values()
-            if is_terminal(r.status)
-            and r.finished_at is not None
-            and r.finished_at < finished_before
-        ]
-        for record in doomed:
-            del self._runs[record.id]
+        # Only the runs that ended before the cutoff, oldest end first, from
+        # the heap of ends: not a scan of every run, which the simulator's
+        # hourly sweeps made cost more the more runs it had replayed.
+        ends, runs = self._ends, self._runs
+        doomed: list[RunRecord] = []
+        while ends and ends[0][0] < finished_before:
+            _, run_id = heappop(ends)
+            # An end may be of a record since replaced (its run re-queued or
+            # noted, say) or deleted: the run's record as it is decides.
+            record = runs.get(run_id)
+            if (
+                record is not None
+                and is_terminal(record.status)
+                and record.finished_at is not None
+                and record.finished_at < finished_before
+            ):
+                del runs[run_id]
+                doomed.append(record)
         if doomed and self._undo is not None:
             self._undo.append((self._unprune, doomed))
         return len(doomed)
@@ -451,6 +472,7 @@ class MemoryStore:
         """Undo the :meth:`_put` of ``record`` over ``previous`` (``None``: it was new)."""
         if previous is not None:
             self._runs[record.id] = previous
+            self._ended(previous)  # its end may have left the heap meanwhile
             return
         del self._runs[record.id]
         # Undone newest first: its seq is handed out again, as SQLite's
@@ -462,3 +484,15 @@ class MemoryStore:
         runs = [*self._runs.values(), *doomed]
         runs.sort(key=lambda record: record.seq)
         self._runs = {record.id: record for record in runs}
+        for record in doomed:
+            self._ended(record)
+
+    def _ended(self, record: RunRecord) -> None:
+        """Put ``record``'s end, if it has one, in the heap prune reads.
+
+        Called for every record put with an end, and for one put back by an
+        undo (whose end may have left the heap meanwhile): an end in the heap
+        twice is harmless.
+        """
+        if record.finished_at is not None:
+            heappush(self._ends, (record.finished_at, record.id))
