@@ -129,6 +129,14 @@ class MemoryStore:
             self._check_open()
         if now.__class__ is not float or not isfinite(now):
             now = check_now(now)
+        if len(items) == 1:  # the usual start: nothing to stage
+            ((run_id, account),) = items
+            current = self._runs.get(run_id)
+            if current is None:
+                raise not_found(run_id)
+            record = started(current, now, account)
+            self._put(record)
+            return [record]
         # Stage every change first so an illegal item leaves nothing applied,
         # like the rolled-back transaction of the SQLite store. A run given
         # twice fails its second start (running cannot become running), so
