@@ -1172,8 +1172,11 @@ class Supervisor:
 
         ``now``: the wall time, if the caller has just read it.
         """
-        if not self._scheduler.queued_count:
-            return math.inf  # nothing waits: no time to read, no provider to look at
+        if not (self._accounts.may_free_in_time and self._scheduler.queued_count):
+            # Nothing waits, or no account has a budget window or has rested:
+            # time alone frees none (next_change is None for every provider).
+            # Asked twice a run: no time to read, no provider to look at.
+            return math.inf
         if now is None:
             now = self._wall()
         times = [

@@ -55,6 +55,19 @@ def test_an_exhausted_ambient_environment_pauses_its_provider_until_the_reset() 
     assert book.blocked("plain", T0 + 600) is None
 
 
+def test_time_may_free_an_account_only_after_a_rest_or_with_a_budget_window() -> None:
+    book = AccountBook({"plain": [], "capped": [AccountSpec("a", concurrency=1)]})
+    book.start("r1", "capped", "a", T0)
+    assert not book.may_free_in_time  # a cap is freed by a run's end, never by time
+    book.rest("plain", None, T0 + 600, "limit reached")
+    assert book.may_free_in_time
+    assert book.next_change("plain", T0) == T0 + 600
+    windowed = AccountBook({"plain": []})
+    windowed.configure("plain", [AccountSpec("a", window=HOUR, budget=1)])
+    assert windowed.may_free_in_time
+    assert not AccountBook({"plain": [AccountSpec("a", window=HOUR)]}).may_free_in_time
+
+
 def test_a_runs_budget_rolls_over_with_its_window() -> None:
     book = book_of(AccountSpec("a", window=HOUR, budget=2))
     start(book, "r1", None, T0)
@@ -389,6 +402,12 @@ class AccountMachine(RuleBasedStateMachine):
     def next_change_is_in_the_future(self) -> None:
         change = self.book.next_change("p", self.now)
         assert change is None or change > self.now
+
+    @invariant()
+    def no_change_in_time_unless_the_book_says_it_may_come(self) -> None:
+        # Callers skip next_change while may_free_in_time is false.
+        if not self.book.may_free_in_time:
+            assert self.book.next_change("p", self.now) is None
 
 
 AccountMachine.TestCase.settings = settings(
