@@ -321,6 +321,8 @@ class Supervisor:
         # reloads only when it differs, whoever reloaded last.
         self._config_seen = file_signature(source.path) if source is not None else None
         self.metrics = metrics or Metrics()
+        # Run counts that count nothing (the replay's) are not even called.
+        self._counts_runs = self.metrics.counts_runs
         self.ledger = Ledger(store, run_sync=run_sync)
         # A ledger that applies each call at once (the simulator's) has no
         # commits to batch starts behind: a submit takes its starts itself.
@@ -524,7 +526,8 @@ class Supervisor:
                 "run %s was running when the supervisor stopped: recorded as lost", record.id
             )
             self._emit("lost", run_id=record.id)
-            self.metrics.count_finish(record.provider, RunStatus.LOST.value)
+            if self._counts_runs:
+                self.metrics.count_finish(record.provider, RunStatus.LOST.value)
         if lost and self._stop_orphans:
             await self._stop_orphaned_agents(self.lost_at_startup)
         for record in await self.ledger.call(lambda s: s.queued_in_order()):
@@ -688,7 +691,8 @@ class Supervisor:
                     self._scheduler.submit(request)
                     self._submitted_at[record.id] = record.submitted_at
                     self._emit("submit", run=traced)
-                self.metrics.count_submit(new.provider)
+                if self._counts_runs:
+                    self.metrics.count_submit(new.provider)
             if not takes_starts:
                 self._wake()
 
@@ -861,7 +865,8 @@ class Supervisor:
         def asked(result: tuple[RunRecord, bool]) -> None:
             record, cancelled = result
             if cancelled:
-                self.metrics.count_finish(record.provider, RunStatus.CANCELLED.value)
+                if self._counts_runs:
+                    self.metrics.count_finish(record.provider, RunStatus.CANCELLED.value)
                 self._notify(run_id)
 
         record, cancelled = await self.ledger.call(
@@ -879,7 +884,8 @@ class Supervisor:
 
         def cancelled(final: RunRecord) -> None:
             self._emit("cancel", run_id=run_id)
-            self.metrics.count_finish(final.provider, RunStatus.CANCELLED.value)
+            if self._counts_runs:
+                self.metrics.count_finish(final.provider, RunStatus.CANCELLED.value)
             self._notify(run_id)
             self._wake()
 
@@ -1273,8 +1279,9 @@ class Supervisor:
         assert self._nursery is not None
         for record in records:
             self._emit("start", run_id=record.id, account=record.account)
-            wait = (record.started_at or record.submitted_at) - record.submitted_at
-            self.metrics.count_start(record.provider, max(0.0, wait))
+            if self._counts_runs:
+                wait = (record.started_at or record.submitted_at) - record.submitted_at
+                self.metrics.count_start(record.provider, max(0.0, wait))
             self._submitted_at.pop(record.id, None)
             pick, config = self._picks.pop(record.id, (None, self.config))
             self._nursery.start_soon(
@@ -1793,11 +1800,12 @@ class Supervisor:
             fields["requeued"] = True
         if self._trace is not None:
             self._trace.record("finish", fields)
-        if not requeue:  # a re-queued run has not finished
-            self.metrics.count_finish(final.provider, text)
-        if final.started_at is not None and final.finished_at is not None:
-            duration = final.finished_at - final.started_at
-            self.metrics.observe_duration(final.provider, max(0.0, duration))
+        if self._counts_runs:
+            if not requeue:  # a re-queued run has not finished
+                self.metrics.count_finish(final.provider, text)
+            if final.started_at is not None and final.finished_at is not None:
+                duration = final.finished_at - final.started_at
+                self.metrics.observe_duration(final.provider, max(0.0, duration))
         if final.callback_url and final.is_terminal and self._callbacks is not None:
             self._callbacks.start_soon(deliver_callback, final, name=f"callback {final.id}")
 
