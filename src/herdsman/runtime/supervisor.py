@@ -55,7 +55,7 @@ from herdsman.runtime.fleet_accounts import (
 )
 from herdsman.runtime.fleet_member import FleetMember, Refused
 from herdsman.runtime.git import Git, RealGit
-from herdsman.runtime.launch import SpecBuilder, log_file
+from herdsman.runtime.launch import SpecBuilder
 from herdsman.runtime.ledger import Ledger, Queued, RunSync, in_worker_thread, inline
 from herdsman.runtime.left_agents import LeftAgents
 from herdsman.runtime.metrics import Metrics
@@ -1605,7 +1605,7 @@ class Supervisor:
     async def _record_finish(
         self, record: RunRecord, ended: ProcessOutcome | None, *, may_start: bool
     ) -> None:
-        status, fields = finish_fields(ended, log_file(self.config.supervisor.state_dir, record.id))
+        status, fields = finish_fields(ended, self._specs.log_file(self.config, record.id))
         session_id = fields.get("session_id")
         now = self._wall()
         conversation = record.conversation
