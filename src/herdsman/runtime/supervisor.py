@@ -23,7 +23,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from operator import methodcaller
 from pathlib import Path
@@ -705,7 +705,9 @@ class Supervisor:
             raise
         if takes_starts:
             starts = self._take_starts()
-            if starts is not None:
+            # Committed already, with nothing to wait for or handle: as
+            # always on the inline ledger, no coroutine for it.
+            if starts is not None and not isinstance(starts.pending.result, outcome.Value):
                 await self._commit_starts(starts)
         return results
 
@@ -1602,14 +1604,42 @@ class Supervisor:
             repos_dir=repos_dir,
         )
 
+    #: The last outcome a finish was recorded with, its status and fields
+    #: (see :meth:`_finish_fields`); replaced, never changed in place.
+    _last_ended: tuple[ProcessOutcome | None, RunStatus, Mapping[str, Any]] = (
+        None,
+        RunStatus.SUCCEEDED,
+        {},
+    )
+
+    def _finish_fields(
+        self, ended: ProcessOutcome | None, run_id: str
+    ) -> tuple[RunStatus, dict[str, Any]]:
+        """:func:`finish_fields` of a run's end, with the run's log path."""
+        log_path = self._specs.log_file(self.config, run_id)
+        last = self._last_ended
+        if ended is not None and ended is last[0]:
+            # The outcome the previous finish had (the fake runner hands one
+            # outcome to every run that ends alike; one is frozen): its
+            # status and texts as worked out then, with this run's log path.
+            return last[1], {**last[2], "log_path": log_path}
+        status, fields = finish_fields(ended, log_path)
+        if ended is not None:
+            self._last_ended = (ended, status, fields)
+        return status, fields
+
     async def _record_finish(
         self, record: RunRecord, ended: ProcessOutcome | None, *, may_start: bool
     ) -> None:
-        status, fields = finish_fields(ended, self._specs.log_file(self.config, record.id))
+        status, fields = self._finish_fields(ended, record.id)
         session_id = fields.get("session_id")
         now = self._wall()
         conversation = record.conversation
-        hit = self._limit_hit(record, ended, status, now)
+        hit = (
+            None
+            if ended is None or ended.usage_limit is None
+            else self._limit_hit(record, ended, status, now)
+        )
         if hit is not None and status is RunStatus.FAILED:
             status = RunStatus.USAGE_LIMITED
         # It never got to work: once, it goes back to the head of its lanes
@@ -1692,8 +1722,10 @@ class Supervisor:
             await self.ledger.settled(pending)
         except StoreError as exc:
             unrecorded = exc
-        if starts is not None:
-            await self._commit_starts(starts)  # shields its own wait, if it waits
+        # Committed with the finish already (a value, nothing to handle): no
+        # coroutine for it; otherwise it shields its own wait, if it waits.
+        if starts is not None and not isinstance(starts.pending.result, outcome.Value):
+            await self._commit_starts(starts)
         if unrecorded is not None:
             again = partial(self.ledger.call, finish, then=finished)
             await self._unrecorded_finish(record.id, status, unrecorded, again, early=early)
@@ -1871,7 +1903,8 @@ class Supervisor:
         ``wake=False``: the caller takes the starts this frees itself.
         """
         del self._handles[run_id]
-        self._notify(run_id)
+        if self._waiters:  # a call less for a run nobody waits on (most)
+            self._notify(run_id)
         if not self._handles:
             self._idle.set()
         if wake:
