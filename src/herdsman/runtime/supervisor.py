@@ -604,8 +604,14 @@ class Supervisor:
         a queued or running run (fleet-wide, for a fleet member) is recorded
         as skipped instead of queued.
         """
-        (result,) = await self.submit_many([(new, on_busy)])
-        return result
+        # submit_many's answer, without its list and unwrap (three Python
+        # calls): one submit a run.
+        (result,) = await self.submit_each([(new, on_busy)])
+        if isinstance(result, outcome.Value):
+            value: tuple[RunRecord, bool] = result.value
+            return value
+        assert isinstance(result, outcome.Error)
+        raise result.error
 
     async def submit_many(
         self, items: Sequence[tuple[NewRun, OnBusy]]
@@ -632,15 +638,19 @@ class Supervisor:
             raise NotAdmitting("the supervisor is shutting down and accepts no new runs")
         plan: list[tuple[NewRun, RunRequest, bool]] = []
         claimed: list[str] = []
+        scheduler, pending_keys = self._scheduler, self._pending_keys
+        agent_exclusive = scheduler.agent_exclusive
         for new, on_busy in items:
             request = run_request(new)
-            keys = busy_keys(request, agent_exclusive=self._scheduler.agent_exclusive)
+            keys = busy_keys(request, agent_exclusive=agent_exclusive)
             # Submits still in the ledger count as busy too, so a follow-up
             # arriving a moment after its predecessor is still skipped.
-            busy = self._scheduler.is_busy(request) or any(map(self._pending_keys.claimed, keys))
-            skip = on_busy == "skip" and busy
-            if not skip:
-                self._pending_keys.claim(keys)
+            # (Whether it is busy matters only to a submit that skips then.)
+            skip = on_busy == "skip" and (
+                scheduler.is_busy(request) or any(map(pending_keys.claimed, keys))
+            )
+            if keys and not skip:  # a run without a conversation or agent has none
+                pending_keys.claim(keys)
                 claimed.extend(keys)
             plan.append((new, request, skip))
         try:
@@ -654,19 +664,25 @@ class Supervisor:
             now = self._wall()
             return await self._record_submits(plan, now, [on_busy for _, on_busy in items])
         finally:
-            self._pending_keys.release(claimed)
+            if claimed:
+                pending_keys.release(claimed)
 
     async def _record_submits(
         self, plan: list[tuple[NewRun, RunRequest, bool]], now: float, on_busy: list[OnBusy]
     ) -> list[outcome.Outcome[tuple[RunRecord, bool]]]:
-        submit = self._submit_operation(now)
+        # A sole supervisor records each submit as it is (no Python-level
+        # wrapper a run); a fleet member's may be decided in the ledger.
+        submit = None if self._fleet is None else self._submit_operation(now)
         # No checkpoint between here, the callback and the starts below.
         takes_starts = self._ledger_inline and self._fleet is None and self._admitting
+        trace_prompts = self.config.trace.record_prompts
 
         def operation(store: Store) -> list[outcome.Outcome[tuple[RunRecord, bool]]]:
             return [
                 outcome.capture(store.skip, new, now, SKIP_REASON)
                 if skip
+                else outcome.capture(store.submit, new, now)
+                if submit is None
                 else outcome.capture(submit, store, new, busy)
                 for (new, _, skip), busy in zip(plan, on_busy, strict=True)
             ]
@@ -678,7 +694,7 @@ class Supervisor:
                 record, created = result.value
                 if not created:
                     continue
-                traced = trace_run(new, with_prompt=self._trace_prompts)
+                traced = trace_run(new, with_prompt=trace_prompts)
                 if record.status is RunStatus.SKIPPED:
                     self._emit("skip", run=traced)
                     self._notify(record.id)
@@ -750,16 +766,18 @@ class Supervisor:
     def _submit_operation(
         self, now: float
     ) -> Callable[[Store, NewRun, OnBusy], tuple[RunRecord, bool]]:
-        """How a submit the local view does not skip is recorded.
+        """How a fleet member records a submit its local view does not skip.
 
         A fleet member's view misses runs queued or running on other members
         and not yet polled: there the ledger decides ``on_busy = "skip"``,
-        fleet-wide, in the transaction that records the run.
+        fleet-wide, in the transaction that records the run. (A sole
+        supervisor records a submit with ``store.submit`` itself.)
         """
         fleet, agent_exclusive = self._fleet, self._scheduler.agent_exclusive
+        assert fleet is not None
 
         def submit(store: Store, new: NewRun, on_busy: OnBusy) -> tuple[RunRecord, bool]:
-            if fleet is None or on_busy != "skip":
+            if on_busy != "skip":
                 return store.submit(new, now)
             return fleet.store.submit_unless_busy(
                 new, now, SKIP_REASON, agent_exclusive=agent_exclusive
