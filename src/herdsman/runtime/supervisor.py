@@ -1507,8 +1507,9 @@ class Supervisor:
                 self._preparing.pop(record.id, None)
             else:
                 # Nothing awaited: nothing a cancel could stop halfway, so no
-                # cancel scope (one per run costs as much as a checkpoint).
-                spec = await self._spec_for(record, pick, config)
+                # cancel scope (one per run costs as much as a checkpoint),
+                # nor a coroutine.
+                spec = self._plain_spec(record, config)
             if spec is None or handle.cancelled:
                 ended = not_started(Outcome.CANCELLED, handle.reason or "cancel requested")
             else:
@@ -1558,6 +1559,8 @@ class Supervisor:
         """
         if self._left is not None or (pick is not None and pick.moved):
             return True
+        if record.conversation is None:
+            return False  # neither a session to resume nor checkouts: both need one
         provider = config.providers.get(record.provider)
         return (provider is not None and _resumes(record, provider)) or self._checks_out(record)
 
@@ -1568,6 +1571,25 @@ class Supervisor:
             and bool(self._worktrees.repos)
             and record.conversation is not None
         )
+
+    def _program(self, provider: Provider) -> str | None:
+        """The provider's program, resolved on PATH (None: not found)."""
+        program = self._programs.get(provider.exec[0])
+        if program is None:
+            # Resolved once and remembered: a PATH walk per run costs a stat
+            # per folder. A program still missing is looked up again next run.
+            program = self._resolve_program(provider.exec[0])
+            if program is not None:
+                self._programs[provider.exec[0]] = program
+        return program
+
+    def _plain_spec(self, record: RunRecord, config: Config) -> ProcessSpec:
+        """:meth:`_spec_for` of a run that does not prepare slowly: it has nothing to await."""
+        provider = config.providers.get(record.provider)
+        if provider is None:
+            raise OSError(f"provider {record.provider!r} is no longer configured")
+        program = self._programs.get(provider.exec[0]) or self._program(provider)
+        return self._specs.spec(record, config, program=program)
 
     async def _spec_for(self, record: RunRecord, pick: Pick | None, config: Config) -> ProcessSpec:
         provider = config.providers.get(record.provider)
@@ -1595,13 +1617,7 @@ class Supervisor:
                 resume = [
                     arg.replace("{session}", session.session_id) for arg in provider.resume_args
                 ]
-        program = self._programs.get(provider.exec[0])
-        if program is None:
-            # Resolved once and remembered: a PATH walk per run costs a stat
-            # per folder. A program still missing is looked up again next run.
-            program = self._resolve_program(provider.exec[0])
-            if program is not None:
-                self._programs[provider.exec[0]] = program
+        program = self._program(provider)
         note, repos_dir = "", None
         if self._worktrees is not None and conversation is not None and self._checks_out(record):
             checkouts = await self._worktrees.prepare(record.workspace, conversation)
