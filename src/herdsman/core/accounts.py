@@ -406,7 +406,12 @@ class AccountBook:
             # One account (the ambient one, as a rule): nothing to rank, and a
             # start asks this every time.
             best = accounts[0]
-            if best.why_not(now) is not None:
+            spec = best.spec
+            # why_not, without its call, for an account only a rest can stop
+            # (no cap, no budget: the ambient one, as a rule) that is not resting.
+            if not (
+                best.exhausted_until is None and spec.concurrency is None and spec.budget is None
+            ) and (best.why_not(now) is not None):
                 return None
         else:
             best_key: tuple[int, float, int] | None = None
@@ -706,7 +711,12 @@ class AccountGate:
         # AccountBook.available's loop, one call less: asked before every start.
         now = self._now
         for account in self._book._accounts.get(provider, ()):
-            if account.why_not(now) is None:
+            spec = account.spec
+            # As in AccountBook._choose: a free account only a rest can stop
+            # needs no call of why_not.
+            if (
+                account.exhausted_until is None and spec.concurrency is None and spec.budget is None
+            ) or account.why_not(now) is None:
                 return True
         return False
 

@@ -36,7 +36,7 @@ import trio
 from herdsman.config import Config, ConfigError, LoadedConfig, Provider, format_duration
 from herdsman.config.report import config_as_json
 from herdsman.core import CancelOutcome, KeyClaims, RunRequest, RunState, Scheduler, busy_keys
-from herdsman.core.accounts import Pick, sticky_key
+from herdsman.core.accounts import AccountGate, Pick, sticky_key
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
 from herdsman.runtime.accounts import (
@@ -181,13 +181,19 @@ class LimitHit:
         return "the ambient account" if self.account is None else f"account {self.account}"
 
 
-@attrs.frozen
 class _QueuedStarts:
-    """Starts queued in the ledger and not yet known to be committed."""
+    """Starts queued in the ledger and not yet known to be committed.
 
-    runs: list[RunRequest]
-    now: float
-    pending: Queued[Any]
+    A plain class: one is made for nearly every run, and a frozen attrs
+    class stores each field through a call of ``object.__setattr__``.
+    """
+
+    __slots__ = ("now", "pending", "runs")
+
+    def __init__(self, runs: list[RunRequest], now: float, pending: Queued[Any]) -> None:
+        self.runs = runs
+        self.now = now
+        self.pending = pending
 
 
 @attrs.frozen
@@ -1232,20 +1238,23 @@ class Supervisor:
             # time to read, no gate to build, no queue to look through.
             return None
         now = self._wall()
-        gate = self._accounts.gate(now)
+        gate = AccountGate(self._accounts, now)  # AccountBook.gate, a call less
         starts = self._scheduler.take_startable(
             gate if self._fleet is None else self._fleet.gate(gate)
         )
         if not starts:
             return None
+        items: list[tuple[str, str | None]] = []
+        picks, config = gate.picks, self.config
         for run in starts:
             # Handles exist before the commit so a cancel arriving meanwhile
             # is not lost: RunCancel remembers a cancel made before execute.
             self._handles[run.id] = RunCancel()
             # A run is built from the configuration its start was decided
             # under, whatever a reload changes while its start is recorded.
-            self._picks[run.id] = (gate.picks[run.id], self.config)
-        items = [(run.id, gate.picks[run.id].account) for run in starts]
+            pick = picks[run.id]
+            self._picks[run.id] = (pick, config)
+            items.append((run.id, pick.account))
         pending: Queued[Any]
         if self._fleet is None:
             pending = self.ledger.enqueue(

@@ -11,6 +11,7 @@ from herdsman.core import Limits, RunRequest, Scheduler
 from herdsman.core.accounts import (
     DEFAULT_REST,
     AccountBook,
+    AccountGate,
     AccountSpec,
     Pick,
     conversation_of,
@@ -312,6 +313,8 @@ class AccountMachine(RuleBasedStateMachine):
         before = {s.account: s for s in book.statuses(now) if not s.retired}
         pick = book.pick("p", conversation, now)
         assert (pick is not None) == book.available("p", now)
+        # The gate's answer (which skips why_not for an account only a rest can stop) agrees.
+        assert (pick is not None) == AccountGate(book, now).can_start("p")
         if pick is None:
             assert all(not s.available for s in before.values())
             return
