@@ -719,7 +719,15 @@ class Supervisor:
                 self._wake()
 
         try:
-            results = await self.ledger.call(operation, then=recorded)
+            # Ledger.call in its two steps: a call the ledger applied at once
+            # (the inline ledger's, always) has its value already, and no
+            # coroutine is made to return it.
+            pending = self.ledger.enqueue(operation, then=recorded)
+            done = pending.result
+            if isinstance(done, outcome.Value):
+                results: list[outcome.Outcome[tuple[RunRecord, bool]]] = done.value
+            else:
+                results = await self.ledger.result(pending)
         except CommitOutcomeUnknown as exc:
             if self._fleet is not None:
                 raise  # a member's poll queues whatever the ledger kept
@@ -1688,12 +1696,11 @@ class Supervisor:
         # It never got to work: once, it goes back to the head of its lanes
         # (recorded in the same transaction, so it is never lost in between)
         # — unless someone asked to cancel it meanwhile.
-        cancelled = self._handles[record.id].cancelled
         requeue = (
             hit is not None
             and status is RunStatus.USAGE_LIMITED
             and record.attempts < 2
-            and not cancelled
+            and not self._handles[record.id].cancelled
         )
         spawned = ended is not None and ended.exit_code is not None
         # The usual end (no usage limit to act on) frees the slot, the lanes
@@ -1762,7 +1769,9 @@ class Supervisor:
             # here is one a cancel cannot stop. This one without a shielded
             # scope, which cost about as much as the rest of a finish; the
             # rarer waits below shield themselves when they wait at all.
-            await self.ledger.settled(pending)
+            # Recorded already (always, on the inline ledger): no coroutine.
+            if not isinstance(pending.result, outcome.Value):
+                await self.ledger.settled(pending)
         except StoreError as exc:
             unrecorded = exc
         # Committed with the finish already (a value, nothing to handle): no
