@@ -1314,8 +1314,10 @@ class Supervisor:
 
     def _started(self, records: list[RunRecord]) -> None:
         assert self._nursery is not None
+        trace = self._trace
         for record in records:
-            self._emit("start", run_id=record.id, account=record.account)
+            if trace is not None:  # _emit's, without its call and keywords
+                trace.record("start", {"run_id": record.id, "account": record.account})
             if self._counts_runs:
                 wait = (record.started_at or record.submitted_at) - record.submitted_at
                 self.metrics.count_start(record.provider, max(0.0, wait))
@@ -1975,13 +1977,18 @@ class Supervisor:
         nothing. A fleet member's dispatcher is woken once the finish
         commits, as before (a claim refused there frees a slot).
         """
-        starts = self._queue_starts()
+        # Twice a run: the cheap tests of _queue_starts and
+        # _until_an_account_frees first, without their calls.
+        starts = self._queue_starts() if self._scheduler.queued_count else None
         # The starts' time, read a moment ago, if they read it: time passing
         # only frees accounts, so an earlier time can only wake the
         # dispatcher when it need not, which costs nothing but the wake.
         if self._fleet is None and (
             self.account_recheck_at is not None
-            or self._until_an_account_frees(None if starts is None else starts.now) < math.inf
+            or (
+                self._accounts.may_free_in_time
+                and self._until_an_account_frees(None if starts is None else starts.now) < math.inf
+            )
         ):
             self._wake()
         return starts
