@@ -648,7 +648,12 @@ class Supervisor:
         agent_exclusive = scheduler.agent_exclusive
         for new, on_busy in items:
             request = run_request(new)
-            keys = busy_keys(request, agent_exclusive=agent_exclusive)
+            # busy_keys, without its call, for a run on a lane of its own (no keys).
+            keys = (
+                ()
+                if new.conversation is None and new.agent is None
+                else busy_keys(request, agent_exclusive=agent_exclusive)
+            )
             # Submits still in the ledger count as busy too, so a follow-up
             # arriving a moment after its predecessor is still skipped.
             # (Whether it is busy matters only to a submit that skips then.)
@@ -712,7 +717,8 @@ class Supervisor:
                 else:
                     self._scheduler.submit(request)
                     self._submitted_at[record.id] = record.submitted_at
-                    self._emit("submit", run=traced)
+                    if self._trace is not None:  # _emit's, without its call and keywords
+                        self._trace.record("submit", {"run": traced})
                 if self._counts_runs:
                     self.metrics.count_submit(new.provider)
             if not takes_starts:
@@ -1513,7 +1519,13 @@ class Supervisor:
         ended: ProcessOutcome | None = None
         try:
             spec = None
-            if self._prepares_slowly(record, pick, config):
+            # _prepares_slowly's first answer (no), without its call, for a
+            # run without a conversation, agents left or an account move.
+            if (
+                record.conversation is not None
+                or self._left is not None
+                or (pick is not None and pick.moved)
+            ) and self._prepares_slowly(record, pick, config):
                 # Preparing (the checkouts above all) can be slow; a cancel or
                 # a shutdown must be able to stop it before anything is spawned.
                 with trio.CancelScope() as preparing:
