@@ -104,7 +104,8 @@ def test_a_supervisor_stuck_when_killed_gives_a_case_file(
 
 
 def test_an_intake_that_loses_a_conversation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    honest = Supervisor.submit_many
+    # submit_each: every submit goes through it (a single one without submit_many).
+    honest = Supervisor.submit_each
 
     async def careless(self: Supervisor, items: Any) -> Any:
         out: list[tuple[NewRun, Any]] = []
@@ -113,7 +114,7 @@ def test_an_intake_that_loses_a_conversation_is_caught(monkeypatch: pytest.Monke
             out.append((attrs.evolve(new, conversation=None) if lost else new, on_busy))
         return await honest(self, out)
 
-    monkeypatch.setattr(Supervisor, "submit_many", careless)
+    monkeypatch.setattr(Supervisor, "submit_each", careless)
     verdict = _fuzz(0)
     assert verdict.failed
     first = verdict.violations[0]

@@ -64,6 +64,21 @@ def test_a_replays_supervisor_counts_no_runs(
     assert _counts(kept[0]) == dict.fromkeys(RUN_COUNTS, 0.0)
 
 
+def test_a_replays_supervisor_does_not_even_call_the_run_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    for name in ("count_submit", "count_start", "count_finish", "observe_duration"):
+        monkeypatch.setattr(
+            Uncounted, name, lambda self, *args, name=name: calls.append(name), raising=True
+        )
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=20)
+    workload = read_workload(trace)
+    result = replay(workload, config_from_trace(workload.header.config, "header"))
+    assert result.runs == 20
+    assert calls == []
+
+
 def test_uncounted_leaves_out_run_counts_and_keeps_the_configuration_gauges() -> None:
     counted, uncounted = Metrics(), Uncounted()
     for metrics in (counted, uncounted):

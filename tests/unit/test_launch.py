@@ -13,8 +13,15 @@ from hypothesis import strategies as st
 from herdsman.config import Config, load_config_text
 from herdsman.config.model import Account
 from herdsman.runtime.accounts import account_env
-from herdsman.runtime.launch import PARALLEL_PREAMBLE, SpecBuilder
-from herdsman.runtime.runner import ProcessSpec
+from herdsman.runtime.launch import (
+    PARALLEL_PREAMBLE,
+    RUN_FIELDS,
+    SpecBuilder,
+    _run_spec,
+    log_file,
+)
+from herdsman.runtime.runner import OwnedEnv, ProcessSpec
+from herdsman.runtime.runner import spec as spec_module
 from herdsman.runtime.store import RunRecord, RunStatus
 
 BASE = load_config_text(
@@ -183,3 +190,53 @@ def test_a_later_change_to_the_ambient_environment_does_not_reach_runs() -> None
     builder = SpecBuilder(ambient)
     ambient["A"] = "2"
     assert builder.spec(run_record(0), BASE).env["A"] == "1"
+
+
+def test_runs_without_resume_or_cwd_share_everything_but_their_own_fields() -> None:
+    # Their specs are the template's, with RUN_FIELDS written over it: the
+    # shared fields are the very objects checked once, not built again.
+    builder = SpecBuilder({})
+    first, second = (
+        builder.spec(run_record(n), BASE, program="/bin/true", checkouts_note=note)
+        for n, note in ((0, ""), (1, "checkouts:\n"))
+    )
+    assert first.argv is second.argv
+    assert first.cwd is second.cwd
+    assert (first.env["HERDSMAN_RUN_ID"], second.env["HERDSMAN_RUN_ID"]) == ("r0", "r1")
+    assert (first.prompt, second.prompt) == ("go", "checkouts:\ngo")
+    assert (first.log_file, second.log_file) == ("/srv/state/logs/r0.log", "/srv/state/logs/r1.log")
+    assert first == ProcessSpec(
+        ("/bin/true", "-x"),
+        dict(first.env),
+        BASE.providers["p"].workdir,
+        "go",
+        None,
+        900.0,  # the default idle timeout
+        "/srv/state/logs/r0.log",
+        "plain",
+        make_cwd=True,
+    )
+    assert builder.log_file(BASE, "r7") == log_file(BASE.supervisor.state_dir, "r7")
+
+
+def test_a_spec_copied_for_a_run_converts_what_init_would() -> None:
+    # _run_spec writes RUN_FIELDS straight into a copy of the shared spec's
+    # __dict__: sound only while __init__ stores them so (env through
+    # _frozen_env, which keeps an OwnedEnv as it is; the others as given)
+    # and has nothing else to do.
+    fields = attrs.fields_dict(ProcessSpec)
+    converters: dict[str, object] = {name: fields[name].converter for name in RUN_FIELDS}
+    assert converters["env"] is spec_module._frozen_env
+    assert converters["log_file"] is spec_module._str_path
+    assert fields["prompt"].converter is None
+    for name in RUN_FIELDS:
+        assert fields[name].validator is None, name
+        assert fields[name].on_setattr is None, name
+    for hook in ("__attrs_pre_init__", "__attrs_post_init__", "__attrs_init__"):
+        assert not hasattr(ProcessSpec, hook), hook
+    assert "__slots__" not in vars(ProcessSpec)
+    env = OwnedEnv({"A": "1"})
+    shared = SpecBuilder({}).spec(run_record(0), BASE, program="/bin/true")
+    assert _run_spec(shared, env, "p", "/l") == attrs.evolve(
+        shared, env=env, prompt="p", log_path="/l"
+    )

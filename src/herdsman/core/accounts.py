@@ -327,6 +327,11 @@ class AccountBook:
         # Accounts given runs ahead of their start: run id -> account name.
         self._pins: dict[str, str | None] = {}
         self._plain_picks: dict[str | None, Pick] = {}
+        #: Whether time alone may ever make an account available again (see
+        #: :meth:`next_change`): some account has a budget over a window, or
+        #: some account has rested. False means :meth:`next_change` is None for
+        #: every provider, so a caller may skip asking. Once true it stays so.
+        self.may_free_in_time = False
         for provider, specs in (providers or {}).items():
             self.configure(provider, specs)
 
@@ -344,6 +349,8 @@ class AccountBook:
             raise ValueError(f"provider {provider!r}: account names repeat: {names}")
         if not specs:
             specs = (AccountSpec(None),)
+        if any(spec.budget is not None and spec.window is not None for spec in specs):
+            self.may_free_in_time = True
         old = {account.spec.name: account for account in self._accounts.get(provider, ())}
         accounts = []
         for spec in specs:
@@ -399,7 +406,12 @@ class AccountBook:
             # One account (the ambient one, as a rule): nothing to rank, and a
             # start asks this every time.
             best = accounts[0]
-            if best.why_not(now) is not None:
+            spec = best.spec
+            # why_not, without its call, for an account only a rest can stop
+            # (no cap, no budget: the ambient one, as a rule) that is not resting.
+            if not (
+                best.exhausted_until is None and spec.concurrency is None and spec.budget is None
+            ) and (best.why_not(now) is not None):
                 return None
         else:
             best_key: tuple[int, float, int] | None = None
@@ -539,6 +551,7 @@ class AccountBook:
         """Rest ``account`` until ``until`` (a limit just reported, or restored)."""
         held = self._find(provider, account)
         if held is not None:
+            self.may_free_in_time = True
             held.exhausted_until = until
             held.message = message
 
@@ -585,6 +598,7 @@ class AccountBook:
             rest = wanted.get((provider, account.spec.name))
             if rest is not None:
                 if (account.exhausted_until, account.message) != rest:
+                    self.may_free_in_time = True
                     account.exhausted_until, account.message = rest
                     changes.append((provider, account.spec.name, rest[0]))
             elif account.exhausted_until is not None:
@@ -697,7 +711,12 @@ class AccountGate:
         # AccountBook.available's loop, one call less: asked before every start.
         now = self._now
         for account in self._book._accounts.get(provider, ()):
-            if account.why_not(now) is None:
+            spec = account.spec
+            # As in AccountBook._choose: a free account only a rest can stop
+            # needs no call of why_not.
+            if (
+                account.exhausted_until is None and spec.concurrency is None and spec.budget is None
+            ) or account.why_not(now) is None:
                 return True
         return False
 

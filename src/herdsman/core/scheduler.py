@@ -258,6 +258,10 @@ class Scheduler:
         self._queued_by_provider: dict[str, int] = {}
         self._running_by_provider: dict[str, int] = {}
         self._running = 0
+        #: How many runs wait to start (read-only: kept by the events below).
+        #: An attribute, not a property: the supervisor asks before every
+        #: start and every finish, and a property is a Python call each time.
+        self.queued_count = 0
         # Held runs in the order they were held; they hold lanes, not slots.
         self._held: dict[str, _Entry] = {}
         # Queued runs on no lane at all (no key), so a snapshot lists them
@@ -275,11 +279,6 @@ class Scheduler:
     def agent_exclusive(self) -> bool:
         """Whether runs of one agent in one workspace exclude each other."""
         return self._agent_exclusive
-
-    @property
-    def queued_count(self) -> int:
-        """How many runs wait to start."""
-        return len(self._entries) - self._running - len(self._held)
 
     @property
     def running_count(self) -> int:
@@ -414,6 +413,7 @@ class Scheduler:
         provider = run.provider
         queued = self._queued_by_provider
         queued[provider] = queued.get(provider, 0) + 1
+        self.queued_count += 1
         if ready:
             # _push_ready inlined: every submit of a run on a free lane comes here.
             heap = self._ready.get(provider)
@@ -468,6 +468,7 @@ class Scheduler:
                 else:
                     lane.ix_holders += 1
             queued_by_provider[provider] -= 1
+            self.queued_count -= 1
             running = running_by_provider[provider] = running_by_provider.get(provider, 0) + 1
             self._running += 1
             run = entry.run
@@ -544,6 +545,7 @@ class Scheduler:
             raise SchedulerError(f"run {run_id!r} is not running")
         entry.state = RunState.QUEUED
         self._queued_by_provider[provider] = self._queued_by_provider.get(provider, 0) + 1
+        self.queued_count += 1
         if not entry.locks:
             self._lone[run_id] = entry
         for lane, exclusive in entry.locks:
@@ -609,6 +611,7 @@ class Scheduler:
         del self._entries[run_id]
         entry.state = None
         self._queued_by_provider[entry.run.provider] -= 1
+        self.queued_count -= 1
         if not entry.locks:
             del self._lone[run_id]
         for lane, exclusive in entry.locks:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 
 import attrs
 
@@ -83,13 +84,48 @@ def build_argv(
 
 @attrs.frozen
 class _Template:
-    """What the runs of one provider on one account share under one configuration."""
+    """What the runs of one provider on one account share under one configuration.
+
+    ``spec`` is the spec of a run without resume arguments or a working
+    directory of its own, with ``program``, whose run-specific fields
+    (:data:`RUN_FIELDS`) :func:`_run_spec` writes over for each such run.
+    """
 
     provider: Provider
     env: dict[str, str]
     preamble: str
     timeout: float | None
     idle_timeout: float | None
+    logs: str
+    program: str | None
+    spec: ProcessSpec
+
+
+#: The fields of a :class:`ProcessSpec` that differ between runs sharing a
+#: template's spec, as ``__init__`` stores them: ``env`` through its
+#: converter (``_frozen_env``, which takes an :class:`OwnedEnv` as it is),
+#: the other two as given (a test keeps ``ProcessSpec`` so).
+RUN_FIELDS = ("env", "prompt", "log_file")
+
+
+def _run_spec(shared: ProcessSpec, env: OwnedEnv, prompt: str, log_path: str) -> ProcessSpec:
+    """``shared`` with a run's own environment, prompt and log, without a call of ``__init__``.
+
+    Every other field is the same for every such run, checked and converted
+    once when the template's spec was built: its ``__init__`` (twelve fields,
+    nine converters and validators, one a ``Path`` check that is a Python
+    call under the simulator's pyfakefs) cost more than the rest of a
+    spec. As ``RunRecord``'s changes (store/records.py): the shared spec's
+    ``__dict__`` copied, the run's values written over it, set as attrs
+    sets attributes of a frozen instance.
+    """
+    fields = shared.__dict__.copy()
+    fields["env"] = MappingProxyType(env)
+    fields["prompt"] = prompt
+    fields["log_file"] = log_path
+    spec = object.__new__(ProcessSpec)
+    object.__setattr__(spec, "__dict__", fields)
+    return spec
 
 
 class SpecBuilder:
@@ -99,7 +135,10 @@ class SpecBuilder:
     provider, account, herdsman's), the preamble and the limits are worked
     out once per configuration and kept while runs are started under that
     configuration object; a reload brings a new one, so its changes (a
-    provider's ``env``, say) reach the next run started under it.
+    provider's ``env``, say) reach the next run started under it. So is the
+    whole spec of a run without resume arguments or a working directory of
+    its own (most runs): such a run's spec is that one with the run's
+    environment, prompt and log path written over it.
     """
 
     def __init__(self, base_env: Mapping[str, str]) -> None:
@@ -107,36 +146,65 @@ class SpecBuilder:
         self._base = dict(base_env)
         self._config: Config | None = None
         self._templates: dict[tuple[str, str | None], _Template] = {}
+        self._logs_config: Config | None = None
+        self._logs = ""
 
-    def _template(self, config: Config, provider_name: str, account: str | None) -> _Template:
+    def _template(
+        self, config: Config, provider_name: str, account: str | None, program: str | None
+    ) -> _Template:
         if config is not self._config:
             # One configuration at a time: runs decided under the previous
             # one are few and only just after a reload.
             self._config, self._templates = config, {}
         key = (provider_name, account)
         template = self._templates.get(key)
-        if template is None:
+        if template is None or template.program != program:
+            # (A program resolved differently since, rarely: built again.)
             provider = config.providers[provider_name]
             parallel = may_run_in_parallel(config)
+            env = template_environment(
+                provider,
+                account,
+                parallel=parallel,
+                base=self._base,
+                state_dir=config.supervisor.state_dir,
+            )
+            timeout = provider.timeout.total_seconds() if provider.timeout else None
+            idle_timeout = provider.idle_timeout.total_seconds() if provider.idle_timeout else None
+            logs = f"{config.supervisor.state_dir}/logs/"
             template = _Template(
                 provider=provider,
-                env=template_environment(
-                    provider,
-                    account,
-                    parallel=parallel,
-                    base=self._base,
-                    state_dir=config.supervisor.state_dir,
-                ),
+                env=env,
                 preamble=(
                     PARALLEL_PREAMBLE if parallel and config.supervisor.parallel_preamble else ""
                 ),
-                timeout=provider.timeout.total_seconds() if provider.timeout else None,
-                idle_timeout=(
-                    provider.idle_timeout.total_seconds() if provider.idle_timeout else None
+                timeout=timeout,
+                idle_timeout=idle_timeout,
+                logs=logs,
+                program=program,
+                # Through __init__, so every field is checked and converted as
+                # for any spec; runs write only their own fields over it.
+                spec=ProcessSpec(
+                    build_argv(provider, (), program),
+                    env,
+                    provider.workdir,
+                    "",
+                    timeout,
+                    idle_timeout,
+                    logs,
+                    provider.protocol,
+                    usage_limit_pattern=provider.usage_limit_pattern,
+                    make_cwd=True,
                 ),
             )
             self._templates[key] = template
         return template
+
+    def log_file(self, config: Config, run_id: str) -> str:
+        """:func:`log_file` under ``config``, its folder's text kept per configuration."""
+        if config is not self._logs_config:
+            self._logs_config, self._logs = config, f"{config.supervisor.state_dir}/logs/"
+        return self._logs + run_id + ".log"
 
     def spec(
         self,
@@ -154,13 +222,17 @@ class SpecBuilder:
         checkouts) goes before the prompt; ``repos_dir``, the folder holding
         them, is exported as ``HERDSMAN_REPOS``.
         """
-        template = self._template(config, record.provider, record.account)
+        template = self._template(config, record.provider, record.account, program)
         provider = template.provider
         env = OwnedEnv(template.env)  # the one copy this run's environment costs
         env["HERDSMAN_RUN_ID"] = record.id
         env["HERDSMAN_CONVERSATION"] = record.conversation or ""
         if repos_dir is not None:
             env["HERDSMAN_REPOS"] = str(repos_dir)
+        prompt = template.preamble + checkouts_note + record.prompt
+        log_path = template.logs + record.id + ".log"
+        if not resume and record.cwd is None and program is not None:
+            return _run_spec(template.spec, env, prompt, log_path)
         # The required fields by position (argv, env, cwd, prompt, timeout,
         # idle_timeout, log_path, protocol): keywords are matched by name at
         # every call, and this is one call per run.
@@ -168,10 +240,10 @@ class SpecBuilder:
             build_argv(provider, resume, program),
             env,
             record.cwd if record.cwd is not None else provider.workdir,
-            template.preamble + checkouts_note + record.prompt,
+            prompt,
             template.timeout,
             template.idle_timeout,
-            log_file(config.supervisor.state_dir, record.id),
+            log_path,
             provider.protocol,
             usage_limit_pattern=provider.usage_limit_pattern,
             # The provider's own folder is herdsman's to make (when the process is

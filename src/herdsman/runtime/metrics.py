@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -101,6 +101,10 @@ class Metrics:
     which keep each labelled child once looked up (see :class:`_Children`).
     """
 
+    #: Whether the run counts (``count_*``, ``observe_duration``) count
+    #: anything: a supervisor whose metrics do not leaves those calls out.
+    counts_runs: ClassVar[bool] = True
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -183,6 +187,10 @@ class Uncounted(Metrics):
     stay as :class:`Metrics` has them: they change only with the
     configuration.
     """
+
+    #: The supervisor does not even call the run counts below (four calls
+    #: of nothing, and their arguments worked out, a run).
+    counts_runs: ClassVar[bool] = False
 
     def count_submit(self, provider: str) -> None:
         """Nothing: runs are not counted."""

@@ -23,7 +23,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from operator import methodcaller
 from pathlib import Path
@@ -36,7 +36,7 @@ import trio
 from herdsman.config import Config, ConfigError, LoadedConfig, Provider, format_duration
 from herdsman.config.report import config_as_json
 from herdsman.core import CancelOutcome, KeyClaims, RunRequest, RunState, Scheduler, busy_keys
-from herdsman.core.accounts import Pick, sticky_key
+from herdsman.core.accounts import AccountGate, Pick, sticky_key
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
 from herdsman.runtime.accounts import (
@@ -55,7 +55,7 @@ from herdsman.runtime.fleet_accounts import (
 )
 from herdsman.runtime.fleet_member import FleetMember, Refused
 from herdsman.runtime.git import Git, RealGit
-from herdsman.runtime.launch import SpecBuilder, log_file
+from herdsman.runtime.launch import SpecBuilder
 from herdsman.runtime.ledger import Ledger, Queued, RunSync, in_worker_thread, inline
 from herdsman.runtime.left_agents import LeftAgents
 from herdsman.runtime.metrics import Metrics
@@ -181,13 +181,19 @@ class LimitHit:
         return "the ambient account" if self.account is None else f"account {self.account}"
 
 
-@attrs.frozen
 class _QueuedStarts:
-    """Starts queued in the ledger and not yet known to be committed."""
+    """Starts queued in the ledger and not yet known to be committed.
 
-    runs: list[RunRequest]
-    now: float
-    pending: Queued[Any]
+    A plain class: one is made for nearly every run, and a frozen attrs
+    class stores each field through a call of ``object.__setattr__``.
+    """
+
+    __slots__ = ("now", "pending", "runs")
+
+    def __init__(self, runs: list[RunRequest], now: float, pending: Queued[Any]) -> None:
+        self.runs = runs
+        self.now = now
+        self.pending = pending
 
 
 @attrs.frozen
@@ -321,6 +327,8 @@ class Supervisor:
         # reloads only when it differs, whoever reloaded last.
         self._config_seen = file_signature(source.path) if source is not None else None
         self.metrics = metrics or Metrics()
+        # Run counts that count nothing (the replay's) are not even called.
+        self._counts_runs = self.metrics.counts_runs
         self.ledger = Ledger(store, run_sync=run_sync)
         # A ledger that applies each call at once (the simulator's) has no
         # commits to batch starts behind: a submit takes its starts itself.
@@ -524,7 +532,8 @@ class Supervisor:
                 "run %s was running when the supervisor stopped: recorded as lost", record.id
             )
             self._emit("lost", run_id=record.id)
-            self.metrics.count_finish(record.provider, RunStatus.LOST.value)
+            if self._counts_runs:
+                self.metrics.count_finish(record.provider, RunStatus.LOST.value)
         if lost and self._stop_orphans:
             await self._stop_orphaned_agents(self.lost_at_startup)
         for record in await self.ledger.call(lambda s: s.queued_in_order()):
@@ -601,8 +610,14 @@ class Supervisor:
         a queued or running run (fleet-wide, for a fleet member) is recorded
         as skipped instead of queued.
         """
-        (result,) = await self.submit_many([(new, on_busy)])
-        return result
+        # submit_many's answer, without its list and unwrap (three Python
+        # calls): one submit a run.
+        (result,) = await self.submit_each([(new, on_busy)])
+        if isinstance(result, outcome.Value):
+            value: tuple[RunRecord, bool] = result.value
+            return value
+        assert isinstance(result, outcome.Error)
+        raise result.error
 
     async def submit_many(
         self, items: Sequence[tuple[NewRun, OnBusy]]
@@ -629,15 +644,24 @@ class Supervisor:
             raise NotAdmitting("the supervisor is shutting down and accepts no new runs")
         plan: list[tuple[NewRun, RunRequest, bool]] = []
         claimed: list[str] = []
+        scheduler, pending_keys = self._scheduler, self._pending_keys
+        agent_exclusive = scheduler.agent_exclusive
         for new, on_busy in items:
             request = run_request(new)
-            keys = busy_keys(request, agent_exclusive=self._scheduler.agent_exclusive)
+            # busy_keys, without its call, for a run on a lane of its own (no keys).
+            keys = (
+                ()
+                if new.conversation is None and new.agent is None
+                else busy_keys(request, agent_exclusive=agent_exclusive)
+            )
             # Submits still in the ledger count as busy too, so a follow-up
             # arriving a moment after its predecessor is still skipped.
-            busy = self._scheduler.is_busy(request) or any(map(self._pending_keys.claimed, keys))
-            skip = on_busy == "skip" and busy
-            if not skip:
-                self._pending_keys.claim(keys)
+            # (Whether it is busy matters only to a submit that skips then.)
+            skip = on_busy == "skip" and (
+                scheduler.is_busy(request) or any(map(pending_keys.claimed, keys))
+            )
+            if keys and not skip:  # a run without a conversation or agent has none
+                pending_keys.claim(keys)
                 claimed.extend(keys)
             plan.append((new, request, skip))
         try:
@@ -651,19 +675,25 @@ class Supervisor:
             now = self._wall()
             return await self._record_submits(plan, now, [on_busy for _, on_busy in items])
         finally:
-            self._pending_keys.release(claimed)
+            if claimed:
+                pending_keys.release(claimed)
 
     async def _record_submits(
         self, plan: list[tuple[NewRun, RunRequest, bool]], now: float, on_busy: list[OnBusy]
     ) -> list[outcome.Outcome[tuple[RunRecord, bool]]]:
-        submit = self._submit_operation(now)
+        # A sole supervisor records each submit as it is (no Python-level
+        # wrapper a run); a fleet member's may be decided in the ledger.
+        submit = None if self._fleet is None else self._submit_operation(now)
         # No checkpoint between here, the callback and the starts below.
         takes_starts = self._ledger_inline and self._fleet is None and self._admitting
+        trace_prompts = self.config.trace.record_prompts
 
         def operation(store: Store) -> list[outcome.Outcome[tuple[RunRecord, bool]]]:
             return [
                 outcome.capture(store.skip, new, now, SKIP_REASON)
                 if skip
+                else outcome.capture(store.submit, new, now)
+                if submit is None
                 else outcome.capture(submit, store, new, busy)
                 for (new, _, skip), busy in zip(plan, on_busy, strict=True)
             ]
@@ -675,7 +705,7 @@ class Supervisor:
                 record, created = result.value
                 if not created:
                     continue
-                traced = trace_run(new, with_prompt=self._trace_prompts)
+                traced = trace_run(new, with_prompt=trace_prompts)
                 if record.status is RunStatus.SKIPPED:
                     self._emit("skip", run=traced)
                     self._notify(record.id)
@@ -687,13 +717,23 @@ class Supervisor:
                 else:
                     self._scheduler.submit(request)
                     self._submitted_at[record.id] = record.submitted_at
-                    self._emit("submit", run=traced)
-                self.metrics.count_submit(new.provider)
+                    if self._trace is not None:  # _emit's, without its call and keywords
+                        self._trace.record("submit", {"run": traced})
+                if self._counts_runs:
+                    self.metrics.count_submit(new.provider)
             if not takes_starts:
                 self._wake()
 
         try:
-            results = await self.ledger.call(operation, then=recorded)
+            # Ledger.call in its two steps: a call the ledger applied at once
+            # (the inline ledger's, always) has its value already, and no
+            # coroutine is made to return it.
+            pending = self.ledger.enqueue(operation, then=recorded)
+            done = pending.result
+            if isinstance(done, outcome.Value):
+                results: list[outcome.Outcome[tuple[RunRecord, bool]]] = done.value
+            else:
+                results = await self.ledger.result(pending)
         except CommitOutcomeUnknown as exc:
             if self._fleet is not None:
                 raise  # a member's poll queues whatever the ledger kept
@@ -701,7 +741,9 @@ class Supervisor:
             raise
         if takes_starts:
             starts = self._take_starts()
-            if starts is not None:
+            # Committed already, with nothing to wait for or handle: as
+            # always on the inline ledger, no coroutine for it.
+            if starts is not None and not isinstance(starts.pending.result, outcome.Value):
                 await self._commit_starts(starts)
         return results
 
@@ -744,16 +786,18 @@ class Supervisor:
     def _submit_operation(
         self, now: float
     ) -> Callable[[Store, NewRun, OnBusy], tuple[RunRecord, bool]]:
-        """How a submit the local view does not skip is recorded.
+        """How a fleet member records a submit its local view does not skip.
 
         A fleet member's view misses runs queued or running on other members
         and not yet polled: there the ledger decides ``on_busy = "skip"``,
-        fleet-wide, in the transaction that records the run.
+        fleet-wide, in the transaction that records the run. (A sole
+        supervisor records a submit with ``store.submit`` itself.)
         """
         fleet, agent_exclusive = self._fleet, self._scheduler.agent_exclusive
+        assert fleet is not None
 
         def submit(store: Store, new: NewRun, on_busy: OnBusy) -> tuple[RunRecord, bool]:
-            if fleet is None or on_busy != "skip":
+            if on_busy != "skip":
                 return store.submit(new, now)
             return fleet.store.submit_unless_busy(
                 new, now, SKIP_REASON, agent_exclusive=agent_exclusive
@@ -861,7 +905,8 @@ class Supervisor:
         def asked(result: tuple[RunRecord, bool]) -> None:
             record, cancelled = result
             if cancelled:
-                self.metrics.count_finish(record.provider, RunStatus.CANCELLED.value)
+                if self._counts_runs:
+                    self.metrics.count_finish(record.provider, RunStatus.CANCELLED.value)
                 self._notify(run_id)
 
         record, cancelled = await self.ledger.call(
@@ -879,7 +924,8 @@ class Supervisor:
 
         def cancelled(final: RunRecord) -> None:
             self._emit("cancel", run_id=run_id)
-            self.metrics.count_finish(final.provider, RunStatus.CANCELLED.value)
+            if self._counts_runs:
+                self.metrics.count_finish(final.provider, RunStatus.CANCELLED.value)
             self._notify(run_id)
             self._wake()
 
@@ -1172,8 +1218,11 @@ class Supervisor:
 
         ``now``: the wall time, if the caller has just read it.
         """
-        if not self._scheduler.queued_count:
-            return math.inf  # nothing waits: no time to read, no provider to look at
+        if not (self._accounts.may_free_in_time and self._scheduler.queued_count):
+            # Nothing waits, or no account has a budget window or has rested:
+            # time alone frees none (next_change is None for every provider).
+            # Asked twice a run: no time to read, no provider to look at.
+            return math.inf
         if now is None:
             now = self._wall()
         times = [
@@ -1203,20 +1252,23 @@ class Supervisor:
             # time to read, no gate to build, no queue to look through.
             return None
         now = self._wall()
-        gate = self._accounts.gate(now)
+        gate = AccountGate(self._accounts, now)  # AccountBook.gate, a call less
         starts = self._scheduler.take_startable(
             gate if self._fleet is None else self._fleet.gate(gate)
         )
         if not starts:
             return None
+        items: list[tuple[str, str | None]] = []
+        picks, config = gate.picks, self.config
         for run in starts:
             # Handles exist before the commit so a cancel arriving meanwhile
             # is not lost: RunCancel remembers a cancel made before execute.
             self._handles[run.id] = RunCancel()
             # A run is built from the configuration its start was decided
             # under, whatever a reload changes while its start is recorded.
-            self._picks[run.id] = (gate.picks[run.id], self.config)
-        items = [(run.id, gate.picks[run.id].account) for run in starts]
+            pick = picks[run.id]
+            self._picks[run.id] = (pick, config)
+            items.append((run.id, pick.account))
         pending: Queued[Any]
         if self._fleet is None:
             pending = self.ledger.enqueue(
@@ -1268,10 +1320,13 @@ class Supervisor:
 
     def _started(self, records: list[RunRecord]) -> None:
         assert self._nursery is not None
+        trace = self._trace
         for record in records:
-            self._emit("start", run_id=record.id, account=record.account)
-            wait = (record.started_at or record.submitted_at) - record.submitted_at
-            self.metrics.count_start(record.provider, max(0.0, wait))
+            if trace is not None:  # _emit's, without its call and keywords
+                trace.record("start", {"run_id": record.id, "account": record.account})
+            if self._counts_runs:
+                wait = (record.started_at or record.submitted_at) - record.submitted_at
+                self.metrics.count_start(record.provider, max(0.0, wait))
             self._submitted_at.pop(record.id, None)
             pick, config = self._picks.pop(record.id, (None, self.config))
             self._nursery.start_soon(
@@ -1464,7 +1519,13 @@ class Supervisor:
         ended: ProcessOutcome | None = None
         try:
             spec = None
-            if self._prepares_slowly(record, pick, config):
+            # _prepares_slowly's first answer (no), without its call, for a
+            # run without a conversation, agents left or an account move.
+            if (
+                record.conversation is not None
+                or self._left is not None
+                or (pick is not None and pick.moved)
+            ) and self._prepares_slowly(record, pick, config):
                 # Preparing (the checkouts above all) can be slow; a cancel or
                 # a shutdown must be able to stop it before anything is spawned.
                 with trio.CancelScope() as preparing:
@@ -1477,8 +1538,9 @@ class Supervisor:
                 self._preparing.pop(record.id, None)
             else:
                 # Nothing awaited: nothing a cancel could stop halfway, so no
-                # cancel scope (one per run costs as much as a checkpoint).
-                spec = await self._spec_for(record, pick, config)
+                # cancel scope (one per run costs as much as a checkpoint),
+                # nor a coroutine.
+                spec = self._plain_spec(record, config)
             if spec is None or handle.cancelled:
                 ended = not_started(Outcome.CANCELLED, handle.reason or "cancel requested")
             else:
@@ -1528,6 +1590,8 @@ class Supervisor:
         """
         if self._left is not None or (pick is not None and pick.moved):
             return True
+        if record.conversation is None:
+            return False  # neither a session to resume nor checkouts: both need one
         provider = config.providers.get(record.provider)
         return (provider is not None and _resumes(record, provider)) or self._checks_out(record)
 
@@ -1538,6 +1602,25 @@ class Supervisor:
             and bool(self._worktrees.repos)
             and record.conversation is not None
         )
+
+    def _program(self, provider: Provider) -> str | None:
+        """The provider's program, resolved on PATH (None: not found)."""
+        program = self._programs.get(provider.exec[0])
+        if program is None:
+            # Resolved once and remembered: a PATH walk per run costs a stat
+            # per folder. A program still missing is looked up again next run.
+            program = self._resolve_program(provider.exec[0])
+            if program is not None:
+                self._programs[provider.exec[0]] = program
+        return program
+
+    def _plain_spec(self, record: RunRecord, config: Config) -> ProcessSpec:
+        """:meth:`_spec_for` of a run that does not prepare slowly: it has nothing to await."""
+        provider = config.providers.get(record.provider)
+        if provider is None:
+            raise OSError(f"provider {record.provider!r} is no longer configured")
+        program = self._programs.get(provider.exec[0]) or self._program(provider)
+        return self._specs.spec(record, config, program=program)
 
     async def _spec_for(self, record: RunRecord, pick: Pick | None, config: Config) -> ProcessSpec:
         provider = config.providers.get(record.provider)
@@ -1565,13 +1648,7 @@ class Supervisor:
                 resume = [
                     arg.replace("{session}", session.session_id) for arg in provider.resume_args
                 ]
-        program = self._programs.get(provider.exec[0])
-        if program is None:
-            # Resolved once and remembered: a PATH walk per run costs a stat
-            # per folder. A program still missing is looked up again next run.
-            program = self._resolve_program(provider.exec[0])
-            if program is not None:
-                self._programs[provider.exec[0]] = program
+        program = self._program(provider)
         note, repos_dir = "", None
         if self._worktrees is not None and conversation is not None and self._checks_out(record):
             checkouts = await self._worktrees.prepare(record.workspace, conversation)
@@ -1592,25 +1669,52 @@ class Supervisor:
             repos_dir=repos_dir,
         )
 
+    #: The last outcome a finish was recorded with, its status and fields
+    #: (see :meth:`_finish_fields`); replaced, never changed in place.
+    _last_ended: tuple[ProcessOutcome | None, RunStatus, Mapping[str, Any]] = (
+        None,
+        RunStatus.SUCCEEDED,
+        {},
+    )
+
+    def _finish_fields(
+        self, ended: ProcessOutcome | None, run_id: str
+    ) -> tuple[RunStatus, dict[str, Any]]:
+        """:func:`finish_fields` of a run's end, with the run's log path."""
+        log_path = self._specs.log_file(self.config, run_id)
+        last = self._last_ended
+        if ended is not None and ended is last[0]:
+            # The outcome the previous finish had (the fake runner hands one
+            # outcome to every run that ends alike; one is frozen): its
+            # status and texts as worked out then, with this run's log path.
+            return last[1], {**last[2], "log_path": log_path}
+        status, fields = finish_fields(ended, log_path)
+        if ended is not None:
+            self._last_ended = (ended, status, fields)
+        return status, fields
+
     async def _record_finish(
         self, record: RunRecord, ended: ProcessOutcome | None, *, may_start: bool
     ) -> None:
-        status, fields = finish_fields(ended, log_file(self.config.supervisor.state_dir, record.id))
+        status, fields = self._finish_fields(ended, record.id)
         session_id = fields.get("session_id")
         now = self._wall()
         conversation = record.conversation
-        hit = self._limit_hit(record, ended, status, now)
+        hit = (
+            None
+            if ended is None or ended.usage_limit is None
+            else self._limit_hit(record, ended, status, now)
+        )
         if hit is not None and status is RunStatus.FAILED:
             status = RunStatus.USAGE_LIMITED
         # It never got to work: once, it goes back to the head of its lanes
         # (recorded in the same transaction, so it is never lost in between)
         # — unless someone asked to cancel it meanwhile.
-        cancelled = self._handles[record.id].cancelled
         requeue = (
             hit is not None
             and status is RunStatus.USAGE_LIMITED
             and record.attempts < 2
-            and not cancelled
+            and not self._handles[record.id].cancelled
         )
         spawned = ended is not None and ended.exit_code is not None
         # The usual end (no usage limit to act on) frees the slot, the lanes
@@ -1679,11 +1783,15 @@ class Supervisor:
             # here is one a cancel cannot stop. This one without a shielded
             # scope, which cost about as much as the rest of a finish; the
             # rarer waits below shield themselves when they wait at all.
-            await self.ledger.settled(pending)
+            # Recorded already (always, on the inline ledger): no coroutine.
+            if not isinstance(pending.result, outcome.Value):
+                await self.ledger.settled(pending)
         except StoreError as exc:
             unrecorded = exc
-        if starts is not None:
-            await self._commit_starts(starts)  # shields its own wait, if it waits
+        # Committed with the finish already (a value, nothing to handle): no
+        # coroutine for it; otherwise it shields its own wait, if it waits.
+        if starts is not None and not isinstance(starts.pending.result, outcome.Value):
+            await self._commit_starts(starts)
         if unrecorded is not None:
             again = partial(self.ledger.call, finish, then=finished)
             await self._unrecorded_finish(record.id, status, unrecorded, again, early=early)
@@ -1790,11 +1898,12 @@ class Supervisor:
             fields["requeued"] = True
         if self._trace is not None:
             self._trace.record("finish", fields)
-        if not requeue:  # a re-queued run has not finished
-            self.metrics.count_finish(final.provider, text)
-        if final.started_at is not None and final.finished_at is not None:
-            duration = final.finished_at - final.started_at
-            self.metrics.observe_duration(final.provider, max(0.0, duration))
+        if self._counts_runs:
+            if not requeue:  # a re-queued run has not finished
+                self.metrics.count_finish(final.provider, text)
+            if final.started_at is not None and final.finished_at is not None:
+                duration = final.finished_at - final.started_at
+                self.metrics.observe_duration(final.provider, max(0.0, duration))
         if final.callback_url and final.is_terminal and self._callbacks is not None:
             self._callbacks.start_soon(deliver_callback, final, name=f"callback {final.id}")
 
@@ -1860,7 +1969,8 @@ class Supervisor:
         ``wake=False``: the caller takes the starts this frees itself.
         """
         del self._handles[run_id]
-        self._notify(run_id)
+        if self._waiters:  # a call less for a run nobody waits on (most)
+            self._notify(run_id)
         if not self._handles:
             self._idle.set()
         if wake:
@@ -1879,13 +1989,18 @@ class Supervisor:
         nothing. A fleet member's dispatcher is woken once the finish
         commits, as before (a claim refused there frees a slot).
         """
-        starts = self._queue_starts()
+        # Twice a run: the cheap tests of _queue_starts and
+        # _until_an_account_frees first, without their calls.
+        starts = self._queue_starts() if self._scheduler.queued_count else None
         # The starts' time, read a moment ago, if they read it: time passing
         # only frees accounts, so an earlier time can only wake the
         # dispatcher when it need not, which costs nothing but the wake.
         if self._fleet is None and (
             self.account_recheck_at is not None
-            or self._until_an_account_frees(None if starts is None else starts.now) < math.inf
+            or (
+                self._accounts.may_free_in_time
+                and self._until_an_account_frees(None if starts is None else starts.now) < math.inf
+            )
         ):
             self._wake()
         return starts

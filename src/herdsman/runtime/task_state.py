@@ -14,25 +14,27 @@ give what the public API gives.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from operator import attrgetter
+
 import trio
 
 __all__ = ["checkpoints", "effectively_cancelled"]
 
+#: Whether a blocking call in the task given would raise ``Cancelled`` now.
+#:
+#: What ``trio.current_effective_deadline() == -math.inf`` tells, from
+#: inside the task, when no scope's deadline is set to ``-inf`` after the
+#: scope was entered (herdsman sets none so). An ``attrgetter`` (C, no
+#: Python frame), as is :data:`checkpoints`: the replay asks once a run.
+effectively_cancelled: Callable[[trio.lowlevel.Task], bool] = attrgetter(
+    "_cancel_status.effectively_cancelled"
+)
 
-def effectively_cancelled(task: trio.lowlevel.Task) -> bool:
-    """Whether a blocking call in ``task`` would raise ``Cancelled`` now.
-
-    What ``trio.current_effective_deadline() == -math.inf`` tells, from
-    inside the task, when no scope's deadline is set to ``-inf`` after the
-    scope was entered (herdsman sets none so).
-    """
-    return task._cancel_status.effectively_cancelled
-
-
-def checkpoints(task: trio.lowlevel.Task) -> tuple[int, int]:
-    """The task's counts of cancel points and schedule points so far.
-
-    They change exactly when the task passes a checkpoint: what
-    ``trio.testing.assert_no_checkpoints`` compares before and after its block.
-    """
-    return task._cancel_points, task._schedule_points
+#: The task's counts of cancel points and schedule points so far.
+#:
+#: They change exactly when the task passes a checkpoint: what
+#: ``trio.testing.assert_no_checkpoints`` compares before and after its block.
+checkpoints: Callable[[trio.lowlevel.Task], tuple[int, int]] = attrgetter(
+    "_cancel_points", "_schedule_points"
+)

@@ -11,6 +11,7 @@ from herdsman.core import Limits, RunRequest, Scheduler
 from herdsman.core.accounts import (
     DEFAULT_REST,
     AccountBook,
+    AccountGate,
     AccountSpec,
     Pick,
     conversation_of,
@@ -53,6 +54,19 @@ def test_an_exhausted_ambient_environment_pauses_its_provider_until_the_reset() 
     assert "the ambient account: usage limit reached" in blocked.reason
     assert book.available("plain", T0 + 600)
     assert book.blocked("plain", T0 + 600) is None
+
+
+def test_time_may_free_an_account_only_after_a_rest_or_with_a_budget_window() -> None:
+    book = AccountBook({"plain": [], "capped": [AccountSpec("a", concurrency=1)]})
+    book.start("r1", "capped", "a", T0)
+    assert not book.may_free_in_time  # a cap is freed by a run's end, never by time
+    book.rest("plain", None, T0 + 600, "limit reached")
+    assert book.may_free_in_time
+    assert book.next_change("plain", T0) == T0 + 600
+    windowed = AccountBook({"plain": []})
+    windowed.configure("plain", [AccountSpec("a", window=HOUR, budget=1)])
+    assert windowed.may_free_in_time
+    assert not AccountBook({"plain": [AccountSpec("a", window=HOUR)]}).may_free_in_time
 
 
 def test_a_runs_budget_rolls_over_with_its_window() -> None:
@@ -299,6 +313,8 @@ class AccountMachine(RuleBasedStateMachine):
         before = {s.account: s for s in book.statuses(now) if not s.retired}
         pick = book.pick("p", conversation, now)
         assert (pick is not None) == book.available("p", now)
+        # The gate's answer (which skips why_not for an account only a rest can stop) agrees.
+        assert (pick is not None) == AccountGate(book, now).can_start("p")
         if pick is None:
             assert all(not s.available for s in before.values())
             return
@@ -389,6 +405,12 @@ class AccountMachine(RuleBasedStateMachine):
     def next_change_is_in_the_future(self) -> None:
         change = self.book.next_change("p", self.now)
         assert change is None or change > self.now
+
+    @invariant()
+    def no_change_in_time_unless_the_book_says_it_may_come(self) -> None:
+        # Callers skip next_change while may_free_in_time is false.
+        if not self.book.may_free_in_time:
+            assert self.book.next_change("p", self.now) is None
 
 
 AccountMachine.TestCase.settings = settings(

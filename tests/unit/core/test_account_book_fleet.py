@@ -80,8 +80,10 @@ def test_the_status_shows_runs_running_elsewhere() -> None:
 
 def test_rests_follow_the_ledger_both_ways() -> None:
     book = book_of(AccountSpec("a"), AccountSpec("b"))
+    assert not book.may_free_in_time
     changes = book.sync_rests([("claude", "a", T0 + 600, "limit reached")], T0)
     assert changes == [("claude", "a", T0 + 600)]
+    assert book.may_free_in_time  # a rest from the ledger ends in time, as one reported here
     assert book.pick("claude", None, T0) is not None
     assert [s.reason for s in book.statuses(T0)] == ["usage limit reached", None]
     # The same rest again changes nothing and says nothing.

@@ -1,0 +1,50 @@
+"""Runs that end alike share one outcome in the fake runner, and its finish fields.
+
+The fake runner hands every run that ends on its own in the same way one
+frozen ``ProcessOutcome``; the supervisor works out the status and texts
+of a finish once per outcome object rather than once per run. Each run
+still gets its own log path, and the ledger records what it always did.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sim_workloads import busy_trace
+
+from herdsman.runtime import supervisor as supervisor_module
+from herdsman.runtime.store import MemoryStore, RunStatus
+from herdsman.sim.replay import replay
+from herdsman.sim.workload import config_from_trace, read_workload
+
+
+def test_runs_ending_alike_share_their_finish_fields_but_not_their_log_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[object] = []
+    honest = supervisor_module.finish_fields
+
+    def counted(ended: Any, log_path: str) -> Any:
+        calls.append(ended)
+        return honest(ended, log_path)
+
+    monkeypatch.setattr(supervisor_module, "finish_fields", counted)
+    workload = read_workload(busy_trace(tmp_path / "busy.jsonl", runs=40))
+    store = MemoryStore()
+    result = replay(workload, config_from_trace(workload.header.config, "header"), store=store)
+    finishes = result.trace.count('"event":"finish"')
+    assert finishes >= 40
+    # Worked out again only when the outcome object changes from one finish to the next.
+    assert len(calls) < finishes / 2
+    records = store.list_runs()
+    assert len(records) == 40
+    started = [r for r in records if r.started_at is not None]
+    assert len(started) > 30
+    for record in started:
+        assert record.log_path is not None
+        assert record.log_path.endswith(f"/logs/{record.id}.log")
+    succeeded = [r for r in records if r.status is RunStatus.SUCCEEDED]
+    assert succeeded
+    assert all(r.result == "(simulated)" and r.exit_code == 0 for r in succeeded)
