@@ -729,9 +729,9 @@ class Supervisor:
             # (the inline ledger's, always) has its value already, and no
             # coroutine is made to return it.
             pending = self.ledger.enqueue(operation, then=recorded)
-            done = pending.result
-            if isinstance(done, outcome.Value):
-                results: list[outcome.Outcome[tuple[RunRecord, bool]]] = done.value
+            results: list[outcome.Outcome[tuple[RunRecord, bool]]]
+            if pending.committed and pending.error is None:
+                results = pending.value  # type: ignore[assignment]  # committed: its value
             else:
                 results = await self.ledger.result(pending)
         except CommitOutcomeUnknown as exc:
@@ -743,7 +743,9 @@ class Supervisor:
             starts = self._take_starts()
             # Committed already, with nothing to wait for or handle: as
             # always on the inline ledger, no coroutine for it.
-            if starts is not None and not isinstance(starts.pending.result, outcome.Value):
+            if starts is not None and not (
+                starts.pending.committed and starts.pending.error is None
+            ):
                 await self._commit_starts(starts)
         return results
 
@@ -1784,13 +1786,13 @@ class Supervisor:
             # scope, which cost about as much as the rest of a finish; the
             # rarer waits below shield themselves when they wait at all.
             # Recorded already (always, on the inline ledger): no coroutine.
-            if not isinstance(pending.result, outcome.Value):
+            if not pending.committed or pending.error is not None:
                 await self.ledger.settled(pending)
         except StoreError as exc:
             unrecorded = exc
         # Committed with the finish already (a value, nothing to handle): no
         # coroutine for it; otherwise it shields its own wait, if it waits.
-        if starts is not None and not isinstance(starts.pending.result, outcome.Value):
+        if starts is not None and not (starts.pending.committed and starts.pending.error is None):
             await self._commit_starts(starts)
         if unrecorded is not None:
             again = partial(self.ledger.call, finish, then=finished)
