@@ -64,6 +64,16 @@ def _dumps(obj: Mapping[str, Any]) -> str:
 
 
 _HEAD_KEYS = frozenset({"t", "seq", "event"})
+
+# An event's ``t`` is ``float.__repr__(round(elapsed, 6))``: two conversions
+# of a float to decimal digits, about 3,000 and 5,500 instructions. In this
+# range ``f"{elapsed:.6f}"`` alone writes the same text, less trailing zeros:
+# it makes the very conversion ``round`` makes (correctly rounded to six
+# places, half to even on the exact binary value), and digits that few (at
+# most 15 significant ones) are the shortest that give ``round``'s float
+# back, which is what ``repr`` writes, positionally from 1e-4 up (below, it
+# writes ``1e-05``). Outside it, the two calls.
+_TIME_LOW, _TIME_HIGH = 1e-4, 1e9
 _KEYS: dict[str, str] = {}  # a field name -> a comma, its JSON text and a colon
 _MAX_KEYS = 256
 
@@ -260,7 +270,23 @@ class TraceWriter:
 
     def _append_to_current(self, kind: str, fields: dict[str, Any]) -> None:
         assert self._file is not None
-        line = event_line(round(self._clock() - self._origin, 6), self._seq, kind, fields)
+        elapsed = self._clock() - self._origin
+        line = None
+        if (
+            _TIME_LOW <= elapsed < _TIME_HIGH
+            and type(elapsed) is float  # an int clock's round() is an int: "5", not "5.0"
+            and _HEAD_KEYS.isdisjoint(fields)
+        ):
+            members = _members(fields)
+            if members is not None:
+                # float.__repr__(round(elapsed, 6)) with one conversion to
+                # decimal digits instead of two (see _TIME_LOW).
+                t = f"{elapsed:.6f}".rstrip("0")
+                if t[-1] == ".":
+                    t += "0"
+                line = f'{{"t":{t},"seq":{self._seq},"event":{_encode_string(kind)}{members}}}'
+        if line is None:
+            line = event_line(round(elapsed, 6), self._seq, kind, fields)
         self._size += self._file.write_line(line)
         self._seq += 1
         if self._sink is None:  # a sink is never rotated: nothing to restate
