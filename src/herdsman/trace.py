@@ -144,9 +144,9 @@ class _FileLines:
     def __init__(self, raw: io.FileIO) -> None:
         self._raw = raw
 
-    def write_line(self, line: str) -> int:
-        """Write ``line`` and a newline in full; the bytes written."""
-        data = (line + "\n").encode("utf-8")
+    def write(self, line: str) -> int:
+        """Write ``line`` (its newline included) in full; the bytes written."""
+        data = line.encode("utf-8")
         written = self._raw.write(data)
         if written != len(data):  # a write may take less than all (a nearly full disk)
             with memoryview(data) as view:
@@ -160,19 +160,34 @@ class _FileLines:
 
 
 class _SinkLines:
-    """A caller's text stream (the simulator's buffer): written and flushed per line."""
+    """A caller's text stream: written and flushed per line."""
 
     __slots__ = ("_sink",)
 
     def __init__(self, sink: IO[str]) -> None:
         self._sink = sink
 
-    def write_line(self, line: str) -> int:
-        """Write ``line`` and a newline; the bytes they take in UTF-8."""
-        data = line + "\n"
-        self._sink.write(data)
+    def write(self, line: str) -> int:
+        """Write ``line`` (its newline included); the bytes it takes in UTF-8."""
+        self._sink.write(line)
         self._sink.flush()
-        return len(data) if data.isascii() else len(data.encode("utf-8"))
+        return len(line) if line.isascii() else len(line.encode("utf-8"))
+
+    def close(self) -> None:
+        """Nothing: the sink is the caller's to close."""
+
+
+class _BufferLines:
+    """An ``io.StringIO`` itself (the simulator's buffer), written by its own ``write``.
+
+    No Python frame per line: nothing to flush, and the size it counts (in
+    characters, not bytes) is never used, as a sink is never rotated.
+    """
+
+    __slots__ = ("write",)
+
+    def __init__(self, sink: io.StringIO) -> None:
+        self.write: Callable[[str], int] = sink.write
 
     def close(self) -> None:
         """Nothing: the sink is the caller's to close."""
@@ -217,7 +232,7 @@ class TraceWriter:
         self._live: dict[str, list[Any]] = {}
         # Accounts resting as the events tell: (provider, account) -> until.
         self._rests: dict[tuple[str, str | None], float] = {}
-        self._file: _FileLines | _SinkLines | None = None
+        self._file: _FileLines | _SinkLines | _BufferLines | None = None
         self._path: Path | None = None
         self._origin = 0.0
         self._seq = 0
@@ -284,10 +299,10 @@ class TraceWriter:
                 t = f"{elapsed:.6f}".rstrip("0")
                 if t[-1] == ".":
                     t += "0"
-                line = f'{{"t":{t},"seq":{self._seq},"event":{_encode_string(kind)}{members}}}'
+                line = f'{{"t":{t},"seq":{self._seq},"event":{_encode_string(kind)}{members}}}\n'
         if line is None:
-            line = event_line(round(elapsed, 6), self._seq, kind, fields)
-        self._size += self._file.write_line(line)
+            line = event_line(round(elapsed, 6), self._seq, kind, fields) + "\n"
+        self._size += self._file.write(line)
         self._seq += 1
         if self._sink is None:  # a sink is never rotated: nothing to restate
             self._follow(kind, fields)
@@ -340,7 +355,11 @@ class TraceWriter:
         if self._sink is not None:
             if self._file is not None:
                 return  # a sink is one file's worth: never rotated
-            self._file = _SinkLines(self._sink)
+            # Exactly a StringIO (a subclass may write or flush its own way).
+            if type(self._sink) is io.StringIO:
+                self._file = _BufferLines(self._sink)
+            else:
+                self._file = _SinkLines(self._sink)
         else:
             self._directory.mkdir(parents=True, exist_ok=True)
             stamp = started.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%S")
@@ -374,7 +393,7 @@ class TraceWriter:
 
     def _write(self, line: str) -> None:
         assert self._file is not None
-        self._size += self._file.write_line(line)
+        self._size += self._file.write(line + "\n")
 
 
 class TraceFormatError(Exception):
