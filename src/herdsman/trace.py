@@ -50,6 +50,9 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     "rotated": frozenset({"next"}),
 }
 
+#: Each event kind's ``"event"`` member as its line writes it.
+_EVENT_HEADS = {kind: '"event":' + json.dumps(kind) for kind in EVENT_FIELDS}
+
 RUN_FIELDS = frozenset({"id", "provider", "conversation", "agent", "workspace", "cwd", "prompt"})
 
 
@@ -269,7 +272,8 @@ class TraceWriter:
 
     def record(self, kind: str, fields: dict[str, Any]) -> None:
         """As :meth:`event`, the fields given as a dict: one copy of them less per line."""
-        if kind not in EVENT_FIELDS:
+        head = _EVENT_HEADS.get(kind)
+        if head is None:
             raise ValueError(f"unknown trace event {kind!r}")
         if self.failed:
             self.failed += 1
@@ -277,35 +281,36 @@ class TraceWriter:
         try:
             if self._file is None or self._size >= self._max_bytes:
                 self._open_new()
-            self._append_to_current(kind, fields)
+            assert self._file is not None
+            # event_line(round(elapsed, 6), ...) in one frame, three times a
+            # run in the simulator.
+            elapsed = self._clock() - self._origin
+            line = None
+            if (
+                _TIME_LOW <= elapsed < _TIME_HIGH
+                and type(elapsed) is float  # an int clock's round() is an int: "5", not "5.0"
+                and "t" not in fields
+                and "seq" not in fields
+                and "event" not in fields
+            ):
+                members = _members(fields)
+                if members is not None:
+                    # float.__repr__(round(elapsed, 6)) with one conversion to
+                    # decimal digits instead of two (see _TIME_LOW).
+                    t = f"{elapsed:.6f}".rstrip("0")
+                    if t[-1] == ".":
+                        t += "0"
+                    line = f'{{"t":{t},"seq":{self._seq},{head}{members}}}\n'
+            if line is None:
+                line = event_line(round(elapsed, 6), self._seq, kind, fields) + "\n"
+            self._size += self._file.write(line)
+            self._seq += 1
+            if self._sink is None:  # a sink is never rotated: nothing to restate
+                self._follow(kind, fields)
         except OSError as exc:
             self.failed += 1
             # One line, no traceback: a full disk is news, not a bug.
             log.error("the trace stops here: cannot write to %s: %s", self._directory, exc)
-
-    def _append_to_current(self, kind: str, fields: dict[str, Any]) -> None:
-        assert self._file is not None
-        elapsed = self._clock() - self._origin
-        line = None
-        if (
-            _TIME_LOW <= elapsed < _TIME_HIGH
-            and type(elapsed) is float  # an int clock's round() is an int: "5", not "5.0"
-            and _HEAD_KEYS.isdisjoint(fields)
-        ):
-            members = _members(fields)
-            if members is not None:
-                # float.__repr__(round(elapsed, 6)) with one conversion to
-                # decimal digits instead of two (see _TIME_LOW).
-                t = f"{elapsed:.6f}".rstrip("0")
-                if t[-1] == ".":
-                    t += "0"
-                line = f'{{"t":{t},"seq":{self._seq},"event":{_encode_string(kind)}{members}}}\n'
-        if line is None:
-            line = event_line(round(elapsed, 6), self._seq, kind, fields) + "\n"
-        self._size += self._file.write(line)
-        self._seq += 1
-        if self._sink is None:  # a sink is never rotated: nothing to restate
-            self._follow(kind, fields)
 
     def _follow(self, kind: str, fields: Mapping[str, Any]) -> None:
         if kind == "submit":
@@ -375,7 +380,8 @@ class TraceWriter:
             if self._file is not None:
                 # The old file says where it goes on: a reader (sim diff) then
                 # knows that its end is not the end of the recording.
-                self._append_to_current("rotated", {"next": name})
+                elapsed = round(self._clock() - self._origin, 6)
+                self._write(event_line(elapsed, self._seq, "rotated", {"next": name}))
             self.close()
             self._file = opened
             self._path = path
