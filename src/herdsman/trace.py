@@ -238,6 +238,8 @@ class TraceWriter:
         self._file: _FileLines | _SinkLines | _BufferLines | None = None
         self._path: Path | None = None
         self._origin = 0.0
+        # The last line's time in the writer's shortcut, and its text.
+        self._last_elapsed, self._last_text = -1.0, ""
         self._seq = 0
         self._size = 0
         self._files_opened = 0
@@ -295,11 +297,15 @@ class TraceWriter:
             ):
                 members = _members(fields)
                 if members is not None:
-                    # float.__repr__(round(elapsed, 6)) with one conversion to
-                    # decimal digits instead of two (see _TIME_LOW).
-                    t = f"{elapsed:.6f}".rstrip("0")
-                    if t[-1] == ".":
-                        t += "0"
+                    if elapsed == self._last_elapsed:
+                        t = self._last_text  # a line at the instant of the one before
+                    else:
+                        # float.__repr__(round(elapsed, 6)) with one conversion
+                        # to decimal digits instead of two (see _TIME_LOW).
+                        t = f"{elapsed:.6f}".rstrip("0")
+                        if t[-1] == ".":
+                            t += "0"
+                        self._last_elapsed, self._last_text = elapsed, t
                     line = f'{{"t":{t},"seq":{self._seq},{head}{members}}}\n'
             if line is None:
                 line = event_line(round(elapsed, 6), self._seq, kind, fields) + "\n"

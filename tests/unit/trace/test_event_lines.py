@@ -133,3 +133,32 @@ def _line_at(clock: Clock, elapsed: float) -> str:
     clock.now += elapsed
     writer.record("start", {"run_id": "r1", "account": None})
     return sink.getvalue().splitlines()[-1]
+
+
+@given(
+    st.lists(
+        st.sampled_from([0.0, 1e-5, 1e-4, 1.5, 1.5000004, 1.5000006, 2.0, 1e9]) | elapsed_times
+    )
+)
+def test_lines_in_a_row_each_write_their_own_time(times: list[float]) -> None:
+    # In a row, some at the instant of the line before (the writer keeps
+    # that one's text), some a hair apart.
+    clock = Clock()
+    sink = io.StringIO()
+    writer = TraceWriter(
+        Path("/unused"),
+        max_bytes=1 << 62,
+        config={},
+        clock=clock,
+        wall=lambda: dt.datetime(2026, 11, 30, tzinfo=dt.UTC),
+        sink=sink,
+    )
+    writer.open()
+    for elapsed in times:
+        clock.now = 0.0 + elapsed
+        writer.record("cancel", {"run_id": "r1"})
+    lines = sink.getvalue().splitlines()[1:]
+    assert lines == [
+        reference(round(0.0 + elapsed, 6), seq, "cancel", {"run_id": "r1"})
+        for seq, elapsed in enumerate(times)
+    ]
