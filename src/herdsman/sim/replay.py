@@ -21,7 +21,7 @@ import functools
 import heapq
 import io
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -54,6 +54,7 @@ from herdsman.sim.result import ReplayResult, summary
 from herdsman.sim.workload import (
     CARRIED_REST,
     DEFAULT_DURATION,
+    Arrival,
     Attempt,
     Executions,
     Workload,
@@ -272,25 +273,10 @@ async def _replay(
         resolve_program=lambda name: name,
     )
     trace.open()
-    runs = 0
+    feed = _Feed(driver, supervisor, workload.arrivals)
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.run)
-        feed = iter(enumerate(workload.arrivals))
-
-        def next_arrival() -> None:
-            item = next(feed, None)
-            if item is None:
-                return
-            order, arrival = item
-
-            async def deliver() -> None:
-                nonlocal runs
-                runs += await _deliver(supervisor, arrival)
-                next_arrival()  # one arrival in the heap at a time
-
-            driver.push(arrival.t, ARRIVAL, order, deliver)
-
-        next_arrival()
+        feed.push_next()
         driver.driving = True
         await drive(driver, supervisor, clock)
         driver.driving = False
@@ -303,7 +289,13 @@ async def _replay(
         nursery.cancel_scope.cancel()
     trace.close()
     return ReplayResult(
-        text, runs, span, 0.0, tuple(driver.executions.defaulted), left_queued, workload.rotated_at
+        text,
+        feed.runs,
+        span,
+        0.0,
+        tuple(driver.executions.defaulted),
+        left_queued,
+        workload.rotated_at,
     )
 
 
@@ -413,55 +405,90 @@ async def drive(
             return
 
 
-async def _deliver(supervisor: Supervisor, arrival: Any) -> int:
-    """Hand one arrival to the supervisor; how many runs it submitted."""
+class _Feed:
+    """The trace's arrivals, handed to the supervisor one at a time through the driver.
+
+    One arrival is in the driver's heap at a time: each, delivered, puts
+    the next one in. One coroutine an arrival, the delivery itself.
+    """
+
+    def __init__(self, driver: Driver, supervisor: Supervisor, arrivals: Sequence[Arrival]) -> None:
+        self._driver = driver
+        self._supervisor = supervisor
+        self._arrivals = arrivals
+        self._next = 0  # the arrival in the heap, or past the last one
+        #: Runs the arrivals submitted (created in the ledger, queued or skipped).
+        self.runs = 0
+
+    def push_next(self) -> None:
+        """Put the next arrival in the driver's heap, if there is one."""
+        order = self._next
+        if order < len(self._arrivals):
+            self._driver.push(self._arrivals[order].t, ARRIVAL, order, self._deliver)
+
+    async def _deliver(self) -> None:
+        arrival = self._arrivals[self._next]
+        self._next += 1
+        supervisor = self._supervisor
+        if supervisor.finished.is_set():
+            pass  # it has stopped (a replayed shutdown): nothing reaches it any more
+        elif arrival.kind in ("submit", "skip"):
+            fields = arrival.fields
+            run = fields["run"]
+            # id, provider, prompt, conversation, agent, workspace: by position,
+            # as keywords are matched by name at every call (one per arrival).
+            new = NewRun(
+                run["id"],
+                run["provider"],
+                run.get("prompt", "(not recorded)"),
+                run.get("conversation"),
+                run.get("agent"),
+                run.get("workspace", "default"),
+                cwd=run.get("cwd"),
+            )
+            if "account" in fields:  # running on it when the trace file was rotated
+                supervisor.pin_account(new.id, fields["account"])
+            try:
+                # submit(new, on_busy) without its two wrapping coroutines.
+                (result,) = await supervisor.submit_each(
+                    [(new, "skip" if arrival.kind == "skip" else "queue")]
+                )
+                _, created = result.unwrap()
+            except NotAdmitting:  # after a replayed shutdown, as production refused it
+                pass
+            else:
+                self.runs += created  # a repeated id is the run it already was
+        else:
+            await _deliver(supervisor, arrival)
+        self.push_next()
+
+
+async def _deliver(supervisor: Supervisor, arrival: Arrival) -> None:
+    """Hand an arrival other than a submit or skip to the supervisor."""
     fields = arrival.fields
-    if supervisor.finished.is_set():
-        return 0  # it has stopped (a replayed shutdown): nothing reaches it any more
-    if arrival.kind in ("submit", "skip"):
-        run = fields["run"]
-        # id, provider, prompt, conversation, agent, workspace: by position,
-        # as keywords are matched by name at every call (one per arrival).
-        new = NewRun(
-            run["id"],
-            run["provider"],
-            run.get("prompt", "(not recorded)"),
-            run.get("conversation"),
-            run.get("agent"),
-            run.get("workspace", "default"),
-            cwd=run.get("cwd"),
-        )
-        if "account" in fields:  # running on it when the trace file was rotated
-            supervisor.pin_account(new.id, fields["account"])
-        try:
-            _, created = await supervisor.submit(new, "skip" if arrival.kind == "skip" else "queue")
-        except NotAdmitting:  # after a replayed shutdown, as production refused it
-            return 0
-        return 1 if created else 0  # a repeated id is the run it already was
     if arrival.kind == "cancel":
         # Already ended (or never submitted) in this replay: nothing to cancel.
         with contextlib.suppress(RunNotFound, RunConflict):
             await supervisor.cancel(fields["run_id"])
-        return 0
+        return
     if arrival.kind == "shutdown":
         # As the signals did: the first drains (nothing new starts), a
         # forced one cancels what still runs.
         supervisor.request_shutdown()
-        return 0
+        return
     if arrival.kind == "rest":  # resting when the trace file was rotated
         await supervisor.rest_account(
             fields["provider"], fields["account"], fields["until"], CARRIED_REST
         )
-        return 0
+        return
     if arrival.kind == "rest_ended":
         with contextlib.suppress(UnknownAccount):  # a what-if without that account
             await supervisor.end_rest(fields["provider"], fields["account"])
-        return 0
+        return
     if arrival.kind == "reload":
         loaded = config_from_trace(fields["config"], f"reload at t={arrival.t}")
         await supervisor.reload_to(loaded, "trace")
-        return 0
-    return 0
+        return
 
 
 def _config_json(loaded: LoadedConfig) -> dict[str, Any]:
