@@ -50,6 +50,9 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     "rotated": frozenset({"next"}),
 }
 
+#: Each event kind's ``"event"`` member as its line writes it.
+_EVENT_HEADS = {kind: '"event":' + json.dumps(kind) for kind in EVENT_FIELDS}
+
 RUN_FIELDS = frozenset({"id", "provider", "conversation", "agent", "workspace", "cwd", "prompt"})
 
 
@@ -64,6 +67,16 @@ def _dumps(obj: Mapping[str, Any]) -> str:
 
 
 _HEAD_KEYS = frozenset({"t", "seq", "event"})
+
+# An event's ``t`` is ``float.__repr__(round(elapsed, 6))``: two conversions
+# of a float to decimal digits, about 3,000 and 5,500 instructions. In this
+# range ``f"{elapsed:.6f}"`` alone writes the same text, less trailing zeros:
+# it makes the very conversion ``round`` makes (correctly rounded to six
+# places, half to even on the exact binary value), and digits that few (at
+# most 15 significant ones) are the shortest that give ``round``'s float
+# back, which is what ``repr`` writes, positionally from 1e-4 up (below, it
+# writes ``1e-05``). Outside it, the two calls.
+_TIME_LOW, _TIME_HIGH = 1e-4, 1e9
 _KEYS: dict[str, str] = {}  # a field name -> a comma, its JSON text and a colon
 _MAX_KEYS = 256
 
@@ -134,9 +147,9 @@ class _FileLines:
     def __init__(self, raw: io.FileIO) -> None:
         self._raw = raw
 
-    def write_line(self, line: str) -> int:
-        """Write ``line`` and a newline in full; the bytes written."""
-        data = (line + "\n").encode("utf-8")
+    def write(self, line: str) -> int:
+        """Write ``line`` (its newline included) in full; the bytes written."""
+        data = line.encode("utf-8")
         written = self._raw.write(data)
         if written != len(data):  # a write may take less than all (a nearly full disk)
             with memoryview(data) as view:
@@ -150,19 +163,34 @@ class _FileLines:
 
 
 class _SinkLines:
-    """A caller's text stream (the simulator's buffer): written and flushed per line."""
+    """A caller's text stream: written and flushed per line."""
 
     __slots__ = ("_sink",)
 
     def __init__(self, sink: IO[str]) -> None:
         self._sink = sink
 
-    def write_line(self, line: str) -> int:
-        """Write ``line`` and a newline; the bytes they take in UTF-8."""
-        data = line + "\n"
-        self._sink.write(data)
+    def write(self, line: str) -> int:
+        """Write ``line`` (its newline included); the bytes it takes in UTF-8."""
+        self._sink.write(line)
         self._sink.flush()
-        return len(data) if data.isascii() else len(data.encode("utf-8"))
+        return len(line) if line.isascii() else len(line.encode("utf-8"))
+
+    def close(self) -> None:
+        """Nothing: the sink is the caller's to close."""
+
+
+class _BufferLines:
+    """An ``io.StringIO`` itself (the simulator's buffer), written by its own ``write``.
+
+    No Python frame per line: nothing to flush, and the size it counts (in
+    characters, not bytes) is never used, as a sink is never rotated.
+    """
+
+    __slots__ = ("write",)
+
+    def __init__(self, sink: io.StringIO) -> None:
+        self.write: Callable[[str], int] = sink.write
 
     def close(self) -> None:
         """Nothing: the sink is the caller's to close."""
@@ -207,9 +235,11 @@ class TraceWriter:
         self._live: dict[str, list[Any]] = {}
         # Accounts resting as the events tell: (provider, account) -> until.
         self._rests: dict[tuple[str, str | None], float] = {}
-        self._file: _FileLines | _SinkLines | None = None
+        self._file: _FileLines | _SinkLines | _BufferLines | None = None
         self._path: Path | None = None
         self._origin = 0.0
+        # The last line's time in the writer's shortcut, and its text.
+        self._last_elapsed, self._last_text = -1.0, ""
         self._seq = 0
         self._size = 0
         self._files_opened = 0
@@ -244,7 +274,8 @@ class TraceWriter:
 
     def record(self, kind: str, fields: dict[str, Any]) -> None:
         """As :meth:`event`, the fields given as a dict: one copy of them less per line."""
-        if kind not in EVENT_FIELDS:
+        head = _EVENT_HEADS.get(kind)
+        if head is None:
             raise ValueError(f"unknown trace event {kind!r}")
         if self.failed:
             self.failed += 1
@@ -252,19 +283,40 @@ class TraceWriter:
         try:
             if self._file is None or self._size >= self._max_bytes:
                 self._open_new()
-            self._append_to_current(kind, fields)
+            assert self._file is not None
+            # event_line(round(elapsed, 6), ...) in one frame, three times a
+            # run in the simulator.
+            elapsed = self._clock() - self._origin
+            line = None
+            if (
+                _TIME_LOW <= elapsed < _TIME_HIGH
+                and type(elapsed) is float  # an int clock's round() is an int: "5", not "5.0"
+                and "t" not in fields
+                and "seq" not in fields
+                and "event" not in fields
+            ):
+                members = _members(fields)
+                if members is not None:
+                    if elapsed == self._last_elapsed:
+                        t = self._last_text  # a line at the instant of the one before
+                    else:
+                        # float.__repr__(round(elapsed, 6)) with one conversion
+                        # to decimal digits instead of two (see _TIME_LOW).
+                        t = f"{elapsed:.6f}".rstrip("0")
+                        if t[-1] == ".":
+                            t += "0"
+                        self._last_elapsed, self._last_text = elapsed, t
+                    line = f'{{"t":{t},"seq":{self._seq},{head}{members}}}\n'
+            if line is None:
+                line = event_line(round(elapsed, 6), self._seq, kind, fields) + "\n"
+            self._size += self._file.write(line)
+            self._seq += 1
+            if self._sink is None:  # a sink is never rotated: nothing to restate
+                self._follow(kind, fields)
         except OSError as exc:
             self.failed += 1
             # One line, no traceback: a full disk is news, not a bug.
             log.error("the trace stops here: cannot write to %s: %s", self._directory, exc)
-
-    def _append_to_current(self, kind: str, fields: dict[str, Any]) -> None:
-        assert self._file is not None
-        line = event_line(round(self._clock() - self._origin, 6), self._seq, kind, fields)
-        self._size += self._file.write_line(line)
-        self._seq += 1
-        if self._sink is None:  # a sink is never rotated: nothing to restate
-            self._follow(kind, fields)
 
     def _follow(self, kind: str, fields: Mapping[str, Any]) -> None:
         if kind == "submit":
@@ -314,7 +366,11 @@ class TraceWriter:
         if self._sink is not None:
             if self._file is not None:
                 return  # a sink is one file's worth: never rotated
-            self._file = _SinkLines(self._sink)
+            # Exactly a StringIO (a subclass may write or flush its own way).
+            if type(self._sink) is io.StringIO:
+                self._file = _BufferLines(self._sink)
+            else:
+                self._file = _SinkLines(self._sink)
         else:
             self._directory.mkdir(parents=True, exist_ok=True)
             stamp = started.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%S")
@@ -330,7 +386,8 @@ class TraceWriter:
             if self._file is not None:
                 # The old file says where it goes on: a reader (sim diff) then
                 # knows that its end is not the end of the recording.
-                self._append_to_current("rotated", {"next": name})
+                elapsed = round(self._clock() - self._origin, 6)
+                self._write(event_line(elapsed, self._seq, "rotated", {"next": name}))
             self.close()
             self._file = opened
             self._path = path
@@ -348,7 +405,7 @@ class TraceWriter:
 
     def _write(self, line: str) -> None:
         assert self._file is not None
-        self._size += self._file.write_line(line)
+        self._size += self._file.write(line + "\n")
 
 
 class TraceFormatError(Exception):

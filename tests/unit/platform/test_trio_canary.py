@@ -4,8 +4,9 @@ trio is pinned to one minor version (pyproject.toml) because the simulator
 reaches into its scheduler (FINDINGS.md: the module-level ``_r`` random
 generator and the ``_ALLOW_DETERMINISTIC_SCHEDULING`` flag; the replay driver reads
 the run's deadline heap, ``runner.deadlines``, and reads a ``MockClock``'s
-``_virtual_base``, sim/replay.py ``mock_time``, and waits for every task
-to block through the runner's own ``wait_all_tasks_blocked``, ``_settler``;
+``_virtual_base``, sim/replay.py ``mock_time``, waits for every task
+to block through the runner's own ``wait_all_tasks_blocked``, ``_settler``,
+and reads the runner's queue of runnable tasks, ``_runnable``;
 the supervisor reads a task's
 cancel status and checkpoint counts, runtime/task_state.py). When an upgrade
 moves them, this fails first, with the reason, instead of the simulator
@@ -26,7 +27,7 @@ from hypothesis import strategies as st
 from trio.testing import MockClock
 
 from herdsman.runtime.task_state import checkpoints, effectively_cancelled
-from herdsman.sim.replay import _next_deadline, _settler, mock_time
+from herdsman.sim.replay import _next_deadline, _runnable, _settler, mock_time
 
 
 def test_trio_is_the_pinned_minor_version() -> None:
@@ -138,6 +139,58 @@ def test_the_replays_wait_for_blocked_tasks_is_trios_public_one(steps: list[int]
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+@given(
+    waiters=st.lists(st.sampled_from(["event", "sleep", "forever"]), max_size=6),
+    rounds=st.lists(st.lists(st.integers(min_value=0, max_value=7), max_size=4), max_size=4),
+)
+@settings(max_examples=100, deadline=None)
+def test_the_replays_run_queue_is_what_trios_run_statistics_count(
+    waiters: list[str], rounds: list[list[int]]
+) -> None:
+    # The replay's driver reads the runner's private run queue (sim/replay.py
+    # _runnable) to skip its wait for blocked tasks after an event that made
+    # no task runnable: its length is the statistics' count of runnable
+    # tasks, and with it empty, a wait lets no other task run.
+    ran: list[int] = []
+
+    async def waiter(index: int, kind: str, event: trio.Event) -> None:
+        if kind == "event":
+            await event.wait()
+        elif kind == "sleep":
+            await trio.sleep(10)
+        else:
+            await trio.sleep_forever()
+        ran.append(index)
+        await trio.sleep_forever()
+
+    async def main() -> None:
+        runnable = _runnable()
+        assert runnable is trio_run.GLOBAL_RUN_CONTEXT.runner.runq
+        settle = _settler()
+        events = [trio.Event() for _ in waiters]
+        async with trio.open_nursery() as nursery:
+            for index, kind in enumerate(waiters):
+                nursery.start_soon(waiter, index, kind, events[index])
+            await settle()
+            assert not runnable
+            woken: set[int] = set()
+            for setting in rounds:
+                before = set(ran)
+                for index in setting:  # no checkpoint in between: one round's doing
+                    if index < len(events) and not events[index].is_set():
+                        events[index].set()
+                        if waiters[index] == "event":
+                            woken.add(index)
+                waking = woken - before
+                assert len(runnable) == trio.lowlevel.current_statistics().tasks_runnable
+                assert len(runnable) == len(waking)
+                await settle()
+                assert set(ran) == before | waking  # nothing else ran, if nothing was due
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=MockClock())
 
 
 def test_a_running_mock_clock_is_read_as_usual() -> None:

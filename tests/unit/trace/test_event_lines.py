@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
+import io
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from herdsman.trace import _dumps, event_line
+from herdsman.trace import TraceWriter, _dumps, event_line
 
 
 class Color(enum.StrEnum):
@@ -73,3 +76,89 @@ def test_the_usual_events_are_written_as_before() -> None:
     assert event_line(2.25, 8, "start", {"run_id": "r1", "account": None}) == (
         '{"t":2.25,"seq":8,"event":"start","run_id":"r1","account":null}'
     )
+
+
+class Clock:
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# Times as traces have them (seconds to the microsecond, and a hair either
+# side of a rounding step), the edges of the writer's shortcut, and any float.
+elapsed_times = (
+    st.floats(min_value=0, max_value=2e9)
+    | st.floats(min_value=0.5e-4, max_value=2e-4)
+    | st.floats(min_value=0.999e9, max_value=1.001e9)
+    | st.floats(min_value=1e9, max_value=1e17)
+    | st.builds(
+        lambda micros, nudge: micros / 1e6 + nudge,
+        st.integers(min_value=0, max_value=10**22),
+        st.sampled_from([0.0, 5e-7, -5e-7, 1e-12, -1e-12]),
+    )
+    | st.sampled_from([1e-4, 0.00015, 1e9, 999999999.9999995, 0.0])
+    | st.floats(allow_nan=False, allow_infinity=False)
+)
+
+
+@settings(max_examples=500)
+@given(elapsed_times)
+def test_a_writers_time_is_the_rounded_seconds_as_repr_writes_them(elapsed: float) -> None:
+    # As the writer reckons it: 0.0 + -0.0 is 0.0, any other float itself.
+    elapsed = 0.0 + elapsed - 0.0
+    assert _line_at(Clock(), elapsed) == reference(
+        round(elapsed, 6), 0, "start", {"run_id": "r1", "account": None}
+    )
+
+
+def test_a_clock_in_whole_numbers_gives_whole_numbers() -> None:
+    assert _line_at(Clock(0), 5).startswith('{"t":5,"seq":0,')
+    assert _line_at(Clock(0), 5.0).startswith('{"t":5.0,"seq":0,')
+
+
+def _line_at(clock: Clock, elapsed: float) -> str:
+    """The line of an event ``elapsed`` after ``clock``'s time when its writer opened."""
+    sink = io.StringIO()
+    writer = TraceWriter(
+        Path("/unused"),
+        max_bytes=1 << 62,
+        config={},
+        clock=clock,
+        wall=lambda: dt.datetime(2026, 11, 30, tzinfo=dt.UTC),
+        sink=sink,
+    )
+    writer.open()
+    clock.now += elapsed
+    writer.record("start", {"run_id": "r1", "account": None})
+    return sink.getvalue().splitlines()[-1]
+
+
+@given(
+    st.lists(
+        st.sampled_from([0.0, 1e-5, 1e-4, 1.5, 1.5000004, 1.5000006, 2.0, 1e9]) | elapsed_times
+    )
+)
+def test_lines_in_a_row_each_write_their_own_time(times: list[float]) -> None:
+    # In a row, some at the instant of the line before (the writer keeps
+    # that one's text), some a hair apart.
+    clock = Clock()
+    sink = io.StringIO()
+    writer = TraceWriter(
+        Path("/unused"),
+        max_bytes=1 << 62,
+        config={},
+        clock=clock,
+        wall=lambda: dt.datetime(2026, 11, 30, tzinfo=dt.UTC),
+        sink=sink,
+    )
+    writer.open()
+    for elapsed in times:
+        clock.now = 0.0 + elapsed
+        writer.record("cancel", {"run_id": "r1"})
+    lines = sink.getvalue().splitlines()[1:]
+    assert lines == [
+        reference(round(0.0 + elapsed, 6), seq, "cancel", {"run_id": "r1"})
+        for seq, elapsed in enumerate(times)
+    ]

@@ -304,7 +304,43 @@ def test_a_short_write_is_completed_and_lines_count_bytes_not_characters(
 ) -> None:
     path = tmp_path / "lines"
     lines = FileLines(ShortWrites(path, "x"))
-    written = lines.write_line('{"id":"é"}') + lines.write_line("{}")
+    written = lines.write('{"id":"é"}\n') + lines.write("{}\n")
     lines.close()
     assert path.read_bytes() == '{"id":"é"}\n{}\n'.encode()
     assert written == len('{"id":"é"}\n{}\n'.encode())
+
+
+class CountingSink(io.StringIO):
+    """A sink of its own kind: it sees each line as written, and each flush."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+        self.flushes = 0
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+    def flush(self) -> None:
+        self.flushes += 1
+        super().flush()
+
+
+def test_a_sink_of_its_own_kind_is_written_and_flushed_per_line_as_a_stringio_is_filled(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    plain, own = io.StringIO(), CountingSink()
+    writers = [
+        TraceWriter(tmp_path, max_bytes=1 << 62, config={}, clock=clock, wall=lambda: WALL, sink=s)
+        for s in (plain, own)
+    ]
+    for n in range(3):
+        clock.now += 0.5
+        for w in writers:
+            w.event("submit", run={"id": f"r{n}", "provider": "demo", "prompt": "é"})
+            w.event("start", run_id=f"r{n}", account=None)
+    assert own.getvalue() == plain.getvalue()
+    assert own.writes == plain.getvalue().splitlines(keepends=True)
+    assert own.flushes == len(own.writes) == 7
