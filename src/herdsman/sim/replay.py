@@ -237,8 +237,9 @@ def young_collections_rarer() -> Iterator[None]:
     it traverse every live object again and again: the two full collections
     of a 100,000-run replay cost 4% of its time, each object visited a
     cache miss (docs/simulator.md). Rarer young collections still find
-    that garbage, and older ones come ten and a hundred times rarer still.
-    The thresholds are the process's own: they are put back afterwards.
+    that garbage; the older generations, each collected after every tenth
+    collection of the one below, come 100 times rarer too. The thresholds
+    are the process's own: they are put back afterwards.
     """
     thresholds = gc.get_threshold()
     gc.set_threshold(thresholds[0] * YOUNG_COLLECTIONS_RARER, *thresholds[1:])
