@@ -6,8 +6,15 @@ replay does what the supervisor does for each run (ledger, scheduler, trace,
 fake runner) on top. Both handle the same synthetic workload: RUNS runs,
 Poisson arrivals, exponential durations, SLOTS slots.
 
-    .venv/bin/python benchmarks/sim_replay.py [--runs 100000] [--slots 8]
+    .venv/bin/python benchmarks/sim_replay.py [--runs 100000] [--slots 8] [--repeat 1]
     .venv/bin/python benchmarks/sim_replay.py --cachegrind [--runs 3000]
+
+Each pass prints runs per wall second and per CPU second of the process
+(``time.process_time``: what other work on the machine takes of the wall
+clock is left out, not what it does to the caches), and the cyclic garbage
+collector's share: its collections of the oldest generation and the CPU
+time of all its collections (``gc.callbacks``). ``--repeat N`` alternates N
+bare and N replay passes, as the wall clock of one pass moves with the load.
 
 ``--cachegrind`` counts instructions instead (load-independent): each of
 three passes runs in its own process under valgrind's cachegrind
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import gc
 import json
 import logging
 import os
@@ -31,7 +39,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import trio
@@ -53,6 +62,45 @@ def workload(runs: int, slots: int, seed: int = 1) -> list[tuple[float, float]]:
         t += rng.expovariate(rate)
         out.append((round(t, 6), round(rng.expovariate(1 / mean_duration), 6)))
     return out
+
+
+class Pass:
+    """What one pass took: wall and CPU seconds, and the garbage collector's part."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = self.gc_cpu = 0.0
+        self.full_collections = 0
+        self._began = 0.0
+
+    def _collecting(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.process_time()
+            return
+        self.gc_cpu += time.process_time() - self._began
+        self.full_collections += info["generation"] == 2
+
+    @contextmanager
+    def measuring(self) -> Iterator[None]:
+        gc.callbacks.append(self._collecting)
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self.wall, self.cpu = time.perf_counter() - wall, time.process_time() - cpu
+            gc.callbacks.remove(self._collecting)
+
+    def line(self, name: str, runs: int, bare: Pass | None = None) -> str:
+        share = ""
+        if bare is not None:
+            share = (
+                f" ({100 * bare.wall / self.wall:.0f}% of the bare loop's wall rate,"
+                f" {100 * bare.cpu / self.cpu:.0f}% of its CPU rate)"
+            )
+        return (
+            f"{name:<29} {runs / self.wall:>7,.0f} runs per wall second,"
+            f" {runs / self.cpu:>7,.0f} per CPU second{share};"
+            f" gc {self.gc_cpu:.2f} s CPU, {self.full_collections} full"
+        )
 
 
 def bare_loop(items: list[tuple[float, float]], slots: int) -> float:
@@ -174,6 +222,7 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--cachegrind", action="store_true", help="count instructions")
     parser.add_argument("--jobs", type=int, default=2, help="cachegrind processes at once")
+    parser.add_argument("--repeat", type=int, default=1, help="bare and replay passes, alternated")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.getLogger("herdsman").setLevel(logging.ERROR)
@@ -184,23 +233,40 @@ def main() -> None:
         cachegrind(args.runs or 3000, args.slots, args.jobs)
         return
     args.runs = args.runs or 100_000
-    items = workload(args.runs, args.slots)
-    print(f"{args.runs:,} runs, {args.slots} slots, 80% utilisation")
-    bare = bare_loop(items, args.slots)
-    print(f"bare trio + MockClock loop:   {args.runs / bare:>9,.0f} runs per wall second")
+    wall_clock(args.runs, args.slots, args.repeat)
+
+
+def wall_clock(runs: int, slots: int, repeat: int) -> None:
+    items = workload(runs, slots)
+    print(f"{runs:,} runs, {slots} slots, 80% utilisation; load average {os.getloadavg()[0]:.1f}")
+    replayed = None
     with tempfile.TemporaryDirectory() as folder:
         trace = Path(folder) / "trace.jsonl"
-        write_trace(trace, items, args.slots)
-        loaded_workload = read_workload(trace)
-        loaded = config_from_trace(loaded_workload.header.config, "header")
-        result = replay(loaded_workload, loaded)
-    rate = result.runs / result.wall_seconds
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(
-        f"herdsman sim replay:          {rate:>9,.0f} runs per wall second"
-        f" ({100 * rate / (args.runs / bare):.0f}% of the bare loop; peak RSS {peak:,.0f} MiB)"
-    )
-    sys.stdout.flush()
+        write_trace(trace, items, slots)
+        for _ in range(repeat):
+            gc.collect()
+            bare = Pass()
+            with bare.measuring():
+                bare_loop(items, slots)
+            print(bare.line("bare trio + MockClock loop:", runs))
+            replayed = None
+            loaded_workload = read_workload(trace)
+            loaded = config_from_trace(loaded_workload.header.config, "header")
+            # The last pass's ledger is cyclic garbage: collected now, not in this pass.
+            gc.collect()
+            passed = Pass()
+            with passed.measuring():
+                replayed = replay(loaded_workload, loaded)
+            print(passed.line("herdsman sim replay:", replayed.runs, bare))
+            print(
+                f"{'':<29} replay() says {replayed.runs / replayed.wall_seconds:,.0f} runs per"
+                f" wall second; peak RSS {peak_rss():,.0f} MiB"
+            )
+            sys.stdout.flush()
+
+
+def peak_rss() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 if __name__ == "__main__":
