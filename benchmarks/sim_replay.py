@@ -7,7 +7,7 @@ fake runner) on top. Both handle the same synthetic workload: RUNS runs,
 Poisson arrivals, exponential durations, SLOTS slots.
 
     .venv/bin/python benchmarks/sim_replay.py [--runs 100000] [--slots 8] [--repeat 1]
-    .venv/bin/python benchmarks/sim_replay.py --cachegrind [--runs 3000]
+    .venv/bin/python benchmarks/sim_replay.py --cachegrind [--runs 3000] [--replay-pass]
 
 Each pass prints runs per wall second and per CPU second of the process
 (``time.process_time``: what other work on the machine takes of the wall
@@ -22,6 +22,8 @@ three passes runs in its own process under valgrind's cachegrind
 of the two counts over the difference in runs. ``setup`` only writes and
 reads the trace, ``replay`` also replays it (less ``setup``: the replay's
 cost), ``bare`` runs the bare loop alone (less its own workload's cost).
+``--replay-pass`` counts the replay pass alone, set-up included: the quick
+way to compare two trees.
 """
 
 from __future__ import annotations
@@ -203,7 +205,16 @@ def instructions_per_run(
         }
 
 
-def cachegrind(runs: int, slots: int, jobs: int) -> None:
+def cachegrind(runs: int, slots: int, jobs: int, *, replay_pass: bool = False) -> None:
+    if replay_pass:
+        # Two processes instead of eight: enough to compare two trees, whose
+        # set-up (the same in both) is not taken off.
+        small, per_run = instructions_per_run(__file__, ("replay",), runs, slots, jobs)
+        print(
+            f"{runs:,} minus {small:,} runs, {slots} slots, PYTHONHASHSEED=0; instructions per run"
+        )
+        print(f"replay pass, trace set-up included: {per_run['replay']:>11,.0f}")
+        return
     names = ("setup", "replay", "bare-setup", "bare")
     small, per_run = instructions_per_run(__file__, names, runs, slots, jobs)
     setup = per_run["setup"]
@@ -222,15 +233,22 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--cachegrind", action="store_true", help="count instructions")
     parser.add_argument("--jobs", type=int, default=2, help="cachegrind processes at once")
+    parser.add_argument(
+        "--replay-pass",
+        action="store_true",
+        help="with --cachegrind: the replay pass alone, set-up included (to compare trees)",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="bare and replay passes, alternated")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.replay_pass and not args.cachegrind:
+        parser.error("--replay-pass counts instructions: give it with --cachegrind")
     logging.getLogger("herdsman").setLevel(logging.ERROR)
     if args.child is not None:
         child(args.child, args.runs, args.slots)
         return
     if args.cachegrind:
-        cachegrind(args.runs or 3000, args.slots, args.jobs)
+        cachegrind(args.runs or 3000, args.slots, args.jobs, replay_pass=args.replay_pass)
         return
     args.runs = args.runs or 100_000
     wall_clock(args.runs, args.slots, args.repeat)
