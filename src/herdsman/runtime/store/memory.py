@@ -239,17 +239,8 @@ class MemoryStore:
             self._check_open()
         if self._undo is not None:  # inside an operation: refused as the SQL stores refuse it
             raise nested_apply()
-        log = self._undo = self._log
         try:
-            try:
-                return operation(self)
-            except BaseException:
-                self._undo = None  # the undo itself is not logged
-                log.undo()
-                raise
-            finally:
-                self._undo = None
-                log.clear()
+            return self._operation(operation)
         except BaseException as exc:
             # Told apart from a refusal of the whole call (above), raised as it is.
             raise OperationFailed(exc) from None
