@@ -33,6 +33,7 @@ import trio
 import trio._core._run as _trio_run  # private: guarded by tests/unit/platform's canary
 import trio.testing
 from pyfakefs.fake_filesystem_unittest import Patcher
+from trio._core._instrumentation import Instruments  # private: as above
 
 from herdsman.config import LoadedConfig
 from herdsman.runtime.git.fake import FakeGit
@@ -264,6 +265,7 @@ async def _replay(
     # Made again inside the fake filesystem: a Path object made before the
     # patch began is the real pathlib's (FINDINGS.md) and can make the same
     # folder look like two.
+    plain_instruments()
     loaded = config_from_trace(_config_json(given), "configuration")
     config = loaded.config
     driver = Driver(workload)
@@ -330,6 +332,37 @@ async def _replay(
         left_queued,
         workload.rotated_at,
     )
+
+
+class _PlainInstruments(dict[str, dict[trio.abc.Instrument, None]]):
+    """trio's ``Instruments`` as a dict: its ``in`` tests answered with no Python call.
+
+    trio's is a ``UserDict``, whose ``in`` is a Python method: trio asks
+    it whether any instrument wants a hook before and after every I/O wait
+    and task step and at every reschedule, about twenty times a replayed
+    run. Its own methods work on ``self.data``: here the dict itself.
+    """
+
+    __slots__ = ()
+
+    @property
+    def data(self) -> dict[str, dict[trio.abc.Instrument, None]]:
+        return self
+
+    add_instrument = Instruments.add_instrument
+    remove_instrument = Instruments.remove_instrument
+    call = Instruments.call
+
+
+def plain_instruments() -> None:
+    """Give the run its instruments (usually none) in a plain dict; only inside ``trio.run``.
+
+    The runner's ``instruments`` and trio's ``Instruments`` are private
+    names, guarded by tests/unit/platform's canary; ``add_instrument`` and
+    ``remove_instrument`` work on the new one as on trio's.
+    """
+    runner = _trio_run.GLOBAL_RUN_CONTEXT.runner
+    runner.instruments = _PlainInstruments(runner.instruments.data)  # type: ignore[assignment]
 
 
 class Driven(Protocol):

@@ -24,10 +24,18 @@ import trio._core._run as trio_run
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from trio._core._instrumentation import Instruments
 from trio.testing import MockClock
 
 from herdsman.runtime.task_state import checkpoints, effectively_cancelled
-from herdsman.sim.replay import _next_deadline, _runnable, _settler, _tasks, mock_time
+from herdsman.sim.replay import (
+    _next_deadline,
+    _runnable,
+    _settler,
+    _tasks,
+    mock_time,
+    plain_instruments,
+)
 
 
 def test_trio_is_the_pinned_minor_version() -> None:
@@ -368,3 +376,59 @@ def test_a_tasks_next_send_is_set_exactly_while_it_is_woken_and_not_yet_run(
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+_HOOKS = ("before_io_wait", "after_io_wait", "before_task_step", "task_scheduled", "task_exited")
+
+
+class _Hooked(trio.abc.Instrument):
+    def __init__(self, hooks: list[str], seen: list[tuple[int, str]], index: int) -> None:
+        for hook in hooks:
+            setattr(self, hook, lambda *_, hook=hook: seen.append((index, hook)))
+
+
+@given(
+    instruments=st.lists(st.lists(st.sampled_from(_HOOKS), unique=True), max_size=4),
+    changes=st.lists(st.tuples(st.booleans(), st.integers(min_value=0, max_value=3)), max_size=8),
+)
+@settings(max_examples=100, deadline=None)
+def test_the_replays_plain_instruments_are_what_trios_own_hold(
+    instruments: list[list[str]], changes: list[tuple[bool, int]]
+) -> None:
+    # The replay gives the run its instruments in a plain dict (sim/replay.py
+    # plain_instruments), reading the runner's private ``instruments`` (a
+    # trio ``Instruments``, its hooks in ``data``) and borrowing its
+    # methods: after the same adds and removes, it must hold what trio's
+    # own would, and each hook must be called on it as on trio's.
+    def run(plain: bool) -> tuple[list[tuple[int, str]], list[dict[str, set[int]]]]:
+        seen: list[tuple[int, str]] = []
+        held: list[dict[str, set[int]]] = []
+        made: list[trio.abc.Instrument] = [
+            _Hooked(hooks, seen, index) for index, hooks in enumerate(instruments)
+        ]
+
+        async def main() -> None:
+            runner = trio_run.GLOBAL_RUN_CONTEXT.runner
+            assert type(runner.instruments) is Instruments
+            if plain:
+                plain_instruments()
+                assert isinstance(runner.instruments, dict)
+            for add, index in changes:
+                if index >= len(made):
+                    continue
+                if add:
+                    trio.lowlevel.add_instrument(made[index])
+                elif made[index] in runner.instruments.data["_all"]:
+                    trio.lowlevel.remove_instrument(made[index])
+                await trio.lowlevel.checkpoint()
+                hooks = runner.instruments.data
+                held.append({h: {made.index(i) for i in hooks[h]} for h in hooks})
+            for instrument in list(runner.instruments.data["_all"]):
+                trio.lowlevel.remove_instrument(instrument)
+
+        trio.run(main)
+        return seen, held
+
+    (seen, held), (seen_by_trio, held_by_trio) = run(plain=True), run(plain=False)
+    assert held == held_by_trio
+    assert sorted(seen) == sorted(seen_by_trio)  # each hook as often (rounds may interleave)
