@@ -5,7 +5,8 @@ arrival from the trace, the end of a fake run — in a heap keyed by ``(time,
 kind, sequence)``, where the sequence comes from the trace (arrival order,
 attempt number), never from which task woke first. The driver delivers one
 event at a time and then waits until every task is blocked
-(``trio.testing.wait_all_tasks_blocked``) before the next, so whatever one
+(``trio.testing.wait_all_tasks_blocked``, or riding along with the tasks
+the event woke until none is left to run) before the next, so whatever one
 event sets off has finished before the next begins. Between events it moves
 the ``MockClock`` itself, to the next event or to the supervisor's own next
 timer if that comes first (so a timer due at an event's instant acts before
@@ -32,6 +33,7 @@ import trio
 import trio._core._run as _trio_run  # private: guarded by tests/unit/platform's canary
 import trio.testing
 from pyfakefs.fake_filesystem_unittest import Patcher
+from trio._core._instrumentation import Instruments  # private: as above
 
 from herdsman.config import LoadedConfig
 from herdsman.runtime.git.fake import FakeGit
@@ -263,6 +265,7 @@ async def _replay(
     # Made again inside the fake filesystem: a Path object made before the
     # patch began is the real pathlib's (FINDINGS.md) and can make the same
     # folder look like two.
+    plain_instruments()
     loaded = config_from_trace(_config_json(given), "configuration")
     config = loaded.config
     driver = Driver(workload)
@@ -329,6 +332,37 @@ async def _replay(
         left_queued,
         workload.rotated_at,
     )
+
+
+class _PlainInstruments(dict[str, dict[trio.abc.Instrument, None]]):
+    """trio's ``Instruments`` as a dict: its ``in`` tests answered with no Python call.
+
+    trio's is a ``UserDict``, whose ``in`` is a Python method: trio asks
+    it whether any instrument wants a hook before and after every I/O wait
+    and task step and at every reschedule, about twenty times a replayed
+    run. Its own methods work on ``self.data``: here the dict itself.
+    """
+
+    __slots__ = ()
+
+    @property
+    def data(self) -> dict[str, dict[trio.abc.Instrument, None]]:
+        return self
+
+    add_instrument = Instruments.add_instrument
+    remove_instrument = Instruments.remove_instrument
+    call = Instruments.call
+
+
+def plain_instruments() -> None:
+    """Give the run its instruments (usually none) in a plain dict; only inside ``trio.run``.
+
+    The runner's ``instruments`` and trio's ``Instruments`` are private
+    names, guarded by tests/unit/platform's canary; ``add_instrument`` and
+    ``remove_instrument`` work on the new one as on trio's.
+    """
+    runner = _trio_run.GLOBAL_RUN_CONTEXT.runner
+    runner.instruments = _PlainInstruments(runner.instruments.data)  # type: ignore[assignment]
 
 
 class Driven(Protocol):
@@ -413,6 +447,61 @@ def _runnable() -> deque[trio.lowlevel.Task]:
 # decides nothing here, as everywhere in the replay.
 
 
+def _tasks() -> set[trio.lowlevel.Task]:
+    """Every task of the run, the driver's own too; only inside ``trio.run``.
+
+    The runner's own set (a private name, guarded by tests/unit/platform's
+    canary, as :func:`_next_deadline`); the public way is a walk down the
+    tree of nurseries from the root task.
+    """
+    tasks: set[trio.lowlevel.Task] = _trio_run.GLOBAL_RUN_CONTEXT.runner.tasks
+    return tasks
+
+
+# Why the driver rides along with the tasks an event woke.
+#
+# After an event that made tasks runnable, the driver used to wait for
+# every task to block: trio wakes such a waiter only in a round in which
+# nothing else is runnable, a round of its own (about 48,000 instructions
+# in the replay). Instead the driver yields as a plain checkpoint, which
+# puts it in the run queue behind the tasks it woke: the next round runs
+# them and it, in an order trio draws. When it resumes, it looks: if no
+# task is to run a step (none in the run queue, none woken and not yet run
+# in the round it is in: trio's own mark on each task), every other task
+# is blocked, just what the wait tells; otherwise it yields again, into the
+# next round with whatever is still to run. It then goes on in the round
+# in which the last task it set off ran, or, if trio ran it before that
+# one, in a round after (alone, as the wait's was). What each task does
+# and the order in which the events are delivered do not depend on which
+# round the driver learns it in: it goes on only once every other task is
+# blocked. A timer due meanwhile is met as after a skipped wait: at the
+# next pass its deadline comes first and the driver waits then (the note
+# above); the replay's tasks wait on no I/O. With ``after`` (the fuzzer's
+# checks after every event) the driver always waits.
+
+
+async def _ride_along(runnable: deque[trio.lowlevel.Task]) -> None:
+    """Yield until no other task is to run a step: until every other task is blocked.
+
+    Only for a driver that runs alone in its round or after every other
+    task in it (as after a wait for blocked tasks, or this), and that has
+    not yielded since: then an empty run queue says it at once.
+    """
+    if not runnable:
+        return
+    tasks = _tasks()
+    while True:
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        if not runnable:
+            for task in tasks:
+                # trio sets a task's next send as it reschedules it and clears
+                # it as it runs it (private, guarded by the canary as above).
+                if task._next_send_fn is not None:
+                    break
+            else:
+                return
+
+
 async def drive(
     driver: Driver,
     supervisor: Driven,
@@ -424,8 +513,9 @@ async def drive(
     ``after`` is called once whatever each event or timer set off has
     settled; it returns True to stop driving (the fuzzer found a violation).
 
-    Without ``after`` (the replay), an event that set nothing off is not
-    waited on (the note above).
+    Without ``after`` (the replay), the driver does not wait for blocked
+    tasks after an event: it rides along with what the event set off, if
+    anything (the notes above).
     """
     now_is = mock_time(clock)
     settle = _settler()
@@ -477,9 +567,12 @@ async def drive(
         pending = action()
         if pending is not None:
             await pending
-        if after is None and not runnable and checkpoints(me) == passed:
-            # Every other task is still blocked: the wait would be a round
-            # of trio's in which nothing else runs (the note above drive).
+        if after is None and checkpoints(me) == passed:
+            # No wait for blocked tasks: if the event set nothing off, every
+            # other task is blocked already, and the wait would be a round of
+            # trio's in which nothing else runs; if it did, the driver rides
+            # along with what it set off (the notes above drive).
+            await _ride_along(runnable)
             owed = True
             continue
         owed = False

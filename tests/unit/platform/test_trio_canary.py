@@ -24,10 +24,18 @@ import trio._core._run as trio_run
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from trio._core._instrumentation import Instruments
 from trio.testing import MockClock
 
 from herdsman.runtime.task_state import checkpoints, effectively_cancelled
-from herdsman.sim.replay import _next_deadline, _runnable, _settler, mock_time
+from herdsman.sim.replay import (
+    _next_deadline,
+    _runnable,
+    _settler,
+    _tasks,
+    mock_time,
+    plain_instruments,
+)
 
 
 def test_trio_is_the_pinned_minor_version() -> None:
@@ -282,3 +290,145 @@ async def _step(step: str, done: trio.Event) -> None:
         with trio.CancelScope() as scope:
             scope.cancel()
             await trio.lowlevel.checkpoint_if_cancelled()
+
+
+def _descendants(task: trio.lowlevel.Task) -> set[trio.lowlevel.Task]:
+    found = {task}
+    for nursery in task.child_nurseries:
+        for child in nursery.child_tasks:
+            found |= _descendants(child)
+    return found
+
+
+@given(tree=st.lists(st.integers(min_value=0, max_value=8), max_size=8))
+@settings(max_examples=50, deadline=None)
+def test_the_replays_set_of_tasks_is_every_task_under_the_root(tree: list[int]) -> None:
+    # The replay's driver reads the runner's private set of tasks (sim/replay.py
+    # _tasks) to ride along with the tasks an event woke: it must be every
+    # task of the run, as found down the public tree of nurseries, here
+    # nested as ``tree`` says (each new task under an earlier one's nursery).
+    async def main() -> None:
+        nurseries: list[trio.Nursery] = []
+
+        async def holder(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            async with trio.open_nursery() as nursery:
+                nurseries.append(nursery)
+                task_status.started()
+                await trio.sleep_forever()
+
+        async with trio.open_nursery() as top:
+            nurseries.append(top)
+            for parent in tree:
+                await nurseries[parent % len(nurseries)].start(holder)
+            root = trio.lowlevel.current_root_task()
+            assert root is not None
+            assert _tasks() == _descendants(root)
+            assert len(_tasks()) == trio.lowlevel.current_statistics().tasks_living
+            top.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+@given(
+    wakes=st.lists(st.lists(st.integers(min_value=0, max_value=5), max_size=6), max_size=6),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+)
+@settings(max_examples=100, deadline=None)
+def test_a_tasks_next_send_is_set_exactly_while_it_is_woken_and_not_yet_run(
+    wakes: list[list[int]], seed: int
+) -> None:
+    # The replay's driver rides along with the tasks an event woke (sim/replay.py
+    # _ride_along) until no task has a next send: trio must set a task's private
+    # _next_send_fn as it reschedules it and clear it as it runs it, so that,
+    # in a round whose order trio draws, a task woken with the driver and run
+    # after it still has one when the driver looks. Six parked tasks, woken
+    # as ``wakes`` says, one round each; ``seed`` for trio's draw.
+    random.seed(seed)
+    waiting = [True] * 6  # parked, or blocked in a checkpoint's step not yet taken
+    tasks: dict[int, trio.lowlevel.Task] = {}
+
+    async def parked(index: int, lot: trio.lowlevel.ParkingLot) -> None:
+        tasks[index] = trio.lowlevel.current_task()
+        while True:
+            waiting[index] = True
+            await lot.park()
+            if random.random() < 0.5:
+                waiting[index] = False  # rescheduled at once: to run again
+                await trio.lowlevel.checkpoint()
+
+    async def main() -> None:
+        lots = [trio.lowlevel.ParkingLot() for _ in waiting]
+        me = trio.lowlevel.current_task()
+        async with trio.open_nursery() as nursery:
+            for index, lot in enumerate(lots):
+                nursery.start_soon(parked, index, lot)
+            await trio.testing.wait_all_tasks_blocked()
+            for wake in wakes:
+                for index in wake:
+                    if lots[index].unpark():
+                        waiting[index] = False
+                assert me._next_send_fn is None
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                for index, task in tasks.items():
+                    # Woken and not yet run (trio ran the driver first), or
+                    # run and rescheduled: a next send; parked: none.
+                    assert (task._next_send_fn is not None) == (not waiting[index])
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+_HOOKS = ("before_io_wait", "after_io_wait", "before_task_step", "task_scheduled", "task_exited")
+
+
+class _Hooked(trio.abc.Instrument):
+    def __init__(self, hooks: list[str], seen: list[tuple[int, str]], index: int) -> None:
+        for hook in hooks:
+            setattr(self, hook, lambda *_, hook=hook: seen.append((index, hook)))
+
+
+@given(
+    instruments=st.lists(st.lists(st.sampled_from(_HOOKS), unique=True), max_size=4),
+    changes=st.lists(st.tuples(st.booleans(), st.integers(min_value=0, max_value=3)), max_size=8),
+)
+@settings(max_examples=100, deadline=None)
+def test_the_replays_plain_instruments_are_what_trios_own_hold(
+    instruments: list[list[str]], changes: list[tuple[bool, int]]
+) -> None:
+    # The replay gives the run its instruments in a plain dict (sim/replay.py
+    # plain_instruments), reading the runner's private ``instruments`` (a
+    # trio ``Instruments``, its hooks in ``data``) and borrowing its
+    # methods: after the same adds and removes, it must hold what trio's
+    # own would, and each hook must be called on it as on trio's.
+    def run(plain: bool) -> tuple[list[tuple[int, str]], list[dict[str, set[int]]]]:
+        seen: list[tuple[int, str]] = []
+        held: list[dict[str, set[int]]] = []
+        made: list[trio.abc.Instrument] = [
+            _Hooked(hooks, seen, index) for index, hooks in enumerate(instruments)
+        ]
+
+        async def main() -> None:
+            runner = trio_run.GLOBAL_RUN_CONTEXT.runner
+            assert type(runner.instruments) is Instruments
+            if plain:
+                plain_instruments()
+                assert isinstance(runner.instruments, dict)
+            for add, index in changes:
+                if index >= len(made):
+                    continue
+                if add:
+                    trio.lowlevel.add_instrument(made[index])
+                elif made[index] in runner.instruments.data["_all"]:
+                    trio.lowlevel.remove_instrument(made[index])
+                await trio.lowlevel.checkpoint()
+                hooks = runner.instruments.data
+                held.append({h: {made.index(i) for i in hooks[h]} for h in hooks})
+            for instrument in list(runner.instruments.data["_all"]):
+                trio.lowlevel.remove_instrument(instrument)
+
+        trio.run(main)
+        return seen, held
+
+    (seen, held), (seen_by_trio, held_by_trio) = run(plain=True), run(plain=False)
+    assert held == held_by_trio
+    assert sorted(seen) == sorted(seen_by_trio)  # each hook as often (rounds may interleave)
