@@ -7,6 +7,7 @@ supervisor does, without importing it.
 
 from __future__ import annotations
 
+from json.encoder import encode_basestring as _encode_string
 from typing import Any
 
 from herdsman.config import Config
@@ -15,7 +16,7 @@ from herdsman.core.accounts import AccountBook
 from herdsman.runtime.accounts import account_specs
 from herdsman.runtime.store import NewRun, RunRecord
 
-__all__ = ["apply_to_cores", "limits_of", "run_request", "trace_run"]
+__all__ = ["apply_to_cores", "limits_of", "run_request", "trace_run", "trace_run_text"]
 
 
 def limits_of(config: Config) -> Limits:
@@ -61,3 +62,22 @@ def trace_run(record: RunRecord | NewRun, *, with_prompt: bool) -> dict[str, Any
     if with_prompt:
         out["prompt"] = record.prompt
     return out
+
+
+def trace_run_text(record: RunRecord | NewRun, *, with_prompt: bool) -> str:
+    """``trace_run``'s object as a trace line writes it, composed without the dict.
+
+    The trace's encoder writes each field in order, no spaces, non-ASCII as
+    it is: each value is a str (or a None left out) and written as such.
+    """
+    text = '{"id":' + _encode_string(record.id) + ',"provider":' + _encode_string(record.provider)
+    if record.conversation is not None:
+        text += ',"conversation":' + _encode_string(record.conversation)
+    if record.agent is not None:
+        text += ',"agent":' + _encode_string(record.agent)
+    text += ',"workspace":' + _encode_string(record.workspace)
+    if record.cwd is not None:
+        text += ',"cwd":' + _encode_string(record.cwd)
+    if with_prompt:
+        text += ',"prompt":' + _encode_string(record.prompt)
+    return text + "}"

@@ -67,7 +67,13 @@ from herdsman.runtime.reload import (
     effective_config,
     given_config,
 )
-from herdsman.runtime.requests import apply_to_cores, limits_of, run_request, trace_run
+from herdsman.runtime.requests import (
+    apply_to_cores,
+    limits_of,
+    run_request,
+    trace_run,
+    trace_run_text,
+)
 from herdsman.runtime.runner import (
     Outcome,
     ProcessOutcome,
@@ -705,9 +711,8 @@ class Supervisor:
                 record, created = result.value
                 if not created:
                     continue
-                traced = trace_run(new, with_prompt=trace_prompts)
                 if record.status is RunStatus.SKIPPED:
-                    self._emit("skip", run=traced)
+                    self._emit("skip", run=trace_run(new, with_prompt=trace_prompts))
                     self._notify(record.id)
                     continue
                 if self._fleet is not None:
@@ -717,8 +722,8 @@ class Supervisor:
                 else:
                     self._scheduler.submit(request)
                     self._submitted_at[record.id] = record.submitted_at
-                    if self._trace is not None:  # _emit's, without its call and keywords
-                        self._trace.record("submit", {"run": traced})
+                    if self._trace is not None:  # _emit's, its run object composed as text
+                        self._trace.submit(new.id, trace_run_text(new, with_prompt=trace_prompts))
                 if self._counts_runs:
                     self.metrics.count_submit(new.provider)
             if not takes_starts:
@@ -1325,7 +1330,7 @@ class Supervisor:
         trace = self._trace
         for record in records:
             if trace is not None:  # _emit's, without its call and keywords
-                trace.record("start", {"run_id": record.id, "account": record.account})
+                trace.start(record.id, record.account)
             if self._counts_runs:
                 wait = (record.started_at or record.submitted_at) - record.submitted_at
                 self.metrics.count_start(record.provider, max(0.0, wait))
@@ -1895,11 +1900,8 @@ class Supervisor:
         # own text, which str.__str__ copies in C where .value is two
         # Python-level calls (the trace writes only exact str values fast).
         text = str.__str__(status)
-        fields = {"run_id": final.id, "outcome": text, "exit_code": exit_code}
-        if requeue:
-            fields["requeued"] = True
         if self._trace is not None:
-            self._trace.record("finish", fields)
+            self._trace.finish(final.id, text, exit_code, requeued=requeue)
         if self._counts_runs:
             if not requeue:  # a re-queued run has not finished
                 self.metrics.count_finish(final.provider, text)

@@ -1,0 +1,146 @@
+"""A run's submit, start and finish lines from their values are record's lines, byte for byte."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from herdsman.runtime.requests import trace_run, trace_run_text
+from herdsman.runtime.store import NewRun
+from herdsman.trace import TraceWriter, _dumps
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _writer(
+    clock: Clock,
+    *,
+    sink: io.StringIO | None = None,
+    directory: Path = Path("/unused"),
+    max_bytes: int = 1 << 62,
+) -> TraceWriter:
+    writer = TraceWriter(
+        directory,
+        max_bytes=max_bytes,
+        config={},
+        clock=clock,
+        wall=lambda: dt.datetime(2026, 11, 30, tzinfo=dt.UTC),
+        sink=sink,
+    )
+    writer.open()
+    return writer
+
+
+texts = st.text(max_size=6) | st.sampled_from(["run-0001", "team", 'ü/\n"\\', "\x00\u2028"])
+maybe_texts = st.none() | texts
+runs = st.builds(
+    NewRun,
+    id=texts,
+    provider=texts,
+    prompt=texts,
+    conversation=maybe_texts,
+    agent=maybe_texts,
+    workspace=texts,
+    cwd=maybe_texts,
+)
+
+
+@given(runs, st.booleans())
+def test_a_run_objects_text_is_what_the_encoder_writes_for_its_dict(
+    run: NewRun, with_prompt: bool
+) -> None:
+    assert trace_run_text(run, with_prompt=with_prompt) == _dumps(
+        trace_run(run, with_prompt=with_prompt)
+    )
+
+
+# One run's three lines: (kind, time step, values).
+events = st.one_of(
+    st.tuples(st.just("submit"), runs, st.booleans()),
+    st.tuples(st.just("start"), texts, maybe_texts),
+    st.tuples(
+        st.just("finish"),
+        texts,
+        st.sampled_from(["succeeded", "failed", "usage_limited"]),
+        st.none() | st.integers(min_value=-(2**70), max_value=2**70),
+        st.booleans(),
+    ),
+)
+steps = st.sampled_from([0.0, 0.0, 0.00005, 1.5, 2.0000005, 1e9])
+
+
+def _by_values(writer: TraceWriter, event: tuple[Any, ...]) -> None:
+    match event:
+        case ("submit", run, with_prompt):
+            writer.submit(run.id, trace_run_text(run, with_prompt=with_prompt))
+        case ("start", run_id, account):
+            writer.start(run_id, account)
+        case ("finish", run_id, outcome, exit_code, requeued):
+            writer.finish(run_id, outcome, exit_code, requeued=requeued)
+
+
+def _by_record(writer: TraceWriter, event: tuple[Any, ...]) -> None:
+    match event:
+        case ("submit", run, with_prompt):
+            writer.record("submit", {"run": trace_run(run, with_prompt=with_prompt)})
+        case ("start", run_id, account):
+            writer.record("start", {"run_id": run_id, "account": account})
+        case ("finish", run_id, outcome, exit_code, requeued):
+            fields = {"run_id": run_id, "outcome": outcome, "exit_code": exit_code}
+            if requeued:
+                fields["requeued"] = True
+            writer.record("finish", fields)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(steps, events), max_size=12))
+def test_a_runs_lines_are_records_lines(script: list[tuple[float, tuple[Any, ...]]]) -> None:
+    # The first line at the writer's opening instant (0.0: record's own
+    # path), lines at the instant of the one before, a hair apart, far on.
+    got, want = io.StringIO(), io.StringIO()
+    clock = Clock()
+    by_values, by_record = _writer(clock, sink=got), _writer(clock, sink=want)
+    for step, event in script:
+        clock.now += step
+        _by_values(by_values, event)
+        _by_record(by_record, event)
+    assert got.getvalue() == want.getvalue()
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(steps, events), min_size=1, max_size=12), st.integers(0, 11))
+def test_a_rotated_file_carries_the_runs_those_lines_told_of(
+    script: list[tuple[float, tuple[Any, ...]]], rotate_after: int
+) -> None:
+    # Production's writer follows the runs from either path alike: the
+    # next file's header restates the same runs, queued and running.
+    outputs = []
+    for write in (_by_values, _by_record):
+        clock = Clock()
+        with tempfile.TemporaryDirectory() as name:
+            writer = _writer(clock, directory=Path(name))
+            for n, (step, event) in enumerate(script):
+                clock.now += step
+                write(writer, event)
+                if n == rotate_after:
+                    writer.rotate()
+            writer.rotate()
+            writer.close()
+            files = sorted(
+                Path(name).glob("trace-*.jsonl"), key=lambda p: int(p.stem.rsplit("-", 1)[1])
+            )
+            outputs.append([path.read_text(encoding="utf-8") for path in files])
+    # The files byte for byte: their headers' carries too.
+    assert outputs[0] == outputs[1]
