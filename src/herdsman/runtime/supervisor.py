@@ -617,7 +617,8 @@ class Supervisor:
         as skipped instead of queued.
         """
         # submit_many's answer, without its list and unwrap (three Python
-        # calls): one submit a run.
+        # calls): one submit a run. The simulator's replay (sim/replay.py's
+        # _Feed) does the same without this coroutine: change both together.
         (result,) = await self.submit_each([(new, on_busy)])
         if isinstance(result, outcome.Value):
             value: tuple[RunRecord, bool] = result.value
