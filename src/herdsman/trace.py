@@ -284,31 +284,16 @@ class TraceWriter:
             if self._file is None or self._size >= self._max_bytes:
                 self._open_new()
             assert self._file is not None
-            # event_line(round(elapsed, 6), ...) in one frame, three times a
-            # run in the simulator.
-            elapsed = self._clock() - self._origin
-            line = None
-            if (
-                _TIME_LOW <= elapsed < _TIME_HIGH
-                and type(elapsed) is float  # an int clock's round() is an int: "5", not "5.0"
-                and "t" not in fields
-                and "seq" not in fields
-                and "event" not in fields
-            ):
+            # event_line's line through the writer's shortcut (its time with
+            # one conversion), when the fields can take it.
+            if "t" not in fields and "seq" not in fields and "event" not in fields:
                 members = _members(fields)
-                if members is not None:
-                    if elapsed == self._last_elapsed:
-                        t = self._last_text  # a line at the instant of the one before
-                    else:
-                        # float.__repr__(round(elapsed, 6)) with one conversion
-                        # to decimal digits instead of two (see _TIME_LOW).
-                        t = f"{elapsed:.6f}".rstrip("0")
-                        if t[-1] == ".":
-                            t += "0"
-                        self._last_elapsed, self._last_text = elapsed, t
-                    line = f'{{"t":{t},"seq":{self._seq},{head}{members}}}\n'
-            if line is None:
-                line = event_line(round(elapsed, 6), self._seq, kind, fields) + "\n"
+                if members is not None and self._shortcut(head, members):
+                    if self._sink is None and not self.failed:  # never rotated: nothing to restate
+                        self._follow(kind, fields)
+                    return
+            elapsed = self._clock() - self._origin
+            line = event_line(round(elapsed, 6), self._seq, kind, fields) + "\n"
             self._size += self._file.write(line)
             self._seq += 1
             if self._sink is None:  # a sink is never rotated: nothing to restate
@@ -372,25 +357,28 @@ class TraceWriter:
         self.record("finish", fields)
 
     def _shortcut(self, head: str, rest: str) -> bool:
-        """Write ``{"t":…,"seq":…,`` ``head`` ``rest`` ``}`` if record's shortcut applies.
+        """Write ``{"t":…,"seq":…,`` ``head`` ``rest`` ``}``, the line's time with one conversion.
 
-        False if it does not (nothing written: record's path then, for the
-        first line, a time outside the shortcut's range, a stopped trace,
-        a rotation due); True once written, or once the write failed
+        False if that does not apply (nothing written: record's path then,
+        for the first line, a time outside the shortcut's range, a stopped
+        trace, a rotation due); True once written, or once the write failed
         (``failed`` then says so).
         """
         if self.failed or self._file is None or self._size >= self._max_bytes:
             return False
         elapsed = self._clock() - self._origin
+        # An int clock's round() is an int: "5", not "5.0" (record's path).
+        if not (_TIME_LOW <= elapsed < _TIME_HIGH and type(elapsed) is float):
+            return False
         if elapsed == self._last_elapsed:
-            t = self._last_text
-        elif _TIME_LOW <= elapsed < _TIME_HIGH and type(elapsed) is float:
-            t = f"{elapsed:.6f}".rstrip("0")  # as in record
+            t = self._last_text  # a line at the instant of the one before
+        else:
+            # float.__repr__(round(elapsed, 6)) with one conversion to
+            # decimal digits instead of two (see _TIME_LOW).
+            t = f"{elapsed:.6f}".rstrip("0")
             if t[-1] == ".":
                 t += "0"
             self._last_elapsed, self._last_text = elapsed, t
-        else:
-            return False
         try:
             self._size += self._file.write(f'{{"t":{t},"seq":{self._seq},{head}{rest}}}\n')
         except OSError as exc:
