@@ -30,7 +30,13 @@ T0 = 1_700_000_000.0
 
 def member(url: str, name: str, lease: float) -> FleetStore:
     return FleetStore(
-        url, member_id=f"{name}-{uuid.uuid4().hex[:8]}", host=name, pid=100, lease=lease
+        url,
+        member_id=f"{name}-{uuid.uuid4().hex[:8]}",
+        host=name,
+        pid=100,
+        lease=lease,
+        # The ledger's own rules, with short leases: no margin for a fence.
+        margin=0.0,
     )
 
 

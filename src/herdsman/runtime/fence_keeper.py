@@ -1,0 +1,161 @@
+"""The fence keeper: a small process that kills a fleet member's agents when its lease runs out.
+
+A fleet member's runs become ``lost`` once its lease lapses, and another
+member may then start the next run of each of their conversations. The
+member's agents must be gone by then, whatever became of the member: killed
+(``kill -9``, a crash), paused (SIGSTOP, a long stall) or cut off from the
+ledger. The member itself cannot promise that: dead or paused, it does
+nothing. So each member starts one keeper (fence.py), a separate process
+in a session of its own, and holds the only write end of a pipe that is
+the keeper's stdin. Through it the member sends, after every renewal, the
+moment its lease certainly still holds until, on :func:`fence_clock`
+(docs/fleet.md says why that moment is never after the server's end of the
+lease). The keeper kills (SIGKILL) the process group of every agent started
+under the member's state directory (found in ``/proc`` by agent_scan.py,
+children included):
+
+* when that moment passes without a newer one: the member could not renew
+  in time, or is paused. From then on it *stays* fired: it kills any agent
+  under the state directory every :data:`SLICE` seconds until the pipe
+  closes, so a member that resumes cannot start one that lives on;
+* when the pipe reaches end of file: the member has exited, however (the
+  kernel closes its descriptors, SIGKILL included), or closed its fence at
+  a clean stop. Then the keeper exits.
+
+It imports the standard library only, so it starts in a few tens of
+milliseconds. Run as ``python -m herdsman.runtime.fence_keeper STATE_DIR
+DEADLINE``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import time
+from typing import Final
+
+from herdsman.runtime.agent_scan import agents_under
+
+__all__ = ["SLICE", "fence_clock", "kill_agents", "main"]
+
+SLICE: Final = 0.1
+"""The longest the keeper sleeps before it looks at the clock again (seconds).
+
+Sleeps are measured on a clock that stops while the machine is suspended;
+the deadline is on one that does not (:func:`fence_clock`). So after a
+suspend the keeper notices the deadline within one slice.
+"""
+
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def fence_clock() -> float:
+    """Seconds on the clock fence deadlines are on: ``CLOCK_BOOTTIME`` where there is one.
+
+    It counts the time the machine was suspended (``CLOCK_MONOTONIC`` does
+    not), and no one sets it (unlike the wall clock). Elsewhere, monotonic time.
+    """
+    if _BOOTTIME is not None:
+        return time.clock_gettime(_BOOTTIME)
+    return time.monotonic()
+
+
+def kill_agents(state_dir: str) -> int:
+    """SIGKILL the process group of every agent started under ``state_dir``; how many.
+
+    The keeper's own group (a session of its own) is never one of them.
+    """
+    own = os.getpgid(0)
+    groups = {group for found in agents_under(state_dir).values() for group in found}
+    groups.discard(own)
+    for group in sorted(groups):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+    return len(groups)
+
+
+def _say(message: str) -> None:
+    # The keeper's stderr is the member's: its log.
+    with contextlib.suppress(OSError):
+        sys.stderr.write(f"herdsman fence keeper (pid {os.getpid()}): {message}\n")
+        sys.stderr.flush()
+
+
+class _Deadlines:
+    """The newest deadline the member sent through stdin, read without blocking."""
+
+    def __init__(self, deadline: float) -> None:
+        self.latest = deadline
+        self.closed = False
+        self._partial = b""
+        os.set_blocking(0, False)
+
+    def drain(self) -> None:
+        """Read what the pipe holds; keep the last complete line; note end of file."""
+        while not self.closed:
+            try:
+                chunk = os.read(0, 4096)
+            except BlockingIOError:
+                return
+            except OSError:  # as if closed: the member is gone
+                chunk = b""
+            if not chunk:
+                self.closed = True
+                return
+            lines = (self._partial + chunk).split(b"\n")
+            self._partial = lines.pop()
+            for line in lines:
+                with contextlib.suppress(ValueError):
+                    self.latest = float(line)
+
+
+def keep(state_dir: str, deadline: float) -> None:
+    """Watch the deadlines on stdin until it closes; kill the agents as the module says."""
+    deadlines = _Deadlines(deadline)
+    fired = False
+    while True:
+        # A line written before the deadline is read before it is judged:
+        # the member counts an extension as made only if its write ended in time.
+        deadlines.drain()
+        if deadlines.closed:
+            break
+        now = fence_clock()
+        if not fired and now >= deadlines.latest:
+            fired = True
+            _say(
+                "the member's fleet lease was not renewed in time; killing its agents"
+                f" under {state_dir}, and any it starts, until it exits"
+            )
+        if fired:
+            kill_agents(state_dir)
+            wait = SLICE
+        else:
+            wait = min(SLICE, deadlines.latest - now)
+        with contextlib.suppress(InterruptedError):
+            select.select([0], [], [], max(wait, 0.0))
+    killed = kill_agents(state_dir)
+    if killed:
+        _say(f"the member has gone; killed {killed} agent process group(s) under {state_dir}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``fence_keeper STATE_DIR DEADLINE``: keep the fence; 2 for a wrong command line."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        state_dir, deadline = args[0], float(args[1])
+    except (IndexError, ValueError):
+        _say("usage: python -m herdsman.runtime.fence_keeper STATE_DIR DEADLINE")
+        return 2
+    # A terminal's Ctrl-C or hangup is for the member, which stops its agents
+    # itself; the keeper goes when its pipe closes.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    keep(state_dir, deadline)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
