@@ -15,7 +15,7 @@ from pathlib import Path
 
 import trio
 
-from herdsman.runtime.fence_keeper import fence_clock
+from herdsman.runtime.fence_keeper import GONE_WAIT, fence_clock
 
 __all__ = ["Fence", "fence_clock"]
 
@@ -119,7 +119,7 @@ class Fence:
         self._changed.set()
         self._changed = trio.Event()
 
-    async def close(self, timeout: float = 10.0) -> None:
+    async def close(self, timeout: float = GONE_WAIT + 5) -> None:
         """Close the pipe: the keeper kills any agent left under the state directory and exits.
 
         Waits for it up to ``timeout`` seconds, shielded (it is called while

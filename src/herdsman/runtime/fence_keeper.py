@@ -37,9 +37,9 @@ import sys
 import time
 from typing import Final
 
-from herdsman.runtime.agent_scan import agents_under
+from herdsman.runtime.agent_scan import agents_under, running_in
 
-__all__ = ["SLICE", "fence_clock", "kill_agents", "main"]
+__all__ = ["GONE_WAIT", "SLICE", "fence_clock", "kill_agents", "main", "wait_gone"]
 
 SLICE: Final = 0.1
 """The longest the keeper sleeps before it looks at the clock again (seconds).
@@ -63,18 +63,45 @@ def fence_clock() -> float:
     return time.monotonic()
 
 
-def kill_agents(state_dir: str) -> int:
-    """SIGKILL the process group of every agent started under ``state_dir``; how many.
+#: How long the keeper waits, at the end, for the agents it killed to be gone.
+GONE_WAIT: Final = 10.0
+
+
+def kill_agents(state_dir: str) -> set[int]:
+    """SIGKILL the process group of every agent started under ``state_dir``; those groups.
 
     The keeper's own group (a session of its own) is never one of them.
     """
     own = os.getpgid(0)
     groups = {group for found in agents_under(state_dir).values() for group in found}
     groups.discard(own)
+    _kill(groups)
+    return groups
+
+
+def _kill(groups: set[int]) -> None:
     for group in sorted(groups):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
-    return len(groups)
+
+
+def wait_gone(groups: set[int], timeout: float = GONE_WAIT) -> bool:
+    """Wait until no member of ``groups`` runs (a killed process takes a moment); whether so.
+
+    Killed again meanwhile: a process forked just as the first signal came
+    is in the group too.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if next(running_in(groups), None) is None:
+                return True
+        except OSError:  # no /proc to look at: the signals were all there is
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        _kill(groups)
+        time.sleep(0.01)
 
 
 def _say(message: str) -> None:
@@ -136,9 +163,15 @@ def keep(state_dir: str, deadline: float) -> None:
             wait = min(SLICE, deadlines.latest - now)
         with contextlib.suppress(InterruptedError):
             select.select([0], [], [], max(wait, 0.0))
+    # Gone before the keeper exits: a member that stops cleanly waits for it,
+    # and then leaves the fleet at once, without the margin (docs/fleet.md).
     killed = kill_agents(state_dir)
     if killed:
-        _say(f"the member has gone; killed {killed} agent process group(s) under {state_dir}")
+        gone = wait_gone(killed)
+        _say(
+            f"the member has gone; killed {len(killed)} agent process group(s) under"
+            f" {state_dir}{'' if gone else ' (some processes still had not ended)'}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
