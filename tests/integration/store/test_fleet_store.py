@@ -27,21 +27,12 @@ from herdsman.runtime.store.fleet import (
 )
 from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.runtime.store.records import LOST_ON_RESTART
-from postgres_support import fleet_lock_waiters, fresh_schema
+from postgres_support import fleet_lock_waiters, fresh_schema, ledger_member
 
 T0 = 1_700_000_000.0
 
 
-def member(url: str, name: str, lease: float = 60.0) -> FleetStore:
-    return FleetStore(
-        url,
-        member_id=f"{name}-{uuid.uuid4().hex[:8]}",
-        host=name,
-        pid=100,
-        lease=lease,
-        # The ledger's own rules, with short leases: no margin for a fence.
-        margin=0.0,
-    )
+member = ledger_member
 
 
 @contextmanager

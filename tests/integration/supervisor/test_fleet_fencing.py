@@ -16,18 +16,17 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
-import httpx
 import pytest
 from cli_support import Supervisor, process_alive, processes_with_env
+from fleet_support import client
 from supervisor_support import write_config
 
 from herdsman.runtime.store import RunRecord, RunStatus
 from herdsman.runtime.store.postgres import PostgresStore
-from postgres_support import split_password
 
 AGENT = Path(__file__).with_name("stamp_agent.py")
 #: The fleet-wide cap on the stand-in provider; each member has 2 slots.
@@ -98,15 +97,6 @@ provider_caps = {{ stamp = {CAP} }}
     return Supervisor(directory)
 
 
-def client(each: Supervisor) -> httpx.Client:
-    config = (each.directory / "supervisor.toml").read_text()
-    listen = config.split('listen = "', 1)[1].split('"', 1)[0]
-    token = (each.directory / "state" / "api-token").read_text().strip()
-    return httpx.Client(
-        base_url=f"http://{listen}", headers={"Authorization": f"Bearer {token}"}, timeout=30
-    )
-
-
 def submit(each: Supervisor, run_id: str, conversation: str, seconds: float) -> None:
     with client(each) as api:
         body = {
@@ -143,24 +133,6 @@ def wait_for(condition: Callable[[], object], timeout: float, what: Callable[[],
     while not condition():
         assert time.monotonic() < deadline, what()
         time.sleep(0.05)
-
-
-@pytest.fixture
-def fleet_url(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    url, password = split_password(postgres_url)
-    if password is not None:  # the members inherit it, as from a service's environment
-        monkeypatch.setenv("PGPASSWORD", password)
-    return url
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Supervisor]]:
-    members: list[Supervisor] = []
-    yield members
-    for each in members:
-        if each.process.poll() is None:
-            each.process.send_signal(signal.SIGCONT)  # one the test paused
-        each.close()
 
 
 def logs(members: list[Supervisor]) -> str:
@@ -227,16 +199,22 @@ def test_members_killed_at_random_moments_never_let_runs_overlap_or_the_cap_be_p
     assert not any(agents_of(each) for each in closing)
 
 
+def running_one(tmp_path: Path, url: str, closing: list[Supervisor], run_id: str) -> Supervisor:
+    """A member (stamps in ``tmp_path/stamps``) running ``run_id`` on c0 for a minute."""
+    stamps = tmp_path / "stamps"
+    stamps.mkdir()
+    closing.append(member(tmp_path / "member0", url, stamps))
+    running = closing[-1]
+    submit(running, run_id, "c0", 60)
+    # The agent and its child are both running.
+    wait_for(lambda: len(agents_of(running)) == 2, 20, running.output)
+    return running
+
+
 def test_a_member_killed_and_never_restarted_leaves_no_agent_running(
     tmp_path: Path, fleet_url: str, closing: list[Supervisor]
 ) -> None:
-    stamps = tmp_path / "stamps"
-    stamps.mkdir()
-    closing.append(member(tmp_path / "member0", fleet_url, stamps))
-    victim = closing[0]
-    submit(victim, "long", "c0", 60)
-    # The agent and its child are both running.
-    wait_for(lambda: len(agents_of(victim)) == 2, 20, victim.output)
+    victim = running_one(tmp_path, fleet_url, closing, "long")
     agents = agents_of(victim)
     victim.process.kill()
     victim.process.wait()
@@ -249,12 +227,8 @@ def test_a_member_killed_and_never_restarted_leaves_no_agent_running(
 def test_a_paused_member_s_agents_die_before_another_member_runs_its_conversation(
     tmp_path: Path, fleet_url: str, postgres_url: str, closing: list[Supervisor]
 ) -> None:
+    paused = running_one(tmp_path, fleet_url, closing, "first")
     stamps = tmp_path / "stamps"
-    stamps.mkdir()
-    closing.append(member(tmp_path / "member0", fleet_url, stamps))
-    paused = closing[0]
-    submit(paused, "first", "c0", 60)
-    wait_for(lambda: len(agents_of(paused)) == 2, 20, paused.output)
     closing.append(member(tmp_path / "member1", fleet_url, stamps))
     other = closing[1]
     # As a long stall, a stopped VM's supervisor, or SIGSTOP: alive, silent.

@@ -17,12 +17,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import httpx
-import pytest
 from cli_support import CLI, Supervisor, herdsman, process_alive, processes_with_env
+from fleet_support import client
 from supervisor_support import write_config
 
 from herdsman.runtime.orphans import find_orphans, stopped_note
@@ -30,7 +29,6 @@ from herdsman.runtime.store import NewRun, RunRecord, RunStatus
 from herdsman.runtime.store.fleet import FleetStore
 from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.trace import read_trace
-from postgres_support import split_password
 
 RUNS = 40
 
@@ -51,23 +49,6 @@ def start_members(
         )
         members.append(Supervisor(directory))
     return members
-
-
-@pytest.fixture
-def fleet_url(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    url, password = split_password(postgres_url)
-    if password is not None:  # the supervisors inherit it, as from a service's environment
-        monkeypatch.setenv("PGPASSWORD", password)
-    return url
-
-
-def client(member: Supervisor) -> httpx.Client:
-    config = (member.directory / "supervisor.toml").read_text()
-    listen = config.split('listen = "', 1)[1].split('"', 1)[0]
-    token = (member.directory / "state" / "api-token").read_text().strip()
-    return httpx.Client(
-        base_url=f"http://{listen}", headers={"Authorization": f"Bearer {token}"}, timeout=30
-    )
 
 
 def submit_spread(members: list[Supervisor], count: int) -> list[str]:
@@ -127,14 +108,6 @@ def check_rules(records: list[RunRecord]) -> None:
             assert before.finished_at is not None
             assert after.started_at is not None
             assert before.finished_at <= after.started_at, f"{key}: {before.id} overlaps {after.id}"
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Supervisor]]:
-    members: list[Supervisor] = []
-    yield members
-    for member in members:
-        member.close()
 
 
 def test_three_members_share_one_queue_under_the_rules(
