@@ -299,25 +299,30 @@ class FleetMember:
         while True:
             lease = config().fleet.lease.total_seconds()
             try:
-                lost = await ledger.call(partial(self._renew_and_expire, lease, wall()))
+                end, lost = await ledger.call(partial(self._renew_and_expire, lease, wall()))
             except LeaseExpired as exc:
                 expired(str(exc))
                 return
             except StoreError as exc:
+                # Nothing of the call was kept (the renewal shares its
+                # transaction with the expiry): the fence keeps its deadline.
                 log.error("could not renew the fleet lease: %s", exc)
             else:
+                # Only now is the renewal committed. Too late, the fence has
+                # fallen, and the watcher says so.
+                if self.fence is not None:
+                    self.fence.extend(end)
                 for record in lost:
                     log.warning(
                         "run %s: %s; recorded as lost, never re-run", record.id, record.reason
                     )
-            # Moved on by the renewal alone, even if the expiry after it
-            # failed. Too late, the fence has fallen, and the watcher says so.
-            if self.fence is not None:
-                self.fence.extend(self.store.lease_end_local)
             await trio.sleep(lease / RENEWALS_PER_LEASE)
 
-    def _renew_and_expire(self, lease: float, now: float, store: Store) -> list[RunRecord]:
+    def _renew_and_expire(
+        self, lease: float, now: float, store: Store
+    ) -> tuple[float, list[RunRecord]]:
+        """Ledger operation: renew, then expire; the lease's local end, and the runs lost."""
         del store  # the ledger hands over the store it was given: self.store
         self.store.lease = lease  # a reload may have changed it
         self.store.renew()
-        return self.store.expire_lapsed(now)
+        return self.store.lease_end_local, self.store.expire_lapsed(now)

@@ -280,8 +280,9 @@ class FleetStore(PostgresStore):
         self._clock = clock
         #: Until when, on ``clock``, the lease certainly holds by the server's
         #: clock too: read before the statement that set the lease, plus the
-        #: lease (the server's clock_timestamp() was read after it). ``-inf``
-        #: until joined.
+        #: lease (the server's clock_timestamp() was read after it). Set when
+        #: the statement has run: it holds once its transaction commits (in a
+        #: batch, the batch's). ``-inf`` until joined.
         self.lease_end_local = -math.inf
         # Set by _take_ledger; until then (never, if joining fails) no lock.
         self._fleet_lock: int | None = None
