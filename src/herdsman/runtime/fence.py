@@ -15,7 +15,7 @@ from pathlib import Path
 
 import trio
 
-from herdsman.runtime.fence_keeper import GONE_WAIT, fence_clock
+from herdsman.runtime.fence_keeper import GONE_WAIT, fence_clock, in_time
 
 __all__ = ["Fence", "fence_clock"]
 
@@ -83,7 +83,7 @@ class Fence:
         except OSError as exc:  # the keeper has gone, or stopped reading
             self._fall(f"the fence keeper (pid {self.pid}) stopped taking deadlines: {exc}")
             return False
-        if fence_clock() >= self.deadline:
+        if not in_time(fence_clock(), self.deadline):
             self._fall("the fleet lease was not renewed before its deadline")
             return False
         self.deadline = deadline

@@ -39,7 +39,16 @@ from typing import Final
 
 from herdsman.runtime.agent_scan import agents_under, running_in
 
-__all__ = ["GONE_WAIT", "SLICE", "fence_clock", "kill_agents", "main", "wait_gone"]
+__all__ = [
+    "GONE_WAIT",
+    "SLICE",
+    "Watch",
+    "fence_clock",
+    "in_time",
+    "kill_agents",
+    "main",
+    "wait_gone",
+]
 
 SLICE: Final = 0.1
 """The longest the keeper sleeps before it looks at the clock again (seconds).
@@ -112,55 +121,92 @@ def _say(message: str) -> None:
 
 
 class _Deadlines:
-    """The newest deadline the member sent through stdin, read without blocking."""
+    """The deadlines the member sent through stdin, read without blocking."""
 
-    def __init__(self, deadline: float) -> None:
-        self.latest = deadline
+    def __init__(self) -> None:
         self.closed = False
         self._partial = b""
         os.set_blocking(0, False)
 
-    def drain(self) -> None:
-        """Read what the pipe holds; keep the last complete line; note end of file."""
+    def drain(self) -> list[float]:
+        """Read what the pipe holds: its complete lines, in order; note end of file."""
+        written: list[float] = []
         while not self.closed:
             try:
                 chunk = os.read(0, 4096)
             except BlockingIOError:
-                return
+                break
             except OSError:  # as if closed: the member is gone
                 chunk = b""
             if not chunk:
                 self.closed = True
-                return
+                break
             lines = (self._partial + chunk).split(b"\n")
             self._partial = lines.pop()
             for line in lines:
                 with contextlib.suppress(ValueError):
-                    self.latest = float(line)
+                    written.append(float(line))
+        return written
+
+
+def in_time(write_ended_at: float, deadline: float) -> bool:
+    """Whether a new deadline whose write ended at ``write_ended_at`` extends the fence.
+
+    The member's half of the rule (:meth:`herdsman.runtime.fence.Fence.extend`):
+    a write that ended before the deadline in force is read by the keeper
+    before it judges that deadline (:class:`Watch`); a later one may not be.
+    """
+    return write_ended_at < deadline
+
+
+class Watch:
+    """The keeper's decisions, apart from its pipe, its clock and its kills.
+
+    At each wakeup the keeper reads the clock, then every deadline the
+    member wrote, and judges them at that moment (:meth:`judge`). Once the
+    deadline in force has passed it is *fired* for good.
+    """
+
+    def __init__(self, deadline: float) -> None:
+        """Hold ``deadline`` (on :func:`fence_clock`); not fired."""
+        self.deadline = deadline
+        self.fired = False
+
+    def judge(self, written: list[float], now: float) -> tuple[bool, float]:
+        """After reading ``written`` (in order), at ``now``: kill now?, and the longest wait.
+
+        Deadlines read once fired change nothing.
+        """
+        if not self.fired:
+            if written:
+                self.deadline = written[-1]
+            self.fired = now >= self.deadline
+        if self.fired:
+            return True, SLICE
+        return False, min(SLICE, self.deadline - now)
 
 
 def keep(state_dir: str, deadline: float) -> None:
     """Watch the deadlines on stdin until it closes; kill the agents as the module says."""
-    deadlines = _Deadlines(deadline)
-    fired = False
+    deadlines = _Deadlines()
+    watch = Watch(deadline)
     while True:
-        # A line written before the deadline is read before it is judged:
-        # the member counts an extension as made only if its write ended in time.
-        deadlines.drain()
+        # The clock first, then every line the pipe holds: a line whose write
+        # ended before that moment is read before the moment is judged, so
+        # one the member wrote in time (in_time) is never judged late.
+        now = fence_clock()
+        written = deadlines.drain()
         if deadlines.closed:
             break
-        now = fence_clock()
-        if not fired and now >= deadlines.latest:
-            fired = True
-            _say(
-                "the member's fleet lease was not renewed in time; killing its agents"
-                f" under {state_dir}, and any it starts, until it exits"
-            )
-        if fired:
+        was_fired = watch.fired
+        kill, wait = watch.judge(written, now)
+        if kill:
+            if not was_fired:
+                _say(
+                    "the member's fleet lease was not renewed in time; killing its agents"
+                    f" under {state_dir}, and any it starts, until it exits"
+                )
             kill_agents(state_dir)
-            wait = SLICE
-        else:
-            wait = min(SLICE, deadlines.latest - now)
         with contextlib.suppress(InterruptedError):
             select.select([0], [], [], max(wait, 0.0))
     # Gone before the keeper exits: a member that stops cleanly waits for it,
