@@ -106,7 +106,8 @@ class FleetMember:
 
     ``store`` is the :class:`FleetStore` the supervisor's ledger writes to;
     ``fence``, the keeper that kills this member's agents when its lease
-    runs out (none: nothing outlives the lease's end but the agents).
+    runs out or the member dies (``herdsman run`` always has one; without
+    one, nothing stops the agents of a member that dies or hangs).
     Everything here runs in the trio thread, except the operations handed
     to the ledger (``read_new``, the renewal), which only touch ``store``.
     """
@@ -274,8 +275,10 @@ class FleetMember:
         async with trio.open_nursery() as nursery:
 
             def expired(message: str) -> None:
-                nursery.cancel_scope.cancel()
-                on_expired(message)
+                # Once: the renewal and the fence may both end in one batch.
+                if not nursery.cancel_scope.cancel_called:
+                    nursery.cancel_scope.cancel()
+                    on_expired(message)
 
             nursery.start_soon(self._renew_loop, ledger, config, wall, expired)
             if self.fence is not None:

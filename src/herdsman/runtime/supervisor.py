@@ -1522,9 +1522,10 @@ class Supervisor:
         # here (the fence keeper kills their agents anyway, docs/fleet.md).
         log.critical("%s; stopping its runs and the supervisor", message)
         self._fatal = message
+        self.request_shutdown()
+        self._admitting = False  # now: the slots freed below must start nothing
         for run_id in sorted(self._handles):
             self._stop(run_id, "this fleet member's lease ran out")
-        self.request_shutdown()
 
     async def _execute_run(self, record: RunRecord, pick: Pick | None, config: Config) -> None:
         handle = self._handles[record.id]
