@@ -433,8 +433,8 @@ ACCOUNT_COLUMNS = (
 WORKTREE_COLUMNS = (
     Column("conversation", wrap=True),
     Column("repo", wrap=True),
-    Column("last used", wrap=True),
-    Column("state"),
+    Column("last used", wrap=True, min_width=10),
+    Column("state", wrap=True),
     Column("size", align="right"),
     Column("path", wrap=True),
 )
@@ -624,6 +624,8 @@ def _copy_log(path: Path, offset: int, *, missing_ok: bool = False) -> int:
 
 # -- parser -------------------------------------------------------------------
 
+# RunStatus's values, written out: importing the store package would add
+# ~50 ms to every command (tests/unit/test_cli_parser.py keeps them equal).
 RUN_STATUSES = (
     "queued",
     "running",
