@@ -320,10 +320,7 @@ def _accounts(args: argparse.Namespace) -> int:
     if args.action == "end-rest":
         return _end_rest(args)
     if args.names:
-        raise UsageError(
-            f"unexpected {' '.join(args.names)!r}; did you mean `accounts end-rest"
-            f" {' '.join(args.names)}`?"
-        )
+        raise UsageError(f"unexpected {' '.join(args.names)!r}; did you mean `accounts end-rest`?")
     with _client_for(args) as client:
         _, body = client.request("GET", "/v1/accounts")
     if args.json:
