@@ -2,7 +2,8 @@
 
 trio is pinned to one minor version (pyproject.toml) because the simulator
 reaches into its scheduler (docs/simulator.md, "What the simulator relies
-on": the module-level ``_r`` random generator and the ``_ALLOW_DETERMINISTIC_SCHEDULING`` flag; the replay driver reads
+on": the module-level ``_r`` random generator and the
+``_ALLOW_DETERMINISTIC_SCHEDULING`` flag; the replay driver reads
 the run's deadline heap, ``runner.deadlines``, and reads a ``MockClock``'s
 ``_virtual_base``, sim/replay.py ``mock_time``, waits for every task
 to block through the runner's own ``wait_all_tasks_blocked``, ``_settler``,
