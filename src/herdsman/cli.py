@@ -17,11 +17,14 @@ from pathlib import Path
 from herdsman import __version__
 from herdsman.config import (
     ConfigError,
+    ConfigUsageError,
     EditResult,
+    add_element,
     environment_warnings,
     get_value,
     load_config,
     load_config_text,
+    remove_key,
     set_value,
 )
 from herdsman.config.locate import find_config_file
@@ -59,7 +62,8 @@ def _config_options(with_overrides: bool = True) -> argparse.ArgumentParser:
 def _print_errors(error: ConfigError) -> int:
     for problem in error.problems:
         print(problem, file=sys.stderr)
-    return 1
+    # A key path that names nothing is a mistake in the command, not the file.
+    return 2 if isinstance(error, ConfigUsageError) else 1
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -84,6 +88,10 @@ def _config_get(args: argparse.Namespace) -> int:
         result = get_value(loaded, args.key)
     except ConfigError as error:
         return _print_errors(error)
+    if args.json:
+        origins = {key: str(origin) for key, origin in result.origins.items()}
+        print(json.dumps({"key": result.key, "value": result.value, "origins": origins}, indent=2))
+        return 0
     if result.toml is None:
         print(f"{result.key}: not set in {loaded.path} and has no default", file=sys.stderr)
         return 0
@@ -119,6 +127,36 @@ def _config_set(args: argparse.Namespace) -> int:
     return after_config_write(result)
 
 
+def _config_add(args: argparse.Namespace) -> int:
+    try:
+        path = find_config_file(args.config, os.environ)
+        result = add_element(path, args.key, args.fields)
+    except ConfigError as error:
+        return _print_errors(error)
+    print(f"added {result.key}  ({path})")
+    return after_config_write(result) if args.reload else 0
+
+
+def _config_remove(args: argparse.Namespace) -> int:
+    try:
+        path = find_config_file(args.config, os.environ)
+        result = remove_key(path, args.key)
+    except ConfigError as error:
+        return _print_errors(error)
+    print(f"removed {result.key}  ({path})")
+    return after_config_write(result) if args.reload else 0
+
+
+def _no_reload(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-reload",
+        dest="reload",
+        action="store_false",
+        help="do not ask a running supervisor to reload (it still applies the edit"
+        " when it notices the file changed)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; later subcommands (run, status, reload, sim) add to it."""
     parser = argparse.ArgumentParser(
@@ -138,9 +176,18 @@ def build_parser() -> argparse.ArgumentParser:
     config = commands.add_parser("config", help="read or edit the configuration file")
     config_commands = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     get = config_commands.add_parser(
-        "get", parents=[_config_options()], help="print the effective value of KEY as TOML"
+        "get",
+        parents=[_config_options()],
+        help="print the effective value of KEY as TOML",
+        description="Print the effective value of KEY (defaults included) as TOML: a value,"
+        " a table or an array of tables.",
     )
-    get.add_argument("key", metavar="KEY", help="a key path, e.g. providers.claude.concurrency")
+    get.add_argument(
+        "key", metavar="KEY", help="a key path, e.g. providers.claude.concurrency, repos[0], repos"
+    )
+    get.add_argument(
+        "--json", action="store_true", help="print {key, value, origins} as JSON instead"
+    )
     get.set_defaults(handler=_config_get)
     set_ = config_commands.add_parser(
         "set",
@@ -151,14 +198,36 @@ def build_parser() -> argparse.ArgumentParser:
     set_.add_argument(
         "value", metavar="VALUE", help='a TOML value (3, "15m", ["a", "b"]) or a bare word'
     )
-    set_.add_argument(
-        "--no-reload",
-        dest="reload",
-        action="store_false",
-        help="do not ask a running supervisor to reload (it still applies the edit"
-        " when it notices the file changed)",
-    )
+    _no_reload(set_)
     set_.set_defaults(handler=_config_set)
+    add = config_commands.add_parser(
+        "add",
+        parents=[_config_options(with_overrides=False)],
+        help="append an element to an array of tables (a repo, an account)",
+        description="Append an element to the array of tables KEY, after its last element,"
+        " e.g. `config add repos name=app path=~/src/app`.",
+    )
+    add.add_argument(
+        "key", metavar="KEY", help="an array of tables: repos or providers.NAME.accounts"
+    )
+    add.add_argument(
+        "fields",
+        metavar="FIELD=VALUE",
+        nargs="+",
+        help="a field of the new element; VALUE as for config set (env.NAME=x for a table)",
+    )
+    _no_reload(add)
+    add.set_defaults(handler=_config_add)
+    remove = config_commands.add_parser(
+        "remove",
+        parents=[_config_options(with_overrides=False)],
+        help="remove a setting, a table or an element of an array of tables",
+        description="Remove KEY from the file: a setting (it takes its default again),"
+        " a table (providers.codex) or an element (repos[1]; later elements move up).",
+    )
+    remove.add_argument("key", metavar="KEY", help="a key path, e.g. 'repos[1]'")
+    _no_reload(remove)
+    remove.set_defaults(handler=_config_remove)
 
     add_runtime_commands(commands, _config_options)
     add_sim_commands(commands)

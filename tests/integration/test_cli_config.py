@@ -182,7 +182,7 @@ def test_config_get(workdir: Path) -> None:
     )
     assert (override.returncode, override.stdout) == (0, "5\n")
     unknown = herdsman("config", "get", "providers.claude.concurency", cwd=workdir)
-    assert (unknown.returncode, unknown.stdout) == (1, "")
+    assert (unknown.returncode, unknown.stdout) == (2, "")
     assert (
         unknown.stderr == "providers.claude.concurency: unknown key; did you mean 'concurrency'?\n"
     )
