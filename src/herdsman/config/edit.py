@@ -29,6 +29,7 @@ import copy
 import os
 import stat
 import tempfile
+import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,14 @@ from tomlkit.toml_document import TOMLDocument
 
 from herdsman.config import kinds
 from herdsman.config.keypath import KeyPath, format_key_path, parse_key_path
-from herdsman.config.layout import content_end_after, cut, element_span, insert_block, table_span
+from herdsman.config.layout import (
+    content_end_after,
+    cut,
+    element_span,
+    insert_block,
+    own_content_end,
+    table_span,
+)
 from herdsman.config.load import LoadedConfig, load_config_text, read_config_text
 from herdsman.config.model import Config
 from herdsman.config.overrides import parse_value_text
@@ -113,10 +121,12 @@ def _finish(
 ) -> EditResult:
     """Take the first candidate text that means exactly ``expected``; validate; write."""
     for candidate in candidates:
+        # tomllib, not tomlkit: it follows the TOML spec strictly (tomlkit
+        # accepts a table defined twice).
         try:
-            if tomlkit.parse(candidate).unwrap() == expected:
+            if tomllib.loads(candidate) == expected:
                 break
-        except TOMLKitError:
+        except tomllib.TOMLDecodeError:
             continue
     else:
         raise ConfigError(
@@ -356,10 +366,13 @@ def _set_texts(source: _Source, path: KeyPath, value: Any, *, exists: bool) -> I
         yield document.as_string()
         return
     table_depth = _table_depth(path)
-    if _is_header_table(source, node, at) and table_depth <= depth:
-        _append_kv(node, str(rest[0]), _nest(rest[1:], value), source.newline)
-        yield document.as_string()
-        return
+    if table_depth <= depth:
+        line = _kv_lines({str(rest[0]): _nest(rest[1:], value)}, source.newline)
+        yield from _insert_kv(source, at, line)
+        if _is_header_table(source, node, at):
+            _append_kv(node, str(rest[0]), _nest(rest[1:], value), source.newline)
+            yield document.as_string()
+            return
     # A new table: its header is the deepest table on the path; what is
     # below it is one key with an inline value.
     header = path[:table_depth]
@@ -370,6 +383,19 @@ def _set_texts(source: _Source, path: KeyPath, value: Any, *, exists: bool) -> I
     node, depth = _walk(document, path)
     node[path[depth]] = _item(_nest(path[depth + 1 :], value))
     yield document.as_string()
+
+
+def _insert_kv(source: _Source, at: KeyPath, line: str) -> Iterator[str]:
+    """``line`` after the last key under the header of the table at ``at``."""
+    if not at:
+        return
+    number = at[-1] if isinstance(at[-1], int) else None
+    name = tuple(str(part) for part in (at[:-1] if number is not None else at))
+    if any(isinstance(part, int) for part in (at[:-1] if number is not None else at)):
+        return
+    offset = own_content_end(source.text, source.positions, name, number)
+    if offset is not None:
+        yield source.text[:offset] + line + source.text[offset:]
 
 
 def _dotted(document: TOMLDocument, at: KeyPath) -> bool:

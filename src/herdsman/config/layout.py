@@ -16,7 +16,14 @@ from collections.abc import Sequence
 
 from herdsman.config.positions import PositionIndex
 
-__all__ = ["content_end_after", "cut", "element_span", "insert_block", "table_span"]
+__all__ = [
+    "content_end_after",
+    "cut",
+    "element_span",
+    "insert_block",
+    "own_content_end",
+    "table_span",
+]
 
 Headers = Sequence[tuple[tuple[str, ...], bool, int]]
 
@@ -61,6 +68,24 @@ def content_end_after(text: str, index: PositionIndex, prefix: tuple[str, ...]) 
     if not matching:
         return None
     return _region_end(text, headers, matching[-1])
+
+
+def own_content_end(
+    text: str, index: PositionIndex, name: tuple[str, ...], number: int | None
+) -> int | None:
+    """Just past the last key under the header of table ``name`` (or of its
+    ``number``-th element), before its sub-tables: where a new key of it goes.
+
+    ``None`` when the table has no header of its own.
+    """
+    headers = index.header_order
+    if number is None:
+        found = [i for i, (n, aot, _) in enumerate(headers) if n == name and not aot]
+    else:
+        found = [i for i, (n, aot, _) in enumerate(headers) if n == name and aot][number:]
+    if not found:
+        return None
+    return _region_end(text, headers, found[0])
 
 
 def table_span(text: str, index: PositionIndex, name: tuple[str, ...]) -> tuple[int, int] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -74,7 +75,7 @@ def test_every_table_and_array_prints_as_toml_that_loads(
     if first_line is not None:
         assert result.toml.splitlines()[0] == first_line
     # The fragment is TOML meaning the value at that key.
-    node = tomllib.loads(result.toml)
+    node: Any = tomllib.loads(result.toml)
     for part in parse_key_path(key):
         node = node[part]
     assert node == result.value
