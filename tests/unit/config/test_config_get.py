@@ -50,7 +50,8 @@ def test_effective_values(load: Load, key: str, toml: str | None, origin: str) -
 def test_an_element_prints_as_toml_that_writes_it(load: Load) -> None:
     result = get_value(load(TEXT), "providers.claude.accounts[0]")
     assert result.toml == (
-        '[[providers.claude.accounts]]\nname = "work"\nenv = {}\nwindow = "5h"\nbudget_unit = "runs"'
+        '[[providers.claude.accounts]]\nname = "work"\nenv = {}\nwindow = "5h"\n'
+        'budget_unit = "runs"'
     )
     assert result.value == {"name": "work", "env": {}, "window": "5h", "budget_unit": "runs"}
     assert str(result.origins["providers.claude.accounts[0].window"]).endswith("supervisor.toml:9")

@@ -1,0 +1,142 @@
+"""The edit-and-reload journey as a user walks it, end to end, with the real CLI.
+
+Copy the shipped example, start ``herdsman run``, raise a concurrency, add a
+repo by command (the next conversation gets a worktree of it), save a typo
+(refused; the old configuration stays; ``status`` shows where), fix it. Once
+with ``config set``'s own reload request, once through SIGHUP, once through
+the file watcher (an editor's save: a temporary file renamed over the file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_support import CLI, Supervisor, herdsman
+from supervisor_support import free_port, git_repository
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = ROOT / "supervisor.toml.example"
+
+
+def ok(*args: str, cwd: Path) -> str:
+    result = herdsman(*args, cwd=cwd)
+    assert result.returncode == 0, (args, result.stdout, result.stderr)
+    return result.stdout
+
+
+def editor_save(path: Path, text: str) -> None:
+    """Save as editors do: write a temporary file beside it, rename it over."""
+    temporary = path.with_name(f".{path.name}.swp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def status(cwd: Path) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(ok("status", *CLI, "--json", cwd=cwd))
+    return result
+
+
+def wait_for(cwd: Path, sup: Supervisor, done: Any, what: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while True:
+        now = status(cwd)
+        if done(now):
+            return now
+        assert time.monotonic() < deadline, f"{what}: {now}\n{sup.output()}"
+        time.sleep(0.1)
+
+
+def prepared(directory: Path) -> Path:
+    """The example, copied and pointed at this test's folder, port and a quick demo agent."""
+    path = directory / "supervisor.toml"
+    shutil.copyfile(EXAMPLE, path)
+    ok("config", "set", *CLI, "supervisor.state_dir", "state", cwd=directory)
+    ok("config", "set", *CLI, "api.listen", f"127.0.0.1:{free_port()}", cwd=directory)
+    demo = '["herdsman-demo-agent", "--delay", "0.1"]'
+    ok("config", "set", *CLI, "providers.demo.exec", demo, cwd=directory)
+    if herdsman("config", "get", *CLI, "repos", cwd=directory).returncode == 0:
+        ok("config", "remove", *CLI, "repos", cwd=directory)  # no worktrees of this folder
+    return path
+
+
+@pytest.mark.parametrize("trigger", ["command", "SIGHUP", "watcher"])
+def test_edit_reload_journey(tmp_path: Path, trigger: str) -> None:
+    example_before = EXAMPLE.read_bytes()
+    path = prepared(tmp_path)
+    sup = Supervisor(tmp_path)
+    try:
+
+        def edit(*args: str) -> None:
+            """One ``config`` edit, reloaded the way this journey reloads."""
+            if trigger == "command":
+                ok("config", *args[:1], *CLI, *args[1:], cwd=tmp_path)
+                return
+            ok("config", *args[:1], *CLI, "--no-reload", *args[1:], cwd=tmp_path)
+            if trigger == "SIGHUP":
+                sup.process.send_signal(signal.SIGHUP)
+
+        def save(text: str) -> None:
+            """A hand edit, reloaded the way this journey reloads."""
+            editor_save(path, text)
+            if trigger == "command":
+                herdsman("reload", *CLI, cwd=tmp_path)
+            elif trigger == "SIGHUP":
+                sup.process.send_signal(signal.SIGHUP)
+
+        # A concurrency, applied live and shown by `status`.
+        start = status(tmp_path)["generation"]
+        edit("set", "providers.demo.concurrency", "3")
+        wait_for(tmp_path, sup, lambda s: s["limits"]["providers"]["demo"] == 3, "cap 3")
+        rows = [line.split() for line in ok("status", *CLI, cwd=tmp_path).splitlines()]
+        assert ["demo", "3", "0", "0"] in rows
+
+        # A repo added by command: the next conversation gets a worktree of it.
+        app = git_repository(tmp_path / "app")
+        before = status(tmp_path)["generation"]
+        assert before > start
+        edit("add", "repos", "name=app", f"path={app}")
+        wait_for(tmp_path, sup, lambda s: s["generation"] > before, "the repo applied")
+        ok("submit", *CLI, "-p", "demo", "--conversation", "chat-1", "--wait", "hi", cwd=tmp_path)
+        (row,) = json.loads(ok("worktrees", *CLI, "--json", cwd=tmp_path))["worktrees"]
+        assert (row["conversation"], row["repo"]) == ("chat-1", "app")
+        assert (Path(row["path"]) / "README.md").read_text() == "hello\n"
+
+        # A typo: refused, the old configuration stays, `status` says where.
+        good = path.read_text()
+        generation = status(tmp_path)["generation"]
+        typo = good.replace("concurrency = 3", "concurency = 4", 1)
+        save(typo)
+        refused = wait_for(
+            tmp_path,
+            sup,
+            lambda s: s["last_reload"] is not None and not s["last_reload"]["ok"],
+            "the typo refused",
+        )
+        assert refused["generation"] == generation
+        assert refused["limits"]["providers"]["demo"] == 3
+        line = typo[: typo.index("concurency = 4")].count("\n") + 1
+        error = (
+            f"supervisor.toml:{line}:1: providers.demo.concurency: unknown key;"
+            " did you mean 'concurrency'?"
+        )
+        assert error in ok("status", *CLI, cwd=tmp_path).splitlines()[-1]
+
+        # Fixed: applied.
+        save(typo.replace("concurency = 4", "concurrency = 4"))
+        fixed = wait_for(
+            tmp_path, sup, lambda s: s["limits"]["providers"]["demo"] == 4, "the fix applied"
+        )
+        assert fixed["last_reload"]["ok"]
+        assert fixed["generation"] > generation
+        assert sup.stop(signal.SIGTERM) == 0
+    finally:
+        sup.close()
+    # Nothing in the journey touched the tracked example.
+    assert EXAMPLE.read_bytes() == example_before
