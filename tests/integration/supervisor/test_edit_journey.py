@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import shutil
+import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,16 +44,6 @@ def status(cwd: Path) -> dict[str, Any]:
     return result
 
 
-def wait_for(cwd: Path, sup: Supervisor, done: Any, what: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 30
-    while True:
-        now = status(cwd)
-        if done(now):
-            return now
-        assert time.monotonic() < deadline, f"{what}: {now}\n{sup.output()}"
-        time.sleep(0.1)
-
-
 def prepared(directory: Path) -> Path:
     """The example, copied and pointed at this test's folder, port and a quick demo agent."""
     path = directory / "supervisor.toml"
@@ -66,61 +57,77 @@ def prepared(directory: Path) -> Path:
     return path
 
 
+class Journey:
+    """A supervisor on the copied example, and edits reloaded one way (``trigger``)."""
+
+    def __init__(self, directory: Path, trigger: str) -> None:
+        self.directory = directory
+        self.trigger = trigger
+        self.path = prepared(directory)
+        self.supervisor = Supervisor(directory)
+
+    def edit(self, action: str, *args: str) -> None:
+        """One ``herdsman config`` edit, reloaded the way this journey reloads."""
+        if self.trigger == "command":  # config asks the supervisor itself
+            ok("config", action, *CLI, *args, cwd=self.directory)
+            return
+        ok("config", action, *CLI, "--no-reload", *args, cwd=self.directory)
+        if self.trigger == "SIGHUP":
+            self.supervisor.process.send_signal(signal.SIGHUP)
+
+    def save(self, text: str) -> None:
+        """A hand edit in an editor, reloaded the way this journey reloads."""
+        editor_save(self.path, text)
+        if self.trigger == "command":
+            herdsman("reload", *CLI, cwd=self.directory)
+        elif self.trigger == "SIGHUP":
+            self.supervisor.process.send_signal(signal.SIGHUP)
+
+    def status(self) -> dict[str, Any]:
+        return status(self.directory)
+
+    def wait_for(self, done: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+        """The first status for which ``done`` holds, within 30 seconds."""
+        deadline = time.monotonic() + 30
+        while True:
+            now = self.status()
+            if done(now):
+                return now
+            assert time.monotonic() < deadline, f"{what}: {now}\n{self.supervisor.output()}"
+            time.sleep(0.1)
+
+
 @pytest.mark.parametrize("trigger", ["command", "SIGHUP", "watcher"])
 def test_edit_reload_journey(tmp_path: Path, trigger: str) -> None:
     example_before = EXAMPLE.read_bytes()
-    path = prepared(tmp_path)
-    sup = Supervisor(tmp_path)
+    journey = Journey(tmp_path, trigger)
     try:
-
-        def edit(*args: str) -> None:
-            """One ``config`` edit, reloaded the way this journey reloads."""
-            if trigger == "command":
-                ok("config", *args[:1], *CLI, *args[1:], cwd=tmp_path)
-                return
-            ok("config", *args[:1], *CLI, "--no-reload", *args[1:], cwd=tmp_path)
-            if trigger == "SIGHUP":
-                sup.process.send_signal(signal.SIGHUP)
-
-        def save(text: str) -> None:
-            """A hand edit, reloaded the way this journey reloads."""
-            editor_save(path, text)
-            if trigger == "command":
-                herdsman("reload", *CLI, cwd=tmp_path)
-            elif trigger == "SIGHUP":
-                sup.process.send_signal(signal.SIGHUP)
-
         # A concurrency, applied live and shown by `status`.
-        start = status(tmp_path)["generation"]
-        edit("set", "providers.demo.concurrency", "3")
-        wait_for(tmp_path, sup, lambda s: s["limits"]["providers"]["demo"] == 3, "cap 3")
+        start = journey.status()["generation"]
+        journey.edit("set", "providers.demo.concurrency", "3")
+        journey.wait_for(lambda s: s["limits"]["providers"]["demo"] == 3, "cap 3")
         rows = [line.split() for line in ok("status", *CLI, cwd=tmp_path).splitlines()]
         assert ["demo", "3", "0", "0"] in rows
 
         # A repo added by command: the next conversation gets a worktree of it.
         app = git_repository(tmp_path / "app")
-        before = status(tmp_path)["generation"]
+        before = journey.status()["generation"]
         assert before > start
-        edit("add", "repos", "name=app", f"path={app}")
-        wait_for(tmp_path, sup, lambda s: s["generation"] > before, "the repo applied")
+        journey.edit("add", "repos", "name=app", f"path={app}")
+        journey.wait_for(lambda s: s["generation"] > before, "the repo applied")
         ok("submit", *CLI, "-p", "demo", "--conversation", "chat-1", "--wait", "hi", cwd=tmp_path)
         (row,) = json.loads(ok("worktrees", *CLI, "--json", cwd=tmp_path))["worktrees"]
         assert (row["conversation"], row["repo"]) == ("chat-1", "app")
         assert (Path(row["path"]) / "README.md").read_text() == "hello\n"
 
         # A typo: refused, the old configuration stays, `status` says where.
-        good = path.read_text()
-        generation = status(tmp_path)["generation"]
-        typo = good.replace("concurrency = 3", "concurency = 4", 1)
-        save(typo)
-        refused = wait_for(
-            tmp_path,
-            sup,
-            lambda s: s["last_reload"] is not None and not s["last_reload"]["ok"],
-            "the typo refused",
+        generation = journey.status()["generation"]
+        typo = journey.path.read_text().replace("concurrency = 3", "concurency = 4", 1)
+        journey.save(typo)
+        refused = journey.wait_for(
+            lambda s: s["last_reload"] is not None and not s["last_reload"]["ok"], "refused"
         )
-        assert refused["generation"] == generation
-        assert refused["limits"]["providers"]["demo"] == 3
+        assert (refused["generation"], refused["limits"]["providers"]["demo"]) == (generation, 3)
         line = typo[: typo.index("concurency = 4")].count("\n") + 1
         error = (
             f"supervisor.toml:{line}:1: providers.demo.concurency: unknown key;"
@@ -129,14 +136,15 @@ def test_edit_reload_journey(tmp_path: Path, trigger: str) -> None:
         assert error in ok("status", *CLI, cwd=tmp_path).splitlines()[-1]
 
         # Fixed: applied.
-        save(typo.replace("concurency = 4", "concurrency = 4"))
-        fixed = wait_for(
-            tmp_path, sup, lambda s: s["limits"]["providers"]["demo"] == 4, "the fix applied"
-        )
+        journey.save(typo.replace("concurency = 4", "concurrency = 4"))
+        fixed = journey.wait_for(lambda s: s["limits"]["providers"]["demo"] == 4, "fix applied")
         assert fixed["last_reload"]["ok"]
         assert fixed["generation"] > generation
-        assert sup.stop(signal.SIGTERM) == 0
+        assert journey.supervisor.stop(signal.SIGTERM) == 0
     finally:
-        sup.close()
+        journey.supervisor.close()
+    # The trigger under test was the one that reloaded (the watcher may also have).
+    named = {"command": "(API)", "SIGHUP": "(SIGHUP)", "watcher": "(file changed)"}[trigger]
+    assert f"reload {named}" in journey.supervisor.output()
     # Nothing in the journey touched the tracked example.
     assert EXAMPLE.read_bytes() == example_before
