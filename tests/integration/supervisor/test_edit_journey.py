@@ -122,13 +122,18 @@ def test_edit_reload_journey(tmp_path: Path, trigger: str) -> None:
 
         # A typo: refused, the old configuration stays, `status` says where.
         generation = journey.status()["generation"]
-        typo = journey.path.read_text().replace("concurrency = 3", "concurency = 4", 1)
-        journey.save(typo)
+        where = ok("config", "get", *CLI, "providers.demo.concurrency", "--json", cwd=tmp_path)
+        (origin,) = json.loads(where)["origins"].values()
+        line = int(origin.rpartition(":")[2])
+        lines = journey.path.read_text().splitlines(keepends=True)
+        good = lines[line - 1]
+        assert good.startswith("concurrency = 3")
+        lines[line - 1] = "concurency = 4\n"
+        journey.save("".join(lines))
         refused = journey.wait_for(
             lambda s: s["last_reload"] is not None and not s["last_reload"]["ok"], "refused"
         )
         assert (refused["generation"], refused["limits"]["providers"]["demo"]) == (generation, 3)
-        line = typo[: typo.index("concurency = 4")].count("\n") + 1
         error = (
             f"supervisor.toml:{line}:1: providers.demo.concurency: unknown key;"
             " did you mean 'concurrency'?"
@@ -136,7 +141,8 @@ def test_edit_reload_journey(tmp_path: Path, trigger: str) -> None:
         assert error in ok("status", *CLI, cwd=tmp_path).splitlines()[-1]
 
         # Fixed: applied.
-        journey.save(typo.replace("concurency = 4", "concurrency = 4"))
+        lines[line - 1] = "concurrency = 4\n"
+        journey.save("".join(lines))
         fixed = journey.wait_for(lambda s: s["limits"]["providers"]["demo"] == 4, "fix applied")
         assert fixed["last_reload"]["ok"]
         assert fixed["generation"] > generation
