@@ -147,7 +147,20 @@ def _config_remove(args: argparse.Namespace) -> int:
     return after_config_write(result) if args.reload else 0
 
 
-def _no_reload(parser: argparse.ArgumentParser) -> None:
+def _edit_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    handler: Command,
+    summary: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """A ``config`` subcommand that edits the file, then asks a running supervisor to reload."""
+    parser = commands.add_parser(
+        name,
+        parents=[_config_options(with_overrides=False)],
+        help=summary,
+        description=description,
+    )
     parser.add_argument(
         "--no-reload",
         dest="reload",
@@ -155,6 +168,8 @@ def _no_reload(parser: argparse.ArgumentParser) -> None:
         help="do not ask a running supervisor to reload (it still applies the edit"
         " when it notices the file changed)",
     )
+    parser.set_defaults(handler=handler)
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -189,22 +204,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print {key, value, origins} as JSON instead"
     )
     get.set_defaults(handler=_config_get)
-    set_ = config_commands.add_parser(
+    set_ = _edit_parser(
+        config_commands,
         "set",
-        parents=[_config_options(with_overrides=False)],
-        help="set KEY to VALUE in the file, keeping its layout",
+        _config_set,
+        "set KEY to VALUE in the file, keeping its layout",
+        "Set KEY to VALUE in the file: only that value's text changes. A new key goes into"
+        " its own table, a new table after the last of its kind.",
     )
-    set_.add_argument("key", metavar="KEY", help="a key path, e.g. providers.claude.concurrency")
+    set_.add_argument("key", metavar="KEY", help="a key path, e.g. 'repos[0].path'")
     set_.add_argument(
         "value", metavar="VALUE", help='a TOML value (3, "15m", ["a", "b"]) or a bare word'
     )
-    _no_reload(set_)
-    set_.set_defaults(handler=_config_set)
-    add = config_commands.add_parser(
+    add = _edit_parser(
+        config_commands,
         "add",
-        parents=[_config_options(with_overrides=False)],
-        help="append an element to an array of tables (a repo, an account)",
-        description="Append an element to the array of tables KEY, after its last element,"
+        _config_add,
+        "append an element to an array of tables (a repo, an account)",
+        "Append an element to the array of tables KEY, after its last element,"
         " e.g. `config add repos name=app path=~/src/app`.",
     )
     add.add_argument(
@@ -216,18 +233,15 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         help="a field of the new element; VALUE as for config set (env.NAME=x for a table)",
     )
-    _no_reload(add)
-    add.set_defaults(handler=_config_add)
-    remove = config_commands.add_parser(
+    remove = _edit_parser(
+        config_commands,
         "remove",
-        parents=[_config_options(with_overrides=False)],
-        help="remove a setting, a table or an element of an array of tables",
-        description="Remove KEY from the file: a setting (it takes its default again),"
-        " a table (providers.codex) or an element (repos[1]; later elements move up).",
+        _config_remove,
+        "remove a setting, a table or an element of an array of tables",
+        "Remove KEY from the file: a setting (it takes its default again), a table"
+        " (providers.codex), an element ('repos[1]'; later elements move up) or a whole array.",
     )
     remove.add_argument("key", metavar="KEY", help="a key path, e.g. 'repos[1]'")
-    _no_reload(remove)
-    remove.set_defaults(handler=_config_remove)
 
     add_runtime_commands(commands, _config_options)
     add_sim_commands(commands)
