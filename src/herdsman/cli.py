@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from herdsman import __version__
 from herdsman.config import (
@@ -148,7 +149,7 @@ def _config_remove(args: argparse.Namespace) -> int:
 
 
 def _edit_parser(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    commands: Any,
     name: str,
     handler: Command,
     summary: str,
