@@ -156,7 +156,7 @@ def _edit_parser(
     description: str,
 ) -> argparse.ArgumentParser:
     """A ``config`` subcommand that edits the file, then asks a running supervisor to reload."""
-    parser = commands.add_parser(
+    parser: argparse.ArgumentParser = commands.add_parser(
         name,
         parents=[_config_options(with_overrides=False)],
         help=summary,
