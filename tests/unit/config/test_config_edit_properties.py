@@ -187,7 +187,7 @@ def apply(operation: str, path: Path, key: str, args: list[str]) -> None:
 
 
 @pytest.mark.parametrize("source", FILES, ids=[path.name for path in FILES])
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_random_edit_sequences_keep_everything_else(source: Path, data: st.DataObject) -> None:
     with tempfile.TemporaryDirectory() as folder:
