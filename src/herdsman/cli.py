@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from herdsman import __version__
 from herdsman.config import (
@@ -38,8 +38,36 @@ __all__ = ["main"]
 Command = Callable[[argparse.Namespace], int]
 
 
-def _config_options(with_overrides: bool = True) -> argparse.ArgumentParser:
-    options = argparse.ArgumentParser(add_help=False)
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error said in one line (exit status 2, as argparse's)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
+class _RefusedSet(argparse.Action):
+    """``--set`` on a command that reads no settings of its own: refused, not ignored.
+
+    The clients of a running supervisor (``status``, ``worktrees sweep``...)
+    act on the settings it runs on; a ``--set`` there would change nothing.
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        parser.error(
+            "--set is not taken here: it changes a setting only for a command that reads the"
+            " file itself (run, check, config get, logs, sim); for the running supervisor,"
+            " change the file: herdsman config set KEY VALUE"
+        )
+
+
+def _config_options(with_overrides: bool = True) -> _Parser:
+    options = _Parser(add_help=False)
     options.add_argument(
         "-c",
         "--config",
@@ -56,6 +84,10 @@ def _config_options(with_overrides: bool = True) -> argparse.ArgumentParser:
             default=[],
             metavar="KEY=VALUE",
             help="override a setting for this command (repeatable); VALUE is TOML or a bare word",
+        )
+    else:
+        options.add_argument(
+            "--set", dest="overrides", action=_RefusedSet, default=[], help=argparse.SUPPRESS
         )
     return options
 
@@ -175,9 +207,7 @@ def _edit_parser(
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; later subcommands (run, status, reload, sim) add to it."""
-    parser = argparse.ArgumentParser(
-        prog="herdsman", description="A supervisor for coding-agent runs."
-    )
+    parser = _Parser(prog="herdsman", description="A supervisor for coding-agent runs.")
     parser.add_argument("--version", action="version", version=f"herdsman {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -185,18 +215,25 @@ def build_parser() -> argparse.ArgumentParser:
         "check",
         parents=[_config_options()],
         help="validate the configuration and show the effective settings",
+        description="Validate the configuration file and print every effective setting and"
+        " where it came from (the file, a --set, or the default). Exit status 1 when the"
+        " file is invalid, with every error on its own line.",
     )
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.set_defaults(handler=_check)
 
-    config = commands.add_parser("config", help="read or edit the configuration file")
+    config = commands.add_parser(
+        "config",
+        help="read or edit the configuration file",
+        description="Read a setting of the configuration file, or edit one in place.",
+    )
     config_commands = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     get = config_commands.add_parser(
         "get",
         parents=[_config_options()],
         help="print the effective value of KEY as TOML",
-        description="Print the effective value of KEY (defaults included) as TOML: a value,"
-        " a table or an array of tables.",
+        description="Print the effective value of KEY as TOML: as the file sets it, else"
+        " its default. A table or an array of tables prints as the TOML that writes it.",
     )
     get.add_argument(
         "key", metavar="KEY", help="a key path, e.g. providers.claude.concurrency, repos[0], repos"
@@ -210,8 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
         "set",
         _config_set,
         "set KEY to VALUE in the file, keeping its layout",
-        "Set KEY to VALUE in the file: only that value's text changes. A new key goes into"
-        " its own table, a new table after the last of its kind.",
+        "Set KEY to VALUE in the configuration file, keeping its comments and layout (a new"
+        " key goes into its own table, a new table after the last of its kind); the whole"
+        " file is validated first. A supervisor running on the file is asked to reload it.",
     )
     set_.add_argument("key", metavar="KEY", help="a key path, e.g. 'repos[0].path'")
     set_.add_argument(

@@ -210,3 +210,35 @@ def test_a_wrong_engine_flag_is_refused_with_what_would_be_right(
     assert said in done.stderr
     assert "Traceback" not in done.stderr
     assert done.stdout == ""
+
+
+def test_diff_json_carries_the_divergence_as_data(tmp_path: Path) -> None:
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=20)
+    assert herdsman("sim", "replay", str(trace), "--out", "a.jsonl", cwd=tmp_path).returncode == 0
+    lines = (tmp_path / "a.jsonl").read_text().splitlines()
+    cut = len(lines) // 2
+    (tmp_path / "short.jsonl").write_text("\n".join(lines[:cut]) + "\n")
+    same = herdsman("sim", "diff", "--json", "a.jsonl", "a.jsonl", cwd=tmp_path)
+    assert same.returncode == 0, same.stderr
+    agreed = json.loads(same.stdout)
+    assert agreed["agree"] is True
+    assert agreed["divergence"] is None
+    assert agreed["rotated"] == []
+    assert (agreed["expected"], agreed["actual"]) == ("a.jsonl", "a.jsonl")
+    text = herdsman("sim", "diff", "a.jsonl", "a.jsonl", cwd=tmp_path).stdout
+    assert f"all {agreed['compared']} decisions" in text
+
+    differ = herdsman("sim", "diff", "short.jsonl", "a.jsonl", "--json", cwd=tmp_path)
+    assert differ.returncode == 1, differ.stderr
+    found = json.loads(differ.stdout)["divergence"]
+    said = herdsman("sim", "diff", "short.jsonl", "a.jsonl", cwd=tmp_path).stdout
+    assert said.startswith(
+        f"the traces diverge at decision {found['index']} (run {found['run_id']},"
+    )
+    # The recording cut short has no more decisions; the full one goes on.
+    assert found["expected"] is None
+    actual = found["actual"]
+    assert set(actual) == {"kind", "run_id", "what", "t", "line"}
+    assert f"  a.jsonl: t={actual['t']:.3f}  {actual['kind']} {actual['run_id']}" in said
+    assert json.loads(lines[actual["line"] - 1])["run_id"] == actual["run_id"]
+    assert len(found["before"]) == 5

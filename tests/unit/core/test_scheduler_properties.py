@@ -1,7 +1,7 @@
 """Property tests: the scheduling core against a deliberately simple reference model.
 
-The model (:class:`ReferenceModel`) is written from the contract in DESIGN.md
-("Scheduling rules"), not from the core's lanes and heaps: a list of queued runs
+The model (:class:`ReferenceModel`) is written from the contract in docs/scheduling.md
+("When a run may start"), not from the core's lanes and heaps: a list of queued runs
 in submission order, a list of running runs, and a quadratic scan that starts
 the earliest-submitted free run until no run is free. A run is *free* when
 
