@@ -13,16 +13,19 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from herdsman import __version__
 from herdsman.config import (
     ConfigError,
+    ConfigUsageError,
     EditResult,
+    add_element,
     environment_warnings,
     get_value,
     load_config,
     load_config_text,
+    remove_key,
     set_value,
 )
 from herdsman.config.locate import find_config_file
@@ -92,7 +95,8 @@ def _config_options(with_overrides: bool = True) -> _Parser:
 def _print_errors(error: ConfigError) -> int:
     for problem in error.problems:
         print(problem, file=sys.stderr)
-    return 1
+    # A key path that names nothing is a mistake in the command, not the file.
+    return 2 if isinstance(error, ConfigUsageError) else 1
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -117,6 +121,10 @@ def _config_get(args: argparse.Namespace) -> int:
         result = get_value(loaded, args.key)
     except ConfigError as error:
         return _print_errors(error)
+    if args.json:
+        origins = {key: str(origin) for key, origin in result.origins.items()}
+        print(json.dumps({"key": result.key, "value": result.value, "origins": origins}, indent=2))
+        return 0
     if result.toml is None:
         print(f"{result.key}: not set in {loaded.path} and has no default", file=sys.stderr)
         return 0
@@ -152,6 +160,51 @@ def _config_set(args: argparse.Namespace) -> int:
     return after_config_write(result)
 
 
+def _config_add(args: argparse.Namespace) -> int:
+    try:
+        path = find_config_file(args.config, os.environ)
+        result = add_element(path, args.key, args.fields)
+    except ConfigError as error:
+        return _print_errors(error)
+    print(f"added {result.key}  ({path})")
+    return after_config_write(result) if args.reload else 0
+
+
+def _config_remove(args: argparse.Namespace) -> int:
+    try:
+        path = find_config_file(args.config, os.environ)
+        result = remove_key(path, args.key)
+    except ConfigError as error:
+        return _print_errors(error)
+    print(f"removed {result.key}  ({path})")
+    return after_config_write(result) if args.reload else 0
+
+
+def _edit_parser(
+    commands: Any,
+    name: str,
+    handler: Command,
+    summary: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """A ``config`` subcommand that edits the file, then asks a running supervisor to reload."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name,
+        parents=[_config_options(with_overrides=False)],
+        help=summary,
+        description=description,
+    )
+    parser.add_argument(
+        "--no-reload",
+        dest="reload",
+        action="store_false",
+        help="do not ask a running supervisor to reload (it still applies the edit"
+        " when it notices the file changed)",
+    )
+    parser.set_defaults(handler=handler)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; later subcommands (run, status, reload, sim) add to it."""
     parser = _Parser(prog="herdsman", description="A supervisor for coding-agent runs.")
@@ -180,30 +233,54 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[_config_options()],
         help="print the effective value of KEY as TOML",
         description="Print the effective value of KEY as TOML: as the file sets it, else"
-        " its default.",
+        " its default. A table or an array of tables prints as the TOML that writes it.",
     )
-    get.add_argument("key", metavar="KEY", help="a key path, e.g. providers.claude.concurrency")
+    get.add_argument(
+        "key", metavar="KEY", help="a key path, e.g. providers.claude.concurrency, repos[0], repos"
+    )
+    get.add_argument(
+        "--json", action="store_true", help="print {key, value, origins} as JSON instead"
+    )
     get.set_defaults(handler=_config_get)
-    set_ = config_commands.add_parser(
+    set_ = _edit_parser(
+        config_commands,
         "set",
-        parents=[_config_options(with_overrides=False)],
-        help="set KEY to VALUE in the file, keeping its layout",
-        description="Set KEY to VALUE in the configuration file, keeping its comments and"
-        " layout; the whole file is validated first. A supervisor running on the file is"
-        " asked to reload it.",
+        _config_set,
+        "set KEY to VALUE in the file, keeping its layout",
+        "Set KEY to VALUE in the configuration file, keeping its comments and layout (a new"
+        " key goes into its own table, a new table after the last of its kind); the whole"
+        " file is validated first. A supervisor running on the file is asked to reload it.",
     )
-    set_.add_argument("key", metavar="KEY", help="a key path, e.g. providers.claude.concurrency")
+    set_.add_argument("key", metavar="KEY", help="a key path, e.g. 'repos[0].path'")
     set_.add_argument(
         "value", metavar="VALUE", help='a TOML value (3, "15m", ["a", "b"]) or a bare word'
     )
-    set_.add_argument(
-        "--no-reload",
-        dest="reload",
-        action="store_false",
-        help="do not ask a running supervisor to reload (it still applies the edit"
-        " when it notices the file changed)",
+    add = _edit_parser(
+        config_commands,
+        "add",
+        _config_add,
+        "append an element to an array of tables (a repo, an account)",
+        "Append an element to the array of tables KEY, after its last element,"
+        " e.g. `config add repos name=app path=~/src/app`.",
     )
-    set_.set_defaults(handler=_config_set)
+    add.add_argument(
+        "key", metavar="KEY", help="an array of tables: repos or providers.NAME.accounts"
+    )
+    add.add_argument(
+        "fields",
+        metavar="FIELD=VALUE",
+        nargs="+",
+        help="a field of the new element; VALUE as for config set (env.NAME=x for a table)",
+    )
+    remove = _edit_parser(
+        config_commands,
+        "remove",
+        _config_remove,
+        "remove a setting, a table or an element of an array of tables",
+        "Remove KEY from the file: a setting (it takes its default again), a table"
+        " (providers.codex), an element ('repos[1]'; later elements move up) or a whole array.",
+    )
+    remove.add_argument("key", metavar="KEY", help="a key path, e.g. 'repos[1]'")
 
     add_runtime_commands(commands, _config_options)
     add_sim_commands(commands)

@@ -38,14 +38,16 @@ def test_the_walk_finds_every_command() -> None:
     assert {
         "herdsman accounts",
         "herdsman cancel",
+        "herdsman config add",
         "herdsman config get",
+        "herdsman config remove",
         "herdsman config set",
         "herdsman logs",
         "herdsman sim diff",
         "herdsman sim fuzz",
         "herdsman worktrees",
     } <= names
-    assert len(names) == 20
+    assert len(names) == 22
 
 
 @pytest.mark.parametrize(("name", "parser"), _pages(), ids=[name for name, _ in _pages()])
