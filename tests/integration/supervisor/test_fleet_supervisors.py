@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from cli_support import CLI, Supervisor, herdsman, process_alive, processes_with_env
 from fleet_support import client
 from supervisor_support import write_config
