@@ -11,7 +11,7 @@ from cli_support import Supervisor
 
 from postgres_support import split_password
 
-__all__ = ["client", "closing", "fleet_url"]
+__all__ = ["client", "closing", "fleet_toml", "fleet_url"]
 
 
 @pytest.fixture
@@ -41,4 +41,12 @@ def client(member: Supervisor) -> httpx.Client:
     token = (member.directory / "state" / "api-token").read_text().strip()
     return httpx.Client(
         base_url=f"http://{listen}", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
+
+
+def fleet_toml(url: str, *, lease: str = "3s", poll: str = "1s", more: str = "") -> str:
+    """The ``[store]`` and ``[fleet]`` tables of a member on ``url`` (``more``: further keys)."""
+    return (
+        f'[store]\nurl = "{url}"\n[fleet]\nenabled = true\nlease = "{lease}"\n'
+        f'poll = "{poll}"\n{more}'
     )

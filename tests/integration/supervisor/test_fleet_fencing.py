@@ -22,7 +22,7 @@ from pathlib import Path
 import attrs
 import pytest
 from cli_support import Supervisor, process_alive, processes_with_env
-from fleet_support import client
+from fleet_support import client, fleet_toml
 from supervisor_support import write_config
 
 from herdsman.runtime.store import RunRecord, RunStatus
@@ -85,15 +85,9 @@ def member(directory: Path, url: str, stamps: Path) -> Supervisor:
 [providers.stamp]
 exec = ["{sys.executable}", "{AGENT}", "{stamps}"]
 concurrency = 2
-[store]
-url = "{url}"
-[fleet]
-enabled = true
-lease = "3s"
-poll = "1s"
-provider_caps = {{ stamp = {CAP} }}
 """
-    write_config(directory, extra=provider)
+    caps = f"provider_caps = {{ stamp = {CAP} }}\n"
+    write_config(directory, extra=provider + fleet_toml(url, more=caps))
     return Supervisor(directory)
 
 

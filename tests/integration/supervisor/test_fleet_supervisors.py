@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import CLI, Supervisor, herdsman, process_alive, processes_with_env
-from fleet_support import client
+from fleet_support import client, fleet_toml
 from supervisor_support import write_config
 
 from herdsman.runtime.orphans import find_orphans, stopped_note
@@ -45,8 +45,7 @@ def start_members(
             directory,
             concurrency=2,
             delay=delay,
-            extra=f'[store]\nurl = "{url}"\n[fleet]\nenabled = true\nlease = "{lease}"\n'
-            'poll = "1s"\n',
+            extra=fleet_toml(url, lease=lease),
         )
         members.append(Supervisor(directory))
     return members
@@ -349,14 +348,8 @@ usage_limit_pattern = 'LIMIT resets_at=(?P<resets_at>\\d+)'
 [[providers.agent.accounts]]
 name = "{account}"
 env = {{ AGENT_HOME = "{home}" }}
-[store]
-url = "{url}"
-[fleet]
-enabled = true
-lease = "3s"
-poll = "1s"
 """
-    write_config(directory, extra=provider)
+    write_config(directory, extra=provider + fleet_toml(url))
     return Supervisor(directory)
 
 
