@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -60,8 +60,7 @@ class Agents:
             agent.wait()
 
 
-def wait_until(condition: object, what: str, timeout: float = 10) -> None:
-    assert callable(condition)
+def wait_until(condition: Callable[[], object], what: str, timeout: float = 10) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, what
