@@ -10,8 +10,8 @@ and records the run as running and held by the member, or refuses it and
 changes nothing. A member whose lease lapsed is *expired* by any live one:
 in one transaction its row goes and its running runs become ``lost``, never
 re-run, once a margin has passed for the member's fence to kill its agents
-(fence_keeper.py). The rules are those of docs/scheduling.md; docs/fleet.md says how
-they map onto these transactions.
+(fence_keeper.py). The rules are those of docs/scheduling.md; docs/fleet.md
+says how they map onto these transactions.
 
 Claims and expiries serialise on one transaction-scoped advisory lock (the
 *fleet lock*): simple, obviously correct, and fast enough for a queue of
@@ -266,23 +266,20 @@ class FleetStore(PostgresStore):
         lease: float,
         connect_timeout: int = 10,
         margin: float = FENCE_MARGIN,
-        clock: Callable[[], float] = fence_clock,
     ) -> None:
         """Connect, create or migrate the schema, and join the fleet as ``member_id``.
 
         ``margin``: how long after a member's lease ended this member waits
-        before it expires it (:data:`FENCE_MARGIN`). ``clock``: the local
-        clock :attr:`lease_end_local` is on.
+        before it expires it (:data:`FENCE_MARGIN`).
         """
         if not (math.isfinite(lease) and lease > 0):
             raise StoreError(f"a fleet lease must be a positive number of seconds, got {lease!r}")
         self.margin = margin
-        self._clock = clock
-        #: Until when, on ``clock``, the lease certainly holds by the server's
-        #: clock too: read before the statement that set the lease, plus the
-        #: lease (the server's clock_timestamp() was read after it). Set when
-        #: the statement has run: it holds once its transaction commits (in a
-        #: batch, the batch's). ``-inf`` until joined.
+        #: Until when, on :func:`fence_clock`, the lease certainly holds by
+        #: the server's clock too: read before the statement that set the
+        #: lease, plus the lease (the server's clock_timestamp() was read
+        #: after it). Set when the statement has run: it holds once its
+        #: transaction commits (in a batch, the batch's). ``-inf`` until joined.
         self.lease_end_local = -math.inf
         # Set by _take_ledger; until then (never, if joining fails) no lock.
         self._fleet_lock: int | None = None
@@ -315,7 +312,7 @@ class FleetStore(PostgresStore):
         self._fleet_lock = (_FLEET_LOCK << 32) | int(row[1])
 
     def _join(self, host: str, pid: int) -> None:
-        sent = self._clock()
+        sent = fence_clock()
         with self._transaction() as cur:
             cur.execute(
                 "INSERT INTO supervisors (id, host, pid, joined_at, lease_until)"
@@ -334,7 +331,7 @@ class FleetStore(PostgresStore):
         revived, since another member may be declaring its runs lost.
         Moves :attr:`lease_end_local` on.
         """
-        sent, lease = self._clock(), self.lease
+        sent, lease = fence_clock(), self.lease
         with self._transaction() as cur:
             row = cur.execute(
                 f"UPDATE supervisors SET lease_until = {_CLOCK} + ?"
