@@ -1518,9 +1518,14 @@ class Supervisor:
                 log.error("could not read the runs of agents left running: %s", exc)
 
     def _lease_expired(self, message: str) -> None:
-        log.critical("%s; draining and stopping", message)
+        # Its runs may be declared lost and run on elsewhere: none may go on
+        # here (the fence keeper kills their agents anyway, docs/fleet.md).
+        log.critical("%s; stopping its runs and the supervisor", message)
         self._fatal = message
         self.request_shutdown()
+        self._admitting = False  # now: the slots freed below must start nothing
+        for run_id in sorted(self._handles):
+            self._stop(run_id, "this fleet member's lease ran out")
 
     async def _execute_run(self, record: RunRecord, pick: Pick | None, config: Config) -> None:
         handle = self._handles[record.id]
