@@ -250,6 +250,11 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  the last reload ({last['trigger']}) was rejected; nothing changed:")
         for error in last["errors"]:
             print(f"    {error}")
+    if status.get("waiting_for_restart"):
+        print()
+        print("  in the file but waiting for a restart (the running values are kept):")
+        for change in status["waiting_for_restart"]:
+            print(f"    {change['key']}: {change['old']} -> {change['new']}")
     for provider, reason in sorted(status.get("waiting_for_provider", {}).items()):
         print()
         print(f"  {provider}: {reason}")
@@ -459,34 +464,39 @@ def reload_running(config: Config, config_file: Path) -> int:
     except ApiError as error:
         print(f"herdsman: the running supervisor did not reload: {error.message}", file=sys.stderr)
         return 1
-    print("the running supervisor reloaded the file:")
-    print_reload(body)
+    print_reload(body, "the running supervisor reloaded the file:")
     return 0 if body["ok"] else 1
 
 
-def print_reload(body: Mapping[str, Any]) -> None:
-    """A reload's result, a changed key a line (``herdsman reload``, ``config set``).
+def print_reload(body: Mapping[str, Any], header: str | None = None) -> None:
+    """A reload's result, a change a line (``herdsman reload``, ``config set``).
 
     A file already reloaded (by the file watcher, a SIGHUP) is not reloaded
-    again: the answer is that earlier reload, and says so.
+    again: the answer is that earlier reload, and says so. A rejected reload
+    is one report on stderr, header included; an applied one goes to stdout.
     """
+    out = sys.stdout if body["ok"] else sys.stderr
+    if header is not None:
+        print(header, file=out)
     if body["trigger"] != "API":
         when = _local_time(body["at"])
-        print(f"the file is unchanged since it was reloaded ({body['trigger']}, {when}):")
+        print(f"the file is unchanged since it was reloaded ({body['trigger']}, {when}):", file=out)
     if not body["ok"]:
         print(
             f"reload rejected; nothing changed (generation {body['generation']} stays in force):",
-            file=sys.stderr,
+            file=out,
         )
         for error in body["errors"]:
-            print(f"  {error}", file=sys.stderr)
+            print(f"  {error}", file=out)
         return
     if not body["changes"]:
         print(f"no changes: the file is already in force (generation {body['generation']})")
         return
+    from herdsman.runtime.reload import change_line  # noqa: PLC0415
+
     for change in body["changes"]:
-        what = "applied" if change["applied"] else "needs a restart; the running value is kept"
-        print(f"  {change['key']}: {change['old']} -> {change['new']}  ({what})")
+        kind, old, new = change["change"], change["old"], change["new"]
+        print(f"  {change_line(change['key'], kind, old, new, change['applied'])}")
     print(f"generation {body['generation']}")
 
 
