@@ -16,11 +16,14 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from herdsman.config import Config, ConfigError, load_config
 from herdsman.runtime.api.client import ApiClient, ApiError, ApiUnavailable
 from herdsman.runtime.ids import run_id_problem
+
+if TYPE_CHECKING:
+    from herdsman.runtime.runner.protocols import LogText
 
 OptionsFactory = Callable[..., argparse.ArgumentParser]
 TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "lost", "skipped", "usage_limited"}
@@ -506,18 +509,23 @@ def print_reload(body: Mapping[str, Any], header: str | None = None) -> None:
 def _logs(args: argparse.Namespace) -> int:
     if problem := run_id_problem(args.run_id):
         raise CommandError(f"run id {problem}")
+    from herdsman.runtime.runner.protocols import LogText  # noqa: PLC0415
+
     config = _load(args)
     path = config.supervisor.state_dir / "logs" / f"{args.run_id}.log"
+    text = None if args.raw else LogText()
     if not args.follow:
-        _copy_log(path, 0)
+        _copy_log(path, 0, text)
+        _finish_log(text)
         return 0
     with _client_for(args) as client:
         offset = 0
         while True:
             _, run = client.request("GET", f"/v1/runs/{args.run_id}")
-            offset = _copy_log(path, offset, missing_ok=True)
+            offset = _copy_log(path, offset, text, missing_ok=True)
             if run["status"] in TERMINAL:
-                _copy_log(path, offset, missing_ok=True)
+                _copy_log(path, offset, text, missing_ok=True)
+                _finish_log(text)
                 if not path.exists():
                     raise CommandError(
                         f"no log at {path}: run {args.run_id} ended as {run['status']} without"
@@ -529,7 +537,8 @@ def _logs(args: argparse.Namespace) -> int:
             time.sleep(0.5)
 
 
-def _copy_log(path: Path, offset: int, *, missing_ok: bool = False) -> int:
+def _copy_log(path: Path, offset: int, text: LogText | None, *, missing_ok: bool = False) -> int:
+    """Print the log from ``offset`` on: as recorded, or through ``text`` (a ``LogText``)."""
     try:
         with path.open("rb") as handle:
             handle.seek(offset)
@@ -542,9 +551,19 @@ def _copy_log(path: Path, offset: int, *, missing_ok: bool = False) -> int:
         ) from None
     except OSError as error:
         raise CommandError(f"cannot read the log {path}: {error.strerror}") from None
-    sys.stdout.buffer.write(data)
-    sys.stdout.buffer.flush()
+    if text is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        sys.stdout.write(text.feed(data))
+        sys.stdout.flush()
     return offset + len(data)
+
+
+def _finish_log(text: LogText | None) -> None:
+    if text is not None:
+        sys.stdout.write(text.finish())
+        sys.stdout.flush()
 
 
 # -- parser -------------------------------------------------------------------
@@ -636,6 +655,11 @@ def add_runtime_commands(commands: Any, config_options: OptionsFactory) -> None:
     logs = commands.add_parser("logs", parents=[config_options()], help="print a run's output")
     logs.add_argument("run_id", metavar="RUN_ID")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
+    logs.add_argument(
+        "--raw",
+        action="store_true",
+        help="print the output as recorded (claude and codex streams are JSON lines)",
+    )
     logs.set_defaults(handler=_guard(_logs))
 
     worktrees = commands.add_parser(
