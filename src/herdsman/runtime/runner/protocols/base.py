@@ -105,6 +105,8 @@ class ProtocolAdapter:
 
     def __init__(self) -> None:
         self._last_stderr: str | None = None
+        # The last error the stream itself reported (set by the adapters that read one).
+        self._stream_error: str | None = None
 
     def feed_line(self, line: bytes) -> None:
         """Take one stdout line (with its newline, if it had one)."""
@@ -129,7 +131,7 @@ class ProtocolAdapter:
         Only what the stream says is an error counts (a plain CLI's stderr
         is anything).
         """
-        return None
+        return None if self._stream_error is None else f"last error: {self._stream_error}"
 
     @property
     def session_id(self) -> str | None:

@@ -76,7 +76,6 @@ class ClaudeAdapter(ProtocolAdapter):
         self._subtype: str | None = None
         self._errors: list[str] = []
         self._agent_error: str | None = None
-        self._problem: str | None = None
         self._usage_limit: UsageLimit | None = None
         self._unparsed = 0
 
@@ -99,12 +98,12 @@ class ClaudeAdapter(ProtocolAdapter):
         elif kind == "assistant" and isinstance(event.get("error"), str):
             self._on_agent_error(event)
         elif kind == "system" and event.get("subtype") == "api_retry":
-            self._problem = _retry_text(event)
+            self._stream_error = _retry_text(event)
 
     def _on_agent_error(self, event: dict[str, Any]) -> None:
         self._agent_error = str(event["error"])
         text = _message_text(event.get("message"))
-        self._problem = f"{text} ({self._agent_error})" if text else self._agent_error
+        self._stream_error = f"{text} ({self._agent_error})" if text else self._agent_error
 
     def _rate_limit(self, info: object) -> None:
         if not isinstance(info, dict) or info.get("status") != "rejected":
@@ -149,17 +148,10 @@ class ClaudeAdapter(ProtocolAdapter):
         """The usage limit from a rejected rate-limit event or the result text."""
         return self._usage_limit
 
-    @property
-    def last_problem(self) -> str | None:
-        """The assistant's error or the last API retry."""
-        if self._problem is not None:
-            return f"last error: {self._problem}"
-        return None
-
     def verdict(self, exit_code: int) -> Verdict:
         """Succeeded iff a result line said ``is_error: false``."""
         if not self._result_seen:
-            cause = self._problem or self._last_stderr
+            cause = self._stream_error or self._last_stderr
             if cause is not None:
                 error = f"claude: {cause} (no result line; {describe_exit(exit_code)})"
             else:

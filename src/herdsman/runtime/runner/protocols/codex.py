@@ -83,7 +83,6 @@ class CodexAdapter(ProtocolAdapter):
         self._completed = False
         self._failed: str | None = None
         self._pending_error: str | None = None
-        self._last_error: str | None = None
         self._usage_limit: UsageLimit | None = None
         self._unparsed = 0
 
@@ -109,10 +108,10 @@ class CodexAdapter(ProtocolAdapter):
             self._pending_error = None
         elif kind == "turn.failed":
             self._failed = self._message(event.get("error")) or "turn failed"
-            self._last_error = self._failed
+            self._stream_error = self._failed
         elif kind == "error":
             self._pending_error = self._message(event) or "error"
-            self._last_error = self._pending_error
+            self._stream_error = self._pending_error
 
     def _message(self, holder: object) -> str | None:
         if isinstance(holder, str):
@@ -140,13 +139,6 @@ class CodexAdapter(ProtocolAdapter):
     def usage_limit(self) -> UsageLimit | None:
         """The usage limit from an ``error`` or ``turn.failed`` message."""
         return self._usage_limit
-
-    @property
-    def last_problem(self) -> str | None:
-        """The last ``error`` or ``turn.failed`` message."""
-        if self._last_error is not None:
-            return f"last error: {self._last_error}"
-        return None
 
     def verdict(self, exit_code: int) -> Verdict:
         """Succeeded iff a turn completed, nothing failed after it, and the exit code is 0."""
