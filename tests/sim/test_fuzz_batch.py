@@ -27,6 +27,7 @@ BATCH = int(os.environ.get("HERDSMAN_FUZZ_SEEDS", "80"))
 pytestmark = pytest.mark.usefixtures("quiet_herdsman")
 
 
+@pytest.mark.slow
 def test_every_invariant_holds_over_the_fixed_batch() -> None:
     kinds: set[str] = set()
 
@@ -56,6 +57,7 @@ print(hashlib.sha256(text.encode()).hexdigest())
 
 
 @pytest.mark.parametrize("seed", [0, 9, 26])
+@pytest.mark.slow
 def test_a_seed_gives_the_same_verdict_in_any_process(seed: int) -> None:
     digests = set()
     for hash_seed in ("1", "2"):

@@ -120,6 +120,10 @@ def add_fuzz_command(actions: Any, guarded: Callable[[Any], Any]) -> None:
         "fuzz",
         help="run seeded faults through the whole supervisor, checking invariants"
         " (see docs/simulator.md)",
+        description="Run seeded faults (crashes, hangs, usage limits, git and disk failures,"
+        " restarts, cancellations, bad reloads) through the whole supervisor and check its"
+        " invariants after every event. A failing seed is minimised to a case file that"
+        " `herdsman sim replay` runs again. Exit status 1 when an invariant broke.",
     )
     numbers = (
         ("--seeds", 1, None, "N", "how many seeds to run, one after another"),

@@ -89,7 +89,7 @@ class Verdict:
 def run_scenario(scenario: Scenario) -> Verdict:
     """Run ``scenario`` and check it; the same verdict for the same scenario in any process."""
     # The seed also picks trio's wake-up order: one more thing a seed varies,
-    # and a reproduction must not depend on (FINDINGS.md).
+    # and a reproduction must not depend on (docs/simulator.md, "Determinism").
     shuffle_trio(scenario.seed)
     began = time.perf_counter()
     clock = trio.testing.MockClock()  # never jumps by itself: the driver moves it
