@@ -94,7 +94,6 @@ from herdsman.runtime.store import (
 )
 from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost, LeaseExpired
 from herdsman.runtime.store.errors import RunNotFound as UnknownRun
-from herdsman.runtime.task_state import checkpoints, effectively_cancelled
 from herdsman.runtime.worktrees.listing import describe_worktrees
 from herdsman.runtime.worktrees.manager import WorktreeManager, checkouts_preamble
 from herdsman.runtime.worktrees.sweeper import IsBusy, SweepReport, idle_folders, sweep
@@ -1571,33 +1570,10 @@ class Supervisor:
             self._preparing.pop(record.id, None)
             # A task cancelled from outside belongs to a supervisor going
             # down: it records its run's end, and starts nothing after it.
-            if self._ledger_inline and self._fleet is None:
-                # The task's own flag, not trio.current_effective_deadline(),
-                # which walks every enclosing scope: the simulator's cost per
-                # run (runtime/task_state.py).
-                task = trio.lowlevel.current_task()
-                going_down = effectively_cancelled(task)
-                # Recording it awaits nothing here (the ledger applies each
-                # call at once; only a fleet member retries): no checkpoint
-                # for a cancel to stop, so no shield, a cancel scope per run
-                # the simulator no longer pays (docs/simulator.md). Checked, so
-                # that an await added later fails loudly, not unshielded: the
-                # check of trio.testing.assert_no_checkpoints, without its
-                # generator-based context manager.
-                passed = checkpoints(task)
-                try:
-                    await self._record_finish(record, ended, may_start=not going_down)
-                finally:
-                    if checkpoints(task) != passed:
-                        raise AssertionError(
-                            f"run {record.id}: recording its finish on the inline ledger"
-                            " reached a checkpoint (a no-checkpoint block yielded)"
-                        )
-            else:
-                going_down = trio.current_effective_deadline() == -math.inf
-                # A forced shutdown must still record how the run ended:
-                # _record_finish waits only in ways a cancel cannot stop.
-                await self._record_finish(record, ended, may_start=not going_down)
+            going_down = trio.current_effective_deadline() == -math.inf
+            # A forced shutdown must still record how the run ended:
+            # _record_finish waits only in ways a cancel cannot stop.
+            await self._record_finish(record, ended, may_start=not going_down)
 
     def _prepares_slowly(self, record: RunRecord, pick: Pick | None, config: Config) -> bool:
         """Whether getting the run ready may await anything (see :meth:`_spec_for`).

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import functools
 import gc
 import heapq
 import io
@@ -30,10 +29,8 @@ from typing import Any, Protocol
 
 import attrs
 import trio
-import trio._core._run as _trio_run  # private: guarded by tests/unit/platform's canary
 import trio.testing
 from pyfakefs.fake_filesystem_unittest import Patcher
-from trio._core._instrumentation import Instruments  # private: as above
 
 from herdsman.config import LoadedConfig
 from herdsman.runtime.git.fake import FakeGit
@@ -54,8 +51,18 @@ from herdsman.runtime.supervisor import (
     Supervisor,
     UnknownAccount,
 )
-from herdsman.runtime.task_state import checkpoints
 from herdsman.sim.result import ReplayResult, summary
+from herdsman.sim.trio_internals import (
+    any_woken,
+    checkpoints,
+    mock_time,
+    next_deadline,
+    plain_instruments,
+    runnable,
+    settler,
+    shuffle_trio,
+    tasks,
+)
 from herdsman.sim.workload import (
     CARRIED_REST,
     DEFAULT_DURATION,
@@ -251,15 +258,6 @@ def young_collections_rarer() -> Iterator[None]:
         gc.set_threshold(*thresholds)
 
 
-def shuffle_trio(seed: int) -> None:
-    # Private trio names (docs/simulator.md, "What the simulator relies on"),
-    # guarded by tests/unit/platform's canary.
-    import trio._core._run as trio_run  # noqa: PLC0415
-
-    setattr(trio_run, "_ALLOW_DETERMINISTIC_SCHEDULING", True)  # noqa: B010 - a Final
-    trio_run._r.seed(seed)
-
-
 async def _replay(
     workload: Workload, given: LoadedConfig, clock: trio.testing.MockClock, store: Store
 ) -> ReplayResult:
@@ -335,37 +333,6 @@ async def _replay(
     )
 
 
-class _PlainInstruments(dict[str, dict[trio.abc.Instrument, None]]):
-    """trio's ``Instruments`` as a dict: its ``in`` tests answered with no Python call.
-
-    trio's is a ``UserDict``, whose ``in`` is a Python method: trio asks
-    it whether any instrument wants a hook before and after every I/O wait
-    and task step and at every reschedule, about twenty times a replayed
-    run. Its own methods work on ``self.data``: here the dict itself.
-    """
-
-    __slots__ = ()
-
-    @property
-    def data(self) -> dict[str, dict[trio.abc.Instrument, None]]:
-        return self
-
-    add_instrument = Instruments.add_instrument
-    remove_instrument = Instruments.remove_instrument
-    call = Instruments.call
-
-
-def plain_instruments() -> None:
-    """Give the run its instruments (usually none) in a plain dict; only inside ``trio.run``.
-
-    The runner's ``instruments`` and trio's ``Instruments`` are private
-    names, guarded by tests/unit/platform's canary; ``add_instrument`` and
-    ``remove_instrument`` work on the new one as on trio's.
-    """
-    runner = _trio_run.GLOBAL_RUN_CONTEXT.runner
-    runner.instruments = _PlainInstruments(runner.instruments.data)  # type: ignore[assignment]
-
-
 class Driven(Protocol):
     """What the driver reads of the supervisor it drives (the fuzzer's changes at a restart)."""
 
@@ -374,57 +341,6 @@ class Driven(Protocol):
 
     @property
     def account_recheck_at(self) -> float | None: ...
-
-
-def mock_time(clock: trio.testing.MockClock) -> Callable[[], float]:
-    """``clock.current_time`` as a call with no Python frame, for a clock that never runs.
-
-    A ``MockClock`` at rate 0 (the replay's: only jumps move it) says
-    ``virtual_base + 0.0 * (real clock - real_base)``, which is its
-    private ``_virtual_base`` exactly; reading it skips two Python-level
-    calls and a read of the real clock, about 1,000 instructions a read.
-    Guarded by tests/unit/platform's canary; a clock that runs is read as
-    usual.
-    """
-    if clock.rate != 0:
-        return clock.current_time
-    return functools.partial(getattr, clock, "_virtual_base")
-
-
-def _next_deadline() -> float:
-    """When the supervisor's next timer is due (``inf``: none); only while every task is blocked.
-
-    Read from trio's private deadline heap, guarded by
-    tests/unit/platform's canary: ``trio.lowlevel.current_statistics()``
-    gives the same number less the time, but builds the I/O backend's
-    statistics too, about 22,000 instructions a call, twice a run.
-    """
-    return _trio_run.GLOBAL_RUN_CONTEXT.runner.deadlines.next_deadline()
-
-
-def _settler() -> Callable[[], Awaitable[None]]:
-    """``trio.testing.wait_all_tasks_blocked``, the run's own method; only inside ``trio.run``.
-
-    The public function is this method behind a wrapper that looks the
-    runner up at every call, twice a run: about 5,000 instructions a run
-    (docs/simulator.md). A private name, guarded by tests/unit/platform's
-    canary, as :func:`_next_deadline`.
-    """
-    settle: Callable[[], Awaitable[None]] = (
-        _trio_run.GLOBAL_RUN_CONTEXT.runner.wait_all_tasks_blocked
-    )
-    return settle
-
-
-def _runnable() -> deque[trio.lowlevel.Task]:
-    """The run's queue of tasks to run in its next round; only inside ``trio.run``.
-
-    ``trio.lowlevel.current_statistics().tasks_runnable`` is its length,
-    but builds the I/O backend's statistics too. A private name, guarded
-    by tests/unit/platform's canary, as :func:`_next_deadline`.
-    """
-    runq: deque[trio.lowlevel.Task] = _trio_run.GLOBAL_RUN_CONTEXT.runner.runq
-    return runq
 
 
 # Why the driver may skip its wait after an event.
@@ -446,17 +362,6 @@ def _runnable() -> deque[trio.lowlevel.Task]:
 # (the fuzzer's checks after every event) the driver always waits.
 # trio's wake-up order, which a round draws from its random generator,
 # decides nothing here, as everywhere in the replay.
-
-
-def _tasks() -> set[trio.lowlevel.Task]:
-    """Every task of the run, the driver's own too; only inside ``trio.run``.
-
-    The runner's own set (a private name, guarded by tests/unit/platform's
-    canary, as :func:`_next_deadline`); the public way is a walk down the
-    tree of nurseries from the root task.
-    """
-    tasks: set[trio.lowlevel.Task] = _trio_run.GLOBAL_RUN_CONTEXT.runner.tasks
-    return tasks
 
 
 # Why the driver rides along with the tasks an event woke.
@@ -490,17 +395,11 @@ async def _ride_along(runnable: deque[trio.lowlevel.Task]) -> None:
     """
     if not runnable:
         return
-    tasks = _tasks()
+    living = tasks()
     while True:
         await trio.lowlevel.cancel_shielded_checkpoint()
-        if not runnable:
-            for task in tasks:
-                # trio sets a task's next send as it reschedules it and clears
-                # it as it runs it (private, guarded by the canary as above).
-                if task._next_send_fn is not None:
-                    break
-            else:
-                return
+        if not runnable and not any_woken(living):
+            return
 
 
 async def drive(
@@ -519,8 +418,8 @@ async def drive(
     anything (the notes above).
     """
     now_is = mock_time(clock)
-    settle = _settler()
-    runnable = _runnable()
+    settle = settler()
+    queued = runnable()
     me = trio.lowlevel.current_task()
     owed = False  # a wait for blocked tasks skipped (see below)
     # Each pass starts with every task blocked and no timer due: only the
@@ -544,7 +443,7 @@ async def drive(
             if t is None:
                 return
         now = now_is()
-        to_timer = _next_deadline() - now
+        to_timer = next_deadline() - now
         if to_timer <= t - now:
             # The supervisor's own timer comes first (or at the same
             # instant: it acts before the event). Jumped by the same
@@ -573,7 +472,7 @@ async def drive(
             # other task is blocked already, and the wait would be a round of
             # trio's in which nothing else runs; if it did, the driver rides
             # along with what it set off (the notes above drive).
-            await _ride_along(runnable)
+            await _ride_along(queued)
             owed = True
             continue
         owed = False
