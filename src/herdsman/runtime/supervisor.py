@@ -56,7 +56,7 @@ from herdsman.runtime.fleet_accounts import (
 from herdsman.runtime.fleet_member import FleetMember, Refused
 from herdsman.runtime.git import Git, RealGit
 from herdsman.runtime.launch import SpecBuilder
-from herdsman.runtime.ledger import Ledger, Queued, RunSync, in_worker_thread, inline
+from herdsman.runtime.ledger import Ledger, Queued, RunSync, in_worker_thread
 from herdsman.runtime.left_agents import LeftAgents
 from herdsman.runtime.metrics import Metrics
 from herdsman.runtime.orphans import stop_orphans, stopped_note
@@ -339,9 +339,6 @@ class Supervisor:
         # Run counts that count nothing (the replay's) are not even called.
         self._counts_runs = self.metrics.counts_runs
         self.ledger = Ledger(store, run_sync=run_sync)
-        # A ledger that applies each call at once (the simulator's) has no
-        # commits to batch starts behind: a submit takes its starts itself.
-        self._ledger_inline = run_sync is inline
         self._execute = execute
         self._wall = wall
         self._trace = trace
@@ -695,7 +692,9 @@ class Supervisor:
         # wrapper a run); a fleet member's may be decided in the ledger.
         submit = None if self._fleet is None else self._submit_operation(now)
         # No checkpoint between here, the callback and the starts below.
-        takes_starts = self._ledger_inline and self._fleet is None and self._admitting
+        # A ledger that applies each call at once has no commits to batch
+        # starts behind: a submit takes its starts itself.
+        takes_starts = self.ledger.applies_at_once and self._fleet is None and self._admitting
         trace_prompts = self.config.trace.record_prompts
 
         def operation(store: Store) -> list[outcome.Outcome[tuple[RunRecord, bool]]]:

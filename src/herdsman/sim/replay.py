@@ -34,7 +34,7 @@ from pyfakefs.fake_filesystem_unittest import Patcher
 
 from herdsman.config import LoadedConfig
 from herdsman.runtime.git.fake import FakeGit
-from herdsman.runtime.ledger import inline
+from herdsman.runtime.ledger import Inline, inline
 from herdsman.runtime.metrics import Uncounted
 from herdsman.runtime.runner import (
     Outcome,
@@ -222,10 +222,13 @@ def replay(
     # Autojump only matters once the input is over (a shutdown's grace
     # period): while driving, the driver moves the clock itself.
     clock = trio.testing.MockClock(autojump_threshold=0)
+    commits = inline
+    if store is None:
+        # Made here, so its ledger may apply each call through its apply_one.
+        memory = MemoryStore()
+        store, commits = memory, Inline(memory.apply_one)
     with Patcher(), young_collections_rarer():
-        result = trio.run(
-            _replay, workload, loaded, clock, MemoryStore() if store is None else store, clock=clock
-        )
+        result = trio.run(_replay, workload, loaded, clock, store, commits, clock=clock)
     return attrs.evolve(result, wall_seconds=time.perf_counter() - began)
 
 
@@ -259,7 +262,11 @@ def young_collections_rarer() -> Iterator[None]:
 
 
 async def _replay(
-    workload: Workload, given: LoadedConfig, clock: trio.testing.MockClock, store: Store
+    workload: Workload,
+    given: LoadedConfig,
+    clock: trio.testing.MockClock,
+    store: Store,
+    commits: Inline,
 ) -> ReplayResult:
     # Made again inside the fake filesystem: a Path object made before the
     # patch began is the real pathlib's (docs/simulator.md) and can make the same
@@ -300,7 +307,7 @@ async def _replay(
         trace=trace,
         # Nothing scrapes a replay's /metrics: its runs are left uncounted.
         metrics=Uncounted(),
-        run_sync=inline,
+        run_sync=commits,
         git=git,
         loaded=loaded,
         stop_orphans=False,

@@ -41,7 +41,7 @@ from herdsman.config import ConfigError, load_config_text
 from herdsman.config.report import config_as_json
 from herdsman.runtime.git import GitError
 from herdsman.runtime.git.fake import FakeGit, Operation
-from herdsman.runtime.ledger import inline
+from herdsman.runtime.ledger import Inline
 from herdsman.runtime.reload import ConfigSource
 from herdsman.runtime.runner import ProcessOutcome, ProcessSpec
 from herdsman.runtime.store import MemoryStore, NewRun
@@ -381,7 +381,7 @@ class _Fuzz:
             execute=self._runner.execute,
             wall=self.wall,
             trace=trace,
-            run_sync=inline,
+            run_sync=Inline(store.apply_one),
             git=self.git,
             source=source,
             loaded=loaded,
