@@ -23,7 +23,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from operator import methodcaller
 from pathlib import Path
@@ -1662,29 +1662,11 @@ class Supervisor:
             repos_dir=repos_dir,
         )
 
-    #: The last outcome a finish was recorded with, its status and fields
-    #: (see :meth:`_finish_fields`); replaced, never changed in place.
-    _last_ended: tuple[ProcessOutcome | None, RunStatus, Mapping[str, Any]] = (
-        None,
-        RunStatus.SUCCEEDED,
-        {},
-    )
-
     def _finish_fields(
         self, ended: ProcessOutcome | None, run_id: str
     ) -> tuple[RunStatus, dict[str, Any]]:
         """:func:`finish_fields` of a run's end, with the run's log path."""
-        log_path = self._specs.log_file(self.config, run_id)
-        last = self._last_ended
-        if ended is not None and ended is last[0]:
-            # The outcome the previous finish had (the fake runner hands one
-            # outcome to every run that ends alike; one is frozen): its
-            # status and texts as worked out then, with this run's log path.
-            return last[1], {**last[2], "log_path": log_path}
-        status, fields = finish_fields(ended, log_path)
-        if ended is not None:
-            self._last_ended = (ended, status, fields)
-        return status, fields
+        return finish_fields(ended, self._specs.log_file(self.config, run_id))
 
     async def _record_finish(
         self, record: RunRecord, ended: ProcessOutcome | None, *, may_start: bool
