@@ -238,8 +238,6 @@ class TraceWriter:
         self._file: _FileLines | _SinkLines | _BufferLines | None = None
         self._path: Path | None = None
         self._origin = 0.0
-        # The last line's time in the writer's shortcut, and its text.
-        self._last_elapsed, self._last_text = -1.0, ""
         self._seq = 0
         self._size = 0
         self._files_opened = 0
@@ -370,15 +368,11 @@ class TraceWriter:
         # An int clock's round() is an int: "5", not "5.0" (record's path).
         if not (_TIME_LOW <= elapsed < _TIME_HIGH and type(elapsed) is float):
             return False
-        if elapsed == self._last_elapsed:
-            t = self._last_text  # a line at the instant of the one before
-        else:
-            # float.__repr__(round(elapsed, 6)) with one conversion to
-            # decimal digits instead of two (see _TIME_LOW).
-            t = f"{elapsed:.6f}".rstrip("0")
-            if t[-1] == ".":
-                t += "0"
-            self._last_elapsed, self._last_text = elapsed, t
+        # float.__repr__(round(elapsed, 6)) with one conversion to decimal
+        # digits instead of two (see _TIME_LOW).
+        t = f"{elapsed:.6f}".rstrip("0")
+        if t[-1] == ".":
+            t += "0"
         try:
             self._size += self._file.write(f'{{"t":{t},"seq":{self._seq},{head}{rest}}}\n')
         except OSError as exc:

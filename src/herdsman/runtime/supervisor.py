@@ -36,7 +36,7 @@ import trio
 from herdsman.config import Config, ConfigError, LoadedConfig, Provider, format_duration
 from herdsman.config.report import config_as_json
 from herdsman.core import CancelOutcome, KeyClaims, RunRequest, RunState, Scheduler, busy_keys
-from herdsman.core.accounts import AccountGate, Pick, sticky_key
+from herdsman.core.accounts import Pick, sticky_key
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
 from herdsman.runtime.accounts import (
@@ -655,12 +655,7 @@ class Supervisor:
         agent_exclusive = scheduler.agent_exclusive
         for new, on_busy in items:
             request = run_request(new)
-            # busy_keys, without its call, for a run on a lane of its own (no keys).
-            keys = (
-                ()
-                if new.conversation is None and new.agent is None
-                else busy_keys(request, agent_exclusive=agent_exclusive)
-            )
+            keys = busy_keys(request, agent_exclusive=agent_exclusive)
             # Submits still in the ledger count as busy too, so a follow-up
             # arriving a moment after its predecessor is still skipped.
             # (Whether it is busy matters only to a submit that skips then.)
@@ -1263,7 +1258,7 @@ class Supervisor:
             # time to read, no gate to build, no queue to look through.
             return None
         now = self._wall()
-        gate = AccountGate(self._accounts, now)  # AccountBook.gate, a call less
+        gate = self._accounts.gate(now)
         starts = self._scheduler.take_startable(
             gate if self._fleet is None else self._fleet.gate(gate)
         )
@@ -1333,7 +1328,7 @@ class Supervisor:
         assert self._nursery is not None
         trace = self._trace
         for record in records:
-            if trace is not None:  # _emit's, without its call and keywords
+            if trace is not None:
                 trace.start(record.id, record.account)
             if self._counts_runs:
                 wait = (record.started_at or record.submitted_at) - record.submitted_at
@@ -1535,13 +1530,7 @@ class Supervisor:
         ended: ProcessOutcome | None = None
         try:
             spec = None
-            # _prepares_slowly's first answer (no), without its call, for a
-            # run without a conversation, agents left or an account move.
-            if (
-                record.conversation is not None
-                or self._left is not None
-                or (pick is not None and pick.moved)
-            ) and self._prepares_slowly(record, pick, config):
+            if self._prepares_slowly(record, pick, config):
                 # Preparing (the checkouts above all) can be slow; a cancel or
                 # a shutdown must be able to stop it before anything is spawned.
                 with trio.CancelScope() as preparing:
@@ -1941,8 +1930,7 @@ class Supervisor:
         ``wake=False``: the caller takes the starts this frees itself.
         """
         del self._handles[run_id]
-        if self._waiters:  # a call less for a run nobody waits on (most)
-            self._notify(run_id)
+        self._notify(run_id)
         if not self._handles:
             self._idle.set()
         if wake:

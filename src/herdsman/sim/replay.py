@@ -518,15 +518,13 @@ class _Feed:
         elif arrival.kind in ("submit", "skip"):
             fields = arrival.fields
             run = fields["run"]
-            # id, provider, prompt, conversation, agent, workspace: by position,
-            # as keywords are matched by name at every call (one per arrival).
             new = NewRun(
-                run["id"],
-                run["provider"],
-                run.get("prompt", "(not recorded)"),
-                run.get("conversation"),
-                run.get("agent"),
-                run.get("workspace", "default"),
+                id=run["id"],
+                provider=run["provider"],
+                prompt=run.get("prompt", "(not recorded)"),
+                conversation=run.get("conversation"),
+                agent=run.get("agent"),
+                workspace=run.get("workspace", "default"),
                 cwd=run.get("cwd"),
             )
             if "account" in fields:  # running on it when the trace file was rotated
