@@ -125,6 +125,17 @@ def event_line(t: float, seq: int, kind: str, fields: Mapping[str, Any]) -> str:
     few strings and numbers, a run object): JSON is compositional, so each
     value is written on its own, the plain ones without the encoder's
     machinery.
+
+    Why composed by hand rather than by ``json``: the simulator writes three
+    lines a run, and with every line through the encoder (this function
+    as its first line, ``record`` without its shortcut, no ``submit``,
+    ``start`` and ``finish`` from values, ``trace_run_text`` gone) a replay
+    cost 81,400 instructions a run more, 733,555 against 652,146
+    (``benchmarks/sim_replay.py --cachegrind --replay-pass``): about 12%,
+    which would take the replay to the edge of its floor of 75% of a bare
+    trio loop's rate (docs/simulator.md, "Production without simulator
+    special cases"). Hypothesis tests (tests/unit/trace) hold it to the
+    encoder's bytes.
     """
     members = None
     if type(t) is float and math.isfinite(t) and _HEAD_KEYS.isdisjoint(fields):
