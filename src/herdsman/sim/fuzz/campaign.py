@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime as dt
+import functools
 import itertools
 import json
 import logging
@@ -57,20 +58,22 @@ def fuzz_seeds(
     workers: int = 1,
     wall_limit: float | None = WALL_LIMIT,
     on_start: Callable[[Scenario], None] | None = None,
+    on_end: Callable[[int], None] | None = None,
 ) -> Batch:
     """Run each seed's scenario, stopping at the first (lowest) that breaks an invariant.
 
     ``workers`` above 1 runs seeds side by side in that many processes; the
     verdicts are handed to ``on_seed`` in seed order all the same, so the
     batch (totals, failure) is the same for any number of workers.
-    ``on_start`` is told of each scenario as it is handed to a worker.
+    ``on_start`` is told of each scenario as it is handed to a worker, and
+    ``on_end`` of each seed as its run ends (in any order, from any thread).
     ``wall_limit`` bounds each seed in wall-clock seconds (``run_scenario``).
     """
     began = time.perf_counter()
     count = runs = faults = 0
     simulated = wall = 0.0
     failure: Verdict | None = None
-    for verdict in _verdicts(seeds, workers, wall_limit, on_start):
+    for verdict in _verdicts(seeds, workers, wall_limit, on_start, on_end or _nothing):
         count += 1
         runs += verdict.scenario.run_count
         faults += verdict.faults  # those that took effect, not those drawn
@@ -90,6 +93,7 @@ def _verdicts(
     workers: int,
     wall_limit: float | None,
     on_start: Callable[[Scenario], None] | None,
+    on_end: Callable[[int], None],
 ) -> Iterator[Verdict]:
     """Each seed's verdict, in seed order; stop asking and the workers stop."""
     if workers <= 1:
@@ -97,7 +101,9 @@ def _verdicts(
             scenario = draw_scenario(seed)
             if on_start is not None:
                 on_start(scenario)
-            yield run_scenario(scenario, wall_limit=wall_limit)
+            verdict = run_scenario(scenario, wall_limit=wall_limit)
+            on_end(seed)
+            yield verdict
         return
     # Spawned, not forked: a fork would copy this process's threads' state
     # (a scenario's abandoned trio thread, a lock held) into the worker.
@@ -119,6 +125,7 @@ def _verdicts(
                     if on_start is not None:
                         on_start(scenario)
                     running[seed] = pool.submit(run_scenario, scenario, wall_limit=wall_limit)
+                    running[seed].add_done_callback(functools.partial(_ended, on_end, seed))
                     queued.append(seed)
                 if not queued:
                     return
@@ -132,6 +139,14 @@ def _verdicts(
         finally:
             for future in running.values():
                 future.cancel()
+
+
+def _nothing(seed: int) -> None:
+    """No one to tell."""
+
+
+def _ended(on_end: Callable[[int], None], seed: int, _: object) -> None:
+    on_end(seed)
 
 
 #: How many seeds a worker may run ahead of the slowest one not yet handed over.

@@ -69,6 +69,7 @@ def _fuzz(args: argparse.Namespace) -> int:
             workers=args.workers,
             wall_limit=args.wall_limit,
             on_start=progress.started,
+            on_end=progress.ended,
         )
     span = f"seed {first}" if args.seeds == 1 else f"seeds {first}..{first + args.seeds - 1}"
     report: dict[str, Any] = {

@@ -476,8 +476,8 @@ class _Fuzz:
                 Violation(
                     "wall time",
                     t,
-                    f"no verdict after {seconds:g}s of wall time (the simulated clock at"
-                    f" t={t:.3f}, {self._delivering} the last event delivered)",
+                    f"no verdict after {seconds:g}s of wall time; the simulated clock stood"
+                    f" at t={t:.3f}, the last event delivered: {self._delivering}",
                 ),
             ]
             for sink in self.sinks:

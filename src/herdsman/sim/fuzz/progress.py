@@ -85,6 +85,11 @@ class Progress:
         with self._lock:
             self._running[scenario.seed] = (self._clock(), scenario)
 
+    def ended(self, seed: int) -> None:
+        """A seed's run ended (its verdict is counted when it comes, in seed order)."""
+        with self._lock:
+            self._running.pop(seed, None)
+
     def finished(self, verdict: Verdict) -> None:
         """A seed's verdict came in (in seed order)."""
         with self._lock:
