@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import trio
+from test_fuzz_faults import CONFIG  # one repository, idle 0 s, swept every 30 s
 
 from herdsman.cli import main
 from herdsman.runtime.supervisor import Supervisor
@@ -36,21 +37,6 @@ pytestmark = pytest.mark.usefixtures("quiet_herdsman")
 
 #: Generous: these scenarios take a second or two; only a hang meets it.
 BOUND = 120.0
-
-CONFIG = """\
-[supervisor]
-state_dir = "/herdsman-sim/state"
-[retention]
-idle = "0s"
-sweep_interval = "30s"
-[providers.claude]
-exec = ["claude"]
-concurrency = 2
-idle_timeout = "120s"
-[[repos]]
-name = "repo0"
-path = "/herdsman-sim/repos/repo0"
-"""
 
 
 def _submit(t: float, run_id: str) -> dict[str, Any]:

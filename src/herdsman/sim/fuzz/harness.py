@@ -67,7 +67,7 @@ _AGENT_FILE = "agent-notes-{run}.txt"
 STOP_GRACE = 600.0
 #: How long (wall-clock seconds) one scenario may take at most, by default:
 #: the slowest seed seen took 20 s on a shared two-core machine at a load
-#: of 8, so only a run that will never end meets it.
+#: near 9, so only a run that will never end meets it.
 WALL_LIMIT = 300.0
 #: How many task steps trio may run at one simulated instant: a storm of
 #: every event at once takes a few thousand; a loop that never lets the
@@ -113,7 +113,7 @@ def run_scenario(scenario: Scenario, *, wall_limit: float | None = WALL_LIMIT) -
 
     ``wall_limit`` bounds it in wall-clock seconds (None: no bound), the
     last resort behind the bounds in simulated time: a run with no verdict
-    by then is a ``liveness`` violation, and its thread is left behind.
+    by then is a ``wall time`` violation, and its thread is left behind.
     """
     # The seed also picks trio's wake-up order: one more thing a seed varies,
     # and a reproduction must not depend on (FINDINGS.md).
