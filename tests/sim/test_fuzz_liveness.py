@@ -102,6 +102,19 @@ def test_a_submit_that_never_returns_is_a_liveness_finding_with_a_case(
     assert capsys.readouterr().err.endswith("every invariant held\n")
 
 
+def test_runs_that_could_start_and_never_do_are_a_drain_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def idle(self: Supervisor) -> None:
+        await trio.sleep_forever()  # a dispatcher that never starts anything
+
+    monkeypatch.setattr(Supervisor, "_dispatch_loop", idle)
+    verdict = run_scenario(draw_scenario(0), wall_limit=BOUND)
+    first = verdict.violations[0]
+    assert first.kind == "drain"
+    assert "never finished at the bound after the last fault: r004 (queued)" in first.message
+
+
 def test_a_restart_that_never_recovers_is_a_liveness_finding(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
