@@ -178,3 +178,14 @@ def test_any_number_of_workers_gives_the_same_batch() -> None:
     assert batches[0] == batches[1]
     assert seen[0] == seen[1]
     assert [seed for seed, _ in seen[0]] == list(range(5000, 5005))
+
+
+def test_the_help_says_what_the_command_does(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["sim", "fuzz", "--help"])
+    assert exited.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Run seeds S..S+N-1: each draws a configuration, runs and faults" in text
+    assert "Progress goes to standard error." in text
+    assert "--workers N" in text
+    assert "--json" in text
