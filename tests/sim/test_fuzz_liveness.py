@@ -134,6 +134,24 @@ def test_a_restart_that_never_recovers_is_a_liveness_finding(
     assert first.message.startswith("every task waits while the supervisor recovers after a crash")
 
 
+def test_a_restart_that_waits_for_a_thread_is_no_stall(monkeypatch: pytest.MonkeyPatch) -> None:
+    honest = Supervisor._recover
+    lives: list[Supervisor] = []
+
+    async def slow_to_read(self: Supervisor) -> None:
+        lives.append(self)
+        if len(lives) > 1:
+            # Real work in one of trio's threads: every task waits meanwhile,
+            # and no simulated time must pass for it.
+            await trio.to_thread.run_sync(time.sleep, 0.2)
+        await honest(self)
+
+    monkeypatch.setattr(Supervisor, "_recover", slow_to_read)
+    verdict = run_scenario(draw_scenario(5), wall_limit=BOUND)
+    assert len(lives) > 1  # it did restart
+    assert verdict.violations == ()
+
+
 def test_tasks_that_never_let_the_clock_move_are_a_liveness_finding(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

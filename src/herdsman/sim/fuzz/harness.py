@@ -405,8 +405,11 @@ class _Fuzz:
         would. No timer left, or none before the hold's bound, is a run
         that will never go on; so is a driver held inside an event.
         """
+        threads = trio.to_thread.current_default_thread_limiter()
         while True:
             await trio.testing.wait_all_tasks_blocked(_KEEPER_CUSHION)
+            if threads.statistics().borrowed_tokens:
+                continue  # a thread is at work: what it brings back comes first
             now = trio.current_time()
             to_timer = trio.lowlevel.current_statistics().seconds_to_next_deadline
             if self._holding is None:
