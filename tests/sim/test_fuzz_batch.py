@@ -34,6 +34,7 @@ REGRESSION_WALL = 120.0
 pytestmark = pytest.mark.usefixtures("quiet_herdsman")
 
 
+@pytest.mark.slow
 def test_every_invariant_holds_over_the_fixed_batch() -> None:
     kinds: set[str] = set()
 
@@ -69,6 +70,7 @@ print(hashlib.sha256(text.encode()).hexdigest())
 
 
 @pytest.mark.parametrize("seed", [0, 9, 26])
+@pytest.mark.slow
 def test_a_seed_gives_the_same_verdict_in_any_process(seed: int) -> None:
     digests = set()
     for hash_seed in ("1", "2"):

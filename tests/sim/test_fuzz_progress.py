@@ -185,7 +185,7 @@ def test_the_help_says_what_the_command_does(capsys: pytest.CaptureFixture[str])
         main(["sim", "fuzz", "--help"])
     assert exited.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "Run seeds S..S+N-1: each draws a configuration, runs and faults" in text
+    assert "A failing seed (a hang included) is reported with the command" in text
     assert "Progress goes to standard error." in text
     assert "--workers N" in text
     assert "--json" in text

@@ -27,6 +27,7 @@ def started(directory: Path) -> Supervisor:
     return Supervisor(directory)
 
 
+@pytest.mark.slow
 def test_submit_wait_status_and_a_clean_stop(workdir: Path) -> None:
     write_config(workdir, delay=0.2)
     sup = started(workdir)

@@ -161,6 +161,7 @@ def test_three_members_share_one_queue_under_the_rules(
         assert member.stop(signal.SIGTERM) == 0, member.output()
 
 
+@pytest.mark.slow
 def test_a_killed_member_s_runs_become_lost_and_the_others_finish_the_queue(
     tmp_path: Path, fleet_url: str, postgres_url: str, closing: list[Supervisor]
 ) -> None:

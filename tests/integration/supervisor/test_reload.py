@@ -259,6 +259,7 @@ async def test_accounts_and_agent_exclusivity_change_live(start: Start, tmp_path
     assert [r["account"] for r in done] == ["team", "team"]
 
 
+@pytest.mark.slow
 async def test_a_reload_storm_drops_and_duplicates_nothing_and_holds_every_cap(
     start: Start, tmp_path: Path
 ) -> None:

@@ -199,11 +199,12 @@ def add_fuzz_command(actions: Any, guarded: Callable[[Any], Any]) -> None:
         "fuzz",
         help="run seeded faults through the whole supervisor, checking invariants"
         " (see docs/simulator.md)",
-        description="Run seeds S..S+N-1: each draws a configuration, runs and faults, runs"
-        " them through the whole supervisor in simulated time and checks its invariants"
-        " after every event. A seed that breaks one (a hang included) is reported with the"
-        " command that runs it again and a minimised case file for `herdsman sim replay`."
-        " Progress goes to standard error. Exit 0 when every seed held, 1 on a finding.",
+        description="Run seeded faults (crashes, hangs, usage limits, git and disk failures,"
+        " restarts, cancellations, bad reloads) through the whole supervisor and check its"
+        " invariants after every event. A failing seed (a hang included) is reported with"
+        " the command that runs it again and minimised to a case file that"
+        " `herdsman sim replay` runs again. Progress goes to standard error."
+        " Exit status 1 when an invariant broke.",
     )
     numbers = (
         ("--seeds", 1, None, "N", "how many seeds to run, one after another"),

@@ -116,7 +116,7 @@ def run_scenario(scenario: Scenario, *, wall_limit: float | None = WALL_LIMIT) -
     by then is a ``wall time`` violation, and its thread is left behind.
     """
     # The seed also picks trio's wake-up order: one more thing a seed varies,
-    # and a reproduction must not depend on (FINDINGS.md).
+    # and a reproduction must not depend on (docs/simulator.md, "Determinism").
     shuffle_trio(scenario.seed)
     began = time.perf_counter()
     clock = trio.testing.MockClock()  # never jumps by itself: the driver moves it
