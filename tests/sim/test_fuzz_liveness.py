@@ -77,6 +77,7 @@ def _never_done(self: WorktreeManager, workspace: str, conversation: str) -> Ite
     yield
 
 
+@pytest.mark.slow
 def test_a_submit_that_never_returns_is_a_liveness_finding_with_a_case(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -164,6 +164,7 @@ def _digest(verdict: Verdict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+@pytest.mark.slow
 def test_any_number_of_workers_gives_the_same_batch() -> None:
     batches, seen = [], []
     for workers in (1, 2):
