@@ -1,0 +1,87 @@
+"""The issue's reproductions through the real API, real git and real agents: links under
+the state directory are never followed (a swapped checkout, a planted conversation folder)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from supervisor_support import Running, Start, config_at, git_repository, write_config
+
+from herdsman.runtime.worktrees.slug import conversation_slug
+
+LOOKING_AGENT = """\
+import os, sys
+sys.stdin.read()
+print(os.environ.get("HERDSMAN_REPOS", "no HERDSMAN_REPOS"))
+"""
+
+
+async def run_to_end(running: Running, **body: Any) -> dict[str, Any]:
+    body.setdefault("prompt", "hello")
+    response = await running.client.post("/v1/runs", json=body)
+    assert response.status_code == 201, response.text
+    return await running.wait(response.json()["id"])
+
+
+def setup(tmp_path: Path) -> tuple[Path, Path]:
+    """A repository, and a configuration with its worktrees swept as soon as idle."""
+    repo = git_repository(tmp_path / "repo")
+    agent = tmp_path / "agent.py"
+    agent.write_text(LOOKING_AGENT)
+    provider = f'[providers.look]\nexec = ["{sys.executable}", "{agent}"]\nconcurrency = 1\n'
+    extra = f'[[repos]]\nname = "app"\npath = "{repo}"\n[retention]\nidle = "0s"\n'
+    return repo, write_config(tmp_path, extra_provider=provider, extra=extra)
+
+
+async def test_the_sweep_refuses_a_checkout_swapped_for_the_users_worktree(
+    start: Start, tmp_path: Path
+) -> None:
+    repo, config = setup(tmp_path)
+    user = tmp_path / "userwt"
+    subprocess.run(
+        ["git", "-C", str(repo), "worktree", "add", "-q", "-b", "feature", str(user)],
+        check=True,
+        capture_output=True,
+    )
+    running = await start(config_at(config))
+    done = await run_to_end(running, provider="look", conversation="conv1")
+    assert done["status"] == "succeeded"
+    checkout = Path(done["result"].strip()) / "app"
+    # The agent's swap (it runs as the same user).
+    subprocess.run(["rm", "-rf", str(checkout)], check=True)
+    checkout.symlink_to(user)
+
+    response = await running.client.post("/v1/worktrees/sweep", json={})
+
+    entries = response.json()["entries"]
+    assert [(e["path"], e["action"]) for e in entries] == [(str(checkout), "refused")]
+    assert "is a symbolic link" in entries[0]["detail"]
+    assert (user / "README.md").read_text() == "hello\n"
+    listed = (await running.client.get("/v1/worktrees")).json()["worktrees"]
+    assert [(w["path"], w["status"]) for w in listed] == [
+        (str(checkout), "refused (a symbolic link)")
+    ]
+
+
+async def test_a_link_planted_at_a_conversations_folder_is_not_followed(
+    start: Start, tmp_path: Path
+) -> None:
+    _, config = setup(tmp_path)
+    running = await start(config_at(config))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    worktrees = running.config.supervisor.state_dir / "worktrees"
+    worktrees.mkdir(exist_ok=True)
+    (worktrees / conversation_slug("default", "conv1")).symlink_to(outside)
+
+    done = await run_to_end(running, provider="look", conversation="conv1")
+
+    assert done["status"] == "succeeded"  # the run goes on, the repository read-only
+    assert done["result"] == "no HERDSMAN_REPOS\n"
+    [note] = done["notes"]
+    assert "is a symbolic link" in note
+    assert list(outside.iterdir()) == []
+    assert (await running.client.get("/v1/worktrees")).json()["worktrees"] == []
