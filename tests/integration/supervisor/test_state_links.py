@@ -1,8 +1,10 @@
 """The issue's reproductions through the real API, real git and real agents: links under
-the state directory are never followed (a swapped checkout, a planted conversation folder)."""
+the state directory are never followed (a swapped checkout, a planted conversation folder),
+and a configuration path that is no regular file is refused on reload."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +87,33 @@ async def test_a_link_planted_at_a_conversations_folder_is_not_followed(
     assert "is a symbolic link" in note
     assert list(outside.iterdir()) == []
     assert (await running.client.get("/v1/worktrees")).json()["worktrees"] == []
+
+
+async def test_a_reload_of_a_path_that_is_no_file_is_rejected_and_changes_nothing(
+    start: Start, tmp_path: Path
+) -> None:
+    path = write_config(tmp_path, concurrency=1)
+    running = await start(path)
+    before = running.supervisor.config
+    kept = tmp_path / "kept.toml"
+    path.rename(kept)
+    big = tmp_path / "big.toml"
+    with big.open("wb") as file:
+        file.truncate((1 << 20) + 1)  # 1 MiB, the documented limit, and a byte
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for target, what in (
+        (Path("/dev/zero"), "a character device"),
+        (fifo, "a named pipe (FIFO)"),
+        (tmp_path, "a directory"),
+        (big, "larger than 1 MiB"),
+    ):
+        path.unlink(missing_ok=True)
+        path.symlink_to(target)
+        response = await running.client.post("/v1/reload")
+        assert response.status_code == 422, response.text
+        [error] = response.json()["errors"]
+        assert error.startswith(f"{path}: cannot read file: {what}"), error
+        assert running.supervisor.config is before
+    # Runs still flow under the configuration in force.
+    assert (await run_to_end(running, provider="demo"))["status"] == "succeeded"
