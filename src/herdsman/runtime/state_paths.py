@@ -124,9 +124,8 @@ def _walk(anchor: Path, parts: tuple[str, ...], *, create: bool) -> Iterator[int
                 # link, whose target O_NOFOLLOW does not look at.
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(fd, part):
                     raise LinkRefused(current) from None
-                if exc.errno == errno.ENOTDIR:
-                    raise LinkRefused(current, "not a folder") from None
-                raise
+                # Named by its whole path (the error names only ``part``).
+                raise type(exc)(exc.errno, exc.strerror, str(current)) from None
             os.close(fd)
             fd = child
         yield fd

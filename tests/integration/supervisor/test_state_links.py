@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from supervisor_support import Running, Start, config_at, git_repository, write_config
 
+from herdsman.runtime.main import StartFailed, run_supervisor
 from herdsman.runtime.worktrees.slug import conversation_slug
 
 LOOKING_AGENT = """\
@@ -117,3 +119,33 @@ async def test_a_reload_of_a_path_that_is_no_file_is_rejected_and_changes_nothin
         assert running.supervisor.config is before
     # Runs still flow under the configuration in force.
     assert (await run_to_end(running, provider="demo"))["status"] == "succeeded"
+
+
+async def test_a_link_planted_at_a_runs_log_is_not_written_through(
+    start: Start, tmp_path: Path
+) -> None:
+    running = await start(config_at(write_config(tmp_path)))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    logs = running.config.supervisor.state_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    (logs / "r1.log").symlink_to(victim)
+    done = await run_to_end(running, provider="demo", id="r1")
+    assert done["status"] == "failed"
+    assert "is a symbolic link" in done["reason"]
+    assert victim.read_text() == "precious\n"
+    # The next run's log is made as usual.
+    assert (await run_to_end(running, provider="demo", id="r2"))["status"] == "succeeded"
+    assert not (logs / "r2.log").is_symlink()
+
+
+def test_a_link_planted_at_the_trace_folder_stops_the_start(tmp_path: Path) -> None:
+    config = config_at(write_config(tmp_path))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    state = config.supervisor.state_dir
+    state.mkdir()
+    (state / "traces").symlink_to(outside)
+    with pytest.raises(StartFailed, match=r"traces is a symbolic link"):
+        run_supervisor(config)
+    assert list(outside.iterdir()) == []

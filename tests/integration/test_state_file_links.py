@@ -1,0 +1,49 @@
+"""The token, the ledger and the lock file: never created, read or written through a link."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from herdsman.runtime.api.server import ensure_token
+from herdsman.runtime.lockfile import StateDirLock
+from herdsman.runtime.store import SqliteStore, StoreError
+
+
+def victim(tmp_path: Path) -> Path:
+    path = tmp_path / "victim.txt"
+    path.write_text("precious\n")
+    return path
+
+
+def test_a_link_at_the_token_file_is_neither_read_nor_written(tmp_path: Path) -> None:
+    target = victim(tmp_path)
+    token = tmp_path / "state" / "api-token"
+    token.parent.mkdir()
+    token.symlink_to(target)
+    with pytest.raises(OSError, match="api-token"):
+        ensure_token(token)
+    token.unlink()
+    token.symlink_to(tmp_path / "nothing-yet")  # a dangling one: O_EXCL refuses it too
+    with pytest.raises(OSError, match="api-token"):
+        ensure_token(token)
+    assert not (tmp_path / "nothing-yet").exists()
+    assert target.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("name", ["herdsman.db", "herdsman.db-wal", "herdsman.db-shm"])
+def test_a_link_at_the_ledger_or_its_side_files_is_refused(tmp_path: Path, name: str) -> None:
+    target = victim(tmp_path)
+    (tmp_path / name).symlink_to(target)
+    with pytest.raises(StoreError, match=rf"{name}' is a symbolic link"):
+        SqliteStore(tmp_path / "herdsman.db")
+    assert target.read_text() == "precious\n"
+
+
+def test_a_link_at_the_lock_file_is_refused(tmp_path: Path) -> None:
+    target = victim(tmp_path)
+    (tmp_path / "supervisor.lock").symlink_to(target)
+    with pytest.raises(OSError, match=r"supervisor\.lock"), StateDirLock(tmp_path):
+        pass
+    assert target.read_text() == "precious\n"
