@@ -46,6 +46,7 @@ __all__ = [
     "private_opener",
     "read_below",
     "refuse_links",
+    "remove_folder_below",
     "replace_below",
 ]
 
@@ -225,6 +226,28 @@ def replace_below(anchor: Path, path: Path, data: bytes) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=dir_fd)
             raise
+
+
+def remove_folder_below(anchor: Path, path: Path, *, leaving: str) -> bool:
+    """Remove the folder ``path`` if it holds nothing but a file named ``leaving``.
+
+    The folder is reached as :func:`open_below` reaches one, and the file is
+    unlinked through that descriptor: a link swapped in for the folder at
+    any moment has nothing removed through it. Returns whether it was
+    removed; False (nothing done) for a folder holding anything else, or
+    one that is not what was opened.
+    """
+    with _walk(anchor, _parts(anchor, path), create=False) as fd:
+        names = os.listdir(path)
+        opened, listed = os.fstat(fd), os.lstat(path)
+        if (opened.st_dev, opened.st_ino) != (listed.st_dev, listed.st_ino):
+            return False  # swapped since it was opened: that listing was not ours
+        if any(name != leaving for name in names):
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(leaving, dir_fd=fd)
+    os.rmdir(path)  # never follows a link (ENOTDIR)
+    return True
 
 
 def private_opener(path: str, flags: int) -> int:

@@ -28,7 +28,7 @@ import attrs
 
 from herdsman.config import Repo
 from herdsman.runtime.git import GitError, WorktreeDirty
-from herdsman.runtime.state_paths import LinkRefused, refuse_links
+from herdsman.runtime.state_paths import LinkRefused, refuse_links, remove_folder_below
 from herdsman.runtime.worktrees.manager import (
     METADATA,
     ConversationFolder,
@@ -130,7 +130,11 @@ async def _sweep_folder(
     # No `git worktree prune`: removal already dropped each registration, and
     # pruning would also drop the user's own worktrees that are unmounted now.
     if not dry_run and all(entry.action == "removed" for entry in entries):
-        _remove_folder(folder.path)
+        try:
+            # Only what we made: anything else in it (or a link) stays.
+            remove_folder_below(manager.anchor, folder.path, leaving=METADATA)
+        except OSError as exc:
+            log.warning("could not remove the folder %s: %s", folder.path, exc)
     return entries
 
 
@@ -179,14 +183,3 @@ async def _sweep_worktree(
         log.warning("could not remove worktree %s: %s", path, exc)
         return "failed", str(exc)
     return "removed", ""
-
-
-def _remove_folder(path: Path) -> None:
-    """Drop the conversation's folder once nothing of value is left in it."""
-    if path.is_symlink():
-        return  # never removed through a link (folders() leaves links out)
-    leftovers = [p for p in path.iterdir() if p.name != METADATA]
-    if leftovers:
-        return  # something we did not make: leave it alone
-    os.remove(path / METADATA)
-    path.rmdir()
