@@ -11,33 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_fuzz_faults import CONFIG, _submit
 
 from herdsman.runtime.worktrees import manager, sweeper
 from herdsman.runtime.worktrees.manager import WorktreeManager
 from herdsman.sim.fuzz.harness import Verdict, run_scenario
 from herdsman.sim.fuzz.scenario import Scenario, ScenarioError, draw_scenario, scenario_from_json
-
-CONFIG = """\
-[supervisor]
-state_dir = "/herdsman-sim/state"
-[retention]
-idle = "0s"
-sweep_interval = "30s"
-[providers.claude]
-exec = ["claude"]
-concurrency = 2
-idle_timeout = "120s"
-[[repos]]
-name = "repo0"
-path = "/herdsman-sim/repos/repo0"
-"""
-
-
-def _submit(t: float, run_id: str, conversation: str, **extra: Any) -> dict[str, Any]:
-    run = {"id": run_id, "provider": "claude", "workspace": "default", "conversation": conversation}
-    attempts = [{"duration": 30.0, "outcome": "succeeded"}]
-    return {"t": t, "kind": "submit", "run": run, "attempts": attempts, **extra}
-
 
 SWAP = (
     _submit(0.0, "r1", "c1"),

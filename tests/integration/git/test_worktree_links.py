@@ -16,7 +16,7 @@ from pathlib import Path
 from git_support import World
 
 from herdsman.runtime.worktrees.listing import describe_worktrees
-from herdsman.runtime.worktrees.manager import METADATA
+from herdsman.runtime.worktrees.manager import METADATA, WorktreeManager
 from herdsman.runtime.worktrees.slug import conversation_slug
 from herdsman.runtime.worktrees.sweeper import sweep
 
@@ -27,23 +27,24 @@ def never_busy(_workspace: str, _conversation: str) -> bool:
     return False
 
 
-async def users_worktree(world: World) -> Path:
-    """The user's own linked worktree of app, on their branch, outside the state dir."""
-    path = world.root.parent.parent / "userwt"
+async def swapped(world: World) -> tuple[WorktreeManager, Path, Path]:
+    """A conversation whose checkout of app an agent replaced by a link to the user's
+    own worktree of app (clean, on their branch, outside the state dir): the manager,
+    the checkout's path and the user's worktree."""
+    manager = world.manager(world.app)
+    (checkout,) = await manager.prepare("default", "conv1")
+    user = world.root.parent.parent / "userwt"
     # Clean, as a user's worktree whose work is committed is: what git removes.
-    await world.git.add_worktree(world.app.path, path, branch="feature", commit="HEAD")
-    return path
+    await world.git.add_worktree(world.app.path, user, branch="feature", commit="HEAD")
+    shutil.rmtree(checkout.path)
+    checkout.path.symlink_to(user)
+    return manager, checkout.path, user
 
 
 async def test_a_checkout_swapped_for_a_link_to_the_users_worktree_is_not_swept(
     world: World,
 ) -> None:
-    manager = world.manager(world.app)
-    (checkout,) = await manager.prepare("default", "conv1")
-    user = await users_worktree(world)
-    # What an agent can do: its checkout replaced by a link to the user's worktree.
-    shutil.rmtree(checkout.path)
-    checkout.path.symlink_to(user)
+    manager, checkout, user = await swapped(world)
     world.clock[0] += 2 * DAY
 
     dry = await sweep(manager, now=world.clock[0], idle=DAY, is_busy=never_busy, dry_run=True)
@@ -51,21 +52,17 @@ async def test_a_checkout_swapped_for_a_link_to_the_users_worktree_is_not_swept(
 
     for done in (dry, report):
         [entry] = done.entries
-        assert (entry.repo, entry.path, entry.action) == ("app", checkout.path, "refused")
+        assert (entry.repo, entry.path, entry.action) == ("app", checkout, "refused")
         assert "is a symbolic link" in entry.detail
     assert (user / "README.md").read_text() == "hello\n"
     entries = await world.git.list_worktrees(world.app.path)
     assert user in [e.path for e in entries]  # still registered: git never touched it
-    assert checkout.path.is_symlink()  # left as the agent left it
-    assert (checkout.path.parent / METADATA).exists()  # so the folder stays
+    assert checkout.is_symlink()  # left as the agent left it
+    assert (checkout.parent / METADATA).exists()  # so the folder stays
 
 
 async def test_a_run_refuses_a_checkout_swapped_for_a_link(world: World) -> None:
-    manager = world.manager(world.app)
-    (checkout,) = await manager.prepare("default", "conv1")
-    user = await users_worktree(world)
-    shutil.rmtree(checkout.path)
-    checkout.path.symlink_to(user)
+    manager, _, _ = await swapped(world)
     (again,) = await manager.prepare("default", "conv1")
     assert not again.usable
     assert "is a symbolic link" in (again.error or "")
@@ -144,14 +141,10 @@ async def test_a_link_at_the_metadata_files_is_replaced_not_written_through(
 
 
 async def test_a_swapped_checkout_is_listed_as_refused_and_not_measured(world: World) -> None:
-    manager = world.manager(world.app)
-    (checkout,) = await manager.prepare("default", "conv1")
-    user = await users_worktree(world)
-    shutil.rmtree(checkout.path)
-    checkout.path.symlink_to(user)
+    manager, checkout, _ = await swapped(world)
     [row] = await describe_worktrees(manager)
     assert (row["path"], row["status"], row["size_bytes"]) == (
-        str(checkout.path),
+        str(checkout),
         "refused (a symbolic link)",
         0,
     )
