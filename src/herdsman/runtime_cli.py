@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import logging
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -497,17 +498,18 @@ def _logs(args: argparse.Namespace) -> int:
     if problem := run_id_problem(args.run_id):
         raise CommandError(f"run id {problem}")
     config = _load(args)
-    path = config.supervisor.state_dir / "logs" / f"{args.run_id}.log"
+    state_dir = config.supervisor.state_dir
+    path = state_dir / "logs" / f"{args.run_id}.log"
     if not args.follow:
-        _copy_log(path, 0)
+        _copy_log(state_dir, path, 0)
         return 0
     with _client_for(args) as client:
         offset = 0
         while True:
             _, run = client.request("GET", f"/v1/runs/{args.run_id}")
-            offset = _copy_log(path, offset, missing_ok=True)
+            offset = _copy_log(state_dir, path, offset, missing_ok=True)
             if run["status"] in TERMINAL:
-                _copy_log(path, offset, missing_ok=True)
+                _copy_log(state_dir, path, offset, missing_ok=True)
                 if not path.exists():
                     raise CommandError(
                         f"no log at {path}: run {args.run_id} ended as {run['status']} without"
@@ -519,9 +521,15 @@ def _logs(args: argparse.Namespace) -> int:
             time.sleep(0.5)
 
 
-def _copy_log(path: Path, offset: int, *, missing_ok: bool = False) -> int:
+def _copy_log(state_dir: Path, path: Path, offset: int, *, missing_ok: bool = False) -> int:
+    from herdsman.runtime.state_paths import LinkRefused, open_below  # noqa: PLC0415
+
     try:
-        with path.open("rb") as handle:
+        # Never through a link (an agent's, to /dev/zero say): a log is a
+        # regular file in <state_dir>/logs.
+        with os.fdopen(open_below(state_dir, path, os.O_RDONLY), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise CommandError(f"cannot read the log {path}: not a regular file")
             handle.seek(offset)
             data = handle.read()
     except FileNotFoundError:
@@ -530,6 +538,8 @@ def _copy_log(path: Path, offset: int, *, missing_ok: bool = False) -> int:
         raise CommandError(
             f"no log at {path}: no run with this id has started on this supervisor"
         ) from None
+    except LinkRefused as error:
+        raise CommandError(str(error)) from None
     except OSError as error:
         raise CommandError(f"cannot read the log {path}: {error.strerror}") from None
     sys.stdout.buffer.write(data)

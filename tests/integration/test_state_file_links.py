@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,3 +49,24 @@ def test_a_link_at_the_lock_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(OSError, match=r"supervisor\.lock"), StateDirLock(tmp_path):
         pass
     assert target.read_text() == "precious\n"
+
+
+def test_herdsman_logs_never_reads_through_a_link(tmp_path: Path) -> None:
+    config = tmp_path / "supervisor.toml"
+    config.write_text('[supervisor]\nstate_dir = "state"\n[providers.demo]\nexec = ["demo"]\n')
+    logs = tmp_path / "state" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "r1.log").symlink_to("/dev/zero")  # read, it would never end
+    (logs / "r2.log").symlink_to(victim(tmp_path))
+    for run_id in ("r1", "r2"):
+        result = subprocess.run(
+            [sys.executable, "-m", "herdsman", "logs", "-c", str(config), run_id],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert (result.returncode, result.stdout) == (1, "")
+        assert result.stderr.startswith(f"herdsman: {logs / run_id}.log is a symbolic link; ")
+        assert result.stderr.count("\n") == 1
