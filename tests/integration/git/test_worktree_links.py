@@ -160,3 +160,11 @@ async def test_folders_and_metadata_are_private_whatever_the_umask(world: World)
     for path in (world.root, checkout.path.parent):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
     assert stat.S_IMODE((checkout.path.parent / METADATA).stat().st_mode) == 0o600
+
+
+async def test_git_follows_a_link_which_is_why_the_sweep_checks_first(world: World) -> None:
+    # The danger the check guards against, and that the fake git models it
+    # as real git does: a removal through a link removes what it points at.
+    _, checkout, user = await swapped(world)
+    await world.git.remove_worktree(world.app.path, checkout)
+    assert not user.exists()
