@@ -1,7 +1,8 @@
-"""The token, the ledger and the lock file: never created, read or written through a link."""
+"""The token, the ledger, the lock, logs and the pointer: never used through a link."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from herdsman.runtime.api.server import ensure_token
 from herdsman.runtime.lockfile import StateDirLock
+from herdsman.runtime.pointer import read_pointer, write_pointer
 from herdsman.runtime.store import SqliteStore, StoreError
 
 
@@ -70,3 +72,20 @@ def test_herdsman_logs_never_reads_through_a_link(tmp_path: Path) -> None:
         assert (result.returncode, result.stdout) == (1, "")
         assert result.stderr.startswith(f"herdsman: {logs / run_id}.log is a symbolic link; ")
         assert result.stderr.count("\n") == 1
+
+
+def test_the_pointer_is_never_written_or_read_through_a_link(tmp_path: Path) -> None:
+    environ = {"XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    config = tmp_path / "supervisor.toml"
+    config.touch()
+    written = write_pointer(config, "http://127.0.0.1:1", tmp_path / "token", environ)
+    assert written is not None
+    assert read_pointer(config, environ) is not None  # this process is alive
+    target = victim(tmp_path)
+    # Its temporary file's name is predictable: a link planted there is replaced.
+    written.with_suffix(f".{os.getpid()}.tmp").symlink_to(target)
+    assert write_pointer(config, "http://127.0.0.1:2", tmp_path / "token", environ) == written
+    assert target.read_text() == "precious\n"
+    written.unlink()
+    written.symlink_to(target)
+    assert read_pointer(config, environ) is None
