@@ -203,7 +203,7 @@ def test_the_plot_reads_at_a_glance_with_one_varied_key(tmp_path: Path) -> None:
     # Whole-number ticks for a whole-number key, exactly its values.
     assert list(axes.get_xticks()) == [1, 2, 3, 4]
     assert [t.get_text() for t in axes.get_xticklabels()] == ["1", "2", "3", "4"]
-    # Waits in minutes (the largest is minutes, not hours), from zero up.
+    # Waits in minutes (the unit of the SLO's 10 minutes), from zero up.
     assert axes.get_ylabel() == "p95_wait (min)"
     assert axes.get_ylim()[0] == 0
     # Each configuration marked exactly as the table says.
@@ -239,12 +239,13 @@ def test_the_plot_draws_one_line_per_value_of_the_second_key(tmp_path: Path) -> 
     figure = plan_figure(result)
     (axes,) = figure.axes
     containers = bars(axes)
-    assert [c.get_label() for c in containers] == [
-        "providers.claude.accounts=1",
-        "providers.claude.accounts=2",
-    ]
-    unit = axes.get_ylabel().removeprefix("p95_wait (").removesuffix(")")
-    scale = {"s": 1, "min": 60, "h": 3600}[unit]
+    assert [c.get_label() for c in containers] == ["1", "2"]
+    legend = axes.get_legend()
+    assert legend is not None
+    assert legend.get_title().get_text() == "providers.claude.accounts"
+    # Waits in minutes: the SLO's 30 minutes reads as 30, whatever the largest wait.
+    assert axes.get_ylabel() == "p95_wait (min)"
+    scale = 60
     for container, accounts in zip(containers, ("1", "2"), strict=True):
         mine = [row for row in result.rows if row.setting[1][1] == accounts]
         line = container.lines[0]
@@ -259,3 +260,24 @@ def test_the_plot_draws_one_line_per_value_of_the_second_key(tmp_path: Path) -> 
     assert marks(figure) == {
         " ".join(f"{k}={v}" for k, v in row.setting): row.verdict for row in result.rows
     }
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "many",
+            "--replications: expected a whole number from 1 to 10000, auto or auto:CAP, got 'many'",
+        ),
+        ("auto:3", "--replications auto:CAP: expected a whole number from 5 to 10000, got '3'"),
+        ("auto:", "--replications auto:CAP: expected a whole number from 5 to 10000, got ''"),
+    ],
+)
+def test_a_bad_replications_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, message: str
+) -> None:
+    workload = generated(tmp_path)
+    capsys.readouterr()
+    argv = ["sim", "plan", str(workload), "--vary", "providers.claude.concurrency=1"]
+    assert main([*argv, "--slo", "p95_wait<=1m", "--replications", value]) == 2
+    assert capsys.readouterr().err == f"herdsman: {message}\n"

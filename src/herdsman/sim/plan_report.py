@@ -273,10 +273,11 @@ def plan_figure(result: PlanResult) -> Figure:
             series.append((metric, metric, everyone, True))
     else:
         for rest, members in groups.items():
-            label = ", ".join(f"{key}={value}" for key, value in rest) or metric
-            series.append((label, metric, members, True))
+            # One other key: its name is the legend's title, each line its value.
+            label = rest[0][1] if len(rest) == 1 else ", ".join(f"{k}={v}" for k, v in rest)
+            series.append((label or metric, metric, members, True))
     spacing = min((b - a for a, b in itertools.pairwise(ticks)), default=1.0)
-    width = spacing * 0.3
+    width = spacing * 0.16
     figure = Figure(figsize=(8, 4.5))
     axes = figure.subplots()
     for number, (label, name, members, marked) in enumerate(series):
@@ -347,7 +348,7 @@ def plan_figure(result: PlanResult) -> Figure:
     handles, _ = axes.get_legend_handles_labels()
     axes.legend(
         handles=[*handles, *verdicts],
-        title=", ".join(keys[1:]) or None,
+        title=keys[1] if len(keys) == 2 else None,
         fontsize="small",
         loc="best",
     )
@@ -378,11 +379,11 @@ def _scale(metric: str, result: PlanResult) -> tuple[float, str]:
         return 0.01, "%"
     if not metric.endswith("_wait"):
         return 1.0, "runs/h" if metric == "throughput" else ""
+    # The SLO's threshold sets the unit, so the line a reader compares with
+    # reads in round numbers (15 min, not 0.25 h); without one, the largest value.
+    thresholds = [c.value for c in result.slo.clauses if c.metric == metric]
     drawn = {metric, "p50_wait", "p95_wait", "p99_wait"}
-    top = max(
-        [row.estimates[name].high for row in result.rows for name in drawn]
-        + [c.value for c in result.slo.clauses if c.metric == metric]
-    )
+    top = max(thresholds or [row.estimates[n].high for row in result.rows for n in drawn])
     if top >= 2 * 3600:
         return 3600.0, "h"
     if top >= 120:
