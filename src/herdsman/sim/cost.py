@@ -22,7 +22,8 @@ from typing import Any
 
 import attrs
 
-from herdsman.config.keypath import KeyPath, KeyPathError, parse_key_path
+from herdsman.config.keypath import KeyPath
+from herdsman.sim.sweep import SweepError, split_key_flag
 
 __all__ = ["CostError", "Price", "configuration_cost", "parse_cost"]
 
@@ -42,18 +43,16 @@ class Price:
 
 def parse_cost(text: str) -> Price:
     """Parse ``KEY=PRICE``; :class:`CostError` naming the flag if malformed."""
-    key, equals, spec = text.partition("=")
-    key, spec = key.strip(), spec.strip()
     where = f"--cost {text}"
-    if not equals or not key or not spec:
-        raise CostError(
-            f"{where}: expected KEY=PRICE (per unit per month), e.g."
-            " providers.claude.concurrency=40 or providers.claude.accounts=200"
-        )
     try:
-        path = parse_key_path(key)
-    except KeyPathError as error:
-        raise CostError(f"{where}: {error}") from None
+        key, path, spec = split_key_flag(
+            where,
+            text,
+            "KEY=PRICE (per unit per month), e.g. providers.claude.concurrency=40 or"
+            " providers.claude.accounts=200",
+        )
+    except SweepError as error:
+        raise CostError(str(error)) from None
     try:
         price = float(spec)
     except ValueError:
