@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -281,3 +283,24 @@ def test_a_bad_replications_is_one_line_and_exit_2(
     argv = ["sim", "plan", str(workload), "--vary", "providers.claude.concurrency=1"]
     assert main([*argv, "--slo", "p95_wait<=1m", "--replications", value]) == 2
     assert capsys.readouterr().err == f"herdsman: {message}\n"
+
+
+class Terminal(io.StringIO):
+    """Standard error as a terminal: where the progress bar shows."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_with_auto_the_progress_bar_grows_to_what_was_simulated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = generated(tmp_path)
+    argv = ["sim", "plan", str(workload), "--vary", "providers.claude.concurrency=1..2"]
+    argv += ["--slo", "p95_wait<=10m", "--replications", "auto:20", "--workers", "1", "--json"]
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    main(argv)
+    done = sum(c["replications"] for c in json.loads(capsys.readouterr().out)["configurations"])
+    assert done > 10  # some configuration needed more than the first look
+    assert f"simulating: 100%|##########| {done}/{done}" in terminal.getvalue()
