@@ -59,13 +59,14 @@ def _traced(verdict: Verdict, event: str) -> list[dict[str, Any]]:
 
 def test_a_submit_waits_out_a_worktree_removal_while_the_clock_moves() -> None:
     # Git takes 40 s a call: the sweep that finds c1 idle at t=150 checks its
-    # worktree until 190 and removes it until 230; r2, sent at 210, waits.
-    scenario = Scenario(7, CONFIG, (_submit(0.0, "r1"), _submit(210.0, "r2")), git_latency=40.0)
+    # worktree (clean, and still git's checkout of the conversation's branch:
+    # three calls) until 270 and removes it until 310; r2, sent at 290, waits.
+    scenario = Scenario(7, CONFIG, (_submit(0.0, "r1"), _submit(290.0, "r2")), git_latency=40.0)
     verdict = run_scenario(scenario, wall_limit=BOUND)
     assert verdict.violations == ()
     submitted = {e["run"]["id"]: e["t"] for e in _traced(verdict, "submit")}
     assert submitted["r1"] == 0.0
-    assert 230.0 <= submitted["r2"] < 231.0
+    assert 310.0 <= submitted["r2"] < 311.0
     assert [e["run_id"] for e in _traced(verdict, "finish")] == ["r1", "r2"]
 
 
