@@ -90,19 +90,30 @@ def number_param(request: Request, name: str, default: float, maximum: float) ->
     return value
 
 
+def bearer_token(authorization: str) -> bytes:
+    """The credentials of an ``Authorization: Bearer ...`` header, else ``b""``.
+
+    The scheme is case-insensitive and may be followed by several spaces (RFC 7235).
+    """
+    scheme, _, credentials = authorization.partition(" ")
+    if scheme.lower() != "bearer":
+        return b""
+    return credentials.lstrip(" ").encode()
+
+
 class Api:
     """The endpoint handlers of one supervisor."""
 
     def __init__(self, supervisor: Supervisor, token: str) -> None:
         self.supervisor = supervisor
-        self._expected = f"Bearer {token}".encode()
+        self._token = token.encode()
 
     def guarded(self, handler: Handler) -> Handler:
         """Check the bearer token, and turn intake errors into JSON answers."""
 
         async def wrapper(request: Request) -> Response:
-            given = request.headers.get("authorization", "").encode()
-            if not secrets.compare_digest(given, self._expected):
+            given = bearer_token(request.headers.get("authorization", ""))
+            if not secrets.compare_digest(given, self._token):
                 return error(401, "missing or wrong bearer token (see the token file in state_dir)")
             try:
                 return await handler(request)
