@@ -1,4 +1,5 @@
-"""The body limit refuses exactly the bodies longer than it, however they are cut up."""
+"""The body limit refuses exactly the bodies longer than it, however they are cut up;
+the budget of bodies read at once grants them in order, within its capacity."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message
+from trio.testing import MockClock
 
 from herdsman.config import ApiSettings
 from herdsman.runtime.api.app import http_error
-from herdsman.runtime.api.limits import BodyLimits
+from herdsman.runtime.api.limits import BodyBudget, BodyLimits
 
 LIMIT = 100
 
@@ -81,3 +83,38 @@ def test_a_body_is_refused_if_and_only_if_it_is_longer_than_the_limit(
 def test_a_declared_length_over_the_limit_is_refused_on_the_declaration_alone() -> None:
     # No chunk is ever given: the refusal cannot have waited for one.
     assert post([], LIMIT + 1)[0] == 413
+
+
+@given(
+    st.integers(1, 200),
+    st.lists(st.tuples(st.integers(1, 250), st.integers(1, 5)), min_size=1, max_size=12),
+)
+def test_the_budget_grants_in_the_order_asked_and_never_beyond_its_capacity(
+    capacity: int, asks: list[tuple[int, int]]
+) -> None:
+    budget = BodyBudget()
+    granted: list[int] = []
+    holders: list[int] = []
+
+    async def body(index: int, size: int, hold: int) -> None:
+        # Each asks at its own instant: no order rests on a tie.
+        await trio.sleep(index * 0.01)
+        await budget.take(size, capacity)
+        granted.append(index)
+        holders.append(size)
+        # Beyond the capacity only when alone: a body alone always fits.
+        assert budget.held <= capacity or len(holders) == 1
+        await trio.sleep(hold)
+        holders.remove(size)
+        budget.give(size)
+
+    async def main() -> None:
+        # Virtual time: every body is done long before, unless one waits for ever.
+        with trio.fail_after(10_000):
+            async with trio.open_nursery() as nursery:
+                for index, (size, hold) in enumerate(asks):
+                    nursery.start_soon(body, index, size, hold)
+
+    trio.run(main, clock=MockClock(autojump_threshold=0))
+    assert granted == list(range(len(asks)))
+    assert budget.held == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
@@ -19,6 +20,7 @@ import trio
 from served_api import served_api
 from supervisor_support import Start, config_at, write_config
 
+from herdsman.runtime.api.limits import BODIES_AT_ONCE
 from herdsman.runtime.main import DB_NAME, token_path
 from herdsman.runtime.store import SqliteStore
 from herdsman.runtime.supervisor import Supervisor
@@ -56,9 +58,9 @@ class Served:
         return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-@pytest.fixture
-async def served(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Served]:
-    config = config_at(write_config(tmp_path, extra=LIMITS))
+@asynccontextmanager
+async def serving(tmp_path: Path, nursery: trio.Nursery, limits: str) -> AsyncIterator[Served]:
+    config = config_at(write_config(tmp_path, extra=limits))
     config.supervisor.state_dir.mkdir(parents=True)
     store = SqliteStore(config.supervisor.state_dir / DB_NAME)
     async with served_api(
@@ -73,6 +75,19 @@ async def served(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Served]
         assert port is not None
         token = token_path(config).read_text().strip()
         yield Served(supervisor, client, port, token)
+
+
+@pytest.fixture
+async def served(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Served]:
+    async with serving(tmp_path, nursery, LIMITS) as served:
+        yield served
+
+
+@pytest.fixture
+async def patient(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Served]:
+    """As ``served``, with time enough for a test to finish a body itself."""
+    async with serving(tmp_path, nursery, LIMITS.replace('"1s"', '"30s"')) as served:
+        yield served
 
 
 @pytest.fixture
@@ -316,3 +331,37 @@ async def test_a_reload_changes_the_limits_for_the_next_request(
     refused = await running.client.post("/v1/runs", content=body)
     assert refused.status_code == 413
     assert "limit of 65536 bytes" in refused.json()["error"]
+
+
+async def test_bodies_beyond_what_is_read_at_once_wait_their_turn(
+    patient: Served, api_log: pytest.LogCaptureFixture
+) -> None:
+    # Four bodies of the largest size fill what the API reads at once
+    # (BODIES_AT_ONCE): each is sent but for its last byte.
+    bodies = []
+    for n in range(BODIES_AT_ONCE):
+        template = json.dumps({"provider": "demo", "id": f"big-{n}", "prompt": "x"})
+        bodies.append(template.replace('"x"', '"x' + " " * (LIMIT - len(template)) + '"').encode())
+    head = patient.head("POST", "/v1/runs", f"Content-Length: {LIMIT}", "Connection: close")
+    big = [await patient.connect(head + body[:-1]) for body in bodies]
+    answers: list[int] = []
+
+    async def small() -> None:
+        response = await patient.client.post(
+            "/v1/runs", json={"provider": "demo", "id": "small", "prompt": "hi"}
+        )
+        answers.append(response.status_code)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(small)
+        await logged(api_log, "waits to send the body of POST /v1/runs", 1)
+        assert answers == []
+        for stream, body in zip(big, bodies, strict=True):
+            await stream.send_all(body[-1:])
+        for stream in big:
+            status, _ = status_and_body(await until_closed(stream))
+            assert status == 201
+    assert answers == [201]
+    listed = (await patient.client.get("/v1/runs")).json()["runs"]
+    assert sorted(r["id"] for r in listed) == ["big-0", "big-1", "big-2", "big-3", "small"]
+    assert_no_traceback(api_log)
