@@ -365,3 +365,36 @@ async def test_bodies_beyond_what_is_read_at_once_wait_their_turn(
     listed = (await patient.client.get("/v1/runs")).json()["runs"]
     assert sorted(r["id"] for r in listed) == ["big-0", "big-1", "big-2", "big-3", "small"]
     assert_no_traceback(api_log)
+
+
+async def test_a_body_that_finds_no_room_in_its_time_is_answered_503(
+    start: Start, tmp_path: Path, api_log: pytest.LogCaptureFixture
+) -> None:
+    path = write_config(tmp_path, extra=LIMITS.replace('"1s"', '"30s"'))
+    running = await start(path)
+    url = httpx.URL(str(running.client.base_url))
+    assert url.port is not None
+    token = token_path(running.config).read_text().strip()
+    served = Served(running.supervisor, running.client, url.port, token)
+    head = served.head("POST", "/v1/runs", f"Content-Length: {LIMIT}", "Connection: close")
+    # Bodies that have 30 s to arrive fill the room: one more waits (its line
+    # says they all hold their room)...
+    holders = [await served.connect(head + b"{") for _ in range(BODIES_AT_ONCE + 1)]
+    await logged(api_log, "waits to send the body of POST /v1/runs", 1)
+    # ...so a body with 1 s to arrive cannot get any.
+    path.write_text(path.read_text().replace('"30s"', '"1s"'))
+    assert (await running.client.post("/v1/reload")).status_code == 200
+    refused = await running.client.post("/v1/runs", json={"provider": "demo", "prompt": "hi"})
+    assert refused.status_code == 503
+    assert refused.json() == {
+        "error": f"other request bodies fill the {BODIES_AT_ONCE * LIMIT} bytes the API reads"
+        f" at once ({BODIES_AT_ONCE} times api.max_body_bytes) and left no room for this one"
+        " within 1 s (api.body_timeout): nothing was done; ask again"
+    }
+    [line] = lines_with(api_log, "found no room for the body of POST /v1/runs")
+    assert line.getMessage().endswith("within 1 s: answered 503, nothing was done")
+    for stream in holders:
+        await stream.aclose()
+    await logged(api_log, HUNG_UP, BODIES_AT_ONCE + 1)
+    assert (await running.client.get("/v1/runs")).json() == {"runs": []}
+    assert_no_traceback(api_log)
