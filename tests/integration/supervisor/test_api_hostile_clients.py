@@ -398,3 +398,13 @@ async def test_a_body_that_finds_no_room_in_its_time_is_answered_503(
     await logged(api_log, HUNG_UP, BODIES_AT_ONCE + 1)
     assert (await running.client.get("/v1/runs")).json() == {"runs": []}
     assert_no_traceback(api_log)
+
+
+@pytest.mark.parametrize(
+    "raw_id", ["%00", "%ff%fe", "x%0Ay", "%F0%9F%98%80", "a" * 5000, "..", "%2e%2e"]
+)
+async def test_a_hostile_run_id_in_the_path_is_an_unknown_run(served: Served, raw_id: str) -> None:
+    for method, path in (("GET", f"/v1/runs/{raw_id}"), ("POST", f"/v1/runs/{raw_id}/cancel")):
+        response = await served.client.request(method, path)
+        assert response.status_code == 404, response.text
+        assert "error" in response.json()
