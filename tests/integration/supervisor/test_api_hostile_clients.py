@@ -322,12 +322,8 @@ async def test_a_reload_changes_the_limits_for_the_next_request(
     assert (await running.client.post("/v1/runs", content=body)).status_code == 201
     path.write_text(path.read_text().replace(f"max_body_bytes = {LIMIT}", "max_body_bytes = 65536"))
     reloaded = (await running.client.post("/v1/reload")).json()
-    assert {
-        "key": "api.max_body_bytes",
-        "old": str(LIMIT),
-        "new": "65536",
-        "applied": True,
-    } in reloaded["changes"]
+    [change] = [c for c in reloaded["changes"] if c["key"] == "api.max_body_bytes"]
+    assert (change["old"], change["new"], change["applied"]) == (str(LIMIT), "65536", True)
     refused = await running.client.post("/v1/runs", content=body)
     assert refused.status_code == 413
     assert "limit of 65536 bytes" in refused.json()["error"]
