@@ -13,15 +13,19 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NoReturn
 
 from herdsman import __version__
 from herdsman.config import (
     ConfigError,
+    ConfigUsageError,
     EditResult,
+    add_element,
     environment_warnings,
     get_value,
     load_config,
     load_config_text,
+    remove_key,
     set_value,
 )
 from herdsman.config.locate import find_config_file
@@ -34,8 +38,36 @@ __all__ = ["main"]
 Command = Callable[[argparse.Namespace], int]
 
 
-def _config_options(with_overrides: bool = True) -> argparse.ArgumentParser:
-    options = argparse.ArgumentParser(add_help=False)
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error said in one line (exit status 2, as argparse's)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
+class _RefusedSet(argparse.Action):
+    """``--set`` on a command that reads no settings of its own: refused, not ignored.
+
+    The clients of a running supervisor (``status``, ``worktrees sweep``...)
+    act on the settings it runs on; a ``--set`` there would change nothing.
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        parser.error(
+            "--set is not taken here: it changes a setting only for a command that reads the"
+            " file itself (run, check, config get, logs, sim); for the running supervisor,"
+            " change the file: herdsman config set KEY VALUE"
+        )
+
+
+def _config_options(with_overrides: bool = True) -> _Parser:
+    options = _Parser(add_help=False)
     options.add_argument(
         "-c",
         "--config",
@@ -53,13 +85,18 @@ def _config_options(with_overrides: bool = True) -> argparse.ArgumentParser:
             metavar="KEY=VALUE",
             help="override a setting for this command (repeatable); VALUE is TOML or a bare word",
         )
+    else:
+        options.add_argument(
+            "--set", dest="overrides", action=_RefusedSet, default=[], help=argparse.SUPPRESS
+        )
     return options
 
 
 def _print_errors(error: ConfigError) -> int:
     for problem in error.problems:
         print(problem, file=sys.stderr)
-    return 1
+    # A key path that names nothing is a mistake in the command, not the file.
+    return 2 if isinstance(error, ConfigUsageError) else 1
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -84,6 +121,10 @@ def _config_get(args: argparse.Namespace) -> int:
         result = get_value(loaded, args.key)
     except ConfigError as error:
         return _print_errors(error)
+    if args.json:
+        origins = {key: str(origin) for key, origin in result.origins.items()}
+        print(json.dumps({"key": result.key, "value": result.value, "origins": origins}, indent=2))
+        return 0
     if result.toml is None:
         print(f"{result.key}: not set in {loaded.path} and has no default", file=sys.stderr)
         return 0
@@ -119,11 +160,54 @@ def _config_set(args: argparse.Namespace) -> int:
     return after_config_write(result)
 
 
+def _config_add(args: argparse.Namespace) -> int:
+    try:
+        path = find_config_file(args.config, os.environ)
+        result = add_element(path, args.key, args.fields)
+    except ConfigError as error:
+        return _print_errors(error)
+    print(f"added {result.key}  ({path})")
+    return after_config_write(result) if args.reload else 0
+
+
+def _config_remove(args: argparse.Namespace) -> int:
+    try:
+        path = find_config_file(args.config, os.environ)
+        result = remove_key(path, args.key)
+    except ConfigError as error:
+        return _print_errors(error)
+    print(f"removed {result.key}  ({path})")
+    return after_config_write(result) if args.reload else 0
+
+
+def _edit_parser(
+    commands: Any,
+    name: str,
+    handler: Command,
+    summary: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """A ``config`` subcommand that edits the file, then asks a running supervisor to reload."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name,
+        parents=[_config_options(with_overrides=False)],
+        help=summary,
+        description=description,
+    )
+    parser.add_argument(
+        "--no-reload",
+        dest="reload",
+        action="store_false",
+        help="do not ask a running supervisor to reload (it still applies the edit"
+        " when it notices the file changed)",
+    )
+    parser.set_defaults(handler=handler)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; later subcommands (run, status, reload, sim) add to it."""
-    parser = argparse.ArgumentParser(
-        prog="herdsman", description="A supervisor for coding-agent runs."
-    )
+    parser = _Parser(prog="herdsman", description="A supervisor for coding-agent runs.")
     parser.add_argument("--version", action="version", version=f"herdsman {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -131,34 +215,72 @@ def build_parser() -> argparse.ArgumentParser:
         "check",
         parents=[_config_options()],
         help="validate the configuration and show the effective settings",
+        description="Validate the configuration file and print every effective setting and"
+        " where it came from (the file, a --set, or the default). Exit status 1 when the"
+        " file is invalid, with every error on its own line.",
     )
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.set_defaults(handler=_check)
 
-    config = commands.add_parser("config", help="read or edit the configuration file")
+    config = commands.add_parser(
+        "config",
+        help="read or edit the configuration file",
+        description="Read a setting of the configuration file, or edit one in place.",
+    )
     config_commands = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     get = config_commands.add_parser(
-        "get", parents=[_config_options()], help="print the effective value of KEY as TOML"
+        "get",
+        parents=[_config_options()],
+        help="print the effective value of KEY as TOML",
+        description="Print the effective value of KEY as TOML: as the file sets it, else"
+        " its default. A table or an array of tables prints as the TOML that writes it.",
     )
-    get.add_argument("key", metavar="KEY", help="a key path, e.g. providers.claude.concurrency")
+    get.add_argument(
+        "key", metavar="KEY", help="a key path, e.g. providers.claude.concurrency, repos[0], repos"
+    )
+    get.add_argument(
+        "--json", action="store_true", help="print {key, value, origins} as JSON instead"
+    )
     get.set_defaults(handler=_config_get)
-    set_ = config_commands.add_parser(
+    set_ = _edit_parser(
+        config_commands,
         "set",
-        parents=[_config_options(with_overrides=False)],
-        help="set KEY to VALUE in the file, keeping its layout",
+        _config_set,
+        "set KEY to VALUE in the file, keeping its layout",
+        "Set KEY to VALUE in the configuration file, keeping its comments and layout (a new"
+        " key goes into its own table, a new table after the last of its kind); the whole"
+        " file is validated first. A supervisor running on the file is asked to reload it.",
     )
-    set_.add_argument("key", metavar="KEY", help="a key path, e.g. providers.claude.concurrency")
+    set_.add_argument("key", metavar="KEY", help="a key path, e.g. 'repos[0].path'")
     set_.add_argument(
         "value", metavar="VALUE", help='a TOML value (3, "15m", ["a", "b"]) or a bare word'
     )
-    set_.add_argument(
-        "--no-reload",
-        dest="reload",
-        action="store_false",
-        help="do not ask a running supervisor to reload (it still applies the edit"
-        " when it notices the file changed)",
+    add = _edit_parser(
+        config_commands,
+        "add",
+        _config_add,
+        "append an element to an array of tables (a repo, an account)",
+        "Append an element to the array of tables KEY, after its last element,"
+        " e.g. `config add repos name=app path=~/src/app`.",
     )
-    set_.set_defaults(handler=_config_set)
+    add.add_argument(
+        "key", metavar="KEY", help="an array of tables: repos or providers.NAME.accounts"
+    )
+    add.add_argument(
+        "fields",
+        metavar="FIELD=VALUE",
+        nargs="+",
+        help="a field of the new element; VALUE as for config set (env.NAME=x for a table)",
+    )
+    remove = _edit_parser(
+        config_commands,
+        "remove",
+        _config_remove,
+        "remove a setting, a table or an element of an array of tables",
+        "Remove KEY from the file: a setting (it takes its default again), a table"
+        " (providers.codex), an element ('repos[1]'; later elements move up) or a whole array.",
+    )
+    remove.add_argument("key", metavar="KEY", help="a key path, e.g. 'repos[1]'")
 
     add_runtime_commands(commands, _config_options)
     add_sim_commands(commands)

@@ -11,16 +11,21 @@ import argparse
 import datetime as dt
 import json
 import logging
+import math
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from herdsman.cli_tables import Column, duration_text, local_time, print_table
 from herdsman.config import Config, ConfigError, load_config
 from herdsman.runtime.api.client import ApiClient, ApiError, ApiUnavailable
 from herdsman.runtime.ids import run_id_problem
+
+if TYPE_CHECKING:
+    from herdsman.runtime.runner.protocols import LogText
 
 OptionsFactory = Callable[..., argparse.ArgumentParser]
 TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "lost", "skipped", "usage_limited"}
@@ -28,6 +33,10 @@ TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "lost", "skipped", 
 
 class CommandError(Exception):
     """A user-facing failure: printed as one line, exit status 1."""
+
+
+class UsageError(CommandError):
+    """Flags that do not go together, or a missing argument: one line, exit status 2."""
 
 
 def _load(args: argparse.Namespace) -> Config:
@@ -121,6 +130,9 @@ def _guard(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.N
             print(f"herdsman: {error}", file=sys.stderr)
         except ApiError as error:
             print(f"herdsman: {error.message} (HTTP {error.status})", file=sys.stderr)
+        except UsageError as error:
+            print(f"herdsman {args.command}: {error}", file=sys.stderr)
+            return 2
         except CommandError as error:
             print(f"herdsman: {error}", file=sys.stderr)
         return 1
@@ -158,9 +170,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
+    if args.wait_timeout is not None and not args.wait:
+        raise UsageError("--wait-timeout goes with --wait; add --wait or leave it out")
     if args.prompt is None or args.prompt == "-":
         if sys.stdin.isatty():
-            raise CommandError("give the prompt as an argument or on stdin")
+            raise UsageError("give the prompt as an argument or on stdin")
         try:
             prompt = sys.stdin.buffer.read().decode("utf-8")
         except UnicodeDecodeError as error:
@@ -183,7 +197,10 @@ def _submit(args: argparse.Namespace) -> int:
         if status == 200:
             print(f"{run['id']}: already known ({run['status']})", file=sys.stderr)
         if not args.wait:
-            print(run["id"])
+            if args.json:
+                _print_json(run)
+            else:
+                print(run["id"])
             return 0
         if status != 200:
             # Said before the wait, which may fail: a user who never learnt
@@ -250,6 +267,11 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  the last reload ({last['trigger']}) was rejected; nothing changed:")
         for error in last["errors"]:
             print(f"    {error}")
+    if status.get("waiting_for_restart"):
+        print()
+        print("  in the file but waiting for a restart (the running values are kept):")
+        for change in status["waiting_for_restart"]:
+            print(f"    {change['key']}: {change['old']} -> {change['new']}")
     for provider, reason in sorted(status.get("waiting_for_provider", {}).items()):
         print()
         print(f"  {provider}: {reason}")
@@ -306,15 +328,13 @@ def _accounts(args: argparse.Namespace) -> int:
     if args.action == "end-rest":
         return _end_rest(args)
     if args.names:
-        raise CommandError(
-            f"unexpected {' '.join(args.names)!r}; did you mean `accounts end-rest`?"
-        )
+        raise UsageError(f"unexpected {' '.join(args.names)!r}; did you mean `accounts end-rest`?")
     with _client_for(args) as client:
         _, body = client.request("GET", "/v1/accounts")
     if args.json:
         _print_json(body)
         return 0
-    print(f"{'provider':<14} {'account':<14} {'in use':>6} {'usage':>16} {'started':>8}  state")
+    rows = []
     for row in body["accounts"]:
         name = row["account"] if row["account"] is not None else "(ambient)"
         unit = "runs" if row["unit"] == "runs" else "run-min"
@@ -331,16 +351,14 @@ def _accounts(args: argparse.Namespace) -> int:
         in_use = f"{row['running']}"
         if row.get("running_elsewhere"):
             in_use += f"+{row['running_elsewhere']}"
-        print(
-            f"{row['provider']:<14} {name:<14} {in_use:>6} {usage:>16}"
-            f" {row['runs_started']:>8}  {state}"
-        )
+        rows.append([row["provider"], name, in_use, usage, str(row["runs_started"]), state])
+    print_table(ACCOUNT_COLUMNS, rows)
     return 0
 
 
 def _end_rest(args: argparse.Namespace) -> int:
     if not 1 <= len(args.names) <= 2:
-        raise CommandError(
+        raise UsageError(
             "accounts end-rest needs PROVIDER and ACCOUNT (ACCOUNT left out: its ambient"
             " environment)"
         )
@@ -349,6 +367,9 @@ def _end_rest(args: argparse.Namespace) -> int:
         _, row = client.request(
             "POST", "/v1/accounts/end-rest", json={"provider": provider, "account": account}
         )
+    if args.json:
+        _print_json(row)
+        return 0
     name = row["account"] if row["account"] is not None else "(ambient)"
     state = "available" if row["available"] else row["reason"]
     print(f"{row['provider']}/{name}: {state}")
@@ -356,6 +377,22 @@ def _end_rest(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
+    if args.run_id is not None:
+        filters = [
+            flag
+            for flag, value in (
+                ("--status", args.status),
+                ("--provider", args.provider),
+                ("--conversation", args.conversation),
+                ("--limit", args.limit),
+            )
+            if value is not None
+        ]
+        if filters:
+            raise UsageError(
+                f"{', '.join(filters)} filter the list of runs; leave them out to show"
+                f" {args.run_id}, or leave out RUN_ID to list"
+            )
     with _client_for(args) as client:
         if args.run_id is not None:
             _, run = client.request("GET", f"/v1/runs/{args.run_id}")
@@ -368,17 +405,66 @@ def _runs(args: argparse.Namespace) -> int:
             "status": args.status,
             "provider": args.provider,
             "conversation": args.conversation,
-            "limit": args.limit,
+            "limit": args.limit if args.limit is not None else RUNS_LIMIT,
         }
         _, body = client.request("GET", "/v1/runs", params=params)
     if args.json:
         _print_json(body)
         return 0
-    print(f"{'id':<38} {'status':<13} {'provider':<12} conversation")
-    for run in body["runs"]:
-        conversation = run["conversation"] or "-"
-        print(f"{run['id']:<38} {run['status']:<13} {run['provider']:<12} {conversation}")
+    print_table(RUN_COLUMNS, [run_row(run, time.time()) for run in body["runs"]])
     return 0
+
+
+RUNS_LIMIT = 50
+# On an 80-column terminal a row takes two lines: the id folded in two, the
+# date above the time; the reason and conversation get what is left.
+RUN_COLUMNS = (
+    Column("id", wrap=True, min_width=18),
+    Column("status"),
+    Column("provider", wrap=True, min_width=8),
+    Column("conversation", wrap=True, min_width=8),
+    Column("submitted", wrap=True, min_width=10),
+    Column("took", align="right"),
+    Column("reason", wrap=True, min_width=10),
+)
+ACCOUNT_COLUMNS = (
+    Column("provider", wrap=True),
+    Column("account", wrap=True),
+    Column("in use", align="right"),
+    Column("usage", align="right"),
+    Column("started", align="right"),
+    Column("state", wrap=True),
+)
+WORKTREE_COLUMNS = (
+    Column("conversation", wrap=True),
+    Column("repo", wrap=True),
+    Column("last used", wrap=True, min_width=10),
+    Column("state", wrap=True),
+    Column("size", align="right"),
+    Column("path", wrap=True),
+)
+
+
+def run_row(run: Mapping[str, Any], now: float) -> list[str]:
+    """A run as a row of the ``runs`` table.
+
+    ``took``: how long it ran (so far, while running); ``reason``: the first
+    line of why it ended as it did (``runs RUN_ID`` shows all of it).
+    """
+    started, finished = run["started_at"], run["finished_at"]
+    took = ""
+    if started is not None:
+        took = duration_text(max(0.0, (finished if finished is not None else now) - started))
+    reason = (run["reason"] or "").strip().split("\n", 1)[0]
+    return [
+        run["id"],
+        run["status"],
+        run["provider"],
+        run["conversation"] or "",
+        local_time(run["submitted_at"]),
+        took,
+        reason,
+    ]
 
 
 def _print_run(run: Mapping[str, Any]) -> None:
@@ -398,12 +484,17 @@ def _print_run(run: Mapping[str, Any]) -> None:
 def _cancel(args: argparse.Namespace) -> int:
     with _client_for(args) as client:
         status, run = client.request("POST", f"/v1/runs/{args.run_id}/cancel")
+    if args.json:
+        _print_json(run)
+        return 0
     state = run["status"] if status == 200 else f"{run['status']} (being stopped)"
     print(f"{run['id']}: {state}")
     return 0
 
 
 def _worktrees(args: argparse.Namespace) -> int:
+    if args.dry_run and args.action != "sweep":
+        raise UsageError("--dry-run goes with sweep: herdsman worktrees sweep --dry-run")
     with _client_for(args) as client:
         if args.action == "sweep":
             _, body = client.request(
@@ -422,16 +513,15 @@ def _worktrees(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(body)
         return 0
-    print(f"{'conversation':<28} {'repo':<12} {'last used':<26} {'state':<7} {'size':>9}  path")
+    rows = []
     for row in body["worktrees"]:
         conversation = row["conversation"]
         if row["workspace"] != "default":
             conversation = f"{row['workspace']}/{conversation}"
         size = f"{row['size_bytes'] / 1e6:.1f} MB"
-        print(
-            f"{conversation[:28]:<28} {row['repo']:<12} {row['last_used'][:25]:<26} "
-            f"{row['status'][:7]:<7} {size:>9}  {row['path']}"
-        )
+        used = local_time(dt.datetime.fromisoformat(row["last_used"]).timestamp())
+        rows.append([conversation, row["repo"], used, row["status"], size, row["path"]])
+    print_table(WORKTREE_COLUMNS, rows)
     return 0
 
 
@@ -459,34 +549,39 @@ def reload_running(config: Config, config_file: Path) -> int:
     except ApiError as error:
         print(f"herdsman: the running supervisor did not reload: {error.message}", file=sys.stderr)
         return 1
-    print("the running supervisor reloaded the file:")
-    print_reload(body)
+    print_reload(body, "the running supervisor reloaded the file:")
     return 0 if body["ok"] else 1
 
 
-def print_reload(body: Mapping[str, Any]) -> None:
-    """A reload's result, a changed key a line (``herdsman reload``, ``config set``).
+def print_reload(body: Mapping[str, Any], header: str | None = None) -> None:
+    """A reload's result, a change a line (``herdsman reload``, ``config set``).
 
     A file already reloaded (by the file watcher, a SIGHUP) is not reloaded
-    again: the answer is that earlier reload, and says so.
+    again: the answer is that earlier reload, and says so. A rejected reload
+    is one report on stderr, header included; an applied one goes to stdout.
     """
+    out = sys.stdout if body["ok"] else sys.stderr
+    if header is not None:
+        print(header, file=out)
     if body["trigger"] != "API":
         when = _local_time(body["at"])
-        print(f"the file is unchanged since it was reloaded ({body['trigger']}, {when}):")
+        print(f"the file is unchanged since it was reloaded ({body['trigger']}, {when}):", file=out)
     if not body["ok"]:
         print(
             f"reload rejected; nothing changed (generation {body['generation']} stays in force):",
-            file=sys.stderr,
+            file=out,
         )
         for error in body["errors"]:
-            print(f"  {error}", file=sys.stderr)
+            print(f"  {error}", file=out)
         return
     if not body["changes"]:
         print(f"no changes: the file is already in force (generation {body['generation']})")
         return
+    from herdsman.runtime.reload import change_line  # noqa: PLC0415
+
     for change in body["changes"]:
-        what = "applied" if change["applied"] else "needs a restart; the running value is kept"
-        print(f"  {change['key']}: {change['old']} -> {change['new']}  ({what})")
+        kind, old, new = change["change"], change["old"], change["new"]
+        print(f"  {change_line(change['key'], kind, old, new, change['applied'])}")
     print(f"generation {body['generation']}")
 
 
@@ -496,18 +591,23 @@ def print_reload(body: Mapping[str, Any]) -> None:
 def _logs(args: argparse.Namespace) -> int:
     if problem := run_id_problem(args.run_id):
         raise CommandError(f"run id {problem}")
+    from herdsman.runtime.runner.protocols import LogText  # noqa: PLC0415
+
     config = _load(args)
     path = config.supervisor.state_dir / "logs" / f"{args.run_id}.log"
+    text = None if args.raw else LogText()
     if not args.follow:
-        _copy_log(path, 0)
+        _copy_log(path, 0, text)
+        _finish_log(text)
         return 0
     with _client_for(args) as client:
         offset = 0
         while True:
             _, run = client.request("GET", f"/v1/runs/{args.run_id}")
-            offset = _copy_log(path, offset, missing_ok=True)
+            offset = _copy_log(path, offset, text, missing_ok=True)
             if run["status"] in TERMINAL:
-                _copy_log(path, offset, missing_ok=True)
+                _copy_log(path, offset, text, missing_ok=True)
+                _finish_log(text)
                 if not path.exists():
                     raise CommandError(
                         f"no log at {path}: run {args.run_id} ended as {run['status']} without"
@@ -519,7 +619,8 @@ def _logs(args: argparse.Namespace) -> int:
             time.sleep(0.5)
 
 
-def _copy_log(path: Path, offset: int, *, missing_ok: bool = False) -> int:
+def _copy_log(path: Path, offset: int, text: LogText | None, *, missing_ok: bool = False) -> int:
+    """Print the log from ``offset`` on: as recorded, or through ``text`` (a ``LogText``)."""
     try:
         with path.open("rb") as handle:
             handle.seek(offset)
@@ -532,18 +633,86 @@ def _copy_log(path: Path, offset: int, *, missing_ok: bool = False) -> int:
         ) from None
     except OSError as error:
         raise CommandError(f"cannot read the log {path}: {error.strerror}") from None
-    sys.stdout.buffer.write(data)
-    sys.stdout.buffer.flush()
+    if text is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        sys.stdout.write(text.feed(data))
+        sys.stdout.flush()
     return offset + len(data)
 
 
+def _finish_log(text: LogText | None) -> None:
+    if text is not None:
+        sys.stdout.write(text.finish())
+        sys.stdout.flush()
+
+
 # -- parser -------------------------------------------------------------------
+
+# RunStatus's values, written out: importing the store package would add
+# ~50 ms to every command (tests/unit/test_cli_parser.py keeps them equal).
+RUN_STATUSES = (
+    "queued",
+    "running",
+    "succeeded",
+    "failed",
+    "timed_out",
+    "cancelled",
+    "lost",
+    "skipped",
+    "usage_limited",
+)
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
+
+
+def _runs_limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 1000, got {text!r}")
+    return value
+
+
+def _add_logs_command(commands: Any, config_options: OptionsFactory) -> None:
+    logs = commands.add_parser(
+        "logs",
+        parents=[config_options()],
+        help="print a run's output",
+        description="Print a run's output log, read from this machine's state directory.",
+    )
+    logs.add_argument(
+        "run_id", metavar="RUN_ID", help="the id of the run (as submit or runs printed it)"
+    )
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
+    logs.add_argument(
+        "--raw",
+        action="store_true",
+        help="print the output as recorded (claude and codex streams are JSON lines)",
+    )
+    logs.set_defaults(handler=_guard(_logs))
 
 
 def add_runtime_commands(commands: Any, config_options: OptionsFactory) -> None:
     """Register ``run``, ``submit``, ``status``, ``runs``, ``cancel``, ``logs``, ``reload``."""
     run = commands.add_parser(
-        "run", parents=[config_options()], help="start the supervisor (the main job)"
+        "run",
+        parents=[config_options()],
+        help="start the supervisor (the main job)",
+        description="Start the supervisor on the configuration file and run until stopped:"
+        " the first SIGINT or SIGTERM drains (running runs may finish), a second one stops"
+        " them; SIGHUP or an edit of the file reloads it. See docs/operations.md.",
     )
     run.add_argument(
         "--log-level",
@@ -554,9 +723,16 @@ def add_runtime_commands(commands: Any, config_options: OptionsFactory) -> None:
     run.set_defaults(handler=_guard(_run))
 
     submit = commands.add_parser(
-        "submit", parents=[config_options()], help="submit a run to the running supervisor"
+        "submit",
+        parents=[config_options(with_overrides=False)],
+        help="submit a run to the running supervisor",
+        description="Submit a run to the supervisor running on the configuration file."
+        " Prints the new run's id (--json: the run), or with --wait its reply once it"
+        " ends; exit status 0 only if it succeeded.",
     )
-    submit.add_argument("prompt", nargs="?", help="the prompt (default: read stdin)")
+    submit.add_argument(
+        "prompt", nargs="?", metavar="PROMPT", help="the prompt (default, or -: read stdin)"
+    )
     submit.add_argument("-p", "--provider", required=True, help="provider name from the config")
     submit.add_argument("--conversation", help="conversation id (runs in one never overlap)")
     submit.add_argument("--agent", help="agent id (one run per agent at a time)")
@@ -578,63 +754,117 @@ def add_runtime_commands(commands: Any, config_options: OptionsFactory) -> None:
     )
     submit.add_argument(
         "--wait-timeout",
-        type=float,
+        type=_positive_seconds,
         metavar="SECONDS",
         help="with --wait: give up after SECONDS (default: wait as long as it takes)",
     )
-    submit.add_argument("--json", action="store_true", help="with --wait: print the whole run")
+    submit.add_argument(
+        "--json",
+        action="store_true",
+        help="print the run as JSON: as submitted, or with --wait as it ended",
+    )
     submit.set_defaults(handler=_guard(_submit))
 
     status = commands.add_parser(
-        "status", parents=[config_options()], help="limits, running and queued runs"
+        "status",
+        parents=[config_options(with_overrides=False)],
+        help="limits, running and queued runs",
+        description="Show the running supervisor's limits, its running and queued runs per"
+        " provider and lane, providers waiting for an account, and the last reload if it"
+        " was rejected.",
     )
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(handler=_guard(_status))
 
     accounts = commands.add_parser(
         "accounts",
-        parents=[config_options()],
+        parents=[config_options(with_overrides=False)],
         help="accounts: in use, usage in the window, resting until, runs started",
+        description="List every provider's accounts: runs holding each, usage in the window"
+        " against its budget, whether it is available or resting (and until when), runs"
+        " started. `accounts end-rest PROVIDER [ACCOUNT]` ends an account's rest now.",
     )
     accounts.add_argument(
         "action",
         nargs="?",
         choices=("end-rest",),
-        help="end-rest PROVIDER [ACCOUNT]: make a resting account available again now",
+        metavar="end-rest",
+        help="make a resting account available again now (leave out to list the accounts)",
     )
-    accounts.add_argument("names", nargs="*", metavar="PROVIDER [ACCOUNT]", help=argparse.SUPPRESS)
+    accounts.add_argument(
+        "names",
+        nargs="*",
+        metavar="PROVIDER [ACCOUNT]",
+        help="with end-rest: the provider and the account's name (ACCOUNT left out: the"
+        " provider's ambient environment)",
+    )
     accounts.add_argument("--json", action="store_true", help="machine-readable output")
     accounts.set_defaults(handler=_guard(_accounts))
 
-    runs = commands.add_parser("runs", parents=[config_options()], help="list runs, or show one")
-    runs.add_argument(
-        "run_id", nargs="?", metavar="RUN_ID", help="show this run in full (--json: as JSON)"
+    runs = commands.add_parser(
+        "runs",
+        parents=[config_options(with_overrides=False)],
+        help="list runs, or show one",
+        description="List runs, newest first: id, status, provider, conversation, when it was"
+        " submitted, how long it ran, and the first line of its reason. With RUN_ID, show"
+        " that run in full.",
     )
-    runs.add_argument("--status", help="only runs in this status")
+    runs.add_argument(
+        "run_id",
+        nargs="?",
+        metavar="RUN_ID",
+        help="the id of a run (as submit printed it) to show in full (--json: as JSON)",
+    )
+    runs.add_argument(
+        "--status",
+        choices=RUN_STATUSES,
+        metavar="STATUS",
+        help=f"only runs in this status: {', '.join(RUN_STATUSES)}",
+    )
     runs.add_argument("--provider", help="only runs of this provider")
     runs.add_argument("--conversation", help="only runs of this conversation")
-    runs.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    runs.add_argument(
+        "--limit",
+        type=_runs_limit,
+        default=None,
+        metavar="N",
+        help=f"at most N runs, 1 to 1000 (default {RUNS_LIMIT})",
+    )
     runs.add_argument("--json", action="store_true", help="machine-readable output")
     runs.set_defaults(handler=_guard(_runs))
 
     cancel = commands.add_parser(
-        "cancel", parents=[config_options()], help="cancel a queued or running run"
+        "cancel",
+        parents=[config_options(with_overrides=False)],
+        help="cancel a queued or running run",
+        description="Cancel a run: a queued one at once, a running one by stopping its"
+        " process group (the answer waits up to 10 s for it to stop). Exit status 1 if the"
+        " run had already ended.",
     )
-    cancel.add_argument("run_id", metavar="RUN_ID")
+    cancel.add_argument(
+        "run_id", metavar="RUN_ID", help="the id of the run (as submit or runs printed it)"
+    )
+    cancel.add_argument(
+        "--json", action="store_true", help="print the run as JSON, as the cancel left it"
+    )
     cancel.set_defaults(handler=_guard(_cancel))
 
-    logs = commands.add_parser("logs", parents=[config_options()], help="print a run's output")
-    logs.add_argument("run_id", metavar="RUN_ID")
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
-    logs.set_defaults(handler=_guard(_logs))
+    _add_logs_command(commands, config_options)
 
     worktrees = commands.add_parser(
         "worktrees",
-        parents=[config_options()],
+        parents=[config_options(with_overrides=False)],
         help="list conversations' worktrees (or: worktrees sweep [--dry-run])",
+        description="List every conversation's worktrees: repo, last used, clean or dirty,"
+        " size, path. `worktrees sweep` removes the clean ones idle for longer than the"
+        " running supervisor's retention.idle now.",
     )
     worktrees.add_argument(
-        "action", nargs="?", choices=("sweep",), help="sweep idle clean worktrees now"
+        "action",
+        nargs="?",
+        choices=("sweep",),
+        metavar="sweep",
+        help="sweep idle clean worktrees now (leave out to list them)",
     )
     worktrees.add_argument(
         "--dry-run", action="store_true", help="with sweep: say what would go, remove nothing"
@@ -644,8 +874,11 @@ def add_runtime_commands(commands: Any, config_options: OptionsFactory) -> None:
 
     reload = commands.add_parser(
         "reload",
-        parents=[config_options()],
+        parents=[config_options(with_overrides=False)],
         help="reload the configuration file and print what changed",
+        description="Ask the supervisor running on the configuration file to read it again"
+        " and apply all of it or none; print what changed. Exit status 1 if the file was"
+        " rejected.",
     )
     reload.add_argument("--json", action="store_true", help="machine-readable output")
     reload.set_defaults(handler=_guard(_reload))

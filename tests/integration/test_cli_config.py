@@ -182,7 +182,7 @@ def test_config_get(workdir: Path) -> None:
     )
     assert (override.returncode, override.stdout) == (0, "5\n")
     unknown = herdsman("config", "get", "providers.claude.concurency", cwd=workdir)
-    assert (unknown.returncode, unknown.stdout) == (1, "")
+    assert (unknown.returncode, unknown.stdout) == (2, "")
     assert (
         unknown.stderr == "providers.claude.concurency: unknown key; did you mean 'concurrency'?\n"
     )
@@ -223,3 +223,77 @@ def test_config_set_refuses_an_invalid_edit(workdir: Path) -> None:
     )
     assert path.read_bytes() == before
     assert sorted(p.name for p in workdir.iterdir()) == [".git", "supervisor.toml"]
+
+
+def test_config_get_add_and_remove_arrays_of_tables(workdir: Path) -> None:
+    path = workdir / "supervisor.toml"
+    got = herdsman("config", "get", "repos", cwd=workdir)
+    assert (got.returncode, got.stderr) == (0, "")
+    assert got.stdout == f'[[repos]]\nname = "here"\npath = "{workdir}"\n'
+    added = herdsman("config", "add", "repos", "name=app", "path=/src/app", cwd=workdir)
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.splitlines()[0] == "added repos[1]  (supervisor.toml)"
+    assert path.read_text() == VALID + '\n[[repos]]\nname = "app"\npath = "/src/app"\n'
+    as_json = json.loads(herdsman("config", "get", "repos[1]", "--json", cwd=workdir).stdout)
+    assert as_json == {
+        "key": "repos[1]",
+        "value": {"name": "app", "path": "/src/app"},
+        "origins": {"repos[1].name": "supervisor.toml:11", "repos[1].path": "supervisor.toml:12"},
+    }
+    removed = herdsman("config", "remove", "repos[0]", "--no-reload", cwd=workdir)
+    assert removed.stdout == "removed repos[0]  (supervisor.toml)\n"
+    assert path.read_text() == VALID.replace(
+        'name = "here"\npath = "."', 'name = "app"\npath = "/src/app"'
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "message"),
+    [
+        (
+            ("set", "providers.claud.concurrency", "3"),
+            2,
+            "providers.claud: not in supervisor.toml; did you mean 'claude'? "
+            "(to add a new one, set providers.claud.exec first)",
+        ),
+        (("remove", "repos[4]"), 2, "repos has no element [4]; it has 1 ([0])"),
+        (("add", "repos", "nam=x"), 2, "repos[1].nam: unknown key; did you mean 'name'?"),
+        (("add", "repos", "name"), 2, "'name' must be KEY=VALUE, e.g. name=app or path=~/src/app"),
+        (
+            ("add", "repos", "name=here", "path=/x"),
+            1,
+            'supervisor.toml:11:8: repos[1].name: duplicate name "here"; already used by'
+            " repos[0].name (supervisor.toml:7:8); names must be unique",
+        ),
+        (
+            ("remove", "providers.claude.exec"),
+            1,
+            "supervisor.toml:2:1: providers.claude: missing required key 'exec'",
+        ),
+    ],
+)
+def test_refused_edits_exit_2_for_usage_1_for_an_invalid_file(
+    workdir: Path, args: tuple[str, ...], status: int, message: str
+) -> None:
+    path = workdir / "supervisor.toml"
+    before = path.read_bytes()
+    result = herdsman("config", *args, cwd=workdir)
+    assert (result.returncode, result.stdout) == (status, "")
+    assert result.stderr.startswith(message), result.stderr
+    assert path.read_bytes() == before
+
+
+def test_sim_plan_vary_names_the_provider_it_meant(tmp_path: Path) -> None:
+    workload = ROOT / "sim" / "team-day.jsonl"
+    result = herdsman(
+        "sim",
+        "plan",
+        str(workload),
+        "--vary",
+        "providers.claud.concurrency=1..2",
+        "--slo",
+        "p95_wait<=10m",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert "providers.claud: not in the configuration; did you mean 'claude'?" in result.stderr

@@ -87,6 +87,7 @@ def test_the_engines_agree_on_random_workloads(case: tuple[Workload, LoadedConfi
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
+@pytest.mark.slow
 def test_the_fast_engine_decides_the_same_without_writing_a_trace(
     case: tuple[Workload, LoadedConfig],
 ) -> None:
@@ -122,6 +123,7 @@ def test_the_fast_engines_metrics_are_its_traces_on_a_shipped_input(name: str) -
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
+@pytest.mark.slow
 def test_the_fast_engines_metrics_are_its_traces_on_random_workloads(
     case: tuple[Workload, LoadedConfig],
 ) -> None:

@@ -56,6 +56,7 @@ def _replays(case: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_sweeper_that_removes_a_dirty_worktree_is_caught(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -88,6 +89,7 @@ def test_a_sweep_of_a_busy_conversation_is_caught(
     assert ": busy worktree removed: " in err
 
 
+@pytest.mark.slow
 def test_a_restart_that_requeues_out_of_order_is_caught(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -44,6 +44,7 @@ def _fuzz(seed: int) -> Verdict:
     return _within(60, lambda: run_scenario(draw_scenario(seed)))
 
 
+@pytest.mark.slow
 def test_a_run_whose_end_never_comes_is_caught_at_the_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -85,6 +86,7 @@ def test_a_supervisor_stuck_at_teardown_is_given_up_on(monkeypatch: pytest.Monke
     assert "told to stop" in verdict.violations[1].message
 
 
+@pytest.mark.slow
 def test_a_supervisor_stuck_when_killed_gives_a_case_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -44,6 +44,7 @@ def replay_in_a_process(trace: Path, out: Path, *, hash_seed: str, seed: int) ->
     return out.read_bytes()
 
 
+@pytest.mark.slow
 def test_separate_processes_with_other_hash_seeds_and_wake_orders_agree_byte_for_byte(
     tmp_path: Path,
 ) -> None:
@@ -62,6 +63,7 @@ def test_separate_processes_with_other_hash_seeds_and_wake_orders_agree_byte_for
         assert kind in kinds, kind
 
 
+@pytest.mark.slow
 def test_replaying_in_one_process_with_many_seeds_never_changes_a_decision(
     tmp_path: Path,
 ) -> None:

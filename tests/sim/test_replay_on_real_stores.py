@@ -81,6 +81,7 @@ def ledger(store: Store) -> list[tuple[Any, ...]]:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(case=workloads())
+@pytest.mark.slow
 def test_a_replay_decides_the_same_on_every_store(
     real_store: StoreMaker, case: tuple[Workload, LoadedConfig]
 ) -> None:

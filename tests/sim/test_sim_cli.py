@@ -33,6 +33,7 @@ def test_replay_writes_a_trace_a_summary_and_a_chrome_timeline(tmp_path: Path) -
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
 
 
+@pytest.mark.slow
 def test_a_what_if_config_changes_decisions_and_diff_finds_the_first(tmp_path: Path) -> None:
     trace = busy_trace(tmp_path / "busy.jsonl", runs=40)
     assert herdsman("sim", "replay", str(trace), "--out", "a.jsonl", cwd=tmp_path).returncode == 0
@@ -68,6 +69,7 @@ def test_a_malformed_trace_is_one_line_naming_file_and_line(tmp_path: Path) -> N
     assert "Traceback" not in missing.stderr
 
 
+@pytest.mark.slow
 def test_set_makes_a_what_if_of_the_traces_own_config_and_recorded_reloads_are_left_out(
     tmp_path: Path,
 ) -> None:
@@ -91,6 +93,7 @@ def test_set_makes_a_what_if_of_the_traces_own_config_and_recorded_reloads_are_l
     assert herdsman("sim", "diff", "a.jsonl", "b.jsonl", cwd=tmp_path).returncode == 1
 
 
+@pytest.mark.slow
 def test_a_synthetic_run_tried_again_is_not_reported_as_never_started(tmp_path: Path) -> None:
     done = herdsman("sim", "replay", str(busy_trace(tmp_path / "busy.jsonl")), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -165,6 +168,7 @@ def test_the_summary_counts_accepted_runs_and_warns_about_runs_left_queued(
     assert "1 run(s) were still queued at the end" in done.stderr
 
 
+@pytest.mark.slow
 def test_diff_compares_a_rotated_file_only_as_far_as_it_goes(tmp_path: Path) -> None:
     trace = busy_trace(tmp_path / "busy.jsonl", runs=20)
     assert herdsman("sim", "replay", str(trace), "--out", "a.jsonl", cwd=tmp_path).returncode == 0
@@ -183,6 +187,7 @@ def test_diff_compares_a_rotated_file_only_as_far_as_it_goes(tmp_path: Path) -> 
     assert herdsman("sim", "diff", "short.jsonl", "a.jsonl", cwd=tmp_path).returncode == 1
 
 
+@pytest.mark.slow
 def test_the_fast_engine_writes_what_the_trio_replay_writes(tmp_path: Path) -> None:
     trace = busy_trace(tmp_path / "busy.jsonl", runs=60)
     slow = herdsman("sim", "replay", str(trace), "--out", "trio.jsonl", cwd=tmp_path)
@@ -210,3 +215,35 @@ def test_a_wrong_engine_flag_is_refused_with_what_would_be_right(
     assert said in done.stderr
     assert "Traceback" not in done.stderr
     assert done.stdout == ""
+
+
+def test_diff_json_carries_the_divergence_as_data(tmp_path: Path) -> None:
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=20)
+    assert herdsman("sim", "replay", str(trace), "--out", "a.jsonl", cwd=tmp_path).returncode == 0
+    lines = (tmp_path / "a.jsonl").read_text().splitlines()
+    cut = len(lines) // 2
+    (tmp_path / "short.jsonl").write_text("\n".join(lines[:cut]) + "\n")
+    same = herdsman("sim", "diff", "--json", "a.jsonl", "a.jsonl", cwd=tmp_path)
+    assert same.returncode == 0, same.stderr
+    agreed = json.loads(same.stdout)
+    assert agreed["agree"] is True
+    assert agreed["divergence"] is None
+    assert agreed["rotated"] == []
+    assert (agreed["expected"], agreed["actual"]) == ("a.jsonl", "a.jsonl")
+    text = herdsman("sim", "diff", "a.jsonl", "a.jsonl", cwd=tmp_path).stdout
+    assert f"all {agreed['compared']} decisions" in text
+
+    differ = herdsman("sim", "diff", "short.jsonl", "a.jsonl", "--json", cwd=tmp_path)
+    assert differ.returncode == 1, differ.stderr
+    found = json.loads(differ.stdout)["divergence"]
+    said = herdsman("sim", "diff", "short.jsonl", "a.jsonl", cwd=tmp_path).stdout
+    assert said.startswith(
+        f"the traces diverge at decision {found['index']} (run {found['run_id']},"
+    )
+    # The recording cut short has no more decisions; the full one goes on.
+    assert found["expected"] is None
+    actual = found["actual"]
+    assert set(actual) == {"kind", "run_id", "what", "t", "line"}
+    assert f"  a.jsonl: t={actual['t']:.3f}  {actual['kind']} {actual['run_id']}" in said
+    assert json.loads(lines[actual["line"] - 1])["run_id"] == actual["run_id"]
+    assert len(found["before"]) == 5

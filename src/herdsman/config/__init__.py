@@ -2,11 +2,12 @@
 
 Entry points: :func:`load_config` (find, read, validate; raises
 :class:`ConfigError` listing every problem), :func:`get_value` and
-:func:`set_value` (``herdsman config get/set``), and :func:`environment_warnings`.
+:func:`set_value`, :func:`add_element`, :func:`remove_key` (``herdsman config
+get/set/add/remove``), and :func:`environment_warnings`.
 """
 
 from herdsman.config.durations import format_duration, parse_duration
-from herdsman.config.edit import EditResult, GetResult, get_value, set_value
+from herdsman.config.edit import EditResult, add_element, remove_key, set_value
 from herdsman.config.environment import environment_warnings
 from herdsman.config.keypath import KeyPath, format_key_path, parse_key_path
 from herdsman.config.load import LoadedConfig, load_config, load_config_text
@@ -23,7 +24,8 @@ from herdsman.config.model import (
     SupervisorSettings,
     TraceSettings,
 )
-from herdsman.config.problems import ConfigError, ConfigProblem, Location, Origin
+from herdsman.config.problems import ConfigError, ConfigProblem, ConfigUsageError, Location, Origin
+from herdsman.config.query import GetResult, get_value
 
 __all__ = [
     "Account",
@@ -31,6 +33,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "ConfigProblem",
+    "ConfigUsageError",
     "EditResult",
     "GetResult",
     "KeyPath",
@@ -44,6 +47,7 @@ __all__ = [
     "StoreSettings",
     "SupervisorSettings",
     "TraceSettings",
+    "add_element",
     "environment_warnings",
     "find_config_file",
     "format_duration",
@@ -53,5 +57,6 @@ __all__ = [
     "load_config_text",
     "parse_duration",
     "parse_key_path",
+    "remove_key",
     "set_value",
 ]

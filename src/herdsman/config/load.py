@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from herdsman.config.validate import Checker
 __all__ = ["LoadedConfig", "load_config", "load_config_text", "read_config_text"]
 
 _PARSE_POSITION = re.compile(r"\s+at line \d+ col \d+$")
+_STRICT_POSITION = re.compile(r"\s+\(at line (\d+), column (\d+)\)$")
 
 
 @attrs.frozen
@@ -94,6 +96,7 @@ def load_config_text(
         message = _PARSE_POSITION.sub("", str(error))
         location = Location.in_file(source, error.line, error.col + 1)  # tomlkit's col is 0-based
         raise ConfigError([ConfigProblem(location, "", f"invalid TOML: {message}")]) from None
+    _check_strictly(text, source)
     raw: dict[str, Any] = document.unwrap()
     applied, problems = apply_overrides(raw, overrides)
     checker = Checker(source, positions, path.absolute().parent, environ, applied)
@@ -109,3 +112,23 @@ def load_config_text(
         toml_values={format_key_path(key): toml for key, toml in checker.toml_values.items()},
         origins={format_key_path(key): origin for key, origin in checker.origins.items()},
     )
+
+
+def _check_strictly(text: str, source: str) -> None:
+    """Refuse what the TOML spec forbids but tomlkit lets through.
+
+    tomlkit accepts a table declared twice when a sub-table stands between the
+    two headers (``[a]`` ... ``[a.c]`` ... ``[a]``); the standard library's
+    parser follows the spec, so a file ``check`` passes is one every TOML
+    reader takes.
+    """
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        message = str(error)
+        found = _STRICT_POSITION.search(message)
+        location = (
+            Location.in_file(source, int(found[1]), int(found[2])) if found else Location(source)
+        )
+        message = _STRICT_POSITION.sub("", message)
+        raise ConfigError([ConfigProblem(location, "", f"invalid TOML: {message}")]) from None

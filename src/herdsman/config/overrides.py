@@ -16,6 +16,7 @@ from tomlkit.exceptions import TOMLKitError
 
 from herdsman.config.keypath import KeyPath, KeyPathError, format_key_path, parse_key_path
 from herdsman.config.problems import ConfigProblem, Location
+from herdsman.config.resolve import KeyPathProblem, resolve
 
 __all__ = ["Override", "apply_overrides", "parse_override", "parse_value_text"]
 
@@ -59,7 +60,11 @@ def apply_overrides(
     for index, text in enumerate(texts):
         try:
             override = parse_override(text, index)
+            resolve(override.path, data, source="the configuration", create=True)
             _assign(data, override.path, override.value)
+        except KeyPathProblem as error:
+            problems.append(ConfigProblem(Location.override(text, index), error.key, error.message))
+            continue
         except ValueError as error:
             problems.append(ConfigProblem(Location.override(text, index), "", str(error)))
             continue

@@ -96,6 +96,10 @@ class PositionIndex:
         self.keys: dict[KeyPath, int] = {}
         self.values: dict[KeyPath, int] = {}
         self.headers: dict[KeyPath, int] = {}
+        #: Every ``[table]`` and ``[[array]]`` header in file order: its
+        #: name (no element numbers), whether it opens an array element, and
+        #: the offset of its first character.
+        self.header_order: list[tuple[tuple[str, ...], bool, int]] = []
 
     def line_col(self, offset: int) -> LineCol:
         """The 1-based line and column of a character offset."""
@@ -149,6 +153,7 @@ def parse_with_positions(text: str) -> tuple[TOMLDocument, PositionIndex]:
         raise parser.parse_error(ParseError, message) from error
     index = PositionIndex(text)
     aot_counts: Counter[tuple[str, ...]] = Counter()
+    index.header_order = list(parser.headers)
     for name, is_aot, offset in parser.headers:
         if is_aot:
             index.headers[(*name, aot_counts[name])] = offset

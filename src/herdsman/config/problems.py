@@ -9,7 +9,7 @@ import attrs
 
 from herdsman.postgres_url import mask_passwords
 
-__all__ = ["ConfigError", "ConfigProblem", "Location", "Origin"]
+__all__ = ["ConfigError", "ConfigProblem", "ConfigUsageError", "Location", "Origin"]
 
 
 @attrs.frozen(order=True)
@@ -71,6 +71,19 @@ class ConfigError(Exception):
     def __init__(self, problems: Iterable[ConfigProblem]) -> None:
         self.problems: list[ConfigProblem] = sorted(problems, key=lambda p: p.location.sort_key)
         super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class ConfigUsageError(ConfigError):
+    """A command named no setting: a malformed or unknown key path, a missing element.
+
+    The file was not looked at beyond finding that; the command line is what
+    to fix (``herdsman`` exits 2, as for any usage error).
+    """
+
+    @classmethod
+    def one(cls, key: str, message: str) -> ConfigUsageError:
+        """The error for one key path (``key`` may be empty when ``message`` names it)."""
+        return cls([ConfigProblem(Location(""), key, message)])
 
 
 @attrs.frozen

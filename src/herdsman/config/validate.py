@@ -8,7 +8,6 @@ argument that supplied it.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -20,17 +19,11 @@ from herdsman.config.kinds import ArrayOfTables, Invalid, Kind, Table
 from herdsman.config.overrides import Override
 from herdsman.config.positions import PositionIndex
 from herdsman.config.problems import ConfigProblem, Location, Origin
+from herdsman.config.resolve import unknown_key_message
 
 __all__ = ["Checker", "unknown_key_message"]
 
 At = Literal["key", "value", "header"]
-
-
-def unknown_key_message(key: str, names: Sequence[str]) -> str:
-    """ "unknown key" with the closest known name (difflib), else the whole list."""
-    close = difflib.get_close_matches(key, names, n=1)
-    hint = f"did you mean '{close[0]}'?" if close else f"expected one of: {', '.join(names)}"
-    return f"unknown key; {hint}"
 
 
 class Checker:
@@ -47,7 +40,7 @@ class Checker:
         self.source = source
         self.positions = positions
         self.base_dir = base_dir
-        self.environ = environ
+        self.environ: Mapping[str, str] = environ
         self.overrides = overrides
         self.problems: list[ConfigProblem] = []
         self.values: dict[KeyPath, Any] = {}

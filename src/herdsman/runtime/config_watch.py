@@ -24,6 +24,12 @@ __all__ = ["WATCH_SETTLE", "file_signature", "watch_file"]
 
 log = logging.getLogger("herdsman.supervisor")
 
+# watchfiles logs "N changes detected" at INFO for every batch in the folder:
+# with the file in a checkout, every git or editor action would print a line
+# (and a log written into that folder would feed itself). herdsman logs the
+# reloads that follow a change; the watcher's own chatter is only for debugging.
+logging.getLogger("watchfiles").setLevel(logging.WARNING)
+
 #: How long the folder must stay quiet before a change is reported (an
 #: editor's save is several writes).
 WATCH_SETTLE = 0.5

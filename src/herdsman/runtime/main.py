@@ -21,6 +21,7 @@ from herdsman.config import Config, LoadedConfig
 from herdsman.postgres_url import parse_postgres_url, server_name
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.api.server import ensure_token, serve_api
+from herdsman.runtime.fence import Fence
 from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.lockfile import StateDirLock
 from herdsman.runtime.pointer import remove_pointer, write_pointer
@@ -127,7 +128,13 @@ async def serve(
         from herdsman.runtime.store.fleet import FleetStore  # noqa: PLC0415
 
         assert isinstance(store, FleetStore)
-        fleet = FleetMember(store)
+        # Before anything can spawn: no agent of this member outlives its lease.
+        try:
+            fence = await Fence.start(state_dir, store.lease_end_local)
+        except BaseException:
+            store.close()
+            raise
+        fleet = FleetMember(store, fence)
     supervisor = Supervisor(config, store, trace=trace, source=source, loaded=loaded, fleet=fleet)
     token = ensure_token(token_path(config))
     try:
@@ -144,6 +151,10 @@ async def serve(
         if trace is not None:
             trace.close()
         if fleet is not None:
+            # First the agents go (any left), then the lease: leaving waives
+            # the margin the other members give the fence.
+            assert fleet.fence is not None
+            await fleet.fence.close()
             with contextlib.suppress(StoreError):  # its lease then lapses by itself
                 fleet.store.leave()
         store.close()

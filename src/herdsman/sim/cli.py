@@ -91,6 +91,11 @@ def _diff(args: argparse.Namespace) -> int:
 
     a, b = read_decisions(args.a), read_decisions(args.b)
     divergence = first_divergence(a, b)
+    if args.json:
+        from herdsman.sim.diff import diff_json  # noqa: PLC0415
+
+        print(json.dumps(diff_json(divergence, a, b, (str(args.a), str(args.b))), indent=2))
+        return 0 if divergence is None else 1
     if divergence is None:
         compared = min(len(a.decisions), len(b.decisions))
         line = f"the traces agree on all {compared} decisions"
@@ -134,11 +139,21 @@ def _guarded(handler: Any) -> Any:
 
 def add_sim_commands(commands: Any) -> None:
     """Add ``sim`` and its subcommands to the ``herdsman`` parser."""
-    sim = commands.add_parser("sim", help="replay traces on a simulated clock, compare them")
+    sim = commands.add_parser(
+        "sim",
+        help="replay traces on a simulated clock, compare them",
+        description="The simulator: replay a trace on a simulated clock, compare two traces'"
+        " decisions, generate a synthetic workload, plan capacity, fuzz the supervisor with"
+        " faults (see docs/simulator.md).",
+    )
     actions = sim.add_subparsers(dest="sim_command", metavar="ACTION", required=True)
 
     replay = actions.add_parser(
-        "replay", help="replay a recorded trace deterministically (see docs/simulator.md)"
+        "replay",
+        help="replay a recorded trace deterministically (see docs/simulator.md)",
+        description="Replay a recorded trace (or a fuzz case file) on a simulated clock and"
+        " write the trace the simulated supervisor records; the same input always gives the"
+        " same output. A summary goes to stderr.",
     )
     replay.add_argument(
         "-c",
@@ -184,10 +199,15 @@ def add_sim_commands(commands: Any) -> None:
     replay.set_defaults(handler=_guarded(_replay))
 
     diff = actions.add_parser(
-        "diff", help="the first decision two traces disagree on (exit 1), or none (exit 0)"
+        "diff",
+        help="the first decision two traces disagree on (exit 1), or none (exit 0)",
+        description="Compare the decisions (starts, finishes, skips, usage limits, lost runs)"
+        " of two traces, times aside, and show the first one they disagree on with the"
+        " decisions before it. Exit status 0 when they agree, 1 when they do not.",
     )
     diff.add_argument("a", type=Path, metavar="A", help="the expected trace")
     diff.add_argument("b", type=Path, metavar="B", help="the actual trace")
+    diff.add_argument("--json", action="store_true", help="machine-readable output")
     diff.set_defaults(handler=_guarded(_diff))
 
     add_generate_command(actions, _guarded)

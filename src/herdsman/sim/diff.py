@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from herdsman.sim.decisions import Decision, Timeline, pairs
 from herdsman.sim.workload import START_LATENCY
 
-__all__ = ["Divergence", "first_divergence", "report"]
+__all__ = ["Divergence", "diff_json", "first_divergence", "report"]
 
 #: How many decisions before the divergence the report shows.
 CONTEXT = 5
@@ -78,3 +80,47 @@ def _at(decision: Decision | None) -> str:
     if decision is None:
         return "(no more decisions)"
     return f"t={decision.t:.3f}  {decision.describe()}  (line {decision.line})"
+
+
+def diff_json(
+    divergence: Divergence | None, a: Timeline, b: Timeline, names: tuple[str, str]
+) -> dict[str, Any]:
+    """``sim diff --json``: what :func:`report` says, as data (docs/simulator.md)."""
+    rotated = [
+        name
+        for name, timeline, other in ((names[0], a, b), (names[1], b, a))
+        if timeline.rotated and len(other.decisions) > len(timeline.decisions)
+    ]
+    answer: dict[str, Any] = {
+        "agree": divergence is None,
+        "expected": names[0],
+        "actual": names[1],
+        "compared": min(len(a.decisions), len(b.decisions)),
+        "rotated": rotated,
+        "divergence": None,
+    }
+    if divergence is not None:
+        first = divergence.expected or divergence.actual
+        assert first is not None
+        answer["compared"] = divergence.index + 1
+        answer["divergence"] = {
+            "index": divergence.index,
+            "run_id": first.run_id,
+            "conversation": a.conversations.get(first.run_id, b.conversations.get(first.run_id)),
+            "expected": _decision_json(divergence.expected),
+            "actual": _decision_json(divergence.actual),
+            "before": [_decision_json(decision) for decision in divergence.before],
+        }
+    return answer
+
+
+def _decision_json(decision: Decision | None) -> dict[str, Any] | None:
+    if decision is None:
+        return None
+    return {
+        "kind": decision.kind,
+        "run_id": decision.run_id,
+        "what": dict(decision.what),
+        "t": decision.t,
+        "line": decision.line,
+    }

@@ -91,6 +91,8 @@ def add_plan_command(actions: Any, guarded: Any) -> None:
         "plan",
         help="sweep config keys over a workload; the smallest configuration meeting an SLO"
         " (see docs/capacity-planning.md)",
+        description="Replay a workload under every combination of the --vary values and find"
+        " the smallest configuration that meets the --slo. Exit status 1 when none does.",
     )
     parser.add_argument(
         "trace", type=Path, metavar="TRACE", help="a recorded trace or a generated workload"

@@ -252,7 +252,8 @@ def young_collections_rarer() -> Iterator[None]:
 
 
 def shuffle_trio(seed: int) -> None:
-    # Private trio names (FINDINGS.md), guarded by tests/unit/platform's canary.
+    # Private trio names (docs/simulator.md, "What the simulator relies on"),
+    # guarded by tests/unit/platform's canary.
     import trio._core._run as trio_run  # noqa: PLC0415
 
     setattr(trio_run, "_ALLOW_DETERMINISTIC_SCHEDULING", True)  # noqa: B010 - a Final
@@ -263,7 +264,7 @@ async def _replay(
     workload: Workload, given: LoadedConfig, clock: trio.testing.MockClock, store: Store
 ) -> ReplayResult:
     # Made again inside the fake filesystem: a Path object made before the
-    # patch began is the real pathlib's (FINDINGS.md) and can make the same
+    # patch began is the real pathlib's (docs/simulator.md) and can make the same
     # folder look like two.
     plain_instruments()
     loaded = config_from_trace(_config_json(given), "configuration")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -354,6 +355,7 @@ def test_sqlite_and_memory_agree() -> None:
     run_state_machine_as_test(SqliteAgrees, settings=AGREEMENT)
 
 
+@pytest.mark.slow
 def test_postgres_and_memory_agree(postgres_url: str) -> None:
     PostgresStore(postgres_url).close()  # creates the tables
 

@@ -142,6 +142,7 @@ async def test_a_read_or_cancel_the_ledger_cannot_answer_is_a_503(
     assert (await served.client.request(method, path)).status_code == once_unlocked
 
 
+@pytest.mark.slow
 async def test_the_cli_prints_the_503_in_one_line_and_exits_non_zero(
     served: Served, tmp_path: Path
 ) -> None:

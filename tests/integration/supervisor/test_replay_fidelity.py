@@ -6,6 +6,7 @@ import logging
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 from supervisor_support import Start, config_at, write_config
 
@@ -104,6 +105,7 @@ async def test_each_trace_file_of_a_drain_and_restart_replays_on_its_own(
     assert starts == [ids[:1], ids[1:]]
 
 
+@pytest.mark.slow
 async def test_each_rotated_trace_file_replays_on_its_own(start: Start, tmp_path: Path) -> None:
     # The smallest rotation size: files turn over while runs are running
     # and queued, which each new header must restate. One slot: two runs

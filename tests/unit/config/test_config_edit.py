@@ -70,10 +70,10 @@ def test_new_keys_in_an_array_of_tables_are_appended_to_that_element(config_file
 
 def test_setting_a_key_of_a_new_provider_creates_its_table(config_file: Path) -> None:
     set_value(config_file, "providers.codex.exec", '["codex", "exec", "--json", "-"]')
-    # tomlkit files the new table with its siblings; nothing else moves.
+    # After the last provider's tables, a blank line before and after; nothing else moves.
     assert config_file.read_text() == replaced(
         'name = "work"\n\n[api]',
-        'name = "work"\n\n[providers.codex]\nexec = ["codex", "exec", "--json", "-"]\n[api]',
+        'name = "work"\n\n[providers.codex]\nexec = ["codex", "exec", "--json", "-"]\n\n[api]',
     )
 
 
@@ -131,11 +131,22 @@ def test_no_temporary_files_are_left_behind(config_file: Path) -> None:
         (
             "providers.codex.concurrency",
             "1",
-            "supervisor.toml:13:1: providers.codex: missing required key 'exec' "
-            '(a non-empty list of strings, e.g. ["claude", "-p"])',
+            "providers.codex: not in supervisor.toml; the names there are: claude "
+            "(to add a new one, set providers.codex.exec first)",
         ),
-        ("providers.claude.accounts[4].name", '"x"', "providers.claude.accounts[4].name: "),
-        ("supervisor.max_concurrency.x", "1", "supervisor.max_concurrency.x: "),
+        (
+            "providers.claud.concurrency",
+            "1",
+            "providers.claud: not in supervisor.toml; did you mean 'claude'? "
+            "(to add a new one, set providers.claud.exec first)",
+        ),
+        (
+            "providers.claude.accounts[4].name",
+            '"x"',
+            "providers.claude.accounts has no element [4]; it has 1 ([0])",
+        ),
+        ("supervisor.max_concurrency.x", "1", "supervisor.max_concurrency has no part 'x'"),
+        ("repos", "[]", "repos: is an array of tables; set a field of one element"),
     ],
 )
 def test_a_refused_edit_leaves_the_file_untouched(

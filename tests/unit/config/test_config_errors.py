@@ -207,6 +207,13 @@ def test_single_errors(errors: Errors, text: str, expected: str) -> None:
             '[providers.claude\nexec = ["x"]\n',
             "supervisor.toml:1:18: invalid TOML: Unexpected character: '\\n'",
         ),
+        # tomlkit lets this through (a sub-table between the two headers);
+        # the TOML spec, and so every other reader, does not.
+        (
+            MINIMAL
+            + "[api]\n[providers.claude.env]\nA = '1'\n[providers.claude]\ntimeout = '1h'\n",
+            "supervisor.toml:6:18: invalid TOML: Cannot declare ('providers', 'claude') twice",
+        ),
     ],
 )
 def test_toml_syntax_errors_are_located(errors: Errors, text: str, expected: str) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from herdsman.config import ConfigError, LoadedConfig, get_value
+from herdsman.config import ConfigUsageError, LoadedConfig, get_value, parse_key_path
 
 Load = Callable[..., LoadedConfig]
 TEXT = """\
@@ -45,9 +47,39 @@ def test_effective_values(load: Load, key: str, toml: str | None, origin: str) -
     assert str(result.origin).rpartition("/")[2] == origin
 
 
-def test_a_table_prints_as_toml(load: Load) -> None:
+def test_an_element_prints_as_toml_that_writes_it(load: Load) -> None:
     result = get_value(load(TEXT), "providers.claude.accounts[0]")
-    assert result.toml == 'name = "work"\nwindow = "5h"\nbudget_unit = "runs"\n\n[env]'
+    assert result.toml == (
+        '[[providers.claude.accounts]]\nname = "work"\nenv = {}\nwindow = "5h"\n'
+        'budget_unit = "runs"'
+    )
+    assert result.value == {"name": "work", "env": {}, "window": "5h", "budget_unit": "runs"}
+    assert str(result.origins["providers.claude.accounts[0].window"]).endswith("supervisor.toml:9")
+
+
+@pytest.mark.parametrize(
+    ("key", "first_line"),
+    [
+        ("providers.claude.accounts", "[[providers.claude.accounts]]"),
+        ("providers.claude", "[providers.claude]"),
+        ("providers", "[providers.claude]"),
+        ("supervisor", "[supervisor]"),
+        ("repos", None),
+    ],
+)
+def test_every_table_and_array_prints_as_toml_that_loads(
+    load: Load, key: str, first_line: str | None
+) -> None:
+    text = TEXT + '\n[[repos]]\nname = "a"\npath = "/a"\n\n[[repos]]\nname = "b"\npath = "/b"\n'
+    result = get_value(load(text), key)
+    assert result.toml is not None
+    if first_line is not None:
+        assert result.toml.splitlines()[0] == first_line
+    # The fragment is TOML meaning the value at that key.
+    node: Any = tomllib.loads(result.toml)
+    for part in parse_key_path(key):
+        node = node[part]
+    assert node == result.value
 
 
 @pytest.mark.parametrize(
@@ -58,14 +90,20 @@ def test_a_table_prints_as_toml(load: Load) -> None:
             "providers.claude.concurency: unknown key; did you mean 'concurrency'?",
         ),
         ("supervisr.state_dir", "supervisr: unknown key; did you mean 'supervisor'?"),
-        ("providers.codex.exec", "providers.codex.exec: not defined in "),
-        ("providers.claude.accounts[3].name", "providers.claude.accounts[3].name: not defined in "),
+        ("providers.codex.exec", "providers.codex: not in "),
+        ("providers.claud.exec", "providers.claud: not in "),
+        (
+            "providers.claude.accounts[3].name",
+            "providers.claude.accounts has no element [3]; it has 1 ([0])",
+        ),
         ("providers.claude.env.NOPE", "providers.claude.env.NOPE: not set (and no default) in "),
-        ("api.listen.port", "api.listen.port: api.listen has no part 'port'"),
+        ("api.listen.port", "api.listen has no part 'port'"),
         ("a..b", "malformed key 'a..b' at character 3"),
     ],
 )
 def test_unknown_keys_are_errors(load: Load, key: str, message: str) -> None:
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(ConfigUsageError) as caught:
         get_value(load(TEXT), key)
     assert str(caught.value).startswith(message)
+    if key.startswith("providers.claud."):
+        assert str(caught.value).endswith("did you mean 'claude'?")

@@ -80,6 +80,7 @@ def test_override_errors_are_located_at_the_argument(errors: Errors) -> None:
             "a..b=1",
             "repos[3].name=x",
             "providers.claude.exec.x=1",
+            "providers.claud.concurrency=3",
         ],
     ) == [
         "supervisor.toml:3:15: providers.claude.concurrency: must be a whole number from 1 to 64, got 0",
@@ -87,15 +88,16 @@ def test_override_errors_are_located_at_the_argument(errors: Errors) -> None:
         'e.g. ["claude", "-p"], got "claude"',
         '--set retention.sweep_interval=0: retention.sweep_interval: must be a duration such as "90s", '
         '"15m", "1h30m", "14d" (greater than zero), got 0',
-        "--set providers.new.concurrency=2: providers.new: missing required key 'exec' "
-        '(a non-empty list of strings, e.g. ["claude", "-p"])',
+        "--set providers.new.concurrency=2: providers.new: not in the configuration; the names "
+        "there are: claude (to add a new one, set providers.new.exec first)",
         "--set nonsense: must be KEY=VALUE, e.g. providers.claude.concurrency=2",
         "--set providers.claude.concurency=2: providers.claude.concurency: unknown key; "
         "did you mean 'concurrency'?",
         "--set a..b=1: malformed key 'a..b' at character 3",
-        "--set repos[3].name=x: repos has no element [3]",
-        "--set providers.claude.exec.x=1: cannot set providers.claude.exec.x: providers.claude.exec "
-        "is not a table",
+        "--set repos[3].name=x: repos has no element [3]; it has none",
+        "--set providers.claude.exec.x=1: providers.claude.exec is a list; it has no part 'x'",
+        "--set providers.claud.concurrency=3: providers.claud: not in the configuration; did you "
+        "mean 'claude'? (to add a new one, set providers.claud.exec first)",
     ]
 
 

@@ -1,7 +1,7 @@
 """Property tests: the scheduling core against a deliberately simple reference model.
 
-The model (:class:`ReferenceModel`) is written from the contract in DESIGN.md
-("Scheduling rules"), not from the core's lanes and heaps: a list of queued runs
+The model (:class:`ReferenceModel`) is written from the contract in docs/scheduling.md
+("When a run may start"), not from the core's lanes and heaps: a list of queued runs
 in submission order, a list of running runs, and a quadratic scan that starts
 the earliest-submitted free run until no run is free. A run is *free* when
 
@@ -620,7 +620,7 @@ class SchedulerMachine(RuleBasedStateMachine):
 SchedulerMachine.TestCase.settings = settings(
     max_examples=200, stateful_step_count=50, deadline=None, report_multiple_bugs=False
 )
-TestSchedulerMachine = SchedulerMachine.TestCase
+TestSchedulerMachine = pytest.mark.slow(SchedulerMachine.TestCase)
 
 
 # -- runs submitted in their place ----------------------------------------------
@@ -684,7 +684,7 @@ class PlacedSubmissionMachine(SchedulerMachine):
 
 
 PlacedSubmissionMachine.TestCase.settings = SchedulerMachine.TestCase.settings
-TestPlacedSubmissionMachine = PlacedSubmissionMachine.TestCase
+TestPlacedSubmissionMachine = pytest.mark.slow(PlacedSubmissionMachine.TestCase)
 
 
 def test_a_run_submitted_in_its_place_starts_before_later_runs_of_its_lanes() -> None:

@@ -1,8 +1,9 @@
 """Canary: the trio internals herdsman's determinism work relies on are still there.
 
 trio is pinned to one minor version (pyproject.toml) because the simulator
-reaches into its scheduler (FINDINGS.md: the module-level ``_r`` random
-generator and the ``_ALLOW_DETERMINISTIC_SCHEDULING`` flag; the replay driver reads
+reaches into its scheduler (docs/simulator.md, "What the simulator relies
+on": the module-level ``_r`` random generator and the
+``_ALLOW_DETERMINISTIC_SCHEDULING`` flag; the replay driver reads
 the run's deadline heap, ``runner.deadlines``, and reads a ``MockClock``'s
 ``_virtual_base``, sim/replay.py ``mock_time``, waits for every task
 to block through the runner's own ``wait_all_tasks_blocked``, ``_settler``,
@@ -40,7 +41,7 @@ from herdsman.sim.replay import (
 
 def test_trio_is_the_pinned_minor_version() -> None:
     assert version("trio").startswith("0.35."), (
-        "trio was upgraded: re-check the internals below and FINDINGS.md, then move the pin"
+        "trio was upgraded: re-check the internals below and docs/simulator.md, then move the pin"
     )
 
 
