@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -594,19 +595,20 @@ def _logs(args: argparse.Namespace) -> int:
     from herdsman.runtime.runner.protocols import LogText  # noqa: PLC0415
 
     config = _load(args)
-    path = config.supervisor.state_dir / "logs" / f"{args.run_id}.log"
+    state_dir = config.supervisor.state_dir
+    path = state_dir / "logs" / f"{args.run_id}.log"
     text = None if args.raw else LogText()
     if not args.follow:
-        _copy_log(path, 0, text)
+        _copy_log(state_dir, path, 0, text)
         _finish_log(text)
         return 0
     with _client_for(args) as client:
         offset = 0
         while True:
             _, run = client.request("GET", f"/v1/runs/{args.run_id}")
-            offset = _copy_log(path, offset, text, missing_ok=True)
+            offset = _copy_log(state_dir, path, offset, text, missing_ok=True)
             if run["status"] in TERMINAL:
-                _copy_log(path, offset, text, missing_ok=True)
+                _copy_log(state_dir, path, offset, text, missing_ok=True)
                 _finish_log(text)
                 if not path.exists():
                     raise CommandError(
@@ -619,10 +621,18 @@ def _logs(args: argparse.Namespace) -> int:
             time.sleep(0.5)
 
 
-def _copy_log(path: Path, offset: int, text: LogText | None, *, missing_ok: bool = False) -> int:
+def _copy_log(
+    state_dir: Path, path: Path, offset: int, text: LogText | None, *, missing_ok: bool = False
+) -> int:
     """Print the log from ``offset`` on: as recorded, or through ``text`` (a ``LogText``)."""
+    from herdsman.runtime.state_paths import LinkRefused, open_below  # noqa: PLC0415
+
     try:
-        with path.open("rb") as handle:
+        # Never through a link (an agent's, to /dev/zero say): a log is a
+        # regular file in <state_dir>/logs.
+        with os.fdopen(open_below(state_dir, path, os.O_RDONLY), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise CommandError(f"cannot read the log {path}: not a regular file")
             handle.seek(offset)
             data = handle.read()
     except FileNotFoundError:
@@ -631,6 +641,8 @@ def _copy_log(path: Path, offset: int, text: LogText | None, *, missing_ok: bool
         raise CommandError(
             f"no log at {path}: no run with this id has started on this supervisor"
         ) from None
+    except LinkRefused as error:
+        raise CommandError(str(error)) from None
     except OSError as error:
         raise CommandError(f"cannot read the log {path}: {error.strerror}") from None
     if text is None:

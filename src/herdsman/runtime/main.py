@@ -26,6 +26,7 @@ from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.lockfile import StateDirLock
 from herdsman.runtime.pointer import remove_pointer, write_pointer
 from herdsman.runtime.reload import ConfigSource
+from herdsman.runtime.state_paths import make_private_dirs
 from herdsman.runtime.store import SqliteStore, Store, StoreError
 from herdsman.runtime.supervisor import ShutdownReport, Supervisor
 from herdsman.trace import TraceWriter
@@ -113,6 +114,8 @@ async def serve(
     state_dir = config.supervisor.state_dir
     # Private by default: the ledger holds prompts and the API token.
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if config.trace.enabled and config.trace.dir.is_relative_to(state_dir):
+        make_private_dirs(state_dir, config.trace.dir)  # never through a link planted there
     store = await trio.to_thread.run_sync(open_store, config)
     trace = None
     if config.trace.enabled:

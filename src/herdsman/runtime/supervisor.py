@@ -1677,7 +1677,8 @@ class Supervisor:
                     f"it could not be checked out ({failed.error})"
                 )
                 await self.ledger.call(methodcaller("add_note", record.id, text))
-            repos_dir = self._worktrees.folder(record.workspace, conversation)
+            if any(c.usable for c in checkouts):  # never a folder that was refused (a link)
+                repos_dir = self._worktrees.folder(record.workspace, conversation)
         return self._specs.spec(
             record,
             config,

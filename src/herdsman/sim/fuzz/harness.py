@@ -49,6 +49,7 @@ from herdsman.runtime.store import MemoryStore, NewRun
 from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
 from herdsman.runtime.worktrees.manager import METADATA
 from herdsman.sim.fuzz.invariants import Checker, Violation
+from herdsman.sim.fuzz.links import LINK_FAULTS, LinkFaults
 from herdsman.sim.fuzz.scenario import Scenario, ScenarioError
 from herdsman.sim.replay import ARRIVAL, Driver, drive, mock_time, shuffle_trio
 from herdsman.sim.workload import SYNTHETIC_EXIT_CODES, Attempt, RunPlan, Workload
@@ -322,6 +323,7 @@ class _Fuzz:
         #: Faults delivered, git failures apart; git failures injected.
         self.faults = self.git_injected = 0
         self.git = _CheckedGit(self._removing, scenario.git_latency)
+        self.links = LinkFaults()
         # Files agents left in worktrees: path -> the run that wrote it.
         self._left: dict[Path, str] = {}
         self._disk_full = 0
@@ -356,6 +358,7 @@ class _Fuzz:
         for repo in first.config.repos:
             repo.path.mkdir(parents=True, exist_ok=True)
             self.git.init_repository(repo.path, {"README.md": "a simulated repository\n"})
+        await self.links.prepare(first.config.supervisor.state_dir, first.config.repos)
         runner = _Runner(self._workload(), self)
         self._runner = runner
         async with trio.open_nursery() as nursery:
@@ -588,6 +591,8 @@ class _Fuzz:
                 await self._fill_disk(float(event["seconds"]))
             elif kind == "crash":
                 await self._crash()
+            elif kind in LINK_FAULTS:
+                await self.links.apply(event)
 
         def deliver() -> Awaitable[None] | None:
             self._delivering = what
@@ -706,7 +711,8 @@ class _Fuzz:
         """The worktrees in a conversation's folder (a checkout that failed is absent)."""
         if not repos.is_dir():
             return []
-        return [p.name for p in repos.iterdir() if (p / ".git").exists()]
+        # Never through a link: the agent was told that checkout is read-only.
+        return [p.name for p in repos.iterdir() if not p.is_symlink() and (p / ".git").exists()]
 
     def _removing(self, path: Path) -> None:
         """A worktree is about to go: its conversation must have nothing queued or running."""
@@ -737,6 +743,7 @@ class _Fuzz:
             records = [life.store.get(run_id) for run_id in checker.run_ids]
             status = life.supervisor.status()
             checker.settled(records, status)
+        self.links.check(checker)
         for path, run_id in list(self._left.items()):
             if not path.exists():
                 del self._left[path]
