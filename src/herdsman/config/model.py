@@ -358,6 +358,16 @@ class ApiSettings:
         "file holding the bearer token clients must send (default <state_dir>/api-token)",
         default_from=under_state_dir("api-token"),
     )
+    max_body_bytes: int = setting(
+        kinds.WholeNumber(65_536),
+        "largest request body accepted; a larger one is refused with 413 before it is read",
+        default=16_777_216,
+    )
+    body_timeout: timedelta = setting(
+        kinds.Duration(positive=True),
+        "time a request's body may take to arrive after its headers; then 408 and closed",
+        default=timedelta(seconds=30),
+    )
 
     @property
     def host(self) -> str:

@@ -246,7 +246,7 @@ def _keep_restart_settings(new: Config, old: Config) -> Config:
         supervisor=attrs.evolve(new.supervisor, state_dir=old.supervisor.state_dir),
         store=old.store,
         fleet=attrs.evolve(new.fleet, enabled=old.fleet.enabled),
-        api=old.api,
+        api=attrs.evolve(new.api, listen=old.api.listen, token_file=old.api.token_file),
         trace=attrs.evolve(
             new.trace, enabled=old.trace.enabled, dir=old.trace.dir, max_bytes=old.trace.max_bytes
         ),
