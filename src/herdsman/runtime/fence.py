@@ -1,14 +1,18 @@
-"""A fleet member's side of its fence: the keeper process, and the deadlines sent to it.
+"""A supervisor's side of its fence: the keeper process, and the deadlines sent to it.
 
 fence_keeper.py says what the keeper does; docs/fleet.md what it
-guarantees. Here the member starts it (:meth:`Fence.start`), tells it each
-new deadline after a renewal (:meth:`Fence.extend`), learns when the fence
-has fallen — the deadline passed before an extension, or the keeper died —
-(:meth:`Fence.wait_fallen`), and closes it at the end (:meth:`Fence.close`).
+guarantees a fleet member, docs/operations.md a sole supervisor. Here the
+supervisor starts it (:meth:`Fence.start`); a fleet member tells it each
+new deadline after a renewal (:meth:`Fence.extend`) and learns when the
+fence has fallen — the deadline passed before an extension, or the keeper
+died — (:meth:`Fence.wait_fallen`); a sole supervisor has no deadline, so
+its fence falls only when its keeper dies (sole_fence.py). Either closes it
+at the end (:meth:`Fence.close`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -21,7 +25,7 @@ __all__ = ["Fence", "fence_clock"]
 
 
 class Fence:
-    """The keeper of one member, and the write end of its pipe (held by this process alone)."""
+    """The keeper of one supervisor, and the write end of its pipe (held by this process alone)."""
 
     def __init__(self, process: trio.Process, write_fd: int, deadline: float) -> None:
         """Take over a started keeper; :meth:`start` makes one."""
@@ -34,8 +38,10 @@ class Fence:
         self._changed = trio.Event()
 
     @classmethod
-    async def start(cls, state_dir: Path, deadline: float) -> Fence:
+    async def start(cls, state_dir: Path, deadline: float = math.inf) -> Fence:
         """Start the keeper of the agents under ``state_dir``, holding ``deadline``.
+
+        Without one (a sole supervisor) it kills them only when the pipe closes.
 
         The keeper leads a session of its own (a terminal's signals are not
         for it) and gets no descriptor but its stdin, the pipe's read end.

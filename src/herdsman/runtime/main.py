@@ -26,6 +26,7 @@ from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.lockfile import StateDirLock
 from herdsman.runtime.pointer import remove_pointer, write_pointer
 from herdsman.runtime.reload import ConfigSource
+from herdsman.runtime.sole_fence import SoleFence
 from herdsman.runtime.store import SqliteStore, Store, StoreError
 from herdsman.runtime.supervisor import ShutdownReport, Supervisor
 from herdsman.trace import TraceWriter
@@ -135,6 +136,14 @@ async def serve(
             store.close()
             raise
         fleet = FleetMember(store, fence)
+    sole = None
+    if fleet is None:
+        # Before anything can spawn: no agent outlives this supervisor.
+        try:
+            sole = await SoleFence.start(state_dir)
+        except BaseException:
+            store.close()
+            raise
     supervisor = Supervisor(config, store, trace=trace, source=source, loaded=loaded, fleet=fleet)
     token = ensure_token(token_path(config))
     try:
@@ -145,6 +154,8 @@ async def serve(
             # late Ctrl-C is still a shutdown request, never a traceback.
             if handle_signals:
                 outer.start_soon(_watch_signals, supervisor)
+            if sole is not None:
+                outer.start_soon(sole.keep)
             report = await _serve_api_and_supervisor(supervisor, token, source, task_status)
             outer.cancel_scope.cancel()
     finally:
@@ -157,6 +168,9 @@ async def serve(
             await fleet.fence.close()
             with contextlib.suppress(StoreError):  # its lease then lapses by itself
                 fleet.store.leave()
+        if sole is not None:
+            # Only now: the supervisor is done with its agents (drained, or stopped).
+            await sole.close()
         store.close()
     return report
 

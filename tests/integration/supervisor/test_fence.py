@@ -169,3 +169,19 @@ async def test_a_fence_closed_at_a_clean_stop_leaves_no_agent(
     assert fence.extend(fence_clock() + 60)
     await fence.close()
     assert not agents.alive(fenced)
+
+
+async def test_a_fence_without_a_deadline_kills_only_when_its_pipe_closes(
+    tmp_path: Path, agents: Agents
+) -> None:
+    # A sole supervisor's: no lease, so it falls only if its keeper dies.
+    fenced = await trio.to_thread.run_sync(agents.start, tmp_path, "r1")
+    fence = await Fence.start(tmp_path)
+    try:
+        with trio.move_on_after(0.5):
+            await fence.wait_fallen()
+        assert fence.fallen is None
+        assert len(await trio.to_thread.run_sync(agents.alive, fenced)) == 2
+    finally:
+        await fence.close()
+    assert not agents.alive(fenced)
