@@ -21,7 +21,7 @@ from herdsman.config import Config, LoadedConfig
 from herdsman.postgres_url import parse_postgres_url, server_name
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.api.server import ensure_token, serve_api
-from herdsman.runtime.fence import Fence
+from herdsman.runtime.fence import Fence, wait_for_earlier_keepers
 from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.lockfile import StateDirLock
 from herdsman.runtime.pointer import remove_pointer, write_pointer
@@ -114,6 +114,8 @@ async def serve(
     state_dir = config.supervisor.state_dir
     # Private by default: the ledger holds prompts and the API token.
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Nothing of ours may run before a dead predecessor's keeper is done.
+    await wait_for_earlier_keepers(state_dir)
     store = await trio.to_thread.run_sync(open_store, config)
     trace = None
     if config.trace.enabled:

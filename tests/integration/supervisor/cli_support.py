@@ -70,7 +70,8 @@ def herdsman(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.Comp
 class Supervisor:
     """A `herdsman run` child process and the ways to stop it."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, wait: bool = True) -> None:
+        """Start it in ``directory``; with ``wait``, return once it is running."""
         self.directory = directory
         self.log = (directory / "supervisor.log").open("w")
         self.process = subprocess.Popen(
@@ -79,8 +80,13 @@ class Supervisor:
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
+        if wait:
+            self.wait_for("herdsman is running")
+
+    def wait_for(self, line: str) -> None:
+        """Wait until its log shows ``line`` (20 s at most); it must not exit meanwhile."""
         deadline = time.monotonic() + 20
-        while "herdsman is running" not in self.output():
+        while line not in self.output():
             assert self.process.poll() is None, self.output()
             assert time.monotonic() < deadline, self.output()
             time.sleep(0.05)

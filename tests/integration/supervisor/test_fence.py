@@ -9,6 +9,7 @@ fence has fallen.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 import trio
 from cli_support import process_alive, processes_with_env
 
-from herdsman.runtime.fence import Fence
+from herdsman.runtime.fence import Fence, earlier_keepers
 from herdsman.runtime.fence_keeper import fence_clock
 
 # The agent forks a child, in its group, as agents' tools are.
@@ -185,3 +186,22 @@ async def test_a_fence_without_a_deadline_kills_only_when_its_pipe_closes(
     finally:
         await fence.close()
     assert not agents.alive(fenced)
+
+
+def test_earlier_keepers_are_those_of_the_state_dir_alone(tmp_path: Path) -> None:
+    mine, longer = tmp_path / "state", tmp_path / "state2"
+    started = [keeper(mine, math.inf), keeper(longer, math.inf)]
+    try:
+        # Found once each has exec'd (before, it runs this test's command line).
+        wait_until(lambda: earlier_keepers(mine) == [started[0].pid], "its keeper not found")
+        wait_until(lambda: earlier_keepers(longer) == [started[1].pid], "the other not found")
+        assert earlier_keepers(mine) == [started[0].pid]
+        assert earlier_keepers(tmp_path) == []
+    finally:
+        for process in started:
+            assert process.stdin is not None
+            process.stdin.close()
+            process.wait(timeout=10)
+            assert process.stderr is not None
+            process.stderr.close()
+    assert earlier_keepers(mine) == []

@@ -10,6 +10,7 @@ agent outlives a killed supervisor, and one it lets finish finishes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -185,3 +186,38 @@ def test_a_killed_keeper_is_reported_and_replaced_and_the_agents_still_die_with_
         wait_for(lambda: not any(process_alive(pid) for pid in agents), GONE_WITHIN, sup.output)
     finally:
         sup.close()
+
+
+def test_a_supervisor_started_again_waits_for_its_predecessor_s_keeper(tmp_path: Path) -> None:
+    sup, stamps = running(tmp_path, "long", 60)
+    agents = agents_of(tmp_path)
+    [keeper] = fence_keepers_of(sup.process.pid)
+    try:
+        # A keeper held up (on a machine loaded to a standstill, say) when its
+        # supervisor dies: the agents are still alive as a new one starts.
+        os.kill(keeper, signal.SIGSTOP)
+        sup.process.kill()
+        sup.process.wait()
+        again = Supervisor(tmp_path, wait=False)
+        try:
+            try:
+                again.wait_for(
+                    f"waiting for the fence keeper(s) of a previous supervisor (pid {keeper})"
+                )
+                assert "herdsman is running" not in again.output()
+            finally:
+                os.kill(keeper, signal.SIGCONT)
+            # It starts only once that keeper has killed its agents and gone.
+            again.wait_for("herdsman is running")
+            assert not any(process_alive(pid) for pid in agents)
+            assert not process_alive(keeper)
+            assert submit(tmp_path, "after", 0.5, "--wait", "--wait-timeout", "30")
+            assert again.stop(signal.SIGTERM) == 0, again.output()
+        finally:
+            again.close()
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # never left stopped
+            os.kill(keeper, signal.SIGCONT)
+        sup.close()
+    [(start, end), _] = stamped(stamps, "after")
+    assert end - start >= 0.5
