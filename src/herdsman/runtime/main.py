@@ -21,11 +21,12 @@ from herdsman.config import Config, LoadedConfig
 from herdsman.postgres_url import parse_postgres_url, server_name
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.api.server import ensure_token, serve_api
-from herdsman.runtime.fence import Fence
+from herdsman.runtime.fence import Fence, wait_for_earlier_keepers
 from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.lockfile import StateDirLock
 from herdsman.runtime.pointer import remove_pointer, write_pointer
 from herdsman.runtime.reload import ConfigSource
+from herdsman.runtime.sole_fence import SoleFence
 from herdsman.runtime.state_paths import make_private_dirs
 from herdsman.runtime.store import SqliteStore, Store, StoreError
 from herdsman.runtime.supervisor import ShutdownReport, Supervisor
@@ -116,6 +117,8 @@ async def serve(
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     if config.trace.enabled and config.trace.dir.is_relative_to(state_dir):
         make_private_dirs(state_dir, config.trace.dir)  # never through a link planted there
+    # Nothing of ours may run before a dead predecessor's keeper is done.
+    await wait_for_earlier_keepers(state_dir)
     store = await trio.to_thread.run_sync(open_store, config)
     trace = None
     if config.trace.enabled:
@@ -138,6 +141,14 @@ async def serve(
             store.close()
             raise
         fleet = FleetMember(store, fence)
+    sole = None
+    if fleet is None:
+        # Before anything can spawn: no agent outlives this supervisor.
+        try:
+            sole = await SoleFence.start(state_dir)
+        except BaseException:
+            store.close()
+            raise
     supervisor = Supervisor(config, store, trace=trace, source=source, loaded=loaded, fleet=fleet)
     token = ensure_token(token_path(config))
     try:
@@ -148,6 +159,8 @@ async def serve(
             # late Ctrl-C is still a shutdown request, never a traceback.
             if handle_signals:
                 outer.start_soon(_watch_signals, supervisor)
+            if sole is not None:
+                outer.start_soon(sole.keep)
             report = await _serve_api_and_supervisor(supervisor, token, source, task_status)
             outer.cancel_scope.cancel()
     finally:
@@ -160,6 +173,9 @@ async def serve(
             await fleet.fence.close()
             with contextlib.suppress(StoreError):  # its lease then lapses by itself
                 fleet.store.leave()
+        if sole is not None:
+            # Only now: the supervisor is done with its agents (drained, or stopped).
+            await sole.close()
         store.close()
     return report
 

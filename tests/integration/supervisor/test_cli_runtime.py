@@ -116,8 +116,7 @@ def test_kill_9_mid_run_the_run_is_lost_not_rerun_and_queued_runs_keep_order(
         while not (state / "logs" / "r0.log").exists():
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        sup.process.kill()  # SIGKILL: no cleanup at all
-        sup.process.wait()
+        sup.kill_with_its_keeper()
     finally:
         sup.close()
     # A supervisor killed this way cannot stop its runs: r0's agent lives on

@@ -9,6 +9,7 @@ fence has fallen.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 import trio
 from cli_support import process_alive, processes_with_env
 
-from herdsman.runtime.fence import Fence
+from herdsman.runtime.fence import Fence, earlier_keepers
 from herdsman.runtime.fence_keeper import fence_clock
 
 # The agent forks a child, in its group, as agents' tools are.
@@ -182,3 +183,38 @@ async def test_a_fence_closed_at_a_clean_stop_leaves_no_agent(
     assert fence.extend(fence_clock() + 60)
     await fence.close()
     assert not agents.alive(fenced)
+
+
+async def test_a_fence_without_a_deadline_kills_only_when_its_pipe_closes(
+    tmp_path: Path, agents: Agents
+) -> None:
+    # A sole supervisor's: no lease, so it falls only if its keeper dies.
+    fenced = await trio.to_thread.run_sync(agents.start, tmp_path, "r1")
+    fence = await Fence.start(tmp_path)
+    try:
+        with trio.move_on_after(0.5):
+            await fence.wait_fallen()
+        assert fence.fallen is None
+        assert len(await trio.to_thread.run_sync(agents.alive, fenced)) == 2
+    finally:
+        await fence.close()
+    assert not agents.alive(fenced)
+
+
+def test_earlier_keepers_are_those_of_the_state_dir_alone(tmp_path: Path) -> None:
+    mine, longer = tmp_path / "state", tmp_path / "state2"
+    started = [keeper(mine, math.inf), keeper(longer, math.inf)]
+    try:
+        # Found once each has exec'd (before, it runs this test's command line).
+        wait_until(lambda: earlier_keepers(mine) == [started[0].pid], "its keeper not found")
+        wait_until(lambda: earlier_keepers(longer) == [started[1].pid], "the other not found")
+        assert earlier_keepers(mine) == [started[0].pid]
+        assert earlier_keepers(tmp_path) == []
+    finally:
+        for process in started:
+            assert process.stdin is not None
+            process.stdin.close()
+            process.wait(timeout=10)
+            assert process.stderr is not None
+            process.stderr.close()
+    assert earlier_keepers(mine) == []
