@@ -28,7 +28,7 @@ __all__ = ["add_sim_commands"]
 def _replay(args: argparse.Namespace) -> int:
     from herdsman.sim.chrome import chrome_trace  # noqa: PLC0415 - pyfakefs is heavy
     from herdsman.sim.decisions import timeline_of  # noqa: PLC0415
-    from herdsman.sim.result import summary  # noqa: PLC0415
+    from herdsman.sim.result import recording_ends, summary  # noqa: PLC0415
     from herdsman.sim.workload import config_from_trace, read_workload  # noqa: PLC0415
     from herdsman.trace import read_trace_text  # noqa: PLC0415
 
@@ -68,7 +68,7 @@ def _replay(args: argparse.Namespace) -> int:
     if args.engine == "fast":
         from herdsman.sim.engine import fast_replay  # noqa: PLC0415
 
-        result = fast_replay(workload, loaded)
+        result = recording_ends(fast_replay(workload, loaded), workload)
     else:
         from herdsman.sim.replay import replay  # noqa: PLC0415
 

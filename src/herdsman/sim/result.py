@@ -6,7 +6,7 @@ import math
 
 import attrs
 
-from herdsman.sim.workload import DEFAULT_DURATION
+from herdsman.sim.workload import DEFAULT_DURATION, Workload
 
 __all__ = ["ReplayResult", "summary"]
 
@@ -27,6 +27,16 @@ class ReplayResult:
     rotated_at: float | None = None
     #: Which engine simulated: "trio" (the whole supervisor) or "fast" (the cores).
     engine: str = "trio"
+    #: When the recording's supervisor was asked to shut down (nothing started after).
+    shutdown_at: float | None = None
+    #: When the recording ends with runs still running and no shutdown (a kill).
+    cut_at: float | None = None
+
+
+def recording_ends(result: ReplayResult, workload: Workload) -> ReplayResult:
+    """``result`` with how its recording ended: what explains runs left over."""
+    shutdown_at = next((a.t for a in workload.arrivals if a.kind == "shutdown"), None)
+    return attrs.evolve(result, shutdown_at=shutdown_at, cut_at=workload.cut_at)
 
 
 def summary(result: ReplayResult) -> str:
@@ -43,10 +53,19 @@ def summary(result: ReplayResult) -> str:
             f"; the recording was rotated into another file at t={result.rotated_at:g}:"
             " what the replay decided after that is its own"
         )
-    if result.left_queued:
+    if result.cut_at is not None:
         line += (
-            f"; {result.left_queued} run(s) were still queued at the end (their provider is"
-            " not configured, or no account could take them)"
+            f"; the recording ends at t={result.cut_at:g} with runs still running and no"
+            " shutdown (the supervisor was killed, or the file was read while it ran):"
+            " those never end in the replay"
+        )
+    if result.left_queued:
+        line += f"; {result.left_queued} run(s) were still queued at the end" + (
+            f" (the recorded shutdown at t={result.shutdown_at:g} stopped new starts)"
+            if result.shutdown_at is not None
+            else " (the recording ended first)"
+            if result.cut_at is not None
+            else " (their provider is not configured, or no account could take them)"
         )
     if result.defaulted:
         line += (
