@@ -31,12 +31,18 @@ class ReplayResult:
     shutdown_at: float | None = None
     #: When the recording ends with runs still running and no shutdown (a kill).
     cut_at: float | None = None
+    #: Runs the recording found lost at its start that this engine cannot replay.
+    lost_not_replayed: int = 0
 
 
 def recording_ends(result: ReplayResult, workload: Workload) -> ReplayResult:
     """``result`` with how its recording ended: what explains runs left over."""
     shutdown_at = next((a.t for a in workload.arrivals if a.kind == "shutdown"), None)
-    return attrs.evolve(result, shutdown_at=shutdown_at, cut_at=workload.cut_at)
+    # The fast engine has no ledger for recovery to find them in.
+    lost = len(workload.lost) if result.engine == "fast" else 0
+    return attrs.evolve(
+        result, shutdown_at=shutdown_at, cut_at=workload.cut_at, lost_not_replayed=lost
+    )
 
 
 def summary(result: ReplayResult) -> str:
@@ -52,6 +58,11 @@ def summary(result: ReplayResult) -> str:
         line += (
             f"; the recording was rotated into another file at t={result.rotated_at:g}:"
             " what the replay decided after that is its own"
+        )
+    if result.lost_not_replayed:
+        line += (
+            f"; the recording begins with {result.lost_not_replayed} run(s) found lost at"
+            " start-up, which the fast engine does not replay (use --engine trio)"
         )
     if result.cut_at is not None:
         line += (

@@ -20,7 +20,11 @@ minimiser may drop any of them):
   invalid one must be rejected and change nothing);
 * ``git_failure`` — the next call of git ``operation`` fails;
 * ``disk_full`` — the disk is full for ``seconds``;
-* ``crash`` — the supervisor dies and is started again on the same ledger.
+* ``crash`` — the supervisor dies and is started again on the same ledger;
+* ``shutdown`` — a first signal: the supervisor drains; with
+  ``force_after`` (seconds), a second signal then cancels what still
+  runs; without it, a short ``shutdown_grace`` in the configuration may run
+  out first. Once stopped it is started again on the same ledger.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from herdsman.trace import OUTCOMES
 __all__ = ["FAULT_KINDS", "Scenario", "draw_scenario", "scenario_from_json"]
 
 #: Event kinds that are faults (all but submits); the queue must drain once they stop.
-FAULT_KINDS = frozenset({"cancel", "reload", "git_failure", "disk_full", "crash"})
+FAULT_KINDS = frozenset({"cancel", "reload", "git_failure", "disk_full", "crash", "shutdown"})
 
 PROVIDERS = ("claude", "codex", "local")
 STATE_DIR = "/herdsman-sim/state"
@@ -146,6 +150,10 @@ def _problem(event: Mapping[str, Any]) -> str | None:
         return f"operation: expected one of {', '.join(GIT_OPERATIONS)}"
     elif kind == "disk_full" and not _seconds(event.get("seconds")):
         return "seconds: expected seconds >= 0"
+    elif kind == "shutdown" and not (
+        event.get("force_after") is None or _seconds(event.get("force_after"))
+    ):
+        return "force_after: expected seconds >= 0, or null for no second signal"
     return None
 
 
@@ -179,9 +187,29 @@ def draw_scenario(seed: int) -> Scenario:
             events.append({**rng.choice(submits), "t": at, "again": True})
         else:
             events.append(_draw_fault(rng, at, ids, layout))
+    latency = rng.choice([0.0, 0.0, 0.5, 5.0, 40.0])
+    config, stop = _draw_shutdown(seed, config, end)
+    events += stop
     # Stable: a fault drawn for the same instant as a submit stays after it.
     events.sort(key=lambda event: event["t"])
-    return Scenario(seed, config, tuple(events), rng.choice([0.0, 0.0, 0.5, 5.0, 40.0]))
+    return Scenario(seed, config, tuple(events), latency)
+
+
+def _draw_shutdown(seed: int, config: str, end: float) -> tuple[str, list[dict[str, Any]]]:
+    """A shutdown fault for some seeds, and for some a short grace: drawn apart.
+
+    From a generator of their own, so that the rest of every seed's
+    scenario is what it was before shutdowns were drawn.
+    """
+    rng = random.Random(f"shutdown {seed}")
+    if rng.random() < 0.5:
+        grace = rng.choice(["1s", "10s", "1m"])
+        config = config.replace("[supervisor]\n", f'[supervisor]\nshutdown_grace = "{grace}"\n', 1)
+    if rng.random() >= 0.35:
+        return config, []
+    at = round(rng.uniform(0.0, end + 60.0), 3)
+    force_after = rng.choice([None, None, 0.0, 5.0, 30.0])
+    return config, [{"t": at, "kind": "shutdown", "force_after": force_after}]
 
 
 @attrs.frozen
