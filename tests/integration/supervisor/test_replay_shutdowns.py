@@ -19,6 +19,7 @@ import pytest
 import trio
 from cli_support import CLI, Supervisor, herdsman
 from supervisor_support import Running, Start, config_at, write_config
+from test_accounts import limit, serve_agent, submit
 
 from herdsman.sim.decisions import read_decisions
 from herdsman.sim.diff import first_divergence
@@ -181,3 +182,31 @@ def status_of(run_id: str, cwd: Path, until: str | None = None) -> str:
             return status
         assert time.monotonic() < deadline, status
         time.sleep(0.05)
+
+
+async def test_usage_limits_rests_and_a_rest_ended_by_hand_replay_with_their_decisions(
+    start: Start, tmp_path: Path
+) -> None:
+    running = await serve_agent(start, tmp_path, "claude-epoch", [("a", ""), ("b", "")])
+    # a's limit moves the run to b; then both rest and the next run waits
+    # for a to come back (a reset of 2 s), then a rest is ended by hand.
+    limit(tmp_path, "a", resets_in=2, until=time.time() + 1)
+    moved = await running.wait((await submit(running, conversation="c1"))["id"], 30)
+    assert (moved["status"], moved["account"]) == ("succeeded", "b")
+    limit(tmp_path, "b", resets_in=3600)
+    waited = await running.wait((await submit(running, conversation="c2"))["id"], 30)
+    assert (waited["status"], waited["attempts"]) == ("succeeded", 2)
+    (tmp_path / "homes" / "b" / "limited").unlink()
+    answer = await running.client.post(
+        "/v1/accounts/end-rest", json={"provider": "agent", "account": "b"}
+    )
+    assert answer.status_code == 200, answer.text
+    last = await running.wait((await submit(running, conversation="c3"))["id"], 30)
+    assert last["status"] == "succeeded"
+    running.supervisor.request_shutdown()
+    with trio.fail_after(30):
+        await running.stopped.wait()
+    [recorded] = (tmp_path / "state" / "traces").glob("*.jsonl")
+    kinds = {e["event"] for e in map(json.loads, recorded.read_text().splitlines()[1:])}
+    assert kinds >= {"usage_limit", "rest_ended"}
+    await replays_the_same(recorded, tmp_path, ("trio", "fast"))
