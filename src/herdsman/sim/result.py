@@ -33,6 +33,8 @@ class ReplayResult:
     cut_at: float | None = None
     #: Runs the recording found lost at its start that this engine cannot replay.
     lost_not_replayed: int = 0
+    #: A fleet member's recording: runs submitted in it that it never started.
+    elsewhere: int | None = None
 
 
 def recording_ends(result: ReplayResult, workload: Workload) -> ReplayResult:
@@ -40,8 +42,20 @@ def recording_ends(result: ReplayResult, workload: Workload) -> ReplayResult:
     shutdown_at = next((a.t for a in workload.arrivals if a.kind == "shutdown"), None)
     # The fast engine has no ledger for recovery to find them in.
     lost = len(workload.lost) if result.engine == "fast" else 0
+    fleet = workload.header.config.get("fleet") or {}
+    elsewhere = None
+    if fleet.get("enabled"):
+        # Another member started them, or nobody did before the end: this
+        # trace cannot tell which, nor when the others held their lanes.
+        elsewhere = sum(
+            1 for plan in workload.plans.values() if not plan.attempts and not plan.synthetic
+        )
     return attrs.evolve(
-        result, shutdown_at=shutdown_at, cut_at=workload.cut_at, lost_not_replayed=lost
+        result,
+        shutdown_at=shutdown_at,
+        cut_at=workload.cut_at,
+        lost_not_replayed=lost,
+        elsewhere=elsewhere,
     )
 
 
@@ -58,6 +72,13 @@ def summary(result: ReplayResult) -> str:
         line += (
             f"; the recording was rotated into another file at t={result.rotated_at:g}:"
             " what the replay decided after that is its own"
+        )
+    if result.elsewhere is not None:
+        line += (
+            f"; this is a fleet member's trace: {result.elsewhere} run(s) submitted in it were"
+            " never started by this member, and when the other members ran theirs (holding"
+            " lanes and fleet-wide caps) is not in it, so the replay, one supervisor alone,"
+            " decides for itself from the first of those on"
         )
     if result.lost_not_replayed:
         line += (

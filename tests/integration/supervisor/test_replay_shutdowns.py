@@ -20,7 +20,15 @@ import trio
 from cli_support import CLI, Supervisor, herdsman
 from supervisor_support import Running, Start, config_at, write_config
 from test_accounts import limit, serve_agent, submit
+from test_fleet_supervisors import (
+    closing,
+    fleet_url,
+    start_members,
+    submit_spread,
+    wait_until_settled,
+)
 
+from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.sim.decisions import read_decisions
 from herdsman.sim.diff import first_divergence
 from herdsman.sim.engine import fast_replay
@@ -29,6 +37,7 @@ from herdsman.sim.result import ReplayResult, recording_ends, summary
 from herdsman.sim.workload import config_from_trace, read_workload
 
 AGENT = Path(__file__).parent / "slow_stop_agent.py"
+__all__ = ["closing", "fleet_url"]  # fixtures of the fleet tests, used here too
 
 
 def slow_stop_provider(ready: Path) -> str:
@@ -210,3 +219,25 @@ async def test_usage_limits_rests_and_a_rest_ended_by_hand_replay_with_their_dec
     kinds = {e["event"] for e in map(json.loads, recorded.read_text().splitlines()[1:])}
     assert kinds >= {"usage_limit", "rest_ended"}
     await replays_the_same(recorded, tmp_path, ("trio", "fast"))
+
+
+def test_a_fleet_member_s_trace_says_why_its_replay_decides_for_itself(
+    tmp_path: Path, fleet_url: str, postgres_url: str, closing: list[Supervisor]
+) -> None:
+    closing += start_members(tmp_path, fleet_url, 2, delay=0.2)
+    ids = submit_spread(closing, 8)
+    store = PostgresStore(postgres_url)
+    try:
+        wait_until_settled(store, ids, timeout=60)
+    finally:
+        store.close()
+    for member in closing:
+        assert member.stop(signal.SIGTERM) == 0, member.output()
+    logging.getLogger("herdsman").setLevel(logging.ERROR)
+    for member in closing:
+        [recorded] = (member.directory / "state" / "traces").glob("*.jsonl")
+        decisions = read_decisions(recorded)
+        started = {d.run_id for d in decisions.decisions if d.kind == "start"}
+        others = len(set(decisions.providers) - started)
+        line = summary(replayed(recorded, "trio", tmp_path / f"{member.directory.name}.jsonl"))
+        assert f"this is a fleet member's trace: {others} run(s) submitted in it" in line
