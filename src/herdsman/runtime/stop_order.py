@@ -10,9 +10,11 @@ cancelled run's process is over too (or is found to be over already), and
 then they record one at a time in the order they were submitted (the
 ledger's ``seq``).
 
-A run that never stops (its process outlives the runner's kill grace)
-would hold the others back: the wait is bounded by the forced stop's own
-deadline, after which whoever still waits records at once, as before.
+A run that never stops (its process outlives the runner's kill grace),
+or one that never gets a task (its start could not be recorded, so it was
+never spawned), would hold the others back: the wait is bounded by the
+forced stop's own deadline, after which whoever still waits records at
+once, in whatever order it wakes.
 """
 
 from __future__ import annotations

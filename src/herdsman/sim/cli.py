@@ -129,6 +129,8 @@ def _guarded(handler: Any) -> Any:
             for problem in error.problems:
                 print(problem, file=sys.stderr)
             return 2
+        except BrokenPipeError:
+            raise  # the reader went away (`| head`): the command line's own quiet exit
         except OSError as error:
             print(f"herdsman: {error.filename or ''}: {error.strerror or error}", file=sys.stderr)
             return 2
