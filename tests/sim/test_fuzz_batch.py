@@ -42,7 +42,7 @@ def test_every_invariant_holds_over_the_fixed_batch() -> None:
     )
     assert batch.seeds == BATCH
     # The batch tries every kind of fault, not only the easy ones.
-    assert kinds == {"submit", "cancel", "reload", "git_failure", "disk_full", "crash"}
+    assert kinds == {"submit", "cancel", "reload", "git_failure", "disk_full", "crash", "shutdown"}
 
 
 _DIGEST = """

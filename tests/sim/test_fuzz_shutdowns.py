@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+import trio
 
+from herdsman.runtime.supervisor import Supervisor
 from herdsman.sim.decisions import timeline_of
 from herdsman.sim.diff import first_divergence
 from herdsman.sim.fuzz.harness import Verdict, run_scenario
@@ -116,3 +118,29 @@ def test_a_shutdown_s_force_after_is_checked() -> None:
     )
     with pytest.raises(ScenarioError, match="force_after: expected seconds >= 0"):
         scenario_from_json(json.loads(case), "case.jsonl")
+
+
+def test_a_run_slow_to_record_its_end_after_a_forced_stop_still_lets_the_supervisor_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # r1's end takes 30 s to record (a slow ledger): past the forced stop's
+    # wait of 15 s, its task is cancelled outright, and the stop waits on.
+    honest = Supervisor._record_finish
+
+    async def slow(self: Supervisor, record: Any, ended: Any, **options: Any) -> Any:
+        if record.id == "r1":
+            with trio.CancelScope(shield=True):
+                await trio.sleep(30)
+        return await honest(self, record, ended, **options)
+
+    monkeypatch.setattr(Supervisor, "_record_finish", slow)
+    verdict = _run(
+        _submit(0.0, "r1", 100.0),
+        _submit(0.0, "r2", 100.0),
+        {"t": 5.0, "kind": "shutdown", "force_after": 0.0},
+    )
+    first, second = _lives(verdict)
+    # r2 waited for r1's turn only until the forced stop's deadline.
+    assert _outcomes(first) == [("r2", "cancelled"), ("r1", "cancelled")]
+    assert [e["t"] for e in first if e["event"] == "finish"] == [20.0, 35.0]
+    assert second == []  # started again, with nothing left to do

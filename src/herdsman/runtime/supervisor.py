@@ -514,7 +514,10 @@ class Supervisor:
                 log.error("%d run(s) did not stop; cancelling their tasks", len(self._handles))
                 assert self._nursery is not None
                 self._nursery.cancel_scope.cancel()
-                await self._wait_idle()
+                # Shielded: this runs inside that nursery, whose cancel would
+                # end the wait at once (and leave no report to return).
+                with trio.CancelScope(shield=True):
+                    await self._wait_idle()
         return ShutdownReport(drained=not cancelled, cancelled=cancelled, fatal=self._fatal)
 
     def _stop(self, run_id: str, reason: str) -> None:
