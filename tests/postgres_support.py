@@ -14,11 +14,15 @@ import urllib.parse
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
 
 from herdsman.postgres_url import masked_url
+
+if TYPE_CHECKING:
+    from herdsman.runtime.store.fleet import FleetStore
 
 URL_VARIABLE = "HERDSMAN_TEST_POSTGRES_URL"
 
@@ -94,4 +98,23 @@ def fleet_lock_waiters(key: int) -> str:
         "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'advisory'"
         " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         f" AND classid = {key >> 32} AND objid = {key & 0xFFFFFFFF} AND objsubid = 1"
+    )
+
+
+def ledger_member(url: str, name: str, lease: float = 60.0) -> FleetStore:
+    """A fleet member of the ledger at ``url`` alone (no supervisor): host ``name``, pid 100.
+
+    Its id begins with ``name``. It expires other members as soon as their
+    lease ends, without the margin left for their fences: the ledger's own
+    rules, tested with leases of a fraction of a second.
+    """
+    from herdsman.runtime.store.fleet import FleetStore
+
+    return FleetStore(
+        url,
+        member_id=f"{name}-{uuid.uuid4().hex[:8]}",
+        host=name,
+        pid=100,
+        lease=lease,
+        margin=0.0,
     )

@@ -13,16 +13,20 @@ import json
 import logging
 import math
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from herdsman.cli_tables import Column, duration_text, local_time, print_table
 from herdsman.config import Config, ConfigError, load_config
 from herdsman.runtime.api.client import ApiClient, ApiError, ApiUnavailable
 from herdsman.runtime.ids import run_id_problem
+
+if TYPE_CHECKING:
+    from herdsman.runtime.runner.protocols import LogText
 
 OptionsFactory = Callable[..., argparse.ArgumentParser]
 TERMINAL = {"succeeded", "failed", "timed_out", "cancelled", "lost", "skipped", "usage_limited"}
@@ -264,6 +268,11 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  the last reload ({last['trigger']}) was rejected; nothing changed:")
         for error in last["errors"]:
             print(f"    {error}")
+    if status.get("waiting_for_restart"):
+        print()
+        print("  in the file but waiting for a restart (the running values are kept):")
+        for change in status["waiting_for_restart"]:
+            print(f"    {change['key']}: {change['old']} -> {change['new']}")
     for provider, reason in sorted(status.get("waiting_for_provider", {}).items()):
         print()
         print(f"  {provider}: {reason}")
@@ -541,34 +550,39 @@ def reload_running(config: Config, config_file: Path) -> int:
     except ApiError as error:
         print(f"herdsman: the running supervisor did not reload: {error.message}", file=sys.stderr)
         return 1
-    print("the running supervisor reloaded the file:")
-    print_reload(body)
+    print_reload(body, "the running supervisor reloaded the file:")
     return 0 if body["ok"] else 1
 
 
-def print_reload(body: Mapping[str, Any]) -> None:
-    """A reload's result, a changed key a line (``herdsman reload``, ``config set``).
+def print_reload(body: Mapping[str, Any], header: str | None = None) -> None:
+    """A reload's result, a change a line (``herdsman reload``, ``config set``).
 
     A file already reloaded (by the file watcher, a SIGHUP) is not reloaded
-    again: the answer is that earlier reload, and says so.
+    again: the answer is that earlier reload, and says so. A rejected reload
+    is one report on stderr, header included; an applied one goes to stdout.
     """
+    out = sys.stdout if body["ok"] else sys.stderr
+    if header is not None:
+        print(header, file=out)
     if body["trigger"] != "API":
         when = _local_time(body["at"])
-        print(f"the file is unchanged since it was reloaded ({body['trigger']}, {when}):")
+        print(f"the file is unchanged since it was reloaded ({body['trigger']}, {when}):", file=out)
     if not body["ok"]:
         print(
             f"reload rejected; nothing changed (generation {body['generation']} stays in force):",
-            file=sys.stderr,
+            file=out,
         )
         for error in body["errors"]:
-            print(f"  {error}", file=sys.stderr)
+            print(f"  {error}", file=out)
         return
     if not body["changes"]:
         print(f"no changes: the file is already in force (generation {body['generation']})")
         return
+    from herdsman.runtime.reload import change_line  # noqa: PLC0415
+
     for change in body["changes"]:
-        what = "applied" if change["applied"] else "needs a restart; the running value is kept"
-        print(f"  {change['key']}: {change['old']} -> {change['new']}  ({what})")
+        kind, old, new = change["change"], change["old"], change["new"]
+        print(f"  {change_line(change['key'], kind, old, new, change['applied'])}")
     print(f"generation {body['generation']}")
 
 
@@ -578,18 +592,24 @@ def print_reload(body: Mapping[str, Any]) -> None:
 def _logs(args: argparse.Namespace) -> int:
     if problem := run_id_problem(args.run_id):
         raise CommandError(f"run id {problem}")
+    from herdsman.runtime.runner.protocols import LogText  # noqa: PLC0415
+
     config = _load(args)
-    path = config.supervisor.state_dir / "logs" / f"{args.run_id}.log"
+    state_dir = config.supervisor.state_dir
+    path = state_dir / "logs" / f"{args.run_id}.log"
+    text = None if args.raw else LogText()
     if not args.follow:
-        _copy_log(path, 0)
+        _copy_log(state_dir, path, 0, text)
+        _finish_log(text)
         return 0
     with _client_for(args) as client:
         offset = 0
         while True:
             _, run = client.request("GET", f"/v1/runs/{args.run_id}")
-            offset = _copy_log(path, offset, missing_ok=True)
+            offset = _copy_log(state_dir, path, offset, text, missing_ok=True)
             if run["status"] in TERMINAL:
-                _copy_log(path, offset, missing_ok=True)
+                _copy_log(state_dir, path, offset, text, missing_ok=True)
+                _finish_log(text)
                 if not path.exists():
                     raise CommandError(
                         f"no log at {path}: run {args.run_id} ended as {run['status']} without"
@@ -601,9 +621,18 @@ def _logs(args: argparse.Namespace) -> int:
             time.sleep(0.5)
 
 
-def _copy_log(path: Path, offset: int, *, missing_ok: bool = False) -> int:
+def _copy_log(
+    state_dir: Path, path: Path, offset: int, text: LogText | None, *, missing_ok: bool = False
+) -> int:
+    """Print the log from ``offset`` on: as recorded, or through ``text`` (a ``LogText``)."""
+    from herdsman.runtime.state_paths import LinkRefused, open_below  # noqa: PLC0415
+
     try:
-        with path.open("rb") as handle:
+        # Never through a link (an agent's, to /dev/zero say): a log is a
+        # regular file in <state_dir>/logs.
+        with os.fdopen(open_below(state_dir, path, os.O_RDONLY), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise CommandError(f"cannot read the log {path}: not a regular file")
             handle.seek(offset)
             data = handle.read()
     except FileNotFoundError:
@@ -612,11 +641,23 @@ def _copy_log(path: Path, offset: int, *, missing_ok: bool = False) -> int:
         raise CommandError(
             f"no log at {path}: no run with this id has started on this supervisor"
         ) from None
+    except LinkRefused as error:
+        raise CommandError(str(error)) from None
     except OSError as error:
         raise CommandError(f"cannot read the log {path}: {error.strerror}") from None
-    sys.stdout.buffer.write(data)
-    sys.stdout.buffer.flush()
+    if text is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    else:
+        sys.stdout.write(text.feed(data))
+        sys.stdout.flush()
     return offset + len(data)
+
+
+def _finish_log(text: LogText | None) -> None:
+    if text is not None:
+        sys.stdout.write(text.finish())
+        sys.stdout.flush()
 
 
 # -- parser -------------------------------------------------------------------
@@ -654,6 +695,25 @@ def _runs_limit(text: str) -> int:
     if not 1 <= value <= 1000:
         raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 1000, got {text!r}")
     return value
+
+
+def _add_logs_command(commands: Any, config_options: OptionsFactory) -> None:
+    logs = commands.add_parser(
+        "logs",
+        parents=[config_options()],
+        help="print a run's output",
+        description="Print a run's output log, read from this machine's state directory.",
+    )
+    logs.add_argument(
+        "run_id", metavar="RUN_ID", help="the id of the run (as submit or runs printed it)"
+    )
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
+    logs.add_argument(
+        "--raw",
+        action="store_true",
+        help="print the output as recorded (claude and codex streams are JSON lines)",
+    )
+    logs.set_defaults(handler=_guard(_logs))
 
 
 def add_runtime_commands(commands: Any, config_options: OptionsFactory) -> None:
@@ -801,17 +861,7 @@ def add_runtime_commands(commands: Any, config_options: OptionsFactory) -> None:
     )
     cancel.set_defaults(handler=_guard(_cancel))
 
-    logs = commands.add_parser(
-        "logs",
-        parents=[config_options()],
-        help="print a run's output",
-        description="Print a run's output log, read from this machine's state directory.",
-    )
-    logs.add_argument(
-        "run_id", metavar="RUN_ID", help="the id of the run (as submit or runs printed it)"
-    )
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
-    logs.set_defaults(handler=_guard(_logs))
+    _add_logs_command(commands, config_options)
 
     worktrees = commands.add_parser(
         "worktrees",

@@ -47,7 +47,9 @@ def test_a_result_is_applied_only_when_a_live_change_was_made() -> None:
     assert not restart_only.applied
     live = ReloadResult(True, 2, "API", 0.0, (Change("k", 1, 2, True),))
     assert live.applied
-    assert live.as_json()["changes"] == [{"key": "k", "old": "1", "new": "2", "applied": True}]
+    assert live.as_json()["changes"] == [
+        {"key": "k", "change": "changed", "old": "1", "new": "2", "applied": True}
+    ]
     rejected = ReloadResult(False, 2, "SIGHUP", 0.0, errors=("f:1:1: k: bad",))
     assert not rejected.applied
     assert rejected.as_json()["errors"] == ["f:1:1: k: bad"]
@@ -69,6 +71,51 @@ def test_accounts_and_repos_are_matched_by_name_not_by_place() -> None:
         "repos[0].path": "/app",
     }
     assert diff_settings(old, new) == [
-        Change("providers.p.accounts[a].name", "a", None, live=True),
-        Change("providers.p.accounts[a].concurrency", 1, None, live=True),
+        Change("providers.p.accounts[a]", None, None, live=True, kind="removed"),
     ]
+
+
+PROVIDER = {
+    "providers.echo.exec": ["echo"],
+    "providers.echo.concurrency": 1,
+    "providers.echo.usage_limit_pattern": None,
+    "providers.echo.accounts[0].name": "one",
+    "providers.echo.accounts[0].concurrency": None,
+}
+
+
+def test_a_provider_added_or_removed_is_one_line() -> None:
+    base = {"supervisor.max_concurrency": 4}
+    [added] = diff_settings(base, base | PROVIDER)
+    assert added.describe() == "providers.echo: added (applied)"
+    assert added.as_json() == {
+        "key": "providers.echo",
+        "change": "added",
+        "old": "(not set)",
+        "new": "(table)",
+        "applied": True,
+    }
+    [removed] = diff_settings(base | PROVIDER, base)
+    assert removed.describe() == "providers.echo: removed (applied)"
+
+
+def test_an_account_or_repo_added_or_removed_is_one_line() -> None:
+    base = PROVIDER | {"repos[0].name": "app", "repos[0].path": "/app"}
+    more = base | {
+        "providers.echo.accounts[1].name": "two",
+        "providers.echo.accounts[1].concurrency": 2,
+        "repos[1].name": "lib",
+        "repos[1].path": "/lib",
+    }
+    assert [c.describe() for c in diff_settings(base, more)] == [
+        "providers.echo.accounts[two]: added (applied)",
+        "repos[lib]: added (applied)",
+    ]
+    assert [c.describe() for c in diff_settings(more, base)] == [
+        "providers.echo.accounts[two]: removed (applied)",
+        "repos[lib]: removed (applied)",
+    ]
+
+
+def test_a_setting_that_was_unset_and_is_gone_is_no_change() -> None:
+    assert diff_settings({"a.k": None, "a.j": 1}, {"a.j": 1}) == []

@@ -24,6 +24,11 @@ def is_git_checkout(path: Path, git: str) -> bool:
     return result.returncode == 0 and result.stdout.strip() == "true"
 
 
+def _missing_path(value: str) -> bool:
+    """Whether ``value`` names one absolute path (not a list of them) that does not exist."""
+    return os.path.isabs(value) and os.pathsep not in value and not os.path.lexists(value)
+
+
 def environment_warnings(loaded: LoadedConfig) -> list[str]:
     """Problems that would not stop a start but will bite later, one line each.
 
@@ -31,7 +36,9 @@ def environment_warnings(loaded: LoadedConfig) -> list[str]:
     herdsman's own scripts folder; a supervisor may start before the CLI is
     installed), a repo path that is missing or not a git checkout, an
     environment value starting with ``~`` (no shell runs the command, so
-    nothing expands it).
+    nothing expands it), an environment value that is an absolute path that
+    does not exist (an account's ``CLAUDE_CONFIG_DIR`` or ``CODEX_HOME`` not
+    made yet: the CLI would start there logged out, or make it).
     """
     warnings: list[str] = []
     origins = loaded.origins
@@ -47,6 +54,12 @@ def environment_warnings(loaded: LoadedConfig) -> list[str]:
                     warnings.append(
                         f"{origins[key]}: {key}.{variable}: {value!r} starts with '~', which"
                         " nothing expands (no shell runs the command); write the full path"
+                    )
+                elif _missing_path(value):
+                    warnings.append(
+                        f"{origins[key]}: {key}.{variable}: {value} does not exist; runs"
+                        " would find nothing there (a CLI's config folder starts logged out:"
+                        " log in with this variable set first, or fix the path)"
                     )
     for name, provider in loaded.config.providers.items():
         key = f"providers.{name}.exec"

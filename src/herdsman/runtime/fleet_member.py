@@ -29,7 +29,11 @@ scheduler proposes and the ledger decides (docs/fleet.md):
   the poll, and are carried out as a local cancel is.
 * **The lease**, renewed about three times per lease, with the lapsed
   members of the fleet expired on the way. A lease found lapsed means this
-  member may have been declared gone: it stops admitting and drains.
+  member may have been declared gone: it stops its runs and exits.
+* **The fence** (fence.py): after each renewal the member's fence keeper
+  learns until when the lease certainly holds, and kills the member's
+  agents if that passes first, or the member dies. The member stops too
+  when its fence falls.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from herdsman.runtime.store import RunRecord, Store, StoreError
 from herdsman.runtime.store.errors import LeaseExpired
 
 if TYPE_CHECKING:
+    from herdsman.runtime.fence import Fence
     from herdsman.runtime.ledger import Ledger
     from herdsman.runtime.store.fleet import (
         ClaimResult,
@@ -99,14 +104,18 @@ class _ClosedProviders:
 class FleetMember:
     """This supervisor's part in a fleet: the poll cursor, the providers closed, the lease.
 
-    ``store`` is the :class:`FleetStore` the supervisor's ledger writes to.
+    ``store`` is the :class:`FleetStore` the supervisor's ledger writes to;
+    ``fence``, the keeper that kills this member's agents when its lease
+    runs out or the member dies (``herdsman run`` always has one; without
+    one, nothing stops the agents of a member that dies or hangs).
     Everything here runs in the trio thread, except the operations handed
     to the ledger (``read_new``, the renewal), which only touch ``store``.
     """
 
-    def __init__(self, store: FleetStore) -> None:
+    def __init__(self, store: FleetStore, fence: Fence | None = None) -> None:
         """Start with nothing seen: the first poll reads the whole queue, in ``seq`` order."""
         self.store = store
+        self.fence = fence
         #: The highest ``seq`` or ``requeue_mark`` taken into the local scheduler.
         self.cursor = 0
         # Providers a claim was refused for a fleet-wide cap or an account,
@@ -257,27 +266,66 @@ class FleetMember:
     ) -> None:
         """Renew the lease and expire lapsed members, about three times per lease.
 
-        Returns after calling ``on_expired(message)`` once the lease is found
-        lapsed; a ledger that fails otherwise is tried again at the next turn.
+        Returns after calling ``on_expired(message)`` once, when the lease is
+        found lapsed or the fence has fallen (its deadline passed before a
+        renewal came back, or its keeper died): either way this member's
+        agents are being killed and its runs may be declared lost. A ledger
+        that fails otherwise is tried again at the next turn.
         """
+        async with trio.open_nursery() as nursery:
+
+            def expired(message: str) -> None:
+                # Once: the renewal and the fence may both end in one batch.
+                if not nursery.cancel_scope.cancel_called:
+                    nursery.cancel_scope.cancel()
+                    on_expired(message)
+
+            nursery.start_soon(self._renew_loop, ledger, config, wall, expired)
+            if self.fence is not None:
+                nursery.start_soon(self._watch_fence, self.fence, expired)
+
+    async def _watch_fence(self, fence: Fence, expired: Callable[[str], None]) -> None:
+        why = await fence.wait_fallen()
+        expired(
+            f"the fence of this fleet member ({self.store.member_id}) fell: {why}; its fence"
+            f" keeper kills its agents, and other members may declare its runs lost; it"
+            " starts nothing more"
+        )
+
+    async def _renew_loop(
+        self,
+        ledger: Ledger,
+        config: Callable[[], Config],
+        wall: Callable[[], float],
+        expired: Callable[[str], None],
+    ) -> None:
         while True:
             lease = config().fleet.lease.total_seconds()
             try:
-                lost = await ledger.call(partial(self._renew_and_expire, lease, wall()))
+                end, lost = await ledger.call(partial(self._renew_and_expire, lease, wall()))
             except LeaseExpired as exc:
-                on_expired(str(exc))
+                expired(str(exc))
                 return
             except StoreError as exc:
+                # Nothing of the call was kept (the renewal shares its
+                # transaction with the expiry): the fence keeps its deadline.
                 log.error("could not renew the fleet lease: %s", exc)
             else:
+                # Only now is the renewal committed. Too late, the fence has
+                # fallen, and the watcher says so.
+                if self.fence is not None:
+                    self.fence.extend(end)
                 for record in lost:
                     log.warning(
                         "run %s: %s; recorded as lost, never re-run", record.id, record.reason
                     )
             await trio.sleep(lease / RENEWALS_PER_LEASE)
 
-    def _renew_and_expire(self, lease: float, now: float, store: Store) -> list[RunRecord]:
+    def _renew_and_expire(
+        self, lease: float, now: float, store: Store
+    ) -> tuple[float, list[RunRecord]]:
+        """Ledger operation: renew, then expire; the lease's local end, and the runs lost."""
         del store  # the ledger hands over the store it was given: self.store
         self.store.lease = lease  # a reload may have changed it
         self.store.renew()
-        return self.store.expire_lapsed(now)
+        return self.store.lease_end_local, self.store.expire_lapsed(now)

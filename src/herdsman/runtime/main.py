@@ -21,10 +21,12 @@ from herdsman.config import Config, LoadedConfig
 from herdsman.postgres_url import parse_postgres_url, server_name
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.api.server import ensure_token, serve_api
+from herdsman.runtime.fence import Fence
 from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.lockfile import StateDirLock
 from herdsman.runtime.pointer import remove_pointer, write_pointer
 from herdsman.runtime.reload import ConfigSource
+from herdsman.runtime.state_paths import make_private_dirs
 from herdsman.runtime.store import SqliteStore, Store, StoreError
 from herdsman.runtime.supervisor import ShutdownReport, Supervisor
 from herdsman.trace import TraceWriter
@@ -112,6 +114,8 @@ async def serve(
     state_dir = config.supervisor.state_dir
     # Private by default: the ledger holds prompts and the API token.
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if config.trace.enabled and config.trace.dir.is_relative_to(state_dir):
+        make_private_dirs(state_dir, config.trace.dir)  # never through a link planted there
     store = await trio.to_thread.run_sync(open_store, config)
     trace = None
     if config.trace.enabled:
@@ -127,7 +131,13 @@ async def serve(
         from herdsman.runtime.store.fleet import FleetStore  # noqa: PLC0415
 
         assert isinstance(store, FleetStore)
-        fleet = FleetMember(store)
+        # Before anything can spawn: no agent of this member outlives its lease.
+        try:
+            fence = await Fence.start(state_dir, store.lease_end_local)
+        except BaseException:
+            store.close()
+            raise
+        fleet = FleetMember(store, fence)
     supervisor = Supervisor(config, store, trace=trace, source=source, loaded=loaded, fleet=fleet)
     token = ensure_token(token_path(config))
     try:
@@ -144,6 +154,10 @@ async def serve(
         if trace is not None:
             trace.close()
         if fleet is not None:
+            # First the agents go (any left), then the lease: leaving waives
+            # the margin the other members give the fence.
+            assert fleet.fence is not None
+            await fleet.fence.close()
             with contextlib.suppress(StoreError):  # its lease then lapses by itself
                 fleet.store.leave()
         store.close()

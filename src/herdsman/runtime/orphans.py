@@ -20,39 +20,12 @@ from pathlib import Path
 
 import trio
 
+from herdsman.runtime.agent_scan import agents_under
 from herdsman.runtime.runner.group import group_signalable
 
 log = logging.getLogger("herdsman.orphans")
 
 __all__ = ["agents_under", "find_orphans", "stop_groups", "stop_orphans", "stopped_note"]
-
-_RUN_ID = b"HERDSMAN_RUN_ID="
-
-
-def agents_under(state_dir: Path) -> dict[str, set[int]]:
-    """Process groups of every process started for a run under ``state_dir``, by run id.
-
-    Reads ``/proc/<pid>/environ``; where there is no ``/proc`` (not Linux)
-    nothing is found. Processes of other users cannot be read and are skipped.
-    """
-    marker = f"HERDSMAN_STATE_DIR={state_dir}".encode()
-    found: dict[str, set[int]] = {}
-    try:
-        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:
-        return found
-    for pid in pids:
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            if marker not in environ:
-                continue
-            entry = next((e for e in environ if e.startswith(_RUN_ID)), None)
-            if entry is not None:
-                run_id = entry[len(_RUN_ID) :].decode("utf-8", "replace")
-                found.setdefault(run_id, set()).add(os.getpgid(pid))
-        except (OSError, ProcessLookupError):  # gone meanwhile, or not ours to read
-            continue
-    return found
 
 
 def find_orphans(run_ids: Collection[str], state_dir: Path) -> dict[str, set[int]]:

@@ -24,6 +24,7 @@ __all__ = [
     "Change",
     "ConfigSource",
     "ReloadResult",
+    "change_line",
     "diff_settings",
     "effective_config",
     "given_config",
@@ -63,27 +64,45 @@ class ConfigSource:
 
 @attrs.frozen
 class Change:
-    """One setting that differs between the running and the new configuration."""
+    """One setting that differs between the running and the new configuration.
+
+    ``kind`` is ``changed`` for one setting, or ``added``/``removed`` for a
+    whole provider, account or repo (``key`` then names it, such as
+    ``providers.echo`` or ``repos[app]``): one line however many settings
+    it holds.
+    """
 
     key: str
     old: Any
     new: Any
     live: bool
+    kind: str = "changed"
 
     def describe(self) -> str:
-        """``providers.claude.concurrency: 2 -> 4 (applied)``."""
-        what = "applied" if self.live else "needs a restart; the running value is kept"
-        old, new = _shown(self.key, self.old), _shown(self.key, self.new)
-        return f"{self.key}: {old} -> {new} ({what})"
+        """``providers.demo.concurrency: 2 -> 4 (applied)`` or ``providers.echo: added (applied)``.
+
+        The supervisor logs it; the CLI prints the same from the JSON answer.
+        """
+        shown = self.as_json()
+        return change_line(self.key, self.kind, shown["old"], shown["new"], self.live, gap=" ")
 
     def as_json(self) -> dict[str, Any]:
         """The change as JSON (values in their TOML form, environment values hidden)."""
-        return {
-            "key": self.key,
-            "old": _shown(self.key, self.old),
-            "new": _shown(self.key, self.new),
-            "applied": self.live,
-        }
+        if self.kind == "changed":
+            old, new = _shown(self.key, self.old), _shown(self.key, self.new)
+        else:
+            # A whole table: its settings are the new file's (or were the old one's).
+            old = "(not set)" if self.kind == "added" else "(table)"
+            new = "(table)" if self.kind == "added" else "(not set)"
+        return {"key": self.key, "change": self.kind, "old": old, "new": new, "applied": self.live}
+
+
+def change_line(key: str, kind: str, old: str, new: str, applied: bool, *, gap: str = "  ") -> str:
+    """A change as one line, from its JSON fields (the CLI prints the API's answer with it)."""
+    what = "applied" if applied else "needs a restart; the running value is kept"
+    if kind != "changed":
+        return f"{key}: {kind}{gap}({what})"
+    return f"{key}: {old} -> {new}{gap}({what})"
 
 
 def _shown(key: str, value: Any) -> str:
@@ -118,21 +137,62 @@ def by_name(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_OWNERS = re.compile(
+    r"^(?P<provider>providers\.[^.\[]+)(?:\.(?P<account>accounts\[[^\]]*\]))?"
+    r"|^(?P<repo>repos\[[^\]]*\])"
+)
+
+
+def _owners(key: str) -> tuple[str, ...]:
+    """The tables ``key`` lies in that can come and go whole, outermost first."""
+    found = _OWNERS.match(key)
+    if found is None:
+        return ()
+    if found["repo"] is not None:
+        return (found["repo"],)
+    provider = found["provider"]
+    if found["account"] is not None:
+        return (provider, f"{provider}.{found['account']}")
+    return (provider,)
+
+
 def diff_settings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
     """Settings that differ, keyed like ``LoadedConfig.toml_values``.
 
-    Accounts and repos are matched by name (see :func:`by_name`). New keys in
-    the new file's order, then keys that are gone, in the old order (an
-    account or a repo removed, a provider dropped).
+    Accounts and repos are matched by name (see :func:`by_name`). A provider,
+    account or repo that is new or gone is one change naming it, not one per
+    setting in it. New keys in the new file's order, then keys that are gone,
+    in the old order (an account or a repo removed, a provider dropped).
     """
     old, new = by_name(old), by_name(new)
-    # A key that is new but unset (a new table's optional keys) is no change.
-    changes = [
-        Change(key, old.get(key), value, key not in RESTART_KEYS)
-        for key, value in new.items()
-        if old.get(key) != value
-    ]
-    changes += [Change(key, value, None, True) for key, value in old.items() if key not in new]
+    old_owners = {owner for key in old for owner in _owners(key)}
+    new_owners = {owner for key in new for owner in _owners(key)}
+    changes: list[Change] = []
+    reported: set[str] = set()
+
+    def whole(key: str, missing: set[str]) -> str | None:
+        # The outermost table around ``key`` that only one side has.
+        return next((owner for owner in _owners(key) if owner not in missing), None)
+
+    for key, value in new.items():
+        added = whole(key, old_owners)
+        if added is not None:
+            if added not in reported:
+                reported.add(added)
+                changes.append(Change(added, None, None, True, "added"))
+        # A key that is new but unset (a new table's optional keys) is no change.
+        elif old.get(key) != value:
+            changes.append(Change(key, old.get(key), value, key not in RESTART_KEYS))
+    for key, value in old.items():
+        if key in new:
+            continue
+        removed = whole(key, new_owners)
+        if removed is not None:
+            if removed not in reported:
+                reported.add(removed)
+                changes.append(Change(removed, None, None, True, "removed"))
+        elif value is not None:
+            changes.append(Change(key, value, None, True))
     return changes
 
 

@@ -294,6 +294,10 @@ class Supervisor:
     a provider's program on PATH (the simulator's finds every name).
     """
 
+    #: Settings the file changed that apply only at the next start, as the
+    #: last applied reload found them (a rejected reload changes nothing).
+    waiting_for_restart: tuple[Change, ...] = ()
+
     #: Once a forced stop cancelled the running runs: the order they record in.
     _stop_order: StopOrder | None = None
 
@@ -1094,6 +1098,7 @@ class Supervisor:
                 if provider not in self.config.providers
             },
             "last_reload": None if self.last_reload is None else self.last_reload.as_json(),
+            "waiting_for_restart": [change.as_json() for change in self.waiting_for_restart],
         }
 
     async def fleet_status(self) -> dict[str, Any] | None:
@@ -1530,9 +1535,14 @@ class Supervisor:
                 log.error("could not read the runs of agents left running: %s", exc)
 
     def _lease_expired(self, message: str) -> None:
-        log.critical("%s; draining and stopping", message)
+        # Its runs may be declared lost and run on elsewhere: none may go on
+        # here (the fence keeper kills their agents anyway, docs/fleet.md).
+        log.critical("%s; stopping its runs and the supervisor", message)
         self._fatal = message
         self.request_shutdown()
+        self._admitting = False  # now: the slots freed below must start nothing
+        for run_id in sorted(self._handles):
+            self._stop(run_id, "this fleet member's lease ran out")
 
     async def _execute_run(self, record: RunRecord, pick: Pick | None, config: Config) -> None:
         handle = self._handles[record.id]
@@ -1694,7 +1704,8 @@ class Supervisor:
                     f"it could not be checked out ({failed.error})"
                 )
                 await self.ledger.call(methodcaller("add_note", record.id, text))
-            repos_dir = self._worktrees.folder(record.workspace, conversation)
+            if any(c.usable for c in checkouts):  # never a folder that was refused (a link)
+                repos_dir = self._worktrees.folder(record.workspace, conversation)
         return self._specs.spec(
             record,
             config,
@@ -2173,6 +2184,7 @@ class Supervisor:
             await self._emit_in_ledger_order("reload", generation=self.generation, config=as_json)
         result = ReloadResult(True, self.generation, trigger, now, tuple(changes))
         self.last_reload = result
+        self.waiting_for_restart = tuple(change for change in changes if not change.live)
         self.metrics.last_reload_ok.set(1)
         self.metrics.last_reload_time.set(now)
         if not changes:

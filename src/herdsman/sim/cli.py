@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from herdsman.config import ConfigError, load_config
+from herdsman.sim.cost import CostError
 from herdsman.sim.fuzz.cli import add_fuzz_command, replay_case
 from herdsman.sim.fuzz.scenario import ScenarioError
 from herdsman.sim.generate_cli import add_generate_command
@@ -120,6 +121,7 @@ def _guarded(handler: Any) -> Any:
             ModelError,
             SweepError,
             SloError,
+            CostError,
             PlotError,
             ScenarioError,
         ) as error:

@@ -32,7 +32,7 @@ async def test_plain_demo_agent_failure_says_exit_code(tmp_path: Path) -> None:
     outcome = await execute(make_spec(tmp_path, argv=demo("--delay", "0", "--fail")))
     assert outcome.status is Outcome.FAILED
     assert outcome.exit_code == 1
-    assert outcome.reason == "exited with code 1"
+    assert outcome.reason == "exited with code 1: Error: demo agent: failing as asked (--fail)"
     assert "Error: demo agent: failing as asked (--fail)" in outcome.excerpt
 
 

@@ -11,7 +11,6 @@ lost, and the server still unreachable) is a plain :class:`StoreError` or a
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -24,14 +23,12 @@ from herdsman.runtime.store import NewRun, RunStatus, Store, StoreConflict, Stor
 from herdsman.runtime.store.errors import ConnectionLost
 from herdsman.runtime.store.fleet import FleetStore, LeaseExpired
 from herdsman.runtime.supervisor import _final
+from postgres_support import ledger_member
 
 T0 = 1_700_000_000.0
 
 
-def member(url: str, name: str, lease: float) -> FleetStore:
-    return FleetStore(
-        url, member_id=f"{name}-{uuid.uuid4().hex[:8]}", host=name, pid=100, lease=lease
-    )
+member = ledger_member
 
 
 async def refusal(store: FleetStore, operation: Callable[[Store], Any]) -> StoreError:

@@ -15,8 +15,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from herdsman.runtime.fence_keeper import fence_clock
 from herdsman.runtime.store import NewRun, RunStatus, StoreConflict, StoreError, postgres
 from herdsman.runtime.store.fleet import (
+    FENCE_MARGIN,
     ClaimRules,
     FleetStore,
     LeaseExpired,
@@ -25,15 +27,12 @@ from herdsman.runtime.store.fleet import (
 )
 from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.runtime.store.records import LOST_ON_RESTART
-from postgres_support import fleet_lock_waiters, fresh_schema
+from postgres_support import fleet_lock_waiters, fresh_schema, ledger_member
 
 T0 = 1_700_000_000.0
 
 
-def member(url: str, name: str, lease: float = 60.0) -> FleetStore:
-    return FleetStore(
-        url, member_id=f"{name}-{uuid.uuid4().hex[:8]}", host=name, pid=100, lease=lease
-    )
+member = ledger_member
 
 
 @contextmanager
@@ -232,6 +231,62 @@ def test_a_member_that_leaves_is_expired_with_what_it_still_held(postgres_url: s
             assert [m.host for m in gone] == ["stays"]
         finally:
             leaving.close()
+
+
+def test_a_lapsed_member_is_expired_only_once_the_fence_margin_has_passed(
+    postgres_url: str,
+) -> None:
+    watcher = FleetStore(
+        postgres_url, member_id=f"w-{uuid.uuid4().hex[:8]}", host="w", pid=1, lease=60, margin=1.0
+    )
+    gone = member(postgres_url, "gone", lease=0.2)
+    try:
+        watcher.submit(run("r1", "c1"), T0)
+        watcher.submit(run("r2", "c1"), T0)
+        gone.claim_many([("r1", None)], T0)
+        time.sleep(0.5)  # the lease is over; the margin for its fence is not
+        assert watcher.expire_lapsed(T0 + 1) == []
+        # Its run holds the conversation until then.
+        assert watcher.claim_many([("r2", None)], T0 + 1).refused == [("r2", Refusal.LANE_BUSY)]
+        time.sleep(1.0)
+        assert [r.id for r in watcher.expire_lapsed(T0 + 2)] == ["r1"]
+        assert [r.id for r in watcher.claim_many([("r2", None)], T0 + 2).claimed] == ["r2"]
+    finally:
+        gone.close()
+        watcher.close()
+
+
+def test_a_member_that_leaves_waives_the_fence_margin(postgres_url: str) -> None:
+    # Both with the margin every supervisor uses: the one that leaves has
+    # closed its fence first (its agents are gone).
+    stays, leaving = (
+        FleetStore(postgres_url, member_id=f"{n}-{uuid.uuid4().hex[:8]}", host=n, pid=1, lease=60)
+        for n in ("stays", "leaving")
+    )
+    try:
+        assert stays.margin == FENCE_MARGIN
+        stays.submit(run("r1"), T0)
+        leaving.claim_many([("r1", None)], T0)
+        leaving.leave()
+        assert [r.id for r in stays.expire_lapsed(T0 + 1)] == ["r1"]
+    finally:
+        leaving.close()
+        stays.close()
+
+
+def test_the_local_end_of_the_lease_is_read_before_the_server_sets_it(
+    postgres_url: str,
+) -> None:
+    # The server's clock_timestamp() is read after the member's clock: the
+    # lease ends on the member's clock no later than on the server's.
+    with fleet(postgres_url, "a", lease=60) as (a,):
+        before = fence_clock()
+        a.renew()
+        after = fence_clock()
+        assert before + 60 <= a.lease_end_local <= after + 60
+        a.lease = 30  # as a reload does
+        a.renew()
+        assert a.lease_end_local <= fence_clock() + 30
 
 
 def test_the_lost_reason_names_the_member() -> None:

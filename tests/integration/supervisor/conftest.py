@@ -5,9 +5,10 @@ from urllib.parse import urlsplit
 
 import pytest
 from commit_cut_proxy import CommitCutProxy
+from fleet_support import closing, fleet_url
 from supervisor_support import start
 
-__all__ = ["proxy", "start"]
+__all__ = ["closing", "fleet_url", "proxy", "start"]
 
 
 @pytest.fixture

@@ -451,6 +451,50 @@ async def test_a_lapsed_lease_stops_admitting_and_stops_the_supervisor(
     assert not running.supervisor.admitting
 
 
+async def test_a_lapsed_lease_stops_the_member_s_running_runs_at_once(
+    start: Start, tmp_path: Path, member_url: str, postgres_url: str
+) -> None:
+    # A drain would let the run go on: its conversation may be run elsewhere
+    # once its run is declared lost (docs/fleet.md, fencing).
+    running = await start(fleet_config(tmp_path, member_url, delay=60))
+    fleet = fleet_of(running)
+    answer = await running.client.post(
+        "/v1/runs", json={"id": "long", "provider": "demo", "prompt": "x"}
+    )
+    assert answer.status_code == 201, answer.text
+    with trio.fail_after(10):
+        while status_of(fleet.store, "long") is not RunStatus.RUNNING:
+            await trio.sleep(0.02)
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE supervisors SET lease_until = 0 WHERE id = %s", (fleet.store.member_id,)
+        )
+    with trio.fail_after(20):
+        await running.stopped.wait()
+    with psycopg.connect(postgres_url) as conn:
+        row = conn.execute("SELECT status, reason FROM runs WHERE id = 'long'").fetchone()
+    # Stopped by the member itself, at its next renewal: not by its fence
+    # keeper's SIGKILL at the deadline, nor at the end of a 60 s agent.
+    assert row == ("cancelled", "this fleet member's lease ran out")
+
+
+async def test_a_member_whose_fence_keeper_dies_stops(
+    start: Start, tmp_path: Path, member_url: str
+) -> None:
+    # Without its keeper, nothing would kill its agents should it die or hang.
+    running = await start(fleet_config(tmp_path, member_url))
+    fence = fleet_of(running).fence
+    assert fence is not None
+    os.kill(fence.pid, signal.SIGKILL)
+    with trio.fail_after(10):
+        await running.stopped.wait()
+    report = running.supervisor.report
+    assert report is not None
+    assert report.fatal is not None
+    assert f"the fence keeper (pid {fence.pid}) exited with status -9" in report.fatal
+    assert not running.supervisor.admitting
+
+
 async def test_a_reload_changes_the_lease_the_next_renewal_asks_for(
     start: Start, tmp_path: Path, member_url: str, postgres_url: str
 ) -> None:

@@ -17,12 +17,12 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 from cli_support import CLI, Supervisor, herdsman, process_alive, processes_with_env
+from fleet_support import client, fleet_toml
 from supervisor_support import write_config
 
 from herdsman.runtime.orphans import find_orphans, stopped_note
@@ -30,7 +30,6 @@ from herdsman.runtime.store import NewRun, RunRecord, RunStatus
 from herdsman.runtime.store.fleet import FleetStore
 from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.trace import read_trace
-from postgres_support import split_password
 
 RUNS = 40
 
@@ -46,28 +45,10 @@ def start_members(
             directory,
             concurrency=2,
             delay=delay,
-            extra=f'[store]\nurl = "{url}"\n[fleet]\nenabled = true\nlease = "{lease}"\n'
-            'poll = "1s"\n',
+            extra=fleet_toml(url, lease=lease),
         )
         members.append(Supervisor(directory))
     return members
-
-
-@pytest.fixture
-def fleet_url(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    url, password = split_password(postgres_url)
-    if password is not None:  # the supervisors inherit it, as from a service's environment
-        monkeypatch.setenv("PGPASSWORD", password)
-    return url
-
-
-def client(member: Supervisor) -> httpx.Client:
-    config = (member.directory / "supervisor.toml").read_text()
-    listen = config.split('listen = "', 1)[1].split('"', 1)[0]
-    token = (member.directory / "state" / "api-token").read_text().strip()
-    return httpx.Client(
-        base_url=f"http://{listen}", headers={"Authorization": f"Bearer {token}"}, timeout=30
-    )
 
 
 def submit_spread(members: list[Supervisor], count: int) -> list[str]:
@@ -127,14 +108,6 @@ def check_rules(records: list[RunRecord]) -> None:
             assert before.finished_at is not None
             assert after.started_at is not None
             assert before.finished_at <= after.started_at, f"{key}: {before.id} overlaps {after.id}"
-
-
-@pytest.fixture
-def closing() -> Iterator[list[Supervisor]]:
-    members: list[Supervisor] = []
-    yield members
-    for member in members:
-        member.close()
 
 
 def test_three_members_share_one_queue_under_the_rules(
@@ -209,6 +182,21 @@ def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None
         time.sleep(0.05)
 
 
+def fence_keepers_of(pid: int) -> list[int]:
+    """The fence keepers the process ``pid`` started (fence_keeper.py)."""
+    found = []
+    for child in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{child}/stat").read_text()
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == pid and b"herdsman.runtime.fence_keeper" in command:
+            found.append(int(child))
+    return found
+
+
 def test_a_member_killed_and_started_again_stops_its_agents_once_their_runs_are_lost(
     tmp_path: Path, fleet_url: str, postgres_url: str, closing: list[Supervisor]
 ) -> None:
@@ -217,7 +205,13 @@ def test_a_member_killed_and_started_again_stops_its_agents_once_their_runs_are_
     state = victim.directory / "state"
     submit_one(victim, "r0", "c0")
     wait_for(lambda: find_orphans(["r0"], state), 20, "the agent of r0 never started")
-    victim.process.kill()  # no cleanup: r0's agent lives on in its own process group
+    # The member and its fence keeper die together (the OOM killer, say), the
+    # member first stopped so that it sees nothing: no cleanup, and r0's
+    # agent lives on in its own process group.
+    [keeper] = fence_keepers_of(victim.process.pid)
+    victim.process.send_signal(signal.SIGSTOP)
+    os.kill(keeper, signal.SIGKILL)
+    victim.process.kill()
     victim.process.wait()
     [groups] = find_orphans(["r0"], state).values()
     # Started again on the same state directory: a new member, which finds the
@@ -354,14 +348,8 @@ usage_limit_pattern = 'LIMIT resets_at=(?P<resets_at>\\d+)'
 [[providers.agent.accounts]]
 name = "{account}"
 env = {{ AGENT_HOME = "{home}" }}
-[store]
-url = "{url}"
-[fleet]
-enabled = true
-lease = "3s"
-poll = "1s"
 """
-    write_config(directory, extra=provider)
+    write_config(directory, extra=provider + fleet_toml(url))
     return Supervisor(directory)
 
 

@@ -71,7 +71,13 @@ async def test_raising_and_lowering_concurrency_mid_load_follows_the_cap_in_forc
     edit(path, "concurrency = 1", "concurrency = 4")
     raised = await reload(running)
     assert raised["changes"] == [
-        {"key": "providers.demo.concurrency", "old": "1", "new": "4", "applied": True}
+        {
+            "key": "providers.demo.concurrency",
+            "change": "changed",
+            "old": "1",
+            "new": "4",
+            "applied": True,
+        }
     ]
     assert raised["generation"] == 2
     # Raising starts queued runs at once.
@@ -198,6 +204,9 @@ async def test_keys_that_need_a_restart_are_reported_and_kept(start: Start, tmp_
     # Still answering where it listened; still writing where it wrote.
     assert (await status(running))["limits"]["providers"] == {"demo": 2}
     assert running.supervisor.config.supervisor.state_dir == tmp_path / "state"
+    # status shows what waits for a restart, as the reload reported it.
+    waiting = (await status(running))["waiting_for_restart"]
+    assert {c["key"] for c in waiting} == set(by_key)
     # Asking again about the same file gives the same answer...
     assert await reload(running) == body
     # ... and the next edit still reports what waits for a restart.
@@ -207,6 +216,10 @@ async def test_keys_that_need_a_restart_are_reported_and_kept(start: Start, tmp_
         [*by_key, "providers.demo.concurrency"]
     )
     assert (body["generation"], again["generation"]) == (2, 3)
+    # A rejected edit changes nothing, and the settings still wait.
+    edit(path, "concurrency = 3", "concurrency = 0")
+    assert not (await reload(running, expect=422))["ok"]
+    assert {c["key"] for c in (await status(running))["waiting_for_restart"]} == set(by_key)
 
 
 async def test_a_removed_provider_keeps_its_runs_and_says_why_they_wait(
@@ -222,15 +235,24 @@ async def test_a_removed_provider_keeps_its_runs_and_says_why_they_wait(
     await trio.sleep(0.1)
     edit(path, slow, "")
     body = await reload(running)
-    assert any(
-        c["key"].startswith("providers.slow") and c["new"] == "(not set)" for c in body["changes"]
-    )
+    # One line for the provider, not one per setting it had.
+    assert body["changes"] == [
+        {
+            "key": "providers.slow",
+            "change": "removed",
+            "old": "(table)",
+            "new": "(not set)",
+            "applied": True,
+        }
+    ]
     assert (await running.wait(busy["id"]))["status"] == "succeeded"  # the running one finishes
     now = await status(running)
     assert now["queued_by_provider"] == {"slow": 1}
     assert "removed from the configuration" in now["waiting_for_provider"]["slow"]
     path.write_text(path.read_text() + slow)
-    await reload(running)
+    assert [c["key"] + " " + c["change"] for c in (await reload(running))["changes"]] == [
+        "providers.slow added"
+    ]
     assert (await running.wait(waiting["id"]))["status"] == "succeeded"
 
 

@@ -20,13 +20,7 @@ import trio
 from cli_support import CLI, Supervisor, herdsman
 from supervisor_support import Running, Start, config_at, write_config
 from test_accounts import limit, serve_agent, submit
-from test_fleet_supervisors import (
-    closing,
-    fleet_url,
-    start_members,
-    submit_spread,
-    wait_until_settled,
-)
+from test_fleet_supervisors import start_members, submit_spread, wait_until_settled
 
 from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.sim.decisions import read_decisions
@@ -37,7 +31,6 @@ from herdsman.sim.result import ReplayResult, recording_ends, summary
 from herdsman.sim.workload import config_from_trace, read_workload
 
 AGENT = Path(__file__).parent / "slow_stop_agent.py"
-__all__ = ["closing", "fleet_url"]  # fixtures of the fleet tests, used here too
 
 
 def slow_stop_provider(ready: Path) -> str:

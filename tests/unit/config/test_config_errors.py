@@ -207,6 +207,13 @@ def test_single_errors(errors: Errors, text: str, expected: str) -> None:
             '[providers.claude\nexec = ["x"]\n',
             "supervisor.toml:1:18: invalid TOML: Unexpected character: '\\n'",
         ),
+        # tomlkit lets this through (a sub-table between the two headers);
+        # the TOML spec, and so every other reader, does not.
+        (
+            MINIMAL
+            + "[api]\n[providers.claude.env]\nA = '1'\n[providers.claude]\ntimeout = '1h'\n",
+            "supervisor.toml:6:18: invalid TOML: Cannot declare ('providers', 'claude') twice",
+        ),
     ],
 )
 def test_toml_syntax_errors_are_located(errors: Errors, text: str, expected: str) -> None:
@@ -287,7 +294,10 @@ def test_unreadable_file_is_one_line() -> None:
 def test_a_directory_is_not_a_config_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(tmp_path, environ={})
-    assert str(caught.value) == f"{tmp_path}: cannot read file: Is a directory"
+    assert str(caught.value) == (
+        f"{tmp_path}: cannot read file: a directory, not a regular file;"
+        " name the configuration file itself"
+    )
 
 
 def test_non_utf8_file_is_one_line(tmp_path: Path) -> None:

@@ -43,12 +43,45 @@ def test_the_example_loads_with_only_path_warnings(monkeypatch: pytest.MonkeyPat
     assert loaded.config.providers["codex"].protocol == "codex"
     # The demo agent is found beside herdsman itself, whatever PATH says.
     assert loaded.config.providers["demo"].exec[0] == "herdsman-demo-agent"
-    assert loaded.config.repos[0].path == ROOT
     warnings = environment_warnings(loaded)
     assert [re.sub(r"^.*?: ", "", w, count=1) for w in warnings] == [
         f"providers.claude.exec: 'claude' was not found on PATH nor in {scripts_dir()}",
         f"providers.codex.exec: 'codex' was not found on PATH nor in {scripts_dir()}",
     ]
+
+
+def test_the_example_makes_no_worktree_of_this_clone_and_spends_no_placeholder_account() -> None:
+    loaded = load_config(EXAMPLE, environ={})
+    # No repo: a conversation's run gets no worktree (nor a branch) of anything.
+    assert loaded.config.repos == ()
+    # No account: runs use the CLI's own login, not a folder that is not there.
+    assert all(not provider.accounts for provider in loaded.config.providers.values())
+
+
+def test_the_examples_codex_runs_outside_a_git_checkout_and_ends() -> None:
+    codex = load_config(EXAMPLE, environ={}).config.providers["codex"]
+    # codex exec refuses a folder that is not a git checkout without the flag.
+    assert "--skip-git-repo-check" in codex.exec
+    # Without network it retries for ever: a limit must end it.
+    assert codex.timeout is not None
+
+
+_COMMENTED_TABLE = re.compile(
+    r"^# (\[\[.*\]\]|(?:name|env|window|budget|budget_unit|concurrency|path) = .*)$",
+    re.MULTILINE,
+)
+
+
+def test_the_commented_out_accounts_and_repo_load_once_uncommented(tmp_path: Path) -> None:
+    # The guidance is true: uncommented (and their placeholder paths made), they are valid.
+    text = _COMMENTED_TABLE.sub(r"\1", EXAMPLE.read_text())
+    text = text.replace("/home/you", str(tmp_path))
+    copy = tmp_path / "supervisor.toml"
+    copy.write_text(text)
+    loaded = load_config(copy, environ={})
+    accounts = loaded.config.providers["claude"].accounts
+    assert [account.name for account in accounts] == ["work", "personal"]
+    assert [repo.name for repo in loaded.config.repos] == ["app"]
 
 
 @pytest.mark.parametrize("key", ALL_KEYS)

@@ -206,12 +206,40 @@ def test_environment_warnings_for_a_tilde_no_shell_will_expand(load: Load) -> No
     from herdsman.config import environment_warnings
 
     loaded = load(
-        f'[providers.x]\nexec = ["{sys.executable}"]\nenv = {{ HOME_DIR = "/ok" }}\n'
+        f'[providers.x]\nexec = ["{sys.executable}"]\nenv = {{ HOME_DIR = "/" }}\n'
         '[[providers.x.accounts]]\nname = "a"\nenv = { CLAUDE_CONFIG_DIR = "~/.claude-a" }\n'
     )
     assert [w.split(": ", 1)[1] for w in environment_warnings(loaded)] == [
         "providers.x.accounts[0].env.CLAUDE_CONFIG_DIR: '~/.claude-a' starts with '~', which"
         " nothing expands (no shell runs the command); write the full path"
+    ]
+
+
+def test_environment_warnings_for_a_path_that_does_not_exist(load: Load, tmp_path: Path) -> None:
+    import sys
+
+    from herdsman.config import environment_warnings
+
+    (tmp_path / "made").mkdir()
+    loaded = load(
+        f'[providers.x]\nexec = ["{sys.executable}"]\n'
+        f'env = {{ CODEX_HOME = "{tmp_path / "codex"}", MADE = "{tmp_path / "made"}", '
+        'SEARCH = "/nonexistent-a:/nonexistent-b", FLAG = "1", WORD = "nonexistent" }\n'
+        '[[providers.x.accounts]]\nname = "work"\n'
+        'env = { CLAUDE_CONFIG_DIR = "/home/you/.claude-work" }\n'
+    )
+    hint = (
+        "does not exist; runs would find nothing there (a CLI's config folder starts logged"
+        " out: log in with this variable set first, or fix the path)"
+    )
+    assert [w.split(": ", 1)[1] for w in environment_warnings(loaded)] == [
+        f"providers.x.env.CODEX_HOME: {tmp_path / 'codex'} {hint}",
+        f"providers.x.accounts[0].env.CLAUDE_CONFIG_DIR: /home/you/.claude-work {hint}",
+    ]
+    # Each names the file and line it was written on.
+    assert [w.split(": ", 1)[0] for w in environment_warnings(loaded)] == [
+        f"{tmp_path / 'supervisor.toml'}:3",
+        f"{tmp_path / 'supervisor.toml'}:6",
     ]
 
 

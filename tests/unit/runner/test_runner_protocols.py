@@ -270,7 +270,8 @@ def test_plain_reply_is_stdout_and_success_is_exit_zero() -> None:
     ok = adapter.verdict(0)
     assert (ok.status, ok.result, ok.error) == (Outcome.SUCCEEDED, "hello\nworld", None)
     failed = adapter.verdict(2)
-    assert (failed.status, failed.error) == (Outcome.FAILED, "exited with code 2")
+    # The last stderr line is the CLI's own word on why.
+    assert (failed.status, failed.error) == (Outcome.FAILED, "exited with code 2: noise on stderr")
 
 
 def test_plain_reply_is_bounded_and_says_it_was_truncated() -> None:

@@ -14,6 +14,8 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 from starlette.applications import Starlette
 
+from herdsman.runtime.state_paths import PRIVATE_DIR, private_opener
+
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIFramework
 
@@ -21,23 +23,32 @@ log = logging.getLogger("herdsman.api")
 
 
 def ensure_token(path: Path) -> str:
-    """Read the bearer token, creating it (mode 0600) on first start."""
+    """Read the bearer token, creating it (mode 0600) on first start.
+
+    The file is never reached through a link at its own name (the token
+    would be read from, or written to, wherever it pointed).
+    """
     try:
-        token = path.read_text(encoding="utf-8").strip()
+        token = _read_token(path)
     except FileNotFoundError:
         token = ""
     if token:
         return token
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
     token = secrets.token_urlsafe(32)
     # O_EXCL: if two processes race, the loser re-reads the winner's token.
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = private_opener(str(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     except FileExistsError:
-        return path.read_text(encoding="utf-8").strip()
+        return _read_token(path)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(token + "\n")
     return token
+
+
+def _read_token(path: Path) -> str:
+    with open(path, encoding="utf-8", opener=private_opener) as handle:
+        return handle.read(4096).strip()
 
 
 async def serve_api(

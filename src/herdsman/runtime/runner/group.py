@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from typing import Final
 
 import trio
 
+from herdsman.runtime.agent_scan import running_members as _running_members
 from herdsman.runtime.runner.child import Child
 from herdsman.runtime.runner.output import Output
 
@@ -61,32 +61,6 @@ def group_signalable(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _state_and_group(pid: int | str) -> tuple[bytes, int] | None:
-    """The state letter and the process group of ``pid`` from /proc, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat_file:
-            stat = stat_file.read()
-    except OSError:
-        return None
-    # Fields after the parenthesised command name: state, ppid, pgrp, ...
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if len(fields) < 3:
-        return None
-    return fields[0], int(fields[2])
-
-
-def _running_members(pgid: int) -> Iterator[int]:
-    """The pids of group ``pgid``'s members still running (zombies don't count), as found.
-
-    Raises OSError when /proc cannot be read.
-    """
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            found = _state_and_group(entry)
-            if found is not None and found[1] == pgid and found[0] not in (b"Z", b"X"):
-                yield int(entry)
 
 
 def _group_alive(pgid: int) -> bool:

@@ -213,10 +213,15 @@ async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]
     exit_code = child.returncode
     assert exit_code is not None  # reaped by stop_at_once or _finish
     if stop.status is not None:
+        reason = stop.reason
+        if stop.status is Outcome.TIMED_OUT and adapter.last_problem is not None:
+            # A limit is rarely the cause itself: an agent that cannot reach
+            # its API retries until it fires, and says so on its way.
+            reason = f"{reason}; {adapter.last_problem}"
         return ProcessOutcome(
             status=stop.status,
             exit_code=exit_code,
-            reason=stop.reason,
+            reason=reason,
             limit=stop.limit,
             result=None,
             session_id=adapter.session_id,

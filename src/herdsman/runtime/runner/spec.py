@@ -12,7 +12,7 @@ from types import MappingProxyType
 import attrs
 
 PROTOCOLS: tuple[str, ...] = ("plain", "claude", "codex")
-"""The output protocols the runner understands (see ``protocols.py``)."""
+"""The output protocols the runner understands (see the ``protocols`` package)."""
 
 
 class Outcome(enum.StrEnum):

@@ -9,8 +9,9 @@ free, no earlier queued run waits on them, the fleet-wide caps have room)
 and records the run as running and held by the member, or refuses it and
 changes nothing. A member whose lease lapsed is *expired* by any live one:
 in one transaction its row goes and its running runs become ``lost``, never
-re-run. The rules are those of docs/scheduling.md; docs/fleet.md says how
-they map onto these transactions.
+re-run, once a margin has passed for the member's fence to kill its agents
+(fence_keeper.py). The rules are those of docs/scheduling.md; docs/fleet.md
+says how they map onto these transactions.
 
 Claims and expiries serialise on one transaction-scoped advisory lock (the
 *fleet lock*): simple, obviously correct, and fast enough for a queue of
@@ -29,6 +30,7 @@ from typing import Any, Literal
 
 import attrs
 
+from herdsman.runtime.fence_keeper import fence_clock
 from herdsman.runtime.store.errors import LeaseExpired, StoreError
 from herdsman.runtime.store.postgres import _SOLE_SUPERVISOR_LOCK, PostgresStore
 from herdsman.runtime.store.records import (
@@ -85,6 +87,13 @@ _UPDATE_HELD = _UPDATE.replace("attempts = ?", "attempts = ?, held_by = ?")
 # under the fleet lock, from one increasing series, so one poll cursor
 # covers both (see FleetStore.poll).
 _NEXT_MARK = "nextval(pg_get_serial_sequence('runs', 'seq'))"
+
+#: Seconds a member's lease must have been over, by the server's clock,
+#: before another member expires it and declares its runs lost: the time its
+#: fence keeper may take to kill its agents once the lease is over
+#: (fence_keeper.py, docs/fleet.md), with room for the member's clock to
+#: run up to 500 ppm slower than the server's over the longest lease (1 h).
+FENCE_MARGIN = 2.0
 
 
 class Refusal(enum.StrEnum):
@@ -256,10 +265,22 @@ class FleetStore(PostgresStore):
         pid: int,
         lease: float,
         connect_timeout: int = 10,
+        margin: float = FENCE_MARGIN,
     ) -> None:
-        """Connect, create or migrate the schema, and join the fleet as ``member_id``."""
+        """Connect, create or migrate the schema, and join the fleet as ``member_id``.
+
+        ``margin``: how long after a member's lease ended this member waits
+        before it expires it (:data:`FENCE_MARGIN`).
+        """
         if not (math.isfinite(lease) and lease > 0):
             raise StoreError(f"a fleet lease must be a positive number of seconds, got {lease!r}")
+        self.margin = margin
+        #: Until when, on :func:`fence_clock`, the lease certainly holds by
+        #: the server's clock too: read before the statement that set the
+        #: lease, plus the lease (the server's clock_timestamp() was read
+        #: after it). Set when the statement has run: it holds once its
+        #: transaction commits (in a batch, the batch's). ``-inf`` until joined.
+        self.lease_end_local = -math.inf
         # Set by _take_ledger; until then (never, if joining fails) no lock.
         self._fleet_lock: int | None = None
         super().__init__(url, connect_timeout=connect_timeout, sole=False)
@@ -291,12 +312,14 @@ class FleetStore(PostgresStore):
         self._fleet_lock = (_FLEET_LOCK << 32) | int(row[1])
 
     def _join(self, host: str, pid: int) -> None:
+        sent = fence_clock()
         with self._transaction() as cur:
             cur.execute(
                 "INSERT INTO supervisors (id, host, pid, joined_at, lease_until)"
                 f" VALUES (?, ?, ?, {_CLOCK}, {_CLOCK} + ?)",
                 (self.member_id, host, pid, self.lease),
             )
+        self.lease_end_local = sent + self.lease
 
     # --- leases ----------------------------------------------------------------
 
@@ -306,31 +329,38 @@ class FleetStore(PostgresStore):
         Raises :class:`LeaseExpired` if the lease had already lapsed (whether
         or not another member has expired it yet): a lapsed lease is never
         revived, since another member may be declaring its runs lost.
+        Moves :attr:`lease_end_local` on.
         """
+        sent, lease = fence_clock(), self.lease
         with self._transaction() as cur:
             row = cur.execute(
                 f"UPDATE supervisors SET lease_until = {_CLOCK} + ?"
                 f" WHERE id = ? AND lease_until >= {_CLOCK} RETURNING lease_until",
-                (self.lease, self.member_id),
+                (lease, self.member_id),
             ).fetchone()
         if row is None:
             raise self._expired()
+        self.lease_end_local = sent + lease
         return float(row[0])
 
     def leave(self) -> None:
         """End this member's lease now (a clean shutdown); the next expiry removes it.
 
-        Runs it still holds then become ``lost`` like those of any expired member.
+        Runs it still holds then become ``lost`` like those of any expired
+        member. The margin is waived: call this once this member's agents
+        are gone (its fence closed).
         """
         with self._transaction() as cur:
             cur.execute(
-                f"UPDATE supervisors SET lease_until = {_CLOCK} - 1 WHERE id = ?",
-                (self.member_id,),
+                f"UPDATE supervisors SET lease_until = {_CLOCK} - 1 - ? WHERE id = ?",
+                (FENCE_MARGIN, self.member_id),
             )
 
     def expire_lapsed(self, now: float) -> list[RunRecord]:
-        """Remove every member whose lease lapsed; their running runs become ``lost``.
+        """Remove every member whose lease ended over ``margin`` ago; its running runs become lost.
 
+        The margin gives the member's fence keeper time to kill its agents
+        (docs/fleet.md): none of them still runs once its runs are lost.
         One transaction, under the fleet lock: a member's row goes together
         with marking its runs lost, so a running run's holder is always a
         member. Returns the runs marked lost, by ``seq``. Only a live member
@@ -346,9 +376,9 @@ class FleetStore(PostgresStore):
                 Member(*row)
                 for row in cur.execute(
                     "DELETE FROM supervisors"
-                    f" WHERE lease_until < {_CLOCK} AND id <> ?"
+                    f" WHERE lease_until + ? < {_CLOCK} AND id <> ?"
                     " RETURNING id, host, pid, joined_at, lease_until",
-                    (self.member_id,),
+                    (self.margin, self.member_id),
                 ).fetchall()
             ]
             reasons = {member.id: lease_expired_reason(member) for member in gone}

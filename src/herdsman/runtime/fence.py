@@ -1,0 +1,136 @@
+"""A fleet member's side of its fence: the keeper process, and the deadlines sent to it.
+
+fence_keeper.py says what the keeper does; docs/fleet.md what it
+guarantees. Here the member starts it (:meth:`Fence.start`), tells it each
+new deadline after a renewal (:meth:`Fence.extend`), learns when the fence
+has fallen — the deadline passed before an extension, or the keeper died —
+(:meth:`Fence.wait_fallen`), and closes it at the end (:meth:`Fence.close`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import trio
+
+from herdsman.runtime.fence_keeper import GONE_WAIT, fence_clock, in_time
+
+__all__ = ["Fence", "fence_clock"]
+
+
+class Fence:
+    """The keeper of one member, and the write end of its pipe (held by this process alone)."""
+
+    def __init__(self, process: trio.Process, write_fd: int, deadline: float) -> None:
+        """Take over a started keeper; :meth:`start` makes one."""
+        self._process = process
+        self._write_fd: int | None = write_fd
+        #: The deadline the keeper holds, on :func:`fence_clock`.
+        self.deadline = deadline
+        #: Why the fence fell, once it has: the member's agents are (being) killed.
+        self.fallen: str | None = None
+        self._changed = trio.Event()
+
+    @classmethod
+    async def start(cls, state_dir: Path, deadline: float) -> Fence:
+        """Start the keeper of the agents under ``state_dir``, holding ``deadline``.
+
+        The keeper leads a session of its own (a terminal's signals are not
+        for it) and gets no descriptor but its stdin, the pipe's read end.
+        """
+        read_fd, write_fd = os.pipe()  # both close-on-exec: no agent inherits them
+        try:
+            process = await trio.lowlevel.open_process(
+                [
+                    sys.executable,
+                    "-m",
+                    "herdsman.runtime.fence_keeper",
+                    str(state_dir),
+                    repr(deadline),
+                ],
+                stdin=read_fd,
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(write_fd)
+            raise
+        finally:
+            os.close(read_fd)
+        # Writes must never block the event loop; a keeper that stops reading
+        # for 64 KiB of deadlines is as good as gone.
+        os.set_blocking(write_fd, False)
+        return cls(process, write_fd, deadline)
+
+    @property
+    def pid(self) -> int:
+        """The keeper's process id."""
+        return self._process.pid
+
+    def extend(self, deadline: float) -> bool:
+        """Tell the keeper the lease now holds until ``deadline``; whether it was in time.
+
+        Not in time when the current deadline passed before the write ended:
+        the keeper may have fired, and once fired it stays fired, so the
+        fence has fallen. A later ``deadline`` is taken as it is, earlier or not
+        (a reload may shorten the lease).
+        """
+        if self.fallen is not None or self._write_fd is None:
+            return False
+        try:
+            os.write(self._write_fd, f"{deadline!r}\n".encode())
+        except OSError as exc:  # the keeper has gone, or stopped reading
+            self._fall(f"the fence keeper (pid {self.pid}) stopped taking deadlines: {exc}")
+            return False
+        if not in_time(fence_clock(), self.deadline):
+            self._fall("the fleet lease was not renewed before its deadline")
+            return False
+        self.deadline = deadline
+        self._wake()
+        return True
+
+    async def wait_fallen(self) -> str:
+        """Return why, once the deadline passes without an extension or the keeper dies."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_keeper)
+            while self.fallen is None:
+                changed = self._changed
+                left = self.deadline - fence_clock()
+                if left <= 0:
+                    self._fall("the fleet lease was not renewed before its deadline")
+                    break
+                with trio.move_on_after(left):
+                    await changed.wait()
+            nursery.cancel_scope.cancel()
+        assert self.fallen is not None
+        return self.fallen
+
+    async def _watch_keeper(self) -> None:
+        code = await self._process.wait()
+        self._fall(f"the fence keeper (pid {self.pid}) exited with status {code}")
+
+    def _fall(self, why: str) -> None:
+        if self.fallen is None:
+            self.fallen = why
+            self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def close(self, timeout: float = GONE_WAIT + 5) -> None:
+        """Close the pipe: the keeper kills any agent left under the state directory and exits.
+
+        Waits for it up to ``timeout`` seconds, shielded (it is called while
+        the member shuts down), then kills it.
+        """
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+            self._write_fd = None
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(timeout):
+                await self._process.wait()
+            if self._process.returncode is None:
+                self._process.kill()
+                await self._process.wait()
