@@ -22,6 +22,7 @@ import functools
 import gc
 import heapq
 import io
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -35,7 +36,7 @@ import trio.testing
 from pyfakefs.fake_filesystem_unittest import Patcher
 from trio._core._instrumentation import Instruments  # private: as above
 
-from herdsman.config import LoadedConfig
+from herdsman.config import Config, LoadedConfig
 from herdsman.runtime.git.fake import FakeGit
 from herdsman.runtime.ledger import inline
 from herdsman.runtime.metrics import Uncounted
@@ -55,7 +56,7 @@ from herdsman.runtime.supervisor import (
     UnknownAccount,
 )
 from herdsman.runtime.task_state import checkpoints
-from herdsman.sim.result import ReplayResult, summary
+from herdsman.sim.result import ReplayResult, recording_ends, summary
 from herdsman.sim.workload import (
     CARRIED_REST,
     DEFAULT_DURATION,
@@ -155,7 +156,10 @@ class Driver:
             cancel._attach(on_cancel)
 
         # Its end wakes this task and awaits nothing: no coroutine per run.
-        self.push(attempt.end(self.now()), END, index, done.set)
+        # One the recording never saw end (it was cut short) never ends.
+        end = attempt.end(self.now())
+        if end != math.inf:
+            self.push(end, END, index, done.set)
         try:
             await done.wait()
         finally:
@@ -309,6 +313,7 @@ async def _replay(
         resolve_program=lambda name: name,
     )
     trace.open()
+    _seed_lost(store, workload, config, wall())
     feed = _Feed(driver, supervisor, workload.arrivals)
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.run)
@@ -324,15 +329,33 @@ async def _replay(
         await supervisor.finished.wait()
         nursery.cancel_scope.cancel()
     trace.close()
-    return ReplayResult(
-        text,
-        feed.runs,
-        span,
-        0.0,
-        tuple(driver.executions.defaulted),
-        left_queued,
-        workload.rotated_at,
+    return recording_ends(
+        ReplayResult(
+            text,
+            feed.runs,
+            span,
+            0.0,
+            tuple(driver.executions.defaulted),
+            left_queued,
+            workload.rotated_at,
+        ),
+        workload,
     )
+
+
+def _seed_lost(store: Store, workload: Workload, config: Config, now: float) -> None:
+    """Put the runs the recording found lost at its start in the ledger as running.
+
+    The supervisor's recovery then finds them, as the recorded one did,
+    and records them lost in the same order. The trace names only their
+    ids: any configured provider stands for theirs (recovery reads no more).
+    """
+    if not workload.lost:
+        return
+    provider = next(iter(config.providers))
+    for run_id in workload.lost:
+        store.submit(NewRun(run_id, provider, "(not recorded)", None, None, "default"), now)
+    store.mark_running_many([(run_id, None) for run_id in workload.lost], now)
 
 
 class _PlainInstruments(dict[str, dict[trio.abc.Instrument, None]]):

@@ -332,6 +332,8 @@ class _Fuzz:
         self.span = 0.0
         self._life: _Life | None = None
         self._nursery: trio.Nursery | None = None
+        # Lives asked to shut down (each is restarted once it has stopped).
+        self._stopping: list[_Life] = []
 
     def wall(self) -> float:
         """The simulated unix time."""
@@ -591,6 +593,8 @@ class _Fuzz:
                 await self._fill_disk(float(event["seconds"]))
             elif kind == "crash":
                 await self._crash()
+            elif kind == "shutdown":
+                self._shut_down(event.get("force_after"))
             elif kind in LINK_FAULTS:
                 await self.links.apply(event)
 
@@ -668,6 +672,61 @@ class _Fuzz:
             if self._disk_full:
                 self.fs.set_disk_usage(self.fs.get_disk_usage()[1])
 
+    def _shut_down(self, force_after: float | None) -> None:
+        """A first signal now; a second ``force_after`` seconds later; a restart once stopped."""
+        life = self._life
+        assert life is not None
+        assert self._nursery is not None
+        life.supervisor.request_shutdown()
+        if force_after is not None:
+
+            async def force() -> None:
+                if self._life is life:  # not a later life's (a crash came between)
+                    life.supervisor.request_shutdown()
+
+            at = trio.current_time() + float(force_after)
+            self._runner.push(at, ARRIVAL, len(self.scenario.events), force)
+        if all(life is not other for other in self._stopping):
+            self._stopping.append(life)
+            self._nursery.start_soon(self._restart_when_stopped, life)
+
+    async def _restart_when_stopped(self, life: _Life) -> None:
+        """Once ``life``'s supervisor has shut down, start one again on its ledger.
+
+        The restart is an event of the driver's, delivered at once, as a
+        crash's is a step of one: nothing is checked while it recovers.
+        """
+        await life.supervisor.finished.wait()
+        if self._life is not life or not self._runner.driving:
+            return  # killed meanwhile (a crash restarted it), or the scenario is over
+
+        async def restart() -> None:
+            if self._life is not life:
+                return  # a crash at the same instant restarted it first
+            self._delivering = "the restart after a shutdown"
+            # Everything it recorded is kept (a clean stop): what a restart
+            # restates is checked as after a crash. A request under way
+            # gets no answer from a supervisor that has stopped; the next
+            # ones wait for the new one.
+            self.checker.crashed()
+            self.up = trio.Event()
+            self.client.drop()
+            self._fix_config()
+            with self._holding_for("the supervisor recovers after a shutdown"):
+                await self._start(life.store)
+            self.checker.restarted()
+            self.up.set()
+
+        self._runner.push(trio.current_time(), ARRIVAL, len(self.scenario.events), restart)
+
+    def _fix_config(self) -> None:
+        """Put the last valid file back if the one on disk is not, as an operator would."""
+        try:
+            ConfigSource(CONFIG_PATH, environ={}, watch=False).load()
+        except ConfigError:
+            with self._room():  # the operator's fix is no fault of the scenario's
+                CONFIG_PATH.write_text(self._valid_config, encoding="utf-8")
+
     async def _crash(self) -> None:
         life = self._life
         assert life is not None
@@ -684,11 +743,7 @@ class _Fuzz:
         # (nothing else happens meanwhile).
         if not await self._stopped(life, "killed"):
             return  # the run is abandoned: nothing can restart it
-        try:
-            ConfigSource(CONFIG_PATH, environ={}, watch=False).load()
-        except ConfigError:
-            with self._room():  # the operator's fix is no fault of the scenario's
-                CONFIG_PATH.write_text(self._valid_config, encoding="utf-8")
+        self._fix_config()
         with self._holding_for("the supervisor recovers after a crash"):
             await self._start(store)
         self.checker.restarted()
