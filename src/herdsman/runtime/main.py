@@ -129,26 +129,11 @@ async def serve(
             clock=trio.current_time,
             wall=lambda: dt.datetime.now(dt.UTC),
         )
-    fleet = None
-    if config.fleet.enabled:
-        from herdsman.runtime.store.fleet import FleetStore  # noqa: PLC0415
-
-        assert isinstance(store, FleetStore)
-        # Before anything can spawn: no agent of this member outlives its lease.
-        try:
-            fence = await Fence.start(state_dir, store.lease_end_local)
-        except BaseException:
-            store.close()
-            raise
-        fleet = FleetMember(store, fence)
-    sole = None
-    if fleet is None:
-        # Before anything can spawn: no agent outlives this supervisor.
-        try:
-            sole = await SoleFence.start(state_dir)
-        except BaseException:
-            store.close()
-            raise
+    try:
+        fleet, sole = await _fence(config, store)
+    except BaseException:
+        store.close()
+        raise
     supervisor = Supervisor(config, store, trace=trace, source=source, loaded=loaded, fleet=fleet)
     token = ensure_token(token_path(config))
     try:
@@ -178,6 +163,22 @@ async def serve(
             await sole.close()
         store.close()
     return report
+
+
+async def _fence(config: Config, store: Store) -> tuple[FleetMember | None, SoleFence | None]:
+    """The keeper of this supervisor's agents, started before anything can spawn.
+
+    A fleet member's agents never outlive its lease; a sole supervisor's
+    never outlive the supervisor.
+    """
+    state_dir = config.supervisor.state_dir
+    if config.fleet.enabled:
+        from herdsman.runtime.store.fleet import FleetStore  # noqa: PLC0415
+
+        assert isinstance(store, FleetStore)
+        fence = await Fence.start(state_dir, store.lease_end_local)
+        return FleetMember(store, fence), None
+    return None, await SoleFence.start(state_dir)
 
 
 async def _serve_api_and_supervisor(

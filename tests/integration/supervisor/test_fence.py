@@ -201,9 +201,9 @@ async def test_a_fence_without_a_deadline_kills_only_when_its_pipe_closes(
     assert not agents.alive(fenced)
 
 
-def test_earlier_keepers_are_those_of_the_state_dir_alone(tmp_path: Path) -> None:
+def test_earlier_keepers_are_those_of_the_state_dir_alone(tmp_path: Path, agents: Agents) -> None:
     mine, longer = tmp_path / "state", tmp_path / "state2"
-    started = [keeper(mine, math.inf), keeper(longer, math.inf)]
+    started = [agents.keeper(mine, math.inf), agents.keeper(longer, math.inf)]
     try:
         # Found once each has exec'd (before, it runs this test's command line).
         wait_until(lambda: earlier_keepers(mine) == [started[0].pid], "its keeper not found")
