@@ -239,7 +239,7 @@ def test_runs_logs_and_cancel_from_the_command_line(workdir: Path) -> None:
         assert missing.returncode == 1
         assert "no log at" in missing.stderr
         hostile = herdsman("logs", *CLI, "../../etc/passwd", cwd=workdir)
-        assert hostile.returncode == 1
+        assert hostile.returncode == 2  # a usage error
         assert "run id must start with a letter or digit" in hostile.stderr
         shown = herdsman("runs", *CLI, "busy", "--json", cwd=workdir)
         assert '"status": "cancelled"' in shown.stdout
