@@ -15,7 +15,7 @@ from herdsman.sim.replay import replay
 from herdsman.sim.workload import config_from_trace, read_workload
 
 HERE = Path(__file__).parent
-INPUTS = ("demo-recorded", "team-day")
+INPUTS = ("demo-recorded", "team-day", "stop-forced", "stop-killed", "stop-restarted")
 
 
 def golden(name: str) -> str:

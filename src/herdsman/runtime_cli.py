@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -256,11 +257,18 @@ def _status(args: argparse.Namespace) -> int:
     print(f"global cap:         {limits['global'] if limits['global'] is not None else 'none'}")
     print(_counts_line(status))
     print()
-    print(f"  {'provider':<20} {'cap':>4} {'running':>8} {'queued':>7}")
-    for provider, cap in sorted(limits["providers"].items()):
-        running = status["running_by_provider"].get(provider, 0)
-        queued = status["queued_by_provider"].get(provider, 0)
-        print(f"  {provider:<20} {cap:>4} {running:>8} {queued:>7}")
+    print_table(
+        PROVIDER_COLUMNS,
+        [
+            [
+                provider,
+                str(cap),
+                str(status["running_by_provider"].get(provider, 0)),
+                str(status["queued_by_provider"].get(provider, 0)),
+            ]
+            for provider, cap in sorted(limits["providers"].items())
+        ],
+    )
     last = status.get("last_reload")
     if last is not None and not last["ok"]:
         print()
@@ -282,9 +290,10 @@ def _status(args: argparse.Namespace) -> int:
             print(f"  until {_local_time(waiting['until'])}")
     if status["queued_by_lane"]:
         print()
-        print("  queued per lane")
-        for lane, count in status["queued_by_lane"].items():
-            print(f"  {count:>5}  {lane}")
+        print_table(
+            LANE_COLUMNS,
+            [[str(count), lane] for lane, count in status["queued_by_lane"].items()],
+        )
     if "fleet" in status:
         _print_fleet(status["fleet"])
     return 0
@@ -303,21 +312,26 @@ def _print_fleet(fleet: dict[str, Any]) -> None:
     """The fleet's members from a member's status: ``*`` marks the one answering."""
     print()
     if "error" in fleet:
-        print(f"  fleet: {fleet['error']}")
+        print(f"fleet: {fleet['error']}")
         return
     members = fleet["members"]
-    print(f"  fleet: {len(members)} member(s), {fleet['running']} running")
-    print(f"    {'member':<34} {'host:pid':<28} {'lease left':>10} {'running':>8}  per provider")
+    print(f"fleet: {len(members)} member(s), {fleet['running']} running")
+    rows = []
     for member in members:
-        mark = "*" if member["this"] else " "
         left = member["lease_left"]
-        lease = f"{left:.1f}s" if left >= 0 else "lapsed"
-        where = f"{member['host']}:{member['pid']}"
-        per = ", ".join(f"{p} {n}" for p, n in member["running_by_provider"].items())
-        print(f"  {mark} {member['id']:<34} {where:<28} {lease:>10} {member['running']:>8}  {per}")
+        rows.append(
+            [
+                member["id"] + (" (this one)" if member["this"] else ""),
+                f"{member['host']}:{member['pid']}",
+                f"{left:.1f}s" if left >= 0 else "lapsed",
+                str(member["running"]),
+                ", ".join(f"{p} {n}" for p, n in member["running_by_provider"].items()),
+            ]
+        )
+    print_table(FLEET_COLUMNS, rows)
     if fleet["running_unheld"]:
         unheld = fleet["running_unheld"]
-        print(f"    {unheld} running run(s) held by no member: lost at the next expiry")
+        print(f"{unheld} running run(s) held by no member: lost at the next expiry")
 
 
 def _local_time(when: float) -> str:
@@ -427,6 +441,20 @@ RUN_COLUMNS = (
     Column("took", align="right"),
     Column("reason", wrap=True, min_width=10),
 )
+PROVIDER_COLUMNS = (
+    Column("provider", wrap=True),
+    Column("cap", align="right"),
+    Column("running", align="right"),
+    Column("queued", align="right"),
+)
+LANE_COLUMNS = (Column("queued", align="right"), Column("lane", wrap=True))
+FLEET_COLUMNS = (
+    Column("member", wrap=True, min_width=12),
+    Column("host:pid", wrap=True),
+    Column("lease left", align="right"),
+    Column("running", align="right"),
+    Column("per provider", wrap=True),
+)
 ACCOUNT_COLUMNS = (
     Column("provider", wrap=True),
     Column("account", wrap=True),
@@ -468,10 +496,12 @@ def run_row(run: Mapping[str, Any], now: float) -> list[str]:
 
 
 def _print_run(run: Mapping[str, Any]) -> None:
-    """One run, a field a line, times in local ISO-8601."""
+    """One run, a field a line, times in local ISO-8601; an agent's stream as text."""
     for key, value in run.items():
         if key.endswith("_at") and isinstance(value, int | float):
             shown = _local_time(value)
+        elif key == "excerpt" and isinstance(value, str):
+            shown = "\n    " + _readable(value).rstrip("\n").replace("\n", "\n    ")
         elif isinstance(value, str) and "\n" in value:
             shown = "\n    " + value.rstrip("\n").replace("\n", "\n    ")
         elif value is None or value == {}:
@@ -479,6 +509,14 @@ def _print_run(run: Mapping[str, Any]) -> None:
         else:
             shown = str(value)
         print(f"{key + ':':<14}{shown}")
+
+
+def _readable(excerpt: str) -> str:
+    """A claude or codex excerpt (stream JSON) rendered as ``herdsman logs`` renders it."""
+    from herdsman.runtime.runner.protocols import LogText  # noqa: PLC0415
+
+    text = LogText()
+    return text.feed(excerpt.encode()) + text.finish()
 
 
 def _cancel(args: argparse.Namespace) -> int:
@@ -590,23 +628,24 @@ def print_reload(body: Mapping[str, Any], header: str | None = None) -> None:
 
 def _logs(args: argparse.Namespace) -> int:
     if problem := run_id_problem(args.run_id):
-        raise CommandError(f"run id {problem}")
+        raise UsageError(f"run id {problem}")
     from herdsman.runtime.runner.protocols import LogText  # noqa: PLC0415
 
     config = _load(args)
-    path = config.supervisor.state_dir / "logs" / f"{args.run_id}.log"
+    state_dir = config.supervisor.state_dir
+    path = state_dir / "logs" / f"{args.run_id}.log"
     text = None if args.raw else LogText()
     if not args.follow:
-        _copy_log(path, 0, text)
+        _copy_log(state_dir, path, 0, text)
         _finish_log(text)
         return 0
     with _client_for(args) as client:
         offset = 0
         while True:
             _, run = client.request("GET", f"/v1/runs/{args.run_id}")
-            offset = _copy_log(path, offset, text, missing_ok=True)
+            offset = _copy_log(state_dir, path, offset, text, missing_ok=True)
             if run["status"] in TERMINAL:
-                _copy_log(path, offset, text, missing_ok=True)
+                _copy_log(state_dir, path, offset, text, missing_ok=True)
                 _finish_log(text)
                 if not path.exists():
                     raise CommandError(
@@ -619,10 +658,18 @@ def _logs(args: argparse.Namespace) -> int:
             time.sleep(0.5)
 
 
-def _copy_log(path: Path, offset: int, text: LogText | None, *, missing_ok: bool = False) -> int:
+def _copy_log(
+    state_dir: Path, path: Path, offset: int, text: LogText | None, *, missing_ok: bool = False
+) -> int:
     """Print the log from ``offset`` on: as recorded, or through ``text`` (a ``LogText``)."""
+    from herdsman.runtime.state_paths import LinkRefused, open_below  # noqa: PLC0415
+
     try:
-        with path.open("rb") as handle:
+        # Never through a link (an agent's, to /dev/zero say): a log is a
+        # regular file in <state_dir>/logs.
+        with os.fdopen(open_below(state_dir, path, os.O_RDONLY), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise CommandError(f"cannot read the log {path}: not a regular file")
             handle.seek(offset)
             data = handle.read()
     except FileNotFoundError:
@@ -631,6 +678,8 @@ def _copy_log(path: Path, offset: int, text: LogText | None, *, missing_ok: bool
         raise CommandError(
             f"no log at {path}: no run with this id has started on this supervisor"
         ) from None
+    except LinkRefused as error:
+        raise CommandError(str(error)) from None
     except OSError as error:
         raise CommandError(f"cannot read the log {path}: {error.strerror}") from None
     if text is None:

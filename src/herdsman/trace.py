@@ -30,6 +30,8 @@ from typing import IO, Any
 
 import attrs
 
+from herdsman.runtime.state_paths import PRIVATE_DIR, private_opener
+
 log = logging.getLogger("herdsman.trace")
 
 TRACE_VERSION = 1
@@ -454,14 +456,15 @@ class TraceWriter:
             else:
                 self._file = _SinkLines(self._sink)
         else:
-            self._directory.mkdir(parents=True, exist_ok=True)
+            # Private: a trace holds every run's identity and the config.
+            self._directory.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
             stamp = started.astimezone(dt.UTC).strftime("%Y%m%dT%H%M%S")
             while True:  # never over another trace (a restart within the second)
                 self._files_opened += 1
                 name = f"trace-{stamp}-{os.getpid()}-{self._files_opened}.jsonl"
                 path = self._directory / name
                 try:
-                    opened = _FileLines(io.FileIO(path, "x"))
+                    opened = _FileLines(io.FileIO(path, "x", opener=private_opener))
                 except FileExistsError:
                     continue
                 break

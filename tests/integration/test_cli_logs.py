@@ -57,3 +57,12 @@ def test_logs_of_a_run_that_never_started_says_so(tmp_path: Path) -> None:
     assert shown.stdout == b""
     assert b"no log at " in shown.stderr
     assert b"no run with this id has started" in shown.stderr
+
+
+@pytest.mark.parametrize("run_id", ["../x", "a/b", ""])
+def test_a_malformed_run_id_is_a_usage_error(tmp_path: Path, run_id: str) -> None:
+    shown = logs(tmp_path, run_id)
+    assert shown.returncode == 2, shown.stderr
+    assert shown.stderr.decode().count("\n") == 1
+    assert b"run id" in shown.stderr
+    assert b"Traceback" not in shown.stderr

@@ -25,14 +25,14 @@ def test_no_git_failure_is_drawn_without_a_repository() -> None:
 
 
 def test_the_summary_counts_the_faults_that_took_effect() -> None:
-    # Seed 12 has a repository and draws six faults; its one git failure
-    # (of head) is never met: five took effect.
+    # Seed 12 has a repository and draws seven faults (a shutdown among
+    # them); its one git failure (of head) is never met: six took effect.
     scenario = draw_scenario(12)
     assert "[[repos]]" in scenario.config
-    assert len(scenario.events) - scenario.run_count == 6
+    assert len(scenario.events) - scenario.run_count == 7
     assert [e["kind"] for e in scenario.events].count("git_failure") == 1
     batch = fuzz_seeds([12])
     assert batch.failure is None
-    assert batch.faults == 5
-    # Seed 0's git failure is met: all five of its faults count.
-    assert fuzz_seeds([0]).faults == 5
+    assert batch.faults == 6
+    # Seed 0's git failure is met: all six of its faults count.
+    assert fuzz_seeds([0]).faults == 6

@@ -63,3 +63,26 @@ async def test_a_change_after_the_watch_is_armed_is_reported_after_it_settles(
         nursery.cancel_scope.cancel()
     assert calls[-1] == config_watch.file_signature(config)
     assert calls[0] != calls[-1]
+
+
+async def test_changes_beside_the_file_are_not_logged_line_by_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Other files changing in the folder (a checkout's git, a log) print nothing at INFO."""
+    caplog.set_level("INFO")
+    config = tmp_path / "supervisor.toml"
+    config.write_text("a")
+    looked = trio.Event()
+
+    async def changed() -> None:
+        looked.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(config_watch.watch_file, config, changed)
+        with trio.fail_after(10):
+            await looked.wait()  # armed
+        for n in range(3):
+            (tmp_path / f"other-{n}.log").write_text("x")
+            await trio.sleep(config_watch.WATCH_SETTLE * 2)
+        nursery.cancel_scope.cancel()
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("watchfiles")] == []

@@ -19,6 +19,8 @@ takes between reading its clock and reading the pipe.
 
 from __future__ import annotations
 
+import math
+
 import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -147,3 +149,15 @@ def test_a_fired_keeper_stays_fired(
     kills = [kill for _, kill, _ in judgments(timeline, wakes)]
     if True in kills:
         assert all(kills[kills.index(True) :])
+
+
+@given(st.lists(st.floats(0.0, 1e12), max_size=20).map(sorted))
+def test_without_a_deadline_the_keeper_never_fires_and_waits_for_its_pipe_alone(
+    moments: list[float],
+) -> None:
+    # A sole supervisor's keeper (docs/operations.md): no lease, so nothing to
+    # wake for but the pipe's end, and no wakeups ten times a second.
+    watch = Watch(math.inf)
+    for now in moments:
+        assert watch.judge([], now) == (False, math.inf)
+    assert not watch.fired

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from herdsman.runtime.reload import RESTART_KEYS, Change, ReloadResult, diff_settings
+from pathlib import Path
+
+from herdsman.config import LoadedConfig, load_config_text
+from herdsman.config.model import RESTART_FIELDS
+from herdsman.runtime.reload import (
+    RESTART_KEYS,
+    Change,
+    ReloadResult,
+    diff_settings,
+    given_config,
+)
 
 
 def test_changes_come_in_the_new_files_order_then_removed_keys() -> None:
@@ -119,3 +129,48 @@ def test_an_account_or_repo_added_or_removed_is_one_line() -> None:
 
 def test_a_setting_that_was_unset_and_is_gone_is_no_change() -> None:
     assert diff_settings({"a.k": None, "a.j": 1}, {"a.j": 1}) == []
+
+
+def test_a_reload_keeps_the_running_value_of_every_restart_setting_and_applies_the_rest(
+    tmp_path: Path,
+) -> None:
+    def loaded(port: int, concurrency: int, state: str) -> LoadedConfig:
+        text = f"""\
+[supervisor]
+state_dir = "{tmp_path / state}"
+[store]
+url = "postgresql://herdsman@db{port}.example/herdsman"
+[fleet]
+enabled = {"true" if port == 1 else "false"}
+[providers.demo]
+exec = ["demo"]
+concurrency = {concurrency}
+[api]
+listen = "127.0.0.1:{port}"
+token_file = "{tmp_path / state / "token"}"
+[trace]
+enabled = {"true" if port == 1 else "false"}
+dir = "{tmp_path / state / "traces"}"
+max_bytes = {4096 * port}
+"""
+        return load_config_text(text, tmp_path / "supervisor.toml", environ={})
+
+    running, written = loaded(1, 1, "a"), loaded(2, 3, "b")
+    kept, changes = given_config(written, running)
+    for table, names in RESTART_FIELDS.items():
+        for name in names:
+            assert getattr(getattr(kept.config, table), name) == getattr(
+                getattr(running.config, table), name
+            ), f"{table}.{name}"
+            assert getattr(getattr(written.config, table), name) != getattr(
+                getattr(running.config, table), name
+            ), f"the test changes {table}.{name}"
+    assert kept.config.providers["demo"].concurrency == 3
+    assert {c.key for c in changes if not c.live} == set(RESTART_KEYS)
+
+
+def test_the_configuration_guide_lists_exactly_the_restart_settings() -> None:
+    guide = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+    [row] = [line for line in guide.read_text().splitlines() if "**need a restart**" in line]
+    listed = row.split("|")[1]
+    assert {key.strip("` ") for key in listed.split(",")} == set(RESTART_KEYS)

@@ -33,3 +33,27 @@ def test_what_json_does_not_allow_is_a_400(raw: bytes) -> None:
         load_json(raw)
     assert caught.value.status == 400
     assert "not valid JSON" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        (b'{"prompt": "a", "prompt": "b"}', "prompt"),
+        (b'{"runs": [{"id": "x", "metadata": {"k": 1, "k": 1}}]}', "k"),
+        (b'{"a": 1, "\\u0061": 2}', "a"),
+    ],
+)
+def test_a_key_given_twice_in_one_object_is_a_400_naming_it(raw: bytes, key: str) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        load_json(raw)
+    assert caught.value.status == 400
+    assert caught.value.message == (
+        f"the request body has the key {key!r} twice in one object; give it once"
+    )
+
+
+def test_the_same_key_in_different_objects_is_fine() -> None:
+    assert load_json(b'{"a": {"a": 1}, "b": [{"a": 2}, {"a": 3}]}') == {
+        "a": {"a": 1},
+        "b": [{"a": 2}, {"a": 3}],
+    }

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,7 +24,14 @@ from herdsman.config.positions import parse_with_positions
 from herdsman.config.problems import ConfigError, ConfigProblem, Location, Origin
 from herdsman.config.validate import Checker
 
-__all__ = ["LoadedConfig", "load_config", "load_config_text", "read_config_text"]
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "LoadedConfig",
+    "load_config",
+    "load_config_text",
+    "read_config_bytes",
+    "read_config_text",
+]
 
 _PARSE_POSITION = re.compile(r"\s+at line \d+ col \d+$")
 _STRICT_POSITION = re.compile(r"\s+\(at line (\d+), column (\d+)\)$")
@@ -49,16 +58,70 @@ class LoadedConfig:
     warnings: list[str] = attrs.field(factory=list)
 
 
+#: The largest configuration file read: a real one is a few KiB; anything
+#: near this is a mistake (a log named by accident), not a configuration.
+MAX_CONFIG_BYTES = 1 << 20
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_a_file(mode: int) -> str | None:
+    """What a file of ``mode`` is if it is not a regular file, else None."""
+    for test, kind in _KINDS:
+        if test(mode):
+            return kind
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def read_config_bytes(path: Path) -> bytes:
+    """The file's bytes; ``ValueError`` saying why it is no file to read, or ``OSError``.
+
+    Only a regular file of at most :data:`MAX_CONFIG_BYTES` is read: a
+    directory, a FIFO, a device (``/dev/zero``, read until memory runs out)
+    or a huge file is refused, saying which.
+    """
+    # Looked at before it is opened: opening a FIFO waits for a writer, and
+    # opening some devices does something.
+    kind = _not_a_file(os.stat(path).st_mode)
+    if kind is None:
+        # O_NONBLOCK: a FIFO swapped in since the stat must not hang the open.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as file:
+            info = os.fstat(fd)
+            kind = _not_a_file(info.st_mode)
+            if kind is None and info.st_size <= MAX_CONFIG_BYTES:
+                data = file.read(MAX_CONFIG_BYTES + 1)  # never more, even if it grows
+                if len(data) <= MAX_CONFIG_BYTES:
+                    return data
+    if kind is not None:
+        raise ValueError(f"{kind}, not a regular file; name the configuration file itself")
+    raise ValueError(
+        f"larger than {MAX_CONFIG_BYTES >> 20} MiB, too large for a configuration file;"
+        " is this the right file?"
+    )
+
+
 def read_config_text(path: Path) -> str:
-    """The file's text; :class:`ConfigError` (``FILE: cannot read file: ...``) if unreadable."""
+    """The file's text; :class:`ConfigError` (``FILE: cannot read file: ...``) if unreadable.
+
+    What :func:`read_config_bytes` refuses is one such line too.
+    """
     try:
         # newline="" keeps CRLF files byte-exact for `config set`.
-        with path.open(encoding="utf-8", newline="") as file:
-            return file.read()
+        data = read_config_bytes(path)
+        return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline="").read()
     except OSError as error:
         reason = error.strerror or str(error)
     except UnicodeDecodeError as error:
         reason = f"not UTF-8 text ({error.reason} at byte {error.start})"
+    except ValueError as error:
+        reason = str(error)
     raise ConfigError([ConfigProblem(Location(str(path)), "", f"cannot read file: {reason}")])
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from herdsman.config.validate import Checker
 
 __all__ = [
+    "RESTART_FIELDS",
     "Account",
     "ApiSettings",
     "Config",
@@ -49,12 +50,18 @@ def setting(
     default: Any = attrs.NOTHING,
     factory: Callable[[], Any] | None = None,
     default_from: DefaultFrom | None = None,
+    restart: bool = False,
 ) -> Any:
-    """Declare a field with its kind and documentation (see the module docstring)."""
+    """Declare a field with its kind and documentation (see the module docstring).
+
+    ``restart``: a running supervisor cannot take a new value over (where
+    the ledger, the API or the trace live); a reload keeps the running one
+    and reports the change as waiting for a restart.
+    """
     return attrs.field(
         default=attrs.Factory(factory) if factory is not None else default,
         kw_only=True,
-        metadata={"kind": kind, "doc": doc, "default_from": default_from},
+        metadata={"kind": kind, "doc": doc, "default_from": default_from, "restart": restart},
     )
 
 
@@ -108,6 +115,7 @@ class SupervisorSettings:
         kinds.PathValue(),
         "where herdsman keeps its ledger, worktrees and traces",
         default_from=lambda checker: default_state_dir(checker.environ),
+        restart=True,
     )
     max_concurrency: int | None = setting(
         kinds.WholeNumber(1),
@@ -134,6 +142,7 @@ class StoreSettings:
         kinds.PostgresUrl(),
         "a PostgreSQL URL for the ledger; absent means SQLite in <state_dir>/herdsman.db",
         default=None,
+        restart=True,
     )
 
 
@@ -209,10 +218,13 @@ def _table(value: object) -> Mapping[str, Any]:
 class FleetSettings:
     """``[fleet]``: this supervisor as one member of a fleet sharing a PostgreSQL ledger."""
 
+    # Joining or leaving a fleet changes which ledger rules bind this
+    # supervisor (recovery at start, claims): only a start can do that.
     enabled: bool = setting(
         kinds.Boolean(),
         "join the fleet of supervisors sharing the ledger at store.url",
         default=False,
+        restart=True,
     )
     lease: timedelta = setting(
         kinds.Duration(positive=True),
@@ -352,11 +364,24 @@ class RetentionSettings:
 class ApiSettings:
     """``[api]``: the HTTP API."""
 
-    listen: str = setting(kinds.Listen(), "HOST:PORT to listen on", default="127.0.0.1:7878")
+    listen: str = setting(
+        kinds.Listen(), "HOST:PORT to listen on", default="127.0.0.1:7878", restart=True
+    )
     token_file: Path = setting(
         kinds.PathValue(),
         "file holding the bearer token clients must send (default <state_dir>/api-token)",
         default_from=under_state_dir("api-token"),
+        restart=True,
+    )
+    max_body_bytes: int = setting(
+        kinds.WholeNumber(65_536),
+        "largest request body accepted; a larger one is refused with 413 before it is read",
+        default=16_777_216,
+    )
+    body_timeout: timedelta = setting(
+        kinds.Duration(positive=True),
+        "time a request's body may take to arrive after its headers; then 408 and closed",
+        default=timedelta(seconds=30),
     )
 
     @property
@@ -374,7 +399,9 @@ class ApiSettings:
 class TraceSettings:
     """``[trace]``: the JSON Lines decision trace."""
 
-    enabled: bool = setting(kinds.Boolean(), "write a trace of every decision", default=True)
+    enabled: bool = setting(
+        kinds.Boolean(), "write a trace of every decision", default=True, restart=True
+    )
     record_prompts: bool = setting(
         kinds.Boolean(), "include each run's prompt in its submit event", default=False
     )
@@ -382,9 +409,13 @@ class TraceSettings:
         kinds.PathValue(),
         "where trace files go (default <state_dir>/traces)",
         default_from=under_state_dir("traces"),
+        restart=True,
     )
     max_bytes: int = setting(
-        kinds.WholeNumber(4096), "size at which a trace file is rotated", default=268_435_456
+        kinds.WholeNumber(4096),
+        "size at which a trace file is rotated",
+        default=268_435_456,
+        restart=True,
     )
 
 
@@ -412,3 +443,19 @@ class Config:
     retention: RetentionSettings = setting(kinds.Table(RetentionSettings), "[retention]")
     api: ApiSettings = setting(kinds.Table(ApiSettings), "[api]")
     trace: TraceSettings = setting(kinds.Table(TraceSettings), "[trace]")
+
+
+def _restart_fields() -> Mapping[str, tuple[str, ...]]:
+    """Each ``[table]``'s fields declared ``restart=True``, in model order."""
+    found: dict[str, tuple[str, ...]] = {}
+    for section in attrs.fields(Config):
+        kind = section.metadata["kind"]
+        if isinstance(kind, kinds.Table):
+            names = tuple(f.name for f in attrs.fields(kind.cls) if f.metadata.get("restart"))
+            if names:
+                found[section.name] = names
+    return found
+
+
+#: The settings a running supervisor keeps until it is restarted, by table.
+RESTART_FIELDS: Mapping[str, tuple[str, ...]] = _restart_fields()

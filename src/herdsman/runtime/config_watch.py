@@ -20,9 +20,17 @@ from pathlib import Path
 import trio
 import watchfiles
 
+from herdsman.config.load import read_config_bytes
+
 __all__ = ["WATCH_SETTLE", "file_signature", "watch_file"]
 
 log = logging.getLogger("herdsman.supervisor")
+
+# watchfiles logs "N changes detected" at INFO for every batch in the folder:
+# with the file in a checkout, every git or editor action would print a line
+# (and a log written into that folder would feed itself). herdsman logs the
+# reloads that follow a change; the watcher's own chatter is only for debugging.
+logging.getLogger("watchfiles").setLevel(logging.WARNING)
 
 #: How long the folder must stay quiet before a change is reported (an
 #: editor's save is several writes).
@@ -36,9 +44,13 @@ def file_signature(path: Path) -> bytes | None:
     mtime, and saving the file unchanged is no reason to reload.
     """
     try:
-        return hashlib.sha256(path.read_bytes()).digest()
+        return hashlib.sha256(read_config_bytes(path)).digest()
     except OSError:
         return None
+    except ValueError as refused:
+        # No configuration file (a FIFO, a device, a huge file): never read
+        # it, but a change to it is a change, and its reload is refused.
+        return hashlib.sha256(str(refused).encode()).digest()
 
 
 def _watched_folders(path: Path) -> tuple[str, ...]:

@@ -1,14 +1,20 @@
-"""A fleet member's side of its fence: the keeper process, and the deadlines sent to it.
+"""A supervisor's side of its fence: the keeper process, and the deadlines sent to it.
 
 fence_keeper.py says what the keeper does; docs/fleet.md what it
-guarantees. Here the member starts it (:meth:`Fence.start`), tells it each
-new deadline after a renewal (:meth:`Fence.extend`), learns when the fence
-has fallen — the deadline passed before an extension, or the keeper died —
-(:meth:`Fence.wait_fallen`), and closes it at the end (:meth:`Fence.close`).
+guarantees a fleet member, docs/operations.md a sole supervisor. Here the
+supervisor starts it (:meth:`Fence.start`); a fleet member tells it each
+new deadline after a renewal (:meth:`Fence.extend`) and learns when the
+fence has fallen — the deadline passed before an extension, or the keeper
+died — (:meth:`Fence.wait_fallen`); a sole supervisor has no deadline, so
+its fence falls only when its keeper dies (sole_fence.py). Either closes it
+at the end (:meth:`Fence.close`).
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
+import math
 import os
 import sys
 from pathlib import Path
@@ -17,11 +23,66 @@ import trio
 
 from herdsman.runtime.fence_keeper import GONE_WAIT, fence_clock, in_time
 
-__all__ = ["Fence", "fence_clock"]
+__all__ = ["Fence", "earlier_keepers", "fence_clock", "wait_for_earlier_keepers"]
+
+log = logging.getLogger("herdsman")
+
+_KEEPER = b"herdsman.runtime.fence_keeper"
+
+
+def earlier_keepers(state_dir: Path) -> list[int]:
+    """Pids of the fence keepers running for ``state_dir`` (by their command line), in order.
+
+    Called by a supervisor holding the state directory's lock before it
+    starts its own: any found is a dead predecessor's, still killing its
+    agents. Nothing is found where there is no ``/proc``.
+    """
+    wanted = os.fsencode(state_dir)
+    found = []
+    try:
+        pids = sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        # "-m herdsman.runtime.fence_keeper STATE_DIR DEADLINE"
+        if (_KEEPER, wanted) in itertools.pairwise(argv):
+            found.append(pid)
+    return found
+
+
+async def wait_for_earlier_keepers(state_dir: Path, timeout: float = GONE_WAIT + 5) -> None:
+    """Return once no earlier supervisor's keeper runs for ``state_dir``, or after ``timeout``.
+
+    A supervisor started again at once (by a service manager) must not
+    spawn an agent before its dead predecessor's keeper has killed the
+    agents it finds under the state directory: the new agent would be among
+    them.
+    """
+    keepers = await trio.to_thread.run_sync(earlier_keepers, state_dir)
+    if not keepers:
+        return
+    log.info(
+        "waiting for the fence keeper(s) of a previous supervisor (pid %s) to stop its agents",
+        ", ".join(map(str, keepers)),
+    )
+    with trio.move_on_after(timeout):
+        while keepers:
+            await trio.sleep(0.05)
+            keepers = await trio.to_thread.run_sync(earlier_keepers, state_dir)
+        return
+    log.warning(
+        "the fence keeper(s) of a previous supervisor (pid %s) still run after %.0f s; going on",
+        ", ".join(map(str, keepers)),
+        timeout,
+    )
 
 
 class Fence:
-    """The keeper of one member, and the write end of its pipe (held by this process alone)."""
+    """The keeper of one supervisor, and the write end of its pipe (held by this process alone)."""
 
     def __init__(self, process: trio.Process, write_fd: int, deadline: float) -> None:
         """Take over a started keeper; :meth:`start` makes one."""
@@ -34,8 +95,10 @@ class Fence:
         self._changed = trio.Event()
 
     @classmethod
-    async def start(cls, state_dir: Path, deadline: float) -> Fence:
+    async def start(cls, state_dir: Path, deadline: float = math.inf) -> Fence:
         """Start the keeper of the agents under ``state_dir``, holding ``deadline``.
+
+        Without one (a sole supervisor) it kills them only when the pipe closes.
 
         The keeper leads a session of its own (a terminal's signals are not
         for it) and gets no descriptor but its stdin, the pipe's read end.

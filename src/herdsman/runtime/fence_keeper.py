@@ -1,35 +1,41 @@
-"""The fence keeper: a small process that kills a fleet member's agents when its lease runs out.
+"""The fence keeper: a small process that kills a supervisor's agents when it can no longer.
 
-A fleet member's runs become ``lost`` once its lease lapses, and another
-member may then start the next run of each of their conversations. The
-member's agents must be gone by then, whatever became of the member: killed
-(``kill -9``, a crash), paused (SIGSTOP, a long stall) or cut off from the
-ledger. The member itself cannot promise that: dead or paused, it does
-nothing. So each member starts one keeper (fence.py), a separate process
-in a session of its own, and holds the only write end of a pipe that is
-the keeper's stdin. Through it the member sends, after every renewal, the
-moment its lease certainly still holds until, on :func:`fence_clock`
-(docs/fleet.md says why that moment is never after the server's end of the
-lease). The keeper kills (SIGKILL) the process group of every agent started
-under the member's state directory (found in ``/proc`` by agent_scan.py,
+Agents run in process groups of their own, so they outlive a supervisor
+that is killed (``kill -9``, the OOM killer, a crash) and is not restarted:
+they keep working in their conversations' worktrees and spending the
+account. A fleet member's runs, moreover, become ``lost`` once its lease
+lapses, and another member may then start the next run of each of their
+conversations. The supervisor itself cannot promise that its agents die
+with it: dead or paused, it does nothing. So every ``herdsman run`` starts
+one keeper (fence.py), a separate process in a session of its own, and
+holds the only write end of a pipe that is the keeper's stdin. A fleet
+member sends through it, after every renewal, the moment its lease
+certainly still holds until, on :func:`fence_clock` (docs/fleet.md says
+why that moment is never after the server's end of the lease); a sole
+supervisor holds no lease and sends nothing (its deadline is ``inf``). The
+keeper kills (SIGKILL) the process group of every agent started under the
+supervisor's state directory (found in ``/proc`` by agent_scan.py,
 children included):
 
-* when that moment passes without a newer one: the member could not renew
-  in time, or is paused. From then on it *stays* fired: it kills any agent
-  under the state directory every :data:`SLICE` seconds until the pipe
-  closes, so a member that resumes cannot start one that lives on;
-* when the pipe reaches end of file: the member has exited, however (the
-  kernel closes its descriptors, SIGKILL included), or closed its fence at
-  a clean stop. Then the keeper exits.
+* when the pipe reaches end of file: the supervisor has exited, however
+  (the kernel closes its descriptors, SIGKILL included), or closed its
+  fence at the end of a clean stop, once its runs had ended. Then the
+  keeper exits;
+* for a fleet member, when that moment passes without a newer one: the
+  member could not renew in time, or is paused. From then on it *stays*
+  fired: it kills any agent under the state directory every :data:`SLICE`
+  seconds until the pipe closes, so a member that resumes cannot start one
+  that lives on.
 
 It imports the standard library only, so it starts in about a tenth of
 a second and holds about 12 MB. Run as ``python -m herdsman.runtime.fence_keeper STATE_DIR
-DEADLINE``.
+DEADLINE`` (``inf``: no deadline, only the pipe).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 import signal
@@ -114,7 +120,7 @@ def wait_gone(groups: set[int], timeout: float = GONE_WAIT) -> bool:
 
 
 def _say(message: str) -> None:
-    # The keeper's stderr is the member's: its log.
+    # The keeper's stderr is the supervisor's: its log.
     with contextlib.suppress(OSError):
         sys.stderr.write(f"herdsman fence keeper (pid {os.getpid()}): {message}\n")
         sys.stderr.flush()
@@ -136,7 +142,7 @@ class _Deadlines:
                 chunk = os.read(0, 4096)
             except BlockingIOError:
                 break
-            except OSError:  # as if closed: the member is gone
+            except OSError:  # as if closed: the supervisor is gone
                 chunk = b""
             if not chunk:
                 self.closed = True
@@ -175,7 +181,9 @@ class Watch:
     def judge(self, written: list[float], now: float) -> tuple[bool, float]:
         """After reading ``written`` (in order), at ``now``: kill now?, and the longest wait.
 
-        Deadlines read once fired change nothing.
+        Deadlines read once fired change nothing. Without a deadline
+        (``inf``, a sole supervisor's) there is nothing to wake for but the
+        pipe: the wait is ``inf``.
         """
         if not self.fired:
             if written:
@@ -183,6 +191,8 @@ class Watch:
             self.fired = now >= self.deadline
         if self.fired:
             return True, SLICE
+        if math.isinf(self.deadline):
+            return False, math.inf
         return False, min(SLICE, self.deadline - now)
 
 
@@ -208,14 +218,15 @@ def keep(state_dir: str, deadline: float) -> None:
                 )
             kill_agents(state_dir)
         with contextlib.suppress(InterruptedError):
-            select.select([0], [], [], max(wait, 0.0))
-    # Gone before the keeper exits: a member that stops cleanly waits for it,
-    # and then leaves the fleet at once, without the margin (docs/fleet.md).
+            select.select([0], [], [], None if math.isinf(wait) else max(wait, 0.0))
+    # Gone before the keeper exits: a supervisor that stops cleanly waits for
+    # it (a member then leaves the fleet at once, without the margin,
+    # docs/fleet.md).
     killed = kill_agents(state_dir)
     if killed:
         gone = wait_gone(killed)
         _say(
-            f"the member has gone; killed {len(killed)} agent process group(s) under"
+            f"the supervisor has gone; killed {len(killed)} agent process group(s) under"
             f" {state_dir}{'' if gone else ' (some processes still had not ended)'}"
         )
 
@@ -228,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     except (IndexError, ValueError):
         _say("usage: python -m herdsman.runtime.fence_keeper STATE_DIR DEADLINE")
         return 2
-    # A terminal's Ctrl-C or hangup is for the member, which stops its agents
-    # itself; the keeper goes when its pipe closes.
+    # A terminal's Ctrl-C or hangup is for the supervisor, which stops its
+    # agents itself; the keeper goes when its pipe closes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     keep(state_dir, deadline)

@@ -72,9 +72,12 @@ def _callback_url(value: str) -> str:
     try:
         # Parsed exactly as the callback sender will parse it, port included.
         url = httpx.URL(value)
-        url.port  # noqa: B018 - raises on a bad port
+        port = url.port
     except (httpx.InvalidURL, ValueError, UnicodeError) as exc:
         raise InvalidRequest(422, f"callback_url: not a valid URL ({exc})") from None
+    if port is not None and not 0 < port < 65536:
+        # httpx parses any number of digits; the sender could not connect.
+        raise InvalidRequest(422, f"callback_url: the port must be from 1 to 65535, got {port}")
     if url.scheme not in ("http", "https") or not url.host:
         raise InvalidRequest(422, "callback_url: must be an http:// or https:// URL")
     return value
@@ -200,16 +203,33 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        # json.loads keeps the last of a repeated key: which one the client
+        # meant is anybody's guess, so neither is taken.
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise InvalidRequest(
+                    400,
+                    f"the request body has the key {key[:80]!r} twice in one object; give it once",
+                )
+            seen.add(key)
+    return obj
+
+
 # One decoder for every request: json.loads with an option builds a new one
 # per call, which doubled the cost of decoding a small body.
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
 
 
 def load_json(raw: bytes) -> Any:
     """Decode a request body, refusing what JSON does not allow (NaN, Infinity).
 
     Raises :class:`InvalidRequest` (400) for anything that is not JSON,
-    including numbers too long to convert and nesting too deep to parse.
+    including numbers too long to convert and nesting too deep to parse, and
+    for an object that holds a key twice.
     Bytes are decoded as ``json.loads`` decodes them (UTF-8, -16 or -32).
     """
     try:

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from types import TracebackType
 
+from herdsman.runtime.state_paths import PRIVATE_DIR, private_opener
+
 
 class StateDirLocked(Exception):
     """Another live process holds the state directory."""
@@ -25,8 +27,10 @@ class StateDirLock:
 
     def acquire(self) -> None:
         """Take the lock or raise :class:`StateDirLocked` naming the holder."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # The first thing a start makes: the state directory is private
+        # from the start (it holds the ledger, prompts included, and the token).
+        self.path.parent.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+        fd = private_opener(str(self.path), os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

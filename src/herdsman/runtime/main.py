@@ -21,11 +21,13 @@ from herdsman.config import Config, LoadedConfig
 from herdsman.postgres_url import parse_postgres_url, server_name
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.api.server import ensure_token, serve_api
-from herdsman.runtime.fence import Fence
+from herdsman.runtime.fence import Fence, wait_for_earlier_keepers
 from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.lockfile import StateDirLock
 from herdsman.runtime.pointer import remove_pointer, write_pointer
 from herdsman.runtime.reload import ConfigSource
+from herdsman.runtime.sole_fence import SoleFence
+from herdsman.runtime.state_paths import make_private_dirs
 from herdsman.runtime.store import SqliteStore, Store, StoreError
 from herdsman.runtime.supervisor import ShutdownReport, Supervisor
 from herdsman.trace import TraceWriter
@@ -113,6 +115,10 @@ async def serve(
     state_dir = config.supervisor.state_dir
     # Private by default: the ledger holds prompts and the API token.
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if config.trace.enabled and config.trace.dir.is_relative_to(state_dir):
+        make_private_dirs(state_dir, config.trace.dir)  # never through a link planted there
+    # Nothing of ours may run before a dead predecessor's keeper is done.
+    await wait_for_earlier_keepers(state_dir)
     store = await trio.to_thread.run_sync(open_store, config)
     trace = None
     if config.trace.enabled:
@@ -123,18 +129,11 @@ async def serve(
             clock=trio.current_time,
             wall=lambda: dt.datetime.now(dt.UTC),
         )
-    fleet = None
-    if config.fleet.enabled:
-        from herdsman.runtime.store.fleet import FleetStore  # noqa: PLC0415
-
-        assert isinstance(store, FleetStore)
-        # Before anything can spawn: no agent of this member outlives its lease.
-        try:
-            fence = await Fence.start(state_dir, store.lease_end_local)
-        except BaseException:
-            store.close()
-            raise
-        fleet = FleetMember(store, fence)
+    try:
+        fleet, sole = await _fence(config, store)
+    except BaseException:
+        store.close()
+        raise
     supervisor = Supervisor(config, store, trace=trace, source=source, loaded=loaded, fleet=fleet)
     token = ensure_token(token_path(config))
     try:
@@ -145,6 +144,8 @@ async def serve(
             # late Ctrl-C is still a shutdown request, never a traceback.
             if handle_signals:
                 outer.start_soon(_watch_signals, supervisor)
+            if sole is not None:
+                outer.start_soon(sole.keep)
             report = await _serve_api_and_supervisor(supervisor, token, source, task_status)
             outer.cancel_scope.cancel()
     finally:
@@ -157,8 +158,27 @@ async def serve(
             await fleet.fence.close()
             with contextlib.suppress(StoreError):  # its lease then lapses by itself
                 fleet.store.leave()
+        if sole is not None:
+            # Only now: the supervisor is done with its agents (drained, or stopped).
+            await sole.close()
         store.close()
     return report
+
+
+async def _fence(config: Config, store: Store) -> tuple[FleetMember | None, SoleFence | None]:
+    """The keeper of this supervisor's agents, started before anything can spawn.
+
+    A fleet member's agents never outlive its lease; a sole supervisor's
+    never outlive the supervisor.
+    """
+    state_dir = config.supervisor.state_dir
+    if config.fleet.enabled:
+        from herdsman.runtime.store.fleet import FleetStore  # noqa: PLC0415
+
+        assert isinstance(store, FleetStore)
+        fence = await Fence.start(state_dir, store.lease_end_local)
+        return FleetMember(store, fence), None
+    return None, await SoleFence.start(state_dir)
 
 
 async def _serve_api_and_supervisor(

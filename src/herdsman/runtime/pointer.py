@@ -20,6 +20,8 @@ from pathlib import Path
 
 import attrs
 
+from herdsman.runtime.state_paths import private_opener
+
 __all__ = ["Pointer", "read_pointer", "remove_pointer", "write_pointer"]
 
 
@@ -64,10 +66,11 @@ def write_pointer(
         if not _private(path.parent):
             return None
         temp = path.with_suffix(f".{os.getpid()}.tmp")
-        temp.write_text(
-            json.dumps({"url": url, "token_file": str(token_file), "pid": os.getpid()}),
-            encoding="utf-8",
-        )
+        # Never written through a link planted at that (predictable) name.
+        temp.unlink(missing_ok=True)
+        fd = private_opener(str(temp), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(json.dumps({"url": url, "token_file": str(token_file), "pid": os.getpid()}))
         temp.replace(path)
     except OSError:
         return None  # the pointer is a convenience: without it the file's address is used
@@ -81,7 +84,8 @@ def read_pointer(config_file: Path, environ: Mapping[str, str] | None = None) ->
     if not _private(path.parent):
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, encoding="utf-8", opener=private_opener) as file:  # no link
+            data = json.loads(file.read(64 << 10))
         pointer = Pointer(str(data["url"]), Path(data["token_file"]), int(data["pid"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from herdsman.config import Config, LoadedConfig, load_config
+from herdsman.config.model import RESTART_FIELDS
 from herdsman.config.render import inline_toml
 
 __all__ = [
@@ -30,18 +31,10 @@ __all__ = [
     "given_config",
 ]
 
-#: Settings a running supervisor cannot take over; they apply at the next start.
-RESTART_KEYS: tuple[str, ...] = (
-    "supervisor.state_dir",
-    "store.url",
-    # Joining or leaving a fleet changes which ledger rules bind this
-    # supervisor (recovery at start, claims): only a start can do that.
-    "fleet.enabled",
-    "api.listen",
-    "api.token_file",
-    "trace.enabled",
-    "trace.dir",
-    "trace.max_bytes",
+#: Settings a running supervisor cannot take over; they apply at the next start
+#: (the fields declared ``restart=True`` in the configuration model).
+RESTART_KEYS: tuple[str, ...] = tuple(
+    f"{table}.{name}" for table, names in RESTART_FIELDS.items() for name in names
 )
 
 
@@ -241,16 +234,14 @@ def given_config(written: LoadedConfig, running: LoadedConfig) -> tuple[LoadedCo
 
 
 def _keep_restart_settings(new: Config, old: Config) -> Config:
-    return attrs.evolve(
-        new,
-        supervisor=attrs.evolve(new.supervisor, state_dir=old.supervisor.state_dir),
-        store=old.store,
-        fleet=attrs.evolve(new.fleet, enabled=old.fleet.enabled),
-        api=old.api,
-        trace=attrs.evolve(
-            new.trace, enabled=old.trace.enabled, dir=old.trace.dir, max_bytes=old.trace.max_bytes
-        ),
-    )
+    """``new`` with the running values of every restart-only setting."""
+    kept = {
+        table: attrs.evolve(
+            getattr(new, table), **{name: getattr(getattr(old, table), name) for name in names}
+        )
+        for table, names in RESTART_FIELDS.items()
+    }
+    return attrs.evolve(new, **kept)
 
 
 @attrs.frozen

@@ -82,6 +82,7 @@ from herdsman.runtime.runner import (
     execute,
     not_started,
 )
+from herdsman.runtime.stop_order import StopOrder
 from herdsman.runtime.store import (
     AccountLimit,
     AccountUse,
@@ -296,6 +297,9 @@ class Supervisor:
     #: last applied reload found them (a rejected reload changes nothing).
     waiting_for_restart: tuple[Change, ...] = ()
 
+    #: Once a forced stop cancelled the running runs: the order they record in.
+    _stop_order: StopOrder | None = None
+
     def __init__(
         self,
         config: Config,
@@ -489,7 +493,12 @@ class Supervisor:
         cancelled = tuple(self._handles)
         if cancelled:
             await self._emit_in_ledger_order("shutdown", forced=True)
+            # Those still running once the event is out (a run may have ended
+            # while it was written); their ends are recorded in submission
+            # order, not in the order their processes exit (stop_order.py).
+            cancelled = tuple(self._handles)
             log.warning("cancelling %d running run(s)", len(cancelled))
+            self._stop_order = StopOrder(cancelled, trio.current_time() + FORCED_STOP_WAIT)
             for run_id in cancelled:
                 self._stop(run_id, "supervisor shut down")
             # A finish the ledger keeps refusing is given up on: the lease
@@ -505,7 +514,10 @@ class Supervisor:
                 log.error("%d run(s) did not stop; cancelling their tasks", len(self._handles))
                 assert self._nursery is not None
                 self._nursery.cancel_scope.cancel()
-                await self._wait_idle()
+                # Shielded: this runs inside that nursery, whose cancel would
+                # end the wait at once (and leave no report to return).
+                with trio.CancelScope(shield=True):
+                    await self._wait_idle()
         return ShutdownReport(drained=not cancelled, cancelled=cancelled, fatal=self._fatal)
 
     def _stop(self, run_id: str, reason: str) -> None:
@@ -1556,12 +1568,28 @@ class Supervisor:
             ended = not_started(Outcome.FAILED, f"could not start {record.provider}: {exc}")
         finally:
             self._preparing.pop(record.id, None)
-            # A task cancelled from outside belongs to a supervisor going
-            # down: it records its run's end, and starts nothing after it.
-            going_down = trio.current_effective_deadline() == -math.inf
-            # A forced shutdown must still record how the run ended:
-            # _record_finish waits only in ways a cancel cannot stop.
-            await self._record_finish(record, ended, may_start=not going_down)
+            stop_order = self._stop_order
+            if stop_order is not None and record.id in stop_order:
+                await self._record_in_turn(record, ended, stop_order)
+            else:
+                # A task cancelled from outside belongs to a supervisor going
+                # down: it records its run's end, and starts nothing after it.
+                going_down = trio.current_effective_deadline() == -math.inf
+                # A forced shutdown must still record how the run ended:
+                # _record_finish waits only in ways a cancel cannot stop.
+                await self._record_finish(record, ended, may_start=not going_down)
+
+    async def _record_in_turn(
+        self, record: RunRecord, ended: ProcessOutcome | None, stop_order: StopOrder
+    ) -> None:
+        """Record the end of a run a forced stop cancelled, in submission order."""
+        try:
+            await stop_order.wait_turn(record.id, record.seq)
+            # Nothing starts after a forced stop; every wait in it is one a
+            # cancel cannot stop (as for any run's end).
+            await self._record_finish(record, ended, may_start=False)
+        finally:
+            stop_order.done(record.id)
 
     def _prepares_slowly(self, record: RunRecord, pick: Pick | None, config: Config) -> bool:
         """Whether getting the run ready may await anything (see :meth:`_spec_for`).
@@ -1641,7 +1669,8 @@ class Supervisor:
                     f"it could not be checked out ({failed.error})"
                 )
                 await self.ledger.call(methodcaller("add_note", record.id, text))
-            repos_dir = self._worktrees.folder(record.workspace, conversation)
+            if any(c.usable for c in checkouts):  # never a folder that was refused (a link)
+                repos_dir = self._worktrees.folder(record.workspace, conversation)
         return self._specs.spec(
             record,
             config,

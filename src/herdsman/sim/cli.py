@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from herdsman.config import ConfigError, load_config
+from herdsman.sim.cost import CostError
 from herdsman.sim.fuzz.cli import add_fuzz_command, replay_case
 from herdsman.sim.fuzz.scenario import ScenarioError
 from herdsman.sim.generate_cli import add_generate_command
@@ -28,7 +29,7 @@ __all__ = ["add_sim_commands"]
 def _replay(args: argparse.Namespace) -> int:
     from herdsman.sim.chrome import chrome_trace  # noqa: PLC0415 - pyfakefs is heavy
     from herdsman.sim.decisions import timeline_of  # noqa: PLC0415
-    from herdsman.sim.result import summary  # noqa: PLC0415
+    from herdsman.sim.result import recording_ends, summary  # noqa: PLC0415
     from herdsman.sim.workload import config_from_trace, read_workload  # noqa: PLC0415
     from herdsman.trace import read_trace_text  # noqa: PLC0415
 
@@ -68,7 +69,7 @@ def _replay(args: argparse.Namespace) -> int:
     if args.engine == "fast":
         from herdsman.sim.engine import fast_replay  # noqa: PLC0415
 
-        result = fast_replay(workload, loaded)
+        result = recording_ends(fast_replay(workload, loaded), workload)
     else:
         from herdsman.sim.replay import replay  # noqa: PLC0415
 
@@ -120,6 +121,7 @@ def _guarded(handler: Any) -> Any:
             ModelError,
             SweepError,
             SloError,
+            CostError,
             PlotError,
             ScenarioError,
         ) as error:
@@ -129,6 +131,8 @@ def _guarded(handler: Any) -> Any:
             for problem in error.problems:
                 print(problem, file=sys.stderr)
             return 2
+        except BrokenPipeError:
+            raise  # the reader went away (`| head`): the command line's own quiet exit
         except OSError as error:
             print(f"herdsman: {error.filename or ''}: {error.strerror or error}", file=sys.stderr)
             return 2

@@ -146,26 +146,32 @@ def _conversation_starts(model: Model, samples: Samples, rng: random.Random) -> 
             if t >= model.span:
                 return starts
             starts.append(t)
-    # Poisson with a rate varying by hour: thinning (Lewis and Shedler) —
-    # candidates at the peak rate, each kept with probability rate(t) / peak.
-    profile = model.profile
-    peak = max(profile) if profile is not None else 1.0
+    # Poisson with a rate varying by hour and by day of the week: thinning
+    # (Lewis and Shedler) — candidates at the peak rate, each kept with
+    # probability rate(t) / peak.
+    profile, week = model.profile, model.week
+    peak = (max(profile) if profile is not None else 1.0) * (max(week) if week else 1.0)
     rate = model.arrivals.rate * peak / 3600
-    offset = _seconds_into_day(model.started_at)
+    offset = _seconds_into_week(model.started_at)
     while True:
         t += rng.expovariate(rate)
         if t >= model.span:
             return starts
-        if profile is not None:
-            hour = int(((offset + t) % 86400) // 3600)
-            if rng.random() * peak >= profile[hour]:
+        if profile is not None or week is not None:
+            moment = (offset + t) % (7 * 86400)
+            weight = profile[int(moment % 86400 // 3600)] if profile is not None else 1.0
+            if week is not None:
+                weight *= week[int(moment // 86400)]
+            if rng.random() * peak >= weight:
                 continue
         starts.append(t)
 
 
-def _seconds_into_day(started_at: str) -> float:
+def _seconds_into_week(started_at: str) -> float:
+    """Seconds since the Monday 00:00 UTC before ``started_at``."""
     when = dt.datetime.fromisoformat(started_at.replace("Z", "+00:00")).astimezone(dt.UTC)
-    return when.hour * 3600 + when.minute * 60 + when.second + when.microsecond / 1e6
+    day = when.weekday() * 86400
+    return day + when.hour * 3600 + when.minute * 60 + when.second + when.microsecond / 1e6
 
 
 def _turns(mean: float, rng: random.Random) -> int:

@@ -22,6 +22,7 @@ from herdsman.sim.model import (
     parse_profile,
     parse_seconds,
     parse_shares,
+    parse_week,
     parse_weights,
 )
 from herdsman.sim.workload import config_from_trace
@@ -67,6 +68,11 @@ def model_from_args(args: argparse.Namespace) -> tuple[Model, dict[str, Any]]:
         if arrivals.kind != "poisson":
             raise ModelError("--profile: shapes poisson arrivals; recorded arrivals keep their own")
         profile = parse_profile(args.profile)
+    week = None
+    if args.week is not None:
+        if arrivals.kind != "poisson":
+            raise ModelError("--week: shapes poisson arrivals; recorded arrivals keep their own")
+        week = parse_week(args.week)
     turns = parse_number(
         "--turns", "mean turns per conversation", args.turns, low=1, high=MAX_TURNS
     )
@@ -91,6 +97,7 @@ def model_from_args(args: argparse.Namespace) -> tuple[Model, dict[str, Any]]:
         durations=durations,
         providers=providers,
         profile=profile,
+        week=week,
         turns=turns,
         think=think,
         outcomes=outcomes,
@@ -135,6 +142,13 @@ def add_generate_command(actions: Any, guarded: Any) -> None:
         default=None,
         metavar="W0,...,W23",
         help="24 hourly weights (UTC hours of the trace clock) shaping Poisson arrivals",
+    )
+    parser.add_argument(
+        "--week",
+        default=None,
+        metavar="W_MON,...,W_SUN",
+        help="7 daily weights, Monday first (UTC days of the trace clock) shaping Poisson"
+        " arrivals, e.g. 1,1,1,1,1,0,0 for working days only",
     )
     parser.add_argument(
         "--durations",

@@ -34,6 +34,7 @@ __all__ = [
     "parse_profile",
     "parse_seconds",
     "parse_shares",
+    "parse_week",
     "parse_weights",
 ]
 
@@ -82,6 +83,8 @@ class Model:
     providers: tuple[tuple[str, float], ...]
     #: 24 hourly rate weights (mean 1) for Poisson arrivals, or None (flat).
     profile: tuple[float, ...] | None = None
+    #: 7 daily rate weights (mean 1), Monday first, for Poisson arrivals, or None (flat).
+    week: tuple[float, ...] | None = None
     turns: float = 1.0
     think: float = 300.0
     #: Share of runs ending ``failed`` / ``timed_out`` (the rest succeed).
@@ -185,6 +188,23 @@ def parse_profile(text: str) -> tuple[float, ...]:
     return tuple(w * 24 / total for w in weights)
 
 
+def parse_week(text: str) -> tuple[float, ...]:
+    """7 comma-separated daily weights, Monday first, scaled to a mean of 1."""
+    parts = text.split(",")
+    if len(parts) != 7:
+        raise ModelError(
+            f"--week: expected 7 comma-separated daily weights (Monday to Sunday), got {len(parts)}"
+        )
+    weights = [
+        parse_number("--week", f"weight of day {day}", part.strip(), low=0)
+        for day, part in enumerate(parts, start=1)
+    ]
+    total = sum(weights)
+    if total == 0:
+        raise ModelError("--week: at least one daily weight must be > 0")
+    return tuple(w * 7 / total for w in weights)
+
+
 def parse_weights(flag: str, text: str, known: Sequence[str]) -> tuple[tuple[str, float], ...]:
     """``name=weight,name=weight`` over ``known`` names, weights > 0."""
     pairs = _pairs(flag, text, known, "weight")
@@ -226,6 +246,8 @@ def _pairs(flag: str, text: str, known: Sequence[str], what: str) -> tuple[tuple
 def model_to_json(model: Model) -> dict[str, Any]:
     """The model as JSON, as a generated trace's header carries it."""
     value: dict[str, Any] = attrs.asdict(model, recurse=True)
+    if value["week"] is None:
+        del value["week"]  # a model without one reads as before it existed
     return value
 
 
@@ -235,12 +257,14 @@ def model_from_json(value: Mapping[str, Any], where: str) -> Model:
         arrivals = Arrivals(**value["arrivals"])
         durations = Durations(**value["durations"])
         profile = value.get("profile")
+        week = value.get("week")
         model = Model(
             span=float(value["span"]),
             arrivals=arrivals,
             durations=durations,
             providers=tuple((str(n), float(w)) for n, w in value["providers"]),
             profile=None if profile is None else tuple(float(w) for w in profile),
+            week=None if week is None else tuple(float(w) for w in week),
             turns=float(value["turns"]),
             think=float(value["think"]),
             outcomes=tuple((str(n), float(s)) for n, s in value["outcomes"]),
@@ -292,6 +316,10 @@ def _model_problem(model: Model) -> str | None:
         len(model.profile) != 24 or any(bad(w, 0) for w in model.profile) or not any(model.profile)
     ):
         return "profile: expected 24 hourly weights >= 0, at least one > 0"
+    if model.week is not None and (
+        len(model.week) != 7 or any(bad(w, 0) for w in model.week) or not any(model.week)
+    ):
+        return "week: expected 7 daily weights >= 0, at least one > 0"
     for name, shares in (("outcomes", model.outcomes), ("usage_limited", model.usage_limited)):
         if any(bad(share, 0, 1) for _, share in shares):
             return f"{name}: expected shares from 0 to 1"

@@ -25,10 +25,11 @@ output is the same whatever ``workers`` is.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -37,11 +38,12 @@ import attrs
 
 from herdsman.config import LoadedConfig
 from herdsman.config.report import config_as_json
+from herdsman.sim.cost import Price, configuration_cost
 from herdsman.sim.generate import Samples, generate, load_samples, recorded_durations
 from herdsman.sim.metrics import METRICS, Metrics, measure
 from herdsman.sim.model import Model, ModelError, model_from_json
-from herdsman.sim.slo import Slo
-from herdsman.sim.stats import Estimate, estimate
+from herdsman.sim.slo import Slo, Verdict
+from herdsman.sim.stats import Estimate, estimate, replications_to_decide
 from herdsman.sim.sweep import Setting, Vary, configure, settings
 from herdsman.sim.workload import (
     RunPlan,
@@ -56,6 +58,7 @@ __all__ = [
     "Engine",
     "PlanInput",
     "PlanResult",
+    "Replications",
     "Row",
     "collect",
     "plan",
@@ -161,41 +164,159 @@ def replication(source: PlanInput, number: int, seed: int) -> Workload:
     return attrs.evolve(source.workload, plans=plans)
 
 
+#: ``--replications auto``: the first look, and the default cap.
+AUTO_FIRST = 5
+AUTO_CAP = 100
+#: The confidence of a fixed number of replications' intervals, and the
+#: overall level ``auto`` splits across its looks.
+CONFIDENCE = 0.95
+
+
+@attrs.frozen
+class Replications:
+    """How many replications: a fixed number, or ``auto`` looks up to a cap.
+
+    ``auto`` is a group-sequential procedure (docs/capacity-planning.md):
+    every configuration still undecided is given more replications at each
+    look — 5, 10, 20, ... doubling, the last look at the cap — and stops
+    at the first look whose interval puts every clause of the SLO on one
+    side of its threshold. The 5% a single interval allows for error is
+    split evenly across the looks (Bonferroni), so each look's interval is
+    at 1 - 0.05/K for K looks.
+    """
+
+    looks: tuple[int, ...]
+    auto: bool
+
+    @classmethod
+    def fixed(cls, count: int) -> Replications:
+        """Exactly ``count`` replications, 95% intervals."""
+        return cls((count,), auto=False)
+
+    @classmethod
+    def automatic(cls, cap: int = AUTO_CAP) -> Replications:
+        """Looks at 5, 10, 20, ... and ``cap`` (at least 5)."""
+        looks = [AUTO_FIRST]
+        while looks[-1] * 2 < cap:
+            looks.append(looks[-1] * 2)
+        if looks[-1] < cap:
+            looks.append(cap)
+        return cls(tuple(looks), auto=True)
+
+    @property
+    def cap(self) -> int:
+        """The most replications any configuration gets."""
+        return self.looks[-1]
+
+    @property
+    def confidence(self) -> float:
+        """Each interval's confidence: 95%, or 95% split across the looks."""
+        return 1 - (1 - CONFIDENCE) / len(self.looks) if self.auto else CONFIDENCE
+
+
 @attrs.frozen
 class Row:
-    """One configuration: its setting, each metric's estimate, and whether it meets the SLO."""
+    """One configuration: its setting, each metric's estimate, and the SLO's verdict.
+
+    ``replications`` is how many it was simulated on; ``cost`` its monthly
+    cost (None without ``--cost``); ``settle`` for an undecided one, about
+    how many replications would decide it (None when that cannot be told).
+    """
 
     setting: Setting
     estimates: Mapping[str, Estimate]
-    meets: bool
+    verdict: Verdict
+    replications: int
+    cost: float | None = None
+    settle: int | None = None
+
+    @property
+    def meets(self) -> bool:
+        """Whether its whole interval meets the SLO."""
+        return self.verdict == "meets"
 
 
 @attrs.frozen
 class PlanResult:
-    """Every configuration's row, in sweep order, and the smallest meeting the SLO."""
+    """Every configuration's row, in sweep order, and the answer.
+
+    ``answer`` is the cheapest configuration meeting the SLO when priced
+    (the first of equally cheap ones), else the first meeting it in sweep
+    order; ``smallest`` is always the latter.
+    """
 
     rows: tuple[Row, ...]
+    answer: Row | None
     smallest: Row | None
     slo: Slo
-    replications: int
+    replications: Replications
     seed: int
     kind: str
+    priced: bool = False
 
 
 @attrs.frozen
-class _Task:
-    config: int
-    replication: int
-    workload: Workload
-    settings: Mapping[str, Any]
+class _Job:
+    """What every worker needs once: the source, configurations, seed and engine."""
+
+    source: PlanInput
+    configs: tuple[Mapping[str, Any], ...]
+    seed: int
     engine: Engine
 
 
-def _simulate(task: _Task) -> tuple[int, int, Metrics]:
+class _Worker:
+    """Runs simulations of one job, keeping the replication it built last.
+
+    Tasks come replication by replication, so a worker builds (generates
+    and parses) a replication once for all the configurations it runs on it.
+    """
+
+    def __init__(self, job: _Job) -> None:
+        self.job = job
+        self._loaded: dict[int, LoadedConfig] = {}
+        self._built: tuple[int, Workload] | None = None
+
+    def simulate(self, replication_number: int, configs: Sequence[int]) -> list[Metrics]:
+        if self._built is None or self._built[0] != replication_number:
+            drawn = replication(self.job.source, replication_number, self.job.seed)
+            # A plan changes the configuration: a recorded reload would put the old one back.
+            self._built = (replication_number, _without_reloads(drawn))
+        workload = self._built[1]
+        return [self.job.engine(workload, self._config(c)) for c in configs]
+
+    def _config(self, number: int) -> LoadedConfig:
+        if number not in self._loaded:
+            self._loaded[number] = config_from_trace(self.job.configs[number], "configuration")
+        return self._loaded[number]
+
+
+_WORKER: _Worker | None = None
+
+
+def _start_worker(job: _Job) -> None:
+    global _WORKER  # noqa: PLW0603 - one per worker process, set once by the pool
     # The simulated supervisor's log (usage limits, checkouts) is not news here.
     logging.getLogger("herdsman").setLevel(logging.ERROR)
-    loaded = config_from_trace(task.settings, "configuration")
-    return task.config, task.replication, task.engine(task.workload, loaded)
+    _WORKER = _Worker(job)
+
+
+def _run_task(task: tuple[int, tuple[int, ...]]) -> tuple[int, tuple[int, ...], list[Metrics]]:
+    assert _WORKER is not None, "the pool's initializer sets the worker"
+    number, configs = task
+    return number, configs, _WORKER.simulate(number, configs)
+
+
+def _tasks(batch: Mapping[int, Sequence[int]], workers: int) -> list[tuple[int, tuple[int, ...]]]:
+    """Replication-major tasks, configurations split only when too few to share out."""
+    count = sum(1 for configs in batch.values() if configs)
+    pieces = max(1, -(-2 * workers // max(count, 1))) if workers > 1 else 1
+    tasks = []
+    for number in sorted(batch):
+        configs = tuple(batch[number])
+        size = max(1, -(-len(configs) // pieces))
+        tasks += [(number, configs[i : i + size]) for i in range(0, len(configs), size)]
+    return tasks
 
 
 def plan(
@@ -203,50 +324,138 @@ def plan(
     varies: Sequence[Vary],
     slo: Slo,
     *,
-    replications: int,
+    replications: int | Replications,
     seed: int = 0,
     workers: int = 1,
     engine: Engine = DEFAULT_ENGINE,
     progress: Callable[[int, int], None] | None = None,
+    prices: Sequence[Price] = (),
 ) -> PlanResult:
-    """Simulate every configuration on every replication; the table and the answer.
+    """Simulate every configuration on its replications; the table and the answer.
 
-    ``progress`` is called with the number of tasks done and their total
-    (first with none done). Errors in a
-    configuration (a value it refuses) are raised before anything runs.
+    ``progress`` is called with the number of simulations done and the
+    number planned so far (first with none done; with ``auto`` the total
+    grows at each look). Errors in a configuration (a value it refuses, a
+    priced key without a number) are raised before anything runs.
     """
+    spec = (
+        replications if isinstance(replications, Replications) else Replications.fixed(replications)
+    )
     combos = settings(varies)
     header_config = source.workload.header.config
-    configs = [config_as_json(configure(header_config, varies, s).config) for s in combos]
-    # A plan changes the configuration: a recorded reload would put the old one back.
-    workloads = [
-        _without_reloads(replication(source, number, seed)) for number in range(replications)
+    configs = tuple(config_as_json(configure(header_config, varies, s).config) for s in combos)
+    costs = [
+        configuration_cost(config, prices, "--vary " + _label(combo)) if prices else None
+        for config, combo in zip(configs, combos, strict=True)
     ]
-    tasks = [
-        _Task(c, r, workloads[r], configs[c], engine)
-        for c in range(len(configs))
-        for r in range(replications)
-    ]
+    job = _Job(source, configs, seed, engine)
     results: dict[tuple[int, int], Metrics] = {}
-    if progress is not None:
-        progress(0, len(tasks))
-    if workers <= 1:
-        for task in tasks:
-            c, r, metrics = _simulate(task)
-            results[c, r] = metrics
+    undecided = list(range(len(configs)))
+    used = dict.fromkeys(undecided, 0)
+    planned = 0
+    with _pool(job, workers) as run:
+        for look in spec.looks:
+            batch = {r: [c for c in undecided if used[c] <= r] for r in range(look)}
+            planned += sum(len(configs) for configs in batch.values())
             if progress is not None:
-                progress(len(results), len(tasks))
-    else:
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            for future in as_completed([pool.submit(_simulate, task) for task in tasks]):
-                c, r, metrics = future.result()
-                results[c, r] = metrics
+                progress(len(results), planned)
+
+            def tick(total: int = planned) -> None:
                 if progress is not None:
-                    progress(len(results), len(tasks))
-    rows = collect(combos, results, replications, slo)
-    smallest = next((row for row in rows if row.meets), None)
-    return PlanResult(rows, smallest, slo, replications, seed, source.kind)
+                    progress(len(results), total)
+
+            run(_tasks(batch, workers), results, tick)
+            for c in undecided:
+                used[c] = look
+            undecided = [
+                c
+                for c in undecided
+                if slo.verdict(_estimates(c, results, look, spec.confidence)) == "undecided"
+            ]
+            if not undecided:
+                break
+    rows = tuple(
+        _row(combos[c], c, results, used[c], slo=slo, spec=spec, cost=costs[c])
+        for c in range(len(combos))
+    )
+    meeting = [row for row in rows if row.meets]
+    smallest = meeting[0] if meeting else None
+    answer = smallest
+    if prices and meeting:
+        answer = min(meeting, key=lambda row: row.cost or 0.0)  # min keeps the first of ties
+    return PlanResult(rows, answer, smallest, slo, spec, seed, source.kind, bool(prices))
+
+
+_Run = Callable[
+    [list[tuple[int, tuple[int, ...]]], dict[tuple[int, int], Metrics], Callable[[], object]],
+    None,
+]
+
+
+@contextlib.contextmanager
+def _pool(job: _Job, workers: int) -> Iterator[_Run]:
+    """Something that runs tasks and files each result under (configuration, replication).
+
+    Nothing is taken in the order workers finish: the results are the same
+    for any number of workers.
+    """
+    if workers <= 1:
+        logging.getLogger("herdsman").setLevel(logging.ERROR)
+        worker = _Worker(job)
+
+        def run_here(tasks: Any, results: Any, tick: Any) -> None:
+            for number, configs in tasks:
+                for c, metrics in zip(configs, worker.simulate(number, configs), strict=True):
+                    results[c, number] = metrics
+                    tick()
+
+        yield run_here
+        return
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_start_worker, initargs=(job,)
+    ) as executor:
+
+        def run_there(tasks: Any, results: Any, tick: Any) -> None:
+            for future in as_completed([executor.submit(_run_task, task) for task in tasks]):
+                number, configs, measured = future.result()
+                for c, metrics in zip(configs, measured, strict=True):
+                    results[c, number] = metrics
+                tick()
+
+        yield run_there
+
+
+def _estimates(
+    c: int, results: Mapping[tuple[int, int], Metrics], count: int, confidence: float
+) -> dict[str, Estimate]:
+    # Values in replication order, never in the order they came in.
+    measured = [results[c, r] for r in range(count)]
+    return {name: estimate([m.get(name) for m in measured], confidence) for name in METRICS}
+
+
+def _row(
+    setting: Setting,
+    c: int,
+    results: Mapping[tuple[int, int], Metrics],
+    count: int,
+    *,
+    slo: Slo,
+    spec: Replications,
+    cost: float | None,
+) -> Row:
+    estimates = _estimates(c, results, count, spec.confidence)
+    verdict = slo.verdict(estimates)
+    settle = None
+    if verdict == "undecided":
+        needs = [
+            replications_to_decide(estimates[clause.metric].values, clause.value, spec.confidence)
+            for clause in slo.clauses
+            if clause.verdict(estimates[clause.metric]) == "undecided"
+        ]
+        if all(n is not None for n in needs):
+            settle = max(count + 1, *(n for n in needs if n is not None))
+    return Row(setting, estimates, verdict, count, cost, settle)
 
 
 def collect(
@@ -259,12 +468,15 @@ def collect(
 
     Values are taken in replication order, never in the order they came in.
     """
-    rows = []
-    for c, setting in enumerate(combos):
-        measured = [results[c, r] for r in range(replications)]
-        estimates = {name: estimate([m.get(name) for m in measured]) for name in METRICS}
-        rows.append(Row(setting, estimates, slo.met_by(estimates)))
-    return tuple(rows)
+    spec = Replications.fixed(replications)
+    return tuple(
+        _row(setting, c, results, replications, slo=slo, spec=spec, cost=None)
+        for c, setting in enumerate(combos)
+    )
+
+
+def _label(setting: Setting) -> str:
+    return " ".join(f"{key}={value}" for key, value in setting)
 
 
 def _without_reloads(workload: Workload) -> Workload:

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from herdsman.sim.cost import parse_cost
 from herdsman.sim.model import ModelError
-from herdsman.sim.plan import plan, read_input
+from herdsman.sim.plan import AUTO_CAP, AUTO_FIRST, Replications, plan, read_input
 from herdsman.sim.plan_report import check_plot, plan_json, plan_table, plot_waits
 from herdsman.sim.slo import parse_slo
 from herdsman.sim.sweep import parse_vary
@@ -31,11 +32,31 @@ def _whole(flag: str, text: str, low: int, high: int) -> int:
     return value
 
 
+def _replications(text: str) -> Replications:
+    """``N``, ``auto`` or ``auto:CAP``."""
+    if text == "auto":
+        return Replications.automatic()
+    if text.startswith("auto:"):
+        cap = text.removeprefix("auto:")
+        return Replications.automatic(
+            _whole("--replications auto:CAP", cap, AUTO_FIRST, MAX_REPLICATIONS)
+        )
+    try:
+        int(text)
+    except ValueError:
+        raise ModelError(
+            f"--replications: expected a whole number from 1 to {MAX_REPLICATIONS}, auto or"
+            f" auto:CAP, got {text!r}"
+        ) from None
+    return Replications.fixed(_whole("--replications", text, 1, MAX_REPLICATIONS))
+
+
 def _plan(args: argparse.Namespace) -> int:
     # Every flag is checked before the first simulation: a sweep can be long.
     varies = [parse_vary(text) for text in args.vary]
     slo = parse_slo(args.slo)
-    replications = _whole("--replications", args.replications, 1, MAX_REPLICATIONS)
+    replications = _replications(args.replications)
+    prices = [parse_cost(text) for text in args.cost]
     workers = _whole("--workers", args.workers, 1, 1024) if args.workers else os.cpu_count() or 1
     if args.plot is not None:
         check_plot(args.plot)
@@ -50,6 +71,7 @@ def _plan(args: argparse.Namespace) -> int:
             seed=args.seed,
             workers=workers,
             progress=bar.update if bar is not None else None,
+            prices=prices,
         )
     finally:
         if bar is not None:
@@ -60,7 +82,7 @@ def _plan(args: argparse.Namespace) -> int:
         sys.stdout.write(plan_table(result))
     if args.plot is not None:
         plot_waits(result, args.plot)
-    return 0 if result.smallest is not None else 1
+    return 0 if result.answer is not None else 1
 
 
 class _Bar:
@@ -74,6 +96,9 @@ class _Bar:
             from tqdm import tqdm  # noqa: PLC0415 - only a plan needs it
 
             self._bar = tqdm(total=total, desc="simulating", unit="sim", file=sys.stderr)
+        if self._bar.total != total:  # --replications auto plans more at each look
+            self._bar.total = total
+            self._bar.refresh()
         self._bar.update(done - self._bar.n)
 
     def close(self) -> None:
@@ -89,10 +114,11 @@ def add_plan_command(actions: Any, guarded: Any) -> None:
     """Add ``plan`` to the ``sim`` subcommands."""
     parser = actions.add_parser(
         "plan",
-        help="sweep config keys over a workload; the smallest configuration meeting an SLO"
-        " (see docs/capacity-planning.md)",
+        help="sweep config keys over a workload; the smallest (or cheapest) configuration"
+        " meeting an SLO (see docs/capacity-planning.md)",
         description="Replay a workload under every combination of the --vary values and find"
-        " the smallest configuration that meets the --slo. Exit status 1 when none does.",
+        " the smallest configuration that meets the --slo, or with --cost the cheapest."
+        " Exit status 1 when none does.",
     )
     parser.add_argument(
         "trace", type=Path, metavar="TRACE", help="a recorded trace or a generated workload"
@@ -115,8 +141,20 @@ def add_plan_command(actions: Any, guarded: Any) -> None:
     parser.add_argument(
         "--replications",
         default="5",
-        metavar="N",
-        help="replications per configuration (default 5; see docs/capacity-planning.md)",
+        metavar="N|auto|auto:CAP",
+        help="replications per configuration (default 5), or auto: more until each"
+        " configuration's interval decides the SLO, at most CAP"
+        f" (default {AUTO_CAP})"
+        " (see docs/capacity-planning.md)",
+    )
+    parser.add_argument(
+        "--cost",
+        action="append",
+        default=[],
+        metavar="KEY=PRICE",
+        help="price one unit of a config key per month, e.g. providers.claude.concurrency=40"
+        " (a slot) or providers.claude.accounts=200 (an account); the answer is then the"
+        " cheapest configuration meeting the SLO (repeatable)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the replications (default 0)")
     parser.add_argument(
@@ -131,6 +169,7 @@ def add_plan_command(actions: Any, guarded: Any) -> None:
         type=Path,
         default=None,
         metavar="FILE.png",
-        help="draw wait percentiles against the varied key (needs herdsman[plot])",
+        help="draw the SLO's metric against the varied keys, each configuration marked"
+        " meets/misses (needs herdsman[plot])",
     )
     parser.set_defaults(handler=guarded(_plan))

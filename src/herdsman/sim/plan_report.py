@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from herdsman.cli_tables import duration_text
 from herdsman.config.overrides import parse_value_text
 from herdsman.sim.metrics import METRICS
 from herdsman.sim.plan import PlanInput, PlanResult, Row
+from herdsman.sim.slo import Clause
 from herdsman.sim.stats import Estimate
 
-__all__ = ["PlotError", "check_plot", "plan_json", "plan_table", "plot_waits"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "PlotError",
+    "check_plot",
+    "metric_text",
+    "plan_figure",
+    "plan_json",
+    "plan_table",
+    "plot_waits",
+]
 
 #: Metrics the table shows, and their column titles.
 _COLUMNS = {
@@ -25,31 +40,46 @@ _COLUMNS = {
     "unstarted": "never started",
 }
 
+#: The table's word for each verdict.
+_VERDICT_TEXT = {"meets": "yes", "misses": "no", "undecided": "undecided"}
+
 
 class PlotError(Exception):
     """``--plot`` cannot draw (matplotlib is missing)."""
 
 
-def _shown(name: str, value: float) -> str:
+def metric_text(name: str, value: float) -> str:
+    """A metric's value in its own unit: ``4m12s``, ``1h03m``, ``36%``, ``18.4``."""
     if name.endswith("_wait"):
-        # Tenths matter for short waits only; long ones read better whole.
-        return f"{value:.1f}s" if value < 100 else f"{value:.0f}s"
+        return duration_text(value)
     if name == "utilisation":
         return f"{value * 100:.0f}%"
     return f"{value:.1f}"
 
 
 def _cell(name: str, estimate: Estimate) -> str:
-    text = _shown(name, estimate.mean)
+    text = metric_text(name, estimate.mean)
     if estimate.high > estimate.low:
         half = (estimate.high - estimate.low) / 2
-        spread = f"{half * 100:.0f}" if name == "utilisation" else _shown(name, half)
+        spread = f"{half * 100:.0f}" if name == "utilisation" else metric_text(name, half)
         text += f" ±{spread}"
     return text
 
 
+def _money(value: float) -> str:
+    return f"{value:,.2f}".removesuffix(".00")
+
+
+def _threshold(clause: Clause) -> str:
+    if clause.metric.endswith("_wait"):
+        return duration_text(clause.value)
+    if clause.metric == "utilisation":
+        return f"{clause.value * 100:g}%"
+    return f"{clause.value:g}"
+
+
 def plan_table(result: PlanResult) -> str:
-    """The human-readable table, one configuration per line, and the answer."""
+    """The human-readable table, one configuration per line, the rule and the answer."""
     keys = [key for key, _ in result.rows[0].setting]
     # "never started" only when some configuration left runs unstarted.
     columns = [
@@ -57,28 +87,89 @@ def plan_table(result: PlanResult) -> str:
         for name in _COLUMNS
         if name != "unstarted" or any(r.estimates[name].high > 0 for r in result.rows)
     ]
-    head = [*keys, *(_COLUMNS[name] for name in columns), "meets SLO"]
+    auto = result.replications.auto
+    head = [
+        *keys,
+        *(_COLUMNS[name] for name in columns),
+        *(["replications"] if auto else []),
+        *(["cost/month"] if result.priced else []),
+        "meets SLO",
+    ]
     body = [
         [
             *(value for _, value in row.setting),
             *(_cell(name, row.estimates[name]) for name in columns),
-            "yes" if row.meets else "no",
+            *([str(row.replications)] if auto else []),
+            *([_money(row.cost or 0.0)] if result.priced else []),
+            _VERDICT_TEXT[row.verdict],
         ]
         for row in result.rows
     ]
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
     lines = ["  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True))
              for line in [head, *body]]  # fmt: skip
-    ci = "mean ± half the 95% confidence interval" if result.replications > 1 else "one replication"
-    lines.append(
-        f"{result.replications} replication(s) of a {result.kind} workload per configuration"
-        f" ({ci}); seed {result.seed}"
-    )
-    if result.smallest is None:
-        lines.append(f"no configuration meets {result.slo.text}")
-    else:
-        lines.append(f"smallest configuration meeting {result.slo.text}: {_label(result.smallest)}")
+    lines += _notes(result)
     return "\n".join(lines) + "\n"
+
+
+def _notes(result: PlanResult) -> list[str]:
+    """What is under the table: how it was measured, the rule for "meets", the answer."""
+    spec = result.replications
+    percent = f"{spec.confidence * 100:.3g}%"
+    if spec.auto:
+        looks = ", ".join(str(n) for n in spec.looks)
+        lines = [
+            f"replications: auto, a {result.kind} workload simulated {looks} times until each"
+            f" configuration's interval decides the SLO; mean ± half the {percent} confidence"
+            f" interval (95% split over {len(spec.looks)} looks); seed {result.seed}"
+        ]
+    elif spec.cap > 1:
+        lines = [
+            f"{spec.cap} replications of a {result.kind} workload per configuration"
+            f" (mean ± half the {percent} confidence interval); seed {result.seed}"
+        ]
+    else:
+        lines = [
+            f"1 replication of a {result.kind} workload per configuration (no interval);"
+            f" seed {result.seed}"
+        ]
+    rules = "; ".join(
+        f"{clause.metric} {'mean + half' if clause.op in ('<=', '<') else 'mean - half'}"
+        f" {clause.op} {_threshold(clause)}"
+        for clause in result.slo.clauses
+    )
+    lines.append(
+        f"meets SLO: yes when the whole interval meets {result.slo.text} ({rules}); no when the"
+        " whole interval misses it; undecided when the interval straddles a threshold"
+        " (not counted as meeting)"
+    )
+    for row in result.rows:
+        if row.verdict != "undecided":
+            continue
+        if row.settle is None:
+            likely = "no estimate of the replications that would settle it (no spread measured)"
+        else:
+            likely = f"about {row.settle} replications would likely settle it"
+        after = f"after {row.replications}" + (
+            " (the cap)" if spec.auto and row.replications == spec.cap else ""
+        )
+        lines.append(f"undecided {after}: {_label(row)}: {likely}")
+    if any(row.verdict == "undecided" and row.settle is not None for row in result.rows):
+        lines.append(
+            "  (the interval's half-width is t·s/√n: the smallest n at which it falls under the"
+            " distance from the mean to the threshold, if the mean and the spread s stay as"
+            " measured)"
+        )
+    if result.answer is None:
+        lines.append(f"no configuration meets {result.slo.text}")
+    elif result.priced:
+        lines.append(
+            f"cheapest configuration meeting {result.slo.text}: {_label(result.answer)},"
+            f" {_money(result.answer.cost or 0.0)} a month"
+        )
+    else:
+        lines.append(f"smallest configuration meeting {result.slo.text}: {_label(result.answer)}")
+    return lines
 
 
 def _label(row: Row) -> str:
@@ -87,9 +178,12 @@ def _label(row: Row) -> str:
 
 def plan_json(result: PlanResult, source: PlanInput) -> dict[str, Any]:
     """The result for machines (``--json``)."""
+    spec = result.replications
     return {
         "input": {"trace": str(source.path), "kind": result.kind},
-        "replications": result.replications,
+        "replications": "auto" if spec.auto else spec.cap,
+        "looks": list(spec.looks),
+        "confidence": spec.confidence,
         "seed": result.seed,
         "slo": result.slo.text,
         "vary": [key for key, _ in result.rows[0].setting],
@@ -97,10 +191,14 @@ def plan_json(result: PlanResult, source: PlanInput) -> dict[str, Any]:
             {
                 "settings": _values(row),
                 "meets_slo": row.meets,
+                "verdict": row.verdict,
+                "replications": row.replications,
+                "settle_replications": row.settle,
+                "cost": row.cost,
                 "metrics": {
                     name: {
                         "mean": row.estimates[name].mean,
-                        "ci95": [row.estimates[name].low, row.estimates[name].high],
+                        "ci": [row.estimates[name].low, row.estimates[name].high],
                         "values": list(row.estimates[name].values),
                     }
                     for name in METRICS
@@ -109,6 +207,11 @@ def plan_json(result: PlanResult, source: PlanInput) -> dict[str, Any]:
             for row in result.rows
         ],
         "smallest": None if result.smallest is None else _values(result.smallest),
+        "cheapest": (
+            None
+            if not result.priced or result.answer is None
+            else {"settings": _values(result.answer), "cost": result.answer.cost}
+        ),
     }
 
 
@@ -128,40 +231,161 @@ def check_plot(path: Path) -> None:
 
 
 def plot_waits(result: PlanResult, path: Path) -> None:
-    """Draw p50/p95/p99 wait (with their intervals) against the configurations."""
+    """Draw :func:`plan_figure` into ``path`` (a PNG)."""
     check_plot(path)
-    import matplotlib  # noqa: PLC0415 - an optional extra
+    figure = plan_figure(result)
+    figure.savefig(path, dpi=80)
 
-    matplotlib.use("Agg")  # a file, never a window
-    import matplotlib.pyplot as plt  # noqa: PLC0415
 
+#: How each verdict is marked on the plot: marker, filled, legend text.
+MARKS = {
+    "meets": ("o", True, "meets SLO"),
+    "misses": ("X", True, "misses SLO"),
+    "undecided": ("o", False, "undecided"),
+}
+
+
+def plan_figure(result: PlanResult) -> Figure:
+    """The SLO's metric against the first varied key, each configuration marked.
+
+    One line per value of the other varied keys (one line in all when one
+    key is varied, and then the other wait percentiles drawn thin beside
+    it); intervals clipped at zero; the SLO's thresholds dashed; each point
+    marked as the table's "meets SLO" column says (:data:`MARKS`). Points
+    sharing an x are drawn side by side, so none hides another.
+    """
+    from matplotlib.figure import Figure  # noqa: PLC0415 - an optional extra
+    from matplotlib.lines import Line2D  # noqa: PLC0415
+
+    metric = result.slo.metric
     keys = [key for key, _ in result.rows[0].setting]
-    labels = [" ".join(value for _, value in row.setting) for row in result.rows]
-    numeric = len(keys) == 1 and all(_is_number(label) for label in labels)
-    xs = [float(label) for label in labels] if numeric else list(range(len(labels)))
-    figure, axes = plt.subplots(figsize=(8, 4.5))
-    for name in ("p50_wait", "p95_wait", "p99_wait"):
-        estimates = [row.estimates[name] for row in result.rows]
-        means = [e.mean for e in estimates]
-        errors = [[e.mean - e.low for e in estimates], [e.high - e.mean for e in estimates]]
-        axes.errorbar(xs, means, yerr=errors, marker="o", capsize=3, label=name)
+    xs, ticks, tick_labels = _positions(result.rows)
+    groups: dict[tuple[tuple[str, str], ...], list[int]] = {}
+    for index, row in enumerate(result.rows):
+        groups.setdefault(row.setting[1:], []).append(index)
+    scale, unit = _scale(metric, result)
+    series: list[tuple[str, str, list[int], bool]] = []  # label, metric, rows, marked
+    if len(keys) == 1 and metric.endswith("_wait"):
+        everyone = list(range(len(result.rows)))
+        for name in ("p50_wait", "p95_wait", "p99_wait"):
+            series.append((name.removesuffix("_wait"), name, everyone, name == metric))
+        if metric not in ("p50_wait", "p95_wait", "p99_wait"):
+            series.append((metric, metric, everyone, True))
+    else:
+        for rest, members in groups.items():
+            # One other key: its name is the legend's title, each line its value.
+            label = rest[0][1] if len(rest) == 1 else ", ".join(f"{k}={v}" for k, v in rest)
+            series.append((label or metric, metric, members, True))
+    spacing = min((b - a for a, b in itertools.pairwise(ticks)), default=1.0)
+    width = spacing * 0.16
+    figure = Figure(figsize=(8, 4.5))
+    axes = figure.subplots()
+    for number, (label, name, members, marked) in enumerate(series):
+        offset = (number - (len(series) - 1) / 2) * width / max(len(series) - 1, 1)
+        x = [xs[i] + offset for i in members]
+        estimates = [result.rows[i].estimates[name] for i in members]
+        means = [e.mean / scale for e in estimates]
+        below = [(e.mean - max(e.low, 0.0)) / scale for e in estimates]
+        above = [(e.high - e.mean) / scale for e in estimates]
+        drawn = axes.errorbar(
+            x,
+            means,
+            yerr=[below, above],
+            capsize=3,
+            label=label,
+            linewidth=2 if marked else 1,
+            alpha=1.0 if marked else 0.5,
+            zorder=3 if marked else 2,
+        )
+        if not marked:
+            continue
+        colour = drawn.lines[0].get_color()
+        for i, at, mean in zip(members, x, means, strict=True):
+            row = result.rows[i]
+            marker, filled, _ = MARKS[row.verdict]
+            axes.plot(
+                [at],
+                [mean],
+                linestyle="none",
+                marker=marker,
+                markersize=8,
+                markeredgecolor=colour,
+                markerfacecolor=colour if filled else "white",
+                gid=f"{_label(row)}|{row.verdict}",
+                zorder=4,
+                label="_nolegend_",
+            )
     for clause in result.slo.clauses:
-        if clause.metric.endswith("_wait"):
-            axes.axhline(clause.value, linestyle="--", color="grey", label=f"SLO {clause.text}")
-    if not numeric:
-        axes.set_xticks(xs, labels, rotation=30, ha="right")
-    axes.set_xlabel(" / ".join(keys))
-    axes.set_ylabel("queue wait (s)")
-    axes.set_title(f"queue wait, {result.replications} replication(s) per configuration")
-    axes.legend()
+        if clause.metric == metric:
+            axes.axhline(
+                clause.value / scale,
+                linestyle="--",
+                color="grey",
+                label=f"SLO {clause.text}",
+                zorder=1,
+            )
+    if metric.endswith("_wait") or metric == "utilisation" or metric in ("timeouts",):
+        axes.set_ylim(bottom=0)
+    axes.set_xticks(ticks, tick_labels)
+    axes.set_xlabel(keys[0])
+    axes.set_ylabel(f"{metric} ({unit})" if unit else metric)
+    spec = result.replications
+    count = "auto replications" if spec.auto else f"{spec.cap} replication(s)"
+    axes.set_title(f"{metric} per configuration, {count}, {spec.confidence * 100:.3g}% intervals")
+    verdicts = [
+        Line2D(
+            [],
+            [],
+            linestyle="none",
+            marker=marker,
+            color="black",
+            markerfacecolor="black" if filled else "white",
+            label=text,
+        )
+        for verdict, (marker, filled, text) in MARKS.items()
+        if any(row.verdict == verdict for row in result.rows)
+    ]
+    handles, _ = axes.get_legend_handles_labels()
+    axes.legend(
+        handles=[*handles, *verdicts],
+        title=keys[1] if len(keys) == 2 else None,
+        fontsize="small",
+        loc="best",
+    )
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    return figure
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+def _positions(rows: Sequence[Row]) -> tuple[list[float], list[float], list[str]]:
+    """Each row's x, and the ticks: the first key's own values when numbers, else places."""
+    values: list[str] = []
+    for row in rows:
+        if row.setting[0][1] not in values:
+            values.append(row.setting[0][1])
+    numbers = [parse_value_text(value) for value in values]
+    if all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers):
+        ticks = [float(n) for n in numbers]
+        labels = [str(n) for n in numbers]  # 2 stays 2: whole numbers for whole-number keys
+    else:
+        ticks = [float(place) for place in range(len(values))]
+        labels = values
+    where = dict(zip(values, ticks, strict=True))
+    return [where[row.setting[0][1]] for row in rows], ticks, labels
+
+
+def _scale(metric: str, result: PlanResult) -> tuple[float, str]:
+    """A divisor and unit that keep the metric's axis readable: waits in s, min or h."""
+    if metric == "utilisation":
+        return 0.01, "%"
+    if not metric.endswith("_wait"):
+        return 1.0, "runs/h" if metric == "throughput" else ""
+    # The SLO's threshold sets the unit, so the line a reader compares with
+    # reads in round numbers (15 min, not 0.25 h); without one, the largest value.
+    thresholds = [c.value for c in result.slo.clauses if c.metric == metric]
+    drawn = {metric, "p50_wait", "p95_wait", "p99_wait"}
+    top = max(thresholds or [row.estimates[n].high for row in result.rows for n in drawn])
+    if top >= 2 * 3600:
+        return 3600.0, "h"
+    if top >= 120:
+        return 60.0, "min"
+    return 1.0, "s"

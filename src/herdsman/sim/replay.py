@@ -21,6 +21,7 @@ import datetime as dt
 import gc
 import heapq
 import io
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -32,7 +33,7 @@ import trio
 import trio.testing
 from pyfakefs.fake_filesystem_unittest import Patcher
 
-from herdsman.config import LoadedConfig
+from herdsman.config import Config, LoadedConfig
 from herdsman.runtime.git.fake import FakeGit
 from herdsman.runtime.ledger import Inline, inline
 from herdsman.runtime.metrics import Uncounted
@@ -51,7 +52,7 @@ from herdsman.runtime.supervisor import (
     Supervisor,
     UnknownAccount,
 )
-from herdsman.sim.result import ReplayResult, summary
+from herdsman.sim.result import ReplayResult, recording_ends, summary
 from herdsman.sim.trio_internals import (
     any_woken,
     checkpoints,
@@ -162,7 +163,10 @@ class Driver:
             cancel._attach(on_cancel)
 
         # Its end wakes this task and awaits nothing: no coroutine per run.
-        self.push(attempt.end(self.now()), END, index, done.set)
+        # One the recording never saw end (it was cut short) never ends.
+        end = attempt.end(self.now())
+        if end != math.inf:
+            self.push(end, END, index, done.set)
         try:
             await done.wait()
         finally:
@@ -314,6 +318,7 @@ async def _replay(
         resolve_program=lambda name: name,
     )
     trace.open()
+    _seed_lost(store, workload, config, wall())
     feed = _Feed(driver, supervisor, workload.arrivals)
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.run)
@@ -329,15 +334,34 @@ async def _replay(
         await supervisor.finished.wait()
         nursery.cancel_scope.cancel()
     trace.close()
-    return ReplayResult(
-        text,
-        feed.runs,
-        span,
-        0.0,
-        tuple(driver.executions.defaulted),
-        left_queued,
-        workload.rotated_at,
+    return recording_ends(
+        ReplayResult(
+            text,
+            feed.runs,
+            span,
+            0.0,
+            tuple(driver.executions.defaulted),
+            left_queued,
+            workload.rotated_at,
+        ),
+        workload,
     )
+
+
+def _seed_lost(store: Store, workload: Workload, config: Config, now: float) -> None:
+    """Put the runs the recording found lost at its start in the ledger as running.
+
+    The supervisor's recovery then finds them, as the recorded one did,
+    and records them lost in the same order. The trace names only their
+    ids: any configured provider stands for theirs (recovery reads no more).
+    """
+    if not workload.lost:
+        return
+    provider = next(iter(config.providers))
+    for run_id in workload.lost:
+        new = NewRun(id=run_id, provider=provider, prompt="(not recorded)", workspace="default")
+        store.submit(new, now)
+    store.mark_running_many([(run_id, None) for run_id in workload.lost], now)
 
 
 class Driven(Protocol):

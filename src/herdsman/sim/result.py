@@ -6,7 +6,7 @@ import math
 
 import attrs
 
-from herdsman.sim.workload import DEFAULT_DURATION
+from herdsman.sim.workload import DEFAULT_DURATION, Workload
 
 __all__ = ["ReplayResult", "summary"]
 
@@ -27,6 +27,36 @@ class ReplayResult:
     rotated_at: float | None = None
     #: Which engine simulated: "trio" (the whole supervisor) or "fast" (the cores).
     engine: str = "trio"
+    #: When the recording's supervisor was asked to shut down (nothing started after).
+    shutdown_at: float | None = None
+    #: When the recording ends with runs still running and no shutdown (a kill).
+    cut_at: float | None = None
+    #: Runs the recording found lost at its start that this engine cannot replay.
+    lost_not_replayed: int = 0
+    #: A fleet member's recording: runs submitted in it that it never started.
+    elsewhere: int | None = None
+
+
+def recording_ends(result: ReplayResult, workload: Workload) -> ReplayResult:
+    """``result`` with how its recording ended: what explains runs left over."""
+    shutdown_at = next((a.t for a in workload.arrivals if a.kind == "shutdown"), None)
+    # The fast engine has no ledger for recovery to find them in.
+    lost = len(workload.lost) if result.engine == "fast" else 0
+    fleet = workload.header.config.get("fleet") or {}
+    elsewhere = None
+    if fleet.get("enabled"):
+        # Another member started them, or nobody did before the end: this
+        # trace cannot tell which, nor when the others held their lanes.
+        elsewhere = sum(
+            1 for plan in workload.plans.values() if not plan.attempts and not plan.synthetic
+        )
+    return attrs.evolve(
+        result,
+        shutdown_at=shutdown_at,
+        cut_at=workload.cut_at,
+        lost_not_replayed=lost,
+        elsewhere=elsewhere,
+    )
 
 
 def summary(result: ReplayResult) -> str:
@@ -43,10 +73,31 @@ def summary(result: ReplayResult) -> str:
             f"; the recording was rotated into another file at t={result.rotated_at:g}:"
             " what the replay decided after that is its own"
         )
-    if result.left_queued:
+    if result.elsewhere is not None:
         line += (
-            f"; {result.left_queued} run(s) were still queued at the end (their provider is"
-            " not configured, or no account could take them)"
+            f"; this is a fleet member's trace: {result.elsewhere} run(s) submitted in it were"
+            " never started by this member, and when the other members ran theirs (holding"
+            " lanes and fleet-wide caps) is not in it, so the replay, one supervisor alone,"
+            " decides for itself from the first of those on"
+        )
+    if result.lost_not_replayed:
+        line += (
+            f"; the recording begins with {result.lost_not_replayed} run(s) found lost at"
+            " start-up, which the fast engine does not replay (use --engine trio)"
+        )
+    if result.cut_at is not None:
+        line += (
+            f"; the recording ends at t={result.cut_at:g} with runs still running and no"
+            " shutdown (the supervisor was killed, or the file was read while it ran):"
+            " those never end in the replay"
+        )
+    if result.left_queued:
+        line += f"; {result.left_queued} run(s) were still queued at the end" + (
+            f" (the recorded shutdown at t={result.shutdown_at:g} stopped new starts)"
+            if result.shutdown_at is not None
+            else " (the recording ended first)"
+            if result.cut_at is not None
+            else " (their provider is not configured, or no account could take them)"
         )
     if result.defaulted:
         line += (

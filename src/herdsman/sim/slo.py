@@ -6,9 +6,12 @@ An SLO is one or more clauses joined by ``,`` (all must hold), each
 unit (``60``, ``60s``, ``1.5m``, ``2h``); utilisation a fraction or a
 percentage (``0.8``, ``80%``); throughput runs per hour; counts a number.
 
-A configuration meets a clause only when its whole 95% confidence interval
+A configuration meets a clause only when its whole confidence interval
 does: the interval's upper end for ``<=``/``<``, its lower end for
-``>=``/``>``. With one replication that is the measured value.
+``>=``/``>``. It misses the clause when its whole interval is on the wrong
+side; otherwise the interval straddles the threshold and the clause is
+undecided (more replications would narrow it). With one replication the
+interval is the measured value, and every clause is decided.
 """
 
 from __future__ import annotations
@@ -17,13 +20,17 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from fractions import Fraction
+from typing import Literal
 
 import attrs
 
 from herdsman.sim.metrics import METRICS
 from herdsman.sim.stats import Estimate
 
-__all__ = ["Clause", "Slo", "SloError", "parse_slo"]
+__all__ = ["Clause", "Slo", "SloError", "Verdict", "parse_slo"]
+
+#: What an interval says of a clause, or of a whole SLO.
+Verdict = Literal["meets", "misses", "undecided"]
 
 _CLAUSE = re.compile(r"\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(\S+?)\s*")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
@@ -50,8 +57,17 @@ class Clause:
 
     def holds(self, estimate: Estimate) -> bool:
         """Whether the whole confidence interval of ``estimate`` meets the clause."""
-        bound = estimate.high if self.op in ("<=", "<") else estimate.low
-        return _COMPARE[self.op](bound, self.value)
+        return self.verdict(estimate) == "meets"
+
+    def verdict(self, estimate: Estimate) -> Verdict:
+        """``meets`` (whole interval), ``misses`` (whole interval) or ``undecided``."""
+        upper = self.op in ("<=", "<")
+        near, far = (estimate.high, estimate.low) if upper else (estimate.low, estimate.high)
+        if _COMPARE[self.op](near, self.value):
+            return "meets"
+        if not _COMPARE[self.op](far, self.value):
+            return "misses"
+        return "undecided"
 
 
 @attrs.frozen
@@ -63,7 +79,19 @@ class Slo:
 
     def met_by(self, estimates: Mapping[str, Estimate]) -> bool:
         """Whether every clause holds for these estimates."""
-        return all(clause.holds(estimates[clause.metric]) for clause in self.clauses)
+        return self.verdict(estimates) == "meets"
+
+    def verdict(self, estimates: Mapping[str, Estimate]) -> Verdict:
+        """``misses`` if a clause does, ``meets`` if all do, else ``undecided``."""
+        verdicts = {clause.verdict(estimates[clause.metric]) for clause in self.clauses}
+        if "misses" in verdicts:
+            return "misses"
+        return "undecided" if "undecided" in verdicts else "meets"
+
+    @property
+    def metric(self) -> str:
+        """The SLO's metric: its first clause's (the one a plot draws)."""
+        return self.clauses[0].metric
 
 
 def parse_slo(text: str) -> Slo:

@@ -24,12 +24,20 @@ from typing import Any
 import attrs
 
 from herdsman.config import LoadedConfig
-from herdsman.config.keypath import KeyPathError, parse_key_path
+from herdsman.config.keypath import KeyPath, KeyPathError, parse_key_path
 from herdsman.config.overrides import parse_value_text
 from herdsman.sim.workload import config_from_trace
 from herdsman.trace import TraceFormatError
 
-__all__ = ["Setting", "SweepError", "Vary", "configure", "parse_vary", "settings"]
+__all__ = [
+    "Setting",
+    "SweepError",
+    "Vary",
+    "configure",
+    "parse_vary",
+    "settings",
+    "split_key_flag",
+]
 
 _RANGE = re.compile(r"(-?\d+)\.\.(-?\d+)")
 
@@ -52,20 +60,31 @@ class Vary:
 Setting = tuple[tuple[str, str], ...]
 
 
-def parse_vary(text: str) -> Vary:
-    """Parse ``KEY=RANGE``; :class:`SweepError` naming the flag if malformed."""
+def split_key_flag(where: str, text: str, expected: str) -> tuple[str, KeyPath, str]:
+    """``KEY=SPEC`` of a flag: the key, its path and the spec, both stripped.
+
+    :class:`SweepError` starting with ``where`` (the flag as written) when
+    either side is missing (``expected`` says what would do) or the key is
+    malformed.
+    """
     key, equals, spec = text.partition("=")
     key, spec = key.strip(), spec.strip()
-    where = f"--vary {text}"
     if not equals or not key or not spec:
-        raise SweepError(
-            f"{where}: expected KEY=RANGE, e.g. providers.claude.concurrency=1..8 or"
-            " supervisor.max_concurrency=2,4,8"
-        )
+        raise SweepError(f"{where}: expected {expected}")
     try:
-        path = parse_key_path(key)
+        return key, parse_key_path(key), spec
     except KeyPathError as error:
         raise SweepError(f"{where}: {error}") from None
+
+
+def parse_vary(text: str) -> Vary:
+    """Parse ``KEY=RANGE``; :class:`SweepError` naming the flag if malformed."""
+    where = f"--vary {text}"
+    key, path, spec = split_key_flag(
+        where,
+        text,
+        "KEY=RANGE, e.g. providers.claude.concurrency=1..8 or supervisor.max_concurrency=2,4,8",
+    )
     match = _RANGE.fullmatch(spec)
     if match is not None:
         low, high = int(match[1]), int(match[2])

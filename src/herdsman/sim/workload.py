@@ -123,6 +123,13 @@ class Workload:
     plans: Mapping[str, RunPlan]
     #: When the recording went on in another file (the trace was rotated).
     rotated_at: float | None = None
+    #: Runs the recorded supervisor found running when it started (their
+    #: process had stopped without recording them): it recorded them lost.
+    lost: tuple[str, ...] = ()
+    #: When the recording ends without a shutdown or a rotation (the
+    #: supervisor was killed, or the file was read while it ran), if runs
+    #: were still running then: they never end in a replay either.
+    cut_at: float | None = None
 
 
 class Executions:
@@ -187,6 +194,8 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
     # last start before that event (see _answered).
     cause, floor, last_start = 0.0, -math.inf, -math.inf
     rotated_at = None
+    lost: list[str] = []  # runs the recorded supervisor found lost as it started
+    last_t = 0.0
     # A rotated file restates what was running and queued when it began:
     # they arrive first, the running ones before the rest (they held their
     # slots already), each taken to start at the file's beginning.
@@ -205,6 +214,7 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
     for event in events:
         kind, fields = event.event, event.fields
         where = f"{path}:{event.line}"
+        last_t = event.t
         if kind != "start":
             cause, floor = event.t, last_start
         if kind in ("submit", "skip"):
@@ -236,33 +246,56 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
                         answers_by=by,
                     )
                 )
-        elif kind == "cancel":
-            arrivals.append(Arrival(event.t, kind, {"run_id": fields["run_id"]}))
         elif kind == "reload":
             # Checked now, so a bad one is an error naming its line, not a
             # failure half way through the replay.
             config_from_trace(fields["config"], where)
             arrivals.append(Arrival(event.t, kind, dict(fields)))
-        elif kind in ("reload_rejected", "shutdown", "rest_ended"):
+        elif kind in ("cancel", "reload_rejected", "shutdown", "rest_ended"):
             arrivals.append(Arrival(event.t, kind, dict(fields)))
         elif kind == "rotated":
             rotated_at = event.t
-    if rotated_at is not None:
-        # Still running when the recording went on in another file: they ran
-        # at least until then (what happens after is not this file's).
-        for run_id, (origin, after, by) in started.items():
-            if run_id in plans:
-                plans[run_id].attempts.append(
-                    RecordedAttempt(
-                        round(rotated_at - origin, 6),
-                        "succeeded",
-                        0,
-                        ends_at=rotated_at,
-                        answers_after=after,
-                        answers_by=by,
-                    )
+        elif kind == "lost" and not arrivals:
+            # Found at the start: the supervisor before this one stopped
+            # without recording them (a lease expiry later on is a fleet's).
+            lost.append(fields["run_id"])
+    cut_at = _still_running(started, plans, rotated_at, arrivals, last_t)
+    return Workload(
+        header, header_time(header), tuple(arrivals), plans, rotated_at, tuple(lost), cut_at
+    )
+
+
+def _still_running(
+    started: Mapping[str, tuple[float, float, float]],
+    plans: Mapping[str, RunPlan],
+    rotated_at: float | None,
+    arrivals: Sequence[Arrival],
+    last_t: float,
+) -> float | None:
+    """Give the runs still running where the recording ends an attempt; when it was cut short.
+
+    Rotated: they ran at least until then (what happens after is not this
+    file's). Ended with no shutdown (the supervisor was killed, or the file
+    was read while it ran): the recording never says when they end, so they
+    never do, since a replay that ended them would decide what the recorded
+    supervisor never did; the time of its last event is returned.
+    """
+    if not started or (rotated_at is None and any(a.kind == "shutdown" for a in arrivals)):
+        return None
+    end = math.inf if rotated_at is None else rotated_at
+    for run_id, (origin, after, by) in started.items():
+        if run_id in plans:
+            plans[run_id].attempts.append(
+                RecordedAttempt(
+                    round(end - origin, 6),
+                    "succeeded",
+                    0,
+                    ends_at=end,
+                    answers_after=after,
+                    answers_by=by,
                 )
-    return Workload(header, header_time(header), tuple(arrivals), plans, rotated_at)
+            )
+    return last_t if rotated_at is None else None
 
 
 def _answered(cause: float, floor: float, t: float) -> tuple[float, float, float]:

@@ -40,7 +40,7 @@ async def test_a_log_path_that_cannot_be_created_raises_before_anything_runs(
         argv=script(f"open({str(marker)!r}, 'w').close()"),
         log_path=tmp_path / "a-file" / "run.log",
     )
-    with pytest.raises(FileExistsError, match="a-file"):
+    with pytest.raises(NotADirectoryError, match="a-file"):
         await execute(spec)
     assert not marker.exists()
 

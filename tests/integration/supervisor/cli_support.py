@@ -40,6 +40,21 @@ def process_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def fence_keepers_of(pid: int) -> list[int]:
+    """The fence keepers the process ``pid`` started (fence_keeper.py)."""
+    found = []
+    for child in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{child}/stat").read_text()
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == pid and b"herdsman.runtime.fence_keeper" in command:
+            found.append(int(child))
+    return found
+
+
 def herdsman(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "herdsman", *args],
@@ -55,7 +70,8 @@ def herdsman(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.Comp
 class Supervisor:
     """A `herdsman run` child process and the ways to stop it."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, wait: bool = True) -> None:
+        """Start it in ``directory``; with ``wait``, return once it is running."""
         self.directory = directory
         self.log = (directory / "supervisor.log").open("w")
         self.process = subprocess.Popen(
@@ -64,8 +80,13 @@ class Supervisor:
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
+        if wait:
+            self.wait_for("herdsman is running")
+
+    def wait_for(self, line: str) -> None:
+        """Wait until its log shows ``line`` (20 s at most); it must not exit meanwhile."""
         deadline = time.monotonic() + 20
-        while "herdsman is running" not in self.output():
+        while line not in self.output():
             assert self.process.poll() is None, self.output()
             assert time.monotonic() < deadline, self.output()
             time.sleep(0.05)
@@ -76,6 +97,18 @@ class Supervisor:
     def stop(self, signum: int = signal.SIGTERM, timeout: float = 30) -> int:
         self.process.send_signal(signum)
         return self.process.wait(timeout)
+
+    def kill_with_its_keeper(self) -> None:
+        """SIGKILL the supervisor and its fence keeper together (the OOM killer, say).
+
+        The supervisor is stopped first, so that it sees nothing: no cleanup
+        at all, and its agents live on in their own process groups.
+        """
+        [keeper] = fence_keepers_of(self.process.pid)
+        self.process.send_signal(signal.SIGSTOP)
+        os.kill(keeper, signal.SIGKILL)
+        self.process.kill()
+        self.process.wait()
 
     def close(self) -> None:
         if self.process.poll() is None:

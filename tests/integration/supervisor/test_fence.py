@@ -9,6 +9,7 @@ fence has fallen.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 import trio
 from cli_support import process_alive, processes_with_env
 
-from herdsman.runtime.fence import Fence
+from herdsman.runtime.fence import Fence, earlier_keepers
 from herdsman.runtime.fence_keeper import fence_clock
 
 # The agent forks a child, in its group, as agents' tools are.
@@ -35,8 +36,12 @@ class Agents:
         self.root = root
         self.started: list[subprocess.Popen[bytes]] = []
 
-    def start(self, state_dir: Path, run_id: str) -> str:
-        """Start one (two processes) for ``run_id`` under ``state_dir``; its marker."""
+    def start(self, state_dir: Path, run_id: str, *, wait: bool = True) -> str:
+        """Start one (two processes) for ``run_id`` under ``state_dir``; its marker.
+
+        ``wait``: until both processes are seen alive (not for an agent a
+        fired keeper may kill before it has forked).
+        """
         env = {
             **os.environ,
             "HERDSMAN_RUN_ID": run_id,
@@ -47,17 +52,32 @@ class Agents:
         )
         self.started.append(agent)
         marker = f"HERDSMAN_RUN_ID={run_id}"
-        wait_until(lambda: len(self.alive(marker)) == 2, f"{run_id} did not start")
+        if wait:
+            wait_until(lambda: len(self.alive(marker)) == 2, f"{run_id} did not start")
         return marker
 
     def alive(self, marker: str) -> list[int]:
         return [pid for pid in processes_with_env(marker, self.root) if process_alive(pid)]
 
+    def keeper(self, state_dir: Path, deadline: float) -> subprocess.Popen[bytes]:
+        """A fence keeper for ``state_dir``, stopped and reaped at the end like the agents."""
+        process = subprocess.Popen(
+            [sys.executable, "-m", "herdsman.runtime.fence_keeper", str(state_dir), repr(deadline)],
+            stdin=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.started.append(process)
+        return process
+
     def close(self) -> None:
-        for agent in self.started:
-            if agent.poll() is None:
-                os.killpg(agent.pid, signal.SIGKILL)
-            agent.wait()
+        for process in self.started:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            for pipe in (process.stdin, process.stderr):
+                if pipe is not None:
+                    pipe.close()
 
 
 def wait_until(condition: Callable[[], object], what: str, timeout: float = 10) -> None:
@@ -74,22 +94,13 @@ def agents(tmp_path: Path) -> Iterator[Agents]:
     started.close()
 
 
-def keeper(state_dir: Path, deadline: float) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "herdsman.runtime.fence_keeper", str(state_dir), repr(deadline)],
-        stdin=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-
-
 def test_the_keeper_kills_the_agents_of_its_state_dir_when_its_pipe_closes(
     tmp_path: Path, agents: Agents
 ) -> None:
     mine, other = tmp_path / "mine", tmp_path / "other"
     fenced = agents.start(mine, "r1")
     bystander = agents.start(other, "r2")
-    process = keeper(mine, fence_clock() + 60)
+    process = agents.keeper(mine, fence_clock() + 60)
     assert process.stdin is not None
     time.sleep(0.5)
     assert len(agents.alive(fenced)) == 2  # the lease holds
@@ -107,7 +118,7 @@ def test_the_keeper_kills_them_at_the_deadline_and_until_its_pipe_closes(
     tmp_path: Path, agents: Agents
 ) -> None:
     fenced = agents.start(tmp_path, "r1")
-    process = keeper(tmp_path, fence_clock() + 0.5)
+    process = agents.keeper(tmp_path, fence_clock() + 0.5)
     assert process.stdin is not None
     try:
         # A renewal moves the deadline on: the agent lives past the first one.
@@ -120,12 +131,15 @@ def test_the_keeper_kills_them_at_the_deadline_and_until_its_pipe_closes(
         # resumes) dies too, and a later deadline changes nothing.
         process.stdin.write(f"{fence_clock() + 60!r}\n".encode())
         process.stdin.flush()
-        late = agents.start(tmp_path, "r2")
+        # Not waited for: the keeper may kill it before it has forked.
+        late = agents.start(tmp_path, "r2", wait=False)
+        assert agents.started[-1].wait(timeout=10) == -signal.SIGKILL
         wait_until(lambda: not agents.alive(late), "an agent started after the deadline lived")
         assert process.poll() is None
     finally:
         process.stdin.close()
-    assert process.wait(timeout=10) == 0
+        code = process.wait(timeout=10)
+    assert code == 0
     assert process.stderr is not None
     with process.stderr:
         assert b"not renewed in time" in process.stderr.read()
@@ -169,3 +183,38 @@ async def test_a_fence_closed_at_a_clean_stop_leaves_no_agent(
     assert fence.extend(fence_clock() + 60)
     await fence.close()
     assert not agents.alive(fenced)
+
+
+async def test_a_fence_without_a_deadline_kills_only_when_its_pipe_closes(
+    tmp_path: Path, agents: Agents
+) -> None:
+    # A sole supervisor's: no lease, so it falls only if its keeper dies.
+    fenced = await trio.to_thread.run_sync(agents.start, tmp_path, "r1")
+    fence = await Fence.start(tmp_path)
+    try:
+        with trio.move_on_after(0.5):
+            await fence.wait_fallen()
+        assert fence.fallen is None
+        assert len(await trio.to_thread.run_sync(agents.alive, fenced)) == 2
+    finally:
+        await fence.close()
+    assert not agents.alive(fenced)
+
+
+def test_earlier_keepers_are_those_of_the_state_dir_alone(tmp_path: Path, agents: Agents) -> None:
+    mine, longer = tmp_path / "state", tmp_path / "state2"
+    started = [agents.keeper(mine, math.inf), agents.keeper(longer, math.inf)]
+    try:
+        # Found once each has exec'd (before, it runs this test's command line).
+        wait_until(lambda: earlier_keepers(mine) == [started[0].pid], "its keeper not found")
+        wait_until(lambda: earlier_keepers(longer) == [started[1].pid], "the other not found")
+        assert earlier_keepers(mine) == [started[0].pid]
+        assert earlier_keepers(tmp_path) == []
+    finally:
+        for process in started:
+            assert process.stdin is not None
+            process.stdin.close()
+            process.wait(timeout=10)
+            assert process.stderr is not None
+            process.stderr.close()
+    assert earlier_keepers(mine) == []

@@ -182,21 +182,6 @@ def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None
         time.sleep(0.05)
 
 
-def fence_keepers_of(pid: int) -> list[int]:
-    """The fence keepers the process ``pid`` started (fence_keeper.py)."""
-    found = []
-    for child in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{child}/stat").read_text()
-            command = Path(f"/proc/{child}/cmdline").read_bytes()
-        except OSError:
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if parent == pid and b"herdsman.runtime.fence_keeper" in command:
-            found.append(int(child))
-    return found
-
-
 def test_a_member_killed_and_started_again_stops_its_agents_once_their_runs_are_lost(
     tmp_path: Path, fleet_url: str, postgres_url: str, closing: list[Supervisor]
 ) -> None:
@@ -205,14 +190,8 @@ def test_a_member_killed_and_started_again_stops_its_agents_once_their_runs_are_
     state = victim.directory / "state"
     submit_one(victim, "r0", "c0")
     wait_for(lambda: find_orphans(["r0"], state), 20, "the agent of r0 never started")
-    # The member and its fence keeper die together (the OOM killer, say), the
-    # member first stopped so that it sees nothing: no cleanup, and r0's
-    # agent lives on in its own process group.
-    [keeper] = fence_keepers_of(victim.process.pid)
-    victim.process.send_signal(signal.SIGSTOP)
-    os.kill(keeper, signal.SIGKILL)
-    victim.process.kill()
-    victim.process.wait()
+    # The member and its fence keeper die together: r0's agent lives on.
+    victim.kill_with_its_keeper()
     [groups] = find_orphans(["r0"], state).values()
     # Started again on the same state directory: a new member, which finds the
     # agent, and stops it once the old member's lease lapsed and r0 is lost.

@@ -294,7 +294,10 @@ def test_unreadable_file_is_one_line() -> None:
 def test_a_directory_is_not_a_config_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(tmp_path, environ={})
-    assert str(caught.value) == f"{tmp_path}: cannot read file: Is a directory"
+    assert str(caught.value) == (
+        f"{tmp_path}: cannot read file: a directory, not a regular file;"
+        " name the configuration file itself"
+    )
 
 
 def test_non_utf8_file_is_one_line(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The JSON HTTP API (Starlette, served by hypercorn's trio worker).
 
 Every request must carry ``Authorization: Bearer <token>``. Errors are JSON
-``{"error": message}``: 400 malformed, 401 token, 404 unknown run, 409
+``{"error": message}``: 400 malformed, 401 token, 404 unknown run, 408 body
+too slow and 413 body too large (:mod:`~herdsman.runtime.api.limits`), 409
 conflicting state, 422 invalid field, 503 shutting down, or a run ledger that
 failed (locked, full, unreachable, closed while stopping). A submit's 503 also
 lists the run ids in ``"ids"``: submitting them again is safe.
@@ -18,12 +19,14 @@ from typing import Any
 import outcome
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response
 from starlette.routing import Route
 
 from herdsman.runtime.api.ledger_answers import not_recorded, unavailable
+from herdsman.runtime.api.limits import BodyLimits, client_hung_up
 from herdsman.runtime.intake import InvalidRequest, load_json, parse_batch, parse_submit
 from herdsman.runtime.ledger import LedgerBroken, LedgerClosed
 from herdsman.runtime.store import RunStatus, StoreConflict, StoreError
@@ -90,19 +93,30 @@ def number_param(request: Request, name: str, default: float, maximum: float) ->
     return value
 
 
+def bearer_token(authorization: str) -> bytes:
+    """The credentials of an ``Authorization: Bearer ...`` header, else ``b""``.
+
+    The scheme is case-insensitive and may be followed by several spaces (RFC 7235).
+    """
+    scheme, _, credentials = authorization.partition(" ")
+    if scheme.lower() != "bearer":
+        return b""
+    return credentials.lstrip(" ").encode()
+
+
 class Api:
     """The endpoint handlers of one supervisor."""
 
     def __init__(self, supervisor: Supervisor, token: str) -> None:
         self.supervisor = supervisor
-        self._expected = f"Bearer {token}".encode()
+        self._token = token.encode()
 
     def guarded(self, handler: Handler) -> Handler:
         """Check the bearer token, and turn intake errors into JSON answers."""
 
         async def wrapper(request: Request) -> Response:
-            given = request.headers.get("authorization", "").encode()
-            if not secrets.compare_digest(given, self._expected):
+            given = bearer_token(request.headers.get("authorization", ""))
+            if not secrets.compare_digest(given, self._token):
                 return error(401, "missing or wrong bearer token (see the token file in state_dir)")
             try:
                 return await handler(request)
@@ -314,5 +328,10 @@ def create_app(supervisor: Supervisor, token: str) -> Starlette:
     ]
     return Starlette(
         routes=routes,
-        exception_handlers={HTTPException: http_error, Exception: unexpected_error},
+        middleware=[Middleware(BodyLimits, settings=lambda: supervisor.config.api)],
+        exception_handlers={
+            HTTPException: http_error,
+            ClientDisconnect: client_hung_up,
+            Exception: unexpected_error,
+        },
     )

@@ -32,6 +32,7 @@ import trio
 
 from herdsman.runtime.runner.child import Child
 from herdsman.runtime.runner.spec import ProcessSpec
+from herdsman.runtime.state_paths import PRIVATE_DIR, open_below
 from herdsman.runtime.thread_calls import ThreadCalls
 
 SPAWN_THREADS: Final = 16
@@ -39,14 +40,21 @@ SPAWN_THREADS: Final = 16
 
 
 def _open_log(path: str) -> BinaryIO:
-    """Create (or truncate) the log file, and its parent directories if needed."""
+    """Create (or truncate) the log file (``0600``), and its parent directories if needed.
+
+    Neither the log nor its folder (``<state_dir>/logs``) is reached
+    through a link: an agent's link there would have the run's output
+    truncate and overwrite whatever it pointed at.
+    """
+    log = Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     try:
-        return open(path, "wb")
+        fd = open_below(log.parent.parent, log, flags)
     except (FileNotFoundError, NotADirectoryError):
-        # A parent is missing, or is no directory: mkdir creates the former
-        # and raises the error that names the latter.
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return open(path, "wb")
+        # A parent is missing, or is no directory: the walk makes the former
+        # (0700) and raises the error that names the latter.
+        fd = open_below(log.parent.parent, log, flags, make_dirs=True)
+    return os.fdopen(fd, "wb")
 
 
 def _pidfd(pid: int) -> int | None:
@@ -132,7 +140,7 @@ def spawn(job: tuple[ProcessSpec, Callable[[], bool]]) -> tuple[Child, BinaryIO]
     # raises here, not once a child is running.
     prompt = spec.prompt.encode("utf-8")
     if spec.make_cwd:
-        spec.cwd.mkdir(parents=True, exist_ok=True)
+        spec.cwd.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
     log = _open_log(spec.log_file)
     # os.pipe's ends are close-on-exec: the child gets its ends only as its
     # stdin, stdout and stderr, and no other child (spawned by another

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
+from herdsman.runtime.state_paths import private_opener
 from herdsman.runtime.store.errors import StoreError
 from herdsman.runtime.store.sql import Cursor, SqlStore
 
@@ -106,6 +108,37 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+#: The files SQLite keeps beside the ledger (WAL mode, and a rollback journal).
+SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def _private_ledger(path: Path) -> None:
+    """Make the ledger (prompts and results) private before SQLite opens it.
+
+    SQLite creates the file ``0644`` (less the umask) and gives its ``-wal``
+    and ``-shm`` files the database's own mode; so the file is created here
+    first, ``0600``, and an older herdsman's readable files are tightened.
+    A link at the ledger or a side file is refused, not followed; one
+    planted between this look and SQLite's own open is not caught (SQLite
+    opens by path).
+    """
+    sides = [path.with_name(path.name + side) for side in SIDE_FILES]
+    for file in (path, *sides):
+        if file.is_symlink():
+            raise StoreError(
+                f"cannot open the run ledger {str(path)!r}: {str(file)!r} is a symbolic link;"
+                " herdsman never opens its ledger through one (replace it with the file)"
+            )
+    try:
+        os.close(private_opener(str(path), os.O_RDWR | os.O_CREAT))
+        for side in sides:
+            if side.exists():
+                os.close(private_opener(str(side), os.O_RDWR))
+    except OSError as exc:
+        raise StoreError(f"cannot open the run ledger {str(path)!r}: {exc.strerror}") from exc
+
+
 """The schema version this code writes; files with a higher version are refused."""
 
 
@@ -127,6 +160,7 @@ class SqliteStore(SqlStore):
         """
         super().__init__()
         self.path = path
+        _private_ledger(path)
         try:
             # isolation_level=None: no implicit transactions; we issue
             # BEGIN IMMEDIATE/COMMIT ourselves so each change is exactly one.

@@ -10,6 +10,7 @@ from typing import Any
 import trio
 
 from herdsman.runtime.git import GitError
+from herdsman.runtime.state_paths import LinkRefused, refuse_links
 from herdsman.runtime.worktrees.manager import WorktreeManager
 
 
@@ -31,14 +32,23 @@ async def describe_worktrees(manager: WorktreeManager) -> list[dict[str, Any]]:
     for folder in manager.folders():
         for repo in manager.known_repos:
             path = folder.path / repo.name
-            if not path.exists():
+            if not os.path.lexists(path):
                 continue
+            size: int | None = None
             try:
-                state = await manager.git.worktree_status(path)
-                status = "clean" if state.clean else "dirty"
-                changed = [*state.modified, *state.untracked]
-            except (GitError, OSError) as exc:
-                status, changed = f"unknown ({exc})", []
+                # Neither git nor the size count may look through a link.
+                refuse_links(manager.anchor, path)
+            except LinkRefused as exc:
+                status, changed, size = f"refused ({exc.what})", [], 0
+            else:
+                try:
+                    state = await manager.git.worktree_status(path)
+                    status = "clean" if state.clean else "dirty"
+                    changed = [*state.modified, *state.untracked]
+                except (GitError, OSError) as exc:
+                    status, changed = f"unknown ({exc})", []
+            if size is None:
+                size = await trio.to_thread.run_sync(size_on_disk, path)
             rows.append(
                 {
                     "workspace": folder.workspace,
@@ -48,7 +58,7 @@ async def describe_worktrees(manager: WorktreeManager) -> list[dict[str, Any]]:
                     "last_used": dt.datetime.fromtimestamp(folder.last_used, dt.UTC).isoformat(),
                     "status": status,
                     "changed": changed[:20],
-                    "size_bytes": await trio.to_thread.run_sync(size_on_disk, path),
+                    "size_bytes": size,
                 }
             )
     return rows

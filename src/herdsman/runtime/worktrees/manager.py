@@ -32,12 +32,21 @@ import trio
 
 from herdsman.config import Repo
 from herdsman.runtime.git import Git, GitError, NotARepository, WorktreeExists
+from herdsman.runtime.state_paths import (
+    LinkRefused,
+    make_private_dirs,
+    read_below,
+    refuse_links,
+    replace_below,
+)
 from herdsman.runtime.worktrees.slug import conversation_slug
 
 log = logging.getLogger("herdsman.worktrees")
 
 #: Written into each conversation's folder: who it belongs to and when a run last started.
 METADATA = ".herdsman-conversation.json"
+#: More than any metadata file herdsman writes: a bigger one is not read.
+_METADATA_LIMIT = 64 << 10
 
 
 @attrs.frozen
@@ -73,6 +82,9 @@ class WorktreeManager:
     ) -> None:
         self.git = git
         self.root = root
+        # The state directory: trusted as configured; nothing below it is
+        # reached through a link (state_paths).
+        self.anchor = root.parent
         self.repos = tuple(repos)
         # Repos a reload removed: no new worktrees of them, but those that
         # exist are still listed and swept like any other (by name).
@@ -140,21 +152,21 @@ class WorktreeManager:
         """
         folder = self.folder(workspace, conversation)
         slug = folder.name
+        branch = branch_of(slug)
         results: dict[str, Checkout] = {}
         # The repos as they are now: a reload may change them while we wait.
         repos = self.repos
 
         async def one(repo: Repo) -> None:
-            results[repo.name] = await self._checkout(repo, folder / repo.name, slug)
+            results[repo.name] = await self._checkout(repo, folder / repo.name, branch)
 
         # Waits for a sweep of this conversation to finish, then makes again
         # whatever it removed.
         async with self.lock(workspace, conversation):
             try:
-                folder.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:  # a full disk, say: every repo is read-only
+                make_private_dirs(self.anchor, folder)
+            except OSError as exc:  # a full disk, a link planted: every repo is read-only
                 log.warning("no worktrees for %s: %s", folder.name, exc)
-                branch = f"herdsman/{slug}"
                 return [
                     Checkout(repo, folder / repo.name, branch, error=str(exc)) for repo in repos
                 ]
@@ -164,11 +176,13 @@ class WorktreeManager:
                     nursery.start_soon(one, repo)
         return [results[repo.name] for repo in repos]
 
-    async def _checkout(self, repo: Repo, path: Path, slug: str) -> Checkout:
-        branch = f"herdsman/{slug}"
+    async def _checkout(self, repo: Repo, path: Path, branch: str) -> Checkout:
         try:
+            # Before git is given the path: git resolves links, and would
+            # make (or reuse) a checkout wherever one points.
+            refuse_links(self.anchor, path)
             if (path / ".git").exists():
-                await self._check_ours(repo, path, branch)
+                await self.check_owned(repo, path, branch)
                 return Checkout(repo, path, branch)
             try:
                 await self._add(repo, path, branch)
@@ -187,13 +201,20 @@ class WorktreeManager:
         log.info("made worktree %s of %s on %s", path, repo.path, branch)
         return Checkout(repo, path, branch)
 
-    async def _check_ours(self, repo: Repo, path: Path, branch: str) -> None:
-        """Refuse to reuse a folder that is not this repo's worktree on our branch.
+    async def check_owned(self, repo: Repo, path: Path, branch: str) -> None:
+        """Raise unless ``path`` is ``repo``'s worktree on ``branch``, reached through no link.
 
-        A source repository replaced by another at the same path (re-cloned,
-        say) would otherwise leave a ``.git`` file pointing at whatever now
-        answers to that name — possibly another conversation's worktree.
+        The one ownership check: a run makes it before reusing a checkout,
+        and the sweeper before removing one. Raises :class:`LinkRefused`
+        (an ``OSError``) for a link at or above ``path`` below the state
+        directory — a checkout an agent swapped for a link to, say, the
+        user's own worktree — and :class:`GitError` for a folder that is
+        not this repository's worktree on ``branch``: a source repository
+        replaced by another at the same path (re-cloned, say) would
+        otherwise leave a ``.git`` file pointing at whatever now answers to
+        that name — possibly another conversation's worktree.
         """
+        refuse_links(self.anchor, path)
         # One look at this worktree, not a listing of all the repository's:
         # a checkout per run must not cost more as conversations accumulate.
         try:
@@ -257,13 +278,10 @@ class WorktreeManager:
         last use recorded before (a folder never recorded is never swept).
         """
         data = {"workspace": workspace, "conversation": conversation, "last_used": self._wall()}
-        tmp = folder / f"{METADATA}.tmp"
         try:
-            tmp.write_text(json.dumps(data), encoding="utf-8")
-            os.replace(tmp, folder / METADATA)
+            # A partial write (a full disk) is removed: it holds space.
+            replace_below(self.anchor, folder / METADATA, json.dumps(data).encode("utf-8"))
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)  # a partial write holds space
             log.warning(
                 "could not record the last use of %s (%s); the run goes on, and retention"
                 " counts the folder idle since the last use recorded before",
@@ -272,29 +290,55 @@ class WorktreeManager:
             )
 
     def folders(self) -> list[ConversationFolder]:
-        """Every conversation folder under the root that has readable metadata, by path."""
+        """Every conversation folder under the root that has readable metadata, by path.
+
+        A link (at the root, at a folder or at its metadata) is no
+        conversation folder: it is logged and left out, so nothing lists,
+        sweeps or reuses what it points at.
+        """
         found: list[ConversationFolder] = []
-        if not self.root.is_dir():
+        try:
+            refuse_links(self.anchor, self.root)
+            entries = sorted(self.root.iterdir())
+        except LinkRefused as exc:
+            log.warning("worktrees: %s", exc)
             return found
-        for path in sorted(self.root.iterdir()):
+        except OSError:  # no root yet
+            return found
+        for path in entries:
+            if path.is_symlink():
+                log.warning("worktrees: %s", LinkRefused(path))
+                continue
             folder = self.folder_at(path)
             if folder is not None:
                 found.append(folder)
         return found
 
     def folder_at(self, path: Path) -> ConversationFolder | None:
-        """The conversation folder at ``path`` as its metadata says now, if readable."""
-        meta = _read_metadata(path / METADATA)
-        if meta is None:
+        """The conversation folder at ``path`` as its metadata says now, if readable.
+
+        None too for a folder reached through a link, and for metadata
+        naming a conversation whose folder is not this one (a copied file).
+        """
+        meta = self._read_metadata(path / METADATA)
+        if meta is None or conversation_slug(meta["workspace"], meta["conversation"]) != path.name:
             return None
         return ConversationFolder(path, meta["workspace"], meta["conversation"], meta["last_used"])
 
+    def _read_metadata(self, path: Path) -> dict[str, Any] | None:
+        try:
+            data = json.loads(read_below(self.anchor, path, limit=_METADATA_LIMIT))
+        except (OSError, ValueError):
+            return None
+        return _valid_metadata(data)
 
-def _read_metadata(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+
+def branch_of(slug: str) -> str:
+    """The branch a conversation's worktrees are on."""
+    return f"herdsman/{slug}"
+
+
+def _valid_metadata(data: Any) -> dict[str, Any] | None:
     valid = (
         isinstance(data, dict)
         and isinstance(data.get("workspace"), str)

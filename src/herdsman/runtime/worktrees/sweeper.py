@@ -26,8 +26,15 @@ from pathlib import Path
 
 import attrs
 
+from herdsman.config import Repo
 from herdsman.runtime.git import GitError, WorktreeDirty
-from herdsman.runtime.worktrees.manager import METADATA, ConversationFolder, WorktreeManager
+from herdsman.runtime.state_paths import LinkRefused, refuse_links, remove_folder_below
+from herdsman.runtime.worktrees.manager import (
+    METADATA,
+    ConversationFolder,
+    WorktreeManager,
+    branch_of,
+)
 
 log = logging.getLogger("herdsman.worktrees")
 
@@ -43,7 +50,7 @@ class SweptWorktree:
     conversation: str
     repo: str
     path: Path
-    action: str  # "removed", "would remove", "kept-dirty", "busy", "failed"
+    action: str  # "removed", "would remove", "kept-dirty", "busy", "refused", "failed"
     detail: str = ""
 
 
@@ -78,10 +85,11 @@ async def sweep(
     report = SweepReport(tuple(entries))
     if entries:
         log.info(
-            "worktree sweep: %d removed, %d kept dirty, %d busy, %d failed",
+            "worktree sweep: %d removed, %d kept dirty, %d busy, %d refused, %d failed",
             report.count("removed"),
             report.count("kept-dirty"),
             report.count("busy"),
+            report.count("refused"),
             report.count("failed"),
         )
     return report
@@ -107,61 +115,71 @@ async def _sweep_folder(
     if fresh is None or now - fresh.last_used <= idle:
         return []
     entries = []
-    kept = False
+    branch = branch_of(folder.path.name)
     for repo in manager.known_repos:
         path = folder.path / repo.name
-        if not path.exists():
-            continue
-
-        def entry(
-            action: str, detail: str = "", repo_name: str = repo.name, where: Path = path
-        ) -> SweptWorktree:
-            return SweptWorktree(
-                folder.workspace, folder.conversation, repo_name, where, action, detail
+        if os.path.lexists(path):
+            action, detail = await _sweep_worktree(
+                manager, folder, repo, path, branch, is_busy=is_busy, dry_run=dry_run
             )
-
-        # Checked right before each removal, with nothing awaited in between.
-        if is_busy(folder.workspace, folder.conversation):
-            entries.append(entry("busy"))
-            kept = True
-            continue
-        state = await manager.git.worktree_status(path)
-        if not state.clean:
-            files = ", ".join((*state.modified, *state.untracked)[:5])
-            entries.append(entry("kept-dirty", files))
-            kept = True
-            continue
-        if dry_run:
-            entries.append(entry("would remove"))
-            kept = True
-            continue
-        if is_busy(folder.workspace, folder.conversation):
-            entries.append(entry("busy"))
-            kept = True
-            continue
-        try:
-            with manager.removing(folder.workspace, folder.conversation):
-                await manager.git.remove_worktree(repo.path, path)
-        except WorktreeDirty as exc:  # changed between the status and the removal
-            entries.append(entry("kept-dirty", ", ".join((*exc.modified, *exc.untracked)[:5])))
-            kept = True
-        except (GitError, OSError) as exc:
-            log.warning("could not remove worktree %s: %s", path, exc)
-            entries.append(entry("failed", str(exc)))
-            kept = True
-        else:
-            entries.append(entry("removed"))
+            entries.append(
+                SweptWorktree(
+                    folder.workspace, folder.conversation, repo.name, path, action, detail
+                )
+            )
     # No `git worktree prune`: removal already dropped each registration, and
     # pruning would also drop the user's own worktrees that are unmounted now.
-    if not kept and not dry_run:
-        _remove_folder(folder.path)
+    if not dry_run and all(entry.action == "removed" for entry in entries):
+        try:
+            # Only what we made: anything else in it (or a link) stays.
+            remove_folder_below(manager.anchor, folder.path, leaving=METADATA)
+        except OSError as exc:
+            log.warning("could not remove the folder %s: %s", folder.path, exc)
     return entries
 
 
-def _remove_folder(path: Path) -> None:
-    """Drop the conversation's folder once nothing of value is left in it."""
-    leftovers = [p for p in path.iterdir() if p.name != METADATA]
-    if leftovers:
-        return  # something we did not make: leave it alone
-    os.remove(path / METADATA)
-    path.rmdir()
+async def _sweep_worktree(
+    manager: WorktreeManager,
+    folder: ConversationFolder,
+    repo: Repo,
+    path: Path,
+    branch: str,
+    *,
+    is_busy: IsBusy,
+    dry_run: bool,
+) -> tuple[str, str]:
+    """What became of one worktree of an idle conversation: its action and detail."""
+    # Checked right before each removal, with nothing awaited in between.
+    if is_busy(folder.workspace, folder.conversation):
+        return "busy", ""
+    # The check a run makes before reusing a checkout: git would act on
+    # whatever a link there points at (an agent may have swapped its
+    # checkout for a link to the user's own worktree).
+    try:
+        await manager.check_owned(repo, path, branch)
+    except (GitError, OSError) as exc:
+        log.warning("not sweeping %s: %s", path, exc)
+        return "refused", str(exc)
+    state = await manager.git.worktree_status(path)
+    if not state.clean:
+        return "kept-dirty", ", ".join((*state.modified, *state.untracked)[:5])
+    if dry_run:
+        return "would remove", ""
+    if is_busy(folder.workspace, folder.conversation):
+        return "busy", ""
+    try:
+        # Again, with nothing awaited before git runs: a link swapped in
+        # since the check above is refused; one swapped in while git
+        # starts is the window state_paths describes.
+        refuse_links(manager.anchor, path)
+        with manager.removing(folder.workspace, folder.conversation):
+            await manager.git.remove_worktree(repo.path, path)
+    except LinkRefused as exc:
+        log.warning("not sweeping %s: %s", path, exc)
+        return "refused", str(exc)
+    except WorktreeDirty as exc:  # changed between the status and the removal
+        return "kept-dirty", ", ".join((*exc.modified, *exc.untracked)[:5])
+    except (GitError, OSError) as exc:
+        log.warning("could not remove worktree %s: %s", path, exc)
+        return "failed", str(exc)
+    return "removed", ""

@@ -24,12 +24,13 @@ import datetime as dt
 import io
 import itertools
 import json
+import math
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 import trio
@@ -48,12 +49,14 @@ from herdsman.runtime.store import MemoryStore, NewRun
 from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
 from herdsman.runtime.worktrees.manager import METADATA
 from herdsman.sim.fuzz.invariants import Checker, Violation
+from herdsman.sim.fuzz.links import LINK_FAULTS, LinkFaults
 from herdsman.sim.fuzz.scenario import Scenario, ScenarioError
-from herdsman.sim.replay import ARRIVAL, Driver, drive, shuffle_trio
+from herdsman.sim.replay import ARRIVAL, Driver, drive
+from herdsman.sim.trio_internals import mock_time, shuffle_trio
 from herdsman.sim.workload import SYNTHETIC_EXIT_CODES, Attempt, RunPlan, Workload
 from herdsman.trace import TraceHeader, TraceWriter, format_time
 
-__all__ = ["CONFIG_PATH", "STARTED_AT", "Verdict", "run_scenario"]
+__all__ = ["CONFIG_PATH", "STARTED_AT", "WALL_LIMIT", "Verdict", "run_scenario"]
 
 #: The simulated clock's start (unix seconds), a whole second.
 STARTED_AT = 1_795_000_000.0
@@ -61,8 +64,29 @@ CONFIG_PATH = Path("/herdsman-sim/supervisor.toml")
 #: How long a usage limit without a reset time, or a quota window, may hold runs.
 _LONGEST_REST = 3600.0
 _AGENT_FILE = "agent-notes-{run}.txt"
-#: How long (simulated) a supervisor told to stop, or killed, may take to stop.
+#: How long (simulated) a supervisor told to stop, or killed, may take to stop
+#: (and one started, to recover).
 STOP_GRACE = 600.0
+#: How long (wall-clock seconds) one scenario may take at most, by default:
+#: the slowest seed seen took 20 s on a shared two-core machine at a load
+#: near 9, so only a run that will never end meets it.
+WALL_LIMIT = 300.0
+#: How many task steps trio may run at one simulated instant: a storm of
+#: every event at once takes a few thousand; a loop that never lets the
+#: clock move, far more.
+STEPS_AT_ONE_INSTANT = 100_000
+#: How long (simulated) a client's request may take to return: a submit may
+#: wait out the removal of its conversation's worktrees (a few slow git
+#: calls), never this long.
+REQUEST_BOUND = STOP_GRACE
+#: What the clients send (a request may wait for simulated time to pass);
+#: the other events are the world's doing, delivered by the driver itself.
+CLIENT_KINDS = frozenset({"submit", "cancel", "reload"})
+#: How long (wall-clock seconds) every task must have waited before the
+#: time keeper looks: longer than the driver's own wait (none), which comes first.
+_KEEPER_CUSHION = 0.001
+#: How long (wall-clock seconds) the driver waits between looks at a thread at work.
+_THREAD_CUSHION = 0.0002
 
 
 @attrs.frozen
@@ -86,8 +110,13 @@ class Verdict:
         return bool(self.violations)
 
 
-def run_scenario(scenario: Scenario) -> Verdict:
-    """Run ``scenario`` and check it; the same verdict for the same scenario in any process."""
+def run_scenario(scenario: Scenario, *, wall_limit: float | None = WALL_LIMIT) -> Verdict:
+    """Run ``scenario`` and check it; the same verdict for the same scenario in any process.
+
+    ``wall_limit`` bounds it in wall-clock seconds (None: no bound), the
+    last resort behind the bounds in simulated time: a run with no verdict
+    by then is a ``wall time`` violation, and its thread is left behind.
+    """
     # The seed also picks trio's wake-up order: one more thing a seed varies,
     # and a reproduction must not depend on (docs/simulator.md, "Determinism").
     shuffle_trio(scenario.seed)
@@ -95,36 +124,42 @@ def run_scenario(scenario: Scenario) -> Verdict:
     clock = trio.testing.MockClock()  # never jumps by itself: the driver moves it
     with Patcher() as patcher:
         assert patcher.fs is not None
-        fuzz = _Fuzz(scenario, patcher.fs)
+        fuzz = _Fuzz(scenario, patcher.fs, clock)
         raised: list[BaseException] = []
+        tokens: list[trio.lowlevel.TrioToken] = []
+
+        async def main() -> None:
+            tokens.append(trio.lowlevel.current_trio_token())
+            await fuzz.run(clock)
 
         def run() -> None:
             try:
-                trio.run(fuzz.run, clock, clock=clock)
+                trio.run(main, clock=clock, instruments=[_SpinWatch(fuzz, clock)])
             except BaseException as error:  # handed to the caller's thread
                 raised.append(error)
             finally:
-                fuzz.done.set()
+                fuzz.give_verdict()
 
         # In a thread of its own: a supervisor that will not stop (a task
         # stuck in a shielded scope) keeps trio.run from returning; its
         # verdict is given all the same and the thread, asleep for ever, is
         # abandoned.
         threading.Thread(target=run, name=f"fuzz-{scenario.seed}", daemon=True).start()
-        fuzz.done.wait()
+        if not fuzz.done.wait(wall_limit):
+            fuzz.out_of_time(wall_limit, tokens[0] if tokens else None)
         if raised:
             error = raised[0]
             if isinstance(error, ScenarioError) or not isinstance(error, Exception):
                 raise error
             # The supervisor itself fell over: a finding too.
-            fuzz.checker.violations.append(Violation("raised", clock.current_time(), _what(error)))
+            fuzz.violations.append(Violation("raised", clock.current_time(), _what(error)))
     return Verdict(
         scenario,
-        tuple(fuzz.checker.violations),
-        tuple(sink.text for sink in fuzz.sinks),
+        tuple(fuzz.violations),
+        fuzz.traces,
         fuzz.span,
         time.perf_counter() - began,
-        fuzz.faults + fuzz.git_injected - fuzz.git.pending_failures,
+        fuzz.faults + fuzz.git_injected - fuzz.git_pending,
     )
 
 
@@ -251,9 +286,12 @@ class _Life:
 class _Fuzz:
     """One scenario's run: the parts, the faults, and the checks after each event."""
 
-    def __init__(self, scenario: Scenario, fs: FakeFilesystem) -> None:
+    def __init__(
+        self, scenario: Scenario, fs: FakeFilesystem, clock: trio.testing.MockClock
+    ) -> None:
         self.scenario = scenario
         self.fs = fs
+        self._clock = clock
         self.sinks: list[_Sink] = []
         # The first submit of each run says how it goes; one sent again is the same run.
         self.submits: dict[str, Mapping[str, Any]] = {}
@@ -265,11 +303,28 @@ class _Fuzz:
         )
         #: Set once the verdict is in (the run ended, or was abandoned).
         self.done = threading.Event()
+        # The verdict as given (see give_verdict): the run may go on, or not.
+        self._verdict_lock = threading.Lock()
+        self.violations: list[Violation] = []
+        self.traces: tuple[str, ...] = ()
+        self.git_pending = 0
         #: Whether a supervisor failed to stop: the run is then abandoned.
         self._stuck = False
+        # What the driver waits for inside a step (a stop, a restart), and
+        # until when (simulated) it may; None while it only delivers events.
+        self._holding: tuple[str, float] | None = None
+        self._delivering = "nothing yet"
+        self._winding_down = False
+        self._scenario_scope = trio.CancelScope()
+        self.client = _Client(self)
+        #: Set (by the caller's thread) to stop the run's thread at its next task step.
+        self.freeze = False
+        #: Set while a supervisor is up to take requests (not while one restarts).
+        self.up = trio.Event()
         #: Faults delivered, git failures apart; git failures injected.
         self.faults = self.git_injected = 0
         self.git = _CheckedGit(self._removing, scenario.git_latency)
+        self.links = LinkFaults()
         # Files agents left in worktrees: path -> the run that wrote it.
         self._left: dict[Path, str] = {}
         self._disk_full = 0
@@ -278,6 +333,8 @@ class _Fuzz:
         self.span = 0.0
         self._life: _Life | None = None
         self._nursery: trio.Nursery | None = None
+        # Lives asked to shut down (each is restarted once it has stopped).
+        self._stopping: list[_Life] = []
 
     def wall(self) -> float:
         """The simulated unix time."""
@@ -286,6 +343,14 @@ class _Fuzz:
     # -- the run -----------------------------------------------------------
 
     async def run(self, clock: trio.testing.MockClock) -> None:
+        """The whole scenario, with the time keeper beside it."""
+        async with trio.open_nursery() as keeper:
+            keeper.start_soon(self._keep_time, clock)
+            with self._scenario_scope:
+                await self._scenario(clock)
+            keeper.cancel_scope.cancel()
+
+    async def _scenario(self, clock: trio.testing.MockClock) -> None:
         CONFIG_PATH.parent.mkdir(parents=True, exist_ok=True)
         CONFIG_PATH.write_text(self.scenario.config, encoding="utf-8")
         try:
@@ -296,22 +361,25 @@ class _Fuzz:
         for repo in first.config.repos:
             repo.path.mkdir(parents=True, exist_ok=True)
             self.git.init_repository(repo.path, {"README.md": "a simulated repository\n"})
+        await self.links.prepare(first.config.supervisor.state_dir, first.config.repos)
         runner = _Runner(self._workload(), self)
         self._runner = runner
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            await self._start(MemoryStore())
+            with self._holding_for("the supervisor starts"):
+                await self._start(MemoryStore())
+            self.up.set()
+            nursery.start_soon(self.client.serve)
             for order, event in enumerate(self.scenario.events):
                 runner.push(float(event["t"]), ARRIVAL, order, self._action(event))
             runner.driving = True
             await drive(runner, _Current(self), clock, self._after)
             runner.driving = False
             if not self.checker.violations:
+                self.client.answered()
+            if not self.checker.violations:
                 self.checker.drained("when nothing was left that could start them")
             self.span = trio.current_time()
-            # From here on nothing drives the clock: let it jump, so that a
-            # supervisor that will not stop is given up on (in simulated time).
-            clock.autojump_threshold = 0
             life = self._life
             assert life is not None
             life.sink.live = False  # what stopping it traces is not checked
@@ -320,15 +388,116 @@ class _Fuzz:
                 await self._stopped(life, "told to stop")
             if self._stuck:
                 # Its stuck task keeps this nursery open for ever: give the
-                # verdict now and leave this thread asleep (no timer, no jumps).
-                clock.autojump_threshold = float("inf")
-                self.done.set()
-                await trio.sleep_forever()
+                # verdict now and leave this thread asleep.
+                self.abandon()
             nursery.cancel_scope.cancel()
+
+    @contextlib.contextmanager
+    def _holding_for(self, what: str) -> Iterator[None]:
+        """The driver waits for ``what`` (at most STOP_GRACE, simulated): the keeper moves time."""
+        self._holding = (what, trio.current_time() + STOP_GRACE + 1.0)
+        try:
+            yield
+        finally:
+            self._holding = None
+
+    async def _keep_time(self, clock: trio.testing.MockClock) -> None:
+        """Move the clock while the driver waits inside a step; a stall is a liveness violation.
+
+        Once every task has waited (the driver's own wait for that comes
+        first: it is the driver's turn then), the driver is held inside a
+        step — a supervisor stopping or recovering — and time must pass for
+        it: the clock jumps to the next timer, as ``MockClock``'s autojump
+        would. No timer left, or none before the hold's bound, is a run
+        that will never go on; so is a driver held inside an event.
+        """
+        threads = trio.to_thread.current_default_thread_limiter()
+        while True:
+            await trio.testing.wait_all_tasks_blocked(_KEEPER_CUSHION)
+            if threads.statistics().borrowed_tokens:
+                continue  # a thread is at work: what it brings back comes first
+            now = trio.current_time()
+            to_timer = trio.lowlevel.current_statistics().seconds_to_next_deadline
+            if self._holding is None:
+                self.stall(
+                    f"every task waits, the driver too, inside {self._delivering},"
+                    " where nothing should hold it"
+                )
+            elif now + to_timer > self._holding[1]:
+                what, until = self._holding
+                when = (
+                    "and no timer is left"
+                    if to_timer == float("inf")
+                    else (f"and nothing is due before t={until:.3f}")
+                )
+                self.stall(f"every task waits while {what}, {when}")
+            else:
+                clock.jump(to_timer)
+
+    def stall(self, message: str) -> None:
+        """Nothing can move the run on: a liveness violation, and the run wound down.
+
+        A run that cannot even wind down (a task stuck where no
+        cancellation reaches it) is abandoned, asleep.
+        """
+        if self._winding_down:
+            self.abandon()
+        self._winding_down = True
+        self.checker.fail("liveness", message)
+        self._holding = ("the run winds down", trio.current_time() + STOP_GRACE)
+        self._scenario_scope.cancel()
+
+    def give_verdict(self) -> None:
+        """Take the verdict as it stands (once: the first call wins) and tell the caller."""
+        with self._verdict_lock:
+            if self.done.is_set():
+                return
+            for sink in self.sinks:
+                sink.live = False  # what the run traces from now on is not part of it
+            self.violations = list(self.checker.violations)
+            self.traces = tuple(sink.text for sink in self.sinks)
+            self.git_pending = self.git.pending_failures
+            self.done.set()
+
+    def abandon(self) -> NoReturn:
+        """Give the verdict and stop this thread where it is, for ever (it does nothing more)."""
+        self.give_verdict()
+        while True:
+            threading.Event().wait()
+
+    def out_of_time(self, seconds: float | None, token: trio.lowlevel.TrioToken | None) -> None:
+        """No verdict within ``seconds`` of wall time: a violation; the run stops where it is.
+
+        Its thread stops before its next task step (the spin watch sees to
+        it), woken for that if it sleeps: it does nothing more, not even
+        on the real filesystem once this one's fake is gone.
+        """
+        self.freeze = True
+        if token is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(lambda: None)
+        t = self._clock.current_time()
+        with self._verdict_lock:
+            if self.done.is_set():
+                return  # it came in meanwhile
+            self.violations = [
+                *self.checker.violations,
+                Violation(
+                    "wall time",
+                    t,
+                    f"no verdict after {seconds:g}s of wall time; the simulated clock stood"
+                    f" at t={t:.3f}, the last event delivered: {self._delivering}",
+                ),
+            ]
+            for sink in self.sinks:
+                sink.live = False
+            self.traces = tuple(sink.text for sink in self.sinks)
+            self.git_pending = self.git.pending_failures
+            self.done.set()
 
     async def _stopped(self, life: _Life, how: str) -> bool:
         """Whether ``life``'s supervisor, ``how``, stops within the grace; a violation if not."""
-        with trio.move_on_after(STOP_GRACE):
+        with self._holding_for(f"the supervisor, {how}, stops"), trio.move_on_after(STOP_GRACE):
             await life.supervisor.finished.wait()
         if life.supervisor.finished.is_set():
             return True
@@ -404,14 +573,11 @@ class _Fuzz:
 
     def _action(self, event: Mapping[str, Any]) -> Callable[[], Any]:
         kind = event["kind"]
+        what = _describe(event)
 
         async def act() -> None:
             assert self._life is not None
-            if kind == "git_failure":
-                self.git_injected += 1  # a fault once a call meets it
-            elif kind != "submit" or event.get("again"):
-                self.faults += 1
-            supervisor = self._life.supervisor
+            supervisor = self._life.supervisor  # the one alive when the request goes
             if kind == "submit":
                 await self._submit(supervisor, event)
             elif kind == "cancel":
@@ -428,8 +594,26 @@ class _Fuzz:
                 await self._fill_disk(float(event["seconds"]))
             elif kind == "crash":
                 await self._crash()
+            elif kind == "shutdown":
+                self._shut_down(event.get("force_after"))
+            elif kind in LINK_FAULTS:
+                await self.links.apply(event)
 
-        return act
+        def deliver() -> Awaitable[None] | None:
+            self._delivering = what
+            if kind == "git_failure":
+                self.git_injected += 1  # a fault once a call meets it
+            elif kind != "submit" or event.get("again"):
+                self.faults += 1
+            if kind in CLIENT_KINDS:
+                # A client's request may wait for time to pass (a submit
+                # waits out the removal of its conversation's worktree, a
+                # slow git call): the driver, which alone moves the clock,
+                # hands it to the client and goes on.
+                return self.client.hand_over(what, act)
+            return act()
+
+        return deliver
 
     async def _submit(self, supervisor: Supervisor, event: Mapping[str, Any]) -> None:
         run = event["run"]
@@ -489,6 +673,61 @@ class _Fuzz:
             if self._disk_full:
                 self.fs.set_disk_usage(self.fs.get_disk_usage()[1])
 
+    def _shut_down(self, force_after: float | None) -> None:
+        """A first signal now; a second ``force_after`` seconds later; a restart once stopped."""
+        life = self._life
+        assert life is not None
+        assert self._nursery is not None
+        life.supervisor.request_shutdown()
+        if force_after is not None:
+
+            async def force() -> None:
+                if self._life is life:  # not a later life's (a crash came between)
+                    life.supervisor.request_shutdown()
+
+            at = trio.current_time() + float(force_after)
+            self._runner.push(at, ARRIVAL, len(self.scenario.events), force)
+        if all(life is not other for other in self._stopping):
+            self._stopping.append(life)
+            self._nursery.start_soon(self._restart_when_stopped, life)
+
+    async def _restart_when_stopped(self, life: _Life) -> None:
+        """Once ``life``'s supervisor has shut down, start one again on its ledger.
+
+        The restart is an event of the driver's, delivered at once, as a
+        crash's is a step of one: nothing is checked while it recovers.
+        """
+        await life.supervisor.finished.wait()
+        if self._life is not life or not self._runner.driving:
+            return  # killed meanwhile (a crash restarted it), or the scenario is over
+
+        async def restart() -> None:
+            if self._life is not life:
+                return  # a crash at the same instant restarted it first
+            self._delivering = "the restart after a shutdown"
+            # Everything it recorded is kept (a clean stop): what a restart
+            # restates is checked as after a crash. A request under way
+            # gets no answer from a supervisor that has stopped; the next
+            # ones wait for the new one.
+            self.checker.crashed()
+            self.up = trio.Event()
+            self.client.drop()
+            self._fix_config()
+            with self._holding_for("the supervisor recovers after a shutdown"):
+                await self._start(life.store)
+            self.checker.restarted()
+            self.up.set()
+
+        self._runner.push(trio.current_time(), ARRIVAL, len(self.scenario.events), restart)
+
+    def _fix_config(self) -> None:
+        """Put the last valid file back if the one on disk is not, as an operator would."""
+        try:
+            ConfigSource(CONFIG_PATH, environ={}, watch=False).load()
+        except ConfigError:
+            with self._room():  # the operator's fix is no fault of the scenario's
+                CONFIG_PATH.write_text(self._valid_config, encoding="utf-8")
+
     async def _crash(self) -> None:
         life = self._life
         assert life is not None
@@ -496,24 +735,20 @@ class _Fuzz:
         # What was committed survives; what the dying supervisor records does not.
         store = copy.deepcopy(life.store)
         life.sink.live = False
+        # The client's request under way dies with it, unanswered; the next
+        # ones wait for the new supervisor.
+        self.up = trio.Event()
+        self.client.drop()
         life.scope.cancel()
-        # Its dying tasks may wait on timers (nothing else happens meanwhile).
-        clock = trio.lowlevel.current_clock()
-        assert isinstance(clock, trio.testing.MockClock)
-        clock.autojump_threshold = 0
-        try:
-            stopped = await self._stopped(life, "killed")
-        finally:
-            clock.autojump_threshold = float("inf")
-        if not stopped:
+        # Its dying tasks may wait on timers: the time keeper moves the clock
+        # (nothing else happens meanwhile).
+        if not await self._stopped(life, "killed"):
             return  # the run is abandoned: nothing can restart it
-        try:
-            ConfigSource(CONFIG_PATH, environ={}, watch=False).load()
-        except ConfigError:
-            with self._room():  # the operator's fix is no fault of the scenario's
-                CONFIG_PATH.write_text(self._valid_config, encoding="utf-8")
-        await self._start(store)
+        self._fix_config()
+        with self._holding_for("the supervisor recovers after a crash"):
+            await self._start(store)
         self.checker.restarted()
+        self.up.set()
 
     # -- checks ------------------------------------------------------------
 
@@ -532,7 +767,8 @@ class _Fuzz:
         """The worktrees in a conversation's folder (a checkout that failed is absent)."""
         if not repos.is_dir():
             return []
-        return [p.name for p in repos.iterdir() if (p / ".git").exists()]
+        # Never through a link: the agent was told that checkout is read-only.
+        return [p.name for p in repos.iterdir() if not p.is_symlink() and (p / ".git").exists()]
 
     def _removing(self, path: Path) -> None:
         """A worktree is about to go: its conversation must have nothing queued or running."""
@@ -558,9 +794,12 @@ class _Fuzz:
         life = self._life
         assert life is not None
         if not checker.violations:
+            self.client.answered(by_now=False)
+        if not checker.violations:
             records = [life.store.get(run_id) for run_id in checker.run_ids]
             status = life.supervisor.status()
             checker.settled(records, status)
+        self.links.check(checker)
         for path, run_id in list(self._left.items()):
             if not path.exists():
                 del self._left[path]
@@ -570,9 +809,128 @@ class _Fuzz:
         if self.wall() > self._deadline:
             # Past the bound nothing more may happen: stop, finished or not.
             if not checker.violations:
+                self.client.answered()
+            if not checker.violations:
                 checker.drained("at the bound after the last fault")
             return True
         return bool(checker.violations)
+
+
+def _describe(event: Mapping[str, Any]) -> str:
+    """An event in a few words, with its time: what a liveness violation names."""
+    kind = event["kind"]
+    if kind == "submit":
+        what = f"the submit of {event['run']['id']}" + (" sent again" if event.get("again") else "")
+    elif kind == "cancel":
+        what = f"the cancel of {', '.join(event['run_ids'])}"
+    elif kind == "git_failure":
+        what = f"the git failure of {event['operation']}"
+    else:
+        what = f"the {kind.replace('_', ' ')}"
+    return f"{what} at t={float(event['t']):.3f}"
+
+
+class _Client:
+    """The clients' requests (submits, cancels, reloads), sent in order, each once the one
+    before has returned: as from one connection.
+
+    The driver hands a request over and goes on moving the clock, so a
+    request that waits for simulated time (a submit waiting out its
+    conversation's worktree removal under slow git) gets it. One at a time
+    and in order: which of two requests goes first never depends on
+    trio's wake-up order.
+    """
+
+    def __init__(self, fuzz: _Fuzz) -> None:
+        self._fuzz = fuzz
+        channel = trio.open_memory_channel[tuple[str, Callable[[], Awaitable[None]]]]
+        self._send, self._receive = channel(math.inf)
+        #: Requests sent and not yet returned (or dropped by a crash).
+        self._waiting: list[str] = []
+        self._scope: trio.CancelScope | None = None
+        #: When the request under way was made (simulated), if one is.
+        self._since: float | None = None
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request is under way or waiting its turn."""
+        return bool(self._waiting)
+
+    async def hand_over(self, what: str, request: Callable[[], Awaitable[None]]) -> None:
+        """Send ``request`` (``what`` names it) after those sent before it.
+
+        Back once every task waits and no thread of trio's is at work: a
+        reload reads the file in a thread, and while it does nothing may
+        move on (not the clock, not the next event), or the thread's speed
+        would decide what happens next.
+        """
+        self._waiting.append(what)
+        self._send.send_nowait((what, request))
+        await trio.testing.wait_all_tasks_blocked()
+        threads = trio.to_thread.current_default_thread_limiter()
+        while threads.statistics().borrowed_tokens:
+            await trio.testing.wait_all_tasks_blocked(_THREAD_CUSHION)
+
+    async def serve(self) -> None:
+        """Make the requests, one at a time, each while a supervisor is up."""
+        async for _, request in self._receive:
+            await self._fuzz.up.wait()
+            self._since = trio.current_time()
+            with trio.CancelScope() as self._scope:
+                await request()
+            self._scope = self._since = None
+            self._waiting.pop(0)
+
+    def drop(self) -> None:
+        """The supervisor died: the request under way gets no answer."""
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def answered(self, *, by_now: bool = True) -> None:
+        """A liveness violation if a request has not returned: by now (the events
+        are over), or else within REQUEST_BOUND of being made."""
+        if not self._waiting:
+            return
+        late = self._since is not None and trio.current_time() - self._since > REQUEST_BOUND
+        if by_now or late:
+            notes = []
+            if self._since is not None and not self._waiting[0].endswith(f"t={self._since:.3f}"):
+                notes.append(f"made at t={self._since:.3f}, after those before it")
+            if len(self._waiting) > 1:
+                notes.append(f"{len(self._waiting) - 1} more behind it")
+            more = f" ({'; '.join(notes)})" if notes else ""
+            self._fuzz.checker.fail("liveness", f"{self._waiting[0]} never returned{more}")
+
+
+class _SpinWatch(trio.abc.Instrument):
+    """Counts task steps at one simulated instant: a run whose clock never moves is stopped.
+
+    A loop that yields but never waits (tasks that keep waking each other)
+    keeps every wait for blocked tasks, the driver's among them, from
+    returning: the clock stays put for ever, with the CPU busy. Steps are
+    counted, not seconds: the same seed stops at the same step.
+    """
+
+    def __init__(self, fuzz: _Fuzz, clock: trio.testing.MockClock) -> None:
+        self._fuzz = fuzz
+        self._now = mock_time(clock)
+        self._at = -1.0
+        self._steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if self._fuzz.freeze:
+            self._fuzz.abandon()
+        now = self._now()
+        if now != self._at:
+            self._at, self._steps = now, 0
+            return
+        self._steps += 1
+        if self._steps % STEPS_AT_ONE_INSTANT == 0:
+            # Between steps, not inside one: a cancellation is safe there.
+            trio.lowlevel.current_trio_token().run_sync_soon(
+                self._fuzz.stall,
+                f"{self._steps} task steps at t={now:.3f} and the clock never moved",
+            )
 
 
 class _Current:
@@ -589,11 +947,12 @@ class _Current:
     @property
     def account_recheck_at(self) -> float | None:
         """When to look again though no event is due: the supervisor's recheck, or,
-        while runs are queued or running, its next timer (a slow git call ends)."""
+        while runs are queued or running or a client's request is under way,
+        its next timer (a slow git call ends)."""
         fuzz = self._fuzz
         assert fuzz._life is not None
         recheck = fuzz._life.supervisor.account_recheck_at
-        if recheck is not None or not fuzz.checker.unsettled():
+        if recheck is not None or not (fuzz.checker.unsettled() or fuzz.client.busy):
             return recheck
         # No later than just past the bound, where the checks stop the drive.
         bound = fuzz._deadline - STARTED_AT + 1.0

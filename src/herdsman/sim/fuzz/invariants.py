@@ -15,18 +15,26 @@ that were running must be reported lost and those queued re-queued in the
 same order. :meth:`Checker.settled` compares the model with the ledger and
 the scheduler after every event: no run vanished. :meth:`Checker.drained`
 says whether every run has finished (nothing queued or running).
+:meth:`Checker.untouched` compares what is outside the state dir
+(:func:`snapshot`) with what it should be: nothing there is created,
+changed or removed by the supervisor, whatever links were planted in the
+state dir.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import stat
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
 
 from herdsman.runtime.store import RunRecord
 
-__all__ = ["Checker", "Violation"]
+__all__ = ["Checker", "Violation", "snapshot"]
 
 
 @attrs.frozen
@@ -91,6 +99,27 @@ _IDENTITY = (
 )
 
 TERMINAL = frozenset({"succeeded", "failed", "timed_out", "cancelled", "usage_limited", "lost"})
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """What is under ``root``, links not followed: each path and what it is.
+
+    A folder is ``dir``, a link ``link -> target``, a file the SHA-256 of its
+    content; nothing for a ``root`` that does not exist.
+    """
+    found: dict[str, str] = {}
+    for folder, dirs, files in os.walk(root):
+        for name in sorted([*dirs, *files]):
+            path = os.path.join(folder, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode):
+                found[path] = f"link -> {os.readlink(path)}"
+            elif stat.S_ISDIR(mode):
+                found[path] = "dir"
+            else:
+                with open(path, "rb") as file:
+                    found[path] = hashlib.sha256(file.read()).hexdigest()
+    return found
 
 
 class Checker:
@@ -318,6 +347,25 @@ class Checker:
                 self.fail(
                     "vanished", f"the scheduler holds {counts[state]} {state} run(s); {mine} are"
                 )
+
+    def untouched(self, expected: Mapping[str, str], now: Mapping[str, str]) -> None:
+        """A violation naming the first path outside the state dir that is not as ``expected``.
+
+        Both are :func:`snapshot` results; ``expected`` is what the faults
+        themselves left there.
+        """
+        for path in sorted(expected.keys() | now.keys()):
+            was, is_now = expected.get(path), now.get(path)
+            if was != is_now:
+                what = (
+                    "was created"
+                    if was is None
+                    else "was removed"
+                    if is_now is None
+                    else f"changed ({was} became {is_now})"
+                )
+                self.fail("outside touched", f"{path}, outside the state dir, {what}")
+                return
 
     @property
     def run_ids(self) -> list[str]:

@@ -20,7 +20,20 @@ minimiser may drop any of them):
   invalid one must be rejected and change nothing);
 * ``git_failure`` — the next call of git ``operation`` fails;
 * ``disk_full`` — the disk is full for ``seconds``;
-* ``crash`` — the supervisor dies and is started again on the same ledger.
+* ``crash`` — the supervisor dies and is started again on the same ledger;
+* ``shutdown`` — a first signal: the supervisor drains; with
+  ``force_after`` (seconds), a second signal then cancels what still
+  runs; without it, a short ``shutdown_grace`` in the configuration may run
+  out first. Once stopped it is started again on the same ledger.
+* ``swap_checkout`` — an agent swaps the clean checkout of ``repo`` of a
+  conversation (``workspace``, ``conversation``) for a link to the user's
+  own worktree of it, outside the state dir;
+* ``plant_link`` — a link to a folder outside the state dir is planted where
+  that conversation's folder would be made (see ``herdsman.sim.fuzz.links``).
+
+The link faults and the shutdown are drawn from streams of their own
+(``Random("links:SEED")``, ``Random("shutdown SEED")``), so adding them left
+every other draw of a seed as it was.
 """
 
 from __future__ import annotations
@@ -36,12 +49,25 @@ from herdsman.trace import OUTCOMES
 __all__ = ["FAULT_KINDS", "Scenario", "draw_scenario", "scenario_from_json"]
 
 #: Event kinds that are faults (all but submits); the queue must drain once they stop.
-FAULT_KINDS = frozenset({"cancel", "reload", "git_failure", "disk_full", "crash"})
+FAULT_KINDS = frozenset(
+    {
+        "cancel",
+        "reload",
+        "git_failure",
+        "disk_full",
+        "crash",
+        "shutdown",
+        "swap_checkout",
+        "plant_link",
+    }
+)
 
 PROVIDERS = ("claude", "codex", "local")
 STATE_DIR = "/herdsman-sim/state"
 REPOS_DIR = "/herdsman-sim/repos"
 GIT_OPERATIONS = ("add_worktree", "add_worktree_on", "worktree_status", "remove_worktree", "head")
+CONVERSATIONS = ("c1", "c2", "c3", "c4")
+WORKSPACES = ("default", "default", "w2")
 #: Ways to spoil a valid file; each must make ``herdsman check`` fail.
 SPOILERS = (
     ("concurrency = ", "concurrency = 0 #"),
@@ -146,6 +172,15 @@ def _problem(event: Mapping[str, Any]) -> str | None:
         return f"operation: expected one of {', '.join(GIT_OPERATIONS)}"
     elif kind == "disk_full" and not _seconds(event.get("seconds")):
         return "seconds: expected seconds >= 0"
+    elif kind == "shutdown" and not (
+        event.get("force_after") is None or _seconds(event.get("force_after"))
+    ):
+        return "force_after: expected seconds >= 0, or null for no second signal"
+    elif kind in ("swap_checkout", "plant_link"):
+        names = ("workspace", "conversation", "repo") if kind == "swap_checkout" else ()
+        for name in names or ("workspace", "conversation"):
+            if not isinstance(event.get(name), str) or not event[name]:
+                return f"{name}: expected a name"
     return None
 
 
@@ -179,9 +214,30 @@ def draw_scenario(seed: int) -> Scenario:
             events.append({**rng.choice(submits), "t": at, "again": True})
         else:
             events.append(_draw_fault(rng, at, ids, layout))
+    latency = rng.choice([0.0, 0.0, 0.5, 5.0, 40.0])
+    config, stop = _draw_shutdown(seed, config, end)
+    events += stop
+    events += _draw_link_faults(seed, end, layout)
     # Stable: a fault drawn for the same instant as a submit stays after it.
     events.sort(key=lambda event: event["t"])
-    return Scenario(seed, config, tuple(events), rng.choice([0.0, 0.0, 0.5, 5.0, 40.0]))
+    return Scenario(seed, config, tuple(events), latency)
+
+
+def _draw_shutdown(seed: int, config: str, end: float) -> tuple[str, list[dict[str, Any]]]:
+    """A shutdown fault for some seeds, and for some a short grace: drawn apart.
+
+    From a generator of their own, so that the rest of every seed's
+    scenario is what it was before shutdowns were drawn.
+    """
+    rng = random.Random(f"shutdown {seed}")
+    if rng.random() < 0.5:
+        grace = rng.choice(["1s", "10s", "1m"])
+        config = config.replace("[supervisor]\n", f'[supervisor]\nshutdown_grace = "{grace}"\n', 1)
+    if rng.random() >= 0.35:
+        return config, []
+    at = round(rng.uniform(0.0, end + 60.0), 3)
+    force_after = rng.choice([None, None, 0.0, 5.0, 30.0])
+    return config, [{"t": at, "kind": "shutdown", "force_after": force_after}]
 
 
 @attrs.frozen
@@ -229,13 +285,13 @@ def _idle_timeout(provider: str) -> int:
 def _draw_submit(rng: random.Random, t: float, number: int, layout: _Layout) -> dict[str, Any]:
     provider = rng.choice(layout.providers)
     run: dict[str, Any] = {"id": f"r{number:03d}", "provider": provider}
-    conversation = rng.choice([None, "c1", "c2", "c3", "c4"])
+    conversation = rng.choice([None, *CONVERSATIONS])
     if conversation is not None:
         run["conversation"] = conversation
     agent = rng.choice([None, None, "a1", "a2"])
     if agent is not None:
         run["agent"] = agent
-    run["workspace"] = rng.choice(["default", "default", "w2"])
+    run["workspace"] = rng.choice(WORKSPACES)
     attempts = []
     for _ in range(rng.choice([1, 1, 1, 2])):
         outcome = rng.choice(["succeeded"] * 6 + ["failed", "timed_out", "usage_limited"])
@@ -285,3 +341,22 @@ def _draw_fault(rng: random.Random, t: float, ids: list[str], layout: _Layout) -
     if kind == "disk_full":
         return {"t": t, "kind": "disk_full", "seconds": float(rng.choice([5, 30, 120]))}
     return {"t": t, "kind": "crash"}
+
+
+def _draw_link_faults(seed: int, end: float, layout: _Layout) -> list[dict[str, Any]]:
+    """At most one link planted at a conversation's folder, one checkout swapped for a link."""
+    rng = random.Random(f"links:{seed}")  # its own stream: see the module docstring
+    events: list[dict[str, Any]] = []
+    for kind in ("plant_link", "swap_checkout"):
+        if rng.random() >= 0.3 or (kind == "swap_checkout" and not layout.repos):
+            continue
+        event: dict[str, Any] = {
+            "t": round(rng.uniform(0.0, end + 60.0), 3),
+            "kind": kind,
+            "workspace": rng.choice(WORKSPACES),
+            "conversation": rng.choice(CONVERSATIONS),
+        }
+        if kind == "swap_checkout":
+            event["repo"] = rng.choice(layout.repos)
+        events.append(event)
+    return events
