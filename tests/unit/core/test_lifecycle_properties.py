@@ -293,6 +293,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         """Take the starts as a driver does after every event, checking each rule on each."""
         model, now = self.model, self.now
         for run_id, pick in self.life.take_starts(now).items():
+            # At most once per attempt: a second start only after a re-queue.
+            self.starts[run_id] = self.starts.get(run_id, 0) + 1
+            assert self.starts[run_id] <= 1 + self.requeues.get(run_id, 0), (
+                f"{run_id} started {self.starts[run_id]} times"
+            )
             [run] = [r for r in model.running + model.held + model.queued if r.id == run_id]
             assert run in model.queued, f"started {run_id}, which is not queued"
             why = model.why_not(run, now)
@@ -307,11 +312,6 @@ class LifecycleMachine(RuleBasedStateMachine):
                 f"{run_id} started on {pick.account}, which rests until {account.resting_until}"
             )
             assert account.available(now), f"{run_id} started on {pick.account}, over its limits"
-            # At most once per attempt: a second start only after a re-queue.
-            self.starts[run_id] = self.starts.get(run_id, 0) + 1
-            assert self.starts[run_id] <= 1 + self.requeues.get(run_id, 0), (
-                f"{run_id} started {self.starts[run_id]} times"
-            )
             # The earliest free run goes first, on the account the rules pick.
             assert model.free(now)[0] is run, f"{run_id} started before {model.free(now)[0].id}"
             assert pick.account == model.pick(run, now), f"{run_id} got {pick.account}"
