@@ -8,6 +8,7 @@ from typing import Any
 
 from herdsman.config import Config, Provider
 from herdsman.core.accounts import AccountBook, AccountSpec, AccountStatus, Blocked
+from herdsman.core.lifecycle import returning_accounts as core_returning
 
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
 
@@ -45,11 +46,7 @@ def returning_accounts(book: AccountBook, config: Config) -> set[tuple[str, str 
     A reload that brings one back restores its rest and window usage from the
     ledger, as a restart would.
     """
-    wanted: set[tuple[str, str | None]] = set()
-    for name, provider in config.providers.items():
-        names: list[str | None] = [a.name for a in provider.accounts] or [None]
-        wanted.update((name, account) for account in names)
-    return {pair for pair in wanted if not book.knows(*pair)}
+    return core_returning(book, {name: account_specs(p) for name, p in config.providers.items()})
 
 
 def longest_window(config: Config) -> float:

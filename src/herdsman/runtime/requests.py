@@ -13,10 +13,18 @@ from typing import Any
 from herdsman.config import Config
 from herdsman.core import Limits, RunRequest, Scheduler
 from herdsman.core.accounts import AccountBook
+from herdsman.core.lifecycle import Settings, apply_settings
 from herdsman.runtime.accounts import account_specs
 from herdsman.runtime.store import NewRun, RunRecord
 
-__all__ = ["apply_to_cores", "limits_of", "run_request", "trace_run", "trace_run_text"]
+__all__ = [
+    "apply_to_cores",
+    "limits_of",
+    "run_request",
+    "settings_of",
+    "trace_run",
+    "trace_run_text",
+]
 
 
 def limits_of(config: Config) -> Limits:
@@ -27,19 +35,23 @@ def limits_of(config: Config) -> Limits:
     )
 
 
+def settings_of(config: Config) -> Settings:
+    """What a config says about the rules of a run's life, as the lifecycle core takes it."""
+    return Settings(
+        limits_of(config),
+        agent_exclusive=config.scheduling.agent_exclusive,
+        accounts={name: tuple(account_specs(p)) for name, p in config.providers.items()},
+        checkouts=bool(config.repos),
+    )
+
+
 def apply_to_cores(scheduler: Scheduler, book: AccountBook, old: Config, new: Config) -> None:
     """Put ``new``'s caps, exclusivity and accounts in force in the cores (a reload).
 
-    Running runs keep their slots and accounts; providers gone from ``new``
-    keep their running runs' accounts until those end.
+    As :meth:`Lifecycle.reconfigure <herdsman.core.lifecycle.Lifecycle.reconfigure>`
+    does (:func:`~herdsman.core.lifecycle.apply_settings`).
     """
-    scheduler.set_limits(limits_of(new))
-    scheduler.set_agent_exclusive(new.scheduling.agent_exclusive)
-    for name, provider in new.providers.items():
-        book.configure(name, account_specs(provider))
-    for name in old.providers:
-        if name not in new.providers:
-            book.remove_provider(name)
+    apply_settings(scheduler, book, settings_of(old), settings_of(new))
 
 
 def run_request(record: RunRecord | NewRun) -> RunRequest:

@@ -1,24 +1,23 @@
-"""The fast simulation engine: the sans-IO cores on a plain heap loop and a virtual clock.
+"""The fast simulation engine: the run lifecycle on a plain heap loop and a virtual clock.
 
 The trio replay (``herdsman.sim.replay``) runs the whole supervisor; this
-engine runs only what decides — the very same :class:`~herdsman.core.Scheduler`
-(with its start gate and ``requeue``) and :class:`~herdsman.core.accounts.AccountBook`
-— and does itself, in plain Python, what the supervisor does around them:
+engine drives only what decides — :class:`~herdsman.core.lifecycle.Lifecycle`,
+the one home of every rule of a run's life (starts with their accounts,
+finishes with their usage limits, rests and re-queues, cancels, skips,
+reloads) — and does nothing but turn the workload into the lifecycle's
+events, in the trio driver's order, and act on its effects:
 
-* one event at a time, in the trio driver's order: the supervisor's own
-  timers due at a moment (an account's rest ending, the shutdown grace) go
-  first, then run ends (by the run's arrival order), then arrivals (in trace
-  order);
-* after every event, the dispatcher's step: ``take_startable`` with an
-  :class:`~herdsman.core.accounts.AccountGate` at that moment, each start
-  traced and its end scheduled at ``Attempt.end`` (the recorded finish, or
-  after the recorded duration in a what-if);
-* a run's end as ``Supervisor._record_finish`` settles it: a usage limit rests
-  the account (and re-queues the run once), a run that never spawned gives its
-  budget back, the slot, lanes and account are freed before the trace says so;
-* cancels, ``on_busy = "skip"``, reloads (through the supervisor's own
-  ``given_config``, accounts that come back get their rest and window usage
-  back) and shutdowns (drain, grace, forced cancel) as the supervisor takes them.
+* one event at a time: the supervisor's own timers due at a moment (an
+  account's rest ending, the shutdown grace) go first, then run ends (by the
+  run's arrival order), then arrivals (in trace order);
+* after every event, the dispatcher's step: the lifecycle's starts at that
+  moment, each traced and its end scheduled at ``Attempt.end`` (the recorded
+  finish, or after the recorded duration in a what-if), then the next moment
+  time alone frees an account (``Lifecycle.next_wakeup``);
+* a run's end handed to the lifecycle as the outcome the trio replay's fake
+  runner reports, and traced as it settles it;
+* shutdowns (drain, grace, forced cancel) as the supervisor takes them, and
+  the ledger reads a reload that brings an account back makes.
 
 What it does not model is listed in docs/simulator.md (worktrees and their
 notes, conversation sessions, pruning of the ledger). Nothing here touches
@@ -41,14 +40,12 @@ from typing import Any
 
 from herdsman.config import Config, LoadedConfig
 from herdsman.config.report import config_as_json
-from herdsman.core import CancelOutcome, RunRequest, Scheduler
-from herdsman.runtime.accounts import (
-    account_book,
-    longest_window,
-    returning_accounts,
-)
+from herdsman.core import RunRequest, RunState
+from herdsman.core.lifecycle import Admission, Lifecycle, Settlement, Withdrawal
+from herdsman.core.outcome import Outcome, RunOutcome, UsageLimit
+from herdsman.runtime.accounts import longest_window
 from herdsman.runtime.reload import given_config
-from herdsman.runtime.requests import apply_to_cores, limits_of, trace_run
+from herdsman.runtime.requests import settings_of, trace_run
 from herdsman.runtime.store import NewRun
 from herdsman.sim.metrics import Metrics, figures, slots_of
 from herdsman.sim.result import ReplayResult
@@ -64,6 +61,10 @@ from herdsman.trace import TraceWriter
 
 __all__ = ["FastEngine", "fast_replay"]
 
+# Read for every run submitted, bound once (an enum member read through its
+# class costs five times a module global: see core/lifecycle.py).
+_QUEUED, _SKIPPED = Admission.QUEUED, Admission.SKIPPED
+
 #: What a recorded usage limit says, as the trio replay's fake runner says it.
 LIMIT_MESSAGE = "usage limit (recorded)"
 
@@ -72,8 +73,6 @@ class _Run:
     """A queued or running run: what the supervisor's record and task would hold."""
 
     __slots__ = (
-        "account",
-        "attempts",
         "began",
         "execution",
         "index",
@@ -88,10 +87,8 @@ class _Run:
         self.request = request
         self.index = index  # arrival order: ties between ends at one instant
         self.submitted = submitted  # virtual time of the submit
-        self.attempts = 0  # starts so far, as the ledger counts them
         self.execution = 0  # which execution an end belongs to (a cancelled one's is stale)
-        self.account: str | None = None
-        self.outcome: Attempt | None = None
+        self.outcome: RunOutcome | None = None  # how the attempt under way ends
         # For metrics, on the trace's clock (rounded as its ``t``): queued
         # since, the current attempt's start, and where its wait is kept in
         # the engine's waits (-1: never started).
@@ -181,10 +178,7 @@ class FastEngine:
         self._loaded = config_from_trace(config_as_json(loaded.config), "configuration")
         config = self._loaded.config
         self._config: Config = config
-        self._scheduler = Scheduler(
-            limits_of(config), agent_exclusive=config.scheduling.agent_exclusive
-        )
-        self._book = account_book(config)
+        self._life = Lifecycle(settings_of(config))
         self._executions = Executions(workload)
         self._origin = workload.started_at
         self._now = 0.0
@@ -192,19 +186,15 @@ class FastEngine:
         self._ends: list[tuple[float, int, int, str, int]] = []
         self._pushes = 0
         self._runs: dict[str, _Run] = {}  # queued or running
-        # Running runs in start order, as the supervisor's run handles.
-        self._running: dict[str, _Run] = {}
-        self._ids: set[str] = set()  # every id the ledger holds; membership only
         self._plans = workload.plans  # a run's arrival order is its plan's index
-        self._admitting = True
         self._stopped = False
         self._drain_asked = False
         # The dispatcher's next look at resting accounts, or the shutdown grace.
         self._timer: float | None = None
         self._generation = 1
-        # Whether time alone may ever free an account: one has a quota window,
-        # or one has rested. Until then no account timer can be due.
-        self._timed = _windowed(config)
+        # What the fake runner reports, one per distinct ending (as the trio
+        # replay's fake runner hands one outcome to every run that ends alike).
+        self._outcomes: dict[tuple[str, int | None, float | None], RunOutcome] = {}
         self._ledger = _Ledger() if any(a.kind == "reload" for a in workload.arrivals) else None
         self._out: io.StringIO | None = None
         self._trace: TraceWriter | None = None
@@ -272,7 +262,7 @@ class FastEngine:
     @property
     def left_queued(self) -> int:
         """Runs still queued."""
-        return self._scheduler.queued_count
+        return self._life.queued_count
 
     @property
     def defaulted(self) -> tuple[str, ...]:
@@ -286,8 +276,9 @@ class FastEngine:
         arrivals = self._workload.arrivals
         count = len(arrivals)
         ends = self._ends
-        running = self._running
-        scheduler = self._scheduler
+        runs = self._runs
+        life = self._life
+        scheduler = life.scheduler
         position = 0
         inf = math.inf
         while True:
@@ -298,7 +289,7 @@ class FastEngine:
                 # The supervisor's own timers due by a moment act before it.
                 self._timer = None
                 self._now = max(self._now, timer)
-                if self._admitting:
+                if life.admitting:
                     self._dispatch()
                 else:
                     self._force()
@@ -309,18 +300,19 @@ class FastEngine:
                     return
                 at, _, _, run_id, execution = heapq.heappop(ends)
                 self._now = at
-                run = running.get(run_id)
+                run = runs.get(run_id)
                 if run is not None and run.execution == execution:  # else cancelled before
-                    self._ended(run)
+                    assert run.outcome is not None
+                    self._settle(run, run.outcome)
                     if scheduler.queued_count:
                         self._dispatch()
-                    elif self._admitting:
+                    elif life.admitting:
                         self._timer = None  # nothing waits, for an account or else
             else:
                 arrival = arrivals[position]
                 position += 1
                 self._now = arrival.t
-                if arrival.kind == "submit" and self._admitting and "account" not in arrival.fields:
+                if arrival.kind == "submit" and life.admitting and "account" not in arrival.fields:
                     # The hot path: only the new run can have become startable,
                     # and only if its provider has a free slot (a resting
                     # account is the dispatcher's business: it must look).
@@ -344,42 +336,22 @@ class FastEngine:
 
     def _dispatch(self) -> None:
         """``Supervisor._start_what_may_start``, then when to look at accounts again."""
-        if not self._admitting:
+        life = self._life
+        if not life.admitting:
             return
         now = self._origin + self._now  # _wall(), on every dispatch
-        gate = self._book.gate(now)
-        starts = self._scheduler.take_startable(gate)
-        if starts:
-            picks = gate.picks
-            for request in starts:
-                self._start(request.id, picks[request.id].account, now)
-        self._timer = self._account_wakeup(now) if self._timed else None
-
-    def _account_wakeup(self, now: float) -> float | None:
-        """``Supervisor._until_an_account_frees``, as a moment on the virtual clock.
-
-        The supervisor also looks every minute; those looks find nothing new
-        (only time frees an account, and this is when), so they are left out.
-        """
-        book, scheduler = self._book, self._scheduler
-        if not (self._timed and scheduler.queued_count):
-            return None  # nothing waits, or time alone can free no account
-        soonest: float | None = None
-        for provider in book.providers:
-            if scheduler.queued_for(provider) and not book.available(provider, now):
-                at = book.next_change(provider, now)
-                if at is not None and (soonest is None or at < soonest):
-                    soonest = at
-        if soonest is None:
-            return None
-        return self._now + max(0.0, soonest - now)
+        for run_id, pick in life.take_starts(now).items():
+            self._start(run_id, pick.account, now)
+        # When the supervisor's dispatcher looks at resting accounts again.
+        # (It also looks every minute; those looks find nothing new, since
+        # only time frees an account and this is when, so they are left out.)
+        # Not even asked while no account can be freed by time alone.
+        at = life.next_wakeup(now) if life.book.may_free_in_time else None
+        self._timer = None if at is None else self._now + max(0.0, at - now)
 
     def _start(self, run_id: str, account: str | None, now: float) -> None:
         run = self._runs[run_id]
-        run.attempts += 1
-        run.account = account
         run.execution += 1
-        self._running[run_id] = run
         if self._trace is not None:
             self._trace.event("start", run_id=run_id, account=account)
         if self.waits is not None:
@@ -397,7 +369,13 @@ class FastEngine:
         if self._ledger is not None:
             self._ledger.started(run_id, run.request.provider, account, now)
         attempt = self._executions.next(run_id)
-        run.outcome = attempt
+        # How the fake runner will report its end: one outcome per distinct
+        # ending, as the trio replay's fake runner hands them out.
+        key = (attempt.outcome, attempt.exit_code, attempt.resets_at)
+        outcome = self._outcomes.get(key)
+        if outcome is None:
+            outcome = self._outcomes[key] = _outcome(attempt)
+        run.outcome = outcome
         self._pushes += 1
         heapq.heappush(
             self._ends,
@@ -406,74 +384,67 @@ class FastEngine:
 
     # -- a run's end -----------------------------------------------------------
 
-    def _ended(self, run: _Run) -> None:
-        """The run's attempt is over: settle it as ``Supervisor._record_finish``."""
-        attempt = run.outcome
-        assert attempt is not None
-        if (
-            attempt.outcome == "usage_limited"
-            or self._trace is not None
-            or self._ledger is not None
-            or self._drain_asked
-        ):
-            self._settle(run, attempt.outcome, attempt.exit_code, attempt.resets_at)
-            return
-        # The hot path of planning: what _settle does for a run that simply ended.
-        if self._measuring:
-            self._measure_finish(run, attempt.outcome, requeued=False)
+    def _settle(self, run: _Run, outcome: RunOutcome) -> None:
+        """Settle a run's end through the lifecycle; trace and measure what it decided."""
         run_id = run.request.id
-        del self._running[run_id]
-        self._scheduler.finish(run_id)
-        self._book.finish(run_id, self._origin + self._now, spawned=attempt.exit_code is not None)
-        del self._runs[run_id]
-
-    def _settle(
-        self, run: _Run, outcome: str, exit_code: int | None, resets_at: float | None
-    ) -> None:
-        now = self._wall()
-        request = run.request
-        run_id, provider = request.id, request.provider
-        status = outcome
-        until = None
-        if outcome == "usage_limited":
-            until = self._book.rest_until(provider, run.account, now, resets_at)
-            # An account gone from the configuration cannot rest: a plain failure.
-            status = "usage_limited" if until is not None else "failed"
-        # It never got to work: once, it goes back to the head of its lanes.
-        requeue = until is not None and run.attempts < 2
-        del self._running[run_id]
-        if requeue:
-            self._scheduler.requeue(run_id)
-            self._book.finish(run_id, now)
-            if self._ledger is not None:
-                self._ledger.requeued(run_id)
-        else:
-            self._scheduler.finish(run_id)
-            # A run that never got a process gives its start back to the budget.
-            self._book.finish(run_id, now, spawned=exit_code is not None)
+        now = self._origin + self._now  # _wall()
+        life = self._life
+        settled = life.finish(run_id, outcome, now)
+        if settled.freed:
             del self._runs[run_id]
             if self._ledger is not None:
-                self._ledger.finished(run_id, now, spawned=exit_code is not None)
-        if until is not None:
-            self._timed = True
-            self._limits += 1
-            self._book.rest(provider, run.account, until, LIMIT_MESSAGE)
-            if self._ledger is not None:
-                self._ledger.limits[(provider, run.account)] = (until, LIMIT_MESSAGE)
-            self._emit(
-                "usage_limit", run_id=run_id, provider=provider, account=run.account, until=until
-            )
+                self._ledger.finished(run_id, now, spawned=settled.spawned)
+            if self._measuring:
+                self._measure_finish(run, settled.status, requeued=False)
+            if self._trace is not None:
+                self._trace.event(
+                    "finish",
+                    run_id=run_id,
+                    outcome=settled.status.value,
+                    exit_code=outcome.exit_code,
+                )
+        else:
+            self._limited(run, outcome, settled, now)
+        if self._drain_asked and not life.running_count:
+            self._stopped = True  # drained: the supervisor stops
+            self._timer = None
+
+    def _limited(self, run: _Run, outcome: RunOutcome, settled: Settlement, now: float) -> None:
+        """A finish at a usage limit: recorded, then re-queued or freed, and its account rested."""
+        run_id = run.request.id
+        requeue = settled.requeue
+        self._life.settle(run_id, now, requeued=requeue)
+        ledger = self._ledger
+        if ledger is not None:
+            if requeue:
+                ledger.requeued(run_id)
+            else:
+                ledger.finished(run_id, now, spawned=settled.spawned)
+        if not requeue:
+            del self._runs[run_id]
+        rest = settled.rest
+        assert rest is not None
+        self._limits += 1
+        if ledger is not None:
+            ledger.limits[(rest.provider, rest.account)] = (rest.until, rest.message)
+        self._emit(
+            "usage_limit",
+            run_id=run_id,
+            provider=rest.provider,
+            account=rest.account,
+            until=rest.until,
+        )
+        status = settled.status.value
         if self._measuring:
             self._measure_finish(run, status, requeued=requeue)
         if self._trace is None:
             pass
         elif requeue:
-            self._emit("finish", run_id=run_id, outcome=status, exit_code=exit_code, requeued=True)
+            self._emit(
+                "finish", run_id=run_id, outcome=status, exit_code=outcome.exit_code, requeued=True
+            )
         else:
-            self._emit("finish", run_id=run_id, outcome=status, exit_code=exit_code)
-        if self._drain_asked and not self._running:
-            self._stopped = True  # drained: the supervisor stops
-            self._timer = None
+            self._emit("finish", run_id=run_id, outcome=status, exit_code=outcome.exit_code)
 
     def _measure_finish(self, run: _Run, status: str, *, requeued: bool) -> None:
         """Add up a finish event as ``measure`` does: busy time, and a re-queue or an end."""
@@ -494,9 +465,9 @@ class FastEngine:
             # the trio replay's driver delivers nothing to a stopped one).
             return
         if kind == "submit" or kind == "skip":  # noqa: PLR1714 - the hot path
-            if self._admitting:  # else refused, as a draining supervisor refuses it
+            if self._life.admitting:  # else refused, as a draining supervisor refuses it
                 if "account" in arrival.fields:  # running on it when the file was rotated
-                    self._book.pin(arrival.fields["run"]["id"], arrival.fields["account"])
+                    self._life.pin(arrival.fields["run"]["id"], arrival.fields["account"])
                 self._submit(arrival.fields["run"], skip=kind == "skip")
         elif kind == "cancel":
             self._cancel(arrival.fields["run_id"])
@@ -513,20 +484,14 @@ class FastEngine:
     def _rest(self, fields: Mapping[str, Any]) -> None:
         """``Supervisor.rest_account``: rest a configured account until a time still ahead."""
         provider, account, until = fields["provider"], fields["account"], fields["until"]
-        if not (math.isfinite(until) and until > self._wall()):
-            return
-        if not self._book.knows(provider, account):
-            return
-        self._timed = True
-        self._book.rest(provider, account, until, CARRIED_REST)
-        if self._ledger is not None:
+        rested = self._life.rest(provider, account, until, CARRIED_REST, self._wall())
+        if rested and self._ledger is not None:
             self._ledger.limits[(provider, account)] = (until, CARRIED_REST)
 
     def _end_rest(self, provider: str, account: str | None) -> None:
         """``Supervisor.end_rest``, traced as the supervisor traces it."""
-        if not self._book.knows(provider, account):
+        if not self._life.end_rest(provider, account):
             return
-        self._book.wake(provider, account)
         if self._ledger is not None:
             self._ledger.limits.pop((provider, account), None)
         self._emit("rest_ended", provider=provider, account=account)
@@ -534,10 +499,6 @@ class FastEngine:
     def _submit(self, run: Mapping[str, Any], *, skip: bool) -> str | None:
         """Record and queue a run (or skip it); its provider if it was queued."""
         run_id = run["id"]
-        ids = self._ids
-        if run_id in ids:
-            return None  # a repeated id is the run it already was
-        ids.add(run_id)
         request = RunRequest(
             run_id,
             run["provider"],
@@ -546,18 +507,20 @@ class FastEngine:
             run.get("workspace", "default"),
             run.get("cwd"),
         )
-        busy = skip and self._scheduler.is_busy(request)
-        self.runs += 1
-        if not busy:
-            self._scheduler.submit(request)
+        admitted = self._life.submit(request, self._origin + self._now, skip)
+        if admitted is _QUEUED:
             plan = self._plans.get(run_id)
             index = plan.index if plan is not None else len(self._plans)
             queued = self._runs[run_id] = _Run(request, index, self._now)
             if self._measuring:
                 self._submitted += 1
                 self._last = queued.since = round(self._now, 6)
-        elif self._measuring:
-            self._last = round(self._now, 6)  # the skip event
+        elif admitted is _SKIPPED:
+            if self._measuring:
+                self._last = round(self._now, 6)  # the skip event
+        else:
+            return None  # a repeated id is the run it already was
+        self.runs += 1
         if self._trace is not None:
             new = NewRun(
                 id=run_id,
@@ -569,20 +532,20 @@ class FastEngine:
                 cwd=request.cwd,
             )
             traced = trace_run(new, with_prompt=self._config.trace.record_prompts)
-            self._emit("skip" if busy else "submit", run=traced)
-        return None if busy else request.provider
+            self._emit("submit" if admitted is _QUEUED else "skip", run=traced)
+        return request.provider if admitted is _QUEUED else None
 
     def _cancel(self, run_id: str) -> None:
-        withdrawn = self._scheduler.cancel(run_id)
-        if withdrawn is CancelOutcome.REMOVED:
-            if self._runs.pop(run_id).attempts == 0:
+        withdrawal = self._life.cancel(run_id)
+        if withdrawal is Withdrawal.WITHDRAWN:
+            if self._runs.pop(run_id).waited < 0 and self._measuring:
                 self._withdrawn += 1  # measure() counts it neither started nor unstarted
             if self._ledger is not None:
                 self._ledger.finished(run_id, self._wall())
             self._emit("cancel", run_id=run_id)
-        elif withdrawn is CancelOutcome.RUNNING:
+        elif withdrawal is Withdrawal.STOP:
             # Its process is stopped at once: it ends cancelled, never spawned.
-            self._settle(self._running[run_id], "cancelled", None, None)
+            self._settle(self._runs[run_id], STOPPED)
         # Unknown (ended, skipped, never submitted): nothing to cancel.
 
     def _shutdown(self) -> None:
@@ -591,9 +554,9 @@ class FastEngine:
             self._force()
             return
         self._drain_asked = True
-        self._admitting = False
+        self._life.drain()
         self._emit("shutdown")
-        if self._running:
+        if self._life.running_count:
             self._timer = self._now + self._config.supervisor.shutdown_grace.total_seconds()
         else:
             self._stopped = True
@@ -605,8 +568,13 @@ class FastEngine:
             return
         self._timer = None
         self._emit("shutdown", forced=True)
-        for run in sorted(self._running.values(), key=lambda run: run.index):
-            self._settle(run, "cancelled", None, None)
+        scheduler = self._life.scheduler
+        running = [
+            run for run in self._runs.values() if scheduler.state_of(run.request.id) is RUNNING
+        ]
+        for run in sorted(running, key=lambda run: run.index):
+            self._life.cancel(run.request.id)  # asked to stop, as the supervisor's stop asks
+            self._settle(run, STOPPED)
         self._stopped = True
 
     # -- reloads ---------------------------------------------------------------
@@ -618,35 +586,32 @@ class FastEngine:
         if not any(change.live for change in changes):
             return
         now = self._wall()
-        returning = returning_accounts(self._book, loaded.config)
+        settings = settings_of(loaded.config)
+        returning = self._life.returning(settings)
         ledger = self._ledger
         assert ledger is not None  # kept for every workload with reloads
         # The windows that matter are the returning accounts', in the new config.
         window = longest_window(loaded.config)
         limits = ledger.limits_after(now) if returning else []
         uses = ledger.usage(now - window) if returning and window else []
-        old, config = self._config, loaded.config
-        self._loaded, self._config = loaded, config
-        apply_to_cores(self._scheduler, self._book, old, config)
+        self._loaded, self._config = loaded, loaded.config
+        self._life.reconfigure(settings, limits, uses)
         self._generation += 1
-        self._timed = self._timed or _windowed(config) or bool(limits)
-        # An account that comes back gets its rest and window usage back.
-        for owner, account, until, message in limits:
-            if (owner, account) in returning:
-                self._book.rest(owner, account, until, message)
-        for owner, account, started, finished in uses:
-            if (owner, account) in returning:
-                self._book.restore_usage(owner, account, started, finished)
-        self._emit("reload", generation=self._generation, config=config_as_json(config))
+        self._emit("reload", generation=self._generation, config=config_as_json(loaded.config))
 
 
-def _windowed(config: Config) -> bool:
-    """Whether an account of ``config`` counts its usage in a window."""
-    return any(
-        account.window is not None
-        for provider in config.providers.values()
-        for account in provider.accounts
-    )
+RUNNING = RunState.RUNNING
+
+#: How a run ends that a cancel or a forced shutdown stopped: as the fake runner says it.
+STOPPED = RunOutcome(Outcome.CANCELLED)
+
+
+def _outcome(attempt: Attempt) -> RunOutcome:
+    """The outcome the trio replay's fake runner reports for ``attempt``."""
+    if attempt.outcome == "usage_limited":
+        limit = UsageLimit(attempt.resets_at, LIMIT_MESSAGE)
+        return RunOutcome(Outcome.FAILED, attempt.exit_code, limit)
+    return RunOutcome(Outcome(attempt.outcome), attempt.exit_code)
 
 
 def fast_replay(workload: Workload, loaded: LoadedConfig) -> ReplayResult:

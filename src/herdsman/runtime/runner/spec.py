@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -11,29 +10,12 @@ from types import MappingProxyType
 
 import attrs
 
+# Defined in the core, where the lifecycle decides with them; re-exported here.
+from herdsman.core.outcome import Outcome as Outcome  # noqa: PLC0414
+from herdsman.core.outcome import UsageLimit as UsageLimit  # noqa: PLC0414
+
 PROTOCOLS: tuple[str, ...] = ("plain", "claude", "codex")
 """The output protocols the runner understands (see the ``protocols`` package)."""
-
-
-class Outcome(enum.StrEnum):
-    """How a run ended. The values equal the store's run statuses of the same name."""
-
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    TIMED_OUT = "timed_out"
-    CANCELLED = "cancelled"
-
-
-@attrs.frozen
-class UsageLimit:
-    """The provider said the account is out of quota.
-
-    ``resets_at`` is when it said the quota comes back (unix seconds), if it said
-    so in a form we could parse; ``message`` is what it said, for humans.
-    """
-
-    resets_at: float | None
-    message: str
 
 
 def _argv(argv: Iterable[str]) -> tuple[str, ...]:

@@ -7,7 +7,6 @@ exactly once and the implementations cannot drift apart.
 
 from __future__ import annotations
 
-import enum
 import json
 import math
 from collections.abc import Mapping
@@ -15,6 +14,8 @@ from typing import Final, TypeAlias
 
 import attrs
 
+# Defined in the core, where the lifecycle decides with it; re-exported here.
+from herdsman.core.outcome import RunStatus as RunStatus  # noqa: PLC0414
 from herdsman.core.runs import DEFAULT_WORKSPACE
 from herdsman.runtime.store.errors import RunNotFound, StoreConflict, StoreError
 
@@ -22,20 +23,6 @@ JSON: TypeAlias = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | 
 
 LOST_ON_RESTART = "supervisor restarted before this run finished"
 """The ``reason`` every run found ``running`` by :meth:`Store.recover` gets."""
-
-
-class RunStatus(enum.StrEnum):
-    """Where a run is in its lifecycle. The values are what the store persists."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    TIMED_OUT = "timed_out"
-    CANCELLED = "cancelled"
-    LOST = "lost"
-    SKIPPED = "skipped"
-    USAGE_LIMITED = "usage_limited"
 
 
 TERMINAL_STATUSES: frozenset[RunStatus] = frozenset(

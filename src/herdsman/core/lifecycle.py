@@ -1,0 +1,528 @@
+"""The sans-IO run lifecycle: every rule of a run's life, as events in and effects out.
+
+One :class:`Lifecycle` owns the :class:`~herdsman.core.Scheduler` and the
+:class:`~herdsman.core.accounts.AccountBook` and decides, for each event a
+driver hands it with the time it happened, what becomes of the runs:
+
+* **submit** — a known id is the run it already was; ``on_busy = "skip"``
+  skips a run whose conversation or agent has a queued or running run; a
+  draining lifecycle admits nothing (:class:`Admission`);
+* **take starts** — every run that may start now, in start order, each with
+  the account it spends (slots, lanes, FIFO per key, the account gate,
+  pins and stickiness): a mapping of run id to
+  :class:`~herdsman.core.accounts.Pick`;
+* **give back** a start the driver could not record durably (as if never
+  taken), or **hold** one refused elsewhere (a fleet claim: it keeps its
+  lanes, gives back its slot and account) and **requeue the held** later;
+* **finish** with a :class:`~herdsman.core.outcome.RunOutcome` — the status
+  the ledger records, whether a usage limit rests the account and re-queues
+  the run (once: only its first attempt), and the slot, lanes and account
+  given back (:class:`Settlement`); a limit's rest and re-queue take effect
+  at :meth:`Lifecycle.settle`, once the driver has made the finish durable;
+* **cancel** a queued or held run (withdrawn) or a running one (stop it;
+  its finish follows, never re-queued); **lost** (a restart, a lease that
+  ended): its slot, lanes and account given back;
+* **reconfigure** (a reload): caps, agent exclusivity, accounts added and
+  removed, an account that comes back getting its rest and usage back;
+* **rests** reported, restored or ended by hand, and :meth:`Lifecycle.next_wakeup`,
+  when time alone frees an account a queued run waits for.
+
+No trio, no I/O, no clock (every event carries its ``now``, unix seconds),
+no randomness: the production supervisor's dispatch and the fast simulation
+engine make the very same decisions through it. Effects are plain frozen
+values; an engine asks for some with nearly every run, so none is made
+where one already exists: the starts are the account gate's own picks, and
+a plain finish's settlement is made once per status and shared.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
+
+import attrs
+
+from herdsman.core.accounts import AccountBook, AccountGate, AccountSpec, Pick, sticky_key
+from herdsman.core.outcome import Outcome, RunOutcome, RunStatus
+from herdsman.core.runs import RunRequest
+from herdsman.core.scheduler import CancelOutcome, Limits, Scheduler, StartGate
+
+__all__ = [
+    "Admission",
+    "Lifecycle",
+    "Rest",
+    "Settings",
+    "Settlement",
+    "Withdrawal",
+    "apply_settings",
+    "returning_accounts",
+]
+
+
+def _copy_accounts(
+    accounts: Mapping[str, Sequence[AccountSpec]],
+) -> Mapping[str, tuple[AccountSpec, ...]]:
+    return {provider: tuple(specs) for provider, specs in accounts.items()}
+
+
+@attrs.frozen
+class Settings:
+    """What a configuration says about the rules: caps, exclusivity, accounts, checkouts.
+
+    ``accounts`` lists every provider's accounts in config order (an empty
+    list: the ambient one); ``checkouts``: conversations get worktrees of
+    configured repositories, made before a run's process is spawned.
+    """
+
+    limits: Limits
+    agent_exclusive: bool = False
+    accounts: Mapping[str, tuple[AccountSpec, ...]] = attrs.field(
+        factory=dict, converter=_copy_accounts
+    )
+    checkouts: bool = False
+
+
+class Admission(enum.Enum):
+    """What :meth:`Lifecycle.submit` did with a run."""
+
+    #: Queued behind everything submitted before it.
+    QUEUED = "queued"
+    #: Recorded as skipped: ``on_busy = "skip"`` and its conversation or agent was busy.
+    SKIPPED = "skipped"
+    #: Its id was submitted before: the run it already was, nothing changed.
+    KNOWN = "known"
+    #: The lifecycle is draining and admits no run.
+    REFUSED = "refused"
+
+
+# Members read in every submit and finish, bound once: reading a member
+# through its enum class costs five times a module global (EnumType's
+# attribute lookup), about a tenth of the fast engine's cost of a run.
+_QUEUED, _SKIPPED, _KNOWN = Admission.QUEUED, Admission.SKIPPED, Admission.KNOWN
+_SUCCEEDED = Outcome.SUCCEEDED
+
+
+class Withdrawal(enum.Enum):
+    """What :meth:`Lifecycle.cancel` decided."""
+
+    #: It was queued or held: it is gone, and never starts; record the cancel.
+    WITHDRAWN = "withdrawn"
+    #: It runs: stop its process. Its finish follows, and it is never re-queued.
+    STOP = "stop"
+    #: No queued, held or running run has this id.
+    UNKNOWN = "unknown"
+
+
+@attrs.frozen
+class Rest:
+    """An account out of quota rests until ``until`` (unix seconds)."""
+
+    provider: str
+    account: str | None
+    until: float
+    message: str
+
+    @property
+    def label(self) -> str:
+        """The account as a log line names it."""
+        return "the ambient account" if self.account is None else f"account {self.account}"
+
+
+@attrs.frozen
+class Settlement:
+    """How a finish settles a run: what to record, and what follows.
+
+    ``freed``: the run's slot, lanes and account are given back already; if
+    not (a usage limit to act on), they are once the driver has recorded the
+    finish and calls :meth:`Lifecycle.settle`, which then rests the account
+    (``rest``) and puts the run back at the head of its lanes (``requeue``).
+    """
+
+    status: RunStatus
+    spawned: bool
+    requeue: bool = False
+    rest: Rest | None = None
+    freed: bool = True
+
+
+class _Pending:
+    """A finish whose usage limit takes effect at :meth:`Lifecycle.settle`."""
+
+    __slots__ = ("rest", "spawned", "sticks")
+
+    def __init__(self, rest: Rest, spawned: bool, sticks: tuple[str, str] | None) -> None:
+        self.rest = rest
+        self.spawned = spawned
+        # (provider, conversation key) that sticks to the account, if a session was reported.
+        self.sticks = sticks
+
+
+_NO_STARTS: Mapping[str, Pick] = MappingProxyType({})
+
+
+def returning_accounts(
+    book: AccountBook, accounts: Mapping[str, Sequence[AccountSpec]]
+) -> set[tuple[str, str | None]]:
+    """Accounts of ``accounts`` that ``book`` has not configured now (membership only)."""
+    wanted: set[tuple[str, str | None]] = set()
+    for provider, specs in accounts.items():
+        names: list[str | None] = [spec.name for spec in specs] or [None]
+        wanted.update((provider, name) for name in names)
+    return {pair for pair in wanted if not book.knows(*pair)}
+
+
+def apply_settings(scheduler: Scheduler, book: AccountBook, old: Settings, new: Settings) -> None:
+    """Put ``new``'s caps, exclusivity and accounts in force in the cores (a reload).
+
+    Running runs keep their slots and accounts; providers gone from ``new``
+    keep their running runs' accounts until those end.
+    """
+    scheduler.set_limits(new.limits)
+    scheduler.set_agent_exclusive(new.agent_exclusive)
+    for provider, specs in new.accounts.items():
+        book.configure(provider, specs)
+    for provider in old.accounts:
+        if provider not in new.accounts:
+            book.remove_provider(provider)
+
+
+class Lifecycle:
+    """Every rule of a run's life: events (each with its ``now``) in, effects out.
+
+    The scheduler and the account book are its own; :attr:`scheduler` and
+    :attr:`book` are there to be read (status views, and a driver's cheap
+    tests such as ``scheduler.queued_count``), never changed from outside.
+    :attr:`admitting` is false once :meth:`drain` was called.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self.scheduler = Scheduler(settings.limits, agent_exclusive=settings.agent_exclusive)
+        self.book = AccountBook(settings.accounts)
+        self.admitting = True
+        # Every id submitted (membership only): a repeated submit is the run it was.
+        self._seen: set[str] = set()
+        # Runs started before this attempt (re-queued after a usage limit, or
+        # carried over with attempts): a usage limit never re-queues them again.
+        self._again: set[str] = set()
+        # Running runs a cancel asked to stop: never re-queued.
+        self._stopping: set[str] = set()
+        self._pending: dict[str, _Pending] = {}
+        # One settlement per (status, spawned) for plain finishes, made once.
+        self._plain: dict[tuple[Outcome, bool], Settlement] = {}
+
+    # -- queries -----------------------------------------------------------
+
+    @property
+    def settings(self) -> Settings:
+        """The settings in force."""
+        return self._settings
+
+    @property
+    def queued_count(self) -> int:
+        """Runs waiting to start."""
+        return self.scheduler.queued_count
+
+    @property
+    def running_count(self) -> int:
+        """Runs running (held ones are not)."""
+        return self.scheduler.running_count
+
+    def has_free_slot(self, provider: str) -> bool:
+        """Whether ``provider`` and the global cap have a slot free (lanes and accounts aside)."""
+        return self.scheduler.has_free_slot(provider)
+
+    def is_busy(self, run: RunRequest) -> bool:
+        """Whether a queued or running run shares ``run``'s conversation or agent."""
+        return self.scheduler.is_busy(run)
+
+    def next_wakeup(self, now: float) -> float | None:
+        """When time alone frees an account a queued run waits for (unix seconds), if ever.
+
+        Only providers with queued runs and no account available now count:
+        the earliest moment one of their accounts' rest ends or usage leaves
+        its window. None: only an event (a finish, a reload) can free one.
+        """
+        book, scheduler = self.book, self.scheduler
+        if not (book.may_free_in_time and scheduler.queued_count):
+            return None  # nothing waits, or time alone frees no account
+        soonest: float | None = None
+        for provider in book.providers:
+            if scheduler.queued_for(provider) and not book.available(provider, now):
+                at = book.next_change(provider, now)
+                if at is not None and (soonest is None or at < soonest):
+                    soonest = at
+        return soonest
+
+    # -- submit ------------------------------------------------------------
+
+    def submit(
+        self,
+        run: RunRequest,
+        now: float,
+        skip: bool = False,
+        *,
+        seq: int | None = None,
+        attempts: int = 0,
+    ) -> Admission:
+        """A run was asked for at ``now``: queue it, skip it, or say it is known.
+
+        ``skip``: ``on_busy = "skip"``. ``seq``: its place in the queue (a
+        fleet's ledger order, see :meth:`Scheduler.submit`). ``attempts``:
+        starts an earlier process made of it (a run carried over a restart),
+        so a usage limit re-queues it only if it never started.
+        """
+        if not self.admitting:
+            return Admission.REFUSED
+        seen = self._seen
+        if run.id in seen:
+            return _KNOWN
+        seen.add(run.id)
+        if skip and self.scheduler.is_busy(run):
+            return _SKIPPED
+        self.scheduler.submit(run, seq=seq)
+        if attempts:
+            self._again.add(run.id)
+        return _QUEUED
+
+    def pin(self, run_id: str, account: str | None) -> None:
+        """Start ``run_id`` on ``account`` if it can take the run then (``AccountBook.pin``)."""
+        self.book.pin(run_id, account)
+
+    # -- starts ------------------------------------------------------------
+
+    def take_starts(
+        self, now: float, *, gate: Callable[[AccountGate], StartGate] | None = None
+    ) -> Mapping[str, Pick]:
+        """Every run that may start at ``now``: run ids in start order, each with its account.
+
+        Every run named is running from now on: the driver records its start
+        (durably, before its process is spawned) or gives it back
+        (:meth:`give_back`). ``gate`` wraps the account gate in a further
+        condition (a fleet member's caps); it must hand every start on to
+        the account gate.
+        """
+        scheduler = self.scheduler
+        if not (self.admitting and scheduler.queued_count):
+            return _NO_STARTS
+        accounts = AccountGate(self.book, now)
+        scheduler.take_startable(accounts if gate is None else gate(accounts))
+        return accounts.picks
+
+    def needs_worktree(self, run: RunRequest) -> bool:
+        """Whether ``run``'s conversation gets its checkouts before its process is spawned."""
+        return self._settings.checkouts and run.conversation is not None
+
+    def give_back(self, run_id: str, now: float) -> None:
+        """A start the driver could not record, or that another took: the run leaves.
+
+        Its slot and lanes are freed and its account's budget gets the start
+        back, as if it never started; it is no longer queued here either (the
+        ledger still has it queued, and a restart or a poll queues it again).
+        """
+        self.scheduler.finish(run_id)
+        self.book.finish(run_id, now, spawned=False)
+        self._stopping.discard(run_id)
+
+    def hold(self, run_id: str, now: float) -> None:
+        """A start refused elsewhere for now (a fleet claim): it keeps its lanes only.
+
+        Its slot and its account's start are given back;
+        :meth:`requeue_held` puts it back in its place, :meth:`cancel`
+        withdraws it.
+        """
+        self.book.finish(run_id, now, spawned=False)
+        self.scheduler.hold(run_id)
+        self._stopping.discard(run_id)
+
+    def requeue_held(self) -> None:
+        """Every held run goes back to its place in the queue."""
+        scheduler = self.scheduler
+        for run in list(scheduler.held_runs()):
+            scheduler.requeue(run.id)
+
+    # -- finish ------------------------------------------------------------
+
+    def finish(self, run_id: str, outcome: RunOutcome, now: float) -> Settlement:
+        """A running run's attempt ended at ``now``: settle it.
+
+        A usage limit reported by a run that did not succeed rests its
+        account (until the reported reset, else its window, else an hour);
+        a plain failure then counts as ``usage_limited``, and a run at its
+        first attempt that nobody asked to stop goes back to the head of its
+        lanes. Without a limit to act on, the slot, lanes and account are
+        given back now (a run never spawned gives its start back to the
+        budget); with one, at :meth:`settle`.
+        """
+        if outcome.usage_limit is not None and outcome.status is not _SUCCEEDED:
+            limited = self._limit_hit(run_id, outcome, now)
+            if limited is not None:
+                return limited
+        elif self._stopping:
+            self._stopping.discard(run_id)
+        if outcome.session:
+            self._stick(run_id)
+        spawned = outcome.exit_code is not None
+        self.scheduler.finish(run_id)
+        self.book.finish(run_id, now, spawned=spawned)
+        if self._again:
+            self._again.discard(run_id)
+        plain = self._plain.get((outcome.status, spawned))
+        if plain is None:
+            plain = self._plain[outcome.status, spawned] = Settlement(
+                RunStatus(outcome.status), spawned
+            )
+        return plain
+
+    def _limit_hit(self, run_id: str, outcome: RunOutcome, now: float) -> Settlement | None:
+        """:meth:`finish` of a run that reported a usage limit; None if its account is gone."""
+        stopped = run_id in self._stopping
+        self._stopping.discard(run_id)
+        request = self.scheduler.request_of(run_id)
+        if request is None:
+            raise ValueError(f"run {run_id!r} is not running")
+        assert outcome.usage_limit is not None
+        provider, account = request.provider, self.book.holding(run_id)
+        until = self.book.rest_until(provider, account, now, outcome.usage_limit.resets_at)
+        if until is None:  # the account left the configuration: a plain end
+            return None
+        status = outcome.status
+        final = RunStatus.USAGE_LIMITED if status is Outcome.FAILED else RunStatus(status)
+        requeue = final is RunStatus.USAGE_LIMITED and run_id not in self._again and not stopped
+        rest = Rest(provider, account, until, outcome.usage_limit.message)
+        sticks = None
+        if outcome.session and request.conversation is not None:
+            sticks = (provider, sticky_key(request.workspace, request.conversation))
+        self._pending[run_id] = _Pending(rest, outcome.spawned, sticks)
+        return Settlement(final, outcome.spawned, requeue=requeue, rest=rest, freed=False)
+
+    def settle(self, run_id: str, now: float, *, requeued: bool) -> None:
+        """A finish that hit a usage limit is recorded: free or re-queue the run, rest its account.
+
+        ``requeued``: what the ledger did (it may have cancelled a run the
+        settlement re-queued, if a cancel was asked elsewhere meanwhile).
+        """
+        pending = self._pending.pop(run_id)
+        if requeued:
+            self.scheduler.requeue(run_id)
+            # Its account gets the attempt back as a run that ended now.
+            self.book.finish(run_id, now)
+            self._again.add(run_id)
+        else:
+            self.scheduler.finish(run_id)
+            self.book.finish(run_id, now, spawned=pending.spawned)
+            self._again.discard(run_id)
+        rest = pending.rest
+        self.book.rest(rest.provider, rest.account, rest.until, rest.message)
+        if pending.sticks is not None:
+            self.book.remember(*pending.sticks, rest.account)
+
+    def _stick(self, run_id: str) -> None:
+        """The run's session lives under its account: its conversation sticks to it."""
+        request = self.scheduler.request_of(run_id)
+        if request is not None and request.conversation is not None:
+            key = sticky_key(request.workspace, request.conversation)
+            self.book.remember(request.provider, key, self.book.holding(run_id))
+
+    # -- cancel, lost, drain ------------------------------------------------
+
+    def cancel(self, run_id: str) -> Withdrawal:
+        """Withdraw a queued or held run, or ask a running one to stop."""
+        withdrawn = self.scheduler.cancel(run_id)
+        if withdrawn is CancelOutcome.REMOVED:
+            self._again.discard(run_id)
+            return Withdrawal.WITHDRAWN
+        if withdrawn is CancelOutcome.RUNNING:
+            self._stopping.add(run_id)
+            return Withdrawal.STOP
+        return Withdrawal.UNKNOWN
+
+    def lost(self, run_id: str, now: float) -> bool:
+        """The run's outcome will never be known (a restart, a lease that ended).
+
+        A run running or held here gives back its slot, lanes and account;
+        returns whether it was.
+        """
+        scheduler = self.scheduler
+        self._stopping.discard(run_id)
+        self._again.discard(run_id)
+        state = scheduler.state_of(run_id)
+        if state is None:
+            return False
+        if scheduler.cancel(run_id) is CancelOutcome.RUNNING:
+            scheduler.finish(run_id)
+        self.book.finish(run_id, now)
+        return True
+
+    def drain(self) -> None:
+        """Stop admitting runs and starting them (a shutdown); running runs go on."""
+        self.admitting = False
+
+    # -- accounts ----------------------------------------------------------
+
+    def rest(
+        self, provider: str, account: str | None, until: float, message: str, now: float
+    ) -> bool:
+        """Rest a configured account until ``until``, a time still ahead; whether it does."""
+        if not (math.isfinite(until) and until > now):
+            return False
+        if not self.book.knows(provider, account):
+            return False
+        self.book.rest(provider, account, until, message)
+        return True
+
+    def end_rest(self, provider: str, account: str | None) -> bool:
+        """End a configured account's rest now (by hand); False if it is not configured."""
+        if not self.book.knows(provider, account):
+            return False
+        self.book.wake(provider, account)
+        return True
+
+    def remember(
+        self, provider: str, workspace: str, conversation: str, account: str | None
+    ) -> None:
+        """The account ``conversation``'s session lives under (an earlier process's)."""
+        self.book.remember(provider, sticky_key(workspace, conversation), account)
+
+    def restore(
+        self,
+        rests: Iterable[tuple[str, str | None, float, str]] = (),
+        uses: Iterable[tuple[str, str | None, float, float | None]] = (),
+        *,
+        only: set[tuple[str, str | None]] | None = None,
+    ) -> None:
+        """Rests in force and window usage an earlier process left (``only`` these accounts)."""
+        book = self.book
+        for provider, account, until, message in rests:
+            if only is None or (provider, account) in only:
+                book.rest(provider, account, until, message)
+        for provider, account, started, finished in uses:
+            if only is None or (provider, account) in only:
+                book.restore_usage(provider, account, started, finished)
+
+    # -- reload ------------------------------------------------------------
+
+    def returning(self, settings: Settings) -> set[tuple[str, str | None]]:
+        """Accounts ``settings`` has that are not configured now: a reload brings them back."""
+        return returning_accounts(self.book, settings.accounts)
+
+    def reconfigure(
+        self,
+        settings: Settings,
+        rests: Iterable[tuple[str, str | None, float, str]] = (),
+        uses: Iterable[tuple[str, str | None, float, float | None]] = (),
+    ) -> None:
+        """A reload: put ``settings`` in force, all at once.
+
+        Running runs keep their slots and accounts; lowering a cap only
+        delays new starts. An account that comes back (removed, then added
+        again) gets its rest and window usage back from ``rests`` and
+        ``uses`` (the ledger's, as at a restart); others' are ignored.
+        """
+        returning = self.returning(settings)
+        old, self._settings = self._settings, settings
+        apply_settings(self.scheduler, self.book, old, settings)
+        if returning:
+            self.restore(rests, uses, only=returning)

@@ -1,0 +1,76 @@
+"""How a run ended, as one value: what every engine hands the lifecycle at a finish.
+
+:class:`Outcome` is how the process ended (the runner's verdict),
+:class:`UsageLimit` what a provider said about quota, :class:`RunOutcome`
+both together with what the lifecycle needs to settle the run, and
+:class:`RunStatus` where a run stands in the ledger, the final word a
+finish records. They live in the core because the lifecycle decides with
+them; the runner and the stores use the very same types.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+__all__ = ["Outcome", "RunOutcome", "RunStatus", "UsageLimit"]
+
+
+class Outcome(enum.StrEnum):
+    """How a run ended. The values equal the store's run statuses of the same name."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+
+class RunStatus(enum.StrEnum):
+    """Where a run is in its lifecycle. The values are what the store persists."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+    SKIPPED = "skipped"
+    USAGE_LIMITED = "usage_limited"
+
+
+@attrs.frozen
+class UsageLimit:
+    """The provider said the account is out of quota.
+
+    ``resets_at`` is when it said the quota comes back (unix seconds), if it said
+    so in a form we could parse; ``message`` is what it said, for humans.
+    """
+
+    resets_at: float | None
+    message: str
+
+
+@attrs.frozen
+class RunOutcome:
+    """How one attempt of a run ended, as the lifecycle settles it.
+
+    ``exit_code`` None: no process was ever spawned (its program was missing,
+    it was cancelled while preparing), so the attempt spent nothing of its
+    account's budget. ``usage_limit``: the provider said the account is out
+    of quota. ``session``: the run reported a resumable session, which lives
+    under the account it ran on, so its conversation sticks to that account.
+    An engine makes one per distinct ending and hands it to every run that
+    ends alike: it holds nothing of the run itself.
+    """
+
+    status: Outcome
+    exit_code: int | None = None
+    usage_limit: UsageLimit | None = None
+    session: bool = False
+
+    @property
+    def spawned(self) -> bool:
+        """Whether a process was spawned for the attempt."""
+        return self.exit_code is not None

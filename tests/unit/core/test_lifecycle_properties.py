@@ -1,0 +1,617 @@
+"""Property tests: the run lifecycle against a deliberately plain reference model of its rules.
+
+The model (:class:`Model`) is written from the rules (docs/scheduling.md,
+docs/accounts.md), not from the cores: lists of runs in submission order,
+accounts as plain records, and scans. It knows:
+
+* slots: a provider's cap (a provider without one has no slots), the global cap;
+* lanes: no two running (or held) runs share an exclusion key or overlapping
+  working directories; FIFO per key: no run starts before an earlier-submitted
+  queued run it conflicts with; the earliest free run starts first, and a busy
+  lane never holds up a free run (no head-of-line blocking);
+* accounts: a start spends an available account (not resting, under its
+  concurrency cap, under its budget of runs in its window): the conversation's
+  last one if it can, else the fewest running, then the least share of its
+  budget used, then config order; a run that never spawned gives its start back;
+* finishes: a usage limit reported by a run that did not succeed rests its
+  account until the reported reset (else its window, else an hour); a plain
+  failure then counts as ``usage_limited`` and, at its first attempt and not
+  asked to stop, goes back to its place in the queue — once;
+* submits (a known id is known, ``on_busy = "skip"``), cancels (queued, held,
+  running), holds, give-backs, reloads (caps, exclusivity, accounts removed
+  and added: a removed account keeps its runs until they end), drains, rests.
+
+:class:`LifecycleMachine` drives a real :class:`Lifecycle` and the model with the
+same random events, takes the starts after every event as the drivers do, and
+checks each named property on every start, before comparing everything else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+import pytest
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from herdsman.core import Limits, RunRequest, busy_keys, exclusion_keys
+from herdsman.core.accounts import DEFAULT_REST, MAX_REST, AccountSpec, sticky_key
+from herdsman.core.lifecycle import Admission, Lifecycle, Settings, Withdrawal
+from herdsman.core.outcome import Outcome, RunOutcome, RunStatus, UsageLimit
+
+PROVIDERS = ("p0", "p1", "px")  # px is never given slots
+WORKSPACES = ("default", "w1")
+CONVERSATIONS = (None, "c0", "c1", "c2")
+AGENTS = (None, "a0", "a1")
+CWDS = (None, None, "/r", "/r/a", "/r/b", "/s")
+WINDOW = 100.0
+
+#: Account set-ups a reload switches between: names kept, dropped and added.
+ACCOUNTS: tuple[dict[str, tuple[AccountSpec, ...]], ...] = (
+    {
+        "p0": (AccountSpec("a", concurrency=1), AccountSpec("b", window=WINDOW, budget=2)),
+        "p1": (),
+    },
+    {"p0": (AccountSpec("b", window=WINDOW, budget=3),), "p1": (AccountSpec("c", concurrency=2),)},
+    {"p0": (), "p1": (AccountSpec("c", window=WINDOW, budget=1), AccountSpec("d"))},
+)
+
+caps_st = st.sampled_from((1, 2, 3, 0))
+limits_st = st.builds(
+    Limits,
+    provider_caps=st.fixed_dictionaries({"p0": caps_st, "p1": caps_st}),
+    global_cap=st.sampled_from((None, 3, 2, 1, 4)),
+)
+settings_st = st.builds(
+    Settings,
+    limits_st,
+    agent_exclusive=st.booleans(),
+    accounts=st.sampled_from(ACCOUNTS),
+)
+run_st = st.fixed_dictionaries(
+    {
+        "provider": st.sampled_from(("p0", "p1", "p0", "p1", "px")),
+        "workspace": st.sampled_from(WORKSPACES),
+        "conversation": st.sampled_from(CONVERSATIONS),
+        "agent": st.sampled_from(AGENTS),
+        "cwd": st.sampled_from(CWDS),
+    }
+)
+# How an attempt ends: a status, whether a process was spawned, a usage limit
+# (None, or when it resets: None for not said, in seconds from now), a session.
+# Usage limits are made common: re-queueing once needs two in a row.
+Ending = tuple[Outcome, bool, tuple[float | None] | None, bool]
+ending_st = st.tuples(
+    st.sampled_from((Outcome.FAILED, Outcome.SUCCEEDED, Outcome.TIMED_OUT, Outcome.CANCELLED)),
+    st.booleans(),
+    st.tuples(st.sampled_from((30.0, None, -5.0, 500.0, 1e9))) | st.none(),
+    st.booleans(),
+)
+
+
+@dataclass
+class Account:
+    """An account as the model keeps it: its spec, runs, starts in its window, rest."""
+
+    spec: AccountSpec
+    running: set[str] = field(default_factory=set)
+    starts: list[float] = field(default_factory=list)
+    resting_until: float | None = None
+
+    def usage(self, now: float) -> int:
+        """Runs started in the window (nothing is counted without one)."""
+        window = self.spec.window
+        return 0 if window is None else sum(t > now - window for t in self.starts)
+
+    def available(self, now: float) -> bool:
+        spec = self.spec
+        if self.resting_until is not None and self.resting_until > now:
+            return False
+        if spec.concurrency is not None and len(self.running) >= spec.concurrency:
+            return False
+        return spec.budget is None or self.usage(now) < spec.budget
+
+
+@dataclass
+class Model:
+    """The rules, computed the slow and obvious way."""
+
+    settings: Settings
+    queued: list[RunRequest] = field(default_factory=list)  # submission order
+    running: list[RunRequest] = field(default_factory=list)
+    held: list[RunRequest] = field(default_factory=list)
+    order: dict[str, int] = field(default_factory=dict)  # id -> submission number
+    seen: set[str] = field(default_factory=set)
+    admitting: bool = True
+    # (provider, name) -> account, configured or kept by its running runs.
+    accounts: dict[tuple[str, str | None], Account] = field(default_factory=dict)
+    holds: dict[str, tuple[tuple[str, str | None], float]] = field(default_factory=dict)
+    last: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    started_before: set[str] = field(default_factory=set)  # re-queued after a limit
+    stopping: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.configure(self.settings)
+
+    # -- accounts ----------------------------------------------------------
+
+    def names(self, provider: str) -> list[str | None]:
+        specs = self.settings.accounts.get(provider)
+        if specs is None:
+            return []
+        return [spec.name for spec in specs] or [None]
+
+    def configured(self, provider: str) -> list[Account]:
+        return [self.accounts[provider, name] for name in self.names(provider)]
+
+    def configure(self, new: Settings) -> None:
+        self.settings = new
+        wanted = {(p, n) for p in new.accounts for n in self.names(p)}
+        for key in list(self.accounts):
+            if key not in wanted and not self.accounts[key].running:
+                del self.accounts[key]  # gone, and nothing holds it: forgotten
+        for provider, specs in new.accounts.items():
+            for spec in specs or (AccountSpec(None),):
+                kept = self.accounts.get((provider, spec.name))
+                if kept is None:
+                    self.accounts[provider, spec.name] = Account(spec)
+                else:
+                    kept.spec = spec
+
+    def pick(self, run: RunRequest, now: float) -> str | None:
+        accounts = [a for a in self.configured(run.provider) if a.available(now)]
+        assert accounts, "no account, yet a start"
+        if run.conversation is not None:
+            key = (run.provider, sticky_key(run.workspace, run.conversation))
+            if key in self.last and any(a.spec.name == self.last[key] for a in accounts):
+                return self.last[key]
+        everyone = self.configured(run.provider)
+
+        def rank(account: Account) -> tuple[int, float, int]:
+            budget = account.spec.budget
+            share = 0.0 if budget is None else account.usage(now) / budget
+            return (len(account.running), share, everyone.index(account))
+
+        return min(accounts, key=rank).spec.name
+
+    def give_back(self, run_id: str, *, spawned: bool) -> None:
+        key, started = self.holds.pop(run_id)
+        account = self.accounts[key]
+        account.running.discard(run_id)
+        if not spawned and started in account.starts:
+            account.starts.remove(started)
+        if not account.running and key[1] not in self.names(key[0]):
+            del self.accounts[key]
+
+    # -- lanes -------------------------------------------------------------
+
+    def conflicts(self, a: RunRequest, b: RunRequest) -> bool:
+        exclusive = self.settings.agent_exclusive
+        if set(exclusion_keys(a, agent_exclusive=exclusive)) & set(
+            exclusion_keys(b, agent_exclusive=exclusive)
+        ):
+            return True
+        if a.cwd is None or b.cwd is None:
+            return False
+        pa, pb = PurePosixPath(a.cwd), PurePosixPath(b.cwd)
+        return pa == pb or pa in pb.parents or pb in pa.parents
+
+    def why_not(self, run: RunRequest, now: float) -> str | None:
+        """Which rule keeps a queued run from starting now (None: it may start)."""
+        caps = self.settings.limits
+        if sum(r.provider == run.provider for r in self.running) >= caps.provider_caps.get(
+            run.provider, 0
+        ):
+            return "its provider has no free slot"
+        if caps.global_cap is not None and len(self.running) >= caps.global_cap:
+            return "the global cap is reached"
+        if any(self.conflicts(run, other) for other in self.running + self.held):
+            return "a running or held run shares its lane"
+        earlier = self.queued[: self.queued.index(run)]
+        if any(self.conflicts(run, other) for other in earlier):
+            return "an earlier queued run shares its lane (FIFO)"
+        if not any(a.available(now) for a in self.configured(run.provider)):
+            return "no account of its provider is available"
+        return None
+
+    def free(self, now: float) -> list[RunRequest]:
+        if not self.admitting:
+            return []
+        return [run for run in self.queued if self.why_not(run, now) is None]
+
+    # -- events ------------------------------------------------------------
+
+    def submit(self, run: RunRequest, *, skip: bool) -> Admission:
+        if not self.admitting:
+            return Admission.REFUSED
+        if run.id in self.seen:
+            return Admission.KNOWN
+        self.seen.add(run.id)
+        if skip and any(self._busy(run, other) for other in self.queued + self.running + self.held):
+            return Admission.SKIPPED
+        self.order[run.id] = len(self.order)
+        self.queued.append(run)
+        return Admission.QUEUED
+
+    def _busy(self, run: RunRequest, other: RunRequest) -> bool:
+        """Whether ``other`` shares ``run``'s conversation or agent (not its directory)."""
+        exclusive = self.settings.agent_exclusive
+        return bool(
+            set(busy_keys(run, agent_exclusive=exclusive))
+            & set(busy_keys(other, agent_exclusive=exclusive))
+        )
+
+    def start(self, run: RunRequest, account: str | None, now: float) -> None:
+        self.queued.remove(run)
+        self.running.append(run)
+        held = self.accounts[run.provider, account]
+        held.running.add(run.id)
+        if held.spec.window is not None:  # only a window counts starts
+            held.starts.append(now)
+        self.holds[run.id] = ((run.provider, account), now)
+
+    def requeue(self, run: RunRequest) -> None:
+        self.queued = sorted([*self.queued, run], key=lambda r: self.order[r.id])
+
+
+def rest_until(account: Account, now: float, resets_at: float | None) -> float:
+    if resets_at is None or not math.isfinite(resets_at) or not now < resets_at <= now + MAX_REST:
+        return now + (account.spec.window or DEFAULT_REST)
+    return resets_at
+
+
+class LifecycleMachine(RuleBasedStateMachine):
+    """Random events against the lifecycle and the model; they must never disagree."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.life: Lifecycle
+        self.model: Model
+        self.now = 1000.0
+        self.ids = 0
+        self.starts: dict[str, int] = {}  # run id -> starts so far
+        self.requeues: dict[str, int] = {}  # run id -> usage-limit re-queues
+        # Pairs of runs that shared a lane when a reload made it one.
+        self.shared: set[frozenset[str]] = set()
+
+    @initialize(config=settings_st, runs=st.lists(run_st, min_size=2, max_size=8))
+    def begin(self, config: Settings, runs: list[dict[str, str | None]]) -> None:
+        """A lifecycle with a backlog: runs to start, finish and re-queue from the first step."""
+        self.life = Lifecycle(config)
+        self.model = Model(config)
+        for fields in runs:
+            run, self.ids = RunRequest(f"r{self.ids}", **fields), self.ids + 1  # type: ignore[arg-type]
+            assert self.life.submit(run, self.now) is self.model.submit(run, skip=False)
+        self.take()
+
+    # -- plumbing ----------------------------------------------------------
+
+    def take(self) -> None:
+        """Take the starts as a driver does after every event, checking each rule on each."""
+        model, now = self.model, self.now
+        for run_id, pick in self.life.take_starts(now).items():
+            # At most once per attempt: a second start only after a re-queue.
+            self.starts[run_id] = self.starts.get(run_id, 0) + 1
+            assert self.starts[run_id] <= 1 + self.requeues.get(run_id, 0), (
+                f"{run_id} started {self.starts[run_id]} times"
+            )
+            [run] = [r for r in model.running + model.held + model.queued if r.id == run_id]
+            assert run in model.queued, f"started {run_id}, which is not queued"
+            why = model.why_not(run, now)
+            # Each named property first, so a broken rule says which it is.
+            assert why != "its provider has no free slot", f"{run_id} started over its cap"
+            assert why != "the global cap is reached", f"{run_id} started over the global cap"
+            assert why != "a running or held run shares its lane", f"{run_id} broke its lane"
+            assert why != "an earlier queued run shares its lane (FIFO)", f"{run_id} broke FIFO"
+            account = model.accounts.get((run.provider, pick.account))
+            assert account is not None, f"{run_id} started on unknown account {pick.account}"
+            assert account.resting_until is None or account.resting_until <= now, (
+                f"{run_id} started on {pick.account}, which rests until {account.resting_until}"
+            )
+            assert account.available(now), f"{run_id} started on {pick.account}, over its limits"
+            # The earliest free run goes first, on the account the rules pick.
+            assert model.free(now)[0] is run, f"{run_id} started before {model.free(now)[0].id}"
+            assert pick.account == model.pick(run, now), f"{run_id} got {pick.account}"
+            model.start(run, pick.account, now)
+        # No head-of-line blocking: whatever may start has started.
+        assert not model.free(now), f"{[r.id for r in model.free(now)]} may start, not started"
+
+    def pick_run(self, data: st.DataObject, runs: list[RunRequest]) -> RunRequest:
+        return data.draw(st.sampled_from(sorted(runs, key=lambda r: r.id)))
+
+    # -- rules -------------------------------------------------------------
+
+    @rule(
+        runs=st.lists(st.tuples(run_st, st.booleans(), st.booleans()), min_size=1, max_size=3),
+        data=st.data(),
+    )
+    def submit(
+        self, runs: list[tuple[dict[str, str | None], bool, bool]], data: st.DataObject
+    ) -> None:
+        """A few runs (``skip``: on_busy = "skip"; ``again``: an id given before)."""
+        for fields, skip, again in runs:
+            if again and self.model.seen:
+                run_id = data.draw(st.sampled_from(sorted(self.model.seen)))
+            else:
+                run_id, self.ids = f"r{self.ids}", self.ids + 1
+            run = RunRequest(run_id, **fields)  # type: ignore[arg-type]
+            expected = self.model.submit(run, skip=skip)
+            assert self.life.submit(run, self.now, skip) is expected
+        self.take()
+
+    @rule(seconds=st.sampled_from((1.0, 20.0, 60.0, 150.0, 4000.0)))
+    def wait(self, seconds: float) -> None:
+        self.now += seconds
+        self.take()
+
+    @precondition(lambda self: self.model.running)
+    @rule(data=st.data(), ending=ending_st)
+    def finish(self, data: st.DataObject, ending: Ending) -> None:
+        self.end(self.pick_run(data, self.model.running), ending)
+        self.take()
+
+    @precondition(lambda self: self.model.running)
+    @rule(ending=ending_st, seconds=st.sampled_from((30.0, 100.0, 3600.0)))
+    def finish_all(self, ending: Ending, seconds: float) -> None:
+        """Every running run ends alike, then time passes: re-queues come round quickly."""
+        for run in sorted(self.model.running, key=lambda r: r.id):
+            self.end(run, ending)
+        self.take()
+        self.now += seconds
+        self.take()
+
+    def end(self, run: RunRequest, ending: Ending) -> None:
+        """``run``'s attempt ends as ``ending`` says, in the lifecycle and in the model."""
+        model, now = self.model, self.now
+        status, spawned, limit, session = ending
+        resets_at = None if limit is None or limit[0] is None else now + limit[0]
+        outcome = RunOutcome(
+            status,
+            0 if spawned else None,
+            None if limit is None else UsageLimit(resets_at, "out of quota"),
+            session,
+        )
+        settled = self.life.finish(run.id, outcome, now)
+        if settled.requeue:  # at most once per run, whatever the model says
+            self.requeues[run.id] = self.requeues.get(run.id, 0) + 1
+            assert self.requeues[run.id] == 1, f"{run.id} re-queued after a usage limit twice"
+        key, _ = model.holds[run.id]
+        account = model.accounts[key]
+        stopped = run.id in model.stopping
+        model.stopping.discard(run.id)
+        # The account the run holds is found even if a reload removed it since.
+        hit = limit is not None and status is not Outcome.SUCCEEDED
+        model.running.remove(run)
+        if hit:
+            event(
+                "usage limit on a re-queued run"
+                if run.id in model.started_before
+                else "usage limit"
+            )
+            until = rest_until(account, now, resets_at)
+            final = RunStatus.USAGE_LIMITED if status is Outcome.FAILED else RunStatus(status)
+            requeue = (
+                final is RunStatus.USAGE_LIMITED
+                and run.id not in model.started_before
+                and not stopped
+            )
+            assert (settled.status, settled.requeue, settled.freed) == (final, requeue, False)
+            assert settled.rest is not None
+            assert (settled.rest.account, settled.rest.until) == (key[1], until)
+            self.life.settle(run.id, now, requeued=requeue)
+            account.resting_until = until
+            if requeue:
+                model.started_before.add(run.id)
+                model.give_back(run.id, spawned=True)
+                model.requeue(run)
+            else:
+                model.give_back(run.id, spawned=spawned)
+        else:
+            assert (settled.status, settled.requeue, settled.freed) == (
+                RunStatus(status),
+                False,
+                True,
+            )
+            if session and run.conversation is not None:
+                model.last[run.provider, sticky_key(run.workspace, run.conversation)] = key[1]
+            model.give_back(run.id, spawned=spawned)
+        if hit and session and run.conversation is not None:
+            model.last[run.provider, sticky_key(run.workspace, run.conversation)] = key[1]
+
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        model = self.model
+        known = sorted(model.seen) or ["nobody"]
+        run_id = data.draw(st.sampled_from(known))
+        withdrawal = self.life.cancel(run_id)
+        if any(r.id == run_id for r in model.queued + model.held):
+            assert withdrawal is Withdrawal.WITHDRAWN
+            model.queued = [r for r in model.queued if r.id != run_id]
+            model.held = [r for r in model.held if r.id != run_id]
+        elif any(r.id == run_id for r in model.running):
+            assert withdrawal is Withdrawal.STOP
+            model.stopping.add(run_id)
+        else:
+            assert withdrawal is Withdrawal.UNKNOWN
+        self.take()
+
+    @precondition(lambda self: self.model.running)
+    @rule(data=st.data(), hold=st.booleans())
+    def refuse(self, data: st.DataObject, hold: bool) -> None:
+        """A start not recorded (given back: dropped) or refused elsewhere (held)."""
+        model = self.model
+        run = self.pick_run(data, model.running)
+        model.running.remove(run)
+        model.give_back(run.id, spawned=False)
+        self.starts[run.id] -= 1  # never started, as far as the ledger knows
+        model.stopping.discard(run.id)
+        if hold:
+            self.life.hold(run.id, self.now)
+            model.held.append(run)
+        else:
+            self.life.give_back(run.id, self.now)
+        self.take()
+
+    @precondition(lambda self: self.model.running or self.model.held)
+    @rule(data=st.data())
+    def lost(self, data: st.DataObject) -> None:
+        """Its outcome will never be known: it gives back what it held."""
+        model = self.model
+        run = self.pick_run(data, model.running + model.held)
+        assert self.life.lost(run.id, self.now)
+        if run in model.running:
+            model.running.remove(run)
+            model.give_back(run.id, spawned=True)
+        else:
+            model.held.remove(run)
+        model.stopping.discard(run.id)
+        self.take()
+
+    @precondition(lambda self: self.model.held)
+    @rule()
+    def requeue_held(self) -> None:
+        self.life.requeue_held()
+        for run in list(self.model.held):
+            self.model.held.remove(run)
+            self.model.requeue(run)
+        self.take()
+
+    @rule(config=settings_st)
+    def reload(self, config: Settings) -> None:
+        model = self.model
+        model.configure(config)
+        # Runs already sharing a lane under the new rules (agent exclusivity
+        # switched on) keep running: only they may.
+        holders = model.running + model.held
+        self.shared.update(
+            frozenset((a.id, b.id))
+            for a in holders
+            for b in holders
+            if a != b and model.conflicts(a, b)
+        )
+        self.life.reconfigure(config)
+        self.take()
+
+    @rule(
+        provider=st.sampled_from(PROVIDERS),
+        name=st.sampled_from(("a", "b", "c", None)),
+        seconds=st.sampled_from((-1.0, 50.0, 300.0)),
+        end=st.booleans(),
+    )
+    def rest(self, provider: str, name: str | None, seconds: float, end: bool) -> None:
+        """A rest set, or ended, by hand (only a configured account's)."""
+        model = self.model
+        configured = name in model.names(provider)
+        if end:
+            assert self.life.end_rest(provider, name) is configured
+            if configured:
+                model.accounts[provider, name].resting_until = None
+        else:
+            until = self.now + seconds
+            rested = self.life.rest(provider, name, until, "by hand", self.now)
+            assert rested is (configured and until > self.now)
+            if rested:
+                model.accounts[provider, name].resting_until = until
+        self.take()
+
+    # Rare, late: nothing starts after it.
+    @precondition(lambda self: len(self.model.seen) >= 12)
+    @rule()
+    def drain(self) -> None:
+        self.life.drain()
+        self.model.admitting = False
+        self.take()
+
+    # -- invariants --------------------------------------------------------
+
+    @invariant()
+    def lanes_are_exclusive(self) -> None:
+        """No two running or held runs share an exclusion key (nor overlapping directories).
+
+        A reload that switches agent exclusivity on never stops runs already
+        sharing an agent: only those pairs may.
+        """
+        if not hasattr(self, "life"):
+            return
+        model = self.model
+        holders = model.running + model.held
+        for a in holders:
+            for b in holders:
+                if a.id < b.id and model.conflicts(a, b):
+                    assert frozenset((a.id, b.id)) in self.shared, f"{a.id} and {b.id} share a lane"
+
+    @invariant()
+    def agrees_with_the_model(self) -> None:
+        """Queued, running and held runs, in order, and every account's holders."""
+        if not hasattr(self, "life"):
+            return
+        model, scheduler = self.model, self.life.scheduler
+        assert [r.id for r in scheduler.queued_runs()] == [r.id for r in model.queued]
+        assert sorted(r.id for r in scheduler.running_runs()) == sorted(r.id for r in model.running)
+        assert [r.id for r in scheduler.held_runs()] == [r.id for r in model.held]
+        for run in model.running:
+            assert self.life.book.holding(run.id) == model.holds[run.id][0][1]
+
+    @invariant()
+    def wakes_when_an_account_frees(self) -> None:
+        """The next wake-up is when time alone frees an account a queued run waits for."""
+        if not hasattr(self, "life"):
+            return
+        model, now = self.model, self.now
+        times = []
+        for provider in model.settings.accounts:
+            accounts = model.configured(provider)
+            if not any(r.provider == provider for r in model.queued) or any(
+                a.available(now) for a in accounts
+            ):
+                continue
+            for account in accounts:
+                frees = []
+                if account.resting_until is not None and account.resting_until > now:
+                    frees.append(account.resting_until)
+                spec = account.spec
+                window = spec.window
+                if spec.budget is not None and window is not None:
+                    inside = [t for t in account.starts if t > now - window]
+                    if inside and len(inside) >= spec.budget:
+                        frees.append(min(inside) + window)
+                if frees:
+                    times.append(max(frees))
+        assert self.life.next_wakeup(now) == (min(times) if times else None)
+
+
+TestLifecycle = LifecycleMachine.TestCase
+TestLifecycle.settings = settings(max_examples=200, stateful_step_count=80, deadline=None)
+
+
+def test_a_usage_limit_requeues_a_run_once_then_it_fails_for_good() -> None:
+    # The rule the machine checks, in one plain example.
+    life = Lifecycle(Settings(Limits({"p": 1}), accounts={"p": (AccountSpec("a"),)}))
+    run = RunRequest("r", "p", "c")
+    assert life.submit(run, 0.0) is Admission.QUEUED
+    limited = RunOutcome(Outcome.FAILED, 1, UsageLimit(50.0, "out of quota"))
+    assert list(life.take_starts(0.0)) == ["r"]
+    first = life.finish("r", limited, 10.0)
+    assert (first.status, first.requeue, first.freed) == (RunStatus.USAGE_LIMITED, True, False)
+    life.settle("r", 10.0, requeued=True)
+    assert life.next_wakeup(10.0) == 50.0
+    assert not life.take_starts(20.0)  # its account rests
+    assert list(life.take_starts(50.0)) == ["r"]
+    second = life.finish("r", limited, 60.0)
+    assert (second.status, second.requeue) == (RunStatus.USAGE_LIMITED, False)
+    life.settle("r", 60.0, requeued=False)
+    assert life.queued_count == life.running_count == 0
+
+
+@pytest.mark.parametrize("status", [Outcome.SUCCEEDED, Outcome.CANCELLED])
+def test_a_plain_finish_is_one_shared_settlement(status: Outcome) -> None:
+    life = Lifecycle(Settings(Limits({"p": 2}), accounts={"p": ()}))
+    for run_id in ("a", "b"):
+        life.submit(RunRequest(run_id, "p"), 0.0)
+    life.take_starts(0.0)
+    first = life.finish("a", RunOutcome(status, 0), 1.0)
+    assert life.finish("b", RunOutcome(status, 0), 1.0) is first
+    assert (first.status, first.freed, first.rest) == (RunStatus(status), True, None)
