@@ -12,6 +12,7 @@ replay that never returns: a watchdog turns a hang into a failure.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ from herdsman.cli import main
 from herdsman.runtime.runner import ProcessOutcome, ProcessSpec
 from herdsman.runtime.supervisor import Supervisor
 from herdsman.sim.bounds import Stuck, run_watched
+from herdsman.sim.fuzz.campaign import write_case
+from herdsman.sim.fuzz.harness import Verdict
+from herdsman.sim.fuzz.scenario import draw_scenario
 from herdsman.sim.replay import Driver
 
 
@@ -117,3 +121,29 @@ def test_a_wall_limit_that_is_not_seconds_is_a_usage_error(
         main(["sim", "replay", str(trace), "--wall-limit", "soon"])
     assert exit_.value.code == 2
     assert "--wall-limit: expected seconds > 0, got 'soon'" in capsys.readouterr().err
+
+
+def test_a_wall_limit_for_the_fast_engine_is_refused_not_ignored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=2)
+    assert main(["sim", "replay", str(trace), "--engine", "fast", "--wall-limit", "5"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith("leave --wall-limit out with --engine fast")
+
+
+def test_a_fuzz_case_replays_under_the_given_wall_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    case = tmp_path / "case.jsonl"
+    write_case(case, Verdict(draw_scenario(0), (), (), 0.0, 0.0))
+    honest = Supervisor.submit_each
+
+    async def blocking(self: Supervisor, items: Any) -> Any:
+        time.sleep(2)  # holds the whole thread: nothing in simulated time can see it
+        return await honest(self, items)
+
+    monkeypatch.setattr(Supervisor, "submit_each", blocking)
+    argv = ["sim", "replay", str(case), "--out", str(tmp_path / "out"), "--wall-limit", "0.5"]
+    assert _within(120, lambda: main(argv)) == 1
+    assert ": wall time: no verdict after 0.5s of wall time" in capsys.readouterr().err

@@ -43,6 +43,13 @@ def _replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.engine == "fast" and args.wall_limit is not None:
+        print(
+            "herdsman: --wall-limit bounds the replay of --engine trio; the fast engine"
+            " needs no bound: leave --wall-limit out with --engine fast",
+            file=sys.stderr,
+        )
+        return 2
     # What the simulated supervisor logs (usage limits, checkouts) is part of
     # the simulation, not news for whoever runs it: only errors are shown.
     logging.getLogger("herdsman").setLevel(logging.ERROR)
@@ -77,7 +84,12 @@ def _replay(args: argparse.Namespace) -> int:
         from herdsman.sim.replay import replay  # noqa: PLC0415
 
         try:
-            result = replay(workload, loaded, seed=args.seed, wall_limit=args.wall_limit)
+            result = replay(
+                workload,
+                loaded,
+                seed=args.seed,
+                wall_limit=WALL_LIMIT if args.wall_limit is None else args.wall_limit,
+            )
         except Stuck as stuck:
             print(
                 f"herdsman: the replay stopped making progress: {stuck}; reproduce:"
@@ -106,7 +118,7 @@ def _replay_command(args: argparse.Namespace) -> str:
         words += ["--set", override]
     if args.seed is not None:
         words += ["--seed", str(args.seed)]
-    if args.wall_limit != WALL_LIMIT:
+    if args.wall_limit is not None:
         words += ["--wall-limit", f"{args.wall_limit:g}"]
     return shlex.join(words)
 
@@ -221,7 +233,7 @@ def add_sim_commands(commands: Any) -> None:
     replay.add_argument(
         "--wall-limit",
         type=seconds_flag,
-        default=WALL_LIMIT,
+        default=None,
         metavar="SECONDS",
         help="a replay with no end after SECONDS of wall time is stuck: exit 1 with the line"
         f" that reproduces it (default {WALL_LIMIT:g}; it stops sooner at a spin or a stall)",

@@ -180,7 +180,8 @@ def replay_case(args: argparse.Namespace, header: TraceHeader) -> int:
         return 2
     logging.getLogger("herdsman").setLevel(logging.CRITICAL)
     scenario = scenario_from_json(header.fuzz, f"{args.trace}:1")
-    verdict = run_scenario(scenario, wall_limit=args.wall_limit)
+    limit = args.wall_limit
+    verdict = run_scenario(scenario, wall_limit=WALL_LIMIT if limit is None else limit)
     # One trace per life of the supervisor: a crash starts the next.
     text = "".join(verdict.traces)
     if args.out is None:
