@@ -5,10 +5,12 @@ thread of its own (:class:`InThread`): a thread that never yields (a
 blocking call in a coroutine) can only be given up on from outside, after a
 limit in wall time; its verdict is given once, by whichever comes first, and
 a run that cannot wind down is left asleep. Inside, the bounds are in
-simulated time and in counted steps, so the same input stops at the same
-point: the fuzzer counts trio's task steps at one simulated instant, the
-replay (whose every instruction a run counts, docs/simulator.md) trio's
-rounds, through the clock trio reads once a round (:class:`Watch`).
+simulated time and in counted steps, never in seconds, so the same input
+gives the same finding: the fuzzer counts trio's task steps at one
+simulated instant (an instrument); the replay, where every instruction a
+run costs counts (docs/simulator.md), counts trio's rounds through the
+clock trio reads once a round, and finds a stall where trio would
+autojump the clock (:class:`Watch`).
 """
 
 from __future__ import annotations
