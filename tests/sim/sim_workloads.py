@@ -7,11 +7,26 @@ import os
 import random
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from herdsman.config import load_config_text
 from herdsman.config.report import config_as_json
+
+T = TypeVar("T")
+
+
+def within(seconds: float, work: Callable[[], T]) -> T:
+    """``work()``'s result; a failure, not a hang, if it takes longer than ``seconds``."""
+    out: list[T] = []
+    thread = threading.Thread(target=lambda: out.append(work()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert out, f"no end within {seconds}s: it hangs"
+    return out[0]
+
 
 CONFIG = """\
 [supervisor]

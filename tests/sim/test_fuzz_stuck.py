@@ -11,32 +11,19 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 import pytest
 import trio
+from sim_workloads import within as _within
 
 from herdsman.cli import main
 from herdsman.runtime.store import NewRun
 from herdsman.runtime.supervisor import Supervisor
 from herdsman.sim.fuzz.harness import Verdict, run_scenario
 from herdsman.sim.fuzz.scenario import draw_scenario
-
-T = TypeVar("T")
-
-
-def _within(seconds: float, work: Callable[[], T]) -> T:
-    """``work()``'s result; a failure, not a hang, if it takes longer than ``seconds``."""
-    out: list[T] = []
-    thread = threading.Thread(target=lambda: out.append(work()), daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert out, f"no verdict within {seconds}s: the fuzzer hangs"
-    return out[0]
 
 
 def _fuzz(seed: int) -> Verdict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,9 @@ from typing import Any
 import attrs
 
 from herdsman.config import ConfigError, load_config
+from herdsman.sim.bounds import WALL_LIMIT
 from herdsman.sim.cost import CostError
-from herdsman.sim.fuzz.cli import add_fuzz_command, replay_case
+from herdsman.sim.fuzz.cli import add_fuzz_command, replay_case, seconds_flag
 from herdsman.sim.fuzz.scenario import ScenarioError
 from herdsman.sim.generate_cli import add_generate_command
 from herdsman.sim.model import ModelError
@@ -38,6 +40,13 @@ def _replay(args: argparse.Namespace) -> int:
         print(
             "herdsman: --seed reshuffles trio's wake-up order, which only --engine trio has;"
             " leave --seed out with --engine fast",
+            file=sys.stderr,
+        )
+        return 2
+    if args.engine == "fast" and args.wall_limit is not None:
+        print(
+            "herdsman: --wall-limit bounds the replay of --engine trio; the fast engine"
+            " needs no bound: leave --wall-limit out with --engine fast",
             file=sys.stderr,
         )
         return 2
@@ -71,9 +80,23 @@ def _replay(args: argparse.Namespace) -> int:
 
         result = recording_ends(fast_replay(workload, loaded), workload)
     else:
+        from herdsman.sim.bounds import Stuck  # noqa: PLC0415
         from herdsman.sim.replay import replay  # noqa: PLC0415
 
-        result = replay(workload, loaded, seed=args.seed)
+        try:
+            result = replay(
+                workload,
+                loaded,
+                seed=args.seed,
+                wall_limit=WALL_LIMIT if args.wall_limit is None else args.wall_limit,
+            )
+        except Stuck as stuck:
+            print(
+                f"herdsman: the replay stopped making progress: {stuck}; reproduce:"
+                f" {_replay_command(args)}",
+                file=sys.stderr,
+            )
+            return 1
     if args.out is None:
         sys.stdout.write(result.trace)
     else:
@@ -84,6 +107,20 @@ def _replay(args: argparse.Namespace) -> int:
         args.chrome_trace.write_text(json.dumps(document), encoding="utf-8")
     print(summary(result), file=sys.stderr)
     return 0
+
+
+def _replay_command(args: argparse.Namespace) -> str:
+    """The command line that runs this replay again (without its outputs)."""
+    words = ["herdsman", "sim", "replay", str(args.trace)]
+    if args.config is not None:
+        words += ["-c", str(args.config)]
+    for override in args.overrides:
+        words += ["--set", override]
+    if args.seed is not None:
+        words += ["--seed", str(args.seed)]
+    if args.wall_limit is not None:
+        words += ["--wall-limit", f"{args.wall_limit:g}"]
+    return shlex.join(words)
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -192,6 +229,14 @@ def add_sim_commands(commands: Any) -> None:
     )
     replay.add_argument(
         "--out", type=Path, default=None, help="write the simulated trace here (default: stdout)"
+    )
+    replay.add_argument(
+        "--wall-limit",
+        type=seconds_flag,
+        default=None,
+        metavar="SECONDS",
+        help="a replay with no end after SECONDS of wall time is stuck: exit 1 with the line"
+        f" that reproduces it (default {WALL_LIMIT:g}; it stops sooner at a spin or a stall)",
     )
     replay.add_argument(
         "--chrome-trace",

@@ -52,6 +52,7 @@ from herdsman.runtime.supervisor import (
     Supervisor,
     UnknownAccount,
 )
+from herdsman.sim.bounds import WALL_LIMIT, run_watched
 from herdsman.sim.result import ReplayResult, recording_ends, summary
 from herdsman.sim.trio_internals import (
     any_woken,
@@ -114,6 +115,11 @@ class Driver:
         self.driving = False
         #: The time now: the replay reads its ``MockClock`` through :func:`mock_time`.
         self.now: Callable[[], float] = trio.current_time
+        #: Events delivered (and one more once the input is over): the replay's
+        #: watch for a spin or a stall (herdsman.sim.bounds) reads progress here.
+        self.moves = 0
+        #: The last event delivered: ``(time, kind, order)``, what a stuck replay names.
+        self.last: tuple[float, int, int] | None = None
 
     def push(self, t: float, kind: int, order: int, action: Action) -> None:
         # ``order`` breaks ties within a kind; the counter only keeps tuples
@@ -128,7 +134,9 @@ class Driver:
     def pop(self) -> tuple[float, Action] | None:
         if not self._heap:
             return None
-        t, _, _, _, action = heapq.heappop(self._heap)
+        t, kind, order, _, action = heapq.heappop(self._heap)
+        self.moves += 1
+        self.last = t, kind, order
         return t, action
 
     async def execute(
@@ -209,6 +217,7 @@ def replay(
     *,
     seed: int | None = None,
     store: Store | None = None,
+    wall_limit: float | None = WALL_LIMIT,
 ) -> ReplayResult:
     """Replay ``workload`` under ``loaded``; the simulated trace and a summary.
 
@@ -219,20 +228,34 @@ def replay(
     real SQLite or PostgreSQL ledger, to check that the supervisor decides
     the same on it; the ledger's own files or sockets are untouched by the
     fake filesystem); by default an in-memory one. Its calls run inline.
+
+    A replay that stops making progress (a spin, a stall, or no end after
+    ``wall_limit`` seconds of wall time; None: no wall limit) raises
+    :class:`~herdsman.sim.bounds.Stuck` naming what stopped moving, when,
+    and the last event delivered (herdsman.sim.bounds).
     """
     if seed is not None:
         shuffle_trio(seed)
     began = time.perf_counter()
     # Autojump only matters once the input is over (a shutdown's grace
-    # period): while driving, the driver moves the clock itself.
-    clock = trio.testing.MockClock(autojump_threshold=0)
-    commits = inline
+    # period): while driving, the driver moves the clock itself. The watched
+    # clock autojumps too, and finds a replay that stops making progress.
+    driver = Driver(workload)
     if store is None:
         # Made here, so its ledger may apply each call through its apply_one.
         memory = MemoryStore()
-        store, commits = memory, Inline(memory.apply_one)
+        ledger: Store = memory
+        commits = Inline(memory.apply_one)
+    else:
+        ledger, commits = store, inline
     with Patcher(), young_collections_rarer():
-        result = trio.run(_replay, workload, loaded, clock, store, commits, clock=clock)
+        result = run_watched(
+            lambda clock: _replay(workload, loaded, clock, ledger, driver, commits=commits),
+            progress=lambda: driver.moves,
+            where=lambda: _where(driver, workload),
+            wall_limit=wall_limit,
+            grace=loaded.config.supervisor.shutdown_grace.total_seconds(),
+        )
     return attrs.evolve(result, wall_seconds=time.perf_counter() - began)
 
 
@@ -265,11 +288,31 @@ def young_collections_rarer() -> Iterator[None]:
         gc.set_threshold(*thresholds)
 
 
+def _where(driver: Driver, workload: Workload) -> str:
+    """The last event the driver delivered, in a few words with its time."""
+    if driver.last is None:
+        return "before the first event, the supervisor starting"
+    t, kind, order = driver.last
+    if kind == ARRIVAL and order < len(workload.arrivals):
+        arrival = workload.arrivals[order]
+        run = arrival.fields.get("run", {}).get("id") or arrival.fields.get("run_id")
+        what = f"the {arrival.kind}" + (f" of {run}" if run else "")
+    else:
+        run = next((r for r, plan in workload.plans.items() if plan.index == order), None)
+        what = f"the end of {run}'s attempt" if run else "a run's end"
+    what += f" at t={t:.3f}"
+    if not driver.driving:
+        return f"the input over, the supervisor stopping (the last event: {what})"
+    return f"the last event delivered: {what}"
+
+
 async def _replay(
     workload: Workload,
     given: LoadedConfig,
     clock: trio.testing.MockClock,
     store: Store,
+    driver: Driver,
+    *,
     commits: Inline,
 ) -> ReplayResult:
     # Made again inside the fake filesystem: a Path object made before the
@@ -278,7 +321,6 @@ async def _replay(
     plain_instruments()
     loaded = config_from_trace(_config_json(given), "configuration")
     config = loaded.config
-    driver = Driver(workload)
     git = FakeGit()
     for repo in config.repos:
         repo.path.mkdir(parents=True, exist_ok=True)
@@ -326,6 +368,7 @@ async def _replay(
         driver.driving = True
         await drive(driver, supervisor, clock)
         driver.driving = False
+        driver.moves += 1  # what holds the supervisor's stop is bounded from here
         span = trio.current_time()
         left_queued = supervisor.status()["queued"]
         # The input is over; what stopping the simulated supervisor traces is not.

@@ -11,15 +11,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from herdsman.sim.bounds import WALL_LIMIT
 from herdsman.sim.fuzz.scenario import scenario_from_json
 from herdsman.trace import TraceHeader
 
-__all__ = ["add_fuzz_command", "replay_case"]
+__all__ = ["add_fuzz_command", "replay_case", "seconds_flag"]
 
 #: What one minimisation may cost, in scenario runs.
 DEFAULT_BUDGET = 200
-#: harness.WALL_LIMIT, without importing the harness (pyfakefs is heavy) to build the parser.
-WALL_LIMIT_DEFAULT = 300.0
+#: The wall limit, from a module light enough to build the parser (pyfakefs is heavy).
+WALL_LIMIT_DEFAULT = WALL_LIMIT
 #: The violation kind of a scenario that gave no verdict in time (harness.WALL_LIMIT).
 WALL_TIME = "wall time"
 
@@ -37,7 +38,8 @@ def _whole(least: int) -> Callable[[str], int]:
     return parse
 
 
-def _seconds(text: str) -> float:
+def seconds_flag(text: str) -> float:
+    """A flag's seconds, > 0 and finite (argparse's ``type``)."""
     try:
         value = float(text)
     except ValueError:
@@ -178,7 +180,8 @@ def replay_case(args: argparse.Namespace, header: TraceHeader) -> int:
         return 2
     logging.getLogger("herdsman").setLevel(logging.CRITICAL)
     scenario = scenario_from_json(header.fuzz, f"{args.trace}:1")
-    verdict = run_scenario(scenario)  # bounded in wall time too (harness.WALL_LIMIT)
+    limit = args.wall_limit
+    verdict = run_scenario(scenario, wall_limit=WALL_LIMIT if limit is None else limit)
     # One trace per life of the supervisor: a crash starts the next.
     text = "".join(verdict.traces)
     if args.out is None:
@@ -236,7 +239,7 @@ def add_fuzz_command(actions: Any, guarded: Callable[[Any], Any]) -> None:
     )
     fuzz.add_argument(
         "--wall-limit",
-        type=_seconds,
+        type=seconds_flag,
         default=WALL_LIMIT_DEFAULT,
         metavar="SECONDS",
         help=f"a seed with no verdict after SECONDS of wall time is a finding"

@@ -25,7 +25,6 @@ import io
 import itertools
 import json
 import math
-import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -48,6 +47,7 @@ from herdsman.runtime.runner import ProcessOutcome, ProcessSpec
 from herdsman.runtime.store import MemoryStore, NewRun
 from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
 from herdsman.runtime.worktrees.manager import METADATA
+from herdsman.sim.bounds import STEPS_AT_ONE_INSTANT, STOP_GRACE, WALL_LIMIT, InThread
 from herdsman.sim.fuzz.invariants import Checker, Violation
 from herdsman.sim.fuzz.links import LINK_FAULTS, LinkFaults
 from herdsman.sim.fuzz.scenario import Scenario, ScenarioError
@@ -56,7 +56,14 @@ from herdsman.sim.trio_internals import mock_time, shuffle_trio
 from herdsman.sim.workload import SYNTHETIC_EXIT_CODES, Attempt, RunPlan, Workload
 from herdsman.trace import TraceHeader, TraceWriter, format_time
 
-__all__ = ["CONFIG_PATH", "STARTED_AT", "WALL_LIMIT", "Verdict", "run_scenario"]
+__all__ = [
+    "CONFIG_PATH",
+    "STARTED_AT",
+    "STEPS_AT_ONE_INSTANT",
+    "WALL_LIMIT",
+    "Verdict",
+    "run_scenario",
+]
 
 #: The simulated clock's start (unix seconds), a whole second.
 STARTED_AT = 1_795_000_000.0
@@ -64,17 +71,6 @@ CONFIG_PATH = Path("/herdsman-sim/supervisor.toml")
 #: How long a usage limit without a reset time, or a quota window, may hold runs.
 _LONGEST_REST = 3600.0
 _AGENT_FILE = "agent-notes-{run}.txt"
-#: How long (simulated) a supervisor told to stop, or killed, may take to stop
-#: (and one started, to recover).
-STOP_GRACE = 600.0
-#: How long (wall-clock seconds) one scenario may take at most, by default:
-#: the slowest seed seen took 20 s on a shared two-core machine at a load
-#: near 9, so only a run that will never end meets it.
-WALL_LIMIT = 300.0
-#: How many task steps trio may run at one simulated instant: a storm of
-#: every event at once takes a few thousand; a loop that never lets the
-#: clock move, far more.
-STEPS_AT_ONE_INSTANT = 100_000
 #: How long (simulated) a client's request may take to return: a submit may
 #: wait out the removal of its conversation's worktrees (a few slow git
 #: calls), never this long.
@@ -126,10 +122,9 @@ def run_scenario(scenario: Scenario, *, wall_limit: float | None = WALL_LIMIT) -
         assert patcher.fs is not None
         fuzz = _Fuzz(scenario, patcher.fs, clock)
         raised: list[BaseException] = []
-        tokens: list[trio.lowlevel.TrioToken] = []
 
         async def main() -> None:
-            tokens.append(trio.lowlevel.current_trio_token())
+            fuzz.bound.entered()
             await fuzz.run(clock)
 
         def run() -> None:
@@ -144,9 +139,9 @@ def run_scenario(scenario: Scenario, *, wall_limit: float | None = WALL_LIMIT) -
         # stuck in a shielded scope) keeps trio.run from returning; its
         # verdict is given all the same and the thread, asleep for ever, is
         # abandoned.
-        threading.Thread(target=run, name=f"fuzz-{scenario.seed}", daemon=True).start()
-        if not fuzz.done.wait(wall_limit):
-            fuzz.out_of_time(wall_limit, tokens[0] if tokens else None)
+        fuzz.bound.start(run, f"fuzz-{scenario.seed}")
+        if not fuzz.bound.wait(wall_limit):
+            fuzz.out_of_time(wall_limit)
         if raised:
             error = raised[0]
             if isinstance(error, ScenarioError) or not isinstance(error, Exception):
@@ -301,10 +296,8 @@ class _Fuzz:
         self.checker = Checker(
             trio.current_time, {run_id: event["run"] for run_id, event in self.submits.items()}
         )
-        #: Set once the verdict is in (the run ended, or was abandoned).
-        self.done = threading.Event()
-        # The verdict as given (see give_verdict): the run may go on, or not.
-        self._verdict_lock = threading.Lock()
+        #: The run's thread, bounded in wall time; its verdict given once.
+        self.bound = InThread()
         self.violations: list[Violation] = []
         self.traces: tuple[str, ...] = ()
         self.git_pending = 0
@@ -317,8 +310,6 @@ class _Fuzz:
         self._winding_down = False
         self._scenario_scope = trio.CancelScope()
         self.client = _Client(self)
-        #: Set (by the caller's thread) to stop the run's thread at its next task step.
-        self.freeze = False
         #: Set while a supervisor is up to take requests (not while one restarts).
         self.up = trio.Event()
         #: Faults delivered, git failures apart; git failures injected.
@@ -449,51 +440,33 @@ class _Fuzz:
 
     def give_verdict(self) -> None:
         """Take the verdict as it stands (once: the first call wins) and tell the caller."""
-        with self._verdict_lock:
-            if self.done.is_set():
-                return
-            for sink in self.sinks:
-                sink.live = False  # what the run traces from now on is not part of it
-            self.violations = list(self.checker.violations)
-            self.traces = tuple(sink.text for sink in self.sinks)
-            self.git_pending = self.git.pending_failures
-            self.done.set()
+        self.bound.give(self._take_verdict)
+
+    def _take_verdict(self, *late: Violation) -> None:
+        for sink in self.sinks:
+            sink.live = False  # what the run traces from now on is not part of it
+        self.violations = [*self.checker.violations, *late]
+        self.traces = tuple(sink.text for sink in self.sinks)
+        self.git_pending = self.git.pending_failures
 
     def abandon(self) -> NoReturn:
         """Give the verdict and stop this thread where it is, for ever (it does nothing more)."""
-        self.give_verdict()
-        while True:
-            threading.Event().wait()
+        self.bound.abandon(self._take_verdict)
 
-    def out_of_time(self, seconds: float | None, token: trio.lowlevel.TrioToken | None) -> None:
+    def out_of_time(self, seconds: float | None) -> None:
         """No verdict within ``seconds`` of wall time: a violation; the run stops where it is.
 
         Its thread stops before its next task step (the spin watch sees to
-        it), woken for that if it sleeps: it does nothing more, not even
-        on the real filesystem once this one's fake is gone.
+        it, told by :meth:`InThread.wait`).
         """
-        self.freeze = True
-        if token is not None:
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(lambda: None)
         t = self._clock.current_time()
-        with self._verdict_lock:
-            if self.done.is_set():
-                return  # it came in meanwhile
-            self.violations = [
-                *self.checker.violations,
-                Violation(
-                    "wall time",
-                    t,
-                    f"no verdict after {seconds:g}s of wall time; the simulated clock stood"
-                    f" at t={t:.3f}, the last event delivered: {self._delivering}",
-                ),
-            ]
-            for sink in self.sinks:
-                sink.live = False
-            self.traces = tuple(sink.text for sink in self.sinks)
-            self.git_pending = self.git.pending_failures
-            self.done.set()
+        late = Violation(
+            "wall time",
+            t,
+            f"no verdict after {seconds:g}s of wall time; the simulated clock stood"
+            f" at t={t:.3f}, the last event delivered: {self._delivering}",
+        )
+        self.bound.give(lambda: self._take_verdict(late))  # unless it came in meanwhile
 
     async def _stopped(self, life: _Life, how: str) -> bool:
         """Whether ``life``'s supervisor, ``how``, stops within the grace; a violation if not."""
@@ -918,7 +891,7 @@ class _SpinWatch(trio.abc.Instrument):
         self._steps = 0
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if self._fuzz.freeze:
+        if self._fuzz.bound.freeze:
             self._fuzz.abandon()
         now = self._now()
         if now != self._at:
