@@ -127,6 +127,17 @@ def event_line(t: float, seq: int, kind: str, fields: Mapping[str, Any]) -> str:
     few strings and numbers, a run object): JSON is compositional, so each
     value is written on its own, the plain ones without the encoder's
     machinery.
+
+    Why composed by hand rather than by ``json``: the simulator writes three
+    lines a run, and with every line through the encoder (this function
+    as its first line, ``record`` without its shortcut, no ``submit``,
+    ``start`` and ``finish`` from values, ``trace_run_text`` gone) a replay
+    cost 81,400 instructions a run more, 733,555 against 652,146
+    (``benchmarks/sim_replay.py --cachegrind --replay-pass``): about 12%,
+    which would take the replay to the edge of its floor of 75% of a bare
+    trio loop's rate (docs/simulator.md, "Production without simulator
+    special cases"). Hypothesis tests (tests/unit/trace) hold it to the
+    encoder's bytes.
     """
     members = None
     if type(t) is float and math.isfinite(t) and _HEAD_KEYS.isdisjoint(fields):
@@ -240,8 +251,6 @@ class TraceWriter:
         self._file: _FileLines | _SinkLines | _BufferLines | None = None
         self._path: Path | None = None
         self._origin = 0.0
-        # The last line's time in the writer's shortcut, and its text.
-        self._last_elapsed, self._last_text = -1.0, ""
         self._seq = 0
         self._size = 0
         self._files_opened = 0
@@ -372,15 +381,11 @@ class TraceWriter:
         # An int clock's round() is an int: "5", not "5.0" (record's path).
         if not (_TIME_LOW <= elapsed < _TIME_HIGH and type(elapsed) is float):
             return False
-        if elapsed == self._last_elapsed:
-            t = self._last_text  # a line at the instant of the one before
-        else:
-            # float.__repr__(round(elapsed, 6)) with one conversion to
-            # decimal digits instead of two (see _TIME_LOW).
-            t = f"{elapsed:.6f}".rstrip("0")
-            if t[-1] == ".":
-                t += "0"
-            self._last_elapsed, self._last_text = elapsed, t
+        # float.__repr__(round(elapsed, 6)) with one conversion to decimal
+        # digits instead of two (see _TIME_LOW).
+        t = f"{elapsed:.6f}".rstrip("0")
+        if t[-1] == ".":
+            t += "0"
         try:
             self._size += self._file.write(f'{{"t":{t},"seq":{self._seq},{head}{rest}}}\n')
         except OSError as exc:

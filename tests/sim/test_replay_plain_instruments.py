@@ -2,7 +2,7 @@
 
 trio asks its instruments' ``UserDict`` whether any instrument wants a hook
 about twenty times a replayed run, each a Python call; the replay swaps in
-a dict that answers without one (sim/replay.py ``plain_instruments``).
+a dict that answers without one (``herdsman.sim.trio_internals.plain_instruments``).
 Instruments added during the replay are still called.
 """
 

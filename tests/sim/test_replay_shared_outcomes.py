@@ -1,9 +1,9 @@
-"""Runs that end alike share one outcome in the fake runner, and its finish fields.
+"""Runs that end alike share one outcome in the fake runner.
 
 The fake runner hands every run that ends on its own in the same way one
-frozen ``ProcessOutcome``; the supervisor works out the status and texts
-of a finish once per outcome object rather than once per run. Each run
-still gets its own log path, and the ledger records what it always did.
+frozen ``ProcessOutcome``. The supervisor works out each finish's fields
+from it as from any outcome: each run gets its own log path, and the ledger
+records what it always did.
 """
 
 from __future__ import annotations
@@ -20,24 +20,25 @@ from herdsman.sim.replay import replay
 from herdsman.sim.workload import config_from_trace, read_workload
 
 
-def test_runs_ending_alike_share_their_finish_fields_but_not_their_log_paths(
+def test_runs_ending_alike_share_their_outcome_but_not_their_log_paths(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[object] = []
+    outcomes: list[object] = []
     honest = supervisor_module.finish_fields
 
-    def counted(ended: Any, log_path: str) -> Any:
-        calls.append(ended)
+    def seen(ended: Any, log_path: str) -> Any:
+        outcomes.append(ended)
         return honest(ended, log_path)
 
-    monkeypatch.setattr(supervisor_module, "finish_fields", counted)
+    monkeypatch.setattr(supervisor_module, "finish_fields", seen)
     workload = read_workload(busy_trace(tmp_path / "busy.jsonl", runs=40))
     store = MemoryStore()
     result = replay(workload, config_from_trace(workload.header.config, "header"), store=store)
     finishes = result.trace.count('"event":"finish"')
     assert finishes >= 40
-    # Worked out again only when the outcome object changes from one finish to the next.
-    assert len(calls) < finishes / 2
+    # One outcome object for each way of ending, however many runs end so.
+    assert len(outcomes) == finishes
+    assert len({id(ended) for ended in outcomes}) < finishes / 2
     records = store.list_runs()
     assert len(records) == 40
     started = [r for r in records if r.started_at is not None]

@@ -12,7 +12,7 @@ import outcome
 import pytest
 import trio
 
-from herdsman.runtime.ledger import Ledger, LedgerClosed, in_worker_thread, inline
+from herdsman.runtime.ledger import Inline, Ledger, LedgerClosed, in_worker_thread, inline
 from herdsman.runtime.store import MemoryStore, NewRun, RunRecord, RunStatus, Store, StoreError
 
 
@@ -107,14 +107,14 @@ async def test_an_inline_ledger_applies_each_call_at_once_in_call_order() -> Non
     assert seen == ["a", "b"]
 
 
-async def test_an_inline_ledger_over_the_in_memory_store_applies_each_call_by_apply_one() -> None:
+async def test_an_inline_ledger_given_the_stores_apply_one_applies_each_call_by_it() -> None:
     store = MemoryStore()
 
     def refuse(*_: object, **__: object) -> list[outcome.Outcome[Any]]:
         raise AssertionError("apply() used: apply_one() does a call of its own")
 
     store.apply = refuse  # type: ignore[method-assign]
-    ledger = Ledger(store, run_sync=inline)
+    ledger = Ledger(store, run_sync=Inline(store.apply_one))
     seen: list[object] = []
     record, created = await ledger.call(partial(submit_at_1, "a"), then=seen.append)
     assert created
@@ -136,6 +136,25 @@ async def test_an_inline_ledger_over_the_in_memory_store_applies_each_call_by_ap
     assert seen == [(record, True)]
     assert [r.id for r in store.list_runs()] == ["a"]
     assert ledger.batches == ledger.calls == 2
+
+
+async def test_an_inline_ledger_not_given_apply_one_uses_the_stores_apply() -> None:
+    # The ledger never picks apply_one by itself, whatever the store's type:
+    # only whoever builds it, for a store it made, gives it one.
+    store = MemoryStore()
+    applied: list[int] = []
+    honest = store.apply
+
+    def counted(operations: Any, *, durable: bool = False) -> list[outcome.Outcome[Any]]:
+        applied.append(len(operations))
+        return honest(operations, durable=durable)
+
+    store.apply = counted  # type: ignore[method-assign]
+    ledger = Ledger(store, run_sync=inline)
+    record, created = await ledger.call(partial(submit_at_1, "a"))
+    assert created
+    assert record.id == "a"
+    assert applied == [1]
 
 
 async def test_an_inline_ledger_over_a_subclass_of_the_in_memory_store_uses_its_apply() -> None:

@@ -233,18 +233,15 @@ class SpecBuilder:
         log_path = template.logs + record.id + ".log"
         if not resume and record.cwd is None and program is not None:
             return _run_spec(template.spec, env, prompt, log_path)
-        # The required fields by position (argv, env, cwd, prompt, timeout,
-        # idle_timeout, log_path, protocol): keywords are matched by name at
-        # every call, and this is one call per run.
         return ProcessSpec(
-            build_argv(provider, resume, program),
-            env,
-            record.cwd if record.cwd is not None else provider.workdir,
-            prompt,
-            template.timeout,
-            template.idle_timeout,
-            log_path,
-            provider.protocol,
+            argv=build_argv(provider, resume, program),
+            env=env,
+            cwd=record.cwd if record.cwd is not None else provider.workdir,
+            prompt=prompt,
+            timeout=template.timeout,
+            idle_timeout=template.idle_timeout,
+            log_path=log_path,
+            protocol=provider.protocol,
             usage_limit_pattern=provider.usage_limit_pattern,
             # The provider's own folder is herdsman's to make (when the process is
             # spawned, so the simulator's fake runner never touches a disk); a

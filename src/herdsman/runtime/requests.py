@@ -81,6 +81,9 @@ def trace_run_text(record: RunRecord | NewRun, *, with_prompt: bool) -> str:
 
     The trace's encoder writes each field in order, no spaces, non-ASCII as
     it is: each value is a str (or a None left out) and written as such.
+    Part of the trace lines composed by hand (``herdsman.trace.event_line``
+    says what they save the replay); a hypothesis test holds it to the
+    encoder's bytes.
     """
     text = '{"id":' + _encode_string(record.id) + ',"provider":' + _encode_string(record.provider)
     if record.conversation is not None:

@@ -23,7 +23,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from operator import methodcaller
 from pathlib import Path
@@ -36,7 +36,7 @@ import trio
 from herdsman.config import Config, ConfigError, LoadedConfig, Provider, format_duration
 from herdsman.config.report import config_as_json
 from herdsman.core import CancelOutcome, KeyClaims, RunRequest, RunState, Scheduler, busy_keys
-from herdsman.core.accounts import AccountGate, Pick, sticky_key
+from herdsman.core.accounts import Pick, sticky_key
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
 from herdsman.runtime.accounts import (
@@ -56,7 +56,7 @@ from herdsman.runtime.fleet_accounts import (
 from herdsman.runtime.fleet_member import FleetMember, Refused
 from herdsman.runtime.git import Git, RealGit
 from herdsman.runtime.launch import SpecBuilder
-from herdsman.runtime.ledger import Ledger, Queued, RunSync, in_worker_thread, inline
+from herdsman.runtime.ledger import Ledger, Queued, RunSync, in_worker_thread
 from herdsman.runtime.left_agents import LeftAgents
 from herdsman.runtime.metrics import Metrics
 from herdsman.runtime.orphans import stop_orphans, stopped_note
@@ -95,7 +95,6 @@ from herdsman.runtime.store import (
 )
 from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost, LeaseExpired
 from herdsman.runtime.store.errors import RunNotFound as UnknownRun
-from herdsman.runtime.task_state import checkpoints, effectively_cancelled
 from herdsman.runtime.worktrees.listing import describe_worktrees
 from herdsman.runtime.worktrees.manager import WorktreeManager, checkouts_preamble
 from herdsman.runtime.worktrees.sweeper import IsBusy, SweepReport, idle_folders, sweep
@@ -344,9 +343,6 @@ class Supervisor:
         # Run counts that count nothing (the replay's) are not even called.
         self._counts_runs = self.metrics.counts_runs
         self.ledger = Ledger(store, run_sync=run_sync)
-        # A ledger that applies each call at once (the simulator's) has no
-        # commits to batch starts behind: a submit takes its starts itself.
-        self._ledger_inline = run_sync is inline
         self._execute = execute
         self._wall = wall
         self._trace = trace
@@ -671,12 +667,7 @@ class Supervisor:
         agent_exclusive = scheduler.agent_exclusive
         for new, on_busy in items:
             request = run_request(new)
-            # busy_keys, without its call, for a run on a lane of its own (no keys).
-            keys = (
-                ()
-                if new.conversation is None and new.agent is None
-                else busy_keys(request, agent_exclusive=agent_exclusive)
-            )
+            keys = busy_keys(request, agent_exclusive=agent_exclusive)
             # Submits still in the ledger count as busy too, so a follow-up
             # arriving a moment after its predecessor is still skipped.
             # (Whether it is busy matters only to a submit that skips then.)
@@ -708,7 +699,9 @@ class Supervisor:
         # wrapper a run); a fleet member's may be decided in the ledger.
         submit = None if self._fleet is None else self._submit_operation(now)
         # No checkpoint between here, the callback and the starts below.
-        takes_starts = self._ledger_inline and self._fleet is None and self._admitting
+        # A ledger that applies each call at once has no commits to batch
+        # starts behind: a submit takes its starts itself.
+        takes_starts = self.ledger.applies_at_once and self._fleet is None and self._admitting
         trace_prompts = self.config.trace.record_prompts
 
         def operation(store: Store) -> list[outcome.Outcome[tuple[RunRecord, bool]]]:
@@ -1277,7 +1270,7 @@ class Supervisor:
             # time to read, no gate to build, no queue to look through.
             return None
         now = self._wall()
-        gate = AccountGate(self._accounts, now)  # AccountBook.gate, a call less
+        gate = self._accounts.gate(now)
         starts = self._scheduler.take_startable(
             gate if self._fleet is None else self._fleet.gate(gate)
         )
@@ -1347,7 +1340,7 @@ class Supervisor:
         assert self._nursery is not None
         trace = self._trace
         for record in records:
-            if trace is not None:  # _emit's, without its call and keywords
+            if trace is not None:
                 trace.start(record.id, record.account)
             if self._counts_runs:
                 wait = (record.started_at or record.submitted_at) - record.submitted_at
@@ -1549,13 +1542,7 @@ class Supervisor:
         ended: ProcessOutcome | None = None
         try:
             spec = None
-            # _prepares_slowly's first answer (no), without its call, for a
-            # run without a conversation, agents left or an account move.
-            if (
-                record.conversation is not None
-                or self._left is not None
-                or (pick is not None and pick.moved)
-            ) and self._prepares_slowly(record, pick, config):
+            if self._prepares_slowly(record, pick, config):
                 # Preparing (the checkouts above all) can be slow; a cancel or
                 # a shutdown must be able to stop it before anything is spawned.
                 with trio.CancelScope() as preparing:
@@ -1584,31 +1571,9 @@ class Supervisor:
             stop_order = self._stop_order
             if stop_order is not None and record.id in stop_order:
                 await self._record_in_turn(record, ended, stop_order)
-            # A task cancelled from outside belongs to a supervisor going
-            # down: it records its run's end, and starts nothing after it.
-            elif self._ledger_inline and self._fleet is None:
-                # The task's own flag, not trio.current_effective_deadline(),
-                # which walks every enclosing scope: the simulator's cost per
-                # run (runtime/task_state.py).
-                task = trio.lowlevel.current_task()
-                going_down = effectively_cancelled(task)
-                # Recording it awaits nothing here (the ledger applies each
-                # call at once; only a fleet member retries): no checkpoint
-                # for a cancel to stop, so no shield, a cancel scope per run
-                # the simulator no longer pays (docs/simulator.md). Checked, so
-                # that an await added later fails loudly, not unshielded: the
-                # check of trio.testing.assert_no_checkpoints, without its
-                # generator-based context manager.
-                passed = checkpoints(task)
-                try:
-                    await self._record_finish(record, ended, may_start=not going_down)
-                finally:
-                    if checkpoints(task) != passed:
-                        raise AssertionError(
-                            f"run {record.id}: recording its finish on the inline ledger"
-                            " reached a checkpoint (a no-checkpoint block yielded)"
-                        )
             else:
+                # A task cancelled from outside belongs to a supervisor going
+                # down: it records its run's end, and starts nothing after it.
                 going_down = trio.current_effective_deadline() == -math.inf
                 # A forced shutdown must still record how the run ended:
                 # _record_finish waits only in ways a cancel cannot stop.
@@ -1715,29 +1680,11 @@ class Supervisor:
             repos_dir=repos_dir,
         )
 
-    #: The last outcome a finish was recorded with, its status and fields
-    #: (see :meth:`_finish_fields`); replaced, never changed in place.
-    _last_ended: tuple[ProcessOutcome | None, RunStatus, Mapping[str, Any]] = (
-        None,
-        RunStatus.SUCCEEDED,
-        {},
-    )
-
     def _finish_fields(
         self, ended: ProcessOutcome | None, run_id: str
     ) -> tuple[RunStatus, dict[str, Any]]:
         """:func:`finish_fields` of a run's end, with the run's log path."""
-        log_path = self._specs.log_file(self.config, run_id)
-        last = self._last_ended
-        if ended is not None and ended is last[0]:
-            # The outcome the previous finish had (the fake runner hands one
-            # outcome to every run that ends alike; one is frozen): its
-            # status and texts as worked out then, with this run's log path.
-            return last[1], {**last[2], "log_path": log_path}
-        status, fields = finish_fields(ended, log_path)
-        if ended is not None:
-            self._last_ended = (ended, status, fields)
-        return status, fields
+        return finish_fields(ended, self._specs.log_file(self.config, run_id))
 
     async def _record_finish(
         self, record: RunRecord, ended: ProcessOutcome | None, *, may_start: bool
@@ -2012,8 +1959,7 @@ class Supervisor:
         ``wake=False``: the caller takes the starts this frees itself.
         """
         del self._handles[run_id]
-        if self._waiters:  # a call less for a run nobody waits on (most)
-            self._notify(run_id)
+        self._notify(run_id)
         if not self._handles:
             self._idle.set()
         if wake:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import functools
 import gc
 import heapq
 import io
@@ -31,14 +30,12 @@ from typing import Any, Protocol
 
 import attrs
 import trio
-import trio._core._run as _trio_run  # private: guarded by tests/unit/platform's canary
 import trio.testing
 from pyfakefs.fake_filesystem_unittest import Patcher
-from trio._core._instrumentation import Instruments  # private: as above
 
 from herdsman.config import Config, LoadedConfig
 from herdsman.runtime.git.fake import FakeGit
-from herdsman.runtime.ledger import inline
+from herdsman.runtime.ledger import Inline, inline
 from herdsman.runtime.metrics import Uncounted
 from herdsman.runtime.runner import (
     Outcome,
@@ -55,9 +52,19 @@ from herdsman.runtime.supervisor import (
     Supervisor,
     UnknownAccount,
 )
-from herdsman.runtime.task_state import checkpoints
 from herdsman.sim.bounds import WALL_LIMIT, run_watched
 from herdsman.sim.result import ReplayResult, recording_ends, summary
+from herdsman.sim.trio_internals import (
+    any_woken,
+    checkpoints,
+    mock_time,
+    next_deadline,
+    plain_instruments,
+    runnable,
+    settler,
+    shuffle_trio,
+    tasks,
+)
 from herdsman.sim.workload import (
     CARRIED_REST,
     DEFAULT_DURATION,
@@ -234,10 +241,16 @@ def replay(
     # period): while driving, the driver moves the clock itself. The watched
     # clock autojumps too, and finds a replay that stops making progress.
     driver = Driver(workload)
-    ledger = MemoryStore() if store is None else store
+    if store is None:
+        # Made here, so its ledger may apply each call through its apply_one.
+        memory = MemoryStore()
+        ledger: Store = memory
+        commits = Inline(memory.apply_one)
+    else:
+        ledger, commits = store, inline
     with Patcher(), young_collections_rarer():
         result = run_watched(
-            lambda clock: _replay(workload, loaded, clock, ledger, driver),
+            lambda clock: _replay(workload, loaded, clock, ledger, driver, commits=commits),
             progress=lambda: driver.moves,
             where=lambda: _where(driver, workload),
             wall_limit=wall_limit,
@@ -275,15 +288,6 @@ def young_collections_rarer() -> Iterator[None]:
         gc.set_threshold(*thresholds)
 
 
-def shuffle_trio(seed: int) -> None:
-    # Private trio names (docs/simulator.md, "What the simulator relies on"),
-    # guarded by tests/unit/platform's canary.
-    import trio._core._run as trio_run  # noqa: PLC0415
-
-    setattr(trio_run, "_ALLOW_DETERMINISTIC_SCHEDULING", True)  # noqa: B010 - a Final
-    trio_run._r.seed(seed)
-
-
 def _where(driver: Driver, workload: Workload) -> str:
     """The last event the driver delivered, in a few words with its time."""
     if driver.last is None:
@@ -308,6 +312,8 @@ async def _replay(
     clock: trio.testing.MockClock,
     store: Store,
     driver: Driver,
+    *,
+    commits: Inline,
 ) -> ReplayResult:
     # Made again inside the fake filesystem: a Path object made before the
     # patch began is the real pathlib's (docs/simulator.md) and can make the same
@@ -347,7 +353,7 @@ async def _replay(
         trace=trace,
         # Nothing scrapes a replay's /metrics: its runs are left uncounted.
         metrics=Uncounted(),
-        run_sync=inline,
+        run_sync=commits,
         git=git,
         loaded=loaded,
         stop_orphans=False,
@@ -396,39 +402,9 @@ def _seed_lost(store: Store, workload: Workload, config: Config, now: float) -> 
         return
     provider = next(iter(config.providers))
     for run_id in workload.lost:
-        store.submit(NewRun(run_id, provider, "(not recorded)", None, None, "default"), now)
+        new = NewRun(id=run_id, provider=provider, prompt="(not recorded)", workspace="default")
+        store.submit(new, now)
     store.mark_running_many([(run_id, None) for run_id in workload.lost], now)
-
-
-class _PlainInstruments(dict[str, dict[trio.abc.Instrument, None]]):
-    """trio's ``Instruments`` as a dict: its ``in`` tests answered with no Python call.
-
-    trio's is a ``UserDict``, whose ``in`` is a Python method: trio asks
-    it whether any instrument wants a hook before and after every I/O wait
-    and task step and at every reschedule, about twenty times a replayed
-    run. Its own methods work on ``self.data``: here the dict itself.
-    """
-
-    __slots__ = ()
-
-    @property
-    def data(self) -> dict[str, dict[trio.abc.Instrument, None]]:
-        return self
-
-    add_instrument = Instruments.add_instrument
-    remove_instrument = Instruments.remove_instrument
-    call = Instruments.call
-
-
-def plain_instruments() -> None:
-    """Give the run its instruments (usually none) in a plain dict; only inside ``trio.run``.
-
-    The runner's ``instruments`` and trio's ``Instruments`` are private
-    names, guarded by tests/unit/platform's canary; ``add_instrument`` and
-    ``remove_instrument`` work on the new one as on trio's.
-    """
-    runner = _trio_run.GLOBAL_RUN_CONTEXT.runner
-    runner.instruments = _PlainInstruments(runner.instruments.data)  # type: ignore[assignment]
 
 
 class Driven(Protocol):
@@ -439,57 +415,6 @@ class Driven(Protocol):
 
     @property
     def account_recheck_at(self) -> float | None: ...
-
-
-def mock_time(clock: trio.testing.MockClock) -> Callable[[], float]:
-    """``clock.current_time`` as a call with no Python frame, for a clock that never runs.
-
-    A ``MockClock`` at rate 0 (the replay's: only jumps move it) says
-    ``virtual_base + 0.0 * (real clock - real_base)``, which is its
-    private ``_virtual_base`` exactly; reading it skips two Python-level
-    calls and a read of the real clock, about 1,000 instructions a read.
-    Guarded by tests/unit/platform's canary; a clock that runs is read as
-    usual.
-    """
-    if clock.rate != 0:
-        return clock.current_time
-    return functools.partial(getattr, clock, "_virtual_base")
-
-
-def _next_deadline() -> float:
-    """When the supervisor's next timer is due (``inf``: none); only while every task is blocked.
-
-    Read from trio's private deadline heap, guarded by
-    tests/unit/platform's canary: ``trio.lowlevel.current_statistics()``
-    gives the same number less the time, but builds the I/O backend's
-    statistics too, about 22,000 instructions a call, twice a run.
-    """
-    return _trio_run.GLOBAL_RUN_CONTEXT.runner.deadlines.next_deadline()
-
-
-def _settler() -> Callable[[], Awaitable[None]]:
-    """``trio.testing.wait_all_tasks_blocked``, the run's own method; only inside ``trio.run``.
-
-    The public function is this method behind a wrapper that looks the
-    runner up at every call, twice a run: about 5,000 instructions a run
-    (docs/simulator.md). A private name, guarded by tests/unit/platform's
-    canary, as :func:`_next_deadline`.
-    """
-    settle: Callable[[], Awaitable[None]] = (
-        _trio_run.GLOBAL_RUN_CONTEXT.runner.wait_all_tasks_blocked
-    )
-    return settle
-
-
-def _runnable() -> deque[trio.lowlevel.Task]:
-    """The run's queue of tasks to run in its next round; only inside ``trio.run``.
-
-    ``trio.lowlevel.current_statistics().tasks_runnable`` is its length,
-    but builds the I/O backend's statistics too. A private name, guarded
-    by tests/unit/platform's canary, as :func:`_next_deadline`.
-    """
-    runq: deque[trio.lowlevel.Task] = _trio_run.GLOBAL_RUN_CONTEXT.runner.runq
-    return runq
 
 
 # Why the driver may skip its wait after an event.
@@ -511,17 +436,6 @@ def _runnable() -> deque[trio.lowlevel.Task]:
 # (the fuzzer's checks after every event) the driver always waits.
 # trio's wake-up order, which a round draws from its random generator,
 # decides nothing here, as everywhere in the replay.
-
-
-def _tasks() -> set[trio.lowlevel.Task]:
-    """Every task of the run, the driver's own too; only inside ``trio.run``.
-
-    The runner's own set (a private name, guarded by tests/unit/platform's
-    canary, as :func:`_next_deadline`); the public way is a walk down the
-    tree of nurseries from the root task.
-    """
-    tasks: set[trio.lowlevel.Task] = _trio_run.GLOBAL_RUN_CONTEXT.runner.tasks
-    return tasks
 
 
 # Why the driver rides along with the tasks an event woke.
@@ -555,17 +469,11 @@ async def _ride_along(runnable: deque[trio.lowlevel.Task]) -> None:
     """
     if not runnable:
         return
-    tasks = _tasks()
+    living = tasks()
     while True:
         await trio.lowlevel.cancel_shielded_checkpoint()
-        if not runnable:
-            for task in tasks:
-                # trio sets a task's next send as it reschedules it and clears
-                # it as it runs it (private, guarded by the canary as above).
-                if task._next_send_fn is not None:
-                    break
-            else:
-                return
+        if not runnable and not any_woken(living):
+            return
 
 
 async def drive(
@@ -584,8 +492,8 @@ async def drive(
     anything (the notes above).
     """
     now_is = mock_time(clock)
-    settle = _settler()
-    runnable = _runnable()
+    settle = settler()
+    queued = runnable()
     me = trio.lowlevel.current_task()
     owed = False  # a wait for blocked tasks skipped (see below)
     # Each pass starts with every task blocked and no timer due: only the
@@ -609,7 +517,7 @@ async def drive(
             if t is None:
                 return
         now = now_is()
-        to_timer = _next_deadline() - now
+        to_timer = next_deadline() - now
         if to_timer <= t - now:
             # The supervisor's own timer comes first (or at the same
             # instant: it acts before the event). Jumped by the same
@@ -638,7 +546,7 @@ async def drive(
             # other task is blocked already, and the wait would be a round of
             # trio's in which nothing else runs; if it did, the driver rides
             # along with what it set off (the notes above drive).
-            await _ride_along(runnable)
+            await _ride_along(queued)
             owed = True
             continue
         owed = False
@@ -677,15 +585,13 @@ class _Feed:
         elif arrival.kind in ("submit", "skip"):
             fields = arrival.fields
             run = fields["run"]
-            # id, provider, prompt, conversation, agent, workspace: by position,
-            # as keywords are matched by name at every call (one per arrival).
             new = NewRun(
-                run["id"],
-                run["provider"],
-                run.get("prompt", "(not recorded)"),
-                run.get("conversation"),
-                run.get("agent"),
-                run.get("workspace", "default"),
+                id=run["id"],
+                provider=run["provider"],
+                prompt=run.get("prompt", "(not recorded)"),
+                conversation=run.get("conversation"),
+                agent=run.get("agent"),
+                workspace=run.get("workspace", "default"),
                 cwd=run.get("cwd"),
             )
             if "account" in fields:  # running on it when the trace file was rotated

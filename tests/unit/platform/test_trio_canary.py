@@ -1,17 +1,17 @@
-"""Canary: the trio internals herdsman's determinism work relies on are still there.
+"""Canary: the trio internals the simulator's replay relies on are still there.
 
-trio is pinned to one minor version (pyproject.toml) because the simulator
-reaches into its scheduler (docs/simulator.md, "What the simulator relies
-on": the module-level ``_r`` random generator and the
-``_ALLOW_DETERMINISTIC_SCHEDULING`` flag; the replay driver reads
-the run's deadline heap, ``runner.deadlines``, and reads a ``MockClock``'s
-``_virtual_base``, sim/replay.py ``mock_time``, waits for every task
-to block through the runner's own ``wait_all_tasks_blocked``, ``_settler``,
-and reads the runner's queue of runnable tasks, ``_runnable``;
-the supervisor reads a task's
-cancel status and checkpoint counts, runtime/task_state.py). When an upgrade
-moves them, this fails first, with the reason, instead of the simulator
-silently losing its reproducibility.
+trio is pinned to one minor version (pyproject.toml) because the replay
+reaches into its scheduler through ``herdsman.sim.trio_internals``, the one
+module that reads trio's private names (docs/simulator.md, "What the
+simulator relies on"): the module-level ``_r`` random generator and the
+``_ALLOW_DETERMINISTIC_SCHEDULING`` flag (``shuffle_trio``), the run's
+deadline heap (``next_deadline``), a ``MockClock``'s ``_virtual_base``
+(``mock_time``), the runner's own ``wait_all_tasks_blocked`` (``settler``),
+its queue of runnable tasks (``runnable``), its set of tasks (``tasks``), a
+task's next send (``any_woken``), its checkpoint counts (``checkpoints``)
+and the runner's instruments (``plain_instruments``). Each has a test here;
+when an upgrade moves one, this fails first, with the reason, instead of
+the simulator silently losing its reproducibility.
 """
 
 from __future__ import annotations
@@ -28,14 +28,16 @@ from hypothesis import strategies as st
 from trio._core._instrumentation import Instruments
 from trio.testing import MockClock
 
-from herdsman.runtime.task_state import checkpoints, effectively_cancelled
-from herdsman.sim.replay import (
-    _next_deadline,
-    _runnable,
-    _settler,
-    _tasks,
+from herdsman.sim.trio_internals import (
+    any_woken,
+    checkpoints,
     mock_time,
+    next_deadline,
     plain_instruments,
+    runnable,
+    settler,
+    shuffle_trio,
+    tasks,
 )
 
 
@@ -48,6 +50,37 @@ def test_trio_is_the_pinned_minor_version() -> None:
 def test_the_scheduler_randomness_hooks_exist() -> None:
     assert isinstance(trio_run._r, random.Random)
     assert isinstance(trio_run._ALLOW_DETERMINISTIC_SCHEDULING, bool)
+
+
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+@settings(max_examples=20, deadline=None)
+def test_shuffle_trio_makes_the_wake_up_order_a_function_of_the_seed(seed: int) -> None:
+    # The replay seeds trio's private scheduler randomness (trio_internals.
+    # shuffle_trio): ten tasks woken in one batch must run in the same order
+    # in two runs with the same seed.
+    def wake_order() -> list[int]:
+        order: list[int] = []
+
+        async def main() -> None:
+            event = trio.Event()
+
+            async def waiter(index: int) -> None:
+                await event.wait()
+                order.append(index)
+
+            async with trio.open_nursery() as nursery:
+                for index in range(10):
+                    nursery.start_soon(waiter, index)
+                await trio.testing.wait_all_tasks_blocked()
+                event.set()
+
+        shuffle_trio(seed)
+        trio.run(main)
+        return order
+
+    first = wake_order()
+    assert sorted(first) == list(range(10))
+    assert wake_order() == first
 
 
 def test_mock_clock_autojump_runs_virtual_time() -> None:
@@ -69,7 +102,7 @@ def test_the_replays_next_timer_is_what_trios_run_statistics_say(
     delays: list[float], cancelled: set[int]
 ) -> None:
     # The replay's driver reads trio's private deadline heap instead of
-    # current_statistics() (sim/replay.py _next_deadline).
+    # current_statistics() (trio_internals.next_deadline).
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             scopes = []
@@ -82,7 +115,7 @@ def test_the_replays_next_timer_is_what_trios_run_statistics_say(
                     scopes[index].cancel()
             await trio.testing.wait_all_tasks_blocked()
             expected = trio.lowlevel.current_statistics().seconds_to_next_deadline
-            assert _next_deadline() - trio.current_time() == expected
+            assert next_deadline() - trio.current_time() == expected
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=MockClock())
@@ -97,7 +130,7 @@ def test_the_replays_clock_read_is_the_mock_clocks_current_time(
     jumps: list[float], sleeps: list[float]
 ) -> None:
     # The replay reads a MockClock at rate 0 through its private
-    # _virtual_base (sim/replay.py mock_time): bit for bit what
+    # _virtual_base (trio_internals.mock_time): bit for bit what
     # current_time() says, after jumps and autojumps alike.
     clock = MockClock(autojump_threshold=0)
     now = mock_time(clock)
@@ -123,7 +156,7 @@ def test_the_replays_clock_read_is_the_mock_clocks_current_time(
 @settings(max_examples=50, deadline=None)
 def test_the_replays_wait_for_blocked_tasks_is_trios_public_one(steps: list[int]) -> None:
     # The replay's driver awaits the runner's own wait_all_tasks_blocked
-    # (sim/replay.py _settler) rather than trio.testing's wrapper around it:
+    # (trio_internals.settler) rather than trio.testing's wrapper around it:
     # it must return only once every other task is blocked, here each
     # after its own number of checkpoints, then a spawned task's too.
     done: list[int] = []
@@ -135,7 +168,7 @@ def test_the_replays_wait_for_blocked_tasks_is_trios_public_one(steps: list[int]
         await trio.sleep_forever()
 
     async def main() -> None:
-        settle = _settler()
+        settle = settler()
         assert settle == trio_run.GLOBAL_RUN_CONTEXT.runner.wait_all_tasks_blocked
         async with trio.open_nursery() as nursery:
             for index, checkpoints in enumerate(steps):
@@ -158,10 +191,10 @@ def test_the_replays_wait_for_blocked_tasks_is_trios_public_one(steps: list[int]
 def test_the_replays_run_queue_is_what_trios_run_statistics_count(
     waiters: list[str], rounds: list[list[int]]
 ) -> None:
-    # The replay's driver reads the runner's private run queue (sim/replay.py
-    # _runnable) to skip its wait for blocked tasks after an event that made
-    # no task runnable: its length is the statistics' count of runnable
-    # tasks, and with it empty, a wait lets no other task run.
+    # The replay's driver reads the runner's private run queue
+    # (trio_internals.runnable) to skip its wait for blocked tasks after an
+    # event that made no task runnable: its length is the statistics' count
+    # of runnable tasks, and with it empty, a wait lets no other task run.
     ran: list[int] = []
 
     async def waiter(index: int, kind: str, event: trio.Event) -> None:
@@ -175,15 +208,15 @@ def test_the_replays_run_queue_is_what_trios_run_statistics_count(
         await trio.sleep_forever()
 
     async def main() -> None:
-        runnable = _runnable()
-        assert runnable is trio_run.GLOBAL_RUN_CONTEXT.runner.runq
-        settle = _settler()
+        queue = runnable()
+        assert queue is trio_run.GLOBAL_RUN_CONTEXT.runner.runq
+        settle = settler()
         events = [trio.Event() for _ in waiters]
         async with trio.open_nursery() as nursery:
             for index, kind in enumerate(waiters):
                 nursery.start_soon(waiter, index, kind, events[index])
             await settle()
-            assert not runnable
+            assert not queue
             woken: set[int] = set()
             for setting in rounds:
                 before = set(ran)
@@ -193,8 +226,8 @@ def test_the_replays_run_queue_is_what_trios_run_statistics_count(
                         if waiters[index] == "event":
                             woken.add(index)
                 waking = woken - before
-                assert len(runnable) == trio.lowlevel.current_statistics().tasks_runnable
-                assert len(runnable) == len(waking)
+                assert len(queue) == trio.lowlevel.current_statistics().tasks_runnable
+                assert len(queue) == len(waking)
                 await settle()
                 assert set(ran) == before | waking  # nothing else ran, if nothing was due
             nursery.cancel_scope.cancel()
@@ -212,40 +245,6 @@ async def _sleep_in(scope: trio.CancelScope) -> None:
         await trio.sleep_forever()
 
 
-# One enclosing scope: (cancelled before entering, cancelled inside, shielded,
-# deadline already past when entered).
-_scope = st.tuples(st.booleans(), st.booleans(), st.booleans(), st.booleans())
-
-
-@given(scopes=st.lists(_scope, max_size=5))
-@settings(max_examples=100, deadline=None)
-def test_a_tasks_cancelled_flag_is_what_its_effective_deadline_says(
-    scopes: list[tuple[bool, bool, bool, bool]],
-) -> None:
-    # The supervisor reads it instead of current_effective_deadline() == -inf
-    # on the inline ledger's path (runtime/task_state.py).
-    seen: list[tuple[bool, bool]] = []
-
-    async def nested(depth: int) -> None:
-        task = trio.lowlevel.current_task()
-        seen.append((effectively_cancelled(task), trio.current_effective_deadline() == -math.inf))
-        if depth == len(scopes):
-            return
-        before, inside, shield, past = scopes[depth]
-        now = trio.current_time()
-        scope = trio.CancelScope(shield=shield, deadline=now - 1 if past else now + 100)
-        if before:
-            scope.cancel()
-        with scope:
-            if inside:
-                scope.cancel()
-            await nested(depth + 1)
-
-    trio.run(nested, 0, clock=MockClock())
-    assert len(seen) == len(scopes) + 1
-    assert all(cheap == public for cheap, public in seen)
-
-
 @given(
     steps=st.lists(
         st.sampled_from(
@@ -257,8 +256,8 @@ def test_a_tasks_cancelled_flag_is_what_its_effective_deadline_says(
 def test_a_tasks_checkpoint_counts_move_exactly_when_assert_no_checkpoints_fails(
     steps: list[str],
 ) -> None:
-    # The supervisor compares them around an inline finish in place of
-    # trio.testing.assert_no_checkpoints (runtime/task_state.py).
+    # The replay's driver compares them around each event it delivers in
+    # place of trio.testing.assert_no_checkpoints (trio_internals.checkpoints).
     async def main() -> None:
         task = trio.lowlevel.current_task()
         done = trio.Event()
@@ -304,9 +303,9 @@ def _descendants(task: trio.lowlevel.Task) -> set[trio.lowlevel.Task]:
 @given(tree=st.lists(st.integers(min_value=0, max_value=8), max_size=8))
 @settings(max_examples=50, deadline=None)
 def test_the_replays_set_of_tasks_is_every_task_under_the_root(tree: list[int]) -> None:
-    # The replay's driver reads the runner's private set of tasks (sim/replay.py
-    # _tasks) to ride along with the tasks an event woke: it must be every
-    # task of the run, as found down the public tree of nurseries, here
+    # The replay's driver reads the runner's private set of tasks
+    # (trio_internals.tasks) to ride along with the tasks an event woke: it
+    # must be every task of the run, as found down the public tree of nurseries, here
     # nested as ``tree`` says (each new task under an earlier one's nursery).
     async def main() -> None:
         nurseries: list[trio.Nursery] = []
@@ -323,8 +322,8 @@ def test_the_replays_set_of_tasks_is_every_task_under_the_root(tree: list[int]) 
                 await nurseries[parent % len(nurseries)].start(holder)
             root = trio.lowlevel.current_root_task()
             assert root is not None
-            assert _tasks() == _descendants(root)
-            assert len(_tasks()) == trio.lowlevel.current_statistics().tasks_living
+            assert tasks() == _descendants(root)
+            assert len(tasks()) == trio.lowlevel.current_statistics().tasks_living
             top.cancel_scope.cancel()
 
     trio.run(main)
@@ -339,17 +338,18 @@ def test_a_tasks_next_send_is_set_exactly_while_it_is_woken_and_not_yet_run(
     wakes: list[list[int]], seed: int
 ) -> None:
     # The replay's driver rides along with the tasks an event woke (sim/replay.py
-    # _ride_along) until no task has a next send: trio must set a task's private
-    # _next_send_fn as it reschedules it and clear it as it runs it, so that,
-    # in a round whose order trio draws, a task woken with the driver and run
-    # after it still has one when the driver looks. Six parked tasks, woken
+    # _ride_along) until none is woken and not yet run (trio_internals.any_woken,
+    # a task's private _next_send_fn): trio must set it as it reschedules it
+    # and clear it as it runs it, so that, in a round whose order trio draws,
+    # a task woken with the driver and run after it still has one when the
+    # driver looks. Six parked tasks, woken
     # as ``wakes`` says, one round each; ``seed`` for trio's draw.
     random.seed(seed)
     waiting = [True] * 6  # parked, or blocked in a checkpoint's step not yet taken
-    tasks: dict[int, trio.lowlevel.Task] = {}
+    parked_tasks: dict[int, trio.lowlevel.Task] = {}
 
     async def parked(index: int, lot: trio.lowlevel.ParkingLot) -> None:
-        tasks[index] = trio.lowlevel.current_task()
+        parked_tasks[index] = trio.lowlevel.current_task()
         while True:
             waiting[index] = True
             await lot.park()
@@ -368,12 +368,13 @@ def test_a_tasks_next_send_is_set_exactly_while_it_is_woken_and_not_yet_run(
                 for index in wake:
                     if lots[index].unpark():
                         waiting[index] = False
-                assert me._next_send_fn is None
+                assert not any_woken([me])
                 await trio.lowlevel.cancel_shielded_checkpoint()
-                for index, task in tasks.items():
+                assert any_woken(parked_tasks.values()) == (not all(waiting))
+                for index, task in parked_tasks.items():
                     # Woken and not yet run (trio ran the driver first), or
                     # run and rescheduled: a next send; parked: none.
-                    assert (task._next_send_fn is not None) == (not waiting[index])
+                    assert any_woken([task]) == (not waiting[index])
             nursery.cancel_scope.cancel()
 
     trio.run(main)
@@ -396,9 +397,9 @@ class _Hooked(trio.abc.Instrument):
 def test_the_replays_plain_instruments_are_what_trios_own_hold(
     instruments: list[list[str]], changes: list[tuple[bool, int]]
 ) -> None:
-    # The replay gives the run its instruments in a plain dict (sim/replay.py
-    # plain_instruments), reading the runner's private ``instruments`` (a
-    # trio ``Instruments``, its hooks in ``data``) and borrowing its
+    # The replay gives the run its instruments in a plain dict
+    # (trio_internals.plain_instruments), reading the runner's private
+    # ``instruments`` (a trio ``Instruments``, its hooks in ``data``) and borrowing its
     # methods: after the same adds and removes, it must hold what trio's
     # own would, and each hook must be called on it as on trio's.
     def run(plain: bool) -> tuple[list[tuple[int, str]], list[dict[str, set[int]]]]:

@@ -142,8 +142,8 @@ def test_a_record_is_built_by_storing_its_fields_and_nothing_else() -> None:
 def test_a_new_record_holds_each_value_in_its_own_field(
     new: NewRun, status: RunStatus, reason: str | None
 ) -> None:
-    # new_record passes every field by position: a field added or moved
-    # must not shift the values into the wrong fields.
+    # Each of the submit's values lands in its own field, the rest at
+    # their defaults, in the fields' order.
     try:
         record = new_record(new, 7, 2.0, status, reason)
     except StoreError:  # a lone surrogate: refused, as test_record_texts checks

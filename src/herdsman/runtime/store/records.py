@@ -402,32 +402,22 @@ def new_record(
                 "cwd": new.cwd,
             },
         )
-    # Every field by position, in their order: keywords are matched by
-    # name at every call (about 3,000 instructions more a submit for eight).
     metadata = new.metadata
     return RunRecord(
-        new.id,
-        new.provider,
-        new.prompt,
-        new.conversation,
-        new.agent,
-        new.workspace,
-        new.callback_url,
-        normalise_metadata(new.id, metadata) if metadata else {},  # its own first test
-        seq,
-        status,
-        now,
-        None,  # started_at
-        now if status is _SKIPPED else None,  # finished_at
-        None,  # account
-        None,  # exit_code
-        reason,
-        None,  # result
-        None,  # session_id
-        None,  # excerpt
-        None,  # log_path
-        0,  # attempts
-        new.cwd,
+        id=new.id,
+        provider=new.provider,
+        prompt=new.prompt,
+        conversation=new.conversation,
+        agent=new.agent,
+        workspace=new.workspace,
+        callback_url=new.callback_url,
+        metadata=normalise_metadata(new.id, metadata) if metadata else {},  # its own first test
+        seq=seq,
+        status=status,
+        submitted_at=now,
+        finished_at=now if status is _SKIPPED else None,
+        reason=reason,
+        cwd=new.cwd,
     )
 
 

@@ -41,7 +41,7 @@ from herdsman.config import ConfigError, load_config_text
 from herdsman.config.report import config_as_json
 from herdsman.runtime.git import GitError
 from herdsman.runtime.git.fake import FakeGit, Operation
-from herdsman.runtime.ledger import inline
+from herdsman.runtime.ledger import Inline
 from herdsman.runtime.reload import ConfigSource
 from herdsman.runtime.runner import ProcessOutcome, ProcessSpec
 from herdsman.runtime.store import MemoryStore, NewRun
@@ -51,7 +51,8 @@ from herdsman.sim.bounds import STEPS_AT_ONE_INSTANT, STOP_GRACE, WALL_LIMIT, In
 from herdsman.sim.fuzz.invariants import Checker, Violation
 from herdsman.sim.fuzz.links import LINK_FAULTS, LinkFaults
 from herdsman.sim.fuzz.scenario import Scenario, ScenarioError
-from herdsman.sim.replay import ARRIVAL, Driver, drive, mock_time, shuffle_trio
+from herdsman.sim.replay import ARRIVAL, Driver, drive
+from herdsman.sim.trio_internals import mock_time, shuffle_trio
 from herdsman.sim.workload import SYNTHETIC_EXIT_CODES, Attempt, RunPlan, Workload
 from herdsman.trace import TraceHeader, TraceWriter, format_time
 
@@ -522,7 +523,7 @@ class _Fuzz:
             execute=self._runner.execute,
             wall=self.wall,
             trace=trace,
-            run_sync=inline,
+            run_sync=Inline(store.apply_one),
             git=self.git,
             source=source,
             loaded=loaded,
