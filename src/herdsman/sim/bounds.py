@@ -23,6 +23,8 @@ from typing import NoReturn, TypeVar
 import trio
 import trio.testing
 
+from herdsman.sim.trio_internals import mock_time, route_clock
+
 __all__ = [
     "STEPS_AT_ONE_INSTANT",
     "STOP_GRACE",
@@ -156,20 +158,20 @@ class Watch:
         self._seen = (-1, -1.0)
         self._held = (-1, 0.0)
         self._reported = False
-        setattr(clock, "current_time", self.current_time)  # noqa: B010 - a method
-        setattr(clock, "_autojump", self._autojump)  # noqa: B010
+        self._virtual_now = mock_time(clock)  # before the clock's reads are routed here
+        route_clock(clock, self.current_time, self._autojump)
 
     @property
     def now(self) -> float:
         """The simulated time, not counted as a read (from any thread)."""
-        return self.clock._virtual_base
+        return self._virtual_now()
 
     def current_time(self) -> float:
         """The simulated time (rate 0: only jumps move it), counting the read."""
         self.rounds += 1
         if self.rounds >= self.look_at:
             self._look()
-        return self.clock._virtual_base
+        return self._virtual_now()
 
     def freeze(self) -> None:
         """From another thread: stop the run at its next round."""

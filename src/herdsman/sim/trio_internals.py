@@ -7,6 +7,10 @@ each gathered here with why the public API does not do:
 
 * :func:`shuffle_trio` seeds trio's scheduler randomness: there is no
   public way to make trio's wake-up order reproducible.
+* :func:`route_clock` sends a ``MockClock``'s reads and autojumps through
+  the replay's watch (``herdsman.sim.bounds.Watch``), which finds a replay
+  that stopped making progress where trio reads the clock or would jump it:
+  ``MockClock`` cannot be subclassed, and its autojump has no public hook.
 * :func:`mock_time`, :func:`next_deadline`, :func:`settler`,
   :func:`runnable`, :func:`tasks`, :func:`any_woken`,
   :func:`plain_instruments` and :data:`checkpoints` answer what
@@ -42,6 +46,7 @@ __all__ = [
     "mock_time",
     "next_deadline",
     "plain_instruments",
+    "route_clock",
     "runnable",
     "settler",
     "shuffle_trio",
@@ -84,6 +89,21 @@ def mock_time(clock: trio.testing.MockClock) -> Callable[[], float]:
     if clock.rate != 0:
         return clock.current_time
     return functools.partial(getattr, clock, "_virtual_base")
+
+
+def route_clock(
+    clock: trio.testing.MockClock,
+    current_time: Callable[[], float],
+    autojump: Callable[[], None],
+) -> None:
+    """Have trio's reads of ``clock`` and its autojumps call these instead.
+
+    trio reads ``clock.current_time`` once a scheduling round and calls the
+    private ``clock._autojump`` when every task waits (autojump threshold
+    0): both through the instance, so they are set on it.
+    """
+    setattr(clock, "current_time", current_time)  # noqa: B010 - a method
+    setattr(clock, "_autojump", autojump)  # noqa: B010
 
 
 def next_deadline() -> float:
