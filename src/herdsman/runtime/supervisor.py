@@ -37,6 +37,7 @@ from herdsman.config import Config, ConfigError, LoadedConfig, Provider, format_
 from herdsman.config.report import config_as_json
 from herdsman.core import CancelOutcome, KeyClaims, RunRequest, RunState, Scheduler, busy_keys
 from herdsman.core.accounts import Pick, sticky_key
+from herdsman.core.lifecycle import Rest
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
 from herdsman.runtime.accounts import (
@@ -172,21 +173,6 @@ class AccountHistory:
     uses: list[AccountUse]
 
 
-@attrs.frozen
-class LimitHit:
-    """A provider said an account is out of quota: it rests until ``until``."""
-
-    provider: str
-    account: str | None
-    until: float
-    message: str
-
-    @property
-    def label(self) -> str:
-        """The account as a log line names it."""
-        return "the ambient account" if self.account is None else f"account {self.account}"
-
-
 class _QueuedStarts:
     """Starts queued in the ledger and not yet known to be committed.
 
@@ -249,7 +235,7 @@ def _resumes(record: RunRecord, provider: Provider) -> bool:
     return record.conversation is not None and bool(provider.resume_args)
 
 
-def _limit_note(record: RunRecord, hit: LimitHit, again: RunRecord) -> str:
+def _limit_note(record: RunRecord, hit: Rest, again: RunRecord) -> str:
     """The note of an attempt stopped at a usage limit, re-queued (``again``) or cancelled."""
     done = "re-queued" if again.status is RunStatus.QUEUED else "cancelled as asked"
     return (
@@ -1899,7 +1885,7 @@ class Supervisor:
 
     def _limit_hit(
         self, record: RunRecord, ended: ProcessOutcome | None, status: RunStatus, now: float
-    ) -> LimitHit | None:
+    ) -> Rest | None:
         """The account rest a run's usage-limit report calls for, if any."""
         limit = ended.usage_limit if ended is not None else None
         # A run that got its work done had quota, whatever it printed; one
@@ -1909,9 +1895,9 @@ class Supervisor:
         until = self._accounts.rest_until(record.provider, record.account, now, limit.resets_at)
         if until is None:  # the account left the configuration meanwhile
             return None
-        return LimitHit(record.provider, record.account, until, as_text(limit.message) or "")
+        return Rest(record.provider, record.account, until, as_text(limit.message) or "")
 
-    def _rest(self, hit: LimitHit, run_id: str) -> None:
+    def _rest(self, hit: Rest, run_id: str) -> None:
         """Rest the account (the limit is recorded), and say so."""
         self._accounts.rest(hit.provider, hit.account, hit.until, hit.message)
         log.warning(
