@@ -35,18 +35,13 @@ import trio
 
 from herdsman.config import Config, ConfigError, LoadedConfig, Provider, format_duration
 from herdsman.config.report import config_as_json
-from herdsman.core import CancelOutcome, KeyClaims, RunRequest, RunState, Scheduler, busy_keys
-from herdsman.core.accounts import Pick, sticky_key
-from herdsman.core.lifecycle import Rest
+from herdsman.core import KeyClaims, RunRequest, RunState, busy_keys
+from herdsman.core.accounts import Pick
+from herdsman.core.lifecycle import Lifecycle, Rest, Withdrawal
+from herdsman.core.outcome import RunOutcome, UsageLimit
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
-from herdsman.runtime.accounts import (
-    account_book,
-    account_view,
-    blocked_view,
-    longest_window,
-    returning_accounts,
-)
+from herdsman.runtime.accounts import account_view, blocked_view, longest_window
 from herdsman.runtime.callbacks import deliver_callback
 from herdsman.runtime.config_watch import file_signature, watch_file
 from herdsman.runtime.fleet_accounts import (
@@ -68,13 +63,7 @@ from herdsman.runtime.reload import (
     effective_config,
     given_config,
 )
-from herdsman.runtime.requests import (
-    apply_to_cores,
-    limits_of,
-    run_request,
-    trace_run,
-    trace_run_text,
-)
+from herdsman.runtime.requests import run_request, settings_of, trace_run, trace_run_text
 from herdsman.runtime.runner import (
     Outcome,
     ProcessOutcome,
@@ -172,6 +161,14 @@ class AccountHistory:
     limits: list[AccountLimit]
     uses: list[AccountUse]
 
+    def rests(self) -> list[tuple[str, str | None, float, str]]:
+        """The rests, as :meth:`Lifecycle.restore` takes them."""
+        return [(rest.provider, rest.account, rest.until, rest.message) for rest in self.limits]
+
+    def windows(self) -> list[tuple[str, str | None, float, float | None]]:
+        """The runs in their windows, as :meth:`Lifecycle.restore` takes them."""
+        return [(use.provider, use.account, use.started_at, use.finished_at) for use in self.uses]
+
 
 class _QueuedStarts:
     """Starts queued in the ledger and not yet known to be committed.
@@ -182,7 +179,7 @@ class _QueuedStarts:
 
     __slots__ = ("now", "pending", "runs")
 
-    def __init__(self, runs: list[RunRequest], now: float, pending: Queued[Any]) -> None:
+    def __init__(self, runs: list[str], now: float, pending: Queued[Any]) -> None:
         self.runs = runs
         self.now = now
         self.pending = pending
@@ -190,11 +187,13 @@ class _QueuedStarts:
 
 @attrs.frozen
 class _Withdrawn:
-    """A queued (or parked) run a cancel took out of the scheduler: what puts it back."""
+    """A queued (or parked) run a cancel took out of the lifecycle: what puts it back."""
 
     request: RunRequest
     seq: int
     submitted_at: float | None
+    #: It started before (a usage limit re-queued it): one never re-queues it again.
+    again: bool
 
 
 @attrs.frozen
@@ -243,6 +242,9 @@ def _limit_note(record: RunRecord, hit: Rest, again: RunRecord) -> str:
         f" ({hit.message}); {done}"
     )
 
+
+#: How a run ends whose task was cancelled before its process reported (a forced stop).
+_SHUT_DOWN = RunOutcome(Outcome.CANCELLED)
 
 # Each outcome's run status (same value), looked up: converting by value
 # (an enum call and ``.value``, both Python-level) cost a microsecond a run.
@@ -332,10 +334,10 @@ class Supervisor:
         self._execute = execute
         self._wall = wall
         self._trace = trace
-        self._scheduler = Scheduler(
-            limits_of(config), agent_exclusive=config.scheduling.agent_exclusive
-        )
-        self._accounts = account_book(config)
+        # Every rule of a run's life: this supervisor hands it the events.
+        self._life = Lifecycle(settings_of(config))
+        # How runs end, one value per distinct ending (RunOutcome holds nothing of a run).
+        self._outcomes: dict[tuple[Outcome, int | None, bool], RunOutcome] = {}
         # The account each starting run was given, and the configuration its
         # start was decided under, until its task has read them.
         self._picks: dict[str, tuple[Pick, Config]] = {}
@@ -343,7 +345,6 @@ class Supervisor:
         #: When (trio time) the dispatcher looks again at runs waiting for a
         #: resting account, if any wait: the simulator advances time to it.
         self.account_recheck_at: float | None = None
-        self._admitting = True
         self._drain_requested = trio.Event()
         self._force_requested = trio.Event()
         self._idle = trio.Event()
@@ -447,11 +448,11 @@ class Supervisor:
     @property
     def admitting(self) -> bool:
         """False once a shutdown was requested."""
-        return self._admitting
+        return self._life.admitting
 
     async def _shutdown_when_asked(self) -> ShutdownReport:
         await self._drain_requested.wait()
-        self._admitting = False
+        self._life.drain()
         # In the trace, after every start decided before it: a replay then
         # stops starting runs exactly where production did.
         await self._emit_in_ledger_order("shutdown")
@@ -508,6 +509,9 @@ class Supervisor:
 
     def _stop(self, run_id: str, reason: str) -> None:
         """Stop a running run: its process group, or its preparation if not spawned yet."""
+        # Running in the lifecycle (a run has a handle from its start until its
+        # task lets it go), or ended already there (its finish on its way).
+        self._life.cancel(run_id)
         self._handles[run_id].cancel(reason)
         preparing = self._preparing.get(run_id)
         if preparing is not None:
@@ -541,7 +545,7 @@ class Supervisor:
         if lost and self._stop_orphans:
             await self._stop_orphaned_agents(self.lost_at_startup)
         for record in await self.ledger.call(lambda s: s.queued_in_order()):
-            self._scheduler.submit(run_request(record))
+            self._life.submit(run_request(record), now, attempts=record.attempts)
             self._submitted_at[record.id] = record.submitted_at
             # This trace file starts here: it restates what is queued, so it
             # can be replayed on its own.
@@ -569,11 +573,13 @@ class Supervisor:
         """Quota windows, exhaustions and conversations' accounts of earlier processes."""
         sessions = await self.ledger.call(lambda s: s.sessions())
         for session in sessions:
-            key = sticky_key(session.workspace, session.conversation)
-            self._accounts.remember(session.provider, key, session.account)
+            self._life.remember(
+                session.provider, session.workspace, session.conversation, session.account
+            )
         # A run lost in a crash (at this start or an earlier one) counts as
         # a start only: the ledger charges it no run-minutes.
-        self._restore_accounts(await self._account_history(now, self.config), None)
+        history = await self._account_history(now, self.config)
+        self._life.restore(history.rests(), history.windows())
 
     async def _account_history(self, now: float, config: Config) -> AccountHistory:
         """Rests in force and usage within the longest quota window of ``config``.
@@ -592,18 +598,6 @@ class Supervisor:
 
         limits, uses = await self.ledger.call(lambda s: (s.account_limits(now), usage(s)))
         return AccountHistory(limits, uses)
-
-    def _restore_accounts(
-        self, history: AccountHistory, only: set[tuple[str, str | None]] | None
-    ) -> None:
-        """Rests and window usage from the ledger (``only`` these accounts, if given)."""
-        book = self._accounts
-        for limit in history.limits:
-            if only is None or (limit.provider, limit.account) in only:
-                book.rest(limit.provider, limit.account, limit.until, limit.message)
-        for use in history.uses:
-            if only is None or (use.provider, use.account) in only:
-                book.restore_usage(use.provider, use.account, use.started_at, use.finished_at)
 
     # -- intake ------------------------------------------------------------
 
@@ -645,12 +639,12 @@ class Supervisor:
         """
         if not self._ready.is_set():  # waiting on a set Event would still yield once
             await self._ready.wait()
-        if not self._admitting:
+        if not self._life.admitting:
             raise NotAdmitting("the supervisor is shutting down and accepts no new runs")
         plan: list[tuple[NewRun, RunRequest, bool]] = []
         claimed: list[str] = []
-        scheduler, pending_keys = self._scheduler, self._pending_keys
-        agent_exclusive = scheduler.agent_exclusive
+        life, pending_keys = self._life, self._pending_keys
+        agent_exclusive = life.settings.agent_exclusive
         for new, on_busy in items:
             request = run_request(new)
             keys = busy_keys(request, agent_exclusive=agent_exclusive)
@@ -658,7 +652,7 @@ class Supervisor:
             # arriving a moment after its predecessor is still skipped.
             # (Whether it is busy matters only to a submit that skips then.)
             skip = on_busy == "skip" and (
-                scheduler.is_busy(request) or any(map(pending_keys.claimed, keys))
+                life.is_busy(request) or any(map(pending_keys.claimed, keys))
             )
             if keys and not skip:  # a run without a conversation or agent has none
                 pending_keys.claim(keys)
@@ -687,7 +681,7 @@ class Supervisor:
         # No checkpoint between here, the callback and the starts below.
         # A ledger that applies each call at once has no commits to batch
         # starts behind: a submit takes its starts itself.
-        takes_starts = self.ledger.applies_at_once and self._fleet is None and self._admitting
+        takes_starts = self.ledger.applies_at_once and self._fleet is None and self._life.admitting
         trace_prompts = self.config.trace.record_prompts
 
         def operation(store: Store) -> list[outcome.Outcome[tuple[RunRecord, bool]]]:
@@ -716,7 +710,7 @@ class Supervisor:
                     # fleet's order: its own runs too, at the poll this wakes.
                     self._fleet.poke()
                 else:
-                    self._scheduler.submit(request)
+                    self._life.submit(request, now)
                     self._submitted_at[record.id] = record.submitted_at
                     if self._trace is not None:  # _emit's, its run object composed as text
                         self._trace.submit(new.id, trace_run_text(new, with_prompt=trace_prompts))
@@ -774,7 +768,7 @@ class Supervisor:
                     continue
                 new = (
                     record.status is RunStatus.QUEUED
-                    and self._scheduler.state_of(record.id) is None
+                    and self._life.scheduler.state_of(record.id) is None
                 )
                 kept.append(outcome.Value((record, new)))
             recorded(kept)
@@ -796,7 +790,7 @@ class Supervisor:
         fleet-wide, in the transaction that records the run. (A sole
         supervisor records a submit with ``store.submit`` itself.)
         """
-        fleet, agent_exclusive = self._fleet, self._scheduler.agent_exclusive
+        fleet, agent_exclusive = self._fleet, self._life.settings.agent_exclusive
         assert fleet is not None
 
         def submit(store: Store, new: NewRun, on_busy: OnBusy) -> tuple[RunRecord, bool]:
@@ -832,31 +826,34 @@ class Supervisor:
             # holder to cancel it; a race is never the user's error.
             return await self._cancel_elsewhere(run_id, reason)
 
-    def _withdraw(self, run_id: str) -> tuple[CancelOutcome, _Withdrawn | None]:
-        """Take the run out of the scheduler for a cancel; with what puts it back, if removed."""
-        request, seq = self._scheduler.request_of(run_id), self._scheduler.seq_of(run_id)
+    def _withdraw(self, run_id: str) -> tuple[Withdrawal, _Withdrawn | None]:
+        """Cancel the run in the lifecycle; with what puts it back, if it was withdrawn."""
+        life = self._life
+        request, seq = life.scheduler.request_of(run_id), life.scheduler.seq_of(run_id)
+        again = life.started_before(run_id)
         submitted_at = self._submitted_at.pop(run_id, None)
-        withdrawn = self._scheduler.cancel(run_id)
-        if withdrawn is not CancelOutcome.REMOVED or request is None or seq is None:
+        withdrawn = life.cancel(run_id)
+        if withdrawn is not Withdrawal.WITHDRAWN or request is None or seq is None:
             return withdrawn, None
-        return withdrawn, _Withdrawn(request, seq, submitted_at)
+        return withdrawn, _Withdrawn(request, seq, submitted_at, again)
 
     def _put_back(self, back: _Withdrawn | None) -> None:
         """The ledger refused a cancel: the run is still queued there, so it is here again."""
-        if back is None or self._scheduler.state_of(back.request.id) is not None:
-            return
         # In its place by its seq (the scheduler's, or a member's from the
         # ledger), ahead of the runs that came after it: a conversation's
         # runs start in arrival order, a refused cancel or not.
-        self._scheduler.submit(back.request, seq=back.seq)
+        if back is None or not self._life.adopt(
+            back.request, seq=back.seq, attempts=int(back.again)
+        ):
+            return
         if back.submitted_at is not None:
             self._submitted_at[back.request.id] = back.submitted_at
         self._wake()
 
     async def _cancel_recorded(
-        self, run_id: str, reason: str, withdrawn: CancelOutcome, back: _Withdrawn | None
+        self, run_id: str, reason: str, withdrawn: Withdrawal, back: _Withdrawn | None
     ) -> RunRecord:
-        if withdrawn is CancelOutcome.REMOVED:
+        if withdrawn is Withdrawal.WITHDRAWN:
             # Recorded with nothing awaited since the withdrawal: a start
             # it frees (the next run on its lanes) is then committed, and
             # traced, after the cancel, never before it.
@@ -864,13 +861,13 @@ class Supervisor:
         record = await self.get(run_id)
         if record is None:
             raise RunNotFound(run_id)
-        if withdrawn is CancelOutcome.UNKNOWN and self._scheduler.state_of(run_id) is not None:
+        if withdrawn is Withdrawal.UNKNOWN and self._life.scheduler.state_of(run_id) is not None:
             # Its submit was still in flight a moment ago.
             withdrawn, back = self._withdraw(run_id)
-        if withdrawn is CancelOutcome.RUNNING:
+        if withdrawn is Withdrawal.STOP:
             # The run may have ended, or gone back to the queue (a usage
             # limit), or been parked (a claim refused), while its record was read.
-            state = self._scheduler.state_of(run_id)
+            state = self._life.scheduler.state_of(run_id)
             if state is RunState.QUEUED or state is RunState.HELD:
                 withdrawn, back = self._withdraw(run_id)
             elif run_id in self._handles:
@@ -888,7 +885,7 @@ class Supervisor:
                     return await self._cancel_elsewhere(run_id, reason)
                 ended = now_record.status.value if now_record is not None else "unknown"
                 raise RunConflict(f"run {run_id} already ended as {ended}")
-        if withdrawn is CancelOutcome.UNKNOWN:
+        if withdrawn is Withdrawal.UNKNOWN:
             if self._fleet is not None and not record.is_terminal:
                 # Held by another member, or queued and not polled here yet.
                 return await self._cancel_elsewhere(run_id, reason)
@@ -1050,14 +1047,45 @@ class Supervisor:
             raise RunNotFound(run_id)
         return record
 
+    # -- read-only views ------------------------------------------------------
+
+    def run_state(self, run_id: str) -> RunState | None:
+        """Where the run stands here: queued, running, held (parked), or None (not here)."""
+        return self._life.scheduler.state_of(run_id)
+
+    def parked_runs(self) -> list[str]:
+        """Runs held back here because a fleet claim refused them for now, in queue order."""
+        return [run.id for run in self._life.scheduler.held_runs()]
+
+    @property
+    def fatal(self) -> str | None:
+        """Why the supervisor is stopping by itself (the ledger failed, the lease ran out)."""
+        return self._fatal
+
+    @property
+    def fleet(self) -> FleetMember | None:
+        """This supervisor's fleet membership, if it is a member."""
+        return self._fleet
+
+    @property
+    def worktrees(self) -> WorktreeManager | None:
+        """The conversation worktrees' manager, once repositories are configured."""
+        return self._worktrees
+
+    @property
+    def long_polls(self) -> int:
+        """Runs that some :meth:`wait` call waits on now."""
+        return len(self._waiters)
+
     def status(self) -> dict[str, Any]:
         """Limits, running and queued counts, and the oldest wait."""
-        snap = self._scheduler.snapshot()
-        oldest = next(self._scheduler.queued_runs(), None)
+        scheduler = self._life.scheduler
+        snap = scheduler.snapshot()
+        oldest = next(scheduler.queued_runs(), None)
         age = self._wall() - self._submitted_at[oldest.id] if oldest is not None else None
-        limits = self._scheduler.limits
+        limits = scheduler.limits
         return {
-            "admitting": self._admitting,
+            "admitting": self._life.admitting,
             "generation": self.generation,
             "limits": {"global": limits.global_cap, "providers": dict(limits.provider_caps)},
             "running": snap.running,
@@ -1097,19 +1125,19 @@ class Supervisor:
 
     def accounts(self) -> list[dict[str, Any]]:
         """Every account: in use, usage in its window, resting until, runs started."""
-        return [account_view(s) for s in self._accounts.statuses(self._wall())]
+        return [account_view(s) for s in self._life.book.statuses(self._wall())]
 
     async def end_rest(self, provider: str, account: str | None) -> dict[str, Any]:
         """End an account's rest by hand (a limit misread, or bought more quota).
 
         Raises :class:`UnknownAccount` if the provider has no such account.
         """
-        if not self._accounts.knows(provider, account):
+        if not self._life.book.knows(provider, account):
             what = "its ambient account" if account is None else f"no account {account!r}"
             raise UnknownAccount(f"provider {provider!r} has {what} configured")
 
         def cleared(_: None) -> None:
-            self._accounts.wake(provider, account)
+            self._life.end_rest(provider, account)
             log.info("the rest of %s/%s was ended by hand", provider, account or "(ambient)")
             self._emit("rest_ended", provider=provider, account=account)
             self._wake()
@@ -1118,7 +1146,7 @@ class Supervisor:
         now = self._wall()
         return next(
             account_view(s)
-            for s in self._accounts.statuses(now)
+            for s in self._life.book.statuses(now)
             if (s.provider, s.account) == (provider, account) and not s.retired
         )
 
@@ -1131,13 +1159,11 @@ class Supervisor:
         An account that is not configured, or a time already past, changes
         nothing.
         """
-        if not (math.isfinite(until) and until > self._wall()):
-            return
-        if not self._accounts.knows(provider, account):
+        if not self._life.may_rest(provider, account, until, self._wall()):
             return
 
         def rested(_: None) -> None:
-            self._accounts.rest(provider, account, until, message)
+            self._life.rest(provider, account, until, message, self._wall())
             self._wake()
 
         await self.ledger.call(
@@ -1146,15 +1172,15 @@ class Supervisor:
 
     def pin_account(self, run_id: str, account: str | None) -> None:
         """Start ``run_id`` on ``account`` if it can take the run then (see ``AccountBook.pin``)."""
-        self._accounts.pin(run_id, account)
+        self._life.pin(run_id, account)
 
     def waiting_for_accounts(self) -> dict[str, dict[str, Any]]:
         """Providers whose queued runs wait because no account can take them: why, until when."""
-        now = self._wall()
+        now, book, scheduler = self._wall(), self._life.book, self._life.scheduler
         waiting = {}
-        for provider in self._accounts.providers:
-            if self._scheduler.queued_for(provider):
-                blocked = self._accounts.blocked(provider, now)
+        for provider in book.providers:
+            if scheduler.queued_for(provider):
+                blocked = book.blocked(provider, now)
                 if blocked is not None:
                     waiting[provider] = blocked_view(blocked)
         return waiting
@@ -1191,7 +1217,7 @@ class Supervisor:
             event.set()
 
     def _queue_counts(self) -> dict[str, tuple[int, int]]:
-        scheduler = self._scheduler
+        scheduler = self._life.scheduler
         return {
             provider: (scheduler.queued_for(provider), scheduler.running_for(provider))
             for provider in self.config.providers
@@ -1212,33 +1238,23 @@ class Supervisor:
             else:  # the common case: no scope to make for a deadline that never comes
                 await self._wakeup.wait()
             self._wakeup = trio.Event()
-            if self._admitting:
+            if self._life.admitting:
                 # Waiting for this commit before looking again is what batches
                 # starts: whatever frees up meanwhile starts in the next commit.
                 await self._start_what_may_start()
 
-    def _until_an_account_frees(self, now: float | None = None) -> float:
-        """Seconds until time alone frees an account some queued run waits for.
-
-        ``now``: the wall time, if the caller has just read it.
-        """
-        if not (self._accounts.may_free_in_time and self._scheduler.queued_count):
+    def _until_an_account_frees(self) -> float:
+        """Seconds until time alone frees an account some queued run waits for."""
+        life = self._life
+        if not (life.book.may_free_in_time and life.scheduler.queued_count):
             # Nothing waits, or no account has a budget window or has rested:
-            # time alone frees none (next_change is None for every provider).
-            # Asked twice a run: no time to read, no provider to look at.
+            # time alone frees none. No time to read.
             return math.inf
-        if now is None:
-            now = self._wall()
-        times = [
-            t
-            for provider in self._accounts.providers
-            if self._scheduler.queued_for(provider)
-            and not self._accounts.available(provider, now)
-            and (t := self._accounts.next_change(provider, now)) is not None
-        ]
+        now = self._wall()
+        at = life.next_wakeup(now)
         # At most a minute: this is wall-clock time waited out on trio's
         # monotonic clock, which a suspended laptop or a clock step leaves behind.
-        return min(ACCOUNT_RECHECK, max(0.0, min(times) - now)) if times else math.inf
+        return math.inf if at is None else min(ACCOUNT_RECHECK, max(0.0, at - now))
 
     async def _start_what_may_start(self) -> None:
         queued = self._queue_starts()
@@ -1251,28 +1267,24 @@ class Supervisor:
         Synchronous: the start joins whatever is queued in the ledger right
         now, and commits in the same transaction (see :meth:`_record_finish`).
         """
-        if not self._scheduler.queued_count:
+        if not self._life.scheduler.queued_count:
             # Nothing waits (most finishes, unless there is a backlog): no
             # time to read, no gate to build, no queue to look through.
             return None
         now = self._wall()
-        gate = self._accounts.gate(now)
-        starts = self._scheduler.take_startable(
-            gate if self._fleet is None else self._fleet.gate(gate)
-        )
-        if not starts:
+        picks = self._life.take_starts(now, gate=None if self._fleet is None else self._fleet.gate)
+        if not picks:
             return None
         items: list[tuple[str, str | None]] = []
-        picks, config = gate.picks, self.config
-        for run in starts:
+        config = self.config
+        for run_id, pick in picks.items():
             # Handles exist before the commit so a cancel arriving meanwhile
             # is not lost: RunCancel remembers a cancel made before execute.
-            self._handles[run.id] = RunCancel()
+            self._handles[run_id] = RunCancel()
             # A run is built from the configuration its start was decided
             # under, whatever a reload changes while its start is recorded.
-            pick = picks[run.id]
-            self._picks[run.id] = (pick, config)
-            items.append((run.id, pick.account))
+            self._picks[run_id] = (pick, config)
+            items.append((run_id, pick.account))
         pending: Queued[Any]
         if self._fleet is None:
             pending = self.ledger.enqueue(
@@ -1285,7 +1297,7 @@ class Supervisor:
                 durable=True,
                 then=self._claimed,
             )
-        return _QueuedStarts(starts, now, pending)
+        return _QueuedStarts(list(picks), now, pending)
 
     async def _commit_starts(self, queued: _QueuedStarts) -> None:
         """Wait for queued starts to commit; without a working ledger, drain and stop."""
@@ -1312,11 +1324,10 @@ class Supervisor:
                 len(queued.runs),
                 exc,
             )
-            for run in queued.runs:
-                self._scheduler.finish(run.id)
-                self._accounts.finish(run.id, queued.now, spawned=False)
-                self._picks.pop(run.id, None)
-                del self._handles[run.id]
+            for run_id in queued.runs:
+                self._life.give_back(run_id, queued.now)
+                self._picks.pop(run_id, None)
+                del self._handles[run_id]
             if not self._handles:
                 self._idle.set()
             self._fatal = f"the run ledger could not record a start: {exc}"
@@ -1354,19 +1365,19 @@ class Supervisor:
             self._picks.pop(run_id, None)
             if refused is Refused.GONE:  # claimed by another member, or cancelled
                 self._submitted_at.pop(run_id, None)
-                self._release(run_id, spawned=False)
+                self._life.give_back(run_id, now)
+                self._let_go(run_id)
                 continue
-            self._accounts.finish(run_id, now, spawned=False)
             # A cancel asked for meanwhile reads the run after this (the
             # ledger is FIFO) and finds it parked: the handle is not needed.
             del self._handles[run_id]
             if not self._handles:
                 self._idle.set()
             if refused is Refused.CAP:
-                request = self._scheduler.request_of(run_id)
+                request = self._life.scheduler.request_of(run_id)
                 assert request is not None
                 fleet.close(request.provider)
-            self._scheduler.hold(run_id)
+            self._life.hold(run_id, now)
             parked = True
         if parked:
             self._wake()  # its slot is free: a run on another lane may start
@@ -1381,7 +1392,7 @@ class Supervisor:
             then=partial(self._take_fleet_accounts, now=now),
         )
         held: list[RunRecord] = []
-        queued = [run.id for run in self._scheduler.queued_runs()]
+        queued = [run.id for run in self._life.scheduler.queued_runs()]
         await self.ledger.call(
             partial(self._fleet.read_new, queued),
             then=lambda records: held.extend(self._take_fleet_runs(records)),
@@ -1391,7 +1402,7 @@ class Supervisor:
 
     def _take_fleet_accounts(self, state: FleetAccounts, *, now: float) -> None:
         """Count the other members' runs, and rest accounts as the fleet's ledger says."""
-        for provider, account, until in apply_fleet_accounts(self._accounts, state, now):
+        for provider, account, until in apply_fleet_accounts(self._life, state, now):
             name = "(ambient)" if account is None else account
             if until is None:
                 log.info("the rest of %s/%s was ended by another fleet member", provider, name)
@@ -1416,8 +1427,7 @@ class Supervisor:
         """
         assert self._fleet is not None
         self._withdraw_left(poll.left)
-        for run in list(self._scheduler.held_runs()):
-            self._scheduler.requeue(run.id)
+        self._life.requeue_held()
         self._fleet.reopen()
         records = self._fleet.take_new(poll)
         worktrees = self._worktrees
@@ -1452,8 +1462,7 @@ class Supervisor:
         poll's ids were read is settled by its claim.
         """
         for run_id in left:
-            if self._scheduler.state_of(run_id) is RunState.QUEUED:
-                self._scheduler.cancel(run_id)
+            if self._life.forget(run_id):
                 self._submitted_at.pop(run_id, None)
                 self._notify(run_id)
 
@@ -1484,9 +1493,8 @@ class Supervisor:
         self._wake()
 
     def _queue_polled(self, record: RunRecord) -> None:
-        if self._scheduler.state_of(record.id) is not None:
+        if not self._life.adopt(run_request(record), seq=record.seq, attempts=record.attempts):
             return
-        self._scheduler.submit(run_request(record), seq=record.seq)
         self._submitted_at[record.id] = record.submitted_at
         self._emit("submit", run=trace_run(record, with_prompt=self._trace_prompts))
 
@@ -1519,7 +1527,7 @@ class Supervisor:
         log.critical("%s; stopping its runs and the supervisor", message)
         self._fatal = message
         self.request_shutdown()
-        self._admitting = False  # now: the slots freed below must start nothing
+        self._life.drain()  # now: the slots freed below must start nothing
         for run_id in sorted(self._handles):
             self._stop(run_id, "this fleet member's lease ran out")
 
@@ -1672,42 +1680,45 @@ class Supervisor:
         """:func:`finish_fields` of a run's end, with the run's log path."""
         return finish_fields(ended, self._specs.log_file(self.config, run_id))
 
+    def _outcome_of(self, ended: ProcessOutcome | None, session: bool) -> RunOutcome:
+        """How the run's attempt ended, as the lifecycle settles it."""
+        if ended is None:  # the task was cancelled before an outcome existed
+            return _SHUT_DOWN
+        limit = ended.usage_limit
+        if limit is None:
+            # One value per distinct ending, shared by every run that ends alike.
+            key = (ended.status, ended.exit_code, session)
+            plain = self._outcomes.get(key)
+            if plain is None:
+                plain = RunOutcome(ended.status, ended.exit_code, None, session)
+                self._outcomes[key] = plain
+            return plain
+        message = as_text(limit.message) or ""
+        if message != limit.message:  # the rest's message is stored text too
+            limit = UsageLimit(limit.resets_at, message)
+        return RunOutcome(ended.status, ended.exit_code, limit, session)
+
     async def _record_finish(
         self, record: RunRecord, ended: ProcessOutcome | None, *, may_start: bool
     ) -> None:
-        status, fields = self._finish_fields(ended, record.id)
+        _, fields = self._finish_fields(ended, record.id)
         session_id = fields.get("session_id")
         now = self._wall()
         conversation = record.conversation
-        hit = (
-            None
-            if ended is None or ended.usage_limit is None
-            else self._limit_hit(record, ended, status, now)
-        )
-        if hit is not None and status is RunStatus.FAILED:
-            status = RunStatus.USAGE_LIMITED
-        # It never got to work: once, it goes back to the head of its lanes
-        # (recorded in the same transaction, so it is never lost in between)
-        # — unless someone asked to cancel it meanwhile.
-        requeue = (
-            hit is not None
-            and status is RunStatus.USAGE_LIMITED
-            and record.attempts < 2
-            and not self._handles[record.id].cancelled
-        )
-        spawned = ended is not None and ended.exit_code is not None
+        # The lifecycle decides: the status, a usage limit's rest and re-queue
+        # (once, recorded in the same transaction, so the run is never lost
+        # in between), and whether the slot, lanes and account are free now.
+        settled = self._life.finish(record.id, self._outcome_of(ended, bool(session_id)), now)
+        status, hit, requeue = settled.status, settled.rest, settled.requeue
         # The usual end (no usage limit to act on) frees the slot, the lanes
         # and the account now, before the finish commits, and queues the
         # starts that frees right behind it: both commit in one transaction,
         # so the ledger never shows the next run on a lane running while this
         # one is not recorded as finished (docs/store.md, "Finish and next
         # start in one commit"). A usage limit first rests the account, once
-        # the finish is recorded, and only then lets the dispatcher look.
-        early = hit is None
-        if early:
-            self._free(record.id, now, spawned=spawned)
-            if session_id and conversation is not None:
-                self._stick(record, conversation)
+        # the finish is recorded (Lifecycle.settle), and only then lets the
+        # dispatcher look.
+        early = settled.freed
 
         def finish(store: Store) -> RunRecord:
             final = store.finish(record.id, status, now, **fields)
@@ -1728,23 +1739,23 @@ class Supervisor:
         def finished(final: RunRecord) -> None:
             # What the ledger did, not what was asked: it may have cancelled it.
             requeued = requeue and final.status is RunStatus.QUEUED
-            # The slot and lanes first: nothing below may keep them held.
-            if requeued:
-                self._requeue(final)
-            elif early:
+            if early:
                 # When this task takes the starts the finish frees (below), the
                 # dispatcher has nothing to look at for it: _take_starts wakes
-                # it if it must. (Read after the commit, _admitting may
-                # have turned false since: then it is woken, to no harm.)
+                # it if it must. (Read after the commit, admitting may have
+                # turned false since: then it is woken, to no harm.)
                 self._let_go(
-                    record.id, wake=not (may_start and self._admitting and self._fleet is None)
+                    record.id,
+                    wake=not (may_start and self._life.admitting and self._fleet is None),
                 )
             else:
-                self._release(record.id, spawned=spawned)
+                # The slot and lanes first: nothing below may keep them held.
+                self._life.settle(record.id, self._wall(), requeued=requeued)
+                if requeued:
+                    self._submitted_at[record.id] = final.submitted_at
+                self._let_go(record.id)
             if hit is not None:
-                self._rest(hit, record.id)
-            if session_id and conversation is not None and not early:
-                self._stick(record, conversation)
+                self._say_rested(hit, record.id)
             self._report_finish(
                 final,
                 status if requeued else final.status,
@@ -1756,7 +1767,7 @@ class Supervisor:
         unrecorded: StoreError | None = None
         try:
             pending = self.ledger.enqueue(finish, then=finished)
-            if early and may_start and self._admitting:
+            if early and may_start and self._life.admitting:
                 starts = self._take_starts()  # nothing awaited since the enqueue
             # The run's task may be cancelled (a forced shutdown): every wait
             # here is one a cancel cannot stop. This one without a shielded
@@ -1822,10 +1833,9 @@ class Supervisor:
         # The slot and the lanes are freed all the same; the ledger keeps
         # the run as running until it is reported lost, which is true:
         # its outcome was not recorded.
-        if early:
-            self._let_go(run_id)
-        else:
-            self._release(run_id)
+        if not early:
+            self._life.lost(run_id, self._wall())
+        self._let_go(run_id)
 
     async def _retry_finish(
         self, run_id: str, record: Callable[[], Awaitable[object]], refused: StoreError
@@ -1883,23 +1893,8 @@ class Supervisor:
         if final.callback_url and final.is_terminal and self._callbacks is not None:
             self._callbacks.start_soon(deliver_callback, final, name=f"callback {final.id}")
 
-    def _limit_hit(
-        self, record: RunRecord, ended: ProcessOutcome | None, status: RunStatus, now: float
-    ) -> Rest | None:
-        """The account rest a run's usage-limit report calls for, if any."""
-        limit = ended.usage_limit if ended is not None else None
-        # A run that got its work done had quota, whatever it printed; one
-        # that timed out or was cancelled after the report is out of quota.
-        if limit is None or status is RunStatus.SUCCEEDED:
-            return None
-        until = self._accounts.rest_until(record.provider, record.account, now, limit.resets_at)
-        if until is None:  # the account left the configuration meanwhile
-            return None
-        return Rest(record.provider, record.account, until, as_text(limit.message) or "")
-
-    def _rest(self, hit: Rest, run_id: str) -> None:
-        """Rest the account (the limit is recorded), and say so."""
-        self._accounts.rest(hit.provider, hit.account, hit.until, hit.message)
+    def _say_rested(self, hit: Rest, run_id: str) -> None:
+        """Say that an account rests after a usage limit (recorded, and in force)."""
         log.warning(
             "%s reached its usage limit on %s; it rests until %s",
             hit.provider,
@@ -1913,31 +1908,6 @@ class Supervisor:
             account=hit.account,
             until=hit.until,
         )
-
-    def _release(self, run_id: str, *, spawned: bool = True) -> None:
-        """A run's process is over: free its slot, lanes and account, wake whoever waits."""
-        self._free(run_id, self._wall(), spawned=spawned)
-        self._let_go(run_id)
-
-    def _free(self, run_id: str, now: float, *, spawned: bool) -> None:
-        """Give the run's slot, lanes and account back to the cores, at wall time ``now``.
-
-        A run that never got a process gives its account's budget back.
-        """
-        self._scheduler.finish(run_id)
-        self._accounts.finish(run_id, now, spawned=spawned)
-
-    def _stick(self, record: RunRecord, conversation: str) -> None:
-        """The conversation sticks to the account where its session now lives."""
-        key = sticky_key(record.workspace, conversation)
-        self._accounts.remember(record.provider, key, record.account)
-
-    def _requeue(self, record: RunRecord) -> None:
-        """A usage-limited run goes back to its place at the head of its lanes."""
-        self._scheduler.requeue(record.id)
-        self._accounts.finish(record.id, self._wall())
-        self._submitted_at[record.id] = record.submitted_at
-        self._let_go(record.id)
 
     def _let_go(self, run_id: str, *, wake: bool = True) -> None:
         """The run's task is done with it: wake its waiters and the dispatcher.
@@ -1966,15 +1936,17 @@ class Supervisor:
         """
         # Twice a run: the cheap tests of _queue_starts and
         # _until_an_account_frees first, without their calls.
-        starts = self._queue_starts() if self._scheduler.queued_count else None
+        life = self._life
+        starts = self._queue_starts() if life.scheduler.queued_count else None
         # The starts' time, read a moment ago, if they read it: time passing
         # only frees accounts, so an earlier time can only wake the
         # dispatcher when it need not, which costs nothing but the wake.
         if self._fleet is None and (
             self.account_recheck_at is not None
             or (
-                self._accounts.may_free_in_time
-                and self._until_an_account_frees(None if starts is None else starts.now) < math.inf
+                life.book.may_free_in_time
+                and life.scheduler.queued_count
+                and life.next_wakeup(self._wall() if starts is None else starts.now) is not None
             )
         ):
             self._wake()
@@ -1984,7 +1956,7 @@ class Supervisor:
         """Whether a run of the conversation is queued, running, or being submitted."""
         key = conversation_key(workspace, conversation)
         probe = RunRequest("", "", conversation, None, workspace)
-        return self._scheduler.is_busy(probe) or self._pending_keys.claimed(key)
+        return self._life.is_busy(probe) or self._pending_keys.claimed(key)
 
     async def sweep_worktrees(self, *, dry_run: bool = False) -> SweepReport:
         """Remove the clean worktrees of idle conversations now (see sweeper.py)."""
@@ -2092,12 +2064,14 @@ class Supervisor:
             # rest and window usage back from the ledger, as at a restart;
             # read before the new configuration is in force, so no start can
             # slip in between.
-            returning = returning_accounts(self._accounts, loaded.config)
+            settings = settings_of(loaded.config)
             # Over the new configuration's windows: the returning accounts' own.
-            history = await self._account_history(now, loaded.config) if returning else None
-            self._apply(loaded)
-            if history is not None:
-                self._restore_accounts(history, returning)
+            history = (
+                await self._account_history(now, loaded.config)
+                if self._life.returning(settings)
+                else AccountHistory([], [])
+            )
+            self._apply(loaded, history)
         # Shielded: once applied, a shutdown must not leave it untraced and unreported.
         with trio.CancelScope(shield=True):
             result = await self._report_reload(loaded, changes, trigger, now)
@@ -2136,15 +2110,17 @@ class Supervisor:
         self._emit("reload_rejected", errors=errors)
         return result
 
-    def _apply(self, loaded: LoadedConfig) -> None:
+    def _apply(self, loaded: LoadedConfig, history: AccountHistory) -> None:
         """Put a validated configuration in force, all at once.
+
+        An account that comes back gets its rest and usage back from ``history``.
 
         Nothing here can fail half way: the only object built (a worktree
         manager for the first repos) is built before anything is swapped.
         Running runs keep what they started with: their account, timeouts,
         environment and checkouts.
         """
-        old, config = self.config, loaded.config
+        config = loaded.config
         worktrees = self._worktrees
         if worktrees is None and config.repos:
             worktrees = self._worktree_manager(config)
@@ -2154,7 +2130,7 @@ class Supervisor:
             # sweeper treats them as any other, by idleness.
             worktrees.set_repos(config.repos)
         self._worktrees = worktrees
-        apply_to_cores(self._scheduler, self._accounts, old, config)
+        self._life.reconfigure(settings_of(config), history.rests(), history.windows())
         self._programs.clear()  # an exec may name another program now
         self._reloaded.set()  # the retention loops look at their settings again
         self._reloaded = trio.Event()

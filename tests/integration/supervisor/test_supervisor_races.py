@@ -193,14 +193,14 @@ async def test_a_run_is_not_recorded_while_its_conversations_worktree_is_removed
     store = MemoryStore()
     supervisor = Supervisor(stuck_config(tmp_path), store, git=StuckGit())  # type: ignore[arg-type]
     async with serving(supervisor) as nursery:
-        assert supervisor._worktrees is not None
+        assert supervisor.worktrees is not None
         recorded = trio.Event()
 
         async def submit() -> None:
             await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x", conversation="c"))
             recorded.set()
 
-        with supervisor._worktrees.removing("default", "c"):  # a sweep's removal under way
+        with supervisor.worktrees.removing("default", "c"):  # a sweep's removal under way
             nursery.start_soon(submit)
             await trio.testing.wait_all_tasks_blocked()
             assert store.get("r1") is None
