@@ -309,8 +309,8 @@ async def test_a_reload_that_crashes_while_reading_is_rejected_and_changes_nothi
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from herdsman.config import load_config
-    from herdsman.runtime import supervisor as supervisor_module
     from herdsman.runtime.reload import ConfigSource
+    from herdsman.runtime.supervisor import reloading
 
     path = write_config(tmp_path)
     source = ConfigSource(path, environ={}, watch=False)
@@ -321,7 +321,7 @@ async def test_a_reload_that_crashes_while_reading_is_rejected_and_changes_nothi
     def broken(*args: object) -> None:
         raise RuntimeError("a bug in the loader")
 
-    monkeypatch.setattr(supervisor_module, "effective_config", broken)
+    monkeypatch.setattr(reloading, "effective_config", broken)
     async with serving(supervisor):
         path.write_text(path.read_text().replace("concurrency = 2", "concurrency = 3"))
         result = await supervisor.reload("test")

@@ -1,5 +1,12 @@
 """The supervisor: intake, the scheduling loop and one task per running run.
 
+Why this module is still long (about 1,800 lines): intake, the dispatch
+loop, the run tasks with their finish, and the fleet member's glue share
+the per-run state (handles, picks, submit times, waiters) on the path every
+run takes, and are not yet split into the services the package is to hold;
+the account tracker, reload, maintenance, a run's recorded outcome and the
+status views are modules of their own already (docs/architecture.md).
+
 Every store call goes through the :class:`~herdsman.runtime.ledger.Ledger`,
 which applies calls in the order they were made and group-commits them. The
 scheduler, the trace, the metrics and waiters are updated in the ledger's
@@ -26,27 +33,24 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from operator import methodcaller
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 import outcome
 import trio
 
-from herdsman.config import Config, ConfigError, LoadedConfig, Provider, format_duration
+from herdsman.config import Config, LoadedConfig, Provider, format_duration
 from herdsman.config.report import config_as_json
 from herdsman.core import KeyClaims, RunRequest, RunState, busy_keys
 from herdsman.core.accounts import Pick
-from herdsman.core.lifecycle import Lifecycle, Rest, Withdrawal
+from herdsman.core.lifecycle import Lifecycle, Withdrawal
 from herdsman.core.outcome import RunOutcome, UsageLimit
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
-from herdsman.runtime.accounts import account_view, blocked_view, longest_window
+from herdsman.runtime import status_view
+from herdsman.runtime.accounts import longest_window
 from herdsman.runtime.callbacks import deliver_callback
-from herdsman.runtime.config_watch import file_signature, watch_file
 from herdsman.runtime.fleet_accounts import (
-    FleetAccounts,
-    apply_fleet_accounts,
     read_fleet_accounts,
 )
 from herdsman.runtime.fleet_member import FleetMember, Refused
@@ -60,8 +64,6 @@ from herdsman.runtime.reload import (
     Change,
     ConfigSource,
     ReloadResult,
-    effective_config,
-    given_config,
 )
 from herdsman.runtime.requests import run_request, settings_of, trace_run, trace_run_text
 from herdsman.runtime.runner import (
@@ -74,8 +76,6 @@ from herdsman.runtime.runner import (
 )
 from herdsman.runtime.stop_order import StopOrder
 from herdsman.runtime.store import (
-    AccountLimit,
-    AccountUse,
     NewRun,
     RunRecord,
     RunStatus,
@@ -83,11 +83,27 @@ from herdsman.runtime.store import (
     StoreConflict,
     StoreError,
 )
-from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost, LeaseExpired
-from herdsman.runtime.store.errors import RunNotFound as UnknownRun
+from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost
+from herdsman.runtime.supervisor.accounts import NO_HISTORY, AccountHistory, AccountTracker
+from herdsman.runtime.supervisor.errors import (
+    CancelNotRecorded,
+    NotAdmitting,
+    RunConflict,
+    RunNotFound,
+    ShutdownReport,
+)
+from herdsman.runtime.supervisor.maintenance import Maintenance
+from herdsman.runtime.supervisor.outcomes import (
+    SHUT_DOWN,
+    as_text,
+    finish_fields,
+    limit_note,
+    refused_for_good,
+)
+from herdsman.runtime.supervisor.reloading import Reloader
 from herdsman.runtime.worktrees.listing import describe_worktrees
 from herdsman.runtime.worktrees.manager import WorktreeManager, checkouts_preamble
-from herdsman.runtime.worktrees.sweeper import IsBusy, SweepReport, idle_folders, sweep
+from herdsman.runtime.worktrees.sweeper import SweepReport
 from herdsman.trace import TraceWriter
 
 if TYPE_CHECKING:
@@ -116,10 +132,6 @@ FINISH_RETRY_MAX = 30.0
 ACCOUNT_RECHECK = 60.0
 #: How long an orphaned agent gets between SIGTERM and SIGKILL at start-up.
 ORPHAN_GRACE = 5.0
-PROVIDER_GONE = (
-    "its provider was removed from the configuration; "
-    "its queued runs wait until it is configured again"
-)
 
 
 class Execute(Protocol):
@@ -132,42 +144,6 @@ class Execute(Protocol):
         cancel: RunCancel | None = None,
         task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
     ) -> Awaitable[ProcessOutcome]: ...
-
-
-class NotAdmitting(Exception):
-    """The supervisor is shutting down and takes no new runs."""
-
-
-class RunNotFound(Exception):
-    """No run has this id."""
-
-
-class UnknownAccount(Exception):
-    """No configured account has this provider and name."""
-
-
-class RunConflict(Exception):
-    """The run is in a state that does not allow the request."""
-
-
-class CancelNotRecorded(StoreError):
-    """The ledger failed to record a cancel: the run is still queued, and may be cancelled again."""
-
-
-@attrs.frozen
-class AccountHistory:
-    """What the ledger remembers of accounts: rests in force, runs in their windows."""
-
-    limits: list[AccountLimit]
-    uses: list[AccountUse]
-
-    def rests(self) -> list[tuple[str, str | None, float, str]]:
-        """The rests, as :meth:`Lifecycle.restore` takes them."""
-        return [(rest.provider, rest.account, rest.until, rest.message) for rest in self.limits]
-
-    def windows(self) -> list[tuple[str, str | None, float, float | None]]:
-        """The runs in their windows, as :meth:`Lifecycle.restore` takes them."""
-        return [(use.provider, use.account, use.started_at, use.finished_at) for use in self.uses]
 
 
 class _QueuedStarts:
@@ -196,16 +172,6 @@ class _Withdrawn:
     again: bool
 
 
-@attrs.frozen
-class ShutdownReport:
-    """How the supervisor stopped."""
-
-    drained: bool
-    cancelled: tuple[str, ...]
-    #: Why the supervisor stopped by itself (the ledger failed), if it did.
-    fatal: str | None = None
-
-
 def _conversation_keys(records: list[RunRecord]) -> list[str]:
     """One key per record in a conversation: each is claimed, and released, once."""
     return [
@@ -215,54 +181,9 @@ def _conversation_keys(records: list[RunRecord]) -> list[str]:
     ]
 
 
-def as_text(value: str | None) -> str | None:
-    """``value`` as storable text: an agent's output may carry lone surrogates and NUL."""
-    if value is None or (value.isascii() and "\0" not in value):
-        # The usual case, checked without copying (isascii is O(1)): ASCII
-        # holds no surrogate, and only NUL would need replacing.
-        return value
-    return value.encode("utf-8", "replace").decode("utf-8").replace("\0", "\ufffd")
-
-
-def _final(exc: StoreError) -> bool:
-    """Whether a refused write can never succeed: the run's state changed, or the lease lapsed."""
-    return isinstance(exc, StoreConflict | UnknownRun | LeaseExpired)
-
-
 def _resumes(record: RunRecord, provider: Provider) -> bool:
     """Whether the run resumes its conversation's session (looked up in the ledger first)."""
     return record.conversation is not None and bool(provider.resume_args)
-
-
-def _limit_note(record: RunRecord, hit: Rest, again: RunRecord) -> str:
-    """The note of an attempt stopped at a usage limit, re-queued (``again``) or cancelled."""
-    done = "re-queued" if again.status is RunStatus.QUEUED else "cancelled as asked"
-    return (
-        f"attempt {record.attempts} stopped at the usage limit of {hit.label}"
-        f" ({hit.message}); {done}"
-    )
-
-
-#: How a run ends whose task was cancelled before its process reported (a forced stop).
-_SHUT_DOWN = RunOutcome(Outcome.CANCELLED)
-
-# Each outcome's run status (same value), looked up: converting by value
-# (an enum call and ``.value``, both Python-level) cost a microsecond a run.
-_STATUS_OF: dict[Outcome, RunStatus] = {outcome: RunStatus(outcome.value) for outcome in Outcome}
-
-
-def finish_fields(ended: ProcessOutcome | None, log_path: str) -> tuple[RunStatus, dict[str, Any]]:
-    """How a run ended, as the ledger's ``finish`` takes it: the status and the fields."""
-    if ended is None:  # the task was cancelled before an outcome existed
-        return RunStatus.CANCELLED, {"reason": "supervisor shut down", "log_path": log_path}
-    return _STATUS_OF[ended.status], {
-        "exit_code": ended.exit_code,
-        "reason": as_text(ended.reason),
-        "result": as_text(ended.result),
-        "session_id": as_text(ended.session_id),
-        "excerpt": as_text(ended.excerpt),
-        "log_path": log_path,
-    }
 
 
 class Supervisor:
@@ -280,10 +201,6 @@ class Supervisor:
     spawns nothing, turns it off); ``resolve_program`` finds
     a provider's program on PATH (the simulator's finds every name).
     """
-
-    #: Settings the file changed that apply only at the next start, as the
-    #: last applied reload found them (a rejected reload changes nothing).
-    waiting_for_restart: tuple[Change, ...] = ()
 
     #: Once a forced stop cancelled the running runs: the order they record in.
     _stop_order: StopOrder | None = None
@@ -306,9 +223,6 @@ class Supervisor:
         fleet: FleetMember | None = None,
     ) -> None:
         self.config = config
-        self.generation = 1
-        self._source = source
-        self._loaded = loaded
         self._stop_orphans = stop_orphans
         self._fleet = fleet
         # A member stops the agents its previous process left once their
@@ -321,12 +235,6 @@ class Supervisor:
             else None
         )
         self._resolve_program = resolve_program
-        self._reload_lock = trio.Lock()
-        self._reloaded = trio.Event()
-        self.last_reload: ReloadResult | None = None
-        # The file as the last reload (or the start) read it: the watcher
-        # reloads only when it differs, whoever reloaded last.
-        self._config_seen = file_signature(source.path) if source is not None else None
         self.metrics = metrics or Metrics()
         # Run counts that count nothing (the replay's) are not even called.
         self._counts_runs = self.metrics.counts_runs
@@ -373,8 +281,43 @@ class Supervisor:
         self.lost_at_startup: tuple[str, ...] = ()
         self.finished = trio.Event()
         self.report: ShutdownReport | None = None
-        self.metrics.config_generation.set(self.generation)
+        self._reloader = Reloader(
+            source,
+            loaded,
+            wall=wall,
+            metrics=self.metrics,
+            apply=self._apply,
+            emit=self._emit,
+            emit_in_ledger_order=self._emit_in_ledger_order,
+        )
+        self._tracker = AccountTracker(
+            self._life, self.ledger, wall=wall, fleet=fleet, emit=self._emit, wake=self._wake
+        )
+        self._maintenance = Maintenance(
+            self.ledger,
+            config=lambda: self.config,
+            worktrees=lambda: self._worktrees,
+            wall=wall,
+            is_busy=self.conversation_busy,
+            fleet=fleet,
+            sleep_until=self._reloader.sleep_until,
+        )
         self.metrics.watch_queue(self._queue_counts)
+
+    @property
+    def generation(self) -> int:
+        """The configuration's generation: 1 at the start, one more each applied reload."""
+        return self._reloader.generation
+
+    @property
+    def last_reload(self) -> ReloadResult | None:
+        """What the last reload did, if there was one."""
+        return self._reloader.last_reload
+
+    @property
+    def waiting_for_restart(self) -> tuple[Change, ...]:
+        """Settings changed in the file that apply only at the next start (last applied reload)."""
+        return self._reloader.waiting_for_restart
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -414,16 +357,15 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._dispatch_loop)
-                nursery.start_soon(self._prune_loop)
-                nursery.start_soon(self._sweep_loop)
+                nursery.start_soon(self._maintenance.prune_loop)
+                nursery.start_soon(self._maintenance.sweep_loop)
                 if self._fleet is not None:
                     nursery.start_soon(self._fleet_lease_loop)
                     nursery.start_soon(self._fleet.poll_loop, self._poll_interval, self._fleet_poll)
                     if self._left is not None and self._left.watched:
                         nursery.start_soon(self._watch_left_agents)
-                if self._source is not None and self._source.watch:
-                    path = self._source.path
-                    nursery.start_soon(watch_file, path, partial(self._config_changed, path))
+                if self._reloader.watches:
+                    nursery.start_soon(self._reloader.watch)
                 self._wake()
                 self._ready.set()
                 task_status.started(self)
@@ -531,7 +473,7 @@ class Supervisor:
                 await self._left.find(self.ledger)
                 await self._stop_left_agents()
             await self._fleet_poll()
-            await self._recover_accounts(now)
+            await self._tracker.recover(now, self.config)
             return
         lost = await self.ledger.call(lambda s: s.recover(now))
         self.lost_at_startup = tuple(r.id for r in lost)
@@ -552,7 +494,7 @@ class Supervisor:
             self._emit(
                 "submit", run=trace_run(record, with_prompt=self._trace_prompts), carried=True
             )
-        await self._recover_accounts(now)
+        await self._tracker.recover(now, self.config)
 
     async def _stop_orphaned_agents(self, run_ids: tuple[str, ...]) -> None:
         """Stop agents of lost runs still running, before anything new starts.
@@ -568,36 +510,6 @@ class Supervisor:
         """Say on each run that its agent outlived the previous process and was stopped."""
         for run_id, groups in sorted(orphans.items()):
             await self.ledger.call(methodcaller("add_note", run_id, stopped_note(groups)))
-
-    async def _recover_accounts(self, now: float) -> None:
-        """Quota windows, exhaustions and conversations' accounts of earlier processes."""
-        sessions = await self.ledger.call(lambda s: s.sessions())
-        for session in sessions:
-            self._life.remember(
-                session.provider, session.workspace, session.conversation, session.account
-            )
-        # A run lost in a crash (at this start or an earlier one) counts as
-        # a start only: the ledger charges it no run-minutes.
-        history = await self._account_history(now, self.config)
-        self._life.restore(history.rests(), history.windows())
-
-    async def _account_history(self, now: float, config: Config) -> AccountHistory:
-        """Rests in force and usage within the longest quota window of ``config``.
-
-        A fleet member reads only the runs it started: the others' come with
-        every poll (``_take_fleet_accounts``), and would count twice.
-        """
-        window, fleet = longest_window(config), self._fleet
-
-        def usage(store: Store) -> list[AccountUse]:
-            if not window:
-                return []
-            if fleet is None:
-                return store.account_usage(now - window)
-            return fleet.store.account_usage_by_member(now - window).mine
-
-        limits, uses = await self.ledger.call(lambda s: (s.account_limits(now), usage(s)))
-        return AccountHistory(limits, uses)
 
     # -- intake ------------------------------------------------------------
 
@@ -1078,35 +990,18 @@ class Supervisor:
         return len(self._waiters)
 
     def status(self) -> dict[str, Any]:
-        """Limits, running and queued counts, and the oldest wait."""
-        scheduler = self._life.scheduler
-        snap = scheduler.snapshot()
-        oldest = next(scheduler.queued_runs(), None)
-        age = self._wall() - self._submitted_at[oldest.id] if oldest is not None else None
-        limits = scheduler.limits
-        return {
-            "admitting": self._life.admitting,
-            "generation": self.generation,
-            "limits": {"global": limits.global_cap, "providers": dict(limits.provider_caps)},
-            "running": snap.running,
-            "queued": snap.queued,
-            "parked": snap.held,
-            "running_by_provider": dict(snap.running_by_provider),
-            "queued_by_provider": dict(snap.queued_by_provider),
-            "parked_by_provider": dict(snap.held_by_provider),
-            "queued_by_lane": dict(snap.queued_by_lane),
-            "oldest_queued_age": None if age is None else max(0.0, age),
-            "lost_at_startup": len(self.lost_at_startup),
-            "accounts": self.accounts(),
-            "waiting_for_accounts": self.waiting_for_accounts(),
-            "waiting_for_provider": {
-                provider: PROVIDER_GONE
-                for provider in sorted(snap.queued_by_provider)
-                if provider not in self.config.providers
-            },
-            "last_reload": None if self.last_reload is None else self.last_reload.as_json(),
-            "waiting_for_restart": [change.as_json() for change in self.waiting_for_restart],
-        }
+        """Limits, running and queued counts, and the oldest wait (see status_view.py)."""
+        oldest = next(self._life.scheduler.queued_runs(), None)
+        return status_view.status(
+            self._life,
+            now=self._wall(),
+            oldest_submitted_at=None if oldest is None else self._submitted_at[oldest.id],
+            generation=self.generation,
+            lost_at_startup=len(self.lost_at_startup),
+            providers=self.config.providers,
+            last_reload=self.last_reload,
+            waiting_for_restart=self.waiting_for_restart,
+        )
 
     async def fleet_status(self) -> dict[str, Any] | None:
         """The fleet's members, leases and running runs from the ledger; ``None`` alone.
@@ -1121,34 +1016,18 @@ class Supervisor:
             view = await self.ledger.call(fleet.read_view)
         except StoreError as exc:
             return {"error": f"could not read the fleet from the ledger: {exc}"}
-        return fleet.describe(view)
+        return status_view.fleet_status(view, fleet.store.member_id)
 
     def accounts(self) -> list[dict[str, Any]]:
         """Every account: in use, usage in its window, resting until, runs started."""
-        return [account_view(s) for s in self._life.book.statuses(self._wall())]
+        return self._tracker.accounts()
 
     async def end_rest(self, provider: str, account: str | None) -> dict[str, Any]:
         """End an account's rest by hand (a limit misread, or bought more quota).
 
         Raises :class:`UnknownAccount` if the provider has no such account.
         """
-        if not self._life.book.knows(provider, account):
-            what = "its ambient account" if account is None else f"no account {account!r}"
-            raise UnknownAccount(f"provider {provider!r} has {what} configured")
-
-        def cleared(_: None) -> None:
-            self._life.end_rest(provider, account)
-            log.info("the rest of %s/%s was ended by hand", provider, account or "(ambient)")
-            self._emit("rest_ended", provider=provider, account=account)
-            self._wake()
-
-        await self.ledger.call(methodcaller("clear_account_limit", provider, account), then=cleared)
-        now = self._wall()
-        return next(
-            account_view(s)
-            for s in self._life.book.statuses(now)
-            if (s.provider, s.account) == (provider, account) and not s.retired
-        )
+        return await self._tracker.end_rest(provider, account)
 
     async def rest_account(
         self, provider: str, account: str | None, until: float, message: str
@@ -1159,16 +1038,7 @@ class Supervisor:
         An account that is not configured, or a time already past, changes
         nothing.
         """
-        if not self._life.may_rest(provider, account, until, self._wall()):
-            return
-
-        def rested(_: None) -> None:
-            self._life.rest(provider, account, until, message, self._wall())
-            self._wake()
-
-        await self.ledger.call(
-            methodcaller("set_account_limit", provider, account, until, message), then=rested
-        )
+        await self._tracker.rest(provider, account, until, message)
 
     def pin_account(self, run_id: str, account: str | None) -> None:
         """Start ``run_id`` on ``account`` if it can take the run then (see ``AccountBook.pin``)."""
@@ -1176,14 +1046,7 @@ class Supervisor:
 
     def waiting_for_accounts(self) -> dict[str, dict[str, Any]]:
         """Providers whose queued runs wait because no account can take them: why, until when."""
-        now, book, scheduler = self._wall(), self._life.book, self._life.scheduler
-        waiting = {}
-        for provider in book.providers:
-            if scheduler.queued_for(provider):
-                blocked = book.blocked(provider, now)
-                if blocked is not None:
-                    waiting[provider] = blocked_view(blocked)
-        return waiting
+        return status_view.waiting_for_accounts(self._life, self._wall())
 
     # -- scheduling and execution -----------------------------------------
 
@@ -1389,7 +1252,7 @@ class Supervisor:
         store, now, window = self._fleet.store, self._wall(), longest_window(self.config)
         await self.ledger.call(
             lambda _: read_fleet_accounts(store, now, window),
-            then=partial(self._take_fleet_accounts, now=now),
+            then=partial(self._tracker.take_fleet, now=now),
         )
         held: list[RunRecord] = []
         queued = [run.id for run in self._life.scheduler.queued_runs()]
@@ -1399,21 +1262,6 @@ class Supervisor:
         )
         if held:
             await self._take_after_removals(held)
-
-    def _take_fleet_accounts(self, state: FleetAccounts, *, now: float) -> None:
-        """Count the other members' runs, and rest accounts as the fleet's ledger says."""
-        for provider, account, until in apply_fleet_accounts(self._life, state, now):
-            name = "(ambient)" if account is None else account
-            if until is None:
-                log.info("the rest of %s/%s was ended by another fleet member", provider, name)
-                self._wake()
-            else:
-                log.info(
-                    "%s/%s rests until %s, as the fleet's ledger records",
-                    provider,
-                    name,
-                    time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(until)),
-                )
 
     def _take_fleet_runs(self, poll: Poll) -> list[RunRecord]:
         """Queue the fleet's new and re-queued runs in their place by ``seq``; stop cancelled ones.
@@ -1683,7 +1531,7 @@ class Supervisor:
     def _outcome_of(self, ended: ProcessOutcome | None, session: bool) -> RunOutcome:
         """How the run's attempt ended, as the lifecycle settles it."""
         if ended is None:  # the task was cancelled before an outcome existed
-            return _SHUT_DOWN
+            return SHUT_DOWN
         limit = ended.usage_limit
         if limit is None:
             # One value per distinct ending, shared by every run that ends alike.
@@ -1728,7 +1576,7 @@ class Supervisor:
                     # A fleet's ledger cancels it instead if a cancel was
                     # asked through another member meanwhile.
                     final = store.add_note(
-                        record.id, _limit_note(record, hit, store.requeue(record.id))
+                        record.id, limit_note(record, hit, store.requeue(record.id))
                     )
             if session_id and conversation is not None:
                 store.set_conversation_session(
@@ -1755,7 +1603,7 @@ class Supervisor:
                     self._submitted_at[record.id] = final.submitted_at
                 self._let_go(record.id)
             if hit is not None:
-                self._say_rested(hit, record.id)
+                self._tracker.rested(hit, record.id)
             self._report_finish(
                 final,
                 status if requeued else final.status,
@@ -1808,7 +1656,7 @@ class Supervisor:
         ``running`` in the ledger until a restart that may never come.
         """
         retry = self._fleet is not None or isinstance(exc, ConnectionLost)
-        if retry and not _final(exc):
+        if retry and not refused_for_good(exc):
             log.error(
                 "could not record how run %s ended (%s): %s; %s",
                 run_id,
@@ -1864,7 +1712,7 @@ class Supervisor:
                         await record()
                     except StoreError as exc:
                         last = exc
-                        if _final(exc):
+                        if refused_for_good(exc):
                             return exc
                         log.warning("run %s: its finish is still not recorded: %s", run_id, exc)
                     else:
@@ -1892,22 +1740,6 @@ class Supervisor:
                 self.metrics.observe_duration(final.provider, max(0.0, duration))
         if final.callback_url and final.is_terminal and self._callbacks is not None:
             self._callbacks.start_soon(deliver_callback, final, name=f"callback {final.id}")
-
-    def _say_rested(self, hit: Rest, run_id: str) -> None:
-        """Say that an account rests after a usage limit (recorded, and in force)."""
-        log.warning(
-            "%s reached its usage limit on %s; it rests until %s",
-            hit.provider,
-            hit.label,
-            time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(hit.until)),
-        )
-        self._emit(
-            "usage_limit",
-            run_id=run_id,
-            provider=hit.provider,
-            account=hit.account,
-            until=hit.until,
-        )
 
     def _let_go(self, run_id: str, *, wake: bool = True) -> None:
         """The run's task is done with it: wake its waiters and the dispatcher.
@@ -1960,37 +1792,7 @@ class Supervisor:
 
     async def sweep_worktrees(self, *, dry_run: bool = False) -> SweepReport:
         """Remove the clean worktrees of idle conversations now (see sweeper.py)."""
-        if self._worktrees is None:
-            return SweepReport(())
-        now, idle = self._wall(), self.config.retention.idle.total_seconds()
-        is_busy: IsBusy = self.conversation_busy
-        if self._fleet is not None:
-            is_busy = await self._busy_in_fleet(self._worktrees, now, idle)
-        return await sweep(self._worktrees, now=now, idle=idle, is_busy=is_busy, dry_run=dry_run)
-
-    async def _busy_in_fleet(self, worktrees: WorktreeManager, now: float, idle: float) -> IsBusy:
-        """A member's sweep check: busy here, or a run queued or running anywhere in the fleet.
-
-        Runs on other members that this one has not polled, or does not hold,
-        are not in its scheduler: the ledger is asked once, before the sweep,
-        about the conversations it will look at. (A run submitted elsewhere
-        after that may find its worktrees removed: its start here makes them
-        again, once the removal is done.)
-        """
-        assert self._fleet is not None
-        store = self._fleet.store
-        candidates = [
-            (folder.workspace, folder.conversation)
-            for folder in idle_folders(worktrees, now=now, idle=idle)
-        ]
-        elsewhere = await self.ledger.call(lambda _: store.live_conversations(candidates))
-
-        def is_busy(workspace: str, conversation: str) -> bool:
-            if (workspace, conversation) in elsewhere:
-                return True
-            return self.conversation_busy(workspace, conversation)
-
-        return is_busy
+        return await self._maintenance.sweep_worktrees(dry_run=dry_run)
 
     async def list_worktrees(self) -> list[dict[str, Any]]:
         """Every conversation worktree: who, where, last used, clean or dirty, size."""
@@ -2009,108 +1811,30 @@ class Supervisor:
         )
 
     async def reload(self, trigger: str) -> ReloadResult:
-        """Read the configuration file again and apply all of it, or none.
-
-        One reload at a time; whatever triggered it (SIGHUP, the API, the
-        file changing) gets the same result. Settings that cannot change
-        live are reported and keep their running values.
-        """
-        async with self._reload_lock:
-            now = self._wall()
-            if self._source is None or self._loaded is None:
-                return self._rejected(
-                    trigger, now, ["this supervisor was started without a file to reload"]
-                )
-            seen = file_signature(self._source.path)
-            last = self.last_reload
-            if seen is not None and seen == self._config_seen and last is not None:
-                # This very file was reloaded already (the watcher is quick):
-                # say what that reload did rather than "no changes".
-                log.info(
-                    "reload (%s): the file is as the last reload (%s) found it: %s",
-                    trigger,
-                    last.trigger,
-                    "applied" if last.ok else "rejected: " + "; ".join(last.errors),
-                )
-                return last
-            self._config_seen = seen
-            try:
-                loaded, changes = await trio.to_thread.run_sync(
-                    effective_config, self._source, self._loaded
-                )
-            except ConfigError as error:
-                return self._rejected(trigger, now, [str(p) for p in error.problems])
-            except Exception as error:  # a bug in the loader must not stop the supervisor
-                log.exception("reload (%s): reading the configuration failed", trigger)
-                return self._rejected(
-                    trigger, now, [f"{self._source.path}: could not be read: {error}"]
-                )
-            return await self._put_in_force(loaded, changes, trigger, now)
+        """Read the configuration file again and apply all of it, or none (see reloading.py)."""
+        return await self._reloader.reload(trigger)
 
     async def reload_to(self, written: LoadedConfig, trigger: str) -> ReloadResult:
         """Apply a configuration handed over whole (the simulator's replayed reloads)."""
-        async with self._reload_lock:
-            now = self._wall()
-            if self._loaded is None:
-                return self._rejected(trigger, now, ["no running configuration to compare with"])
-            loaded, changes = given_config(written, self._loaded)
-            return await self._put_in_force(loaded, changes, trigger, now)
+        return await self._reloader.reload_to(written, trigger)
 
-    async def _put_in_force(
-        self, loaded: LoadedConfig, changes: list[Change], trigger: str, now: float
-    ) -> ReloadResult:
-        if any(change.live for change in changes):
-            # An account that comes back (removed, then added again) gets its
-            # rest and window usage back from the ledger, as at a restart;
-            # read before the new configuration is in force, so no start can
-            # slip in between.
-            settings = settings_of(loaded.config)
-            # Over the new configuration's windows: the returning accounts' own.
-            history = (
-                await self._account_history(now, loaded.config)
-                if self._life.returning(settings)
-                else AccountHistory([], [])
-            )
-            self._apply(loaded, history)
-        # Shielded: once applied, a shutdown must not leave it untraced and unreported.
-        with trio.CancelScope(shield=True):
-            result = await self._report_reload(loaded, changes, trigger, now)
-        # Returned outside: a cancel scope may swallow what is raised in it.
-        return result  # noqa: RET504
+    async def _apply(self, loaded: LoadedConfig, now: float) -> None:
+        """Put a validated configuration with live changes in force, all at once.
 
-    async def _report_reload(
-        self, loaded: LoadedConfig, changes: list[Change], trigger: str, now: float
-    ) -> ReloadResult:
-        if any(change.live for change in changes):
-            # The trace event goes in ledger order: starts decided before
-            # the change were queued before this, starts decided after it
-            # after, so each start shows under the configuration it was
-            # decided with (starts are traced when committed).
-            as_json = config_as_json(loaded.config)
-            await self._emit_in_ledger_order("reload", generation=self.generation, config=as_json)
-        result = ReloadResult(True, self.generation, trigger, now, tuple(changes))
-        self.last_reload = result
-        self.waiting_for_restart = tuple(change for change in changes if not change.live)
-        self.metrics.last_reload_ok.set(1)
-        self.metrics.last_reload_time.set(now)
-        if not changes:
-            log.info("reload (%s): no changes", trigger)
-        for change in changes:
-            log.info("reload (%s): %s", trigger, change.describe())
-        return result
+        An account that comes back (removed, then added again) gets its rest
+        and window usage back from the ledger, as at a restart: read before
+        the new configuration is in force, so no start can slip in between.
+        """
+        settings = settings_of(loaded.config)
+        # Over the new configuration's windows: the returning accounts' own.
+        history = (
+            await self._tracker.history(now, loaded.config)
+            if self._life.returning(settings)
+            else NO_HISTORY
+        )
+        self._put_in_force(loaded, history)
 
-    def _rejected(self, trigger: str, now: float, errors: list[str]) -> ReloadResult:
-        result = ReloadResult(False, self.generation, trigger, now, errors=tuple(errors))
-        self.last_reload = result
-        self.metrics.last_reload_ok.set(0)
-        self.metrics.last_reload_time.set(now)
-        log.error("reload (%s) rejected; nothing changed:", trigger)
-        for error in errors:
-            log.error("  %s", error)
-        self._emit("reload_rejected", errors=errors)
-        return result
-
-    def _apply(self, loaded: LoadedConfig, history: AccountHistory) -> None:
+    def _put_in_force(self, loaded: LoadedConfig, history: AccountHistory) -> None:
         """Put a validated configuration in force, all at once.
 
         An account that comes back gets its rest and usage back from ``history``.
@@ -2124,7 +1848,7 @@ class Supervisor:
         worktrees = self._worktrees
         if worktrees is None and config.repos:
             worktrees = self._worktree_manager(config)
-        self._loaded, self.config = loaded, config
+        self.config = config
         if worktrees is not None:
             # Removed repos keep their worktrees: they are listed, and the
             # sweeper treats them as any other, by idleness.
@@ -2132,58 +1856,6 @@ class Supervisor:
         self._worktrees = worktrees
         self._life.reconfigure(settings_of(config), history.rests(), history.windows())
         self._programs.clear()  # an exec may name another program now
-        self._reloaded.set()  # the retention loops look at their settings again
-        self._reloaded = trio.Event()
-        self.generation += 1
-        self.metrics.config_generation.set(self.generation)
         if self._trace is not None:
             self._trace.set_config(config_as_json(config))  # the next trace file's header
         self._wake()
-
-    async def _config_changed(self, path: Path) -> None:
-        """The file may have changed (the watcher says): reload if its content did."""
-        # Another trigger may have reloaded this very content meanwhile, and
-        # a moment without a file (mid-rename) is no reason to reload.
-        current = file_signature(path)
-        if current is not None and current != self._config_seen:
-            try:
-                await self.reload("file changed")
-            except Exception:  # the watcher outlives anything one reload does
-                log.exception("reload after a change of %s failed", path)
-
-    async def _sleep_or_reload(self, until: float) -> None:
-        """Sleep until ``until`` (trio time), but wake early when a reload changes the settings."""
-        reloaded = self._reloaded
-        with trio.move_on_at(until):
-            await reloaded.wait()
-
-    async def _sweep_loop(self) -> None:
-        # Settings are read afresh each time: a reload changes the next sweep.
-        while True:
-            started = trio.current_time()
-            # Slept until an absolute time: the time left, recomputed from
-            # the clock, can round to a sleep of nothing that never ends on
-            # a clock that moves only once every task waits (the simulator's).
-            while trio.current_time() < (
-                due := started + self.config.retention.sweep_interval.total_seconds()
-            ):
-                await self._sleep_or_reload(due)
-            if self._worktrees is None:
-                continue
-            try:
-                await self.sweep_worktrees()
-            except Exception:  # a sweep that fails is tried again next time
-                log.exception("worktree sweep failed")
-
-    async def _prune_loop(self) -> None:
-        while True:
-            keep = self.config.retention.finished_runs.total_seconds()
-            cutoff = self._wall() - keep
-            try:
-                pruned: int = await self.ledger.call(methodcaller("prune", cutoff))
-            except StoreError as exc:  # a locked or full disk: try again next time
-                log.warning("could not prune finished runs: %s", exc)
-            else:
-                if pruned:
-                    log.info("pruned %d finished run(s) older than %s", pruned, keep)
-            await self._sleep_or_reload(trio.current_time() + min(3600.0, max(1.0, keep / 10)))
