@@ -57,8 +57,8 @@ from herdsman.runtime.fleet_member import FleetMember, Refused
 from herdsman.runtime.git import Git, RealGit
 from herdsman.runtime.launch import SpecBuilder
 from herdsman.runtime.ledger import Ledger, Queued, RunSync, in_worker_thread
-from herdsman.runtime.left_agents import LeftAgents
 from herdsman.runtime.metrics import Metrics
+from herdsman.runtime.orphan_watch import OrphanWatch
 from herdsman.runtime.orphans import stop_orphans, stopped_note
 from herdsman.runtime.reload import (
     Change,
@@ -227,8 +227,8 @@ class Supervisor:
         self._fleet = fleet
         # A member stops the agents its previous process left once their
         # runs' lease expiry is seen (a sole supervisor does so in _recover).
-        self._left = (
-            LeftAgents(
+        self._orphans = (
+            OrphanWatch(
                 config.supervisor.state_dir, agent_exclusive=config.scheduling.agent_exclusive
             )
             if fleet is not None and stop_orphans
@@ -362,8 +362,8 @@ class Supervisor:
                 if self._fleet is not None:
                     nursery.start_soon(self._fleet_lease_loop)
                     nursery.start_soon(self._fleet.poll_loop, self._poll_interval, self._fleet_poll)
-                    if self._left is not None and self._left.watched:
-                        nursery.start_soon(self._watch_left_agents)
+                    if self._orphans is not None and self._orphans.watched:
+                        nursery.start_soon(self._watch_orphans)
                 if self._reloader.watches:
                     nursery.start_soon(self._reloader.watch)
                 self._wake()
@@ -469,9 +469,9 @@ class Supervisor:
         if self._fleet is not None:
             # A member recovers nothing: other members may be running the
             # runs it finds running; a dead member's runs are lost by expiry.
-            if self._left is not None:
-                await self._left.find(self.ledger)
-                await self._stop_left_agents()
+            if self._orphans is not None:
+                await self._orphans.find(self.ledger)
+                await self._stop_ended_orphans()
             await self._fleet_poll()
             await self._tracker.recover(now, self.config)
             return
@@ -1355,19 +1355,19 @@ class Supervisor:
             self.ledger, lambda: self.config, self._wall, self._lease_expired
         )
 
-    async def _stop_left_agents(self) -> None:
-        assert self._left is not None
-        await self._note_stopped(await self._left.stop_ended(self.ledger, ORPHAN_GRACE))
+    async def _stop_ended_orphans(self) -> None:
+        assert self._orphans is not None
+        await self._note_stopped(await self._orphans.stop_ended(self.ledger, ORPHAN_GRACE))
 
-    async def _watch_left_agents(self) -> None:
-        """Stop left agents as their runs' expiry is seen (by any member), until none is left."""
-        assert self._left is not None
-        while self._left.watched:
+    async def _watch_orphans(self) -> None:
+        """Stop orphaned agents as their runs' expiry is seen (by any member), until none is."""
+        assert self._orphans is not None
+        while self._orphans.watched:
             await trio.sleep(self._poll_interval())
             try:
-                await self._stop_left_agents()
+                await self._stop_ended_orphans()
             except StoreError as exc:
-                log.error("could not read the runs of agents left running: %s", exc)
+                log.error("could not read the runs of orphaned agents: %s", exc)
 
     def _lease_expired(self, message: str) -> None:
         # Its runs may be declared lost and run on elsewhere: none may go on
@@ -1391,8 +1391,8 @@ class Supervisor:
                     self._preparing[record.id] = preparing
                     if handle.cancelled:
                         preparing.cancel()
-                    if self._left is not None:
-                        await self._left.clear_of(run_request(record))
+                    if self._orphans is not None:
+                        await self._orphans.clear_of(run_request(record))
                     spec = await self._spec_for(record, pick, config)
                 self._preparing.pop(record.id, None)
             else:
@@ -1440,7 +1440,7 @@ class Supervisor:
         up, checkouts to make: only a run with none of these (most) is ready
         without a checkpoint.
         """
-        if self._left is not None or (pick is not None and pick.moved):
+        if self._orphans is not None or (pick is not None and pick.moved):
             return True
         if record.conversation is None:
             return False  # neither a session to resume nor checkouts: both need one
@@ -1481,12 +1481,16 @@ class Supervisor:
         resume: list[str] = []
         conversation = record.conversation
         if pick is not None and pick.moved:
-            left = "the ambient environment" if pick.left is None else f"account {pick.left}"
+            moved_from = (
+                "the ambient environment"
+                if pick.moved_from is None
+                else f"account {pick.moved_from}"
+            )
             now_on = (
                 "the ambient environment" if pick.account is None else f"account {pick.account}"
             )
             text = (
-                f"conversation moved from {left} to {now_on} (its account could not take the"
+                f"conversation moved from {moved_from} to {now_on} (its account could not take the"
                 " run): it starts a fresh session"
             )
             await self.ledger.call(methodcaller("add_note", record.id, text))
