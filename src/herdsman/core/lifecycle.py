@@ -302,16 +302,17 @@ class Lifecycle:
             self._again.add(run.id)
         return _QUEUED
 
-    def adopt(self, run: RunRequest, *, seq: int, attempts: int = 0) -> bool:
+    def adopt(self, run: RunRequest, *, seq: int | None = None, attempts: int = 0) -> bool:
         """The ledger has ``run`` queued: queue it here too, in its place by ``seq``.
 
-        For a fleet member's poll (the fleet's order), and for a run a cancel
+        For a fleet member's poll (the fleet's order), for a run a cancel
         withdrew whose cancel the ledger then refused (back in its place,
-        ahead of the runs that came after it). Unlike :meth:`submit`, an id
-        seen before is queued again, and a draining lifecycle takes it too
-        (nothing starts while it drains). A run queued, running or held here
-        is left as it is; returns whether ``run`` was queued. ``attempts`` as
-        for :meth:`submit`.
+        ahead of the runs that came after it), and for a submit the ledger
+        recorded while a drain began (``seq`` None: behind every run). Unlike
+        :meth:`submit`, an id seen before is queued again, and a draining
+        lifecycle takes it too (nothing starts while it drains). A run
+        queued, running or held here is left as it is; returns whether
+        ``run`` was queued. ``attempts`` as for :meth:`submit`.
         """
         if self.scheduler.state_of(run.id) is not None:
             return False

@@ -237,7 +237,7 @@ class Model:
         self.seen.add(run.id)
         if skip and any(self._busy(run, other) for other in self.queued + self.running + self.held):
             return Admission.SKIPPED
-        self.order[run.id] = len(self.order)
+        self.order[run.id] = max(self.order.values(), default=-1) + 1
         self.queued.append(run)
         return Admission.QUEUED
 
@@ -440,6 +440,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 model.give_back(run.id, spawned=True)
                 model.requeue(run)
             else:
+                model.started_before.discard(run.id)  # it ended: adopted again, it is new
                 model.give_back(run.id, spawned=spawned)
         else:
             assert (settled.status, settled.requeue, settled.freed) == (
@@ -449,6 +450,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             )
             if session and run.conversation is not None:
                 model.last[run.provider, sticky_key(run.workspace, run.conversation)] = key[1]
+            model.started_before.discard(run.id)
             model.give_back(run.id, spawned=spawned)
         if hit and session and run.conversation is not None:
             model.last[run.provider, sticky_key(run.workspace, run.conversation)] = key[1]
@@ -505,15 +507,24 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.take()
 
     @precondition(lambda self: self.requests)
-    @rule(data=st.data(), again=st.booleans())
-    def adopt(self, data: st.DataObject, again: bool) -> None:
-        """The ledger has a run queued (a poll, a refused cancel): queued here in its place."""
+    @rule(data=st.data(), again=st.booleans(), at_end=st.booleans())
+    def adopt(self, data: st.DataObject, again: bool, at_end: bool) -> None:
+        """The ledger has a run queued (a poll, a refused cancel): queued here in its place.
+
+        ``at_end``: placed behind every run (a submit recorded as a drain began).
+        """
         model = self.model
         run_id = data.draw(st.sampled_from(sorted(self.requests)))
         run, seq = self.requests[run_id]
         here = any(r.id == run_id for r in model.queued + model.running + model.held)
-        assert self.life.adopt(run, seq=seq, attempts=int(again)) is not here
+        adopted = self.life.adopt(run, seq=None if at_end else seq, attempts=int(again))
+        assert adopted is not here
         if not here:
+            if at_end:
+                model.order[run_id] = max(model.order.values()) + 1
+                new_seq = self.life.scheduler.seq_of(run_id)
+                assert new_seq is not None
+                self.requests[run_id] = (run, new_seq)
             model.seen.add(run_id)
             model.requeue(run)
             if again:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -39,11 +38,11 @@ import attrs
 import outcome
 import trio
 
-from herdsman.config import Config, LoadedConfig, Provider, format_duration
+from herdsman.config import Config, LoadedConfig, format_duration
 from herdsman.config.report import config_as_json
 from herdsman.core import KeyClaims, RunRequest, RunState, busy_keys
 from herdsman.core.accounts import Pick
-from herdsman.core.lifecycle import Lifecycle, Withdrawal
+from herdsman.core.lifecycle import Admission, Lifecycle, Withdrawal
 from herdsman.core.outcome import RunOutcome, UsageLimit
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
@@ -55,7 +54,6 @@ from herdsman.runtime.fleet_accounts import (
 )
 from herdsman.runtime.fleet_member import FleetMember, Refused
 from herdsman.runtime.git import Git, RealGit
-from herdsman.runtime.launch import SpecBuilder
 from herdsman.runtime.ledger import Ledger, Queued, RunSync, in_worker_thread
 from herdsman.runtime.metrics import Metrics
 from herdsman.runtime.orphan_watch import OrphanWatch
@@ -100,9 +98,10 @@ from herdsman.runtime.supervisor.outcomes import (
     limit_note,
     refused_for_good,
 )
+from herdsman.runtime.supervisor.preparation import Preparation
 from herdsman.runtime.supervisor.reloading import Reloader
 from herdsman.runtime.worktrees.listing import describe_worktrees
-from herdsman.runtime.worktrees.manager import WorktreeManager, checkouts_preamble
+from herdsman.runtime.worktrees.manager import WorktreeManager
 from herdsman.runtime.worktrees.sweeper import SweepReport
 from herdsman.trace import TraceWriter
 
@@ -181,13 +180,8 @@ def _conversation_keys(records: list[RunRecord]) -> list[str]:
     ]
 
 
-def _resumes(record: RunRecord, provider: Provider) -> bool:
-    """Whether the run resumes its conversation's session (looked up in the ledger first)."""
-    return record.conversation is not None and bool(provider.resume_args)
-
-
 class Supervisor:
-    """Owns the scheduler, the ledger and the tasks of running runs.
+    """Drives the run lifecycle; owns the ledger and the tasks of running runs.
 
     ``run`` is the long-lived task; the intake methods (``submit``,
     ``cancel``, ``get``, ``wait``, ``status``) are called by the API from the
@@ -234,7 +228,6 @@ class Supervisor:
             if fleet is not None and stop_orphans
             else None
         )
-        self._resolve_program = resolve_program
         self.metrics = metrics or Metrics()
         # Run counts that count nothing (the replay's) are not even called.
         self._counts_runs = self.metrics.counts_runs
@@ -266,9 +259,12 @@ class Supervisor:
         self._worktrees: WorktreeManager | None = None
         if config.repos:
             self._worktrees = self._worktree_manager(config)
-        self._programs: dict[str, str] = {}
-        # Each provider's and account's share of a spec, kept per configuration.
-        self._specs = SpecBuilder(os.environ)
+        self._prep = Preparation(
+            self.ledger,
+            worktrees=lambda: self._worktrees,
+            orphans=self._orphans,
+            resolve_program=resolve_program,
+        )
         self._submitted_at: dict[str, float] = {}
         # Keys of submits queued in the ledger but not yet in the scheduler,
         # so on_busy="skip" sees a follow-up that arrived a moment earlier.
@@ -622,7 +618,9 @@ class Supervisor:
                     # fleet's order: its own runs too, at the poll this wakes.
                     self._fleet.poke()
                 else:
-                    self._life.submit(request, now)
+                    if self._life.submit(request, now) is Admission.REFUSED:
+                        # Recorded queued as a drain began: it waits here as in the ledger.
+                        self._life.adopt(request)
                     self._submitted_at[record.id] = record.submitted_at
                     if self._trace is not None:  # _emit's, its run object composed as text
                         self._trace.submit(new.id, trace_run_text(new, with_prompt=trace_prompts))
@@ -1384,22 +1382,20 @@ class Supervisor:
         ended: ProcessOutcome | None = None
         try:
             spec = None
-            if self._prepares_slowly(record, pick, config):
+            if self._prep.prepares_slowly(record, pick, config):
                 # Preparing (the checkouts above all) can be slow; a cancel or
                 # a shutdown must be able to stop it before anything is spawned.
                 with trio.CancelScope() as preparing:
                     self._preparing[record.id] = preparing
                     if handle.cancelled:
                         preparing.cancel()
-                    if self._orphans is not None:
-                        await self._orphans.clear_of(run_request(record))
-                    spec = await self._spec_for(record, pick, config)
+                    spec = await self._prep.spec_for(record, pick, config)
                 self._preparing.pop(record.id, None)
             else:
                 # Nothing awaited: nothing a cancel could stop halfway, so no
                 # cancel scope (one per run costs as much as a checkpoint),
                 # nor a coroutine.
-                spec = self._plain_spec(record, config)
+                spec = self._prep.plain_spec(record, config)
             if spec is None or handle.cancelled:
                 ended = not_started(Outcome.CANCELLED, handle.reason or "cancel requested")
             else:
@@ -1433,104 +1429,11 @@ class Supervisor:
         finally:
             stop_order.done(record.id)
 
-    def _prepares_slowly(self, record: RunRecord, pick: Pick | None, config: Config) -> bool:
-        """Whether getting the run ready may await anything (see :meth:`_spec_for`).
-
-        Agents left running, a moved conversation's note, a session to look
-        up, checkouts to make: only a run with none of these (most) is ready
-        without a checkpoint.
-        """
-        if self._orphans is not None or (pick is not None and pick.moved):
-            return True
-        if record.conversation is None:
-            return False  # neither a session to resume nor checkouts: both need one
-        provider = config.providers.get(record.provider)
-        return (provider is not None and _resumes(record, provider)) or self._checks_out(record)
-
-    def _checks_out(self, record: RunRecord) -> bool:
-        """Whether the run gets checkouts of the configured repositories (prepared first)."""
-        return (
-            self._worktrees is not None
-            and bool(self._worktrees.repos)
-            and record.conversation is not None
-        )
-
-    def _program(self, provider: Provider) -> str | None:
-        """The provider's program, resolved on PATH (None: not found)."""
-        program = self._programs.get(provider.exec[0])
-        if program is None:
-            # Resolved once and remembered: a PATH walk per run costs a stat
-            # per folder. A program still missing is looked up again next run.
-            program = self._resolve_program(provider.exec[0])
-            if program is not None:
-                self._programs[provider.exec[0]] = program
-        return program
-
-    def _plain_spec(self, record: RunRecord, config: Config) -> ProcessSpec:
-        """:meth:`_spec_for` of a run that does not prepare slowly: it has nothing to await."""
-        provider = config.providers.get(record.provider)
-        if provider is None:
-            raise OSError(f"provider {record.provider!r} is no longer configured")
-        program = self._programs.get(provider.exec[0]) or self._program(provider)
-        return self._specs.spec(record, config, program=program)
-
-    async def _spec_for(self, record: RunRecord, pick: Pick | None, config: Config) -> ProcessSpec:
-        provider = config.providers.get(record.provider)
-        if provider is None:
-            raise OSError(f"provider {record.provider!r} is no longer configured")
-        resume: list[str] = []
-        conversation = record.conversation
-        if pick is not None and pick.moved:
-            moved_from = (
-                "the ambient environment"
-                if pick.moved_from is None
-                else f"account {pick.moved_from}"
-            )
-            now_on = (
-                "the ambient environment" if pick.account is None else f"account {pick.account}"
-            )
-            text = (
-                f"conversation moved from {moved_from} to {now_on} (its account could not take the"
-                " run): it starts a fresh session"
-            )
-            await self.ledger.call(methodcaller("add_note", record.id, text))
-        if conversation is not None and _resumes(record, provider):
-            session = await self.ledger.call(
-                lambda s: s.conversation_session(record.provider, record.workspace, conversation)
-            )
-            # A session lives under the account that made it: elsewhere it
-            # cannot be resumed, so the run starts a fresh one.
-            if session is not None and session.account == record.account:
-                resume = [
-                    arg.replace("{session}", session.session_id) for arg in provider.resume_args
-                ]
-        program = self._program(provider)
-        note, repos_dir = "", None
-        if self._worktrees is not None and conversation is not None and self._checks_out(record):
-            checkouts = await self._worktrees.prepare(record.workspace, conversation)
-            note = checkouts_preamble(checkouts)
-            for failed in (c for c in checkouts if not c.usable):
-                text = (
-                    f"repository {failed.repo.name} was read-only for this run: "
-                    f"it could not be checked out ({failed.error})"
-                )
-                await self.ledger.call(methodcaller("add_note", record.id, text))
-            if any(c.usable for c in checkouts):  # never a folder that was refused (a link)
-                repos_dir = self._worktrees.folder(record.workspace, conversation)
-        return self._specs.spec(
-            record,
-            config,
-            resume=resume,
-            program=program,
-            checkouts_note=note,
-            repos_dir=repos_dir,
-        )
-
     def _finish_fields(
         self, ended: ProcessOutcome | None, run_id: str
     ) -> tuple[RunStatus, dict[str, Any]]:
         """:func:`finish_fields` of a run's end, with the run's log path."""
-        return finish_fields(ended, self._specs.log_file(self.config, run_id))
+        return finish_fields(ended, self._prep.log_file(self.config, run_id))
 
     def _outcome_of(self, ended: ProcessOutcome | None, session: bool) -> RunOutcome:
         """How the run's attempt ended, as the lifecycle settles it."""
@@ -1859,7 +1762,7 @@ class Supervisor:
             worktrees.set_repos(config.repos)
         self._worktrees = worktrees
         self._life.reconfigure(settings_of(config), history.rests(), history.windows())
-        self._programs.clear()  # an exec may name another program now
+        self._prep.forget_programs()  # an exec may name another program now
         if self._trace is not None:
             self._trace.set_config(config_as_json(config))  # the next trace file's header
         self._wake()
