@@ -1,11 +1,11 @@
 """The supervisor: intake, the scheduling loop and one task per running run.
 
-Why this module is still long (about 1,800 lines): intake, the dispatch
+Why this module is still long (about 1,770 lines): intake, the dispatch
 loop, the run tasks with their finish, and the fleet member's glue share
 the per-run state (handles, picks, submit times, waiters) on the path every
 run takes, and are not yet split into the services the package is to hold;
-the account tracker, reload, maintenance, a run's recorded outcome and the
-status views are modules of their own already (docs/architecture.md).
+the account tracker, reload, maintenance, a run's preparation, its recorded
+outcome and the status views are modules of their own (docs/architecture.md).
 
 Every store call goes through the :class:`~herdsman.runtime.ledger.Ledger`,
 which applies calls in the order they were made and group-commits them. The
