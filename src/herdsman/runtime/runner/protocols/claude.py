@@ -36,6 +36,8 @@ from herdsman.runtime.runner.protocols.base import (
     one_line,
     text_of,
 )
+from herdsman.runtime.runner.protocols.claude_usage import ClaudeUsageReader
+from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.runtime.runner.spec import Outcome, UsageLimit
 from herdsman.runtime.runner.usage import CLAUDE_LIMIT_RE, parse_claude_reset
 
@@ -78,6 +80,7 @@ class ClaudeAdapter(ProtocolAdapter):
         self._agent_error: str | None = None
         self._usage_limit: UsageLimit | None = None
         self._unparsed = 0
+        self._spend = ClaudeUsageReader()
 
     def feed_line(self, line: bytes) -> None:
         """Read one stream-json event."""
@@ -93,16 +96,22 @@ class ClaudeAdapter(ProtocolAdapter):
             self._session_id = session
         if kind == "rate_limit_event":
             self._rate_limit(event.get("rate_limit_info"))
+            self._spend.on_rate_limit(event.get("rate_limit_info"))
         elif kind == "result":
             self._on_result(event)
+            self._spend.on_result(event)
         elif kind == "assistant" and isinstance(event.get("error"), str):
             self._on_agent_error(event)
+        elif kind == "assistant":
+            self._spend.on_assistant(event, None, None)
         elif kind == "system" and event.get("subtype") == "api_retry":
             self._stream_error = _retry_text(event)
+            self._spend.on_retry(event)
 
     def _on_agent_error(self, event: dict[str, Any]) -> None:
         self._agent_error = str(event["error"])
         text = _message_text(event.get("message"))
+        self._spend.on_assistant(event, self._agent_error, text)
         self._stream_error = f"{text} ({self._agent_error})" if text else self._agent_error
 
     def _rate_limit(self, info: object) -> None:
@@ -147,6 +156,11 @@ class ClaudeAdapter(ProtocolAdapter):
     def usage_limit(self) -> UsageLimit | None:
         """The usage limit from a rejected rate-limit event or the result text."""
         return self._usage_limit
+
+    @property
+    def usage(self) -> RunUsage | None:
+        """What the run spent and the API's signals, as far as the stream went."""
+        return self._spend.usage(succeeded=self._result_seen and not self._is_error)
 
     def verdict(self, exit_code: int) -> Verdict:
         """Succeeded iff a result line said ``is_error: false``."""

@@ -32,6 +32,8 @@ from herdsman.runtime.runner.protocols.base import (
     one_line,
     text_of,
 )
+from herdsman.runtime.runner.protocols.codex_usage import CodexUsageReader
+from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.runtime.runner.spec import Outcome, UsageLimit
 from herdsman.runtime.runner.usage import CODEX_LIMIT_RE, parse_codex_reset
 
@@ -85,6 +87,7 @@ class CodexAdapter(ProtocolAdapter):
         self._pending_error: str | None = None
         self._usage_limit: UsageLimit | None = None
         self._unparsed = 0
+        self._spend = CodexUsageReader()
 
     def feed_line(self, line: bytes) -> None:
         """Read one JSONL event."""
@@ -106,11 +109,16 @@ class CodexAdapter(ProtocolAdapter):
         elif kind == "turn.completed":
             self._completed = True
             self._pending_error = None
+            self._spend.on_turn_completed(event.get("usage"))
         elif kind == "turn.failed":
-            self._failed = self._message(event.get("error")) or "turn failed"
+            message = self._message(event.get("error"))
+            self._spend.on_error(message)
+            self._failed = message or "turn failed"
             self._stream_error = self._failed
         elif kind == "error":
-            self._pending_error = self._message(event) or "error"
+            message = self._message(event)
+            self._spend.on_error(message)
+            self._pending_error = message or "error"
             self._stream_error = self._pending_error
 
     def _message(self, holder: object) -> str | None:
@@ -139,6 +147,12 @@ class CodexAdapter(ProtocolAdapter):
     def usage_limit(self) -> UsageLimit | None:
         """The usage limit from an ``error`` or ``turn.failed`` message."""
         return self._usage_limit
+
+    @property
+    def usage(self) -> RunUsage | None:
+        """The session's tokens and the API's signals, as far as the stream went."""
+        ended_well = self._completed and self._failed is None and self._pending_error is None
+        return self._spend.usage(succeeded=ended_well)
 
     def verdict(self, exit_code: int) -> Verdict:
         """Succeeded iff a turn completed, nothing failed after it, and the exit code is 0."""
