@@ -33,7 +33,7 @@ NOW = 1_775_000_000.0
 
 def read(name: str) -> ProtocolAdapter:
     """The adapter of the stream's protocol, fed its recorded stdout and stderr."""
-    adapter = make_adapter(name.split("-")[0], now=lambda: NOW)
+    adapter = make_adapter(name.split("-", maxsplit=1)[0], now=lambda: NOW)
     for line in (STREAMS / f"{name}.stdout").read_bytes().splitlines(keepends=True):
         adapter.feed_line(line)
     stderr = STREAMS / f"{name}.stderr"
@@ -249,7 +249,7 @@ def test_a_codex_usage_limit_is_a_usage_limit_and_no_failure_class() -> None:
     limit = adapter.usage_limit
     assert limit is not None
     assert limit.resets_at is not None
-    assert limit.message.startswith("You’ve hit your usage limit.")
+    assert limit.message.startswith("You\u2019ve hit your usage limit.")
 
 
 def test_malformed_codex_fields_are_left_out() -> None:
@@ -288,7 +288,7 @@ def test_every_cut_of_a_stream_reads_without_error(name: str) -> None:
     lines = data.splitlines(keepends=True)
     for index, line in enumerate(lines):
         for cut in range(0, len(line), max(1, len(line) // 40)):
-            adapter = make_adapter(name.split("-")[0], now=lambda: NOW)
+            adapter = make_adapter(name.split("-", maxsplit=1)[0], now=lambda: NOW)
             for whole in lines[:index]:
                 adapter.feed_line(whole)
             adapter.feed_line(line[:cut])
@@ -325,8 +325,16 @@ KEYS = st.sampled_from(
 EVENT = st.builds(
     lambda kind, fields: {"type": kind, **fields},
     st.sampled_from(
-        ["result", "assistant", "rate_limit_event", "system", "turn.completed", "turn.failed"]
-        + ["error", "item.completed"]
+        [
+            "result",
+            "assistant",
+            "rate_limit_event",
+            "system",
+            "turn.completed",
+            "turn.failed",
+            "error",
+            "item.completed",
+        ]
     ),
     st.dictionaries(KEYS, JSON, max_size=5),
 )
@@ -355,7 +363,7 @@ def test_events_of_any_shape_never_break_a_run(
     [
         ("unexpected status 401 Unauthorized: Incorrect API key provided", "authentication_failed"),
         (
-            "We’re currently experiencing high demand, which may cause temporary errors.",
+            "We\u2019re currently experiencing high demand, which may cause temporary errors.",
             "server_error",
         ),
         ("API Error: Repeated 529 Overloaded errors. The API is at capacity", "overloaded"),
@@ -381,8 +389,10 @@ def test_a_usage_limit_message_has_no_failure_class() -> None:
         (503, "server_error"),
         (429, "rate_limit"),
         (403, "authentication_failed"),
-    ]
-    + [(402, "billing_error"), (413, "invalid_request"), (418, "api_error")],
+        (402, "billing_error"),
+        (413, "invalid_request"),
+        (418, "api_error"),
+    ],
 )
 def test_an_http_status_names_its_class(status: int, failure: str) -> None:
     assert failure_of_status(status) == failure
