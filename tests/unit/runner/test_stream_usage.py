@@ -92,6 +92,27 @@ def test_claude_usage_per_model_a_warning_and_a_retry_it_recovered_from() -> Non
     )
 
 
+def lines_of(name: str) -> list[bytes]:
+    return (STREAMS / f"{name}.stdout").read_bytes().splitlines(keepends=True)
+
+
+@pytest.mark.parametrize(
+    ("name", "kept"), [("claude-usage-warning", 6), ("codex-usage-resumed", 7)]
+)
+def test_a_failure_the_api_recovered_from_is_none_in_a_run_stopped_later(
+    name: str, kept: int
+) -> None:
+    # Stopped (a limit, a cancel) after the API answered again: its earlier
+    # errors were retried away and are not what the run ended with.
+    adapter = make_adapter(name.split("-", maxsplit=1)[0])
+    for line in lines_of(name)[:kept]:
+        adapter.feed_line(line)
+    usage = adapter.usage
+    assert usage is not None
+    assert usage.retries > 0
+    assert usage.failure is None
+
+
 def test_a_later_allowed_event_lifts_the_warning() -> None:
     adapter = make_adapter("claude")
     for status in ("allowed_warning", "allowed"):

@@ -13,7 +13,7 @@ The signals are in English only: an ``error`` line ``Reconnecting... 2/5
 (…)`` is a retry Codex made by itself, any other ``error`` or a
 ``turn.failed`` a failure, its class read from the text
 (``api_failure.failure_of_text``). A usage-limit message is no failure
-class. A completed turn ends whatever failed before it.
+class. A run whose turn completed (the adapter's success) has no failure.
 """
 
 from __future__ import annotations
@@ -79,9 +79,8 @@ class CodexUsageReader:
         self._last_retry: ApiRetry | None = None
 
     def on_turn_completed(self, usage: object) -> None:
-        """A ``turn.completed``: the session's totals so far; what failed before is over."""
+        """A ``turn.completed``: the session's totals so far."""
         self._turns += 1
-        self._failure = None
         tokens = turn_tokens(usage)
         if tokens is not None:
             self._tokens = tokens
