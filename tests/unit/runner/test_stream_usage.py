@@ -25,6 +25,7 @@ from herdsman.runtime.runner import (
     make_adapter,
 )
 from herdsman.runtime.runner.api_failure import failure_of_status, failure_of_text
+from herdsman.runtime.runner.protocols import LogText
 from herdsman.runtime.runner.spec import Outcome
 
 STREAMS = Path(__file__).resolve().parents[2] / "fixtures" / "agent_streams"
@@ -374,6 +375,48 @@ def test_events_of_any_shape_never_break_a_run(
         counts = [] if usage.tokens is None else [usage.tokens.total, usage.tokens.reasoning]
         assert all(number >= 0 for number in counts)
         assert usage.cost_usd is None or usage.cost_usd >= 0
+
+
+# -- In `herdsman logs` ----------------------------------------------------------------
+
+
+def render(name: str) -> list[str]:
+    text = LogText()
+    data = (STREAMS / f"{name}.stdout").read_bytes()
+    return (text.feed(data) + text.finish()).splitlines()
+
+
+def test_the_log_shows_a_claude_runs_tokens_per_model_and_its_warning() -> None:
+    lines = render("claude-usage-warning")
+    assert lines[3].startswith("rate limit allowed_warning (seven_day), 91% used, resets ")
+    assert lines[5:] == [
+        "result: success · 4 turns · 48.2s · $0.3192",
+        "tokens: 1,500 input · 20,000 cache read · 5,000 cache write · 2,100 output · API 39.9s",
+        "  claude-haiku-4-5: 300 input · 100 output · $0.0092",
+        "  claude-opus-4-8: 1,200 input · 20,000 cache read · 5,000 cache write · 2,000 output"
+        " · $0.3100",
+    ]
+
+
+def test_the_log_shows_codex_cache_writes_and_reasoning() -> None:
+    assert render("codex-usage-resumed")[-1] == (
+        "turn completed · input tokens 31000, cached 26000, cache write 2000,"
+        " output tokens 1300, reasoning 700"
+    )
+
+
+def test_the_log_shows_no_token_line_for_a_run_that_spent_none() -> None:
+    # Not logged in: every count is zero.
+    assert not any(line.startswith("tokens:") for line in render("claude-not-logged-in"))
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_every_stream_renders_without_error(name: str) -> None:
+    lines = render(name)
+    if name == "claude-usage-malformed":
+        # Counts that cannot be read are left out of the line, not shown wrong.
+        assert "tokens: 12 input" in lines
+    assert lines or not (STREAMS / f"{name}.stdout").read_bytes()
 
 
 # -- The classes of failure -------------------------------------------------------------

@@ -32,6 +32,7 @@ __all__ = [
     "fraction",
     "instant",
     "seconds",
+    "tokens_text",
     "usd",
 ]
 
@@ -155,6 +156,22 @@ class RunUsage:
 
 
 EMPTY: Final = RunUsage()
+
+
+def tokens_text(tokens: Tokens) -> str:
+    """``1,234 input · 4,096 cache read · 56 output``: the kinds that are not zero."""
+    parts = [
+        f"{amount:,} {label}"
+        for amount, label in (
+            (tokens.input, "input"),
+            (tokens.cache_read, "cache read"),
+            (tokens.cache_write, "cache write"),
+            (tokens.output, "output"),
+            (tokens.reasoning, "of it reasoning"),
+        )
+        if amount
+    ]
+    return " · ".join(parts) or "none"
 
 
 def count(value: object) -> int | None:

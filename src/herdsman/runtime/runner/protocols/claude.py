@@ -36,8 +36,12 @@ from herdsman.runtime.runner.protocols.base import (
     one_line,
     text_of,
 )
-from herdsman.runtime.runner.protocols.claude_usage import ClaudeUsageReader
-from herdsman.runtime.runner.run_usage import RunUsage
+from herdsman.runtime.runner.protocols.claude_usage import (
+    ClaudeUsageReader,
+    model_usage,
+    result_tokens,
+)
+from herdsman.runtime.runner.run_usage import RunUsage, fraction, seconds, tokens_text
 from herdsman.runtime.runner.spec import Outcome, UsageLimit
 from herdsman.runtime.runner.usage import CLAUDE_LIMIT_RE, parse_claude_reset
 
@@ -338,11 +342,30 @@ class ClaudeRenderer(StreamRenderer):
             )
             head = "result: error" + (f" ({kind})" if kind else "")
             head += f": {one_line(detail, 500)}" if detail else ""
-            return [" · ".join([head, *facts])]
+            return [" · ".join([head, *facts]), *_usage_text(event)]
         out = [" · ".join(["result: success", *facts])]
         if text is not None and text != self._last_text:
             out += text.splitlines()
-        return out
+        return out + _usage_text(event)
+
+
+def _usage_text(event: dict[str, Any]) -> list[str]:
+    """``tokens: 1,500 input · 2,100 output · API 39.9s``, and a line per model if several."""
+    tokens = result_tokens(event.get("usage"))
+    if tokens is None or tokens.total == 0:
+        return []
+    head = f"tokens: {tokens_text(tokens)}"
+    api_time = seconds(event.get("duration_api_ms"))
+    if api_time is not None:
+        head += f" · API {api_time:.1f}s"
+    models = model_usage(event.get("modelUsage"))
+    if len(models) < 2:
+        return [head]
+    return [head] + [
+        f"  {entry.model}: {tokens_text(entry.tokens)}"
+        + (f" · ${entry.cost_usd:.4f}" if entry.cost_usd is not None else "")
+        for entry in models
+    ]
 
 
 def _rate_limit_text(info: object) -> list[str]:
@@ -351,6 +374,9 @@ def _rate_limit_text(info: object) -> list[str]:
     text = f"rate limit {info['status']}"
     if isinstance(info.get("rateLimitType"), str):
         text += f" ({info['rateLimitType']})"
+    used = fraction(info.get("utilization"))
+    if used is not None:
+        text += f", {used:.0%} used"
     if isinstance(info.get("resetsAt"), int | float):
         text += f", resets {time.strftime('%Y-%m-%d %H:%M', time.localtime(info['resetsAt']))}"
     return [text]

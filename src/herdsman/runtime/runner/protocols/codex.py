@@ -265,8 +265,12 @@ def _turn_completed(usage: object) -> str:
         for key, label in (
             ("input_tokens", "input tokens"),
             ("cached_input_tokens", "cached"),
+            ("cache_write_input_tokens", "cache write"),
             ("output_tokens", "output tokens"),
+            ("reasoning_output_tokens", "reasoning"),
         )
+        # Zero cache writes and reasoning say nothing; the other counts always show.
         if isinstance(usage.get(key), int)
+        and (usage[key] or key not in ("cache_write_input_tokens", "reasoning_output_tokens"))
     ]
     return "turn completed" + (f" · {', '.join(parts)}" if parts else "")
