@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import trio
-from runner_helpers import STREAMS, make_spec, replay, run_into
+from runner_helpers import STREAMS, demo, make_spec, replay, run_into
 
 from herdsman.runtime.runner import (
     ApiFailure,
@@ -69,3 +69,17 @@ async def test_a_plain_run_has_no_usage(tmp_path: Path) -> None:
     outcome = await execute(make_spec(tmp_path))
     assert outcome.status is Outcome.SUCCEEDED
     assert outcome.usage is None
+
+
+async def test_the_demo_agent_reports_what_it_spent_and_can_warn(tmp_path: Path) -> None:
+    argv = demo("--delay", "0", "--protocol", "claude", "--rate-limit-warning")
+    outcome = await execute(make_spec(tmp_path, argv=argv, protocol="claude"))
+    assert outcome.status is Outcome.SUCCEEDED
+    usage = outcome.usage
+    assert usage is not None
+    # 18 characters of prompt and 21 of reply, about four a token.
+    assert usage.tokens == Tokens(input=5, output=6)
+    assert usage.cost_usd == 0.000105
+    assert [model.model for model in usage.models] == ["demo"]
+    assert usage.near_limit is not None
+    assert usage.near_limit.limit_type == "five_hour"
