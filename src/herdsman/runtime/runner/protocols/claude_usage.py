@@ -119,8 +119,8 @@ class ClaudeUsageReader:
 
     def __init__(self) -> None:
         self._result: RunUsage | None = None
-        # Message id -> (model, tokens): the last usage each message reported.
-        self._messages: dict[str, tuple[str, Tokens]] = {}
+        # Message id -> (model, usage): the last usage each message reported.
+        self._messages: dict[str, tuple[str, object]] = {}
         self._near_limit: RateLimitWarning | None = None
         self._failure: ApiFailure | None = None
         self._retries = 0
@@ -162,14 +162,14 @@ class ClaudeUsageReader:
         message = event.get("message")
         if not isinstance(message, dict):
             return
-        model = text_of(message.get("model"))
-        if model is None or model == SYNTHETIC_MODEL:
+        model = message.get("model")
+        if not isinstance(model, str) or not model or model == SYNTHETIC_MODEL:
             return
         self._failure = None  # the API answered: what failed before was retried away
-        key = text_of(message.get("id"))
-        tokens = result_tokens(message.get("usage"))
-        if key is not None and tokens is not None:
-            self._messages[key] = (model, tokens)
+        key = message.get("id")
+        if isinstance(key, str):
+            # Read only if no result line comes (rarely): most runs never need it.
+            self._messages[key] = (model, message.get("usage"))
 
     def on_result(self, event: dict[str, Any]) -> None:
         """The final ``result`` line: the run's figures."""
@@ -193,11 +193,13 @@ class ClaudeUsageReader:
         )
 
     def _from_messages(self) -> RunUsage:
-        if not self._messages:
-            return RunUsage()
         by_model: dict[str, Tokens] = {}
-        for model, tokens in self._messages.values():
-            by_model[model] = by_model.get(model, Tokens()) + tokens
+        for model, usage in self._messages.values():
+            tokens = result_tokens(usage)
+            if tokens is not None:
+                by_model[model] = by_model.get(model, Tokens()) + tokens
+        if not by_model:
+            return RunUsage()
         models = tuple(ModelUsage(model=name, tokens=by_model[name]) for name in sorted(by_model))
         total = sum((entry.tokens for entry in models), Tokens())
         return RunUsage(tokens=total, models=models, partial=True)
