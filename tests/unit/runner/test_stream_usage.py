@@ -210,6 +210,45 @@ def test_malformed_claude_fields_are_left_out_and_the_run_still_succeeds() -> No
     )
 
 
+def assistant_error(error: str, text: str) -> dict[str, object]:
+    content = [{"type": "text", "text": text}]
+    message = {"model": "<synthetic>", "content": content, "usage": {"input_tokens": 0}}
+    return {"type": "assistant", "message": message, "error": error}
+
+
+def error_result(**fields: object) -> dict[str, object]:
+    return {"type": "result", "subtype": "success", "is_error": True, **fields}
+
+
+@pytest.mark.parametrize(
+    ("events", "failure"),
+    [
+        # No class named before: the result's HTTP status says it.
+        ([error_result(api_error_status=529, result="API Error")], ApiFailure.OVERLOADED),
+        # Nor a status: the result's own "API Error" text.
+        ([error_result(result="API Error: Connection error.")], ApiFailure.CONNECTION),
+        # Claude Code's "unknown" is classed by its text.
+        (
+            [assistant_error("unknown", "API Error: 500 Internal server error"), error_result()],
+            ApiFailure.SERVER_ERROR,
+        ),
+        # An error that is not the API's (the reply was cut at its limit) has no class.
+        ([assistant_error("max_output_tokens", "Response cut"), error_result()], None),
+        # An error result that is not about the API (too many turns) has none either.
+        ([error_result(subtype="error_max_turns", result="Reached maximum number of turns")], None),
+    ],
+)
+def test_claude_failure_classes_from_the_result_and_messages(
+    events: list[dict[str, object]], failure: ApiFailure | None
+) -> None:
+    adapter = make_adapter("claude")
+    for event in events:
+        adapter.feed_line(json.dumps(event).encode() + b"\n")
+    usage = adapter.usage
+    assert (usage.failure if usage is not None else None) is failure
+    assert adapter.verdict(1).status is Outcome.FAILED
+
+
 def test_a_claude_stream_without_figures_has_no_usage() -> None:
     # The demo agent's older result line, and a stream of only an init line.
     adapter = make_adapter("claude")
