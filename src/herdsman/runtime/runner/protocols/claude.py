@@ -15,7 +15,11 @@ The stream's lines, as Claude Code 2.x prints them (one JSON object a line):
   ``rateLimitType``, ``overageStatus``, ``isUsingOverage``);
 * the final ``result``: ``is_error``, ``subtype`` (which says ``success``
   even when ``is_error`` is true), ``result``, ``errors``, ``num_turns``,
-  ``duration_ms``, ``total_cost_usd``, ``session_id``.
+  ``duration_ms``, ``duration_api_ms``, ``total_cost_usd``, ``usage``,
+  ``modelUsage``, ``terminal_reason``, ``api_error_status``, ``session_id``.
+
+What the run spent and the API's signals are read beside the verdict, by
+``claude_usage.py``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ The stream's lines (one JSON object a line): ``thread.started``
 (``changes``: ``path``, ``kind``), ``mcp_tool_call`` (``server``,
 ``tool``), ``web_search`` (``query``), ``todo_list`` (``items``: ``text``,
 ``completed``) or ``error`` (``message``, a warning); ``turn.completed``
-(``usage``: ``input_tokens``, ``cached_input_tokens``, ``output_tokens``),
+(``usage``: ``input_tokens``, ``cached_input_tokens``,
+``cache_write_input_tokens``, ``output_tokens``, ``reasoning_output_tokens``;
+read by ``codex_usage.py``),
 ``turn.failed`` (``error.message``) and ``error`` (``message``; Codex also
 reports reconnects this way). Errors Codex meets before its stream starts
 (``Not inside a trusted directory and --skip-git-repo-check was not
