@@ -97,6 +97,12 @@ _PHRASES: Final = (
 _PATTERNS: Final = tuple((failure, re.compile(pattern, re.I)) for failure, pattern in _PHRASES)
 
 
+def status_in(text: str) -> int | None:
+    """The HTTP status a provider's message names (``status 401``, ``HTTP 529``), if any."""
+    found = _STATUS.search(text)
+    return int(found.group(1)) if found is not None else None
+
+
 def failure_of_text(text: str) -> ApiFailure | None:
     """The class of the failure a provider's message describes; None for a usage limit.
 
@@ -105,9 +111,9 @@ def failure_of_text(text: str) -> ApiFailure | None:
     """
     if CODEX_LIMIT_RE.search(text) or CLAUDE_LIMIT_RE.search(text):
         return None
-    status = _STATUS.search(text)
+    status = status_in(text)
     if status is not None:
-        return failure_of_status(int(status.group(1)))
+        return failure_of_status(status)
     for failure, pattern in _PATTERNS:
         if pattern.search(text):
             return failure

@@ -21,11 +21,10 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from herdsman.runtime.runner.api_failure import ApiFailure, failure_of_status, failure_of_text
+from herdsman.runtime.runner.api_failure import ApiFailure, failure_of_text, status_in
 from herdsman.runtime.runner.run_usage import ApiRetry, RunUsage, Tokens, count
 
 _RECONNECTING: Final = re.compile(r"^\s*Reconnecting\.\.\.\s*(?:(\d+)\s*/\s*(\d+))?\s*(.*)$", re.S)
-_STATUS: Final = re.compile(r"\bstatus\s+([1-5]\d\d)\b", re.IGNORECASE)
 
 
 def turn_tokens(usage: object) -> Tokens | None:
@@ -58,13 +57,12 @@ def retry_of(message: str) -> ApiRetry | None:
     if found is None:
         return None
     attempt, most, cause = found.groups()
-    status = _STATUS.search(cause)
     return ApiRetry(
         attempt=int(attempt) if attempt else None,
         max_retries=int(most) if most else None,
         delay=None,
-        status=int(status.group(1)) if status else None,
-        failure=failure_of_status(int(status.group(1))) if status else failure_of_text(cause),
+        status=status_in(cause),
+        failure=failure_of_text(cause),
     )
 
 
