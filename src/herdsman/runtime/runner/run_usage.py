@@ -68,9 +68,6 @@ class Tokens:
         )
 
 
-NO_TOKENS: Final = Tokens()
-
-
 @attrs.frozen
 class ModelUsage:
     """What one model consumed in the run, and its cost when the stream states it."""
