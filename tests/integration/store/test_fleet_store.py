@@ -486,7 +486,7 @@ def test_a_refused_member_leaves_an_older_ledger_unmigrated(postgres_url: str) -
         conn.execute(
             "SELECT pg_advisory_lock((%s::bigint << 32) | oid::bigint) FROM pg_namespace"
             " WHERE nspname = current_schema()",
-            (postgres._SOLE_SUPERVISOR_LOCK,),
+            (postgres.SOLE_SUPERVISOR_LOCK,),
         )
         with pytest.raises(StoreError, match="not a fleet member"):
             member(postgres_url, "a")

@@ -388,14 +388,14 @@ def test_the_ambient_account_limit_is_keyed_by_an_empty_name_on_disk(tmp_path: P
 
 
 def test_account_usage_searches_indices_instead_of_scanning_runs(tmp_path: Path) -> None:
-    from herdsman.runtime.store.sql import _ACCOUNT_USAGE
+    from herdsman.runtime.store.queries import ACCOUNT_USAGE
 
     store = SqliteStore(tmp_path / "herdsman.db")
     try:
         plan = [
             row[3]
             for row in store._conn.execute(
-                f"EXPLAIN QUERY PLAN {_ACCOUNT_USAGE}",
+                f"EXPLAIN QUERY PLAN {ACCOUNT_USAGE}",
                 (
                     RunStatus.LOST.value,
                     T0,

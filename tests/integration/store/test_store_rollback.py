@@ -16,7 +16,8 @@ import pytest
 
 from herdsman.runtime.store import NewRun, RunStatus, SqliteStore, StoreConflict, StoreError
 from herdsman.runtime.store.postgres import PostgresStore
-from herdsman.runtime.store.sql import Cursor, SqlStore
+from herdsman.runtime.store.queries import Cursor
+from herdsman.runtime.store.sql import SqlStore
 
 
 class TransactionLost(Exception):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import attrs
 import pytest
 
 from herdsman.runtime.store.schema import SCHEMA, Column, Dialect, Index, Schema, Table, Type
@@ -92,3 +93,13 @@ def test_the_runs_columns_a_life_rewrites_are_the_attempts_outcome() -> None:
         "log_path",
         "attempts",
     ]
+
+
+def test_every_field_of_a_run_record_is_a_column_of_runs() -> None:
+    """The shared queries read a record from its columns, by name: none may be missing."""
+    from herdsman.runtime.store.queries import RECORD_NAMES
+    from herdsman.runtime.store.records import RunRecord
+
+    assert sorted(RECORD_NAMES) == sorted(attrs.fields_dict(RunRecord))
+    fleet_only = [c.name for c in SCHEMA.table("runs").columns if c.name not in RECORD_NAMES]
+    assert fleet_only == ["held_by", "cancel_request", "requeue_mark"]

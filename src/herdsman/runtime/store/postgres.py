@@ -20,8 +20,9 @@ from psycopg.pq import TransactionStatus
 
 from herdsman.postgres_url import hide_password, parse_postgres_url, server_name
 from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost, StoreError
+from herdsman.runtime.store.queries import Cursor
 from herdsman.runtime.store.schema import SCHEMA, Dialect
-from herdsman.runtime.store.sql import Cursor, SqlStore
+from herdsman.runtime.store.sql import SqlStore
 
 if TYPE_CHECKING:
     from herdsman.runtime.store.base import Store
@@ -40,9 +41,9 @@ SCHEMA_VERSION = SCHEMA.version
 # any constant works, this one spells "herdsman" in ASCII.
 _MIGRATION_LOCK = 0x68657264736D616E
 
-# With the schema's oid in the low 32 bits: the key of the sole-supervisor
-# lock (see PostgresStore._claim). "hrdm" in ASCII.
-_SOLE_SUPERVISOR_LOCK = 0x6872646D
+#: With the schema's oid in the low 32 bits: the key of the sole-supervisor
+#: lock (see PostgresStore._claim), which fleet members hold shared. "hrdm" in ASCII.
+SOLE_SUPERVISOR_LOCK = 0x6872646D
 
 #: After a failed attempt to reconnect, no call tries again for this long
 #: (seconds); each failure in a row doubles it, up to RECONNECT_MAX_WAIT. A
@@ -236,7 +237,7 @@ class PostgresStore(SqlStore):
             row = self._conn.execute(
                 "SELECT pg_try_advisory_lock((%s::bigint << 32) | oid::bigint), nspname"
                 " FROM pg_namespace WHERE nspname = current_schema()",
-                (_SOLE_SUPERVISOR_LOCK,),
+                (SOLE_SUPERVISOR_LOCK,),
             ).fetchone()
         except psycopg.Error as exc:
             raise self._failure(exc) from None

@@ -5,7 +5,7 @@ added here (with the version that adds it) is created in a new ledger and
 added to an older one, on SQLite and on PostgreSQL alike. Nothing else
 states the schema: the migrations are derived from the versions each part
 was added in, and the shared queries
-(:mod:`herdsman.runtime.store.sql`) take the runs table's columns from here.
+(:mod:`herdsman.runtime.store.queries`) take the runs table's columns from here.
 
 A plain table of our own, not an ORM or a migration tool: the schema is
 four small tables whose migrations only ever add (a table, a column, an

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from herdsman.runtime.state_paths import private_opener
 from herdsman.runtime.store.errors import StoreError
+from herdsman.runtime.store.queries import Cursor
 from herdsman.runtime.store.schema import SCHEMA, Dialect
-from herdsman.runtime.store.sql import Cursor, SqlStore
+from herdsman.runtime.store.sql import SqlStore
 
 #: Entry i migrates the schema from version i to i + 1; the file's version
 #: is PRAGMA user_version. Rendered from the one declaration of the schema.
