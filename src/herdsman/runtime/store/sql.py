@@ -42,6 +42,7 @@ from herdsman.runtime.store.records import (
     AccountLimit,
     AccountUse,
     NewRun,
+    RunEnd,
     RunRecord,
     RunStatus,
     Session,
@@ -437,34 +438,12 @@ class SqlStore:
                 out.append(record)
         return out
 
-    def finish(
-        self,
-        run_id: str,
-        status: RunStatus,
-        now: float,
-        *,
-        exit_code: int | None = None,
-        reason: str | None = None,
-        result: str | None = None,
-        session_id: str | None = None,
-        excerpt: str | None = None,
-        log_path: str | None = None,
-    ) -> RunRecord:
+    def finish(self, run_id: str, end: RunEnd, now: float) -> RunRecord:
         """See :meth:`Store.finish`."""
         with self._transaction() as cur:
             now = check_now(now)
             current = existing_run(cur, run_id)
-            record = finished(
-                current,
-                status,
-                now,
-                exit_code=exit_code,
-                reason=reason,
-                result=result,
-                session_id=session_id,
-                excerpt=excerpt,
-                log_path=log_path,
-            )
+            record = finished(current, end, now)
             self._update_run(cur, current, record)
             return record
 
