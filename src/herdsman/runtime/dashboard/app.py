@@ -119,7 +119,7 @@ class Dashboard:
                 self.action(self.as_api(api.cancel)),
                 methods=["POST"],
             ),
-            Route("/dashboard/reload", self.action(self.as_api(api.reload)), methods=["POST"]),
+            Route("/dashboard/reload", self.action(self.reload), methods=["POST"]),
             Route(
                 "/dashboard/accounts/end-rest",
                 self.action(self.as_api(api.end_rest)),
@@ -208,6 +208,15 @@ class Dashboard:
             return _secured(error(404, f"no file {name!r}"))
         body = (STATIC / name).read_bytes()
         return _secured(Response(body, media_type=media_type))
+
+    async def reload(self, request: Request) -> Response:
+        """``POST /dashboard/reload``: the reload's result, 200 even if rejected.
+
+        A rejection is an answer the page shows (the API says 422): the
+        browser would log any 4xx as a failed request.
+        """
+        result = await self.supervisor.reload("dashboard")
+        return JSONResponse(result.as_json())
 
     # -- reads ---------------------------------------------------------------
 
