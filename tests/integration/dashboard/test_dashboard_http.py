@@ -10,8 +10,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from conftest import Served
-from dashboard_support import open_gate
+from dashboard_support import Served, open_gate
 
 #: Every route that reads or acts, with its method.
 GUARDED = [
@@ -59,7 +58,8 @@ async def test_without_the_cookie_every_route_answers_401_and_nothing_else(
     # The login form alone: no run, no state.
     assert page.status_code == 200
     assert 'name="token"' in page.text
-    assert run_id not in page.text and "gate" not in page.text
+    assert run_id not in page.text
+    assert "gate" not in page.text
 
 
 async def test_logging_in_sets_a_strict_http_only_cookie_and_never_puts_the_token_in_a_url(
@@ -74,7 +74,9 @@ async def test_logging_in_sets_a_strict_http_only_cookie_and_never_puts_the_toke
         assert right.status_code == 303
         assert right.headers["location"] == "/"
         cookie = right.headers["set-cookie"]
-        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
+        assert "HttpOnly" in cookie
+        assert "SameSite=Strict" in cookie
+        assert "Path=/" in cookie
         assert served.token not in cookie
         page = await browser.get("/")
         assert 'id="view-overview"' in page.text
@@ -156,7 +158,7 @@ class Events:
 async def events(served: Served, client: httpx.AsyncClient) -> AsyncIterator[Events]:
     """The dashboard's event stream, opened with ``client``'s cookie."""
     address = httpx.URL(served.url)
-    assert address.host and address.port
+    assert address.port is not None
     stream = await trio.open_tcp_stream(address.host, address.port)
     async with stream:
         cookie = f"herdsman_session={client.cookies.get('herdsman_session', '')}"

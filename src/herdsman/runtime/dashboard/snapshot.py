@@ -75,7 +75,8 @@ async def read_state(supervisor: Supervisor) -> dict[str, Any]:
         "status": status,
         "fleet": fleet,
         "providers": {
-            name: {"concurrency": provider.concurrency} for name, provider in config.providers.items()
+            name: {"concurrency": provider.concurrency}
+            for name, provider in config.providers.items()
         },
         "running": running_rows,
         "queued": queued_rows,
@@ -87,8 +88,9 @@ class Snapshots:
     """The latest snapshot of the state, rebuilt once per coalesced burst of changes.
 
     ``read`` gives the state as a JSON-able value, ``wall`` the unix time it
-    was read at (the page's clock may differ from the server's). Snapshots are numbered from 1; :meth:`after` waits for one
-    newer than the number a page has.
+    was read at (the page's clock may differ from the server's). Snapshots
+    are numbered from 1; :meth:`after` waits for one newer than the number a
+    page has.
     """
 
     def __init__(
