@@ -142,6 +142,12 @@ def test_runs_move_from_queued_to_running_to_succeeded_without_a_reload(
     page.keyboard.press("Enter")
     row = page.locator(f'#recent tr[data-run="{second}"]')
     expect(row.locator(".status")).to_have_text("succeeded")
+    # On the timeline: a bar for each run, in its provider slot and its conversation.
+    page.locator('nav a[href="#timeline"]').click()
+    expect(page.locator(f'#timeline rect.succeeded[data-run="{second}"]')).to_have_count(1)
+    page.select_option("#lanes", "conversation")
+    expect(page.locator("#timeline .lane-label", has_text="queue")).to_have_count(1)
+    expect(page.locator(f'#timeline rect.succeeded[data-run="{first}"]')).to_have_count(1)
     assert page.evaluate("window.notReloaded") is True
 
 
@@ -191,5 +197,32 @@ def test_a_browser_without_the_cookie_gets_nothing(herd: Herd, browser: Browser)
         page.goto(herd.url)
         expect(page.get_by_label("API token")).to_be_visible()
         assert page.locator("#view-overview").count() == 0
+    finally:
+        context.close()
+
+
+def test_a_trace_opens_in_the_same_timeline(browser: Browser, tmp_path: Path) -> None:
+    # The replay of the sample day that ships with herdsman (the day itself has no starts).
+    day = Path(__file__).parents[3] / "sim" / "team-day.golden.jsonl"
+    out = tmp_path / "day.html"
+    viewed = subprocess.run(
+        [sys.executable, "-m", "herdsman", "sim", "view", str(day), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert viewed.returncode == 0, viewed.stderr
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        watched = Watched(context.new_page())
+        page = watched.page
+        page.goto(out.as_uri())
+        expect(page.locator("#timeline rect.succeeded").first).to_be_visible()
+        slots = page.locator("#timeline .lane-label").all_text_contents()
+        assert slots[0].startswith("claude slot 1")
+        page.select_option("#lanes", "conversation")
+        expect(page.locator("#timeline rect.wait").first).to_be_attached()
+        assert watched.errors == []
     finally:
         context.close()

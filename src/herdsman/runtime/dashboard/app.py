@@ -6,15 +6,15 @@ server-sent event stream with a snapshot of the state after each change
 (:mod:`~herdsman.runtime.dashboard.snapshot`). Every route but the login
 form and the static files answers 401, with nothing in it, to a request
 without the session cookie; actions (cancel, reload, end a rest) also need
-the page's anti-forgery header and a same-site ``Origin``, and are the API's
-own handlers, so they answer exactly as the API does.
+the page's anti-forgery header and a same-site ``Origin``. Cancel and end a
+rest are the API's own handlers, so they answer exactly as the API does.
 """
 
 from __future__ import annotations
 
 import html
 import math
-from importlib.resources import files
+import time
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -27,6 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from herdsman.runtime.api.app import Api, Handler, JSONResponse, error, number_param
+from herdsman.runtime.dashboard.assets import STATIC
 from herdsman.runtime.dashboard.auth import COOKIE_MAX_AGE, Keys, cookie_header, same_origin
 from herdsman.runtime.dashboard.logs import read_piece
 from herdsman.runtime.dashboard.snapshot import Snapshots, brief_run, read_state
@@ -49,7 +50,6 @@ TIMELINE_HOURS = 48.0
 #: How long a listing of worktrees is shown before it is read again (git is slow).
 WORKTREES_FRESH = 15.0
 
-STATIC = files("herdsman.runtime.dashboard") / "static"
 _STATIC_TYPES = {
     "app.js": "text/javascript; charset=utf-8",
     "timeline.js": "text/javascript; charset=utf-8",
@@ -95,9 +95,7 @@ class Dashboard:
         self.keys = Keys(token)
         self._bearer = f"Bearer {token}".encode()
         self._api = Api(supervisor, token)
-        self.snapshots = Snapshots(
-            supervisor.changes, lambda: read_state(supervisor), supervisor._wall
-        )
+        self.snapshots = Snapshots(supervisor.changes, lambda: read_state(supervisor), time.time)
         self._worktrees: tuple[float, Any] | None = None
         self._worktrees_lock = trio.Lock()
 
@@ -228,7 +226,7 @@ class Dashboard:
     async def timeline(self, request: Request) -> Response:
         """``GET /dashboard/timeline?hours=H``: runs that ran or waited in the last hours."""
         hours = number_param(request, "hours", 6.0, TIMELINE_HOURS)
-        since = self.supervisor._wall() - hours * 3600
+        since = time.time() - hours * 3600
         runs = await self.supervisor.list_runs(limit=TIMELINE_RUNS)
         shown = [
             brief_run(r)

@@ -133,17 +133,21 @@
       ticking(r.last_output_at, 300), el("td", { class: "prompt", title: r.prompt || "", text: r.prompt || "" }),
       el("td", {}, cancelButton(r)))), "Nothing is running.");
 
-    const places = new Map();
-    fill("queued", state.queued.map((r) => {
+    // Conversations in the order their first queued run came, each one's runs in order.
+    const lanes = new Map();
+    for (const r of state.queued) {
       const key = conversationName(r);
-      const place = (places.get(key) || 0) + 1;
-      places.set(key, place);
+      if (!lanes.has(key)) lanes.set(key, []);
+      lanes.get(key).push(r);
+    }
+    fill("queued", [...lanes.entries()].flatMap(([key, runs]) => runs.map((r, i) => {
+      const place = i + 1;
       return el("tr", { "data-run": r.id },
         el("td", { text: place === 1 ? key : "" }), el("td", { text: r.provider }),
         el("td", { class: "mono", text: String(place) }), el("td", {}, runLink(r.id)),
         ticking(r.submitted_at), el("td", { class: "prompt", title: r.prompt || "", text: r.prompt || "" }),
         el("td", {}, cancelButton(r)));
-    }), "Nothing is queued.");
+    })), "Nothing is queued.");
 
     fill("accounts", s.accounts.map((a) => {
       const near = a.budget && a.usage >= 0.8 * a.budget;
@@ -213,11 +217,11 @@
   function renderTimeline() {
     if (timelineSince === null) return;
     const hours = Number($("hours").value);
-    const window = Math.max(timelineSince, now() - hours * 3600);
-    const runs = [...timelineRuns.values()].filter((r) => (r.finished_at ?? Infinity) >= window);
+    const opens = Math.max(timelineSince, now() - hours * 3600);
+    const runs = [...timelineRuns.values()].filter((r) => (r.finished_at ?? Infinity) >= opens);
     // From the first run shown (less a margin), not from an empty start of the window.
     const first = Math.min(...runs.map((r) => r.submitted_at));
-    const since = isFinite(first) ? Math.max(window, first - Math.max(30, (now() - first) * 0.05)) : window;
+    const since = isFinite(first) ? Math.max(opens, first - Math.max(30, (now() - first) * 0.05)) : opens;
     window.HerdsmanTimeline.render($("timeline"), runs, {
       since, until: now(), lanes: $("lanes").value, link: (r) => `#log/${encodeURIComponent(r.id)}`,
     });
