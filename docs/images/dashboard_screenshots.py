@@ -74,6 +74,59 @@ def shoot(page: Page, url: str, view: str, name: str) -> None:
     page.screenshot(path=str(HERE / name), full_page=True)
 
 
+def take_screenshots(directory: Path, url: str, token: str, port: int) -> None:
+    """Submit the runs, break the file, and save each view."""
+    api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"})
+    prompts = [
+        ("codex", "review", "Review the retry logic in the ledger"),
+        ("codex", "flaky-test", "Find why test_sweep is flaky"),
+        ("claude", "onboarding", "Write the onboarding guide's first section"),
+        ("claude", "release-notes", "Draft the release notes for 0.4"),
+        ("claude", "onboarding", "Add a section on running the tests"),
+        ("claude", "bug-1432", "Fix the off-by-one in the pager"),
+        ("claude", "onboarding", "Proofread the whole guide"),
+    ]
+    for provider, conversation, prompt in prompts:
+        body = {"provider": provider, "prompt": prompt, "conversation": conversation}
+        api.post("/v1/runs", json=body).raise_for_status()
+    time.sleep(8)  # the codex runs fail, the claude runs are under way
+    (directory / "supervisor.toml").write_text(
+        config(port).replace("concurrency = 1", "concurrency = 0"), encoding="utf-8"
+    )
+    time.sleep(2)  # the file watcher rejects it
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=shutil.which("chromium"), args=["--no-sandbox"]
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(url)
+        page.screenshot(path=str(HERE / "dashboard-login.png"))
+        page.get_by_label("API token").fill(token)
+        page.get_by_role("button", name="Log in").click()
+        page.wait_for_selector("#live.on")
+        shoot(page, url, "overview", "dashboard-overview.png")
+        shoot(page, url, "runs", "dashboard-runs.png")
+        shoot(page, url, "config", "dashboard-config.png")
+        page.goto(f"{url}/#timeline")
+        page.select_option("#hours", "1")
+        page.select_option("#lanes", "conversation")
+        shoot(page, url, "timeline", "dashboard-timeline.png")
+        run_id = api.get("/v1/runs", params={"provider": "codex"}).json()["runs"][0]["id"]
+        shoot(page, url, f"log/{run_id}", "dashboard-log.png")
+        phone = browser.new_page(viewport={"width": 390, "height": 844})
+        phone.context.add_cookies(page.context.cookies())
+        shoot(phone, url, "overview", "dashboard-phone.png")
+        # The sample day's replay, as `herdsman sim view` draws it.
+        day = directory / "day.html"
+        golden = HERE.parent.parent / "sim" / "team-day.golden.jsonl"
+        day.write_text(view_html(golden), encoding="utf-8")
+        page.goto(day.as_uri())
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(HERE / "dashboard-trace.png"), full_page=True)
+        browser.close()
+    api.close()
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         directory = Path(folder)
@@ -92,55 +145,7 @@ def main() -> None:
                 time.sleep(0.1)
             url = f"http://127.0.0.1:{port}"
             token = (directory / "state" / "api-token").read_text().strip()
-            api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"})
-            prompts = [
-                ("codex", "review", "Review the retry logic in the ledger"),
-                ("codex", "flaky-test", "Find why test_sweep is flaky"),
-                ("claude", "onboarding", "Write the onboarding guide's first section"),
-                ("claude", "release-notes", "Draft the release notes for 0.4"),
-                ("claude", "onboarding", "Add a section on running the tests"),
-                ("claude", "bug-1432", "Fix the off-by-one in the pager"),
-                ("claude", "onboarding", "Proofread the whole guide"),
-            ]
-            for provider, conversation, prompt in prompts:
-                body = {"provider": provider, "prompt": prompt, "conversation": conversation}
-                api.post("/v1/runs", json=body).raise_for_status()
-            time.sleep(8)  # the codex runs fail, the claude runs are under way
-            (directory / "supervisor.toml").write_text(
-                config(port).replace("concurrency = 1", "concurrency = 0"), encoding="utf-8"
-            )
-            time.sleep(2)  # the file watcher rejects it
-            with sync_playwright() as playwright:
-                browser = playwright.chromium.launch(
-                    executable_path=shutil.which("chromium"), args=["--no-sandbox"]
-                )
-                page = browser.new_page(viewport={"width": 1280, "height": 800})
-                page.goto(url)
-                page.screenshot(path=str(HERE / "dashboard-login.png"))
-                page.get_by_label("API token").fill(token)
-                page.get_by_role("button", name="Log in").click()
-                page.wait_for_selector("#live.on")
-                shoot(page, url, "overview", "dashboard-overview.png")
-                shoot(page, url, "runs", "dashboard-runs.png")
-                shoot(page, url, "config", "dashboard-config.png")
-                page.goto(f"{url}/#timeline")
-                page.select_option("#hours", "1")
-                page.select_option("#lanes", "conversation")
-                shoot(page, url, "timeline", "dashboard-timeline.png")
-                run_id = api.get("/v1/runs", params={"provider": "codex"}).json()["runs"][0]["id"]
-                shoot(page, url, f"log/{run_id}", "dashboard-log.png")
-                phone = browser.new_page(viewport={"width": 390, "height": 844})
-                phone.context.add_cookies(page.context.cookies())
-                shoot(phone, url, "overview", "dashboard-phone.png")
-                # The sample day's replay, as `herdsman sim view` draws it.
-                day = directory / "day.html"
-                golden = HERE.parent.parent / "sim" / "team-day.golden.jsonl"
-                day.write_text(view_html(golden), encoding="utf-8")
-                page.goto(day.as_uri())
-                page.wait_for_timeout(500)
-                page.screenshot(path=str(HERE / "dashboard-trace.png"), full_page=True)
-                browser.close()
-            api.close()
+            take_screenshots(directory, url, token, port)
         finally:
             process.terminate()
             process.wait(30)

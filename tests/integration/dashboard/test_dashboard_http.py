@@ -143,6 +143,13 @@ class Events:
             assert chunk, "the stream ended"
             self._buffer += chunk
 
+    async def until_renewed(self) -> None:
+        """Read on until the stream says to open a new one (it must not end before)."""
+        while b"event: renew\ndata: {}\n\n" not in self._buffer:
+            chunk = await self._stream.receive_some()
+            assert chunk, "the stream ended without saying to open a new one"
+            self._buffer += chunk
+
     async def next_snapshot(self) -> dict[str, Any]:
         """The next ``state`` event's snapshot."""
         if not self.head:
@@ -238,3 +245,11 @@ async def test_a_timeline_window_out_of_range_is_refused(served: Served, hours: 
         answer = await client.get("/dashboard/timeline", params={"hours": hours})
     assert answer.status_code == 422
     assert answer.json()["error"].startswith("hours: must be")
+
+
+async def test_a_stream_ends_cleanly_when_the_supervisor_stops(served: Served) -> None:
+    """The page is told to come back later, rather than the server dropping it."""
+    async with served.logged_in() as client, events(served, client) as stream:
+        await stream.next_snapshot()
+        served.serving.supervisor.request_shutdown()
+        await stream.until_renewed()

@@ -308,15 +308,26 @@ class Dashboard:
         async def chunk(text: bytes) -> None:
             await send({"type": "http.response.body", "body": text, "more_body": True})
 
-        number, payload = await self.snapshots.current()
-        await chunk(b"retry: 2000\nevent: state\ndata: " + payload + b"\n\n")
-        with trio.move_on_after(STREAM_LIFE):
+        async def follow() -> None:
+            number, payload = await self.snapshots.current()
+            await chunk(b"retry: 2000\nevent: state\ndata: " + payload + b"\n\n")
             while True:
                 with trio.move_on_after(KEEPALIVE):
                     number, payload = await self.snapshots.after(number)
                     await chunk(b"event: state\ndata: " + payload + b"\n\n")
                     continue
                 await chunk(b": keepalive\n\n")
+
+        async def until_stopped(scope: trio.CancelScope) -> None:
+            # The server waits for open answers when it stops: end this one first.
+            await self.supervisor.finished.wait()
+            scope.cancel()
+
+        with trio.move_on_after(STREAM_LIFE) as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(until_stopped, scope)
+                await follow()
+        # The page opens a new stream at once (or, the supervisor gone, once it is back).
         await chunk(b"event: renew\ndata: {}\n\n")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 

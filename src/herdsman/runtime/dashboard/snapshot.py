@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from herdsman.runtime.api.ledger_answers import unavailable
 from herdsman.runtime.changes import Changes
 from herdsman.runtime.dashboard.logs import last_output
-from herdsman.runtime.store import RunRecord, RunStatus
+from herdsman.runtime.store import RunRecord, RunStatus, StoreError
 
 if TYPE_CHECKING:
     from herdsman.runtime.supervisor import Supervisor
@@ -56,12 +57,21 @@ def brief_run(record: RunRecord) -> dict[str, Any]:
 
 
 async def read_state(supervisor: Supervisor) -> dict[str, Any]:
-    """Everything the dashboard's views show but worktrees (slow) and logs (large)."""
+    """Everything the dashboard's views show but worktrees (slow) and logs (large).
+
+    A ledger that fails leaves the lists of runs empty and says why in
+    ``ledger_error``: the counts, accounts and configuration are still shown.
+    """
     status = supervisor.status()
     fleet = await supervisor.fleet_status()
-    running = await supervisor.list_runs(status=RunStatus.RUNNING, limit=LISTED)
-    queued = await supervisor.list_runs(status=RunStatus.QUEUED, limit=LISTED)
-    recent = await supervisor.list_runs(limit=RECENT)
+    ledger_error = None
+    try:
+        running = await supervisor.list_runs(status=RunStatus.RUNNING, limit=LISTED)
+        queued = await supervisor.list_runs(status=RunStatus.QUEUED, limit=LISTED)
+        recent = await supervisor.list_runs(limit=RECENT)
+    except StoreError as exc:
+        running, queued, recent = [], [], []
+        ledger_error = unavailable(exc)
     state_dir = supervisor.config.supervisor.state_dir
     running_rows = []
     for record in running:
@@ -81,6 +91,7 @@ async def read_state(supervisor: Supervisor) -> dict[str, Any]:
         "running": running_rows,
         "queued": queued_rows,
         "recent": [brief_run(record) for record in recent],
+        "ledger_error": ledger_error,
     }
 
 

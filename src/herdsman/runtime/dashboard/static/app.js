@@ -319,6 +319,10 @@
     skew = snapshot.at - Date.now() / 1000;
     state = snapshot.state;
     document.body.dataset.snapshot = String(snapshot.number);
+    // The ledger's failure is said until it is over; an action's error until the next action.
+    if (state.ledger_error) notice(`Runs cannot be listed: ${state.ledger_error}`);
+    else if ($("notice").dataset.ledger) notice("");
+    $("notice").dataset.ledger = state.ledger_error ? "yes" : "";
     render();
   }
 
