@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from herdsman.runtime.runner.protocols import LogText
-from herdsman.runtime.state_paths import open_below
+from herdsman.runtime.state_paths import LinkRefused, open_below
 
 #: The most of a log one request reads; the page asks again for the rest.
 CHUNK = 256 * 1024
@@ -32,19 +32,25 @@ def read_piece(state_dir: Path, run_id: str, offset: int, *, ended: bool) -> dic
 
     While the run goes on, a partial last line is left for the next piece;
     once it has ``ended``, the rest is rendered whatever it is. ``missing``
-    says there is no log (yet, or on this machine).
+    says there is no log (yet, or on this machine); ``error``, why a log
+    that is there cannot be read.
     """
     path = log_file(state_dir, run_id)
+    nothing: dict[str, Any] = {"text": "", "offset": offset, "missing": True, "more": False}
     try:
         # Never through a link: a log is a regular file in <state_dir>/logs.
         with os.fdopen(open_below(state_dir, path, os.O_RDONLY), "rb") as handle:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                return {"text": "", "offset": offset, "missing": True, "more": False}
+                return {**nothing, "error": f"{path} is not a regular file"}
             size = os.fstat(handle.fileno()).st_size
             handle.seek(offset)
             data = handle.read(CHUNK)
     except FileNotFoundError:
-        return {"text": "", "offset": offset, "missing": True, "more": False}
+        return nothing
+    except LinkRefused as exc:
+        return {**nothing, "error": str(exc)}
+    except OSError as exc:
+        return {**nothing, "error": f"cannot read the log {path}: {exc.strerror}"}
     more = offset + len(data) < size
     text = LogText()
     rendered = text.feed(data)

@@ -60,7 +60,11 @@
   }
   setInterval(() => document.querySelectorAll("[data-since]").forEach(tick), 1000);
 
-  function runLink(id) { return el("a", { href: `#log/${encodeURIComponent(id)}`, class: "mono", text: id }); }
+  // A long id (the generated ones are 36 characters) is shown cut; the link's title has it whole.
+  function runLink(id) {
+    const shown = id.length > 16 ? `${id.slice(0, 12)}…` : id;
+    return el("a", { href: `#log/${encodeURIComponent(id)}`, class: "mono", title: id, "aria-label": `run ${id}`, text: shown });
+  }
   function statusCell(status) { return el("td", {}, el("span", { class: `status ${status}`, text: status })); }
   function fill(table, rows, empty) {
     const body = $(table).tBodies[0];
@@ -280,7 +284,9 @@
     if (atBottom) pre.scrollTop = pre.scrollHeight;
     run.offset = piece.offset;
     const ended = TERMINAL.has(piece.status);
-    $("log-state").textContent = piece.missing ? (ended ? "(no log on this machine)" : "(not started yet)") : (ended ? "" : "(following)");
+    $("log-state").textContent = piece.error ? `(${piece.error})`
+      : piece.missing ? (ended ? "(no log on this machine)" : "(not started yet)") : (ended ? "" : "(following)");
+    if (piece.error) return;
     if (piece.more) { followLog(run); return; }
     if (!ended) logTimer = setTimeout(() => followLog(run), 1000);
   }
