@@ -26,7 +26,9 @@ def test_a_running_runs_partial_line_waits_and_an_ended_runs_does_not(tmp_path: 
 
 
 def test_pieces_of_a_long_log_add_up_to_the_whole_rendering(tmp_path: Path) -> None:
-    events = [{"type": "system", "subtype": "init", "session_id": "s1", "model": "m"}]
+    events: list[dict[str, object]] = [
+        {"type": "system", "subtype": "init", "session_id": "s1", "model": "m"}
+    ]
     events += [
         {"type": "assistant", "message": {"content": [{"type": "text", "text": f"step {i}"}]}}
         for i in range(8000)
