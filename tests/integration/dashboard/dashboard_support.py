@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,7 +28,7 @@ def free_port() -> int:
         return port
 
 
-def write_config(directory: Path, *, concurrency: int = 1) -> Path:
+def write_config(directory: Path, *, concurrency: int = 1, extra: str = "") -> Path:
     """A supervisor.toml whose ``gate`` provider runs until ``directory/gates/<prompt>`` exists."""
     gates = directory / "gates"
     gates.mkdir(exist_ok=True)
@@ -45,6 +46,7 @@ concurrency = {concurrency}
 
 [api]
 listen = "127.0.0.1:{free_port()}"
+{extra}
 """,
         encoding="utf-8",
     )
@@ -79,13 +81,41 @@ class Served:
             yield client
 
 
+def git_repository(path: Path) -> Path:
+    """A real git repository at ``path`` with one commit."""
+    path.mkdir(parents=True)
+    git = ["git", "-C", str(path), "-c", "user.email=t@t.invalid", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    (path / "README.md").write_text("hello\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "-c", "commit.gpgsign=false", "commit", "-qm", "i"], check=True)
+    return path
+
+
 @pytest.fixture
 async def served(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[Served]:
     """A supervisor on a gate provider of concurrency 1, its file reloadable.
 
     Runs still going at the end are stopped after the second of grace.
     """
-    source = ConfigSource(write_config(tmp_path), environ={}, watch=False)
+    async with serving(nursery, write_config(tmp_path)) as served:
+        yield served
+
+
+@pytest.fixture
+async def served_with_repo(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[Served]:
+    """As ``served``, with a real git repository ``app`` checked out for each conversation."""
+    repo = git_repository(tmp_path / "app")
+    extra = f'[[repos]]\nname = "app"\npath = "{repo}"\n'
+    async with serving(nursery, write_config(tmp_path, extra=extra)) as served:
+        yield served
+
+
+@asynccontextmanager
+async def serving(nursery: trio.Nursery, path: Path) -> AsyncIterator[Served]:
+    """The supervisor of the file at ``path``, served in ``nursery`` until the block ends."""
+    tmp_path = path.parent
+    source = ConfigSource(path, environ={}, watch=False)
     loaded = source.load()
     config = loaded.config
     stopped = trio.Event()

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import trio
 from dashboard_support import Served, open_gate
+
+import herdsman.runtime.dashboard.app as dashboard_app
 
 #: Every route that reads or acts, with its method.
 GUARDED = [
@@ -253,3 +256,23 @@ async def test_a_stream_ends_cleanly_when_the_supervisor_stops(served: Served) -
         await stream.next_snapshot()
         served.serving.supervisor.request_shutdown()
         await stream.until_renewed()
+
+
+async def test_worktrees_are_listed_clean_or_dirty(
+    served_with_repo: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served = served_with_repo
+    run_id = await submit(served, "w", conversation="feature")
+    open_gate(served.directory, "w")
+    done = await served.api.get(f"/v1/runs/{run_id}", params={"wait": 20})
+    assert done.json()["status"] == "succeeded"
+    async with served.logged_in() as client:
+        [tree] = (await client.get("/dashboard/worktrees")).json()["worktrees"]
+        assert (tree["conversation"], tree["repo"], tree["status"]) == ("feature", "app", "clean")
+        (Path(tree["path"]) / "notes.txt").write_text("draft\n")
+        # Read again at most every few seconds, whatever the number of pages.
+        [cached] = (await client.get("/dashboard/worktrees")).json()["worktrees"]
+        assert cached["status"] == "clean"
+        monkeypatch.setattr(dashboard_app, "WORKTREES_FRESH", 0.0)  # as if the time had passed
+        [tree] = (await client.get("/dashboard/worktrees")).json()["worktrees"]
+        assert (tree["status"], tree["changed"]) == ("dirty", ["notes.txt"])
