@@ -1,14 +1,17 @@
-"""What a snapshot holds when the run ledger cannot be read."""
+"""What the dashboard shows and answers when the run ledger cannot be read."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import httpx
 import trio
 from dashboard_support import write_config
 
 from herdsman.config import load_config
+from herdsman.runtime.api.app import create_app
+from herdsman.runtime.dashboard.app import with_dashboard
 from herdsman.runtime.dashboard.snapshot import read_state
 from herdsman.runtime.store import MemoryStore, RunRecord, StoreError
 from herdsman.runtime.supervisor import Supervisor
@@ -43,4 +46,25 @@ async def test_a_failing_ledger_empties_the_lists_and_says_why(
     )
     # What the supervisor knows without its ledger is still there.
     assert state["status"]["limits"]["providers"] == {"gate": 1}
+    supervisor.request_shutdown()
+
+
+async def test_a_failing_ledger_is_a_503_for_the_pages_reads(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    config = load_config(write_config(tmp_path), environ={}).config
+    store = UnreadableStore()
+    supervisor = Supervisor(config, store)
+    await nursery.start(supervisor.run)
+    app = with_dashboard(create_app(supervisor, "t0ken"), supervisor, "t0ken")
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://herd") as client:
+        assert (await client.post("/login", data={"token": "t0ken"})).status_code == 303
+        store.broken = True
+        answer = await client.get("/dashboard/timeline")
+        assert answer.status_code == 503
+        assert answer.json()["error"].startswith("the run ledger failed (run ledger: the server")
+        # Reading one run needs no listing; an unknown one is the API's 404.
+        missing = await client.get("/dashboard/runs/nosuch/log")
+        assert (missing.status_code, missing.json()) == (404, {"error": "no run with id 'nosuch'"})
     supervisor.request_shutdown()

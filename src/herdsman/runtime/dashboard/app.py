@@ -128,15 +128,13 @@ class Dashboard:
     # -- guards ------------------------------------------------------------
 
     def reader(self, handler: Handler) -> Handler:
-        """Answer only a request with the session cookie."""
+        """Answer only a request with the session cookie; errors as the API answers them."""
+        answered = self.as_api(handler)
 
         async def read(request: Request) -> Response:
             if not self.keys.logged_in(request):
                 return _nothing()
-            try:
-                return _secured(await handler(request))
-            except InvalidRequest as exc:
-                return _secured(error(exc.status, exc.message))
+            return _secured(await answered(request))
 
         return read
 
@@ -155,7 +153,8 @@ class Dashboard:
         return act
 
     def as_api(self, handler: Handler) -> Handler:
-        """The API's own handler (and its errors), called with the bearer token."""
+        """``handler`` behind the API's guard: its errors (a bad field, an unknown run, a
+        failing ledger) answered as the API answers them; called with the bearer token."""
         guarded = self._api.guarded(handler)
 
         async def call(request: Request) -> Response:
@@ -255,7 +254,7 @@ class Dashboard:
         run_id = self._run_id(request)
         record = await self.supervisor.get(run_id)
         if record is None:
-            return error(404, str(RunNotFound(run_id)))
+            raise RunNotFound(run_id)
         return JSONResponse(run_view(record))
 
     async def log(self, request: Request) -> Response:
@@ -264,7 +263,7 @@ class Dashboard:
         offset = int(number_param(request, "offset", 0, math.inf))
         record = await self.supervisor.get(run_id)
         if record is None:
-            return error(404, f"no run with id {run_id!r}")
+            raise RunNotFound(run_id)
         state_dir = self.supervisor.config.supervisor.state_dir
         piece = await trio.to_thread.run_sync(
             lambda: read_piece(state_dir, run_id, offset, ended=record.is_terminal)
