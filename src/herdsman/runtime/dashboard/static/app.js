@@ -144,11 +144,15 @@
       if (!lanes.has(key)) lanes.set(key, []);
       lanes.get(key).push(r);
     }
+    const runningIn = new Map(state.running.map((r) => [conversationName(r), r]));
     fill("queued", [...lanes.entries()].flatMap(([key, runs]) => runs.map((r, i) => {
       const place = i + 1;
+      // The run it waits for in its conversation: the one running, or the one queued before it.
+      const ahead = i > 0 ? runs[i - 1] : runningIn.get(key);
       return el("tr", { "data-run": r.id },
         el("td", { text: place === 1 ? key : "" }), el("td", { text: r.provider }),
         el("td", { class: "mono", text: String(place) }), el("td", {}, runLink(r.id)),
+        el("td", { class: "behind" }, ahead ? runLink(ahead.id) : null, ahead ? ` (${ahead.status})` : ""),
         ticking(r.submitted_at), el("td", { class: "prompt", title: r.prompt || "", text: r.prompt || "" }),
         el("td", {}, cancelButton(r)));
     })), "Nothing is queued.");
