@@ -221,6 +221,9 @@
 
   function mergeTimeline() {
     for (const list of [state.recent, state.running, state.queued]) for (const r of list) timelineRuns.set(r.id, r);
+    // Runs that ended before the window are let go: a page open for days holds only the window.
+    const opens = now() - Number($("hours").value) * 3600;
+    for (const [id, r] of timelineRuns) if (r.finished_at != null && r.finished_at < opens) timelineRuns.delete(id);
   }
   function renderTimeline() {
     if (timelineSince === null) return;
