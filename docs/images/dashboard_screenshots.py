@@ -1,7 +1,7 @@
 """Take the screenshots of docs/dashboard.md: a real supervisor, a few runs, chromium.
 
-Starts ``herdsman run`` in a temporary folder with the demo agent (a provider
-whose runs succeed, one whose runs fail, two accounts with small budgets),
+Starts ``herdsman run`` in a temporary folder with the demo agent (providers
+whose runs succeed quickly, take long or fail, two accounts with budgets),
 submits runs so that some ended, some run and some wait, and saves each view
 at 1280 px wide, the overview at a phone's width, and the sample day's
 replay as ``herdsman sim view`` draws it, into this folder.
@@ -63,6 +63,11 @@ exec = {[*agent, "--delay", "3", "--fail"]!r}
 concurrency = 1
 protocol = "claude"
 
+[providers.local]
+exec = {[*agent, "--delay", "1"]!r}
+concurrency = 1
+protocol = "claude"
+
 [api]
 listen = "127.0.0.1:{port}"
 """.replace("'", '"')
@@ -78,6 +83,9 @@ def take_screenshots(directory: Path, url: str, token: str, port: int) -> None:
     """Submit the runs, break the file, and save each view."""
     api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"})
     prompts = [
+        ("local", "changelog", "Summarise yesterday's merges"),
+        ("local", "changelog", "Link each entry to its pull request"),
+        ("local", "typos", "Fix the typos in docs/"),
         ("codex", "review", "Review the retry logic in the ledger"),
         ("codex", "flaky-test", "Find why test_sweep is flaky"),
         ("claude", "onboarding", "Write the onboarding guide's first section"),

@@ -179,7 +179,8 @@
     fill("recent", state.recent.map((r) => el("tr", { "data-run": r.id },
       el("td", {}, runLink(r.id)), statusCell(r.status), el("td", { text: r.provider }),
       el("td", { text: conversationName(r) }), el("td", { text: when(r.submitted_at) }),
-      el("td", { class: "mono", text: r.started_at != null ? duration((r.finished_at ?? now()) - r.started_at) : "—" }),
+      r.finished_at == null && r.started_at != null ? ticking(r.started_at)
+        : el("td", { class: "mono", text: r.started_at != null ? duration(r.finished_at - r.started_at) : "—" }),
       el("td", { text: r.reason || (r.exit_code != null ? `exit ${r.exit_code}` : "") }))), "No runs yet.");
   }
 
@@ -232,7 +233,7 @@
     const runs = [...timelineRuns.values()].filter((r) => (r.finished_at ?? Infinity) >= opens);
     // From the first run shown (less a margin), not from an empty start of the window.
     const first = Math.min(...runs.map((r) => r.submitted_at));
-    const since = isFinite(first) ? Math.max(opens, first - Math.max(30, (now() - first) * 0.05)) : opens;
+    const since = isFinite(first) ? Math.max(opens, first - Math.max(5, (now() - first) * 0.05)) : opens;
     window.HerdsmanTimeline.render($("timeline"), runs, {
       since, until: now(), lanes: $("lanes").value, link: (r) => `#log/${encodeURIComponent(r.id)}`,
     });

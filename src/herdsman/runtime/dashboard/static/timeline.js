@@ -13,9 +13,9 @@
     return n;
   }
 
-  function clock(t) {
+  function clock(t, step) {
     const d = new Date(t * 1000);
-    return d.toTimeString().slice(0, 5);
+    return d.toTimeString().slice(0, step < 60 ? 8 : 5);
   }
 
   // Each provider's runs on slots: a run takes the first slot free at its start.
@@ -79,11 +79,11 @@
     const x = (t) => LABEL + Math.max(0, Math.min(1, (t - since) / (until - since))) * plot;
     const svg = node("svg", { width, height, role: "img", "aria-label": `Timeline of ${runs.length} runs` });
     const span = until - since;
-    const steps = [60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600];
+    const steps = [10, 30, 60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600];
     const step = steps.find((s) => span / s <= 8) || 43200;
     for (let t = Math.ceil(since / step) * step; t <= until; t += step) {
       svg.append(node("line", { x1: x(t), x2: x(t), y1: AXIS - 4, y2: height, class: "grid" }));
-      svg.append(node("text", { x: x(t) + 2, y: 12, class: "tick" }, clock(t)));
+      if (x(t) + 50 < width) svg.append(node("text", { x: x(t) + 2, y: 12, class: "tick" }, clock(t, step)));
     }
     lanes.forEach((lane, i) => {
       const y = AXIS + i * LANE;
