@@ -276,3 +276,24 @@ async def test_worktrees_are_listed_clean_or_dirty(
         monkeypatch.setattr(dashboard_app, "WORKTREES_FRESH", 0.0)  # as if the time had passed
         [tree] = (await client.get("/dashboard/worktrees")).json()["worktrees"]
         assert (tree["status"], tree["changed"]) == ("dirty", ["notes.txt"])
+
+
+async def test_ending_a_rest_from_the_page_answers_as_the_api(served: Served) -> None:
+    async with served.logged_in() as client:
+        page = (await client.get("/")).text
+        csrf = page.split('name="herdsman-csrf" content="')[1].split('"')[0]
+        headers = {"x-herdsman-csrf": csrf}
+        ended = await client.post(
+            "/dashboard/accounts/end-rest",
+            json={"provider": "gate", "account": None},
+            headers=headers,
+        )
+        assert ended.status_code == 200, ended.text
+        assert (ended.json()["provider"], ended.json()["available"]) == ("gate", True)
+        unknown = await client.post(
+            "/dashboard/accounts/end-rest",
+            json={"provider": "gate", "account": "x"},
+            headers=headers,
+        )
+        assert unknown.status_code == 404
+        assert unknown.json() == {"error": "provider 'gate' has no account 'x' configured"}
