@@ -39,6 +39,12 @@ async def submit(served: Served, prompt: str, conversation: str = "c1") -> str:
     return run_id
 
 
+async def page_csrf(client: httpx.AsyncClient) -> str:
+    """The anti-forgery value the logged-in page carries (a browser's page script reads it)."""
+    page = (await client.get("/")).text
+    return page.split('name="herdsman-csrf" content="')[1].split('"')[0]
+
+
 async def state(client: httpx.AsyncClient) -> dict[str, Any]:
     answer = await client.get("/dashboard/state")
     assert answer.status_code == 200, answer.text
@@ -101,8 +107,7 @@ async def test_an_action_needs_the_pages_header_and_the_same_origin(served: Serv
     await submit(served, "a")
     queued = await submit(served, "b")
     async with served.logged_in() as client:
-        page = (await client.get("/")).text
-        csrf = page.split('name="herdsman-csrf" content="')[1].split('"')[0]
+        csrf = await page_csrf(client)
         cancel = f"/dashboard/runs/{queued}/cancel"
         forged = [
             {},
@@ -280,8 +285,7 @@ async def test_worktrees_are_listed_clean_or_dirty(
 
 async def test_ending_a_rest_from_the_page_answers_as_the_api(served: Served) -> None:
     async with served.logged_in() as client:
-        page = (await client.get("/")).text
-        csrf = page.split('name="herdsman-csrf" content="')[1].split('"')[0]
+        csrf = await page_csrf(client)
         headers = {"x-herdsman-csrf": csrf}
         ended = await client.post(
             "/dashboard/accounts/end-rest",
