@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import html
 import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from herdsman.runtime.dashboard.assets import STATIC
-from herdsman.trace import TraceEvent, read_trace
+if TYPE_CHECKING:
+    from herdsman.trace import TraceEvent
 
 #: Outcomes that are drawn in the failure colour.
 _FAILED = {"failed", "timed_out", "usage_limited", "lost"}
@@ -90,6 +89,12 @@ def trace_runs(
 
 def view_html(path: Path) -> str:
     """The self-contained HTML page of the trace at ``path``."""
+    # Imported here: every `herdsman` command builds the parser this module adds to.
+    import html  # noqa: PLC0415
+
+    from herdsman.runtime.dashboard.assets import STATIC  # noqa: PLC0415
+    from herdsman.trace import read_trace  # noqa: PLC0415
+
     header, events = read_trace(path)
     started_at = dt.datetime.fromisoformat(header.started_at.replace("Z", "+00:00")).timestamp()
     runs, last = trace_runs(started_at, header.carry, events)
