@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import trio
-from dashboard_support import write_config
+from dashboard_support import open_gate, write_config
 
 from herdsman.config import load_config
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.dashboard.app import with_dashboard
-from herdsman.runtime.dashboard.snapshot import read_state
-from herdsman.runtime.store import MemoryStore, RunRecord, StoreError
+from herdsman.runtime.dashboard.snapshot import Snapshots, read_state
+from herdsman.runtime.store import MemoryStore, NewRun, RunRecord, StoreError
 from herdsman.runtime.supervisor import Supervisor
 
 
@@ -67,4 +69,28 @@ async def test_a_failing_ledger_is_a_503_for_the_pages_reads(
         # Reading one run needs no listing; an unknown one is the API's 404.
         missing = await client.get("/dashboard/runs/nosuch/log")
         assert (missing.status_code, missing.json()) == (404, {"error": "no run with id 'nosuch'"})
+    supervisor.request_shutdown()
+
+
+async def test_a_start_no_request_caused_reaches_the_pages(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """A run that starts when its account's rest runs out: nothing but the start says so."""
+    extra = '[[providers.gate.accounts]]\nname = "only"\n'
+    config = load_config(write_config(tmp_path, extra=extra), environ={}).config
+    supervisor = Supervisor(config, MemoryStore())
+    await nursery.start(supervisor.run)
+    snapshots = Snapshots(
+        supervisor.changes, lambda: read_state(supervisor), time.time, settle=0, min_gap=0
+    )
+    await supervisor.rest_account("gate", "only", time.time() + 1, "resting a moment")
+    await supervisor.submit(NewRun(id="r1", provider="gate", prompt="r1", conversation="c"))
+    number, payload = await snapshots.current()
+    assert [run["id"] for run in json.loads(payload)["state"]["queued"]] == ["r1"]
+    with trio.fail_after(30):
+        while True:
+            number, payload = await snapshots.after(number)
+            if [run["id"] for run in json.loads(payload)["state"]["running"]] == ["r1"]:
+                break
+    open_gate(tmp_path, "r1")
     supervisor.request_shutdown()
