@@ -21,6 +21,7 @@ from herdsman.config import Config, LoadedConfig
 from herdsman.postgres_url import parse_postgres_url, server_name
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.api.server import ensure_token, serve_api
+from herdsman.runtime.dashboard.app import with_dashboard
 from herdsman.runtime.fence import Fence, wait_for_earlier_keepers
 from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.lockfile import StateDirLock
@@ -196,7 +197,7 @@ async def _serve_api_and_supervisor(
         urls = await nursery.start(
             partial(
                 serve_api,
-                create_app(supervisor, token),
+                with_dashboard(create_app(supervisor, token), supervisor, token),
                 config.api.listen,
                 shutdown_trigger=api_stopped.wait,
             )

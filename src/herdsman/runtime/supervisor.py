@@ -48,6 +48,7 @@ from herdsman.runtime.accounts import (
     returning_accounts,
 )
 from herdsman.runtime.callbacks import deliver_callback
+from herdsman.runtime.changes import Changes
 from herdsman.runtime.config_watch import file_signature, watch_file
 from herdsman.runtime.fleet_accounts import (
     FleetAccounts,
@@ -342,6 +343,8 @@ class Supervisor:
         # start was decided under, until its task has read them.
         self._picks: dict[str, tuple[Pick, Config]] = {}
         self._wakeup = trio.Event()
+        #: Touched whenever what the dashboard shows may have changed.
+        self.changes = Changes()
         #: When (trio time) the dispatcher looks again at runs waiting for a
         #: resting account, if any wait: the simulator advances time to it.
         self.account_recheck_at: float | None = None
@@ -1169,6 +1172,7 @@ class Supervisor:
 
     def _wake(self) -> None:
         self._wakeup.set()
+        self.changes.touch()
 
     async def _emit_in_ledger_order(self, kind: str, **fields: Any) -> None:
         """Trace an event after every change already on its way to the ledger.
@@ -1189,6 +1193,7 @@ class Supervisor:
             self._trace.record(kind, fields)
 
     def _notify(self, run_id: str) -> None:
+        self.changes.touch()
         for event in self._waiters.pop(run_id, ()):
             event.set()
 
@@ -1326,6 +1331,7 @@ class Supervisor:
 
     def _started(self, records: list[RunRecord]) -> None:
         assert self._nursery is not None
+        self.changes.touch()
         trace = self._trace
         for record in records:
             if trace is not None:
@@ -2117,6 +2123,7 @@ class Supervisor:
         result = ReloadResult(True, self.generation, trigger, now, tuple(changes))
         self.last_reload = result
         self.waiting_for_restart = tuple(change for change in changes if not change.live)
+        self.changes.touch()
         self.metrics.last_reload_ok.set(1)
         self.metrics.last_reload_time.set(now)
         if not changes:
@@ -2134,6 +2141,7 @@ class Supervisor:
         for error in errors:
             log.error("  %s", error)
         self._emit("reload_rejected", errors=errors)
+        self.changes.touch()
         return result
 
     def _apply(self, loaded: LoadedConfig) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from herdsman.config import ConfigError, load_config
+from herdsman.runtime.dashboard.trace_view import add_view_command
 from herdsman.sim.bounds import WALL_LIMIT
 from herdsman.sim.cost import CostError
 from herdsman.sim.fuzz.cli import add_fuzz_command, replay_case, seconds_flag
@@ -262,3 +263,4 @@ def add_sim_commands(commands: Any) -> None:
     add_generate_command(actions, _guarded)
     add_plan_command(actions, _guarded)
     add_fuzz_command(actions, _guarded)
+    add_view_command(actions, _guarded)
