@@ -116,8 +116,10 @@ async def serve(
     state_dir = config.supervisor.state_dir
     # Private by default: the ledger holds prompts and the API token.
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Never through a link planted there; an older herdsman's 0755 made 0700.
+    make_private_dirs(state_dir, state_dir / "logs")
     if config.trace.enabled and config.trace.dir.is_relative_to(state_dir):
-        make_private_dirs(state_dir, config.trace.dir)  # never through a link planted there
+        make_private_dirs(state_dir, config.trace.dir)
     # Nothing of ours may run before a dead predecessor's keeper is done.
     await wait_for_earlier_keepers(state_dir)
     store = await trio.to_thread.run_sync(open_store, config)
