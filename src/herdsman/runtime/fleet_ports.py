@@ -5,7 +5,8 @@ these on the PostgreSQL :class:`~herdsman.runtime.store.fleet.FleetStore` and
 the fence keeper's :class:`~herdsman.runtime.fence.Fence` in production, and
 on the simulator's in-memory fleet (``herdsman.sim.fleet_store``) when the
 fuzzer runs several members in one process. Both sides keep one contract,
-which shared tests check against both (docs/simulator.md, "Fleets").
+which shared tests check against both (docs/simulator.md, "The simulated
+fleet ledger").
 """
 
 from __future__ import annotations

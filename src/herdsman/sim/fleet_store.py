@@ -18,13 +18,15 @@ what the real ledger's fleet lock gives. Each call (and each operation of an
 :class:`MemoryStore`, whose undo log also takes back what a failed call
 changed in the fleet's own tables.
 
-A member is killed by closing its connection (:meth:`SimFleetStore.close`):
-whatever its dying tasks try to record is refused, as a dead process records
-nothing, and its lease runs on until it lapses and another member expires it.
+A member is killed by cutting its connection off (:meth:`SimFleetStore.cut_off`):
+whatever its dying tasks record goes to a copy of the ledger nobody reads, as
+a dead process records nothing, and its lease runs on in the real one until
+it lapses and another member expires it.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any, Final, TypeVar
@@ -222,6 +224,16 @@ class SimFleetStore:
     def close(self) -> None:
         """Close the connection (a member that stops, or dies): every later call is refused."""
         self._closed = True
+
+    def cut_off(self) -> None:
+        """The member was killed: what its dying tasks record goes to a copy nobody reads.
+
+        A killed process records nothing more, but its tasks, cancelled,
+        may still try (a finish is retried until the ledger takes it): they
+        write into a private copy of the ledger as it stood, and give up as
+        they would had they succeeded.
+        """
+        self.fleet = copy.deepcopy(self.fleet)
 
     def _check_open(self) -> None:
         if self._closed:
