@@ -9,14 +9,20 @@ margin the other members give it, the fuzzer finds the overlap.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import attrs
 import pytest
 import trio
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sim_workloads import herdsman
 
+from herdsman.cli import main
 from herdsman.runtime.fence_keeper import SLICE
+from herdsman.sim.fuzz import fleet_scenario
 from herdsman.sim.fuzz.fleet_agents import Agents, SimFence
 from herdsman.sim.fuzz.fleet_harness import FleetVerdict, run_fleet_scenario
 from herdsman.sim.fuzz.fleet_scenario import FleetScenario, draw_fleet_scenario
@@ -189,3 +195,37 @@ def test_a_scenario_s_runs_come_in_time_order() -> None:
     times = [float(run["t"]) for run in scenario.runs]
     assert times == sorted(times)
     assert len(set(times)) == len(times)
+
+
+# --- the command ------------------------------------------------------------------
+
+
+def test_sim_fuzz_fleet_runs_the_seeds_and_says_every_invariant_held(tmp_path: Path) -> None:
+    done = herdsman("sim", "fuzz", "--fleet", "3", "--seeds", "3", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("fuzzed fleet seeds 0..2 (3 members, one killed in each): ")
+    assert done.stdout.rstrip().endswith("every invariant held")
+    as_json = herdsman("sim", "fuzz", "--fleet", "3", "--seeds", "3", "--json", cwd=tmp_path)
+    assert json.loads(as_json.stdout)["held"] is True
+
+
+def test_sim_fuzz_fleet_reports_a_broken_invariant_with_its_reproduction(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def unfenced(seed: int, *, members: int = 3) -> FleetScenario:
+        return attrs.evolve(draw_fleet_scenario(seed, members=members), fence=False)
+
+    monkeypatch.setattr(fleet_scenario, "draw_fleet_scenario", unfenced)
+    assert main(["sim", "fuzz", "--fleet", "3", "--seeds", "40"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("fleet seed ")
+    assert out[1].split(": ", 2)[1] in {"overlap", "fleet cap"}
+    seed = out[0].split()[2]
+    assert out[2] == f"reproduce: herdsman sim fuzz --fleet 3 --seeds 1 --seed {seed}"
+
+
+def test_sim_fuzz_fleet_refuses_flags_it_has_no_use_for(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["sim", "fuzz", "--fleet", "2", "--seeds", "1", "--out", "x.jsonl"]) == 2
+    assert "leave out --out" in capsys.readouterr().err
