@@ -72,6 +72,8 @@ def test_the_kill_bites_its_runs_are_lost_and_their_conversations_go_on_elsewher
             (life,) = [life for life in verdict.lives if life[0] == run_id]
             assert life[1] == killed
             assert life[3] is not None
+    # Nothing of the members reached the real disk (no pyfakefs here: none is needed).
+    assert not Path("/herdsman-sim").exists()
 
 
 def test_without_the_fence_the_fuzzer_finds_the_overlap_and_the_cap_exceeded() -> None:

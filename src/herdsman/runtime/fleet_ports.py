@@ -114,6 +114,11 @@ class FenceLine(Protocol):
     #: The deadline the keeper holds, on the fence's clock.
     deadline: float
 
+    @property
+    def pid(self) -> int:
+        """The keeper's process id."""
+        ...
+
     def extend(self, deadline: float) -> bool:
         """Tell the keeper the lease now holds until ``deadline``; whether it was in time."""
         ...

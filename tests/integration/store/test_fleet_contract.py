@@ -18,9 +18,10 @@ import pytest
 from fleet_kinds import FleetUnderTest, PostgresFleet, SimulatedFleet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_fleet_store import run
 
 from herdsman.runtime.fleet_ports import FleetLedger
-from herdsman.runtime.store import AccountUse, NewRun, RunNotFound, RunStatus, StoreConflict
+from herdsman.runtime.store import AccountUse, RunNotFound, RunStatus, StoreConflict
 from herdsman.runtime.store.errors import LeaseExpired, StoreError
 from herdsman.runtime.store.fleet import AccountBudget, ClaimRules, Refusal
 from herdsman.runtime.store.records import LOST_ON_RESTART
@@ -46,23 +47,6 @@ def ledger(request: pytest.FixtureRequest) -> Iterator[FleetUnderTest]:
         yield fleet
     finally:
         fleet.close()
-
-
-def run(
-    run_id: str,
-    conversation: str | None = None,
-    agent: str | None = None,
-    provider: str = "claude",
-    workspace: str = "default",
-) -> NewRun:
-    return NewRun(
-        id=run_id,
-        provider=provider,
-        prompt="p",
-        conversation=conversation,
-        agent=agent,
-        workspace=workspace,
-    )
 
 
 def ids(records: Any) -> list[str]:

@@ -195,6 +195,8 @@ class SimFence:
     def __init__(self, member: int, deadline: float, agents: Agents) -> None:
         """The keeper of ``member``, holding ``deadline`` (trio's clock)."""
         self.member = member
+        #: No process keeps a simulated fence.
+        self.pid = 0
         self.deadline = deadline
         self.fallen: str | None = None
         self._agents = agents
