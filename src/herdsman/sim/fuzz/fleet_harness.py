@@ -147,7 +147,7 @@ class _Fleet:
                 await trio.sleep_until(index * STAGGER)
                 self.members.append(await self._start(index, nursery))
             if scenario.kill is not None:
-                nursery.start_soon(self._kill_at, scenario.kill)
+                nursery.start_soon(self._kill_at, scenario.kill, nursery)
             for run in scenario.runs:
                 await trio.sleep_until(float(run["t"]))
                 await self._submit(run)
@@ -261,8 +261,11 @@ class _Fleet:
                 )
             return
 
-    async def _kill_at(self, kill: Mapping[str, Any]) -> None:
+    async def _kill_at(self, kill: Mapping[str, Any], nursery: trio.Nursery) -> None:
         await trio.sleep_until(float(kill["t"]))
+        join_after = kill.get("join_after")
+        if join_after is not None:
+            nursery.start_soon(self._join_at, float(kill["t"]) + float(join_after), nursery)
         member = self.members[int(kill["member"])]
         # As SIGKILL: nothing more of it reaches the ledger or its trace, its
         # agents run on (until its fence keeper kills them), its tasks stop.
@@ -281,6 +284,11 @@ class _Fleet:
                     f"member {member.index}'s tasks still ran {_UNWIND:g}s after its kill",
                 )
             )
+
+    async def _join_at(self, at: float, nursery: trio.Nursery) -> None:
+        """A new member joins at ``at``, on a state directory of its own."""
+        await trio.sleep_until(at)
+        self.members.append(await self._start(len(self.members), nursery))
 
     def member(self, index: int) -> _Member | None:
         """Member ``index``, once started."""

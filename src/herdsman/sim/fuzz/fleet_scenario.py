@@ -38,8 +38,10 @@ class FleetScenario:
     """A seed's fleet: its settings, its runs in time order, and the member killed.
 
     ``runs``: each ``{"id", "t", "member", "conversation", "duration"}``
-    (``conversation`` may be absent). ``kill``: ``{"member", "t"}``, or
-    ``None`` for no fault.
+    (``conversation`` may be absent). ``kill``: ``{"member", "t"}`` and,
+    in some, ``"join_after"``: seconds after the kill, a new member joins on
+    a fresh state directory, as an operator replaces a dead machine (the
+    dead one is never restarted); or ``None`` for no fault.
     """
 
     seed: int
@@ -112,5 +114,11 @@ def draw_fleet_scenario(seed: int, *, members: int = 3) -> FleetScenario:
         runs.append(run)
     runs.sort(key=lambda run: (run["t"], run["id"]))
     last = runs[-1]["t"]
-    kill = {"member": rng.randrange(members), "t": round(rng.uniform(0.5, last + lease), 4)}
+    kill: dict[str, Any] = {
+        "member": rng.randrange(members),
+        "t": round(rng.uniform(0.5, last + lease), 4),
+    }
+    join_after = rng.choice([None, 1.0, 2 * lease])
+    if join_after is not None:
+        kill["join_after"] = join_after + STAGGER / 2  # off the others' instants
     return FleetScenario(seed, members, lease, 1.0, cap, slots, tuple(runs), kill)
