@@ -72,6 +72,8 @@ def test_the_kill_bites_its_runs_are_lost_and_their_conversations_go_on_elsewher
             (life,) = [life for life in verdict.lives if life[0] == run_id]
             assert life[1] == killed
             assert life[3] is not None
+    # Clients' cancels, through any member, took effect.
+    assert any(status == "cancelled" for verdict in verdicts for _, status, _ in verdict.ledger)
     # A member that joined after the kill, on a fresh state directory, ran runs.
     assert any(life[1] == 3 for verdict in verdicts for life in verdict.lives)
     # Nothing of the members reached the real disk (no pyfakefs here: none is needed).
@@ -83,7 +85,7 @@ def test_without_the_fence_the_fuzzer_finds_the_overlap_and_the_cap_exceeded() -
     for seed in SEEDS:
         verdict = run_fleet_scenario(attrs.evolve(draw_fleet_scenario(seed), fence=False))
         found |= kinds(verdict)
-    assert {"overlap", "fleet cap"} <= found
+    assert {"overlap", "fleet cap", "outlived its run"} <= found
 
 
 def test_without_the_margin_the_fence_s_last_slice_overlaps_the_next_run() -> None:
@@ -177,6 +179,22 @@ def test_a_killed_member_s_agents_live_until_its_fence_or_their_work_ends() -> N
     _in_trio(main)
 
 
+def test_an_agent_alive_after_its_run_was_recorded_ended_is_found() -> None:
+    async def main() -> None:
+        agents = Agents(fence=False)
+        done = agents.spawned("r1", 0, "c1", 5.0)
+        orphan = agents.spawned("r2", 0, "c2", 50.0)
+        await trio.sleep(5.0)
+        agents.ended(done)
+        agents.member_died(0, SimFence(0, 10.0, agents))
+        assert orphan.end == pytest.approx(50.0)
+        found = agents.outlived({"r1": 5.0, "r2": 12.0})
+        assert [(v.kind, v.t) for v in found] == [("outlived its run", 12.0)]
+        assert "alive until t=50.000" in found[0].message
+
+    _in_trio(main)
+
+
 def test_the_checks_see_an_overlap_a_cap_exceeded_and_a_second_spawn() -> None:
     async def main() -> None:
         agents = Agents(fence=True)
@@ -223,7 +241,7 @@ def test_sim_fuzz_fleet_reports_a_broken_invariant_with_its_reproduction(
     assert main(["sim", "fuzz", "--fleet", "3", "--seeds", "40"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("fleet seed ")
-    assert out[1].split(": ", 2)[1] in {"overlap", "fleet cap"}
+    assert out[1].split(": ", 2)[1] in {"overlap", "fleet cap", "outlived its run"}
     seed = out[0].split()[2]
     assert out[2] == f"reproduce: herdsman sim fuzz --fleet 3 --seeds 1 --seed {seed}"
 

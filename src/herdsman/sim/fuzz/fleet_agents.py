@@ -10,7 +10,9 @@ issue 24 checks them on the agents' own timestamps:
 
 * the runs of a conversation never overlap;
 * never more agents alive at once than the fleet-wide cap;
-* at most once: no run's agent is spawned twice.
+* at most once: no run's agent is spawned twice;
+* no agent lives on once the ledger has recorded its run ended (by its
+  holder, or ``lost`` by another member's expiry of its lease).
 
 :class:`SimFence` models the fence keeper (``herdsman.runtime.fence_keeper``)
 for one member, as production guarantees it and no more: the keeper holds
@@ -124,6 +126,30 @@ class Agents:
                 )
         found += self._overlaps(until)
         found += self._over_cap(cap, until)
+        return found
+
+    def outlived(self, ended: dict[str, float]) -> list[Violation]:
+        """Agents alive after the ledger recorded their run ended (``ended``: run -> when).
+
+        Once a run is recorded ended — by its holder, or ``lost`` by another
+        member's expiry — nothing of it may run: its lanes are free for the
+        next run.
+        """
+        found = []
+        for life in self.in_order():
+            at = ended.get(life.run_id)
+            # Within a microsecond: the ledger's times are unix seconds, where
+            # a float keeps about a quarter of one.
+            if at is not None and (life.end is None or life.end > at + 1e-6):
+                lived = "still alive" if life.end is None else f"alive until t={life.end:.3f}"
+                found.append(
+                    Violation(
+                        "outlived its run",
+                        at,
+                        f"run {life.run_id} was recorded ended at t={at:.3f}, its agent"
+                        f" (member {life.member}) {lived}" + (f" ({life.how})" if life.how else ""),
+                    )
+                )
         return found
 
     def _overlaps(self, until: float) -> list[Violation]:

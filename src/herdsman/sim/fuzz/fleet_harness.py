@@ -19,6 +19,7 @@ start elsewhere. The checks are made on the agents' real lifetimes
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import io
 import time
@@ -35,7 +36,7 @@ from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.ledger import Inline
 from herdsman.runtime.runner import Outcome, ProcessOutcome, ProcessSpec, RunCancel
 from herdsman.runtime.store import NewRun, StoreError
-from herdsman.runtime.supervisor import NotAdmitting, Supervisor
+from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
 from herdsman.sim.fleet_store import SimFleet, SimFleetStore
 from herdsman.sim.fuzz.fleet_agents import Agents, Life, SimFence
 from herdsman.sim.fuzz.fleet_scenario import STAGGER, FleetScenario
@@ -148,6 +149,7 @@ class _Fleet:
                 self.members.append(await self._start(index, nursery))
             if scenario.kill is not None:
                 nursery.start_soon(self._kill_at, scenario.kill, nursery)
+            nursery.start_soon(self._cancels, nursery)
             for run in scenario.runs:
                 await trio.sleep_until(float(run["t"]))
                 await self._submit(run)
@@ -177,6 +179,12 @@ class _Fleet:
         records = self.ledger.runs.records()
         self.ledger_at_end = tuple((r.id, r.status.value, r.reason) for r in records)
         self.violations += self.agents.violations(self.scenario.cap, trio.current_time())
+        ended = {
+            record.id: record.finished_at - STARTED_AT
+            for record in records
+            if record.finished_at is not None
+        }
+        self.violations += self.agents.outlived(ended)
         known = {record.id for record in records}
         for run in self.scenario.runs:
             if run["id"] not in known:
@@ -241,25 +249,44 @@ class _Fleet:
 
     async def _submit(self, run: Mapping[str, Any]) -> None:
         """Submit ``run`` to its member, or, that one dead, to the next one alive."""
+        member = self._alive(int(run["member"]))
+        if member is None:
+            return
+        new = NewRun(
+            id=run["id"],
+            provider="demo",
+            prompt="(fleet fuzz)",
+            conversation=run.get("conversation"),
+        )
+        try:
+            await member.supervisor.submit(new)
+        except (NotAdmitting, StoreError) as error:
+            self.violations.append(
+                Violation("submit", trio.current_time(), f"{run['id']} refused: {error}")
+            )
+
+    async def _cancels(self, nursery: trio.Nursery) -> None:
+        """Each cancel at its moment, through its member (the next one alive, if dead)."""
+        for cancel in self.scenario.cancels:
+            await trio.sleep_until(float(cancel["t"]))
+            member = self._alive(int(cancel["member"]))
+            if member is not None:
+                nursery.start_soon(self._cancel, member, str(cancel["run"]))
+
+    @staticmethod
+    async def _cancel(member: _Member, run_id: str) -> None:
+        # Not found: not submitted yet; a conflict: it had ended. A client's
+        # everyday answers, not findings.
+        with contextlib.suppress(RunNotFound, RunConflict, NotAdmitting):
+            await member.supervisor.cancel(run_id, "cancelled by the fleet fuzzer's client")
+
+    def _alive(self, wanted: int) -> _Member | None:
         members = self.members
-        wanted = int(run["member"])
         for step in range(len(members)):
             member = members[(wanted + step) % len(members)]
-            if member.dead:
-                continue
-            new = NewRun(
-                id=run["id"],
-                provider="demo",
-                prompt="(fleet fuzz)",
-                conversation=run.get("conversation"),
-            )
-            try:
-                await member.supervisor.submit(new)
-            except (NotAdmitting, StoreError) as error:
-                self.violations.append(
-                    Violation("submit", trio.current_time(), f"{run['id']} refused: {error}")
-                )
-            return
+            if not member.dead:
+                return member
+        return None
 
     async def _kill_at(self, kill: Mapping[str, Any], nursery: trio.Nursery) -> None:
         await trio.sleep_until(float(kill["t"]))

@@ -54,6 +54,9 @@ class FleetScenario:
     slots: int
     runs: tuple[Mapping[str, Any], ...]
     kill: Mapping[str, Any] | None
+    #: Cancels asked by a client through a member, each ``{"t", "run", "member"}``,
+    #: in time order: the member may not hold the run, and asks its holder.
+    cancels: tuple[Mapping[str, Any], ...] = ()
     #: Whether the killed member's fence keeper is modelled (tests turn it off).
     fence: bool = True
     #: How long after a lease ends the others expire it (tests shorten it).
@@ -82,6 +85,7 @@ class FleetScenario:
             "slots": self.slots,
             "runs": [dict(run) for run in self.runs],
             "kill": None if self.kill is None else dict(self.kill),
+            "cancels": [dict(cancel) for cancel in self.cancels],
             "fence": self.fence,
             "margin": self.margin,
         }
@@ -121,4 +125,9 @@ def draw_fleet_scenario(seed: int, *, members: int = 3) -> FleetScenario:
     join_after = rng.choice([None, 1.0, 2 * lease])
     if join_after is not None:
         kill["join_after"] = join_after + STAGGER / 2  # off the others' instants
-    return FleetScenario(seed, members, lease, 1.0, cap, slots, tuple(runs), kill)
+    cancels = []
+    for run in rng.sample(runs, rng.choice([0, 0, 1, 2])):
+        at = round(float(run["t"]) + rng.uniform(0.1, 2.0 * lease), 4) + STAGGER / 3
+        cancels.append({"t": at, "run": run["id"], "member": rng.randrange(members)})
+    cancels.sort(key=lambda cancel: (cancel["t"], cancel["run"]))
+    return FleetScenario(seed, members, lease, 1.0, cap, slots, tuple(runs), kill, tuple(cancels))
