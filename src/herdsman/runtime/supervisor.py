@@ -88,6 +88,7 @@ from herdsman.runtime.store import (
     AccountLimit,
     AccountUse,
     NewRun,
+    RunEnd,
     RunRecord,
     RunStatus,
     Store,
@@ -249,18 +250,19 @@ def _limit_note(record: RunRecord, hit: Rest, again: RunRecord) -> str:
 _STATUS_OF: dict[Outcome, RunStatus] = {outcome: RunStatus(outcome.value) for outcome in Outcome}
 
 
-def finish_fields(ended: ProcessOutcome | None, log_path: str) -> tuple[RunStatus, dict[str, Any]]:
-    """How a run ended, as the ledger's ``finish`` takes it: the status and the fields."""
+def finish_fields(ended: ProcessOutcome | None, log_path: str) -> RunEnd:
+    """How a run ended, as the ledger's ``finish`` takes it."""
     if ended is None:  # the task was cancelled before an outcome existed
-        return RunStatus.CANCELLED, {"reason": "supervisor shut down", "log_path": log_path}
-    return _STATUS_OF[ended.status], {
-        "exit_code": ended.exit_code,
-        "reason": as_text(ended.reason),
-        "result": as_text(ended.result),
-        "session_id": as_text(ended.session_id),
-        "excerpt": as_text(ended.excerpt),
-        "log_path": log_path,
-    }
+        return RunEnd(RunStatus.CANCELLED, reason="supervisor shut down", log_path=log_path)
+    return RunEnd(
+        _STATUS_OF[ended.status],
+        exit_code=ended.exit_code,
+        reason=as_text(ended.reason),
+        result=as_text(ended.result),
+        session_id=as_text(ended.session_id),
+        excerpt=as_text(ended.excerpt),
+        log_path=log_path,
+    )
 
 
 class Supervisor:
@@ -1666,17 +1668,15 @@ class Supervisor:
             repos_dir=repos_dir,
         )
 
-    def _finish_fields(
-        self, ended: ProcessOutcome | None, run_id: str
-    ) -> tuple[RunStatus, dict[str, Any]]:
+    def _finish_fields(self, ended: ProcessOutcome | None, run_id: str) -> RunEnd:
         """:func:`finish_fields` of a run's end, with the run's log path."""
         return finish_fields(ended, self._specs.log_file(self.config, run_id))
 
     async def _record_finish(
         self, record: RunRecord, ended: ProcessOutcome | None, *, may_start: bool
     ) -> None:
-        status, fields = self._finish_fields(ended, record.id)
-        session_id = fields.get("session_id")
+        end = self._finish_fields(ended, record.id)
+        status, session_id = end.status, end.session_id
         now = self._wall()
         conversation = record.conversation
         hit = (
@@ -1710,7 +1710,7 @@ class Supervisor:
                 self._stick(record, conversation)
 
         def finish(store: Store) -> RunRecord:
-            final = store.finish(record.id, status, now, **fields)
+            final = store.finish(record.id, attrs.evolve(end, status=status), now)
             if hit is not None:
                 store.set_account_limit(hit.provider, hit.account, hit.until, hit.message)
                 if requeue:
@@ -1748,7 +1748,7 @@ class Supervisor:
             self._report_finish(
                 final,
                 status if requeued else final.status,
-                fields.get("exit_code"),
+                end.exit_code,
                 requeue=requeued,
             )
 

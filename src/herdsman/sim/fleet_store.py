@@ -54,6 +54,7 @@ from herdsman.runtime.store.records import (
     AccountLimit,
     AccountUse,
     NewRun,
+    RunEnd,
     RunRecord,
     RunStatus,
     Session,
@@ -300,35 +301,13 @@ class SimFleetStore:
             " them; expire_lapsed marks the runs of lapsed members lost"
         )
 
-    def finish(
-        self,
-        run_id: str,
-        status: RunStatus,
-        now: float,
-        *,
-        exit_code: int | None = None,
-        reason: str | None = None,
-        result: str | None = None,
-        session_id: str | None = None,
-        excerpt: str | None = None,
-        log_path: str | None = None,
-    ) -> RunRecord:
+    def finish(self, run_id: str, end: RunEnd, now: float) -> RunRecord:
         """See :meth:`Store.finish`; a running run only by the member holding it."""
 
         def body() -> RunRecord:
             checked = check_now(now)
             current = self._existing(run_id)
-            record = finished(
-                current,
-                status,
-                checked,
-                exit_code=exit_code,
-                reason=reason,
-                result=result,
-                session_id=session_id,
-                excerpt=excerpt,
-                log_path=log_path,
-            )
+            record = finished(current, end, checked)
             self._update_run(current, record)
             return record
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from test_fleet_store import run
 
 from herdsman.runtime.fleet_ports import FleetLedger
-from herdsman.runtime.store import AccountUse, RunNotFound, RunStatus, StoreConflict
+from herdsman.runtime.store import AccountUse, RunEnd, RunNotFound, RunStatus, StoreConflict
 from herdsman.runtime.store.errors import LeaseExpired, StoreError
 from herdsman.runtime.store.fleet import AccountBudget, ClaimRules, Refusal
 from herdsman.runtime.store.records import LOST_ON_RESTART
@@ -85,12 +85,12 @@ def test_only_the_holder_records_how_a_running_run_ended(ledger: FleetUnderTest)
     a.submit(run("r1", "c1"), T0)
     a.claim_many([("r1", None)], T0)
     with pytest.raises(StoreConflict, match="on this supervisor"):
-        b.finish("r1", RunStatus.FAILED, T0 + 1, exit_code=1)
-    final = a.finish("r1", RunStatus.SUCCEEDED, T0 + 2, exit_code=0)
+        b.finish("r1", RunEnd(RunStatus.FAILED, exit_code=1), T0 + 1)
+    final = a.finish("r1", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 2)
     assert final.status is RunStatus.SUCCEEDED
     assert a.held_by("r1") is None
     with pytest.raises(RunNotFound):
-        a.finish("nope", RunStatus.SUCCEEDED, T0 + 2, exit_code=0)
+        a.finish("nope", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 2)
 
 
 def test_a_run_on_a_lane_running_elsewhere_is_refused_until_it_ends(
@@ -104,7 +104,7 @@ def test_a_run_on_a_lane_running_elsewhere_is_refused_until_it_ends(
     refused = b.claim_many([("r2", None), ("other", None)], T0)
     assert refused.refused == [("r2", Refusal.LANE_BUSY)]
     assert ids(refused.claimed) == ["other"]
-    a.finish("r1", RunStatus.SUCCEEDED, T0 + 1, exit_code=0)
+    a.finish("r1", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 1)
     assert ids(b.claim_many([("r2", None)], T0 + 2).claimed) == ["r2"]
 
 
@@ -143,7 +143,7 @@ def test_fleet_wide_caps_per_provider_and_per_account(ledger: FleetUnderTest) ->
     result = b.claim_many([("x0", "team"), ("x1", "team"), ("x2", "solo")], T0, rules)
     assert result.refused == [("x1", Refusal.ACCOUNT_CAP)]
     assert ids(result.claimed) == ["x0", "x2"]
-    a.finish("c0", RunStatus.FAILED, T0 + 1, exit_code=1)
+    a.finish("c0", RunEnd(RunStatus.FAILED, exit_code=1), T0 + 1)
     assert ids(b.claim_many([("c2", None)], T0 + 1, rules).claimed) == ["c2"]
 
 
@@ -196,14 +196,14 @@ def test_an_account_s_budget_is_spent_by_every_member_s_runs(
     for n in range(4):
         a.submit(run(f"r{n}"), T0)
     assert ids(a.claim_many([("r0", "work")], T0, rules).claimed) == ["r0"]
-    a.finish("r0", RunStatus.SUCCEEDED, T0 + 90, exit_code=0)
+    a.finish("r0", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 90)
     assert ids(b.claim_many([("r1", "work")], T0 + 100, rules).claimed) == ["r1"]
     # Runs: two started. Minutes: 1.5 ended, and r1's 1.5 so far at T0 + 190.
     assert b.claim_many([("r2", "work")], T0 + 190, rules).refused == [
         ("r2", Refusal.ACCOUNT_BUDGET)
     ]
     # A run that never got a process spends nothing; the window moves on.
-    b.finish("r1", RunStatus.CANCELLED, T0 + 191)
+    b.finish("r1", RunEnd(RunStatus.CANCELLED), T0 + 191)
     later = T0 + HOUR + 100
     assert ids(a.claim_many([("r2", "work"), ("r3", "work")], later, rules).claimed) == [
         "r2",
@@ -219,8 +219,8 @@ def test_usage_by_member_tells_this_member_s_runs_from_the_others(
         a.submit(run(run_id), T0)
     assert a.claim_many([("mine", "work")], T0 + 1).claimed
     assert b.claim_many([("theirs", "work"), ("unspawned", "work")], T0 + 2).claimed
-    b.finish("theirs", RunStatus.SUCCEEDED, T0 + 62, exit_code=0)
-    b.finish("unspawned", RunStatus.CANCELLED, T0 + 3)
+    b.finish("theirs", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 62)
+    b.finish("unspawned", RunEnd(RunStatus.CANCELLED), T0 + 3)
     c.claim_many([("lost", "work")], T0 + 4)
     c.leave()
     assert ids(a.expire_lapsed(T0 + 500)) == ["lost"]
@@ -259,7 +259,7 @@ def test_a_lapsed_member_s_runs_become_lost_and_it_can_write_nothing_more(
     with pytest.raises(LeaseExpired):
         gone.claim_many([("queued", None)], T0 + 4)
     with pytest.raises(StoreConflict):
-        gone.finish("r1", RunStatus.SUCCEEDED, T0 + 4, exit_code=0)
+        gone.finish("r1", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 4)
     assert status(live, "r1") is RunStatus.LOST
     assert status(live, "queued") is RunStatus.QUEUED
 
@@ -288,7 +288,7 @@ def test_renewing_keeps_a_member_and_its_runs(ledger: FleetUnderTest) -> None:
         ledger.pause(0.2)
         assert busy.renew() >= first
         assert watcher.expire_lapsed(T0) == []
-    busy.finish("r1", RunStatus.SUCCEEDED, T0 + 1, exit_code=0)
+    busy.finish("r1", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 1)
     assert [m.host for m in watcher.members()] == ["busy", "watcher"]
 
 
@@ -379,7 +379,7 @@ def test_a_run_requeued_by_one_member_is_polled_again_by_every_member(
     a.claim_many([("r1", "work")], T0)
 
     def limited(store: Any) -> Any:
-        store.finish("r1", RunStatus.USAGE_LIMITED, T0 + 1, exit_code=1)
+        store.finish("r1", RunEnd(RunStatus.USAGE_LIMITED, exit_code=1), T0 + 1)
         return store.requeue("r1")
 
     (done,) = a.apply([limited])
@@ -402,7 +402,7 @@ def test_a_cancel_asked_through_a_member_reaches_the_holder_s_poll_only(
     asker.request_cancel("r1", T0 + 2, "second")
     assert holder.poll(0).cancels == [("r1", "first")]
     assert asker.poll(0).cancels == []
-    holder.finish("r1", RunStatus.CANCELLED, T0 + 3, reason="first")
+    holder.finish("r1", RunEnd(RunStatus.CANCELLED, reason="first"), T0 + 3)
     assert holder.poll(0).cancels == []
     ended, cancelled = asker.request_cancel("r1", T0 + 4, "again")
     assert (ended.status, cancelled) == (RunStatus.CANCELLED, False)
@@ -429,7 +429,7 @@ def test_a_requeue_that_meets_a_cancel_request_records_the_run_cancelled(
     asker.submit(run("r1"), T0)
     holder.claim_many([("r1", "work")], T0)
     asker.request_cancel("r1", T0 + 1, "stop it")
-    holder.finish("r1", RunStatus.USAGE_LIMITED, T0 + 2, exit_code=1, reason="limit")
+    holder.finish("r1", RunEnd(RunStatus.USAGE_LIMITED, exit_code=1, reason="limit"), T0 + 2)
     record = holder.requeue("r1")
     assert (record.status, record.reason, record.exit_code) == (RunStatus.CANCELLED, "stop it", 1)
     assert status(asker, "r1") is RunStatus.CANCELLED
@@ -444,7 +444,7 @@ def test_a_requeue_without_a_cancel_request_queues_the_run_again(
     b.request_cancel("r1", T0 + 1, "only for r2")  # another run's request changes nothing
     a.submit(run("r2"), T0)
     b.claim_many([("r2", "work")], T0 + 1)
-    b.finish("r2", RunStatus.USAGE_LIMITED, T0 + 2, exit_code=1, reason="limit")
+    b.finish("r2", RunEnd(RunStatus.USAGE_LIMITED, exit_code=1, reason="limit"), T0 + 2)
     record = b.requeue("r2")
     assert (record.status, record.reason, record.attempts, record.account) == (
         RunStatus.QUEUED,
@@ -502,7 +502,7 @@ def test_live_conversations_are_those_with_a_queued_or_running_run(
     a.submit(run("r", "c2"), T0)
     a.submit(run("done", "c3"), T0)
     b.claim_many([("r", None), ("done", None)], T0)
-    b.finish("done", RunStatus.SUCCEEDED, T0 + 1, exit_code=0)
+    b.finish("done", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 1)
     candidates = [("default", "c1"), ("default", "c2"), ("default", "c3"), ("w2", "c1")]
     assert a.live_conversations(candidates) == {("default", "c1"), ("default", "c2")}
 
@@ -532,7 +532,7 @@ def test_an_operation_that_fails_in_a_batch_leaves_nothing_of_itself(
     a.claim_many([("r1", "work")], T0)
 
     def half(store: Any) -> None:
-        store.finish("r1", RunStatus.SUCCEEDED, T0 + 1, exit_code=0)
+        store.finish("r1", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 1)
         store.requeue("r1")  # succeeded cannot be re-queued
 
     (failed,) = a.apply([half])
@@ -546,7 +546,7 @@ def test_a_pruned_run_leaves_the_fleet_s_tables_too(ledger: FleetUnderTest) -> N
     a, b = ledger.member("a"), ledger.member("b")
     a.submit(run("r1", "c1"), T0)
     b.claim_many([("r1", None)], T0)
-    b.finish("r1", RunStatus.SUCCEEDED, T0 + 1, exit_code=0)
+    b.finish("r1", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 1)
     assert a.prune(T0 + 2) == 1
     assert a.get("r1") is None
     assert a.claim_many([("r1", None)], T0 + 3).refused == [("r1", Refusal.GONE)]
@@ -620,7 +620,7 @@ def _ended(run_id: str, how: str, now: float) -> Any:
     """The operation a member's finish is: a usage limit re-queues the run in it."""
 
     def end(ledger: Any) -> Any:
-        final = ledger.finish(run_id, RunStatus(how), now, exit_code=0)
+        final = ledger.finish(run_id, RunEnd(RunStatus(how), exit_code=0), now)
         if final.status is RunStatus.USAGE_LIMITED:
             final = ledger.requeue(run_id)
         return final.status

@@ -16,6 +16,7 @@ from cli_support import CLI, Supervisor, herdsman
 from supervisor_support import git_repository, write_config
 
 from herdsman.runtime.lockfile import StateDirLock
+from herdsman.runtime.state_paths import make_private_dirs, open_below, read_below, replace_below
 from herdsman.runtime.store import SqliteStore
 
 
@@ -75,3 +76,35 @@ def test_an_older_herdsmans_readable_ledger_and_lock_are_tightened(tmp_path: Pat
         pass
     for name in ("herdsman.db", "supervisor.lock"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name
+
+
+def test_an_older_herdsmans_readable_folders_are_tightened_when_written_below(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    for folder in ("logs", "traces", "worktrees/c1-x"):
+        (state / folder).mkdir(parents=True)
+        (state / folder).chmod(0o755)
+    state.chmod(0o755)
+    os.close(open_below(state, state / "logs" / "run.log", os.O_WRONLY | os.O_CREAT))
+    make_private_dirs(state, state / "traces")
+    replace_below(state, state / "worktrees" / "c1-x" / "meta.json", b"{}")
+    modes = {name: oct(mode) for name, mode in modes_under(state).items()}
+    assert modes == {
+        "logs": "0o700",
+        "logs/run.log": "0o600",
+        "traces": "0o700",
+        "worktrees": "0o700",
+        "worktrees/c1-x": "0o700",
+        "worktrees/c1-x/meta.json": "0o600",
+    }
+    # The state directory itself is the user's to set: left as it is.
+    assert stat.S_IMODE(state.stat().st_mode) == 0o755
+
+
+def test_reading_leaves_an_older_herdsmans_folders_as_they_are(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir(mode=0o755)
+    (tmp_path / "logs").chmod(0o755)
+    (tmp_path / "logs" / "run.log").write_text("hi")
+    assert read_below(tmp_path, tmp_path / "logs" / "run.log", limit=10) == b"hi"
+    assert stat.S_IMODE((tmp_path / "logs").stat().st_mode) == 0o755

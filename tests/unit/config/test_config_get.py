@@ -107,3 +107,10 @@ def test_unknown_keys_are_errors(load: Load, key: str, message: str) -> None:
     assert str(caught.value).startswith(message)
     if key.startswith("providers.claud."):
         assert str(caught.value).endswith("did you mean 'claude'?")
+
+
+@pytest.mark.parametrize("key", ["repos", "providers.claude.accounts"])
+def test_an_array_of_tables_the_file_leaves_out_is_empty(load: Load, key: str) -> None:
+    text = TEXT.partition("[[providers.claude.accounts]]")[0]
+    result = get_value(load(text), key)
+    assert (result.toml, result.value, str(result.origin)) == ("[]", [], "default")
