@@ -340,6 +340,16 @@ class _Runner:
         fleet, index = self._fleet, self._index
         run_id = spec.env["HERDSMAN_RUN_ID"]
         task_status.started(0)
+        member = fleet.member(index)
+        if member is not None and member.dead:
+            # A killed process spawns nothing: this would be the model's fault.
+            fleet.violations.append(
+                Violation(
+                    "spawned when dead",
+                    trio.current_time(),
+                    f"member {index} spawned {run_id}'s agent after it was killed",
+                )
+            )
         life = fleet.agents.spawned(
             run_id, index, fleet._conversations.get(run_id), fleet._durations.get(run_id, 1.0)
         )
