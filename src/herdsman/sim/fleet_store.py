@@ -215,6 +215,8 @@ class SimFleetStore:
         self.margin = margin
         self.lease_end_local = -math.inf
         self._closed = False
+        #: While set, every call fails as over a network cut off from the ledger.
+        self.unreachable = False
         sent = fleet.local_clock()
         now = fleet.clock()
         fleet.members[member_id] = Member(member_id, host, pid, now, now + lease)
@@ -239,6 +241,8 @@ class SimFleetStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError("the store is closed")
+        if self.unreachable:
+            raise StoreError(f"member {self.member_id} cannot reach the simulated ledger")
 
     def _atomic(self, body: Callable[[], _T]) -> _T:
         """Run ``body`` all or nothing, as one transaction (an operation of a batch already is)."""

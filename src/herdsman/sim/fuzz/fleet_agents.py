@@ -81,8 +81,8 @@ class Agents:
 
     def ended(self, life: Life) -> None:
         """The member saw its agent end now (its work done, or stopped by the member)."""
-        if life.end is None:
-            life.end = trio.current_time()
+        now = trio.current_time()
+        life.end = now if life.end is None else min(life.end, now)
 
     def member_died(self, member: int, fence: SimFence) -> None:
         """``member`` was killed now: its agents live on until the fence kills them, or for ever."""

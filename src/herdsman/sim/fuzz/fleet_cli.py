@@ -33,8 +33,9 @@ def fuzz_fleet(args: argparse.Namespace, default_budget: int) -> int:
     from herdsman.sim.fuzz.fleet_harness import run_fleet_scenario  # noqa: PLC0415
     from herdsman.sim.fuzz.fleet_scenario import draw_fleet_scenario  # noqa: PLC0415
 
-    # The members' own logs (a lease expired, runs lost) are the fault at work.
-    logging.getLogger("herdsman").setLevel(logging.CRITICAL)
+    # The members' own logs, critical ones too (a fence fell, a lease expired),
+    # are the faults at work; the verdict is the news.
+    logging.getLogger("herdsman").setLevel(logging.CRITICAL + 1)
     began = time.perf_counter()
     first, members = args.seed, args.fleet
     runs = lost = seeds = 0
@@ -51,7 +52,7 @@ def fuzz_fleet(args: argparse.Namespace, default_budget: int) -> int:
     span = f"seed {first}" if seeds == 1 else f"seeds {first}..{first + seeds - 1}"
     line = (
         f"fuzzed fleet {span} ({members} members, one killed in each): {runs} runs,"
-        f" {lost} lost to the kill, {simulated / 3600:.1f} simulated hours in"
+        f" {lost} lost to the faults, {simulated / 3600:.1f} simulated hours in"
         f" {elapsed:.1f} s wall; every invariant held"
     )
     _say(args, line, {"seeds": seeds, "members": members, "runs": runs, "lost": lost, "held": True})

@@ -13,7 +13,9 @@ reaches the ledger), its agents are handed to the fence model (they live on unti
 its keeper kills them), and its tasks are cancelled. Its lease runs on in
 the ledger until it lapses, and another member's renewal expires it after
 the margin: its runs become ``lost``, and their conversations' next runs
-start elsewhere. The checks are made on the agents' real lifetimes
+start elsewhere. A member may also be cut off from the ledger for a while
+(its connection's calls fail): past its lease, its fence falls while it
+lives. The checks are made on the agents' real lifetimes
 (``fleet_agents.py``), and on the ledger at the end: every run ended.
 """
 
@@ -50,6 +52,8 @@ __all__ = ["FleetVerdict", "run_fleet_scenario"]
 STARTED_AT = 1_795_000_000.0
 #: How long (simulated) after its kill a member's tasks may take to unwind.
 _UNWIND = 60.0
+#: The unit of the moment a stopped agent takes to die (simulated seconds).
+_DYING = 1e-6
 #: Room after the last run could have ended (simulated seconds): leases, margins, polls.
 _SLACK = 120.0
 
@@ -134,6 +138,7 @@ class _Fleet:
         self.span = 0.0
         self._durations = {run["id"]: float(run["duration"]) for run in scenario.runs}
         self._conversations = {run["id"]: run.get("conversation") for run in scenario.runs}
+        self._order = {run["id"]: order for order, run in enumerate(scenario.runs)}
 
     @staticmethod
     def wall() -> float:
@@ -150,6 +155,8 @@ class _Fleet:
             if scenario.kill is not None:
                 nursery.start_soon(self._kill_at, scenario.kill, nursery)
             nursery.start_soon(self._cancels, nursery)
+            if scenario.partition is not None:
+                nursery.start_soon(self._partition, scenario.partition)
             for run in scenario.runs:
                 await trio.sleep_until(float(run["t"]))
                 await self._submit(run)
@@ -159,7 +166,11 @@ class _Fleet:
             self.span = trio.current_time()
             self._check_end(horizon)
             for member in self.members:
+                # Stopped where they stand: what they still record (a finish
+                # retried through a partition, say) goes nowhere, and is taken.
                 member.trace.live = False
+                member.store.unreachable = False
+                member.store.cut_off()
                 member.scope.cancel()
             nursery.cancel_scope.cancel()
 
@@ -243,27 +254,47 @@ class _Fleet:
         ) -> None:
             with scope:
                 await supervisor.run(task_status=task_status)
+            if not scope.cancel_called:
+                self._exited(member)
 
+        member = _Member(index, supervisor, store, fence, sink, scope)
         await nursery.start(live)
-        return _Member(index, supervisor, store, fence, sink, scope)
+        return member
+
+    def _exited(self, member: _Member) -> None:
+        """A member stopped by itself (its fence fell, its ledger failed): as ``herdsman run``
+        exits, its keeper's pipe closes (any agent left dies now), then it leaves the fleet."""
+        self.agents.fence_fired(member.index, trio.current_time())
+        with contextlib.suppress(StoreError):
+            member.store.leave()
 
     async def _submit(self, run: Mapping[str, Any]) -> None:
-        """Submit ``run`` to its member, or, that one dead, to the next one alive."""
-        member = self._alive(int(run["member"]))
-        if member is None:
-            return
+        """Submit ``run`` to its member or, refused there (dead, stopped, cut off from the
+        ledger), to the next one, as a client tries another member."""
         new = NewRun(
             id=run["id"],
             provider="demo",
             prompt="(fleet fuzz)",
             conversation=run.get("conversation"),
         )
-        try:
-            await member.supervisor.submit(new)
-        except (NotAdmitting, StoreError) as error:
-            self.violations.append(
-                Violation("submit", trio.current_time(), f"{run['id']} refused: {error}")
+        wanted, members, refusals = int(run["member"]), self.members, []
+        for step in range(len(members)):
+            member = members[(wanted + step) % len(members)]
+            if member.dead or member.supervisor.finished.is_set():
+                continue
+            try:
+                await member.supervisor.submit(new)
+            except (NotAdmitting, StoreError) as error:
+                refusals.append(f"member {member.index}: {error}")
+                continue
+            return
+        self.violations.append(
+            Violation(
+                "submit",
+                trio.current_time(),
+                f"{run['id']} taken by no member: {'; '.join(refusals) or 'none alive'}",
             )
+        )
 
     async def _cancels(self, nursery: trio.Nursery) -> None:
         """Each cancel at its moment, through its member (the next one alive, if dead)."""
@@ -277,16 +308,26 @@ class _Fleet:
     async def _cancel(member: _Member, run_id: str) -> None:
         # Not found: not submitted yet; a conflict: it had ended. A client's
         # everyday answers, not findings.
-        with contextlib.suppress(RunNotFound, RunConflict, NotAdmitting):
+        with contextlib.suppress(RunNotFound, RunConflict, NotAdmitting, StoreError):
             await member.supervisor.cancel(run_id, "cancelled by the fleet fuzzer's client")
 
     def _alive(self, wanted: int) -> _Member | None:
         members = self.members
         for step in range(len(members)):
             member = members[(wanted + step) % len(members)]
-            if not member.dead:
+            if not member.dead and not member.supervisor.finished.is_set():
                 return member
         return None
+
+    async def _partition(self, partition: Mapping[str, Any]) -> None:
+        """Cut a member off from the ledger for a while (its own calls fail; it lives on)."""
+        await trio.sleep_until(float(partition["t"]))
+        member = self.members[int(partition["member"])]
+        member.store.unreachable = True
+        try:
+            await trio.sleep(float(partition["seconds"]))
+        finally:
+            member.store.unreachable = False
 
     async def _kill_at(self, kill: Mapping[str, Any], nursery: trio.Nursery) -> None:
         await trio.sleep_until(float(kill["t"]))
@@ -367,6 +408,11 @@ class _Runner:
         try:
             with trio.move_on_after(life.natural_end - trio.current_time()):
                 await done.wait()
+            if stopped:
+                # An agent takes a moment to die, a moment of its own: agents
+                # stopped at once (a member's forced stop) end one by one, in
+                # the runs' order, never in trio's wake-up order.
+                await trio.sleep((1 + fleet._order.get(run_id, 0)) * _DYING)
         except BaseException:
             self._lost(life)
             raise

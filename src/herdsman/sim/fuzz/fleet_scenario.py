@@ -7,7 +7,9 @@ drawn moments, each submitted to a drawn member, on a few hot
 conversations, with agents that take longer than a lease. The fault is
 issue 24's D5: at a drawn moment a member is killed (``kill``) — its tasks
 cancelled with nothing more recorded, as SIGKILL leaves it — so its lease
-lapses and the others take its conversations over.
+lapses and the others take its conversations over. In a third of the
+seeds a member is also cut off from the ledger for a while (``partition``):
+cut off past its lease's end, its fence falls while it lives.
 
 Every draw comes from ``random.Random(f"fleet:{seed}")`` in a fixed order:
 a seed means the same scenario in any process. ``fence`` is for tests only:
@@ -57,6 +59,10 @@ class FleetScenario:
     #: Cancels asked by a client through a member, each ``{"t", "run", "member"}``,
     #: in time order: the member may not hold the run, and asks its holder.
     cancels: tuple[Mapping[str, Any], ...] = ()
+    #: ``{"member", "t", "seconds"}``: the member cannot reach the ledger for
+    #: that long (a network cut); ``None`` for none. Longer than the time left
+    #: on its lease, its fence falls: its agents die, it stops, its runs are lost.
+    partition: Mapping[str, Any] | None = None
     #: Whether the killed member's fence keeper is modelled (tests turn it off).
     fence: bool = True
     #: How long after a lease ends the others expire it (tests shorten it).
@@ -86,6 +92,7 @@ class FleetScenario:
             "runs": [dict(run) for run in self.runs],
             "kill": None if self.kill is None else dict(self.kill),
             "cancels": [dict(cancel) for cancel in self.cancels],
+            "partition": None if self.partition is None else dict(self.partition),
             "fence": self.fence,
             "margin": self.margin,
         }
@@ -130,4 +137,13 @@ def draw_fleet_scenario(seed: int, *, members: int = 3) -> FleetScenario:
         at = round(float(run["t"]) + rng.uniform(0.1, 2.0 * lease), 4) + STAGGER / 3
         cancels.append({"t": at, "run": run["id"], "member": rng.randrange(members)})
     cancels.sort(key=lambda cancel: (cancel["t"], cancel["run"]))
-    return FleetScenario(seed, members, lease, 1.0, cap, slots, tuple(runs), kill, tuple(cancels))
+    partition = None
+    if rng.random() < 1 / 3:
+        partition = {
+            "member": rng.randrange(members),
+            "t": round(rng.uniform(0.5, last + lease), 4) + STAGGER / 5,
+            "seconds": rng.choice([0.5, 2.0, 4.0]) * lease,
+        }
+    return FleetScenario(
+        seed, members, lease, 1.0, cap, slots, tuple(runs), kill, tuple(cancels), partition
+    )
