@@ -50,6 +50,9 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     "reload_rejected": frozenset({"errors"}),
     "shutdown": frozenset(),
     "rotated": frozenset({"next"}),
+    # A submit that waits for a removal of its conversation's worktrees (a
+    # sweep's): its ``submit`` follows once recorded (docs/trace-format.md).
+    "removal_wait": frozenset({"run_id"}),
 }
 
 #: Each event kind's ``"event"`` member as its line writes it.
@@ -710,7 +713,7 @@ def _check_fields(where: str, kind: str, obj: dict[str, Any]) -> None:
         raise TraceFormatError(
             f"{where}: rest_ended: expected a provider name and an account name or null"
         )
-    if kind in ("start", "finish", "cancel", "lost", "usage_limit") and not isinstance(
+    if kind in ("start", "finish", "cancel", "lost", "usage_limit", "removal_wait") and not isinstance(
         obj["run_id"], str
     ):
         raise TraceFormatError(f"{where}: run_id: expected a string, got {obj['run_id']!r}")

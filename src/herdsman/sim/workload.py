@@ -109,7 +109,9 @@ class Arrival:
     """Something that happens to the supervisor from outside, at time ``t``."""
 
     t: float
-    kind: str  # submit | skip | cancel | reload | reload_rejected | shutdown | rest | rest_ended
+    # submit | skip | cancel | reload | reload_rejected | shutdown | rest | rest_ended
+    # | removal_wait (its run's submit waits for a sweep's removal; ``run`` added)
+    kind: str
     fields: Mapping[str, Any]
 
 
@@ -130,6 +132,10 @@ class Workload:
     #: supervisor was killed, or the file was read while it ran), if runs
     #: were still running then: they never end in a replay either.
     cut_at: float | None = None
+    #: Submits that waited for a sweep's removal but are not held by a
+    #: replay, with when they began to wait: another submit to their
+    #: conversation came meanwhile (see ``_waits_with_their_runs``).
+    unheld: tuple[tuple[str, float], ...] = ()
 
 
 class Executions:
@@ -215,7 +221,7 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
         kind, fields = event.event, event.fields
         where = f"{path}:{event.line}"
         last_t = event.t
-        if kind != "start":
+        if kind not in ("start", "removal_wait"):  # a wait for a removal starts nothing
             cause, floor = event.t, last_start
         if kind in ("submit", "skip"):
             run = fields["run"]
@@ -253,6 +259,8 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
             arrivals.append(Arrival(event.t, kind, dict(fields)))
         elif kind in ("cancel", "reload_rejected", "shutdown", "rest_ended"):
             arrivals.append(Arrival(event.t, kind, dict(fields)))
+        elif kind == "removal_wait":
+            arrivals.append(Arrival(event.t, kind, dict(fields)))
         elif kind == "rotated":
             rotated_at = event.t
         elif kind == "lost" and not arrivals:
@@ -260,8 +268,57 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
             # without recording them (a lease expiry later on is a fleet's).
             lost.append(fields["run_id"])
     cut_at = _still_running(started, plans, rotated_at, arrivals, last_t)
+    paired, unheld = _waits_with_their_runs(arrivals)
     return Workload(
-        header, header_time(header), tuple(arrivals), plans, rotated_at, tuple(lost), cut_at
+        header, header_time(header), paired, plans, rotated_at, tuple(lost), cut_at, unheld
+    )
+
+
+def _waits_with_their_runs(
+    arrivals: Sequence[Arrival],
+) -> tuple[tuple[Arrival, ...], tuple[tuple[str, float], ...]]:
+    """Each ``removal_wait`` a replay holds, with its run; and those it does not hold.
+
+    A submit that waited for a sweep's removal is traced twice: as it began
+    to wait (``removal_wait``, its run's id) and once recorded (``submit``,
+    its run). A replay holds the run from the first to the second, so it
+    needs the run at the first. One whose submit never came (the
+    supervisor stopped meanwhile) never reached the ledger: nothing of it
+    is replayed. One during whose wait another submit to its conversation
+    came is not held (returned second, with its time): the replay holds a
+    conversation's removal for one run at a time, and that other submit
+    would wait on the same hold, for ever in the trio replay's driver.
+    """
+    if not any(arrival.kind == "removal_wait" for arrival in arrivals):
+        return tuple(arrivals), ()
+    submits: dict[str, int] = {}
+    for n, arrival in enumerate(arrivals):
+        if arrival.kind == "submit":
+            submits.setdefault(arrival.fields["run"]["id"], n)
+    paired: list[Arrival] = []
+    unheld: list[tuple[str, float]] = []
+    for n, arrival in enumerate(arrivals):
+        if arrival.kind == "removal_wait":
+            run_id = arrival.fields["run_id"]
+            at = submits.get(run_id)
+            if at is None or at < n:
+                continue
+            run = arrivals[at].fields["run"]
+            if any(_same_conversation(other, run) for other in arrivals[n + 1 : at]):
+                unheld.append((run_id, arrival.t))
+                continue
+            arrival = Arrival(arrival.t, arrival.kind, {"run_id": run_id, "run": run})
+        paired.append(arrival)
+    return tuple(paired), tuple(unheld)
+
+
+def _same_conversation(arrival: Arrival, run: Mapping[str, Any]) -> bool:
+    """Whether ``arrival`` submits a run of ``run``'s conversation (a skip never waits)."""
+    if arrival.kind != "submit":
+        return False  # another wait's own submit, later, is what would wait on the hold
+    other: Mapping[str, Any] = arrival.fields["run"]
+    return bool(other.get("conversation") == run.get("conversation")) and bool(
+        other.get("workspace", "default") == run.get("workspace", "default")
     )
 
 
