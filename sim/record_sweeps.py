@@ -146,9 +146,7 @@ def record(folder: Path) -> None:
 
     # A submit to c0 now waits for the removal: its answer comes after it.
     answers: list[str] = []
-    waiting = threading.Thread(
-        target=submit_aside, args=(life, answers, "demo", "c0"), daemon=True
-    )
+    waiting = threading.Thread(target=submit_aside, args=(life, answers, "demo", "c0"), daemon=True)
     waiting.start()
     wait_for("the submit to wait", lambda: traced(folder, '"event":"removal_wait"'))
     life.submit("demo", "c0", on_busy="skip")  # skipped: c0 counts as busy
