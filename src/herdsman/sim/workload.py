@@ -1,8 +1,9 @@
 """A trace read as a workload: what arrives when, and how each run went.
 
 Arrivals are the trace's submits, skips (re-submitted with ``on_busy =
-"skip"``), queued-run cancels and reloads, at their recorded times, after
-the runs a rotated file's header carries over. How each
+"skip"``), queued-run cancels and reloads, and the beginnings of submits'
+waits for a sweep's removal (``removal_wait``), at their recorded times,
+after the runs a rotated file's header carries over. How each
 attempt of a run went — its duration and outcome, and the reset time of a
 usage limit — comes from the recorded start/finish pair, or from
 ``duration``/``outcome`` on the submit line of a synthetic workload.
@@ -257,9 +258,7 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
             # failure half way through the replay.
             config_from_trace(fields["config"], where)
             arrivals.append(Arrival(event.t, kind, dict(fields)))
-        elif kind in ("cancel", "reload_rejected", "shutdown", "rest_ended"):
-            arrivals.append(Arrival(event.t, kind, dict(fields)))
-        elif kind == "removal_wait":
+        elif kind in ("cancel", "reload_rejected", "shutdown", "rest_ended", "removal_wait"):
             arrivals.append(Arrival(event.t, kind, dict(fields)))
         elif kind == "rotated":
             rotated_at = event.t
@@ -268,16 +267,15 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
             # without recording them (a lease expiry later on is a fleet's).
             lost.append(fields["run_id"])
     cut_at = _still_running(started, plans, rotated_at, arrivals, last_t)
-    paired, unheld = _waits_with_their_runs(arrivals)
-    return Workload(
-        header, header_time(header), paired, plans, rotated_at, tuple(lost), cut_at, unheld
+    return _waits_with_their_runs(
+        Workload(
+            header, header_time(header), tuple(arrivals), plans, rotated_at, tuple(lost), cut_at
+        )
     )
 
 
-def _waits_with_their_runs(
-    arrivals: Sequence[Arrival],
-) -> tuple[tuple[Arrival, ...], tuple[tuple[str, float], ...]]:
-    """Each ``removal_wait`` a replay holds, with its run; and those it does not hold.
+def _waits_with_their_runs(workload: Workload) -> Workload:
+    """``workload`` with each ``removal_wait`` a replay holds given its run; the others unheld.
 
     A submit that waited for a sweep's removal is traced twice: as it began
     to wait (``removal_wait``, its run's id) and once recorded (``submit``,
@@ -285,12 +283,13 @@ def _waits_with_their_runs(
     needs the run at the first. One whose submit never came (the
     supervisor stopped meanwhile) never reached the ledger: nothing of it
     is replayed. One during whose wait another submit to its conversation
-    came is not held (returned second, with its time): the replay holds a
+    came is not held (``unheld``, with its time): the replay holds a
     conversation's removal for one run at a time, and that other submit
     would wait on the same hold, for ever in the trio replay's driver.
     """
+    arrivals = workload.arrivals
     if not any(arrival.kind == "removal_wait" for arrival in arrivals):
-        return tuple(arrivals), ()
+        return workload
     submits: dict[str, int] = {}
     for n, arrival in enumerate(arrivals):
         if arrival.kind == "submit":
@@ -307,9 +306,10 @@ def _waits_with_their_runs(
             if any(_same_conversation(other, run) for other in arrivals[n + 1 : at]):
                 unheld.append((run_id, arrival.t))
                 continue
-            arrival = Arrival(arrival.t, arrival.kind, {"run_id": run_id, "run": run})
-        paired.append(arrival)
-    return tuple(paired), tuple(unheld)
+            paired.append(Arrival(arrival.t, arrival.kind, {"run_id": run_id, "run": run}))
+        else:
+            paired.append(arrival)
+    return attrs.evolve(workload, arrivals=tuple(paired), unheld=tuple(unheld))
 
 
 def _same_conversation(arrival: Arrival, run: Mapping[str, Any]) -> bool:

@@ -29,7 +29,7 @@ def test_a_trace_recorded_across_sweeps_replays_with_its_decisions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(SIM))
-    from record_sweeps import record  # noqa: PLC0415 - a script of sim/, not a package
+    from record_sweeps import record  # a script of sim/, not a package
 
     # It asserts itself that the sweeps removed c0's and c1's clean
     # worktrees, kept d0's dirty one, and that later runs made them again.
