@@ -50,6 +50,7 @@ from herdsman.runtime.worktrees.manager import METADATA
 from herdsman.sim.bounds import STEPS_AT_ONE_INSTANT, STOP_GRACE, WALL_LIMIT, InThread
 from herdsman.sim.fuzz.invariants import Checker, Violation
 from herdsman.sim.fuzz.links import LINK_FAULTS, LinkFaults
+from herdsman.sim.fuzz.removal_waits import RemovalWaits
 from herdsman.sim.fuzz.scenario import Scenario, ScenarioError
 from herdsman.sim.replay import ARRIVAL, Driver, drive
 from herdsman.sim.trio_internals import mock_time, shuffle_trio
@@ -222,16 +223,23 @@ class _CheckedGit(FakeGit):
     object id) would decide which goes first.
     """
 
-    def __init__(self, on_remove: Callable[[Path], None], latency: float) -> None:
+    def __init__(
+        self, on_remove: Callable[[Path], None], latency: float, removals: RemovalWaits
+    ) -> None:
         calls = itertools.count()
         super().__init__(latency=(lambda _: latency + next(calls) * 1e-6) if latency else None)
         self._on_remove = on_remove
+        self._removals = removals
 
     async def remove_worktree(self, repo: Path, path: Path) -> None:
         # Before and after: a run of its conversation may not be recorded
         # while the removal is under way either.
         self._on_remove(path)
-        await super().remove_worktree(repo, path)
+        self._removals.began(path)
+        try:
+            await super().remove_worktree(repo, path)
+        finally:
+            self._removals.ended(path)
         self._on_remove(path)
 
 
@@ -314,7 +322,7 @@ class _Fuzz:
         self.up = trio.Event()
         #: Faults delivered, git failures apart; git failures injected.
         self.faults = self.git_injected = 0
-        self.git = _CheckedGit(self._removing, scenario.git_latency)
+        self.git = _CheckedGit(self._removing, scenario.git_latency, self.checker.removals)
         self.links = LinkFaults()
         # Files agents left in worktrees: path -> the run that wrote it.
         self._left: dict[Path, str] = {}
