@@ -12,13 +12,14 @@ removal begins and ends, the trace when each wait begins and its submit.
 from __future__ import annotations
 
 import collections
+import random
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from herdsman.runtime.worktrees.slug import conversation_slug
 
-__all__ = ["RemovalWaits"]
+__all__ = ["RemovalWaits", "draw_follow_up_on_removal"]
 
 
 class RemovalWaits:
@@ -72,3 +73,35 @@ class RemovalWaits:
     def crashed(self) -> None:
         """The supervisor died: the submits that were waiting died with it."""
         self._waiting.clear()
+
+
+def draw_follow_up_on_removal(
+    seed: int, events: list[dict[str, Any]], repos: int, latency: float
+) -> None:
+    """Mark, for some seeds, one follow-up submit as sent once its conversation is being swept.
+
+    The fault: a client sends the follow-up (``"on_removal": true`` on its
+    submit event) the moment a removal of its conversation's worktrees
+    begins, at or after its time, so that the supervisor makes it wait
+    (``removal_wait``); if none begins, it is never sent. Only with
+    repositories and a git that takes time (else a removal is over before
+    anyone could ask), in half those seeds. Drawn from a stream of its own
+    (``Random("on removal:SEED")``): every other draw of the seed stays.
+    """
+    rng = random.Random(f"on removal:{seed}")
+    if not repos or not latency or rng.random() >= 0.5:
+        return
+    seen: set[tuple[str, str]] = set()
+    follow_ups = []
+    for event in events:
+        if event["kind"] != "submit" or event.get("again"):
+            continue
+        run = event["run"]
+        if run.get("conversation") is None:
+            continue
+        key = (run.get("workspace", "default"), run["conversation"])
+        if key in seen and event.get("on_busy", "queue") == "queue":
+            follow_ups.append(event)
+        seen.add(key)
+    if follow_ups:
+        rng.choice(follow_ups)["on_removal"] = True
