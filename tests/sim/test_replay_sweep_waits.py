@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sim_workloads import config_json
+from test_recorded_timing import finish, start
 
 from herdsman.sim.decisions import timeline_of
 from herdsman.sim.diff import first_divergence, report
@@ -59,14 +60,6 @@ def trace_text(events: list[dict[str, Any]], config: str = WITH_REPO) -> str:
 def submit(t: float, run_id: str, conversation: str, kind: str = "submit") -> dict[str, Any]:
     run = {"id": run_id, "provider": "p", "conversation": conversation, "workspace": "default"}
     return {"t": t, "event": kind, "run": run}
-
-
-def start(t: float, run_id: str) -> dict[str, Any]:
-    return {"t": t, "event": "start", "run_id": run_id, "account": None}
-
-
-def finish(t: float, run_id: str) -> dict[str, Any]:
-    return {"t": t, "event": "finish", "run_id": run_id, "outcome": "succeeded", "exit_code": 0}
 
 
 def wait(t: float, run_id: str) -> dict[str, Any]:
