@@ -676,6 +676,9 @@ class Supervisor:
                 # under way: the run is recorded once it has finished.
                 for new, _, skip in plan:
                     if not skip and new.conversation is not None:
+                        if self._worktrees.removal_under_way(new.workspace, new.conversation):
+                            # What a replay needs to hold it as long (docs/simulator.md).
+                            self._emit("removal_wait", run_id=new.id)
                         await self._worktrees.removal_finished(new.workspace, new.conversation)
             now = self._wall()
             return await self._record_submits(plan, now, [on_busy for _, on_busy in items])
@@ -1991,6 +1994,11 @@ class Supervisor:
         key = conversation_key(workspace, conversation)
         probe = RunRequest("", "", conversation, None, workspace)
         return self._scheduler.is_busy(probe) or self._pending_keys.claimed(key)
+
+    @property
+    def worktrees(self) -> WorktreeManager | None:
+        """The conversations' worktrees (None without repositories configured)."""
+        return self._worktrees
 
     async def sweep_worktrees(self, *, dry_run: bool = False) -> SweepReport:
         """Remove the clean worktrees of idle conversations now (see sweeper.py)."""
