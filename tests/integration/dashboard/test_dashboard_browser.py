@@ -249,6 +249,10 @@ def test_a_trace_opens_in_the_same_timeline(browser: Browser, tmp_path: Path) ->
         page = watched.page
         page.goto(out.as_uri())
         expect(page.locator("#timeline rect.succeeded").first).to_be_visible()
+        # 199 runs were submitted; 10 attempts hit a usage limit and were drawn on their own.
+        expect(page.locator("#summary")).to_contain_text(
+            "199 runs, 198 started, 10 more attempts ended by a usage limit, over "
+        )
         slots = page.locator("#timeline .lane-label").all_text_contents()
         assert slots[0].startswith("claude slot 1")
         page.select_option("#lanes", "conversation")
