@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -287,8 +288,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _option_before_command(argv: Sequence[str]) -> str | None:
+    """The usage error for ``herdsman -c FILE status``: the commands' options go after them.
+
+    argparse would read FILE as the command's name and answer "invalid choice".
+    """
+    if not argv:
+        return None
+    first = argv[0]
+    if first in ("-c", "--config", "--set") and len(argv) > 1:
+        option, rest = list(argv[:2]), list(argv[2:])
+    elif first.startswith(("--config=", "--set=")) or (
+        first.startswith("-c") and not first.startswith("--") and len(first) > 2
+    ):
+        option, rest = [first], list(argv[1:])
+    else:
+        return None
+    return (
+        f"herdsman: {shlex.join(option)} is an option of the command: put it after the"
+        f" command's name, e.g. `herdsman {shlex.join(rest + option)}`"
+        " (see `herdsman COMMAND --help`)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
+    if problem := _option_before_command(sys.argv[1:] if argv is None else argv):
+        print(problem, file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     handler: Command = args.handler
     try:
