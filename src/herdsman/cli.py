@@ -139,8 +139,13 @@ def after_config_write(result: EditResult) -> int:
     """Ask a supervisor running on the file to reload it; ``config set``'s exit status.
 
     The supervisor is found at the address of the file as it was before the
-    edit: that is where a running one listens, even if the edit moved it.
+    edit: that is where a running one listens, even if the edit moved it. An
+    edit that leaves the file as it was asks nothing: a running supervisor
+    would answer with its last reload, as if that were this edit's.
     """
+    if result.new_text == result.old_text:
+        print(f"{result.path.name} already said so; nothing changed, nothing to reload")
+        return 0
     try:
         before = load_config_text(result.old_text, result.path).config
     except ConfigError:  # the edit repaired the file: find the supervisor with the new one

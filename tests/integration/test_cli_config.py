@@ -206,6 +206,14 @@ def test_config_set_changes_only_the_value_and_keeps_mode(workdir: Path) -> None
     )
     assert path.read_text() == VALID.replace("concurrency = 2 # low", "concurrency = 7 # low")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    # Setting what the file already says changes nothing, and no reload is reported.
+    again = herdsman("config", "set", "providers.claude.concurrency", "7", cwd=workdir)
+    assert (again.returncode, again.stderr) == (0, "")
+    assert again.stdout == (
+        "providers.claude.concurrency = 7  (supervisor.toml)\n"
+        "supervisor.toml already said so; nothing changed, nothing to reload\n"
+    )
+    assert path.read_text() == VALID.replace("concurrency = 2 # low", "concurrency = 7 # low")
     timeout = herdsman(
         "config", "set", "providers.claude.timeout", "15m", "-c", str(path), cwd=workdir
     )
