@@ -153,6 +153,20 @@ def after_config_write(result: EditResult) -> int:
     return reload_running(before, result.path)
 
 
+def _print_edit_warnings(result: EditResult) -> None:
+    """What ``herdsman check`` would warn about the edited key (a repo path that is no folder).
+
+    The edit is written: it is valid. But a typo in a path or a command is
+    better said now than found in a run's notes later.
+    """
+    edited = result.key
+    for warning in environment_warnings(result.loaded):
+        parts = warning.split(": ", 2)
+        key = parts[1] if len(parts) == 3 else ""
+        if key == edited or key.startswith((f"{edited}.", f"{edited}[")):
+            print(f"warning: {warning}", file=sys.stderr)
+
+
 def _config_set(args: argparse.Namespace) -> int:
     try:
         path = find_config_file(args.config, os.environ)
@@ -161,6 +175,7 @@ def _config_set(args: argparse.Namespace) -> int:
     except ConfigError as error:
         return _print_errors(error)
     print(f"{written.key} = {written.toml}  ({path})")
+    _print_edit_warnings(result)
     if not args.reload:
         return 0
     return after_config_write(result)
@@ -173,6 +188,7 @@ def _config_add(args: argparse.Namespace) -> int:
     except ConfigError as error:
         return _print_errors(error)
     print(f"added {result.key}  ({path})")
+    _print_edit_warnings(result)
     return after_config_write(result) if args.reload else 0
 
 

@@ -241,6 +241,16 @@ def test_config_get_add_and_remove_arrays_of_tables(workdir: Path) -> None:
     added = herdsman("config", "add", "repos", "name=app", "path=/src/app", cwd=workdir)
     assert added.returncode == 0, added.stderr
     assert added.stdout.splitlines()[0] == "added repos[1]  (supervisor.toml)"
+    # Written (it is valid), and what `check` would warn about it said at once.
+    assert (
+        added.stderr == "warning: supervisor.toml:12: repos[1].path: /src/app is not a directory\n"
+    )
+    moved = herdsman("config", "set", "repos[1].path", str(workdir), "--no-reload", cwd=workdir)
+    assert (moved.returncode, moved.stderr) == (0, "")
+    back = herdsman("config", "set", "repos[1].path", "/src/app", "--no-reload", cwd=workdir)
+    assert (
+        back.stderr == "warning: supervisor.toml:12: repos[1].path: /src/app is not a directory\n"
+    )
     assert path.read_text() == VALID + '\n[[repos]]\nname = "app"\npath = "/src/app"\n'
     as_json = json.loads(herdsman("config", "get", "repos[1]", "--json", cwd=workdir).stdout)
     assert as_json == {
