@@ -91,6 +91,8 @@ def test_each_run_is_drawn_from_its_submit_start_and_end(tmp_path: Path) -> None
         ("r2 (limited)", "failed", 2, 10, 12, "a"),
     ]
     assert runs[2]["conversation"] == "r3"  # no conversation: a lane of its own
+    # Only the attempt is marked, so the page counts runs, not bars.
+    assert [run.get("limited", False) for run in runs] == [False] * 4 + [True]
 
 
 def test_a_prompt_cannot_end_the_pages_script(tmp_path: Path) -> None:

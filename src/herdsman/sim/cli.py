@@ -51,6 +51,12 @@ def _replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    # Said before the replay, not after it: the trace is not written to stdout
+    # only for the timeline's file to fail.
+    for flag, path in (("--out", args.out), ("--chrome-trace", args.chrome_trace)):
+        if path is not None and not path.parent.is_dir():
+            print(f"herdsman: {flag} {path}: no such directory {path.parent}", file=sys.stderr)
+            return 2
     # What the simulated supervisor logs (usage limits, checkouts) is part of
     # the simulation, not news for whoever runs it: only errors are shown.
     logging.getLogger("herdsman").setLevel(logging.ERROR)

@@ -49,7 +49,7 @@ class Herd:
     def output(self) -> str:
         return (self.directory / "supervisor.log").read_text()
 
-    def submit(self, prompt: str, conversation: str) -> str:
+    def submit(self, prompt: str, conversation: str | None) -> str:
         body = {"provider": "gate", "prompt": prompt, "conversation": conversation}
         answer = self.api.post("/v1/runs", json=body)
         assert answer.status_code == 201, answer.text
@@ -153,6 +153,34 @@ def test_runs_move_from_queued_to_running_to_succeeded_without_a_reload(
     assert page.evaluate("window.notReloaded") is True
 
 
+def test_runs_without_a_conversation_wait_behind_nothing(herd: Herd, page: Page) -> None:
+    # Runs submitted without a conversation share no lane: none waits behind another,
+    # and none is shown under a conversation called "null".
+    page.goto(f"{herd.url}/#overview")
+    blocker = herd.submit("blocker", "blocking")
+    loose = [herd.submit(f"loose{n}", None) for n in (1, 2)]
+    running, queued = page.locator("#running"), page.locator("#queued")
+    expect(running.locator(f'tr[data-run="{blocker}"]')).to_be_visible()
+    for run_id in loose:
+        row = queued.locator(f'tr[data-run="{run_id}"]')
+        expect(row.locator("td").first).to_have_text("—")
+        expect(row.locator("td.behind")).to_have_text("")
+    open_gate(herd.directory, "blocker")
+    expect(running.locator(f'tr[data-run="{loose[0]}"] td').nth(2)).to_have_text("—")
+    open_gate(herd.directory, "loose1")
+    open_gate(herd.directory, "loose2")
+    page.goto(f"{herd.url}/#runs")
+    row = page.locator(f'#recent tr[data-run="{loose[1]}"]')
+    expect(row.locator(".status")).to_have_text("succeeded")
+    expect(row.locator("td").nth(3)).to_have_text("—")
+    # On the timeline by conversation, each has a lane of its own, named by its id.
+    page.locator('nav a[href="#timeline"]').click()
+    page.select_option("#lanes", "conversation")
+    for run_id in loose:
+        expect(page.locator("#timeline .lane-label", has_text=run_id[:30])).to_have_count(1)
+    expect(page.locator("#timeline .lane-label", has_text="null")).to_have_count(0)
+
+
 def test_a_run_is_cancelled_from_the_page(herd: Herd, page: Page) -> None:
     page.goto(f"{herd.url}/#overview")
     run_id = herd.submit("never", "cancelled")
@@ -221,6 +249,10 @@ def test_a_trace_opens_in_the_same_timeline(browser: Browser, tmp_path: Path) ->
         page = watched.page
         page.goto(out.as_uri())
         expect(page.locator("#timeline rect.succeeded").first).to_be_visible()
+        # 199 runs were submitted; 10 attempts hit a usage limit and were drawn on their own.
+        expect(page.locator("#summary")).to_contain_text(
+            "199 runs, 198 started, 10 more attempts ended by a usage limit, over "
+        )
         slots = page.locator("#timeline .lane-label").all_text_contents()
         assert slots[0].startswith("claude slot 1")
         page.select_option("#lanes", "conversation")

@@ -75,7 +75,14 @@ def trace_runs(
             outcome = fields.get("outcome", "failed")
             if fields.get("requeued"):
                 attempts.append(
-                    {**run, "id": f"{run['id']} (limited)", "status": "failed", "finished_at": at}
+                    {
+                        **run,
+                        "id": f"{run['id']} (limited)",
+                        "status": "failed",
+                        "finished_at": at,
+                        # An attempt of a run listed on its own: not counted as a run.
+                        "limited": True,
+                    }
                 )
                 run.update(status="queued", submitted_at=at, started_at=None)
                 continue

@@ -75,7 +75,12 @@
     body.replaceChildren(...rows);
   }
   function conversationName(r) {
+    if (r.conversation == null) return "—";
     return (r.workspace && r.workspace !== "default" ? r.workspace + "/" : "") + r.conversation;
+  }
+  // A run submitted without a conversation is in no conversation's lane: it waits behind nothing.
+  function laneKey(r) {
+    return r.conversation == null ? `run ${r.id}` : conversationName(r);
   }
 
   function notice(message) {
@@ -140,17 +145,17 @@
     // Conversations in the order their first queued run came, each one's runs in order.
     const lanes = new Map();
     for (const r of state.queued) {
-      const key = conversationName(r);
+      const key = laneKey(r);
       if (!lanes.has(key)) lanes.set(key, []);
       lanes.get(key).push(r);
     }
-    const runningIn = new Map(state.running.map((r) => [conversationName(r), r]));
+    const runningIn = new Map(state.running.map((r) => [laneKey(r), r]));
     fill("queued", [...lanes.entries()].flatMap(([key, runs]) => runs.map((r, i) => {
       const place = i + 1;
       // The run it waits for in its conversation: the one running, or the one queued before it.
       const ahead = i > 0 ? runs[i - 1] : runningIn.get(key);
       return el("tr", { "data-run": r.id },
-        el("td", { text: place === 1 ? key : "" }), el("td", { text: r.provider }),
+        el("td", { text: place === 1 ? conversationName(r) : "" }), el("td", { text: r.provider }),
         el("td", { class: "mono", text: String(place) }), el("td", {}, runLink(r.id)),
         el("td", { class: "behind" }, ahead ? runLink(ahead.id) : null, ahead ? ` (${ahead.status})` : ""),
         ticking(r.submitted_at), el("td", { class: "prompt", title: r.prompt || "", text: r.prompt || "" }),

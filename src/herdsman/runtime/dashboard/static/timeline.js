@@ -44,7 +44,9 @@
   function conversationLanes(runs) {
     const by = new Map();
     for (const r of runs) {
-      const key = (r.workspace && r.workspace !== "default" ? r.workspace + "/" : "") + r.conversation;
+      // A run without a conversation has a lane of its own, named by its id (as `sim view` draws it).
+      const key = r.conversation == null ? r.id
+        : (r.workspace && r.workspace !== "default" ? r.workspace + "/" : "") + r.conversation;
       if (!by.has(key)) by.set(key, []);
       by.get(key).push(r);
     }
@@ -52,7 +54,7 @@
   }
 
   function describe(r) {
-    const parts = [`${r.id} — ${r.status}`, `${r.provider} · ${r.conversation}`];
+    const parts = [`${r.id} — ${r.status}`, `${r.provider} · ${r.conversation ?? "no conversation"}`];
     if (r.started_at != null) parts.push(`waited ${Math.round(r.started_at - r.submitted_at)} s`);
     if (r.started_at != null && r.finished_at != null) parts.push(`ran ${Math.round(r.finished_at - r.started_at)} s`);
     if (r.reason) parts.push(r.reason);
