@@ -49,6 +49,7 @@ from herdsman.executables import resolve_executable
 from herdsman.runtime import status_view
 from herdsman.runtime.accounts import longest_window
 from herdsman.runtime.callbacks import deliver_callback
+from herdsman.runtime.changes import Changes
 from herdsman.runtime.fleet_accounts import (
     read_fleet_accounts,
 )
@@ -75,6 +76,7 @@ from herdsman.runtime.runner import (
 from herdsman.runtime.stop_order import StopOrder
 from herdsman.runtime.store import (
     NewRun,
+    RunEnd,
     RunRecord,
     RunStatus,
     Store,
@@ -243,6 +245,8 @@ class Supervisor:
         # start was decided under, until its task has read them.
         self._picks: dict[str, tuple[Pick, Config]] = {}
         self._wakeup = trio.Event()
+        #: Touched whenever what the dashboard shows may have changed.
+        self.changes = Changes()
         #: When (trio time) the dispatcher looks again at runs waiting for a
         #: resting account, if any wait: the simulator advances time to it.
         self.account_recheck_at: float | None = None
@@ -285,6 +289,7 @@ class Supervisor:
             apply=self._apply,
             emit=self._emit,
             emit_in_ledger_order=self._emit_in_ledger_order,
+            changes=self.changes,
         )
         self._tracker = AccountTracker(
             self._life, self.ledger, wall=wall, fleet=fleet, emit=self._emit, wake=self._wake
@@ -573,6 +578,9 @@ class Supervisor:
                 # under way: the run is recorded once it has finished.
                 for new, _, skip in plan:
                     if not skip and new.conversation is not None:
+                        if self._worktrees.removal_under_way(new.workspace, new.conversation):
+                            # What a replay needs to hold it as long (docs/simulator.md).
+                            self._emit("removal_wait", run_id=new.id)
                         await self._worktrees.removal_finished(new.workspace, new.conversation)
             now = self._wall()
             return await self._record_submits(plan, now, [on_busy for _, on_busy in items])
@@ -1054,6 +1062,7 @@ class Supervisor:
 
     def _wake(self) -> None:
         self._wakeup.set()
+        self.changes.touch()
 
     async def _emit_in_ledger_order(self, kind: str, **fields: Any) -> None:
         """Trace an event after every change already on its way to the ledger.
@@ -1074,6 +1083,7 @@ class Supervisor:
             self._trace.record(kind, fields)
 
     def _notify(self, run_id: str) -> None:
+        self.changes.touch()
         for event in self._waiters.pop(run_id, ()):
             event.set()
 
@@ -1196,6 +1206,7 @@ class Supervisor:
 
     def _started(self, records: list[RunRecord]) -> None:
         assert self._nursery is not None
+        self.changes.touch()
         trace = self._trace
         for record in records:
             if trace is not None:
@@ -1429,9 +1440,7 @@ class Supervisor:
         finally:
             stop_order.done(record.id)
 
-    def _finish_fields(
-        self, ended: ProcessOutcome | None, run_id: str
-    ) -> tuple[RunStatus, dict[str, Any]]:
+    def _finish_fields(self, ended: ProcessOutcome | None, run_id: str) -> RunEnd:
         """:func:`finish_fields` of a run's end, with the run's log path."""
         return finish_fields(ended, self._prep.log_file(self.config, run_id))
 
@@ -1456,8 +1465,8 @@ class Supervisor:
     async def _record_finish(
         self, record: RunRecord, ended: ProcessOutcome | None, *, may_start: bool
     ) -> None:
-        _, fields = self._finish_fields(ended, record.id)
-        session_id = fields.get("session_id")
+        end = self._finish_fields(ended, record.id)
+        session_id = end.session_id
         now = self._wall()
         conversation = record.conversation
         # The lifecycle decides: the status, a usage limit's rest and re-queue
@@ -1476,7 +1485,7 @@ class Supervisor:
         early = settled.freed
 
         def finish(store: Store) -> RunRecord:
-            final = store.finish(record.id, status, now, **fields)
+            final = store.finish(record.id, attrs.evolve(end, status=status), now)
             if hit is not None:
                 store.set_account_limit(hit.provider, hit.account, hit.until, hit.message)
                 if requeue:
@@ -1514,7 +1523,7 @@ class Supervisor:
             self._report_finish(
                 final,
                 status if requeued else final.status,
-                fields.get("exit_code"),
+                end.exit_code,
                 requeue=requeued,
             )
 

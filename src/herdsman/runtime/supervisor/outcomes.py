@@ -6,12 +6,10 @@ tasks: the simulator's floor benchmark and the tests use them as they are.
 
 from __future__ import annotations
 
-from typing import Any
-
 from herdsman.core.lifecycle import Rest
 from herdsman.core.outcome import Outcome, RunOutcome
 from herdsman.runtime.runner import ProcessOutcome
-from herdsman.runtime.store import RunRecord, RunStatus, StoreConflict, StoreError
+from herdsman.runtime.store import RunEnd, RunRecord, RunStatus, StoreConflict, StoreError
 from herdsman.runtime.store.errors import LeaseExpired
 from herdsman.runtime.store.errors import RunNotFound as UnknownRun
 
@@ -49,15 +47,16 @@ def limit_note(record: RunRecord, hit: Rest, again: RunRecord) -> str:
 _STATUS_OF: dict[Outcome, RunStatus] = {outcome: RunStatus(outcome.value) for outcome in Outcome}
 
 
-def finish_fields(ended: ProcessOutcome | None, log_path: str) -> tuple[RunStatus, dict[str, Any]]:
-    """How a run ended, as the ledger's ``finish`` takes it: the status and the fields."""
+def finish_fields(ended: ProcessOutcome | None, log_path: str) -> RunEnd:
+    """How a run ended, as the ledger's ``finish`` takes it."""
     if ended is None:  # the task was cancelled before an outcome existed
-        return RunStatus.CANCELLED, {"reason": "supervisor shut down", "log_path": log_path}
-    return _STATUS_OF[ended.status], {
-        "exit_code": ended.exit_code,
-        "reason": as_text(ended.reason),
-        "result": as_text(ended.result),
-        "session_id": as_text(ended.session_id),
-        "excerpt": as_text(ended.excerpt),
-        "log_path": log_path,
-    }
+        return RunEnd(RunStatus.CANCELLED, reason="supervisor shut down", log_path=log_path)
+    return RunEnd(
+        _STATUS_OF[ended.status],
+        exit_code=ended.exit_code,
+        reason=as_text(ended.reason),
+        result=as_text(ended.result),
+        session_id=as_text(ended.session_id),
+        excerpt=as_text(ended.excerpt),
+        log_path=log_path,
+    )

@@ -21,6 +21,7 @@ import trio
 
 from herdsman.config import ConfigError, LoadedConfig
 from herdsman.config.report import config_as_json
+from herdsman.runtime.changes import Changes
 from herdsman.runtime.config_watch import file_signature, watch_file
 from herdsman.runtime.metrics import Metrics
 from herdsman.runtime.reload import (
@@ -42,7 +43,8 @@ class Reloader:
     ``apply(loaded, now)`` puts a validated configuration with live changes
     in force in the supervisor (it may read the ledger first, and must not
     fail half way); ``emit`` traces an event now, ``emit_in_ledger_order``
-    after every change already on its way to the ledger.
+    after every change already on its way to the ledger; ``changes`` is
+    touched when a reload's result is known (the dashboard shows it).
     """
 
     def __init__(
@@ -55,6 +57,7 @@ class Reloader:
         apply: Callable[[LoadedConfig, float], Awaitable[None]],
         emit: Callable[..., None],
         emit_in_ledger_order: Callable[..., Awaitable[None]],
+        changes: Changes,
     ) -> None:
         self._source = source
         self._loaded = loaded
@@ -63,6 +66,7 @@ class Reloader:
         self._apply = apply
         self._emit = emit
         self._emit_in_ledger_order = emit_in_ledger_order
+        self._changes = changes
         self._lock = trio.Lock()
         self._reloaded = trio.Event()
         #: The configuration's generation: 1 at the start, one more each applied reload.
@@ -170,6 +174,7 @@ class Reloader:
         result = ReloadResult(True, self.generation, trigger, now, tuple(changes))
         self.last_reload = result
         self.waiting_for_restart = tuple(change for change in changes if not change.live)
+        self._changes.touch()
         self._metrics.last_reload_ok.set(1)
         self._metrics.last_reload_time.set(now)
         if not changes:
@@ -187,6 +192,7 @@ class Reloader:
         for error in errors:
             log.error("  %s", error)
         self._emit("reload_rejected", errors=errors)
+        self._changes.touch()
         return result
 
     async def _config_changed(self, path: Path) -> None:
