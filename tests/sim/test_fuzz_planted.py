@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import pytest
 
-import herdsman.runtime.supervisor as supervisor_module
+import herdsman.runtime.requests as requests_module
 from herdsman.cli import main
 from herdsman.runtime.store.memory import MemoryStore
 from herdsman.runtime.supervisor import Supervisor
@@ -107,14 +107,14 @@ def test_a_restart_that_requeues_out_of_order_is_caught(
 def test_a_cap_off_by_one_is_caught(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from herdsman.runtime.requests import limits_of  # what the supervisor calls
+    from herdsman.runtime.requests import limits_of  # what the supervisor's settings hold
 
     def one_more(config: Any) -> Any:
         limits = limits_of(config)
         caps = {name: cap + 1 for name, cap in limits.provider_caps.items()}
         return attrs.evolve(limits, provider_caps=caps)
 
-    monkeypatch.setattr(supervisor_module, "limits_of", one_more)
+    monkeypatch.setattr(requests_module, "limits_of", one_more)
     case = _fuzz_finds(tmp_path, capsys, "cap")
     code, err = _replays(case, capsys)
     assert code == 1

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from sim_workloads import busy_trace
 
-from herdsman.runtime import supervisor as supervisor_module
 from herdsman.runtime.store import MemoryStore, RunStatus
+from herdsman.runtime.supervisor import facade
+from herdsman.runtime.supervisor.outcomes import finish_fields
 from herdsman.sim.replay import replay
 from herdsman.sim.workload import config_from_trace, read_workload
 
@@ -24,13 +25,14 @@ def test_runs_ending_alike_share_their_outcome_but_not_their_log_paths(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     outcomes: list[object] = []
-    honest = supervisor_module.finish_fields
+    honest = finish_fields
 
     def seen(ended: Any, log_path: str) -> Any:
         outcomes.append(ended)
         return honest(ended, log_path)
 
-    monkeypatch.setattr(supervisor_module, "finish_fields", seen)
+    # Where the supervisor looks it up.
+    monkeypatch.setattr(facade, "finish_fields", seen)
     workload = read_workload(busy_trace(tmp_path / "busy.jsonl", runs=40))
     store = MemoryStore()
     result = replay(workload, config_from_trace(workload.header.config, "header"), store=store)

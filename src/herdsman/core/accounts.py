@@ -78,13 +78,13 @@ class AccountSpec:
 class Pick:
     """The account a run spends; ``moved`` when its conversation used another one last.
 
-    A moved conversation's session stays behind under ``left`` (None: the
+    A moved conversation's session stays behind under ``moved_from`` (None: the
     ambient environment), so the run must start a fresh one.
     """
 
     account: str | None
     moved: bool = False
-    left: str | None = None
+    moved_from: str | None = None
 
 
 @attrs.frozen
@@ -427,7 +427,7 @@ class AccountBook:
                 return None
         name = best.spec.name
         if has_last and last != name:
-            return Pick(name, moved=True, left=last), best
+            return Pick(name, moved=True, moved_from=last), best
         pick = self._plain_picks.get(name)  # _plain_pick, inlined for every start
         return (pick or self._plain_pick(name)), best
 

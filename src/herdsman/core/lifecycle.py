@@ -21,7 +21,11 @@ driver hands it with the time it happened, what becomes of the runs:
   at :meth:`Lifecycle.settle`, once the driver has made the finish durable;
 * **cancel** a queued or held run (withdrawn) or a running one (stop it;
   its finish follows, never re-queued); **lost** (a restart, a lease that
-  ended): its slot, lanes and account given back;
+  ended, a finish that could not be recorded): its slot, lanes and account
+  given back;
+* **adopt** a run the ledger has queued (a fleet member's poll, a run whose
+  cancel the ledger refused) in its place by its sequence number, or
+  **forget** a queued one that left the ledger's queue elsewhere;
 * **reconfigure** (a reload): caps, agent exclusivity, accounts added and
   removed, an account that comes back getting its rest and usage back;
 * **rests** reported, restored or ended by hand, and :meth:`Lifecycle.next_wakeup`,
@@ -44,10 +48,17 @@ from types import MappingProxyType
 
 import attrs
 
-from herdsman.core.accounts import AccountBook, AccountGate, AccountSpec, Pick, sticky_key
+from herdsman.core.accounts import (
+    AccountBook,
+    AccountGate,
+    AccountSpec,
+    Elsewhere,
+    Pick,
+    sticky_key,
+)
 from herdsman.core.outcome import Outcome, RunOutcome, RunStatus
 from herdsman.core.runs import RunRequest
-from herdsman.core.scheduler import CancelOutcome, Limits, Scheduler, StartGate
+from herdsman.core.scheduler import CancelOutcome, Limits, RunState, Scheduler, StartGate
 
 __all__ = [
     "Admission",
@@ -238,6 +249,10 @@ class Lifecycle:
         """Whether a queued or running run shares ``run``'s conversation or agent."""
         return self.scheduler.is_busy(run)
 
+    def started_before(self, run_id: str) -> bool:
+        """Whether ``run_id`` started before this attempt: a usage limit no longer re-queues it."""
+        return run_id in self._again
+
     def next_wakeup(self, now: float) -> float | None:
         """When time alone frees an account a queued run waits for (unix seconds), if ever.
 
@@ -289,6 +304,39 @@ class Lifecycle:
         if attempts:
             self._again.add(run.id)
         return _QUEUED
+
+    def adopt(self, run: RunRequest, *, seq: int | None = None, attempts: int = 0) -> bool:
+        """The ledger has ``run`` queued: queue it here too, in its place by ``seq``.
+
+        For a fleet member's poll (the fleet's order), for a run a cancel
+        withdrew whose cancel the ledger then refused (back in its place,
+        ahead of the runs that came after it), and for a submit the ledger
+        recorded while a drain began (``seq`` None: behind every run). Unlike
+        :meth:`submit`, an id seen before is queued again, and a draining
+        lifecycle takes it too (nothing starts while it drains). A run
+        queued, running or held here is left as it is; returns whether
+        ``run`` was queued. ``attempts`` as for :meth:`submit`.
+        """
+        if self.scheduler.state_of(run.id) is not None:
+            return False
+        self._seen.add(run.id)
+        self.scheduler.submit(run, seq=seq)
+        if attempts:
+            self._again.add(run.id)
+        return True
+
+    def forget(self, run_id: str) -> bool:
+        """A queued run left the ledger's queue elsewhere (another member took it, or it ended).
+
+        It leaves the queue here, and nothing of it is to be recorded; only a
+        queued run does (a run taken for a start here is settled by its
+        start). Returns whether it left. :meth:`adopt` queues it again.
+        """
+        if self.scheduler.state_of(run_id) is not RunState.QUEUED:
+            return False
+        self.scheduler.cancel(run_id)
+        self._again.discard(run_id)
+        return True
 
     def pin(self, run_id: str, account: str | None) -> None:
         """Start ``run_id`` on ``account`` if it can take the run then (``AccountBook.pin``)."""
@@ -408,6 +456,8 @@ class Lifecycle:
         settlement re-queued, if a cancel was asked elsewhere meanwhile).
         """
         pending = self._pending.pop(run_id)
+        # A stop asked once the finish was in never outlives its attempt.
+        self._stopping.discard(run_id)
         if requeued:
             self.scheduler.requeue(run_id)
             # Its account gets the attempt back as a run that ended now.
@@ -436,6 +486,8 @@ class Lifecycle:
         withdrawn = self.scheduler.cancel(run_id)
         if withdrawn is CancelOutcome.REMOVED:
             self._again.discard(run_id)
+            # Asked to stop as it ran, then re-queued: the stop was its attempt's.
+            self._stopping.discard(run_id)
             return Withdrawal.WITHDRAWN
         if withdrawn is CancelOutcome.RUNNING:
             self._stopping.add(run_id)
@@ -445,12 +497,15 @@ class Lifecycle:
     def lost(self, run_id: str, now: float) -> bool:
         """The run's outcome will never be known (a restart, a lease that ended).
 
-        A run running or held here gives back its slot, lanes and account;
-        returns whether it was.
+        Also a finish the driver could not record: a usage limit's rest and
+        re-queue it called for (:meth:`settle`) never happen. A run running
+        or held here gives back its slot, lanes and account; returns whether
+        it was.
         """
         scheduler = self.scheduler
         self._stopping.discard(run_id)
         self._again.discard(run_id)
+        self._pending.pop(run_id, None)
         state = scheduler.state_of(run_id)
         if state is None:
             return False
@@ -465,16 +520,35 @@ class Lifecycle:
 
     # -- accounts ----------------------------------------------------------
 
+    def may_rest(self, provider: str, account: str | None, until: float, now: float) -> bool:
+        """Whether :meth:`rest` would rest the account: configured, and ``until`` still ahead."""
+        return math.isfinite(until) and until > now and self.book.knows(provider, account)
+
     def rest(
         self, provider: str, account: str | None, until: float, message: str, now: float
     ) -> bool:
         """Rest a configured account until ``until``, a time still ahead; whether it does."""
-        if not (math.isfinite(until) and until > now):
-            return False
-        if not self.book.knows(provider, account):
+        if not self.may_rest(provider, account, until, now):
             return False
         self.book.rest(provider, account, until, message)
         return True
+
+    def sync_accounts(
+        self,
+        rests: Iterable[tuple[str, str | None, float, str]],
+        elsewhere: Iterable[Elsewhere],
+        now: float,
+    ) -> list[tuple[str, str | None, float | None]]:
+        """The fleet's word on the accounts (a poll): exactly its rests, and others' usage.
+
+        ``rests`` replace every rest in force (``AccountBook.sync_rests``);
+        ``elsewhere``, the runs other members charged to accounts, replaces
+        the last such snapshot (``AccountBook.set_elsewhere``). Returns the
+        rests that changed: (provider, account, until), ``until`` None for
+        a rest that ended.
+        """
+        self.book.set_elsewhere(elsewhere)
+        return self.book.sync_rests(rests, now)
 
     def end_rest(self, provider: str, account: str | None) -> bool:
         """End a configured account's rest now (by hand); False if it is not configured."""

@@ -8,7 +8,6 @@ from typing import Any
 
 from herdsman.config import Config, Provider
 from herdsman.core.accounts import AccountBook, AccountSpec, AccountStatus, Blocked
-from herdsman.core.lifecycle import returning_accounts as core_returning
 
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
 
@@ -38,15 +37,6 @@ def account_env(provider: Provider, name: str | None) -> Mapping[str, str]:
         if account.name == name:
             return account.env
     return _NO_ENV
-
-
-def returning_accounts(book: AccountBook, config: Config) -> set[tuple[str, str | None]]:
-    """Accounts ``config`` has that ``book`` does not have configured now (membership only).
-
-    A reload that brings one back restores its rest and window usage from the
-    ledger, as a restart would.
-    """
-    return core_returning(book, {name: account_specs(p) for name, p in config.providers.items()})
 
 
 def longest_window(config: Config) -> float:

@@ -3,7 +3,7 @@
 Every agent herdsman spawns inherits ``HERDSMAN_RUN_ID`` and
 ``HERDSMAN_STATE_DIR``, and so do the processes it starts: the environment
 a process was started with survives pid reuse and tells apart supervisors
-on other state directories. Used at a restart (orphans.py, left_agents.py)
+on other state directories. Used at a restart (orphans.py, orphan_watch.py)
 and by a fleet member's fence keeper (fence_keeper.py), which must start
 fast and so imports nothing heavy. Also which members of process groups
 still run (runner/group.py, fence_keeper.py).

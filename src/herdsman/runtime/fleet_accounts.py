@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 import attrs
 
 from herdsman.config import Config
-from herdsman.core.accounts import AccountBook, Elsewhere
+from herdsman.core.accounts import Elsewhere
+from herdsman.core.lifecycle import Lifecycle
 from herdsman.runtime.store import AccountLimit, AccountUse
 
 if TYPE_CHECKING:
@@ -58,18 +59,18 @@ def read_fleet_accounts(store: FleetLedger, now: float, window: float) -> FleetA
 
 
 def apply_fleet_accounts(
-    book: AccountBook, state: FleetAccounts, now: float
+    life: Lifecycle, state: FleetAccounts, now: float
 ) -> list[tuple[str, str | None, float | None]]:
-    """Make ``book`` count the fleet's usage and rest as the fleet does.
+    """Make ``life`` count the fleet's usage and rest as the fleet does.
 
-    Returns the rests that changed (see :meth:`AccountBook.sync_rests`).
+    Returns the rests that changed (see :meth:`Lifecycle.sync_accounts`).
     """
-    book.set_elsewhere(
-        Elsewhere(use.provider, use.account, use.started_at, use.finished_at)
-        for use in state.elsewhere
-    )
-    return book.sync_rests(
+    return life.sync_accounts(
         ((limit.provider, limit.account, limit.until, limit.message) for limit in state.limits),
+        (
+            Elsewhere(use.provider, use.account, use.started_at, use.finished_at)
+            for use in state.elsewhere
+        ),
         now,
     )
 

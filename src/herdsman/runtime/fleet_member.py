@@ -42,7 +42,7 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -69,10 +69,6 @@ log = logging.getLogger("herdsman")
 #: How many times a lease is renewed while it runs: two renewals may fail
 #: (a slow server, a ledger batch ahead of them) before it lapses.
 RENEWALS_PER_LEASE = 3
-
-
-def _by_provider(item: tuple[tuple[str | None, str], int]) -> str:
-    return item[0][1]
 
 
 class Refused(enum.Enum):
@@ -184,41 +180,6 @@ class FleetMember:
         """Ledger operation: the fleet as the ledger knows it (three reads, no lock)."""
         del store  # the ledger hands over the store it was given: self.store
         return self.store.view()
-
-    def describe(self, view: FleetView) -> dict[str, Any]:
-        """``view`` as ``GET /v1/status`` shows it under ``fleet`` (docs/fleet.md).
-
-        Lease times are the server's clock; ``lease_left`` is how long each
-        lease runs still, by that clock (negative: lapsed, not yet expired).
-        """
-        members = []
-        for member in view.members:
-            by_provider = {
-                provider: count
-                for (holder, provider), count in sorted(view.running.items(), key=_by_provider)
-                if holder == member.id
-            }
-            members.append(
-                {
-                    "id": member.id,
-                    "host": member.host,
-                    "pid": member.pid,
-                    "this": member.id == self.store.member_id,
-                    "joined_at": member.joined_at,
-                    "lease_until": member.lease_until,
-                    "lease_left": member.lease_until - view.clock,
-                    "running": sum(by_provider.values()),
-                    "running_by_provider": by_provider,
-                }
-            )
-        known = {member.id for member in view.members}
-        unheld = sum(count for (holder, _), count in view.running.items() if holder not in known)
-        return {
-            "member_id": self.store.member_id,
-            "members": members,
-            "running": sum(view.running.values()),
-            "running_unheld": unheld,
-        }
 
     # -- claims and the lease ------------------------------------------------
 

@@ -6,7 +6,7 @@ conversation's worktree would overlap the conversation's next run. So the
 next start finds them — by the ``HERDSMAN_RUN_ID`` and ``HERDSMAN_STATE_DIR``
 every agent inherits, which survive pid reuse and tell apart supervisors on
 other state directories — and stops their process groups. A fleet member
-waits for the ledger to end their runs first (left_agents.py).
+waits for the ledger to end their runs first (orphan_watch.py).
 """
 
 from __future__ import annotations

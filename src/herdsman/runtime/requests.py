@@ -11,14 +11,12 @@ from json.encoder import encode_basestring as _encode_string
 from typing import Any
 
 from herdsman.config import Config
-from herdsman.core import Limits, RunRequest, Scheduler
-from herdsman.core.accounts import AccountBook
-from herdsman.core.lifecycle import Settings, apply_settings
+from herdsman.core import Limits, RunRequest
+from herdsman.core.lifecycle import Settings
 from herdsman.runtime.accounts import account_specs
 from herdsman.runtime.store import NewRun, RunRecord
 
 __all__ = [
-    "apply_to_cores",
     "limits_of",
     "run_request",
     "settings_of",
@@ -43,15 +41,6 @@ def settings_of(config: Config) -> Settings:
         accounts={name: tuple(account_specs(p)) for name, p in config.providers.items()},
         checkouts=bool(config.repos),
     )
-
-
-def apply_to_cores(scheduler: Scheduler, book: AccountBook, old: Config, new: Config) -> None:
-    """Put ``new``'s caps, exclusivity and accounts in force in the cores (a reload).
-
-    As :meth:`Lifecycle.reconfigure <herdsman.core.lifecycle.Lifecycle.reconfigure>`
-    does (:func:`~herdsman.core.lifecycle.apply_settings`).
-    """
-    apply_settings(scheduler, book, settings_of(old), settings_of(new))
 
 
 def run_request(record: RunRecord | NewRun) -> RunRequest:

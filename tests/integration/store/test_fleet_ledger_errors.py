@@ -1,7 +1,7 @@
 """What a fleet member's ledger raises when the fleet refuses a write, on a real server.
 
 A member retries a refused finish unless the refusal is final (its lease
-lapsed, the run was declared lost): ``supervisor._final`` decides by the
+lapsed, the run was declared lost): ``refused_for_good`` decides by the
 error's class. These refusals come from inside an operation, so the batch
 hands them over as they are; a commit that fails as a whole (the connection
 lost, and the server still unreachable) is a plain :class:`StoreError` or a
@@ -22,7 +22,7 @@ from herdsman.runtime.ledger import Ledger
 from herdsman.runtime.store import NewRun, RunEnd, RunStatus, Store, StoreConflict, StoreError
 from herdsman.runtime.store.errors import ConnectionLost
 from herdsman.runtime.store.fleet import FleetStore, LeaseExpired
-from herdsman.runtime.supervisor import _final
+from herdsman.runtime.supervisor.outcomes import refused_for_good
 from postgres_support import ledger_member
 
 T0 = 1_700_000_000.0
@@ -57,8 +57,8 @@ async def test_a_lapsed_member_s_refusals_reach_the_supervisor_as_final(
         claim = await refusal(gone, lambda s: gone.claim_many([("r2", None)], T0 + 2))
         assert type(finish) is StoreConflict
         assert type(claim) is LeaseExpired
-        assert _final(finish)
-        assert _final(claim)
+        assert refused_for_good(finish)
+        assert refused_for_good(claim)
     finally:
         gone.close()
         live.close()
@@ -90,4 +90,5 @@ async def test_a_finish_the_connection_broke_under_is_recorded_on_a_new_connecti
 
 def test_a_connection_the_store_could_not_make_again_is_worth_retrying() -> None:
     # Raised while the server stays unreachable: a member records the finish again.
-    assert not _final(ConnectionLost("run ledger on PostgreSQL server: connection refused"))
+    lost = ConnectionLost("run ledger on PostgreSQL server: connection refused")
+    assert not refused_for_good(lost)

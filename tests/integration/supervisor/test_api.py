@@ -451,7 +451,7 @@ async def test_long_polls_end_when_the_supervisor_stops(
     with trio.fail_after(15):
         await answered.wait()
     assert answers == [200]
-    assert running.supervisor._waiters == {}
+    assert running.supervisor.long_polls == 0
 
 
 EDITING_AGENT = """\

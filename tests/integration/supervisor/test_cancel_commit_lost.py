@@ -76,7 +76,7 @@ async def test_a_cancel_whose_commit_answer_was_lost_is_read_back_and_the_run_ne
     # started (the ledger would refuse it, and the supervisor stop).
     status = (await client.get("/v1/status")).json()
     assert status["admitting"] is True, status
-    assert served.supervisor._fatal is None
+    assert served.supervisor.fatal is None
     after = (await client.get("/v1/runs/second")).json()
     assert after["status"] == "cancelled"
     later = await client.post("/v1/runs", json={**body, "id": "third"})
@@ -109,4 +109,4 @@ async def test_a_cancel_whose_commit_was_lost_unsent_is_read_back_and_the_run_pu
         for run_id in ("first", "second")
     ]
     assert [(r["status"], r["attempts"]) for r in ended] == [("succeeded", 1)] * 2
-    assert served.supervisor._fatal is None
+    assert served.supervisor.fatal is None

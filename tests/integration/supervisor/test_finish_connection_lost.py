@@ -66,7 +66,7 @@ async def test_a_finish_that_met_the_server_down_is_recorded_once_it_is_back(
     # The run ends meanwhile; its finish cannot be recorded (the ledger is
     # asked nothing else, so only the finish meets the outage).
     with trio.fail_after(30):
-        while served.supervisor._scheduler.state_of(run_id) is not None:
+        while served.supervisor.run_state(run_id) is not None:
             await trio.sleep(0.02)
     proxy.refuse = False  # the server is back
     # Answered 503 until the store's pause after the failed reconnect is over.
@@ -77,4 +77,4 @@ async def test_a_finish_that_met_the_server_down_is_recorded_once_it_is_back(
             await trio.sleep(0.1)
     ended = answer.json()
     assert (ended["status"], ended["attempts"]) == ("succeeded", 1)
-    assert served.supervisor._fatal is None
+    assert served.supervisor.fatal is None

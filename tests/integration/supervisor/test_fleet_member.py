@@ -93,7 +93,7 @@ def status_of(store: Store, run_id: str) -> RunStatus:
 
 def parked(running: Running) -> list[str]:
     """The runs parked by ``running``: held by its scheduler, its claim refused."""
-    return [run.id for run in running.supervisor._scheduler.held_runs()]
+    return running.supervisor.parked_runs()
 
 
 async def wait_parked(running: Running, run_id: str) -> None:
@@ -103,7 +103,7 @@ async def wait_parked(running: Running, run_id: str) -> None:
 
 
 def fleet_of(running: Running) -> FleetMember:
-    fleet = running.supervisor._fleet
+    fleet = running.supervisor.fleet
     assert isinstance(fleet, FleetMember)
     return fleet
 
@@ -182,7 +182,7 @@ async def test_a_parked_run_frees_its_slot_at_once_for_a_run_on_a_free_lane(
     # "mine" still holds its lane here: "behind" was never offered, let alone claimed.
     assert parked(running) == ["mine"]
     assert status_of(other, "behind") is RunStatus.QUEUED
-    assert running.supervisor._scheduler.state_of("behind") is RunState.QUEUED
+    assert running.supervisor.run_state("behind") is RunState.QUEUED
     running.supervisor.request_shutdown()
     await running.stopped.wait()
 
@@ -253,7 +253,7 @@ async def test_a_cancel_arriving_while_a_claim_is_on_its_way_withdraws_the_refus
         # Hold the fleet lock: the next claim of "mine" waits for it.
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (other._fleet_lock,))
         with trio.fail_after(10):  # the next poll puts it back; its claim starts
-            while "mine" not in running.supervisor._handles:
+            while running.supervisor.run_state("mine") is not RunState.RUNNING:
                 await trio.sleep(0.02)
         async with trio.open_nursery() as nursery:
 
@@ -592,7 +592,7 @@ async def test_a_skip_submit_counts_runs_queued_or_running_on_other_members(
     run_elsewhere(other, "running-there", "c1")
     queued = NewRun(id="queued-there", provider="demo", prompt="p", conversation="c2", agent="a1")
     other.submit(queued, 3.0)
-    assert running.supervisor._scheduler.state_of("queued-there") is None  # not polled yet
+    assert running.supervisor.run_state("queued-there") is None  # not polled yet
 
     async def submit(run_id: str, conversation: str, agent: str | None = None) -> str:
         body = {"id": run_id, "provider": "demo", "prompt": "x", "conversation": conversation}
@@ -629,16 +629,16 @@ async def test_a_polled_run_waits_for_a_removal_of_its_conversation_s_worktrees(
 ) -> None:
     running = await start(repos_config(tmp_path, member_url))
     supervisor = running.supervisor
-    assert supervisor._worktrees is not None
-    with supervisor._worktrees.removing("default", "c"):  # a sweep's removal under way
+    assert supervisor.worktrees is not None
+    with supervisor.worktrees.removing("default", "c"):  # a sweep's removal under way
         for run_id, conversation in (("r0", None), ("r1", "c"), ("r2", None)):
             new = NewRun(id=run_id, provider="demo", prompt="p", conversation=conversation)
             other.submit(new, time.time())
         # Polled: r0 runs; r1 waits for the removal, and r2, after it in the
         # fleet's order, with it.
         assert (await running.wait("r0"))["status"] == "succeeded"
-        assert supervisor._scheduler.state_of("r1") is None
-        assert supervisor._scheduler.state_of("r2") is None
+        assert supervisor.run_state("r1") is None
+        assert supervisor.run_state("r2") is None
         # Claimed meanwhile, so the sweep removes nothing more of c.
         assert supervisor.conversation_busy("default", "c")
         released_at = time.time()
@@ -790,7 +790,7 @@ async def claim_held_back(
     conn = psycopg.connect(postgres_url)
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
     with trio.fail_after(10):  # the next poll un-parks it; its claim waits for the lock
-        while "late" not in running.supervisor._handles:
+        while running.supervisor.run_state("late") is not RunState.RUNNING:
             await trio.sleep(0.02)
     return conn
 
@@ -870,7 +870,7 @@ async def test_a_cancel_whose_refused_claim_meets_a_claim_elsewhere_asks_its_hol
     assert status_of(other, "late") is RunStatus.RUNNING
     assert other.poll(0).cancels == [("late", "cancel requested")]
     assert parked(running) == []
-    assert running.supervisor._scheduler.state_of("late") is None
+    assert running.supervisor.run_state("late") is None
     running.supervisor.request_shutdown()
     await running.stopped.wait()
 
@@ -892,13 +892,13 @@ async def test_a_run_cancelled_elsewhere_leaves_this_member_s_queue_at_its_next_
     await wait_running(running, "long")
     assert await submit("x", "c1") == "queued"  # waits here for the slot
     with trio.fail_after(10):
-        while supervisor._scheduler.state_of("x") is None:
+        while supervisor.run_state("x") is None:
             await trio.sleep(0.05)
     # Cancelled through another member: never offered here, so no claim says so.
     _, cancelled = other.request_cancel("x", time.time(), "cancelled elsewhere")
     assert cancelled
     with trio.fail_after(5):
-        while supervisor._scheduler.state_of("x") is not None:
+        while supervisor.run_state("x") is not None:
             await trio.sleep(0.05)
     assert supervisor.status()["queued"] == 0
     # Nothing of c1 is queued or running in the fleet: a skip-submit is queued.
@@ -917,7 +917,7 @@ async def test_a_run_of_a_provider_this_member_lacks_leaves_its_queue_once_run_e
     # A run for a provider only the other member has: never offered here.
     other.submit(NewRun(id="theirs", provider="claude", prompt="p", conversation="c1"), 1.0)
     with trio.fail_after(10):
-        while supervisor._scheduler.state_of("theirs") is None:
+        while supervisor.run_state("theirs") is None:
             await trio.sleep(0.05)
     assert [r.id for r in other.claim_many([("theirs", None)], time.time()).claimed] == ["theirs"]
     other.finish("theirs", RunEnd(RunStatus.SUCCEEDED, exit_code=0), time.time())
@@ -925,7 +925,7 @@ async def test_a_run_of_a_provider_this_member_lacks_leaves_its_queue_once_run_e
     assert (await running.client.post("/v1/runs", json=body)).status_code == 201
     # Its lane is free fleet-wide: it runs here, "theirs" no longer ahead of it.
     assert (await running.wait("mine", 10))["status"] == "succeeded"
-    assert supervisor._scheduler.state_of("theirs") is None
+    assert supervisor.run_state("theirs") is None
     supervisor.request_shutdown()
     await running.stopped.wait()
 
@@ -939,7 +939,7 @@ async def test_a_run_pruned_after_it_was_cancelled_elsewhere_does_not_stop_this_
         body = {"id": run_id, "provider": "demo", "prompt": "x", "conversation": conversation}
         assert (await running.client.post("/v1/runs", json=body)).status_code == 201
     with trio.fail_after(10):
-        while supervisor._scheduler.state_of("x") is None:
+        while supervisor.run_state("x") is None:
             await trio.sleep(0.05)
     other.request_cancel("x", time.time(), "cancelled elsewhere")
     assert other.prune(time.time() + 1) == 1  # "x" is gone from the ledger
@@ -947,7 +947,7 @@ async def test_a_run_pruned_after_it_was_cancelled_elsewhere_does_not_stop_this_
     body = {"id": "after", "provider": "demo", "prompt": "x", "conversation": "c1"}
     assert (await running.client.post("/v1/runs", json=body)).status_code == 201
     assert (await running.wait("after"))["status"] == "succeeded"
-    assert supervisor._fatal is None
+    assert supervisor.fatal is None
     assert not running.stopped.is_set()
     supervisor.request_shutdown()
     await running.stopped.wait()
@@ -959,8 +959,8 @@ async def test_runs_held_back_for_a_removal_are_queued_only_if_still_queued(
     # A long poll: after the removal, only the re-read decides what is queued here.
     running = await start(repos_config(tmp_path, member_url, poll="30s"))
     supervisor = running.supervisor
-    assert supervisor._worktrees is not None
-    with supervisor._worktrees.removing("default", "c"):
+    assert supervisor.worktrees is not None
+    with supervisor.worktrees.removing("default", "c"):
         # r1 and r2 of a provider only the other member has: never offered here,
         # so no claim of theirs would find them gone.
         for run_id, conversation, provider in (
@@ -974,12 +974,12 @@ async def test_runs_held_back_for_a_removal_are_queued_only_if_still_queued(
         with trio.fail_after(10):  # polled, and held back behind the removal
             while not supervisor.conversation_busy("default", "c"):
                 await trio.sleep(0.02)
-        assert supervisor._scheduler.state_of("r1") is None
+        assert supervisor.run_state("r1") is None
         other.cancel_queued("r1", time.time(), "test")  # cancelled elsewhere meanwhile
         assert [r.id for r in other.claim_many([("r2", None)], time.time()).claimed] == ["r2"]
     assert (await running.wait("r3"))["status"] == "succeeded"
-    assert supervisor._scheduler.state_of("r1") is None
-    assert supervisor._scheduler.state_of("r2") is None
+    assert supervisor.run_state("r1") is None
+    assert supervisor.run_state("r2") is None
     assert supervisor.status()["queued"] == 0
     assert status_of(other, "r2") is RunStatus.RUNNING  # the other member's to finish
     supervisor.request_shutdown()
@@ -1028,7 +1028,7 @@ async def test_a_usage_limit_that_meets_a_cancel_asked_elsewhere_ends_the_run_ca
     # (The ledger shows the finish a moment before this member has handled
     # its commit: other reads it from the database, not through the member.)
     with trio.fail_after(5):
-        while supervisor._scheduler.state_of("r") is not None:
+        while supervisor.run_state("r") is not None:
             await trio.sleep(0.01)
     body = {"id": "next", "provider": "demo", "prompt": "x", "conversation": "c1"}
     assert (await running.client.post("/v1/runs", json=body)).status_code == 201

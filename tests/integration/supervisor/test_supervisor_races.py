@@ -193,14 +193,14 @@ async def test_a_run_is_not_recorded_while_its_conversations_worktree_is_removed
     store = MemoryStore()
     supervisor = Supervisor(stuck_config(tmp_path), store, git=StuckGit())  # type: ignore[arg-type]
     async with serving(supervisor) as nursery:
-        assert supervisor._worktrees is not None
+        assert supervisor.worktrees is not None
         recorded = trio.Event()
 
         async def submit() -> None:
             await supervisor.submit(NewRun(id="r1", provider="demo", prompt="x", conversation="c"))
             recorded.set()
 
-        with supervisor._worktrees.removing("default", "c"):  # a sweep's removal under way
+        with supervisor.worktrees.removing("default", "c"):  # a sweep's removal under way
             nursery.start_soon(submit)
             await trio.testing.wait_all_tasks_blocked()
             assert store.get("r1") is None
@@ -309,8 +309,8 @@ async def test_a_reload_that_crashes_while_reading_is_rejected_and_changes_nothi
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from herdsman.config import load_config
-    from herdsman.runtime import supervisor as supervisor_module
     from herdsman.runtime.reload import ConfigSource
+    from herdsman.runtime.supervisor import reloading
 
     path = write_config(tmp_path)
     source = ConfigSource(path, environ={}, watch=False)
@@ -321,7 +321,7 @@ async def test_a_reload_that_crashes_while_reading_is_rejected_and_changes_nothi
     def broken(*args: object) -> None:
         raise RuntimeError("a bug in the loader")
 
-    monkeypatch.setattr(supervisor_module, "effective_config", broken)
+    monkeypatch.setattr(reloading, "effective_config", broken)
     async with serving(supervisor):
         path.write_text(path.read_text().replace("concurrency = 2", "concurrency = 3"))
         result = await supervisor.reload("test")

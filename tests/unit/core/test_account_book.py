@@ -115,7 +115,7 @@ def test_a_conversation_moves_when_its_account_is_exhausted_and_is_told_so() -> 
     book.finish("r1", T0 + 1)
     book.exhaust("claude", "a", T0 + 2, T0 + HOUR, "You've hit your limit")
     pick = start(book, "r2", "ws/c", T0 + 3)
-    assert pick == Pick("b", moved=True, left="a")
+    assert pick == Pick("b", moved=True, moved_from="a")
     book.finish("r2", T0 + 4)
     # Once moved, "b" is the conversation's account, even after "a" is back.
     assert book.pick("claude", "ws/c", T0 + 2 * HOUR) == Pick("b")
@@ -158,7 +158,7 @@ def test_runs_in_flight_keep_their_account_while_the_preferred_one_changes() -> 
     start(book, "r1", "ws/c1", T0)  # a
     start(book, "r2", "ws/c2", T0)  # b (a is busier)
     book.exhaust("claude", "a", T0 + 1, T0 + HOUR, "limit")
-    assert start(book, "r3", "ws/c1", T0 + 2) == Pick("b", moved=True, left="a")
+    assert start(book, "r3", "ws/c1", T0 + 2) == Pick("b", moved=True, moved_from="a")
     assert [book.holding(r) for r in ("r1", "r2", "r3")] == ["a", "b", "b"]
     statuses = {s.account: s for s in book.statuses(T0 + 3)}
     assert statuses["a"].running == 1
@@ -347,7 +347,7 @@ class AccountMachine(RuleBasedStateMachine):
             assert pick == Pick(previous)
         else:
             assert pick.moved
-            assert pick.left == previous
+            assert pick.moved_from == previous
 
     @precondition(lambda self: self.running)
     @rule(data=st.data())
@@ -425,7 +425,7 @@ def test_stickiness_follows_the_session_not_a_start_that_reported_none() -> None
     book.finish("r1", T0 + 1)
     start(book, "x", None, T0 + 1)  # someone else fills a
     pick = book.pick("claude", "ws/c", T0 + 2)
-    assert pick == Pick("b", moved=True, left="a")
+    assert pick == Pick("b", moved=True, moved_from="a")
     book.start("r2", "claude", "b", T0 + 2)  # it fails before reporting a session
     book.finish("r2", T0 + 3, spawned=False)
     book.finish("x", T0 + 3)

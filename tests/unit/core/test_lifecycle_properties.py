@@ -18,8 +18,13 @@ accounts as plain records, and scans. It knows:
   failure then counts as ``usage_limited`` and, at its first attempt and not
   asked to stop, goes back to its place in the queue — once;
 * submits (a known id is known, ``on_busy = "skip"``), cancels (queued, held,
-  running), holds, give-backs, reloads (caps, exclusivity, accounts removed
-  and added: a removed account keeps its runs until they end), drains, rests.
+  running; a stop asked while a finish is being recorded is that attempt's
+  only), holds, give-backs, reloads (caps, exclusivity, accounts removed
+  and added: a removed account keeps its runs until they end), drains, rests;
+* runs the ledger has queued, adopted in their place by sequence number (a
+  fleet's poll, a refused cancel: a known id too), runs that left the
+  ledger's queue forgotten, and finishes that could not be recorded (lost:
+  no rest, no re-queue).
 
 :class:`LifecycleMachine` drives a real :class:`Lifecycle` and the model with the
 same random events, takes the starts after every event as the drivers do, and
@@ -232,7 +237,7 @@ class Model:
         self.seen.add(run.id)
         if skip and any(self._busy(run, other) for other in self.queued + self.running + self.held):
             return Admission.SKIPPED
-        self.order[run.id] = len(self.order)
+        self.order[run.id] = max(self.order.values(), default=-1) + 1
         self.queued.append(run)
         return Admission.QUEUED
 
@@ -274,6 +279,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.ids = 0
         self.starts: dict[str, int] = {}  # run id -> starts so far
         self.requeues: dict[str, int] = {}  # run id -> usage-limit re-queues
+        # Each queued run's request and sequence number, as its first submit gave them.
+        self.requests: dict[str, tuple[RunRequest, int]] = {}
         # Pairs of runs that shared a lane when a reload made it one.
         self.shared: set[frozenset[str]] = set()
 
@@ -285,9 +292,16 @@ class LifecycleMachine(RuleBasedStateMachine):
         for fields in runs:
             run, self.ids = RunRequest(f"r{self.ids}", **fields), self.ids + 1  # type: ignore[arg-type]
             assert self.life.submit(run, self.now) is self.model.submit(run, skip=False)
+            self.note(run)
         self.take()
 
     # -- plumbing ----------------------------------------------------------
+
+    def note(self, run: RunRequest) -> None:
+        """Remember a run just queued by its first submit: what adopting it again takes."""
+        seq = self.life.scheduler.seq_of(run.id)
+        if seq is not None and run.id not in self.requests:
+            self.requests[run.id] = (run, seq)
 
     def take(self) -> None:
         """Take the starts as a driver does after every event, checking each rule on each."""
@@ -340,6 +354,8 @@ class LifecycleMachine(RuleBasedStateMachine):
             run = RunRequest(run_id, **fields)  # type: ignore[arg-type]
             expected = self.model.submit(run, skip=skip)
             assert self.life.submit(run, self.now, skip) is expected
+            if expected is Admission.QUEUED:
+                self.note(run)
         self.take()
 
     @rule(seconds=st.sampled_from((1.0, 20.0, 60.0, 150.0, 4000.0)))
@@ -348,9 +364,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.take()
 
     @precondition(lambda self: self.model.running)
-    @rule(data=st.data(), ending=ending_st)
-    def finish(self, data: st.DataObject, ending: Ending) -> None:
-        self.end(self.pick_run(data, self.model.running), ending)
+    @rule(data=st.data(), ending=ending_st, recorded=st.booleans(), late_stop=st.booleans())
+    def finish(self, data: st.DataObject, ending: Ending, recorded: bool, late_stop: bool) -> None:
+        """One run ends; its finish recorded or not (lost), maybe asked to stop meanwhile."""
+        self.end(self.pick_run(data, self.model.running), ending, recorded, late_stop)
         self.take()
 
     @precondition(lambda self: self.model.running)
@@ -363,8 +380,15 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.now += seconds
         self.take()
 
-    def end(self, run: RunRequest, ending: Ending) -> None:
-        """``run``'s attempt ends as ``ending`` says, in the lifecycle and in the model."""
+    def end(
+        self, run: RunRequest, ending: Ending, recorded: bool = True, late_stop: bool = False
+    ) -> None:
+        """``run``'s attempt ends as ``ending`` says, in the lifecycle and in the model.
+
+        ``recorded``: the driver recorded a usage limit's finish (else it
+        reports the run lost); ``late_stop``: a cancel asked it to stop
+        while its finish was being recorded.
+        """
         model, now = self.model, self.now
         status, spawned, limit, session = ending
         resets_at = None if limit is None or limit[0] is None else now + limit[0]
@@ -375,7 +399,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             session,
         )
         settled = self.life.finish(run.id, outcome, now)
-        if settled.requeue:  # at most once per run, whatever the model says
+        if settled.requeue and recorded:  # at most once per run, whatever the model says
             self.requeues[run.id] = self.requeues.get(run.id, 0) + 1
             assert self.requeues[run.id] == 1, f"{run.id} re-queued after a usage limit twice"
         key, _ = model.holds[run.id]
@@ -401,6 +425,14 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert (settled.status, settled.requeue, settled.freed) == (final, requeue, False)
             assert settled.rest is not None
             assert (settled.rest.account, settled.rest.until) == (key[1], until)
+            if late_stop:
+                assert self.life.cancel(run.id) is Withdrawal.STOP
+            if not recorded:
+                # Neither rested nor re-queued: the ledger holds it running until it is lost.
+                assert self.life.lost(run.id, now)
+                model.give_back(run.id, spawned=True)
+                model.started_before.discard(run.id)
+                return
             self.life.settle(run.id, now, requeued=requeue)
             account.resting_until = until
             if requeue:
@@ -408,6 +440,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 model.give_back(run.id, spawned=True)
                 model.requeue(run)
             else:
+                model.started_before.discard(run.id)  # it ended: adopted again, it is new
                 model.give_back(run.id, spawned=spawned)
         else:
             assert (settled.status, settled.requeue, settled.freed) == (
@@ -417,6 +450,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             )
             if session and run.conversation is not None:
                 model.last[run.provider, sticky_key(run.workspace, run.conversation)] = key[1]
+            model.started_before.discard(run.id)
             model.give_back(run.id, spawned=spawned)
         if hit and session and run.conversation is not None:
             model.last[run.provider, sticky_key(run.workspace, run.conversation)] = key[1]
@@ -431,6 +465,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert withdrawal is Withdrawal.WITHDRAWN
             model.queued = [r for r in model.queued if r.id != run_id]
             model.held = [r for r in model.held if r.id != run_id]
+            model.started_before.discard(run_id)  # adopted again: as its ledger record says
         elif any(r.id == run_id for r in model.running):
             assert withdrawal is Withdrawal.STOP
             model.stopping.add(run_id)
@@ -468,6 +503,48 @@ class LifecycleMachine(RuleBasedStateMachine):
         else:
             model.held.remove(run)
         model.stopping.discard(run.id)
+        model.started_before.discard(run.id)
+        self.take()
+
+    @precondition(lambda self: self.requests)
+    @rule(data=st.data(), again=st.booleans(), at_end=st.booleans())
+    def adopt(self, data: st.DataObject, again: bool, at_end: bool) -> None:
+        """The ledger has a run queued (a poll, a refused cancel): queued here in its place.
+
+        ``at_end``: placed behind every run (a submit recorded as a drain began).
+        """
+        model = self.model
+        run_id = data.draw(st.sampled_from(sorted(self.requests)))
+        run, seq = self.requests[run_id]
+        here = any(r.id == run_id for r in model.queued + model.running + model.held)
+        adopted = self.life.adopt(run, seq=None if at_end else seq, attempts=int(again))
+        assert adopted is not here
+        if not here:
+            if at_end:
+                model.order[run_id] = max(model.order.values()) + 1
+                new_seq = self.life.scheduler.seq_of(run_id)
+                assert new_seq is not None
+                self.requests[run_id] = (run, new_seq)
+            model.seen.add(run_id)
+            model.requeue(run)
+            if again:
+                model.started_before.add(run_id)
+            # A new life as far as this lifecycle knows: the ledger counts its attempts.
+            self.starts.pop(run_id, None)
+            self.requeues.pop(run_id, None)
+        self.take()
+
+    @precondition(lambda self: self.model.seen)
+    @rule(data=st.data())
+    def forget(self, data: st.DataObject) -> None:
+        """A run left the ledger's queue elsewhere: only a queued one leaves here."""
+        model = self.model
+        run_id = data.draw(st.sampled_from(sorted(model.seen)))
+        queued = any(r.id == run_id for r in model.queued)
+        assert self.life.forget(run_id) is queued
+        if queued:
+            model.queued = [r for r in model.queued if r.id != run_id]
+            model.started_before.discard(run_id)
         self.take()
 
     @precondition(lambda self: self.model.held)

@@ -1,5 +1,12 @@
 """The supervisor: intake, the scheduling loop and one task per running run.
 
+Why this module is still long (about 1,770 lines): intake, the dispatch
+loop, the run tasks with their finish, and the fleet member's glue share
+the per-run state (handles, picks, submit times, waiters) on the path every
+run takes, and are not yet split into the services the package is to hold;
+the account tracker, reload, maintenance, a run's preparation, its recorded
+outcome and the status views are modules of their own (docs/architecture.md).
+
 Every store call goes through the :class:`~herdsman.runtime.ledger.Ledger`,
 which applies calls in the order they were made and group-commits them. The
 scheduler, the trace, the metrics and waiters are updated in the ledger's
@@ -21,61 +28,43 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from operator import methodcaller
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 import outcome
 import trio
 
-from herdsman.config import Config, ConfigError, LoadedConfig, Provider, format_duration
+from herdsman.config import Config, LoadedConfig, format_duration
 from herdsman.config.report import config_as_json
-from herdsman.core import CancelOutcome, KeyClaims, RunRequest, RunState, Scheduler, busy_keys
-from herdsman.core.accounts import Pick, sticky_key
-from herdsman.core.lifecycle import Rest
+from herdsman.core import KeyClaims, RunRequest, RunState, busy_keys
+from herdsman.core.accounts import Pick
+from herdsman.core.lifecycle import Admission, Lifecycle, Withdrawal
+from herdsman.core.outcome import RunOutcome, UsageLimit
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
-from herdsman.runtime.accounts import (
-    account_book,
-    account_view,
-    blocked_view,
-    longest_window,
-    returning_accounts,
-)
+from herdsman.runtime import status_view
+from herdsman.runtime.accounts import longest_window
 from herdsman.runtime.callbacks import deliver_callback
 from herdsman.runtime.changes import Changes
-from herdsman.runtime.config_watch import file_signature, watch_file
 from herdsman.runtime.fleet_accounts import (
-    FleetAccounts,
-    apply_fleet_accounts,
     read_fleet_accounts,
 )
 from herdsman.runtime.fleet_member import FleetMember, Refused
 from herdsman.runtime.git import Git, RealGit
-from herdsman.runtime.launch import SpecBuilder
 from herdsman.runtime.ledger import Ledger, Queued, RunSync, in_worker_thread
-from herdsman.runtime.left_agents import LeftAgents
 from herdsman.runtime.metrics import Metrics
+from herdsman.runtime.orphan_watch import OrphanWatch
 from herdsman.runtime.orphans import stop_orphans, stopped_note
 from herdsman.runtime.reload import (
     Change,
     ConfigSource,
     ReloadResult,
-    effective_config,
-    given_config,
 )
-from herdsman.runtime.requests import (
-    apply_to_cores,
-    limits_of,
-    run_request,
-    trace_run,
-    trace_run_text,
-)
+from herdsman.runtime.requests import run_request, settings_of, trace_run, trace_run_text
 from herdsman.runtime.runner import (
     Outcome,
     ProcessOutcome,
@@ -86,8 +75,6 @@ from herdsman.runtime.runner import (
 )
 from herdsman.runtime.stop_order import StopOrder
 from herdsman.runtime.store import (
-    AccountLimit,
-    AccountUse,
     NewRun,
     RunEnd,
     RunRecord,
@@ -96,11 +83,28 @@ from herdsman.runtime.store import (
     StoreConflict,
     StoreError,
 )
-from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost, LeaseExpired
-from herdsman.runtime.store.errors import RunNotFound as UnknownRun
+from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost
+from herdsman.runtime.supervisor.accounts import NO_HISTORY, AccountHistory, AccountTracker
+from herdsman.runtime.supervisor.errors import (
+    CancelNotRecorded,
+    NotAdmitting,
+    RunConflict,
+    RunNotFound,
+    ShutdownReport,
+)
+from herdsman.runtime.supervisor.maintenance import Maintenance
+from herdsman.runtime.supervisor.outcomes import (
+    SHUT_DOWN,
+    as_text,
+    finish_fields,
+    limit_note,
+    refused_for_good,
+)
+from herdsman.runtime.supervisor.preparation import Preparation
+from herdsman.runtime.supervisor.reloading import Reloader
 from herdsman.runtime.worktrees.listing import describe_worktrees
-from herdsman.runtime.worktrees.manager import WorktreeManager, checkouts_preamble
-from herdsman.runtime.worktrees.sweeper import IsBusy, SweepReport, idle_folders, sweep
+from herdsman.runtime.worktrees.manager import WorktreeManager
+from herdsman.runtime.worktrees.sweeper import SweepReport
 from herdsman.trace import TraceWriter
 
 if TYPE_CHECKING:
@@ -129,10 +133,6 @@ FINISH_RETRY_MAX = 30.0
 ACCOUNT_RECHECK = 60.0
 #: How long an orphaned agent gets between SIGTERM and SIGKILL at start-up.
 ORPHAN_GRACE = 5.0
-PROVIDER_GONE = (
-    "its provider was removed from the configuration; "
-    "its queued runs wait until it is configured again"
-)
 
 
 class Execute(Protocol):
@@ -147,34 +147,6 @@ class Execute(Protocol):
     ) -> Awaitable[ProcessOutcome]: ...
 
 
-class NotAdmitting(Exception):
-    """The supervisor is shutting down and takes no new runs."""
-
-
-class RunNotFound(Exception):
-    """No run has this id."""
-
-
-class UnknownAccount(Exception):
-    """No configured account has this provider and name."""
-
-
-class RunConflict(Exception):
-    """The run is in a state that does not allow the request."""
-
-
-class CancelNotRecorded(StoreError):
-    """The ledger failed to record a cancel: the run is still queued, and may be cancelled again."""
-
-
-@attrs.frozen
-class AccountHistory:
-    """What the ledger remembers of accounts: rests in force, runs in their windows."""
-
-    limits: list[AccountLimit]
-    uses: list[AccountUse]
-
-
 class _QueuedStarts:
     """Starts queued in the ledger and not yet known to be committed.
 
@@ -184,7 +156,7 @@ class _QueuedStarts:
 
     __slots__ = ("now", "pending", "runs")
 
-    def __init__(self, runs: list[RunRequest], now: float, pending: Queued[Any]) -> None:
+    def __init__(self, runs: list[str], now: float, pending: Queued[Any]) -> None:
         self.runs = runs
         self.now = now
         self.pending = pending
@@ -192,21 +164,13 @@ class _QueuedStarts:
 
 @attrs.frozen
 class _Withdrawn:
-    """A queued (or parked) run a cancel took out of the scheduler: what puts it back."""
+    """A queued (or parked) run a cancel took out of the lifecycle: what puts it back."""
 
     request: RunRequest
     seq: int
     submitted_at: float | None
-
-
-@attrs.frozen
-class ShutdownReport:
-    """How the supervisor stopped."""
-
-    drained: bool
-    cancelled: tuple[str, ...]
-    #: Why the supervisor stopped by itself (the ledger failed), if it did.
-    fatal: str | None = None
+    #: It started before (a usage limit re-queued it): one never re-queues it again.
+    again: bool
 
 
 def _conversation_keys(records: list[RunRecord]) -> list[str]:
@@ -218,56 +182,8 @@ def _conversation_keys(records: list[RunRecord]) -> list[str]:
     ]
 
 
-def as_text(value: str | None) -> str | None:
-    """``value`` as storable text: an agent's output may carry lone surrogates and NUL."""
-    if value is None or (value.isascii() and "\0" not in value):
-        # The usual case, checked without copying (isascii is O(1)): ASCII
-        # holds no surrogate, and only NUL would need replacing.
-        return value
-    return value.encode("utf-8", "replace").decode("utf-8").replace("\0", "\ufffd")
-
-
-def _final(exc: StoreError) -> bool:
-    """Whether a refused write can never succeed: the run's state changed, or the lease lapsed."""
-    return isinstance(exc, StoreConflict | UnknownRun | LeaseExpired)
-
-
-def _resumes(record: RunRecord, provider: Provider) -> bool:
-    """Whether the run resumes its conversation's session (looked up in the ledger first)."""
-    return record.conversation is not None and bool(provider.resume_args)
-
-
-def _limit_note(record: RunRecord, hit: Rest, again: RunRecord) -> str:
-    """The note of an attempt stopped at a usage limit, re-queued (``again``) or cancelled."""
-    done = "re-queued" if again.status is RunStatus.QUEUED else "cancelled as asked"
-    return (
-        f"attempt {record.attempts} stopped at the usage limit of {hit.label}"
-        f" ({hit.message}); {done}"
-    )
-
-
-# Each outcome's run status (same value), looked up: converting by value
-# (an enum call and ``.value``, both Python-level) cost a microsecond a run.
-_STATUS_OF: dict[Outcome, RunStatus] = {outcome: RunStatus(outcome.value) for outcome in Outcome}
-
-
-def finish_fields(ended: ProcessOutcome | None, log_path: str) -> RunEnd:
-    """How a run ended, as the ledger's ``finish`` takes it."""
-    if ended is None:  # the task was cancelled before an outcome existed
-        return RunEnd(RunStatus.CANCELLED, reason="supervisor shut down", log_path=log_path)
-    return RunEnd(
-        _STATUS_OF[ended.status],
-        exit_code=ended.exit_code,
-        reason=as_text(ended.reason),
-        result=as_text(ended.result),
-        session_id=as_text(ended.session_id),
-        excerpt=as_text(ended.excerpt),
-        log_path=log_path,
-    )
-
-
 class Supervisor:
-    """Owns the scheduler, the ledger and the tasks of running runs.
+    """Drives the run lifecycle; owns the ledger and the tasks of running runs.
 
     ``run`` is the long-lived task; the intake methods (``submit``,
     ``cancel``, ``get``, ``wait``, ``status``) are called by the API from the
@@ -281,10 +197,6 @@ class Supervisor:
     spawns nothing, turns it off); ``resolve_program`` finds
     a provider's program on PATH (the simulator's finds every name).
     """
-
-    #: Settings the file changed that apply only at the next start, as the
-    #: last applied reload found them (a rejected reload changes nothing).
-    waiting_for_restart: tuple[Change, ...] = ()
 
     #: Once a forced stop cancelled the running runs: the order they record in.
     _stop_order: StopOrder | None = None
@@ -307,27 +219,17 @@ class Supervisor:
         fleet: FleetMember | None = None,
     ) -> None:
         self.config = config
-        self.generation = 1
-        self._source = source
-        self._loaded = loaded
         self._stop_orphans = stop_orphans
         self._fleet = fleet
         # A member stops the agents its previous process left once their
         # runs' lease expiry is seen (a sole supervisor does so in _recover).
-        self._left = (
-            LeftAgents(
+        self._orphans = (
+            OrphanWatch(
                 config.supervisor.state_dir, agent_exclusive=config.scheduling.agent_exclusive
             )
             if fleet is not None and stop_orphans
             else None
         )
-        self._resolve_program = resolve_program
-        self._reload_lock = trio.Lock()
-        self._reloaded = trio.Event()
-        self.last_reload: ReloadResult | None = None
-        # The file as the last reload (or the start) read it: the watcher
-        # reloads only when it differs, whoever reloaded last.
-        self._config_seen = file_signature(source.path) if source is not None else None
         self.metrics = metrics or Metrics()
         # Run counts that count nothing (the replay's) are not even called.
         self._counts_runs = self.metrics.counts_runs
@@ -335,10 +237,10 @@ class Supervisor:
         self._execute = execute
         self._wall = wall
         self._trace = trace
-        self._scheduler = Scheduler(
-            limits_of(config), agent_exclusive=config.scheduling.agent_exclusive
-        )
-        self._accounts = account_book(config)
+        # Every rule of a run's life: this supervisor hands it the events.
+        self._life = Lifecycle(settings_of(config))
+        # How runs end, one value per distinct ending (RunOutcome holds nothing of a run).
+        self._outcomes: dict[tuple[Outcome, int | None, bool], RunOutcome] = {}
         # The account each starting run was given, and the configuration its
         # start was decided under, until its task has read them.
         self._picks: dict[str, tuple[Pick, Config]] = {}
@@ -348,7 +250,6 @@ class Supervisor:
         #: When (trio time) the dispatcher looks again at runs waiting for a
         #: resting account, if any wait: the simulator advances time to it.
         self.account_recheck_at: float | None = None
-        self._admitting = True
         self._drain_requested = trio.Event()
         self._force_requested = trio.Event()
         self._idle = trio.Event()
@@ -362,9 +263,12 @@ class Supervisor:
         self._worktrees: WorktreeManager | None = None
         if config.repos:
             self._worktrees = self._worktree_manager(config)
-        self._programs: dict[str, str] = {}
-        # Each provider's and account's share of a spec, kept per configuration.
-        self._specs = SpecBuilder(os.environ)
+        self._prep = Preparation(
+            self.ledger,
+            worktrees=lambda: self._worktrees,
+            orphans=self._orphans,
+            resolve_program=resolve_program,
+        )
         self._submitted_at: dict[str, float] = {}
         # Keys of submits queued in the ledger but not yet in the scheduler,
         # so on_busy="skip" sees a follow-up that arrived a moment earlier.
@@ -377,8 +281,44 @@ class Supervisor:
         self.lost_at_startup: tuple[str, ...] = ()
         self.finished = trio.Event()
         self.report: ShutdownReport | None = None
-        self.metrics.config_generation.set(self.generation)
+        self._reloader = Reloader(
+            source,
+            loaded,
+            wall=wall,
+            metrics=self.metrics,
+            apply=self._apply,
+            emit=self._emit,
+            emit_in_ledger_order=self._emit_in_ledger_order,
+            changes=self.changes,
+        )
+        self._tracker = AccountTracker(
+            self._life, self.ledger, wall=wall, fleet=fleet, emit=self._emit, wake=self._wake
+        )
+        self._maintenance = Maintenance(
+            self.ledger,
+            config=lambda: self.config,
+            worktrees=lambda: self._worktrees,
+            wall=wall,
+            is_busy=self.conversation_busy,
+            fleet=fleet,
+            sleep_until=self._reloader.sleep_until,
+        )
         self.metrics.watch_queue(self._queue_counts)
+
+    @property
+    def generation(self) -> int:
+        """The configuration's generation: 1 at the start, one more each applied reload."""
+        return self._reloader.generation
+
+    @property
+    def last_reload(self) -> ReloadResult | None:
+        """What the last reload did, if there was one."""
+        return self._reloader.last_reload
+
+    @property
+    def waiting_for_restart(self) -> tuple[Change, ...]:
+        """Settings changed in the file that apply only at the next start (last applied reload)."""
+        return self._reloader.waiting_for_restart
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -418,16 +358,15 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._dispatch_loop)
-                nursery.start_soon(self._prune_loop)
-                nursery.start_soon(self._sweep_loop)
+                nursery.start_soon(self._maintenance.prune_loop)
+                nursery.start_soon(self._maintenance.sweep_loop)
                 if self._fleet is not None:
                     nursery.start_soon(self._fleet_lease_loop)
                     nursery.start_soon(self._fleet.poll_loop, self._poll_interval, self._fleet_poll)
-                    if self._left is not None and self._left.watched:
-                        nursery.start_soon(self._watch_left_agents)
-                if self._source is not None and self._source.watch:
-                    path = self._source.path
-                    nursery.start_soon(watch_file, path, partial(self._config_changed, path))
+                    if self._orphans is not None and self._orphans.watched:
+                        nursery.start_soon(self._watch_orphans)
+                if self._reloader.watches:
+                    nursery.start_soon(self._reloader.watch)
                 self._wake()
                 self._ready.set()
                 task_status.started(self)
@@ -452,11 +391,11 @@ class Supervisor:
     @property
     def admitting(self) -> bool:
         """False once a shutdown was requested."""
-        return self._admitting
+        return self._life.admitting
 
     async def _shutdown_when_asked(self) -> ShutdownReport:
         await self._drain_requested.wait()
-        self._admitting = False
+        self._life.drain()
         # In the trace, after every start decided before it: a replay then
         # stops starting runs exactly where production did.
         await self._emit_in_ledger_order("shutdown")
@@ -513,6 +452,9 @@ class Supervisor:
 
     def _stop(self, run_id: str, reason: str) -> None:
         """Stop a running run: its process group, or its preparation if not spawned yet."""
+        # Running in the lifecycle (a run has a handle from its start until its
+        # task lets it go), or ended already there (its finish on its way).
+        self._life.cancel(run_id)
         self._handles[run_id].cancel(reason)
         preparing = self._preparing.get(run_id)
         if preparing is not None:
@@ -528,11 +470,11 @@ class Supervisor:
         if self._fleet is not None:
             # A member recovers nothing: other members may be running the
             # runs it finds running; a dead member's runs are lost by expiry.
-            if self._left is not None:
-                await self._left.find(self.ledger)
-                await self._stop_left_agents()
+            if self._orphans is not None:
+                await self._orphans.find(self.ledger)
+                await self._stop_ended_orphans()
             await self._fleet_poll()
-            await self._recover_accounts(now)
+            await self._tracker.recover(now, self.config)
             return
         lost = await self.ledger.call(lambda s: s.recover(now))
         self.lost_at_startup = tuple(r.id for r in lost)
@@ -546,14 +488,14 @@ class Supervisor:
         if lost and self._stop_orphans:
             await self._stop_orphaned_agents(self.lost_at_startup)
         for record in await self.ledger.call(lambda s: s.queued_in_order()):
-            self._scheduler.submit(run_request(record))
+            self._life.submit(run_request(record), now, attempts=record.attempts)
             self._submitted_at[record.id] = record.submitted_at
             # This trace file starts here: it restates what is queued, so it
             # can be replayed on its own.
             self._emit(
                 "submit", run=trace_run(record, with_prompt=self._trace_prompts), carried=True
             )
-        await self._recover_accounts(now)
+        await self._tracker.recover(now, self.config)
 
     async def _stop_orphaned_agents(self, run_ids: tuple[str, ...]) -> None:
         """Stop agents of lost runs still running, before anything new starts.
@@ -569,46 +511,6 @@ class Supervisor:
         """Say on each run that its agent outlived the previous process and was stopped."""
         for run_id, groups in sorted(orphans.items()):
             await self.ledger.call(methodcaller("add_note", run_id, stopped_note(groups)))
-
-    async def _recover_accounts(self, now: float) -> None:
-        """Quota windows, exhaustions and conversations' accounts of earlier processes."""
-        sessions = await self.ledger.call(lambda s: s.sessions())
-        for session in sessions:
-            key = sticky_key(session.workspace, session.conversation)
-            self._accounts.remember(session.provider, key, session.account)
-        # A run lost in a crash (at this start or an earlier one) counts as
-        # a start only: the ledger charges it no run-minutes.
-        self._restore_accounts(await self._account_history(now, self.config), None)
-
-    async def _account_history(self, now: float, config: Config) -> AccountHistory:
-        """Rests in force and usage within the longest quota window of ``config``.
-
-        A fleet member reads only the runs it started: the others' come with
-        every poll (``_take_fleet_accounts``), and would count twice.
-        """
-        window, fleet = longest_window(config), self._fleet
-
-        def usage(store: Store) -> list[AccountUse]:
-            if not window:
-                return []
-            if fleet is None:
-                return store.account_usage(now - window)
-            return fleet.store.account_usage_by_member(now - window).mine
-
-        limits, uses = await self.ledger.call(lambda s: (s.account_limits(now), usage(s)))
-        return AccountHistory(limits, uses)
-
-    def _restore_accounts(
-        self, history: AccountHistory, only: set[tuple[str, str | None]] | None
-    ) -> None:
-        """Rests and window usage from the ledger (``only`` these accounts, if given)."""
-        book = self._accounts
-        for limit in history.limits:
-            if only is None or (limit.provider, limit.account) in only:
-                book.rest(limit.provider, limit.account, limit.until, limit.message)
-        for use in history.uses:
-            if only is None or (use.provider, use.account) in only:
-                book.restore_usage(use.provider, use.account, use.started_at, use.finished_at)
 
     # -- intake ------------------------------------------------------------
 
@@ -650,12 +552,12 @@ class Supervisor:
         """
         if not self._ready.is_set():  # waiting on a set Event would still yield once
             await self._ready.wait()
-        if not self._admitting:
+        if not self._life.admitting:
             raise NotAdmitting("the supervisor is shutting down and accepts no new runs")
         plan: list[tuple[NewRun, RunRequest, bool]] = []
         claimed: list[str] = []
-        scheduler, pending_keys = self._scheduler, self._pending_keys
-        agent_exclusive = scheduler.agent_exclusive
+        life, pending_keys = self._life, self._pending_keys
+        agent_exclusive = life.settings.agent_exclusive
         for new, on_busy in items:
             request = run_request(new)
             keys = busy_keys(request, agent_exclusive=agent_exclusive)
@@ -663,7 +565,7 @@ class Supervisor:
             # arriving a moment after its predecessor is still skipped.
             # (Whether it is busy matters only to a submit that skips then.)
             skip = on_busy == "skip" and (
-                scheduler.is_busy(request) or any(map(pending_keys.claimed, keys))
+                life.is_busy(request) or any(map(pending_keys.claimed, keys))
             )
             if keys and not skip:  # a run without a conversation or agent has none
                 pending_keys.claim(keys)
@@ -695,7 +597,7 @@ class Supervisor:
         # No checkpoint between here, the callback and the starts below.
         # A ledger that applies each call at once has no commits to batch
         # starts behind: a submit takes its starts itself.
-        takes_starts = self.ledger.applies_at_once and self._fleet is None and self._admitting
+        takes_starts = self.ledger.applies_at_once and self._fleet is None and self._life.admitting
         trace_prompts = self.config.trace.record_prompts
 
         def operation(store: Store) -> list[outcome.Outcome[tuple[RunRecord, bool]]]:
@@ -724,7 +626,9 @@ class Supervisor:
                     # fleet's order: its own runs too, at the poll this wakes.
                     self._fleet.poke()
                 else:
-                    self._scheduler.submit(request)
+                    if self._life.submit(request, now) is Admission.REFUSED:
+                        # Recorded queued as a drain began: it waits here as in the ledger.
+                        self._life.adopt(request)
                     self._submitted_at[record.id] = record.submitted_at
                     if self._trace is not None:  # _emit's, its run object composed as text
                         self._trace.submit(new.id, trace_run_text(new, with_prompt=trace_prompts))
@@ -782,7 +686,7 @@ class Supervisor:
                     continue
                 new = (
                     record.status is RunStatus.QUEUED
-                    and self._scheduler.state_of(record.id) is None
+                    and self._life.scheduler.state_of(record.id) is None
                 )
                 kept.append(outcome.Value((record, new)))
             recorded(kept)
@@ -804,7 +708,7 @@ class Supervisor:
         fleet-wide, in the transaction that records the run. (A sole
         supervisor records a submit with ``store.submit`` itself.)
         """
-        fleet, agent_exclusive = self._fleet, self._scheduler.agent_exclusive
+        fleet, agent_exclusive = self._fleet, self._life.settings.agent_exclusive
         assert fleet is not None
 
         def submit(store: Store, new: NewRun, on_busy: OnBusy) -> tuple[RunRecord, bool]:
@@ -840,31 +744,34 @@ class Supervisor:
             # holder to cancel it; a race is never the user's error.
             return await self._cancel_elsewhere(run_id, reason)
 
-    def _withdraw(self, run_id: str) -> tuple[CancelOutcome, _Withdrawn | None]:
-        """Take the run out of the scheduler for a cancel; with what puts it back, if removed."""
-        request, seq = self._scheduler.request_of(run_id), self._scheduler.seq_of(run_id)
+    def _withdraw(self, run_id: str) -> tuple[Withdrawal, _Withdrawn | None]:
+        """Cancel the run in the lifecycle; with what puts it back, if it was withdrawn."""
+        life = self._life
+        request, seq = life.scheduler.request_of(run_id), life.scheduler.seq_of(run_id)
+        again = life.started_before(run_id)
         submitted_at = self._submitted_at.pop(run_id, None)
-        withdrawn = self._scheduler.cancel(run_id)
-        if withdrawn is not CancelOutcome.REMOVED or request is None or seq is None:
+        withdrawn = life.cancel(run_id)
+        if withdrawn is not Withdrawal.WITHDRAWN or request is None or seq is None:
             return withdrawn, None
-        return withdrawn, _Withdrawn(request, seq, submitted_at)
+        return withdrawn, _Withdrawn(request, seq, submitted_at, again)
 
     def _put_back(self, back: _Withdrawn | None) -> None:
         """The ledger refused a cancel: the run is still queued there, so it is here again."""
-        if back is None or self._scheduler.state_of(back.request.id) is not None:
-            return
         # In its place by its seq (the scheduler's, or a member's from the
         # ledger), ahead of the runs that came after it: a conversation's
         # runs start in arrival order, a refused cancel or not.
-        self._scheduler.submit(back.request, seq=back.seq)
+        if back is None or not self._life.adopt(
+            back.request, seq=back.seq, attempts=int(back.again)
+        ):
+            return
         if back.submitted_at is not None:
             self._submitted_at[back.request.id] = back.submitted_at
         self._wake()
 
     async def _cancel_recorded(
-        self, run_id: str, reason: str, withdrawn: CancelOutcome, back: _Withdrawn | None
+        self, run_id: str, reason: str, withdrawn: Withdrawal, back: _Withdrawn | None
     ) -> RunRecord:
-        if withdrawn is CancelOutcome.REMOVED:
+        if withdrawn is Withdrawal.WITHDRAWN:
             # Recorded with nothing awaited since the withdrawal: a start
             # it frees (the next run on its lanes) is then committed, and
             # traced, after the cancel, never before it.
@@ -872,13 +779,13 @@ class Supervisor:
         record = await self.get(run_id)
         if record is None:
             raise RunNotFound(run_id)
-        if withdrawn is CancelOutcome.UNKNOWN and self._scheduler.state_of(run_id) is not None:
+        if withdrawn is Withdrawal.UNKNOWN and self._life.scheduler.state_of(run_id) is not None:
             # Its submit was still in flight a moment ago.
             withdrawn, back = self._withdraw(run_id)
-        if withdrawn is CancelOutcome.RUNNING:
+        if withdrawn is Withdrawal.STOP:
             # The run may have ended, or gone back to the queue (a usage
             # limit), or been parked (a claim refused), while its record was read.
-            state = self._scheduler.state_of(run_id)
+            state = self._life.scheduler.state_of(run_id)
             if state is RunState.QUEUED or state is RunState.HELD:
                 withdrawn, back = self._withdraw(run_id)
             elif run_id in self._handles:
@@ -896,7 +803,7 @@ class Supervisor:
                     return await self._cancel_elsewhere(run_id, reason)
                 ended = now_record.status.value if now_record is not None else "unknown"
                 raise RunConflict(f"run {run_id} already ended as {ended}")
-        if withdrawn is CancelOutcome.UNKNOWN:
+        if withdrawn is Withdrawal.UNKNOWN:
             if self._fleet is not None and not record.is_terminal:
                 # Held by another member, or queued and not polled here yet.
                 return await self._cancel_elsewhere(run_id, reason)
@@ -1058,35 +965,49 @@ class Supervisor:
             raise RunNotFound(run_id)
         return record
 
+    # -- read-only views ------------------------------------------------------
+
+    def run_state(self, run_id: str) -> RunState | None:
+        """Where the run stands here: queued, running, held (parked), or None (not here)."""
+        return self._life.scheduler.state_of(run_id)
+
+    def parked_runs(self) -> list[str]:
+        """Runs held back here because a fleet claim refused them for now, in queue order."""
+        return [run.id for run in self._life.scheduler.held_runs()]
+
+    @property
+    def fatal(self) -> str | None:
+        """Why the supervisor is stopping by itself (the ledger failed, the lease ran out)."""
+        return self._fatal
+
+    @property
+    def fleet(self) -> FleetMember | None:
+        """This supervisor's fleet membership, if it is a member."""
+        return self._fleet
+
+    @property
+    def worktrees(self) -> WorktreeManager | None:
+        """The conversation worktrees' manager, once repositories are configured."""
+        return self._worktrees
+
+    @property
+    def long_polls(self) -> int:
+        """Runs that some :meth:`wait` call waits on now."""
+        return len(self._waiters)
+
     def status(self) -> dict[str, Any]:
-        """Limits, running and queued counts, and the oldest wait."""
-        snap = self._scheduler.snapshot()
-        oldest = next(self._scheduler.queued_runs(), None)
-        age = self._wall() - self._submitted_at[oldest.id] if oldest is not None else None
-        limits = self._scheduler.limits
-        return {
-            "admitting": self._admitting,
-            "generation": self.generation,
-            "limits": {"global": limits.global_cap, "providers": dict(limits.provider_caps)},
-            "running": snap.running,
-            "queued": snap.queued,
-            "parked": snap.held,
-            "running_by_provider": dict(snap.running_by_provider),
-            "queued_by_provider": dict(snap.queued_by_provider),
-            "parked_by_provider": dict(snap.held_by_provider),
-            "queued_by_lane": dict(snap.queued_by_lane),
-            "oldest_queued_age": None if age is None else max(0.0, age),
-            "lost_at_startup": len(self.lost_at_startup),
-            "accounts": self.accounts(),
-            "waiting_for_accounts": self.waiting_for_accounts(),
-            "waiting_for_provider": {
-                provider: PROVIDER_GONE
-                for provider in sorted(snap.queued_by_provider)
-                if provider not in self.config.providers
-            },
-            "last_reload": None if self.last_reload is None else self.last_reload.as_json(),
-            "waiting_for_restart": [change.as_json() for change in self.waiting_for_restart],
-        }
+        """Limits, running and queued counts, and the oldest wait (see status_view.py)."""
+        oldest = next(self._life.scheduler.queued_runs(), None)
+        return status_view.status(
+            self._life,
+            now=self._wall(),
+            oldest_submitted_at=None if oldest is None else self._submitted_at[oldest.id],
+            generation=self.generation,
+            lost_at_startup=len(self.lost_at_startup),
+            providers=self.config.providers,
+            last_reload=self.last_reload,
+            waiting_for_restart=self.waiting_for_restart,
+        )
 
     async def fleet_status(self) -> dict[str, Any] | None:
         """The fleet's members, leases and running runs from the ledger; ``None`` alone.
@@ -1101,34 +1022,18 @@ class Supervisor:
             view = await self.ledger.call(fleet.read_view)
         except StoreError as exc:
             return {"error": f"could not read the fleet from the ledger: {exc}"}
-        return fleet.describe(view)
+        return status_view.fleet_status(view, fleet.store.member_id)
 
     def accounts(self) -> list[dict[str, Any]]:
         """Every account: in use, usage in its window, resting until, runs started."""
-        return [account_view(s) for s in self._accounts.statuses(self._wall())]
+        return self._tracker.accounts()
 
     async def end_rest(self, provider: str, account: str | None) -> dict[str, Any]:
         """End an account's rest by hand (a limit misread, or bought more quota).
 
         Raises :class:`UnknownAccount` if the provider has no such account.
         """
-        if not self._accounts.knows(provider, account):
-            what = "its ambient account" if account is None else f"no account {account!r}"
-            raise UnknownAccount(f"provider {provider!r} has {what} configured")
-
-        def cleared(_: None) -> None:
-            self._accounts.wake(provider, account)
-            log.info("the rest of %s/%s was ended by hand", provider, account or "(ambient)")
-            self._emit("rest_ended", provider=provider, account=account)
-            self._wake()
-
-        await self.ledger.call(methodcaller("clear_account_limit", provider, account), then=cleared)
-        now = self._wall()
-        return next(
-            account_view(s)
-            for s in self._accounts.statuses(now)
-            if (s.provider, s.account) == (provider, account) and not s.retired
-        )
+        return await self._tracker.end_rest(provider, account)
 
     async def rest_account(
         self, provider: str, account: str | None, until: float, message: str
@@ -1139,33 +1044,15 @@ class Supervisor:
         An account that is not configured, or a time already past, changes
         nothing.
         """
-        if not (math.isfinite(until) and until > self._wall()):
-            return
-        if not self._accounts.knows(provider, account):
-            return
-
-        def rested(_: None) -> None:
-            self._accounts.rest(provider, account, until, message)
-            self._wake()
-
-        await self.ledger.call(
-            methodcaller("set_account_limit", provider, account, until, message), then=rested
-        )
+        await self._tracker.rest(provider, account, until, message)
 
     def pin_account(self, run_id: str, account: str | None) -> None:
         """Start ``run_id`` on ``account`` if it can take the run then (see ``AccountBook.pin``)."""
-        self._accounts.pin(run_id, account)
+        self._life.pin(run_id, account)
 
     def waiting_for_accounts(self) -> dict[str, dict[str, Any]]:
         """Providers whose queued runs wait because no account can take them: why, until when."""
-        now = self._wall()
-        waiting = {}
-        for provider in self._accounts.providers:
-            if self._scheduler.queued_for(provider):
-                blocked = self._accounts.blocked(provider, now)
-                if blocked is not None:
-                    waiting[provider] = blocked_view(blocked)
-        return waiting
+        return status_view.waiting_for_accounts(self._life, self._wall())
 
     # -- scheduling and execution -----------------------------------------
 
@@ -1201,7 +1088,7 @@ class Supervisor:
             event.set()
 
     def _queue_counts(self) -> dict[str, tuple[int, int]]:
-        scheduler = self._scheduler
+        scheduler = self._life.scheduler
         return {
             provider: (scheduler.queued_for(provider), scheduler.running_for(provider))
             for provider in self.config.providers
@@ -1222,33 +1109,23 @@ class Supervisor:
             else:  # the common case: no scope to make for a deadline that never comes
                 await self._wakeup.wait()
             self._wakeup = trio.Event()
-            if self._admitting:
+            if self._life.admitting:
                 # Waiting for this commit before looking again is what batches
                 # starts: whatever frees up meanwhile starts in the next commit.
                 await self._start_what_may_start()
 
-    def _until_an_account_frees(self, now: float | None = None) -> float:
-        """Seconds until time alone frees an account some queued run waits for.
-
-        ``now``: the wall time, if the caller has just read it.
-        """
-        if not (self._accounts.may_free_in_time and self._scheduler.queued_count):
+    def _until_an_account_frees(self) -> float:
+        """Seconds until time alone frees an account some queued run waits for."""
+        life = self._life
+        if not (life.book.may_free_in_time and life.scheduler.queued_count):
             # Nothing waits, or no account has a budget window or has rested:
-            # time alone frees none (next_change is None for every provider).
-            # Asked twice a run: no time to read, no provider to look at.
+            # time alone frees none. No time to read.
             return math.inf
-        if now is None:
-            now = self._wall()
-        times = [
-            t
-            for provider in self._accounts.providers
-            if self._scheduler.queued_for(provider)
-            and not self._accounts.available(provider, now)
-            and (t := self._accounts.next_change(provider, now)) is not None
-        ]
+        now = self._wall()
+        at = life.next_wakeup(now)
         # At most a minute: this is wall-clock time waited out on trio's
         # monotonic clock, which a suspended laptop or a clock step leaves behind.
-        return min(ACCOUNT_RECHECK, max(0.0, min(times) - now)) if times else math.inf
+        return math.inf if at is None else min(ACCOUNT_RECHECK, max(0.0, at - now))
 
     async def _start_what_may_start(self) -> None:
         queued = self._queue_starts()
@@ -1261,28 +1138,24 @@ class Supervisor:
         Synchronous: the start joins whatever is queued in the ledger right
         now, and commits in the same transaction (see :meth:`_record_finish`).
         """
-        if not self._scheduler.queued_count:
+        if not self._life.scheduler.queued_count:
             # Nothing waits (most finishes, unless there is a backlog): no
             # time to read, no gate to build, no queue to look through.
             return None
         now = self._wall()
-        gate = self._accounts.gate(now)
-        starts = self._scheduler.take_startable(
-            gate if self._fleet is None else self._fleet.gate(gate)
-        )
-        if not starts:
+        picks = self._life.take_starts(now, gate=None if self._fleet is None else self._fleet.gate)
+        if not picks:
             return None
         items: list[tuple[str, str | None]] = []
-        picks, config = gate.picks, self.config
-        for run in starts:
+        config = self.config
+        for run_id, pick in picks.items():
             # Handles exist before the commit so a cancel arriving meanwhile
             # is not lost: RunCancel remembers a cancel made before execute.
-            self._handles[run.id] = RunCancel()
+            self._handles[run_id] = RunCancel()
             # A run is built from the configuration its start was decided
             # under, whatever a reload changes while its start is recorded.
-            pick = picks[run.id]
-            self._picks[run.id] = (pick, config)
-            items.append((run.id, pick.account))
+            self._picks[run_id] = (pick, config)
+            items.append((run_id, pick.account))
         pending: Queued[Any]
         if self._fleet is None:
             pending = self.ledger.enqueue(
@@ -1295,7 +1168,7 @@ class Supervisor:
                 durable=True,
                 then=self._claimed,
             )
-        return _QueuedStarts(starts, now, pending)
+        return _QueuedStarts(list(picks), now, pending)
 
     async def _commit_starts(self, queued: _QueuedStarts) -> None:
         """Wait for queued starts to commit; without a working ledger, drain and stop."""
@@ -1322,11 +1195,10 @@ class Supervisor:
                 len(queued.runs),
                 exc,
             )
-            for run in queued.runs:
-                self._scheduler.finish(run.id)
-                self._accounts.finish(run.id, queued.now, spawned=False)
-                self._picks.pop(run.id, None)
-                del self._handles[run.id]
+            for run_id in queued.runs:
+                self._life.give_back(run_id, queued.now)
+                self._picks.pop(run_id, None)
+                del self._handles[run_id]
             if not self._handles:
                 self._idle.set()
             self._fatal = f"the run ledger could not record a start: {exc}"
@@ -1365,19 +1237,19 @@ class Supervisor:
             self._picks.pop(run_id, None)
             if refused is Refused.GONE:  # claimed by another member, or cancelled
                 self._submitted_at.pop(run_id, None)
-                self._release(run_id, spawned=False)
+                self._life.give_back(run_id, now)
+                self._let_go(run_id)
                 continue
-            self._accounts.finish(run_id, now, spawned=False)
             # A cancel asked for meanwhile reads the run after this (the
             # ledger is FIFO) and finds it parked: the handle is not needed.
             del self._handles[run_id]
             if not self._handles:
                 self._idle.set()
             if refused is Refused.CAP:
-                request = self._scheduler.request_of(run_id)
+                request = self._life.scheduler.request_of(run_id)
                 assert request is not None
                 fleet.close(request.provider)
-            self._scheduler.hold(run_id)
+            self._life.hold(run_id, now)
             parked = True
         if parked:
             self._wake()  # its slot is free: a run on another lane may start
@@ -1389,31 +1261,16 @@ class Supervisor:
         store, now, window = self._fleet.store, self._wall(), longest_window(self.config)
         await self.ledger.call(
             lambda _: read_fleet_accounts(store, now, window),
-            then=partial(self._take_fleet_accounts, now=now),
+            then=partial(self._tracker.take_fleet, now=now),
         )
         held: list[RunRecord] = []
-        queued = [run.id for run in self._scheduler.queued_runs()]
+        queued = [run.id for run in self._life.scheduler.queued_runs()]
         await self.ledger.call(
             partial(self._fleet.read_new, queued),
             then=lambda records: held.extend(self._take_fleet_runs(records)),
         )
         if held:
             await self._take_after_removals(held)
-
-    def _take_fleet_accounts(self, state: FleetAccounts, *, now: float) -> None:
-        """Count the other members' runs, and rest accounts as the fleet's ledger says."""
-        for provider, account, until in apply_fleet_accounts(self._accounts, state, now):
-            name = "(ambient)" if account is None else account
-            if until is None:
-                log.info("the rest of %s/%s was ended by another fleet member", provider, name)
-                self._wake()
-            else:
-                log.info(
-                    "%s/%s rests until %s, as the fleet's ledger records",
-                    provider,
-                    name,
-                    time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(until)),
-                )
 
     def _take_fleet_runs(self, poll: Poll) -> list[RunRecord]:
         """Queue the fleet's new and re-queued runs in their place by ``seq``; stop cancelled ones.
@@ -1427,8 +1284,7 @@ class Supervisor:
         """
         assert self._fleet is not None
         self._withdraw_left(poll.left)
-        for run in list(self._scheduler.held_runs()):
-            self._scheduler.requeue(run.id)
+        self._life.requeue_held()
         self._fleet.reopen()
         records = self._fleet.take_new(poll)
         worktrees = self._worktrees
@@ -1463,8 +1319,7 @@ class Supervisor:
         poll's ids were read is settled by its claim.
         """
         for run_id in left:
-            if self._scheduler.state_of(run_id) is RunState.QUEUED:
-                self._scheduler.cancel(run_id)
+            if self._life.forget(run_id):
                 self._submitted_at.pop(run_id, None)
                 self._notify(run_id)
 
@@ -1495,9 +1350,8 @@ class Supervisor:
         self._wake()
 
     def _queue_polled(self, record: RunRecord) -> None:
-        if self._scheduler.state_of(record.id) is not None:
+        if not self._life.adopt(run_request(record), seq=record.seq, attempts=record.attempts):
             return
-        self._scheduler.submit(run_request(record), seq=record.seq)
         self._submitted_at[record.id] = record.submitted_at
         self._emit("submit", run=trace_run(record, with_prompt=self._trace_prompts))
 
@@ -1510,19 +1364,19 @@ class Supervisor:
             self.ledger, lambda: self.config, self._wall, self._lease_expired
         )
 
-    async def _stop_left_agents(self) -> None:
-        assert self._left is not None
-        await self._note_stopped(await self._left.stop_ended(self.ledger, ORPHAN_GRACE))
+    async def _stop_ended_orphans(self) -> None:
+        assert self._orphans is not None
+        await self._note_stopped(await self._orphans.stop_ended(self.ledger, ORPHAN_GRACE))
 
-    async def _watch_left_agents(self) -> None:
-        """Stop left agents as their runs' expiry is seen (by any member), until none is left."""
-        assert self._left is not None
-        while self._left.watched:
+    async def _watch_orphans(self) -> None:
+        """Stop orphaned agents as their runs' expiry is seen (by any member), until none is."""
+        assert self._orphans is not None
+        while self._orphans.watched:
             await trio.sleep(self._poll_interval())
             try:
-                await self._stop_left_agents()
+                await self._stop_ended_orphans()
             except StoreError as exc:
-                log.error("could not read the runs of agents left running: %s", exc)
+                log.error("could not read the runs of orphaned agents: %s", exc)
 
     def _lease_expired(self, message: str) -> None:
         # Its runs may be declared lost and run on elsewhere: none may go on
@@ -1530,7 +1384,7 @@ class Supervisor:
         log.critical("%s; stopping its runs and the supervisor", message)
         self._fatal = message
         self.request_shutdown()
-        self._admitting = False  # now: the slots freed below must start nothing
+        self._life.drain()  # now: the slots freed below must start nothing
         for run_id in sorted(self._handles):
             self._stop(run_id, "this fleet member's lease ran out")
 
@@ -1539,22 +1393,20 @@ class Supervisor:
         ended: ProcessOutcome | None = None
         try:
             spec = None
-            if self._prepares_slowly(record, pick, config):
+            if self._prep.prepares_slowly(record, pick, config):
                 # Preparing (the checkouts above all) can be slow; a cancel or
                 # a shutdown must be able to stop it before anything is spawned.
                 with trio.CancelScope() as preparing:
                     self._preparing[record.id] = preparing
                     if handle.cancelled:
                         preparing.cancel()
-                    if self._left is not None:
-                        await self._left.clear_of(run_request(record))
-                    spec = await self._spec_for(record, pick, config)
+                    spec = await self._prep.spec_for(record, pick, config)
                 self._preparing.pop(record.id, None)
             else:
                 # Nothing awaited: nothing a cancel could stop halfway, so no
                 # cancel scope (one per run costs as much as a checkpoint),
                 # nor a coroutine.
-                spec = self._plain_spec(record, config)
+                spec = self._prep.plain_spec(record, config)
             if spec is None or handle.cancelled:
                 ended = not_started(Outcome.CANCELLED, handle.reason or "cancel requested")
             else:
@@ -1588,135 +1440,49 @@ class Supervisor:
         finally:
             stop_order.done(record.id)
 
-    def _prepares_slowly(self, record: RunRecord, pick: Pick | None, config: Config) -> bool:
-        """Whether getting the run ready may await anything (see :meth:`_spec_for`).
-
-        Agents left running, a moved conversation's note, a session to look
-        up, checkouts to make: only a run with none of these (most) is ready
-        without a checkpoint.
-        """
-        if self._left is not None or (pick is not None and pick.moved):
-            return True
-        if record.conversation is None:
-            return False  # neither a session to resume nor checkouts: both need one
-        provider = config.providers.get(record.provider)
-        return (provider is not None and _resumes(record, provider)) or self._checks_out(record)
-
-    def _checks_out(self, record: RunRecord) -> bool:
-        """Whether the run gets checkouts of the configured repositories (prepared first)."""
-        return (
-            self._worktrees is not None
-            and bool(self._worktrees.repos)
-            and record.conversation is not None
-        )
-
-    def _program(self, provider: Provider) -> str | None:
-        """The provider's program, resolved on PATH (None: not found)."""
-        program = self._programs.get(provider.exec[0])
-        if program is None:
-            # Resolved once and remembered: a PATH walk per run costs a stat
-            # per folder. A program still missing is looked up again next run.
-            program = self._resolve_program(provider.exec[0])
-            if program is not None:
-                self._programs[provider.exec[0]] = program
-        return program
-
-    def _plain_spec(self, record: RunRecord, config: Config) -> ProcessSpec:
-        """:meth:`_spec_for` of a run that does not prepare slowly: it has nothing to await."""
-        provider = config.providers.get(record.provider)
-        if provider is None:
-            raise OSError(f"provider {record.provider!r} is no longer configured")
-        program = self._programs.get(provider.exec[0]) or self._program(provider)
-        return self._specs.spec(record, config, program=program)
-
-    async def _spec_for(self, record: RunRecord, pick: Pick | None, config: Config) -> ProcessSpec:
-        provider = config.providers.get(record.provider)
-        if provider is None:
-            raise OSError(f"provider {record.provider!r} is no longer configured")
-        resume: list[str] = []
-        conversation = record.conversation
-        if pick is not None and pick.moved:
-            left = "the ambient environment" if pick.left is None else f"account {pick.left}"
-            now_on = (
-                "the ambient environment" if pick.account is None else f"account {pick.account}"
-            )
-            text = (
-                f"conversation moved from {left} to {now_on} (its account could not take the"
-                " run): it starts a fresh session"
-            )
-            await self.ledger.call(methodcaller("add_note", record.id, text))
-        if conversation is not None and _resumes(record, provider):
-            session = await self.ledger.call(
-                lambda s: s.conversation_session(record.provider, record.workspace, conversation)
-            )
-            # A session lives under the account that made it: elsewhere it
-            # cannot be resumed, so the run starts a fresh one.
-            if session is not None and session.account == record.account:
-                resume = [
-                    arg.replace("{session}", session.session_id) for arg in provider.resume_args
-                ]
-        program = self._program(provider)
-        note, repos_dir = "", None
-        if self._worktrees is not None and conversation is not None and self._checks_out(record):
-            checkouts = await self._worktrees.prepare(record.workspace, conversation)
-            note = checkouts_preamble(checkouts)
-            for failed in (c for c in checkouts if not c.usable):
-                text = (
-                    f"repository {failed.repo.name} was read-only for this run: "
-                    f"it could not be checked out ({failed.error})"
-                )
-                await self.ledger.call(methodcaller("add_note", record.id, text))
-            if any(c.usable for c in checkouts):  # never a folder that was refused (a link)
-                repos_dir = self._worktrees.folder(record.workspace, conversation)
-        return self._specs.spec(
-            record,
-            config,
-            resume=resume,
-            program=program,
-            checkouts_note=note,
-            repos_dir=repos_dir,
-        )
-
     def _finish_fields(self, ended: ProcessOutcome | None, run_id: str) -> RunEnd:
         """:func:`finish_fields` of a run's end, with the run's log path."""
-        return finish_fields(ended, self._specs.log_file(self.config, run_id))
+        return finish_fields(ended, self._prep.log_file(self.config, run_id))
+
+    def _outcome_of(self, ended: ProcessOutcome | None, session: bool) -> RunOutcome:
+        """How the run's attempt ended, as the lifecycle settles it."""
+        if ended is None:  # the task was cancelled before an outcome existed
+            return SHUT_DOWN
+        limit = ended.usage_limit
+        if limit is None:
+            # One value per distinct ending, shared by every run that ends alike.
+            key = (ended.status, ended.exit_code, session)
+            plain = self._outcomes.get(key)
+            if plain is None:
+                plain = RunOutcome(ended.status, ended.exit_code, None, session)
+                self._outcomes[key] = plain
+            return plain
+        message = as_text(limit.message) or ""
+        if message != limit.message:  # the rest's message is stored text too
+            limit = UsageLimit(limit.resets_at, message)
+        return RunOutcome(ended.status, ended.exit_code, limit, session)
 
     async def _record_finish(
         self, record: RunRecord, ended: ProcessOutcome | None, *, may_start: bool
     ) -> None:
         end = self._finish_fields(ended, record.id)
-        status, session_id = end.status, end.session_id
+        session_id = end.session_id
         now = self._wall()
         conversation = record.conversation
-        hit = (
-            None
-            if ended is None or ended.usage_limit is None
-            else self._limit_hit(record, ended, status, now)
-        )
-        if hit is not None and status is RunStatus.FAILED:
-            status = RunStatus.USAGE_LIMITED
-        # It never got to work: once, it goes back to the head of its lanes
-        # (recorded in the same transaction, so it is never lost in between)
-        # — unless someone asked to cancel it meanwhile.
-        requeue = (
-            hit is not None
-            and status is RunStatus.USAGE_LIMITED
-            and record.attempts < 2
-            and not self._handles[record.id].cancelled
-        )
-        spawned = ended is not None and ended.exit_code is not None
+        # The lifecycle decides: the status, a usage limit's rest and re-queue
+        # (once, recorded in the same transaction, so the run is never lost
+        # in between), and whether the slot, lanes and account are free now.
+        settled = self._life.finish(record.id, self._outcome_of(ended, bool(session_id)), now)
+        status, hit, requeue = settled.status, settled.rest, settled.requeue
         # The usual end (no usage limit to act on) frees the slot, the lanes
         # and the account now, before the finish commits, and queues the
         # starts that frees right behind it: both commit in one transaction,
         # so the ledger never shows the next run on a lane running while this
         # one is not recorded as finished (docs/store.md, "Finish and next
         # start in one commit"). A usage limit first rests the account, once
-        # the finish is recorded, and only then lets the dispatcher look.
-        early = hit is None
-        if early:
-            self._free(record.id, now, spawned=spawned)
-            if session_id and conversation is not None:
-                self._stick(record, conversation)
+        # the finish is recorded (Lifecycle.settle), and only then lets the
+        # dispatcher look.
+        early = settled.freed
 
         def finish(store: Store) -> RunRecord:
             final = store.finish(record.id, attrs.evolve(end, status=status), now)
@@ -1726,7 +1492,7 @@ class Supervisor:
                     # A fleet's ledger cancels it instead if a cancel was
                     # asked through another member meanwhile.
                     final = store.add_note(
-                        record.id, _limit_note(record, hit, store.requeue(record.id))
+                        record.id, limit_note(record, hit, store.requeue(record.id))
                     )
             if session_id and conversation is not None:
                 store.set_conversation_session(
@@ -1737,23 +1503,23 @@ class Supervisor:
         def finished(final: RunRecord) -> None:
             # What the ledger did, not what was asked: it may have cancelled it.
             requeued = requeue and final.status is RunStatus.QUEUED
-            # The slot and lanes first: nothing below may keep them held.
-            if requeued:
-                self._requeue(final)
-            elif early:
+            if early:
                 # When this task takes the starts the finish frees (below), the
                 # dispatcher has nothing to look at for it: _take_starts wakes
-                # it if it must. (Read after the commit, _admitting may
-                # have turned false since: then it is woken, to no harm.)
+                # it if it must. (Read after the commit, admitting may have
+                # turned false since: then it is woken, to no harm.)
                 self._let_go(
-                    record.id, wake=not (may_start and self._admitting and self._fleet is None)
+                    record.id,
+                    wake=not (may_start and self._life.admitting and self._fleet is None),
                 )
             else:
-                self._release(record.id, spawned=spawned)
+                # The slot and lanes first: nothing below may keep them held.
+                self._life.settle(record.id, self._wall(), requeued=requeued)
+                if requeued:
+                    self._submitted_at[record.id] = final.submitted_at
+                self._let_go(record.id)
             if hit is not None:
-                self._rest(hit, record.id)
-            if session_id and conversation is not None and not early:
-                self._stick(record, conversation)
+                self._tracker.rested(hit, record.id)
             self._report_finish(
                 final,
                 status if requeued else final.status,
@@ -1765,7 +1531,7 @@ class Supervisor:
         unrecorded: StoreError | None = None
         try:
             pending = self.ledger.enqueue(finish, then=finished)
-            if early and may_start and self._admitting:
+            if early and may_start and self._life.admitting:
                 starts = self._take_starts()  # nothing awaited since the enqueue
             # The run's task may be cancelled (a forced shutdown): every wait
             # here is one a cancel cannot stop. This one without a shielded
@@ -1806,7 +1572,7 @@ class Supervisor:
         ``running`` in the ledger until a restart that may never come.
         """
         retry = self._fleet is not None or isinstance(exc, ConnectionLost)
-        if retry and not _final(exc):
+        if retry and not refused_for_good(exc):
             log.error(
                 "could not record how run %s ended (%s): %s; %s",
                 run_id,
@@ -1831,10 +1597,9 @@ class Supervisor:
         # The slot and the lanes are freed all the same; the ledger keeps
         # the run as running until it is reported lost, which is true:
         # its outcome was not recorded.
-        if early:
-            self._let_go(run_id)
-        else:
-            self._release(run_id)
+        if not early:
+            self._life.lost(run_id, self._wall())
+        self._let_go(run_id)
 
     async def _retry_finish(
         self, run_id: str, record: Callable[[], Awaitable[object]], refused: StoreError
@@ -1863,7 +1628,7 @@ class Supervisor:
                         await record()
                     except StoreError as exc:
                         last = exc
-                        if _final(exc):
+                        if refused_for_good(exc):
                             return exc
                         log.warning("run %s: its finish is still not recorded: %s", run_id, exc)
                     else:
@@ -1892,62 +1657,6 @@ class Supervisor:
         if final.callback_url and final.is_terminal and self._callbacks is not None:
             self._callbacks.start_soon(deliver_callback, final, name=f"callback {final.id}")
 
-    def _limit_hit(
-        self, record: RunRecord, ended: ProcessOutcome | None, status: RunStatus, now: float
-    ) -> Rest | None:
-        """The account rest a run's usage-limit report calls for, if any."""
-        limit = ended.usage_limit if ended is not None else None
-        # A run that got its work done had quota, whatever it printed; one
-        # that timed out or was cancelled after the report is out of quota.
-        if limit is None or status is RunStatus.SUCCEEDED:
-            return None
-        until = self._accounts.rest_until(record.provider, record.account, now, limit.resets_at)
-        if until is None:  # the account left the configuration meanwhile
-            return None
-        return Rest(record.provider, record.account, until, as_text(limit.message) or "")
-
-    def _rest(self, hit: Rest, run_id: str) -> None:
-        """Rest the account (the limit is recorded), and say so."""
-        self._accounts.rest(hit.provider, hit.account, hit.until, hit.message)
-        log.warning(
-            "%s reached its usage limit on %s; it rests until %s",
-            hit.provider,
-            hit.label,
-            time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(hit.until)),
-        )
-        self._emit(
-            "usage_limit",
-            run_id=run_id,
-            provider=hit.provider,
-            account=hit.account,
-            until=hit.until,
-        )
-
-    def _release(self, run_id: str, *, spawned: bool = True) -> None:
-        """A run's process is over: free its slot, lanes and account, wake whoever waits."""
-        self._free(run_id, self._wall(), spawned=spawned)
-        self._let_go(run_id)
-
-    def _free(self, run_id: str, now: float, *, spawned: bool) -> None:
-        """Give the run's slot, lanes and account back to the cores, at wall time ``now``.
-
-        A run that never got a process gives its account's budget back.
-        """
-        self._scheduler.finish(run_id)
-        self._accounts.finish(run_id, now, spawned=spawned)
-
-    def _stick(self, record: RunRecord, conversation: str) -> None:
-        """The conversation sticks to the account where its session now lives."""
-        key = sticky_key(record.workspace, conversation)
-        self._accounts.remember(record.provider, key, record.account)
-
-    def _requeue(self, record: RunRecord) -> None:
-        """A usage-limited run goes back to its place at the head of its lanes."""
-        self._scheduler.requeue(record.id)
-        self._accounts.finish(record.id, self._wall())
-        self._submitted_at[record.id] = record.submitted_at
-        self._let_go(record.id)
-
     def _let_go(self, run_id: str, *, wake: bool = True) -> None:
         """The run's task is done with it: wake its waiters and the dispatcher.
 
@@ -1975,15 +1684,17 @@ class Supervisor:
         """
         # Twice a run: the cheap tests of _queue_starts and
         # _until_an_account_frees first, without their calls.
-        starts = self._queue_starts() if self._scheduler.queued_count else None
+        life = self._life
+        starts = self._queue_starts() if life.scheduler.queued_count else None
         # The starts' time, read a moment ago, if they read it: time passing
         # only frees accounts, so an earlier time can only wake the
         # dispatcher when it need not, which costs nothing but the wake.
         if self._fleet is None and (
             self.account_recheck_at is not None
             or (
-                self._accounts.may_free_in_time
-                and self._until_an_account_frees(None if starts is None else starts.now) < math.inf
+                life.book.may_free_in_time
+                and life.scheduler.queued_count
+                and life.next_wakeup(self._wall() if starts is None else starts.now) is not None
             )
         ):
             self._wake()
@@ -1993,46 +1704,11 @@ class Supervisor:
         """Whether a run of the conversation is queued, running, or being submitted."""
         key = conversation_key(workspace, conversation)
         probe = RunRequest("", "", conversation, None, workspace)
-        return self._scheduler.is_busy(probe) or self._pending_keys.claimed(key)
-
-    @property
-    def worktrees(self) -> WorktreeManager | None:
-        """The conversations' worktrees (None without repositories configured)."""
-        return self._worktrees
+        return self._life.is_busy(probe) or self._pending_keys.claimed(key)
 
     async def sweep_worktrees(self, *, dry_run: bool = False) -> SweepReport:
         """Remove the clean worktrees of idle conversations now (see sweeper.py)."""
-        if self._worktrees is None:
-            return SweepReport(())
-        now, idle = self._wall(), self.config.retention.idle.total_seconds()
-        is_busy: IsBusy = self.conversation_busy
-        if self._fleet is not None:
-            is_busy = await self._busy_in_fleet(self._worktrees, now, idle)
-        return await sweep(self._worktrees, now=now, idle=idle, is_busy=is_busy, dry_run=dry_run)
-
-    async def _busy_in_fleet(self, worktrees: WorktreeManager, now: float, idle: float) -> IsBusy:
-        """A member's sweep check: busy here, or a run queued or running anywhere in the fleet.
-
-        Runs on other members that this one has not polled, or does not hold,
-        are not in its scheduler: the ledger is asked once, before the sweep,
-        about the conversations it will look at. (A run submitted elsewhere
-        after that may find its worktrees removed: its start here makes them
-        again, once the removal is done.)
-        """
-        assert self._fleet is not None
-        store = self._fleet.store
-        candidates = [
-            (folder.workspace, folder.conversation)
-            for folder in idle_folders(worktrees, now=now, idle=idle)
-        ]
-        elsewhere = await self.ledger.call(lambda _: store.live_conversations(candidates))
-
-        def is_busy(workspace: str, conversation: str) -> bool:
-            if (workspace, conversation) in elsewhere:
-                return True
-            return self.conversation_busy(workspace, conversation)
-
-        return is_busy
+        return await self._maintenance.sweep_worktrees(dry_run=dry_run)
 
     async def list_worktrees(self) -> list[dict[str, Any]]:
         """Every conversation worktree: who, where, last used, clean or dirty, size."""
@@ -2051,179 +1727,51 @@ class Supervisor:
         )
 
     async def reload(self, trigger: str) -> ReloadResult:
-        """Read the configuration file again and apply all of it, or none.
-
-        One reload at a time; whatever triggered it (SIGHUP, the API, the
-        file changing) gets the same result. Settings that cannot change
-        live are reported and keep their running values.
-        """
-        async with self._reload_lock:
-            now = self._wall()
-            if self._source is None or self._loaded is None:
-                return self._rejected(
-                    trigger, now, ["this supervisor was started without a file to reload"]
-                )
-            seen = file_signature(self._source.path)
-            last = self.last_reload
-            if seen is not None and seen == self._config_seen and last is not None:
-                # This very file was reloaded already (the watcher is quick):
-                # say what that reload did rather than "no changes".
-                log.info(
-                    "reload (%s): the file is as the last reload (%s) found it: %s",
-                    trigger,
-                    last.trigger,
-                    "applied" if last.ok else "rejected: " + "; ".join(last.errors),
-                )
-                return last
-            self._config_seen = seen
-            try:
-                loaded, changes = await trio.to_thread.run_sync(
-                    effective_config, self._source, self._loaded
-                )
-            except ConfigError as error:
-                return self._rejected(trigger, now, [str(p) for p in error.problems])
-            except Exception as error:  # a bug in the loader must not stop the supervisor
-                log.exception("reload (%s): reading the configuration failed", trigger)
-                return self._rejected(
-                    trigger, now, [f"{self._source.path}: could not be read: {error}"]
-                )
-            return await self._put_in_force(loaded, changes, trigger, now)
+        """Read the configuration file again and apply all of it, or none (see reloading.py)."""
+        return await self._reloader.reload(trigger)
 
     async def reload_to(self, written: LoadedConfig, trigger: str) -> ReloadResult:
         """Apply a configuration handed over whole (the simulator's replayed reloads)."""
-        async with self._reload_lock:
-            now = self._wall()
-            if self._loaded is None:
-                return self._rejected(trigger, now, ["no running configuration to compare with"])
-            loaded, changes = given_config(written, self._loaded)
-            return await self._put_in_force(loaded, changes, trigger, now)
+        return await self._reloader.reload_to(written, trigger)
 
-    async def _put_in_force(
-        self, loaded: LoadedConfig, changes: list[Change], trigger: str, now: float
-    ) -> ReloadResult:
-        if any(change.live for change in changes):
-            # An account that comes back (removed, then added again) gets its
-            # rest and window usage back from the ledger, as at a restart;
-            # read before the new configuration is in force, so no start can
-            # slip in between.
-            returning = returning_accounts(self._accounts, loaded.config)
-            # Over the new configuration's windows: the returning accounts' own.
-            history = await self._account_history(now, loaded.config) if returning else None
-            self._apply(loaded)
-            if history is not None:
-                self._restore_accounts(history, returning)
-        # Shielded: once applied, a shutdown must not leave it untraced and unreported.
-        with trio.CancelScope(shield=True):
-            result = await self._report_reload(loaded, changes, trigger, now)
-        # Returned outside: a cancel scope may swallow what is raised in it.
-        return result  # noqa: RET504
+    async def _apply(self, loaded: LoadedConfig, now: float) -> None:
+        """Put a validated configuration with live changes in force, all at once.
 
-    async def _report_reload(
-        self, loaded: LoadedConfig, changes: list[Change], trigger: str, now: float
-    ) -> ReloadResult:
-        if any(change.live for change in changes):
-            # The trace event goes in ledger order: starts decided before
-            # the change were queued before this, starts decided after it
-            # after, so each start shows under the configuration it was
-            # decided with (starts are traced when committed).
-            as_json = config_as_json(loaded.config)
-            await self._emit_in_ledger_order("reload", generation=self.generation, config=as_json)
-        result = ReloadResult(True, self.generation, trigger, now, tuple(changes))
-        self.last_reload = result
-        self.waiting_for_restart = tuple(change for change in changes if not change.live)
-        self.changes.touch()
-        self.metrics.last_reload_ok.set(1)
-        self.metrics.last_reload_time.set(now)
-        if not changes:
-            log.info("reload (%s): no changes", trigger)
-        for change in changes:
-            log.info("reload (%s): %s", trigger, change.describe())
-        return result
+        An account that comes back (removed, then added again) gets its rest
+        and window usage back from the ledger, as at a restart: read before
+        the new configuration is in force, so no start can slip in between.
+        """
+        settings = settings_of(loaded.config)
+        # Over the new configuration's windows: the returning accounts' own.
+        history = (
+            await self._tracker.history(now, loaded.config)
+            if self._life.returning(settings)
+            else NO_HISTORY
+        )
+        self._put_in_force(loaded, history)
 
-    def _rejected(self, trigger: str, now: float, errors: list[str]) -> ReloadResult:
-        result = ReloadResult(False, self.generation, trigger, now, errors=tuple(errors))
-        self.last_reload = result
-        self.metrics.last_reload_ok.set(0)
-        self.metrics.last_reload_time.set(now)
-        log.error("reload (%s) rejected; nothing changed:", trigger)
-        for error in errors:
-            log.error("  %s", error)
-        self._emit("reload_rejected", errors=errors)
-        self.changes.touch()
-        return result
-
-    def _apply(self, loaded: LoadedConfig) -> None:
+    def _put_in_force(self, loaded: LoadedConfig, history: AccountHistory) -> None:
         """Put a validated configuration in force, all at once.
+
+        An account that comes back gets its rest and usage back from ``history``.
 
         Nothing here can fail half way: the only object built (a worktree
         manager for the first repos) is built before anything is swapped.
         Running runs keep what they started with: their account, timeouts,
         environment and checkouts.
         """
-        old, config = self.config, loaded.config
+        config = loaded.config
         worktrees = self._worktrees
         if worktrees is None and config.repos:
             worktrees = self._worktree_manager(config)
-        self._loaded, self.config = loaded, config
+        self.config = config
         if worktrees is not None:
             # Removed repos keep their worktrees: they are listed, and the
             # sweeper treats them as any other, by idleness.
             worktrees.set_repos(config.repos)
         self._worktrees = worktrees
-        apply_to_cores(self._scheduler, self._accounts, old, config)
-        self._programs.clear()  # an exec may name another program now
-        self._reloaded.set()  # the retention loops look at their settings again
-        self._reloaded = trio.Event()
-        self.generation += 1
-        self.metrics.config_generation.set(self.generation)
+        self._life.reconfigure(settings_of(config), history.rests(), history.windows())
+        self._prep.forget_programs()  # an exec may name another program now
         if self._trace is not None:
             self._trace.set_config(config_as_json(config))  # the next trace file's header
         self._wake()
-
-    async def _config_changed(self, path: Path) -> None:
-        """The file may have changed (the watcher says): reload if its content did."""
-        # Another trigger may have reloaded this very content meanwhile, and
-        # a moment without a file (mid-rename) is no reason to reload.
-        current = file_signature(path)
-        if current is not None and current != self._config_seen:
-            try:
-                await self.reload("file changed")
-            except Exception:  # the watcher outlives anything one reload does
-                log.exception("reload after a change of %s failed", path)
-
-    async def _sleep_or_reload(self, until: float) -> None:
-        """Sleep until ``until`` (trio time), but wake early when a reload changes the settings."""
-        reloaded = self._reloaded
-        with trio.move_on_at(until):
-            await reloaded.wait()
-
-    async def _sweep_loop(self) -> None:
-        # Settings are read afresh each time: a reload changes the next sweep.
-        while True:
-            started = trio.current_time()
-            # Slept until an absolute time: the time left, recomputed from
-            # the clock, can round to a sleep of nothing that never ends on
-            # a clock that moves only once every task waits (the simulator's).
-            while trio.current_time() < (
-                due := started + self.config.retention.sweep_interval.total_seconds()
-            ):
-                await self._sleep_or_reload(due)
-            if self._worktrees is None:
-                continue
-            try:
-                await self.sweep_worktrees()
-            except Exception:  # a sweep that fails is tried again next time
-                log.exception("worktree sweep failed")
-
-    async def _prune_loop(self) -> None:
-        while True:
-            keep = self.config.retention.finished_runs.total_seconds()
-            cutoff = self._wall() - keep
-            try:
-                pruned: int = await self.ledger.call(methodcaller("prune", cutoff))
-            except StoreError as exc:  # a locked or full disk: try again next time
-                log.warning("could not prune finished runs: %s", exc)
-            else:
-                if pruned:
-                    log.info("pruned %d finished run(s) older than %s", pruned, keep)
-            await self._sleep_or_reload(trio.current_time() + min(3600.0, max(1.0, keep / 10)))

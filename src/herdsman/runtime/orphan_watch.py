@@ -1,4 +1,4 @@
-"""Agents a fleet member's previous process on this state directory left running.
+"""Orphaned agents of a fleet member's previous process on this state directory.
 
 A sole supervisor killed without cleanup (``kill -9``, a crash) finds its
 runs still ``running`` at the next start, records them lost and stops their
@@ -30,18 +30,18 @@ from herdsman.runtime.orphans import agents_under, stop_orphans
 from herdsman.runtime.requests import run_request
 from herdsman.runtime.store import RunRecord, RunStatus, Store
 
-__all__ = ["LeftAgents"]
+__all__ = ["OrphanWatch"]
 
 
-class LeftAgents:
-    """The agents left under ``state_dir`` by earlier processes, until each is stopped.
+class OrphanWatch:
+    """The orphaned agents of earlier processes under ``state_dir``, until each is stopped.
 
     ``agent_exclusive``: whether the agent key is a lane (``[scheduling]
-    agent_exclusive``), so whether a run waits for a left agent of its agent.
+    agent_exclusive``), so whether a run waits for an orphaned agent of its agent.
     """
 
     def __init__(self, state_dir: Path, *, agent_exclusive: bool) -> None:
-        """Watch nothing yet: :meth:`find` looks for left agents."""
+        """Watch nothing yet: :meth:`find` looks for orphaned agents."""
         self.state_dir = state_dir
         self.agent_exclusive = agent_exclusive
         # Watched run id -> the keys its agent holds until stopped.
@@ -51,7 +51,7 @@ class LeftAgents:
 
     @property
     def watched(self) -> tuple[str, ...]:
-        """The runs whose left agents are still watched, by id."""
+        """The runs whose orphaned agents are still watched, by id."""
         return tuple(sorted(self._runs))
 
     async def find(self, ledger: Ledger) -> None:

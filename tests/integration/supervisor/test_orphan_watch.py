@@ -1,4 +1,4 @@
-"""Agents a fleet member's earlier process left: watched until the ledger ends their runs.
+"""Orphaned agents of a fleet member's earlier process: watched until the ledger ends their runs.
 
 Real processes (a sleeping 'agent' in its own session, with the environment
 the runner gives agents) and a real ledger; the ledger's changes stand for
@@ -21,7 +21,7 @@ import trio
 
 from herdsman.core import RunRequest
 from herdsman.runtime.ledger import Ledger, inline
-from herdsman.runtime.left_agents import LeftAgents
+from herdsman.runtime.orphan_watch import OrphanWatch
 from herdsman.runtime.store import MemoryStore, NewRun, RunEnd, RunStatus
 from herdsman.runtime.store.sqlite import SqliteStore
 
@@ -70,20 +70,20 @@ async def test_an_agent_is_stopped_only_once_its_run_is_no_longer_running(
     for agent in agents:
         wait_for_environ(agent)
     ledger = Ledger(store, run_sync=inline)
-    left = LeftAgents(state, agent_exclusive=True)
-    await left.find(ledger)
-    assert left.watched == ("old",)
+    orphans = OrphanWatch(state, agent_exclusive=True)
+    await orphans.find(ledger)
+    assert orphans.watched == ("old",)
 
     # Still running as far as the ledger knows (its member's lease holds): left alone.
-    assert await left.stop_ended(ledger, grace=1) == {}
+    assert await orphans.stop_ended(ledger, grace=1) == {}
     assert agents[0].poll() is None
     # A run of its conversation waits; one of another conversation does not.
     with trio.fail_after(5):
-        await left.clear_of(RunRequest("x", "demo", "c2", None))
+        await orphans.clear_of(RunRequest("x", "demo", "c2", None))
     waited = trio.Event()
 
     async def start_in_c1() -> None:
-        await left.clear_of(RunRequest("y", "demo", "c1", None))
+        await orphans.clear_of(RunRequest("y", "demo", "c1", None))
         waited.set()
 
     async with trio.open_nursery() as nursery:
@@ -93,12 +93,12 @@ async def test_an_agent_is_stopped_only_once_its_run_is_no_longer_running(
 
         # The expiry of its member's lease records it lost: now it is stopped.
         store.finish("old", RunEnd(RunStatus.LOST, reason="supervisor h:1 lease expired"), 3.0)
-        stopped = await left.stop_ended(ledger, grace=1)
+        stopped = await orphans.stop_ended(ledger, grace=1)
         assert stopped == {"old": {agents[0].pid}}
         assert agents[0].wait(timeout=5) is not None
         with trio.fail_after(5):
             await waited.wait()
-    assert not left.watched
+    assert not orphans.watched
     # Nothing else was touched.
     assert [agent.poll() for agent in agents[1:]] == [None, None]
 
@@ -114,9 +114,9 @@ async def test_an_agent_of_a_run_lost_before_the_start_is_stopped_at_the_first_l
         agents.append(spawn_agent(state, "old"))
         wait_for_environ(agents[0])
         ledger = Ledger(store, run_sync=inline)
-        left = LeftAgents(state, agent_exclusive=True)
-        await left.find(ledger)
-        assert await left.stop_ended(ledger, grace=1) == {"old": {agents[0].pid}}
+        orphans = OrphanWatch(state, agent_exclusive=True)
+        await orphans.find(ledger)
+        assert await orphans.stop_ended(ledger, grace=1) == {"old": {agents[0].pid}}
         assert agents[0].wait(timeout=5) is not None
     finally:
         store.close()
