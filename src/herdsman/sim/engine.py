@@ -54,6 +54,7 @@ from herdsman.sim.workload import (
     Arrival,
     Attempt,
     Executions,
+    RunPlan,
     Workload,
     config_from_trace,
 )
@@ -77,17 +78,23 @@ class _Run:
         "execution",
         "index",
         "outcome",
+        "plan",
         "request",
         "since",
         "submitted",
         "waited",
     )
 
-    def __init__(self, request: RunRequest, index: int, submitted: float) -> None:
+    def __init__(
+        self, request: RunRequest, plan: RunPlan | None, index: int, submitted: float
+    ) -> None:
         self.request = request
+        self.plan = plan  # how its attempts go (None: not in the workload's plans)
         self.index = index  # arrival order: ties between ends at one instant
         self.submitted = submitted  # virtual time of the submit
-        self.execution = 0  # which execution an end belongs to (a cancelled one's is stale)
+        # Executions started so far: which one an end belongs to (a cancelled
+        # one's is stale), and which of the plan's attempts the next one is.
+        self.execution = 0
         self.outcome: RunOutcome | None = None  # how the attempt under way ends
         # For metrics, on the trace's clock (rounded as its ``t``): queued
         # since, the current attempt's start, and where its wait is kept in
@@ -217,6 +224,11 @@ class FastEngine:
         self.picks: list[str | None] = []
         self._measuring = metrics
         self._slots = slots_of(config_as_json(config)) if metrics else 0
+        # The trace's clock (``t``, rounded as the trace rounds it) at _rounded_at:
+        # several events share a moment, and a rounding costs more than the
+        # rest of an event's measuring.
+        self._rounded_at = math.nan
+        self._rounded = 0.0
         # What measure() adds up, on the trace's clock: the last event's
         # time, runs submitted, started (in first-start order) and withdrawn
         # before any start, run-seconds busy, ends for good, timeouts, limits.
@@ -326,9 +338,16 @@ class FastEngine:
     def _wall(self) -> float:
         return self._origin + self._now
 
+    def _t(self) -> float:
+        """Now on the trace's clock: an event's ``t``, rounded as the trace rounds it."""
+        if self._rounded_at != self._now:
+            self._rounded_at = self._now
+            self._rounded = round(self._now, 6)
+        return self._rounded
+
     def _emit(self, kind: str, **fields: Any) -> None:
         if self._measuring:
-            self._last = round(self._now, 6)
+            self._last = self._t()
         if self._trace is not None:
             self._trace.event(kind, **fields)
 
@@ -358,7 +377,7 @@ class FastEngine:
             self.waits.append(self._now - run.submitted)
             self.picks.append(account)
         if self._measuring:
-            self._last = t = round(self._now, 6)
+            self._last = t = self._t()
             run.began = t
             # Added up in measure()'s order, so the floats come out the same.
             if run.waited < 0:
@@ -368,7 +387,7 @@ class FastEngine:
                 self._waited[run.waited] = self._waited[run.waited] + t - run.since
         if self._ledger is not None:
             self._ledger.started(run_id, run.request.provider, account, now)
-        attempt = self._executions.next(run_id)
+        attempt = self._executions.attempt(run_id, run.plan, run.execution - 1)
         # How the fake runner will report its end: one outcome per distinct
         # ending, as the trio replay's fake runner hands them out.
         key = (attempt.outcome, attempt.exit_code, attempt.resets_at)
@@ -448,7 +467,7 @@ class FastEngine:
 
     def _measure_finish(self, run: _Run, status: str, *, requeued: bool) -> None:
         """Add up a finish event as ``measure`` does: busy time, and a re-queue or an end."""
-        self._last = t = round(self._now, 6)
+        self._last = t = self._t()
         self._busy += t - run.began
         if requeued:
             run.since = t  # waiting again, from now
@@ -500,24 +519,24 @@ class FastEngine:
         """Record and queue a run (or skip it); its provider if it was queued."""
         run_id = run["id"]
         request = RunRequest(
-            run_id,
-            run["provider"],
-            run.get("conversation"),
-            run.get("agent"),
-            run.get("workspace", "default"),
-            run.get("cwd"),
+            id=run_id,
+            provider=run["provider"],
+            conversation=run.get("conversation"),
+            agent=run.get("agent"),
+            workspace=run.get("workspace", "default"),
+            cwd=run.get("cwd"),
         )
         admitted = self._life.submit(request, self._origin + self._now, skip)
         if admitted is _QUEUED:
             plan = self._plans.get(run_id)
             index = plan.index if plan is not None else len(self._plans)
-            queued = self._runs[run_id] = _Run(request, index, self._now)
+            queued = self._runs[run_id] = _Run(request, plan, index, self._now)
             if self._measuring:
                 self._submitted += 1
-                self._last = queued.since = round(self._now, 6)
+                self._last = queued.since = self._t()
         elif admitted is _SKIPPED:
             if self._measuring:
-                self._last = round(self._now, 6)  # the skip event
+                self._last = self._t()  # the skip event
         else:
             return None  # a repeated id is the run it already was
         self.runs += 1

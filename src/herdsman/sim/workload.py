@@ -148,7 +148,14 @@ class Executions:
         """The attempt of ``run_id``'s next execution."""
         count = self._counts.get(run_id, 0)
         self._counts[run_id] = count + 1
-        plan = self._plans.get(run_id)
+        return self.attempt(run_id, self._plans.get(run_id), count)
+
+    def attempt(self, run_id: str, plan: RunPlan | None, count: int) -> Attempt:
+        """The attempt of ``run_id``'s execution after ``count`` earlier ones, given its plan.
+
+        For an engine that counts a run's executions itself (and has its
+        plan at hand) rather than through :meth:`next`.
+        """
         if plan is not None and count < len(plan.attempts):
             return plan.attempts[count]
         if plan is not None and plan.synthetic and plan.attempts:
