@@ -145,6 +145,8 @@ class _Account:
         "spent",
         "spent_seconds",
         "starts",
+        "used",
+        "used_at",
     )
 
     def __init__(self, spec: AccountSpec) -> None:
@@ -160,6 +162,15 @@ class _Account:
         self.runs_started = 0
         # Other fleet members' usage (None outside a fleet): replaced whole at each poll.
         self.elsewhere: _Usage | None = None
+        # usage() at used_at, until the account's runs or limits change
+        # (changed()): one start asks it of every account several times at
+        # one moment (is any available, which to pick, when one frees up).
+        self.used = 0.0
+        self.used_at = math.nan
+
+    def changed(self) -> None:
+        """Its runs, limits or usage elsewhere changed: :meth:`usage` is worked out afresh."""
+        self.used_at = math.nan
 
     def _expire(self, now: float) -> None:
         window = self.spec.window
@@ -169,6 +180,13 @@ class _Account:
 
     def usage(self, now: float) -> float:
         """Runs, or run-minutes, used in the current window (the fleet's, in a fleet)."""
+        if now == self.used_at:
+            return self.used
+        self.used = self._usage(now)
+        self.used_at = now
+        return self.used
+
+    def _usage(self, now: float) -> float:
         self._expire(now)
         window = self.spec.window
         horizon = now - window if window is not None else float("-inf")
@@ -240,6 +258,7 @@ class _Account:
         """Count a run's usage (``end`` None: the run is still running)."""
         if self.spec.window is None:
             return
+        self.changed()
         insort(self.starts, start)
         if end is not None:
             self.record_spent(end, max(0.0, end - start))
@@ -251,8 +270,29 @@ class _Account:
         in start order, and a long one must not hold shorter ones in the
         window past their time.
         """
+        self.changed()
         insort(self.spent, (end, seconds))
         self.spent_seconds += seconds
+
+    def begin(self, run_id: str, now: float) -> None:
+        """``run_id`` starts on the account at ``now``."""
+        self.changed()
+        self.running[run_id] = now
+        self.runs_started += 1
+        if self.spec.window is not None:
+            self._expire(now)
+            self.starts.append(now)
+
+    def end(self, run_id: str, now: float, *, spawned: bool) -> None:
+        """``run_id`` ended at ``now``; without ``spawned`` its start is taken back."""
+        self.changed()
+        start = self.running.pop(run_id)
+        if not spawned:
+            self.runs_started -= 1
+            if start in self.starts:
+                self.starts.remove(start)
+        elif self.spec.window is not None:
+            self.record_spent(now, max(0.0, now - start))
 
 
 def _expire(
@@ -358,6 +398,7 @@ class AccountBook:
             if account is None:
                 account = _Account(spec)
             account.spec = spec
+            account.changed()
             accounts.append(account)
         self._accounts[provider] = accounts
         for name, account in old.items():
@@ -478,11 +519,7 @@ class AccountBook:
 
     def _hold(self, run_id: str, provider: str, held: _Account, now: float) -> None:
         """:meth:`start` on an account already found."""
-        held.running[run_id] = now
-        held.runs_started += 1
-        if held.spec.window is not None:
-            held._expire(now)
-            held.starts.append(now)
+        held.begin(run_id, now)
         self._holders[run_id] = (provider, held)
 
     def finish(self, run_id: str, now: float, *, spawned: bool = True) -> None:
@@ -496,13 +533,7 @@ class AccountBook:
         if holder is None:
             return  # a run that started before accounts were known to the book
         provider, account = holder
-        start = account.running.pop(run_id)
-        if not spawned:
-            account.runs_started -= 1
-            if start in account.starts:
-                account.starts.remove(start)
-        elif account.spec.window is not None:
-            account.record_spent(now, max(0.0, now - start))
+        account.end(run_id, now, spawned=spawned)
         if not account.running and self._retired.get((provider, account.spec.name)) is account:
             del self._retired[(provider, account.spec.name)]
 
@@ -578,6 +609,7 @@ class AccountBook:
             found.setdefault(use[:2], []).append(use)
         for provider, account, _ in self._every_account():
             account.elsewhere = _Usage(found.get((provider, account.spec.name), ()))
+            account.changed()
 
     def sync_rests(
         self, limits: Iterable[tuple[str, str | None, float, str]], now: float

@@ -324,11 +324,14 @@ class FastEngine:
                 arrival = arrivals[position]
                 position += 1
                 self._now = arrival.t
+                if self._measuring:
+                    # The trace's clock now, as the arrival has it worked out.
+                    self._rounded_at, self._rounded = arrival.t, arrival.trace_t
                 if arrival.kind == "submit" and life.admitting and "account" not in arrival.fields:
                     # The hot path: only the new run can have become startable,
                     # and only if its provider has a free slot (a resting
                     # account is the dispatcher's business: it must look).
-                    provider = self._submit(arrival.fields["run"], skip=False)
+                    provider = self._submit(arrival, skip=False)
                     if provider is not None and scheduler.has_free_slot(provider):
                         self._dispatch()
                 else:
@@ -487,7 +490,7 @@ class FastEngine:
             if self._life.admitting:  # else refused, as a draining supervisor refuses it
                 if "account" in arrival.fields:  # running on it when the file was rotated
                     self._life.pin(arrival.fields["run"]["id"], arrival.fields["account"])
-                self._submit(arrival.fields["run"], skip=kind == "skip")
+                self._submit(arrival, skip=kind == "skip")
         elif kind == "cancel":
             self._cancel(arrival.fields["run_id"])
         elif kind == "reload":
@@ -515,17 +518,11 @@ class FastEngine:
             self._ledger.limits.pop((provider, account), None)
         self._emit("rest_ended", provider=provider, account=account)
 
-    def _submit(self, run: Mapping[str, Any], *, skip: bool) -> str | None:
+    def _submit(self, arrival: Arrival, *, skip: bool) -> str | None:
         """Record and queue a run (or skip it); its provider if it was queued."""
-        run_id = run["id"]
-        request = RunRequest(
-            id=run_id,
-            provider=run["provider"],
-            conversation=run.get("conversation"),
-            agent=run.get("agent"),
-            workspace=run.get("workspace", "default"),
-            cwd=run.get("cwd"),
-        )
+        request = arrival.request
+        assert request is not None  # a submit's or a skip's
+        run_id = request.id
         admitted = self._life.submit(request, self._origin + self._now, skip)
         if admitted is _QUEUED:
             plan = self._plans.get(run_id)
@@ -544,7 +541,7 @@ class FastEngine:
             new = NewRun(
                 id=run_id,
                 provider=request.provider,
-                prompt=run.get("prompt", "(not recorded)"),
+                prompt=arrival.fields["run"].get("prompt", "(not recorded)"),
                 conversation=request.conversation,
                 agent=request.agent,
                 workspace=request.workspace,

@@ -19,6 +19,7 @@ import attrs
 import tomlkit
 
 from herdsman.config import ConfigError, LoadedConfig, load_config_text
+from herdsman.core.runs import DEFAULT_WORKSPACE, RunRequest
 from herdsman.trace import (
     OUTCOMES,
     TraceEvent,
@@ -104,13 +105,46 @@ class RunPlan:
     synthetic: bool = False
 
 
+def _request_of(arrival: Arrival) -> RunRequest | None:
+    """A submit's or a skip's run, as the scheduler sees it (None for other arrivals)."""
+    if arrival.kind not in ("submit", "skip"):
+        return None
+    run = arrival.fields["run"]
+    return RunRequest(
+        id=run["id"],
+        provider=run["provider"],
+        conversation=run.get("conversation"),
+        agent=run.get("agent"),
+        workspace=run.get("workspace", DEFAULT_WORKSPACE),
+        cwd=run.get("cwd"),
+    )
+
+
+def _trace_t(arrival: Arrival) -> float:
+    return round(arrival.t, 6)
+
+
 @attrs.frozen
 class Arrival:
-    """Something that happens to the supervisor from outside, at time ``t``."""
+    """Something that happens to the supervisor from outside, at time ``t``.
+
+    What an engine derives from an arrival alone is worked out when the
+    arrival is made, with the workload: a plan simulates one workload under
+    every configuration of its sweep. ``request``: a submit's or a skip's
+    run as the scheduler sees it (None for other arrivals); ``trace_t``:
+    ``t`` as a trace records an event at that moment (rounded to the
+    microsecond).
+    """
 
     t: float
     kind: str  # submit | skip | cancel | reload | reload_rejected | shutdown | rest | rest_ended
     fields: Mapping[str, Any]
+    request: RunRequest | None = attrs.field(
+        init=False, eq=False, repr=False, default=attrs.Factory(_request_of, takes_self=True)
+    )
+    trace_t: float = attrs.field(
+        init=False, eq=False, repr=False, default=attrs.Factory(_trace_t, takes_self=True)
+    )
 
 
 @attrs.frozen
