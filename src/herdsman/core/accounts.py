@@ -147,6 +147,8 @@ class _Account:
         "starts",
         "used",
         "used_at",
+        "verdict",
+        "verdict_at",
     )
 
     def __init__(self, spec: AccountSpec) -> None:
@@ -162,15 +164,19 @@ class _Account:
         self.runs_started = 0
         # Other fleet members' usage (None outside a fleet): replaced whole at each poll.
         self.elsewhere: _Usage | None = None
-        # usage() at used_at, until the account's runs or limits change
-        # (changed()): one start asks it of every account several times at
-        # one moment (is any available, which to pick, when one frees up).
+        # usage() at used_at and why_not() at verdict_at, until the account's
+        # runs, limits or rest change (changed()): one start asks them of
+        # every account several times at one moment (is any available,
+        # which to pick, when one frees up).
         self.used = 0.0
         self.used_at = math.nan
+        self.verdict: str | None = None
+        self.verdict_at = math.nan
 
     def changed(self) -> None:
-        """Its runs, limits or usage elsewhere changed: :meth:`usage` is worked out afresh."""
-        self.used_at = math.nan
+        """Its runs, limits, rest or usage elsewhere changed: what it can take is worked out
+        afresh."""
+        self.used_at = self.verdict_at = math.nan
 
     def _expire(self, now: float) -> None:
         window = self.spec.window
@@ -219,6 +225,12 @@ class _Account:
 
     def why_not(self, now: float) -> str | None:
         """Why the account cannot take a run now, or None if it can."""
+        if now != self.verdict_at:
+            self.verdict = self._why_not(now)
+            self.verdict_at = now
+        return self.verdict
+
+    def _why_not(self, now: float) -> str | None:
         if self.exhausted_until is not None:
             if self.exhausted_until > now:
                 return "usage limit reached"
@@ -585,6 +597,7 @@ class AccountBook:
             self.may_free_in_time = True
             held.exhausted_until = until
             held.message = message
+            held.changed()
 
     def wake(self, provider: str, account: str | None) -> bool:
         """End ``account``'s rest now (an operator knows better); False if unknown."""
@@ -592,6 +605,7 @@ class AccountBook:
         if held is None:
             return False
         held.exhausted_until = held.message = None
+        held.changed()
         return True
 
     # -- the rest of a fleet ----------------------------------------------
@@ -632,11 +646,13 @@ class AccountBook:
                 if (account.exhausted_until, account.message) != rest:
                     self.may_free_in_time = True
                     account.exhausted_until, account.message = rest
+                    account.changed()
                     changes.append((provider, account.spec.name, rest[0]))
             elif account.exhausted_until is not None:
                 if account.exhausted_until > now:
                     changes.append((provider, account.spec.name, None))
                 account.exhausted_until = account.message = None
+                account.changed()
         return changes
 
     def _every_account(self) -> list[tuple[str, _Account, bool]]:
