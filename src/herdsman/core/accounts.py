@@ -193,11 +193,14 @@ class _Account:
         return self.used
 
     def _usage(self, now: float) -> float:
-        self._expire(now)
         window = self.spec.window
-        horizon = now - window if window is not None else float("-inf")
-        # Nothing is counted without a window, on this member or elsewhere.
-        elsewhere = self.elsewhere if window is not None else None
+        if window is None:
+            horizon = -math.inf
+            elsewhere = None  # nothing is counted without a window, here or elsewhere
+        else:
+            horizon = now - window
+            self.spent_seconds = _expire(self.starts, self.spent, self.spent_seconds, horizon)
+            elsewhere = self.elsewhere
         if self.spec.unit == "runs":
             if elsewhere is None:
                 return float(len(self.starts))
@@ -285,26 +288,6 @@ class _Account:
         self.changed()
         insort(self.spent, (end, seconds))
         self.spent_seconds += seconds
-
-    def begin(self, run_id: str, now: float) -> None:
-        """``run_id`` starts on the account at ``now``."""
-        self.changed()
-        self.running[run_id] = now
-        self.runs_started += 1
-        if self.spec.window is not None:
-            self._expire(now)
-            self.starts.append(now)
-
-    def end(self, run_id: str, now: float, *, spawned: bool) -> None:
-        """``run_id`` ended at ``now``; without ``spawned`` its start is taken back."""
-        self.changed()
-        start = self.running.pop(run_id)
-        if not spawned:
-            self.runs_started -= 1
-            if start in self.starts:
-                self.starts.remove(start)
-        elif self.spec.window is not None:
-            self.record_spent(now, max(0.0, now - start))
 
 
 def _expire(
@@ -531,7 +514,12 @@ class AccountBook:
 
     def _hold(self, run_id: str, provider: str, held: _Account, now: float) -> None:
         """:meth:`start` on an account already found."""
-        held.begin(run_id, now)
+        held.changed()
+        held.running[run_id] = now
+        held.runs_started += 1
+        if held.spec.window is not None:
+            held._expire(now)
+            held.starts.append(now)
         self._holders[run_id] = (provider, held)
 
     def finish(self, run_id: str, now: float, *, spawned: bool = True) -> None:
@@ -545,7 +533,14 @@ class AccountBook:
         if holder is None:
             return  # a run that started before accounts were known to the book
         provider, account = holder
-        account.end(run_id, now, spawned=spawned)
+        account.changed()
+        start = account.running.pop(run_id)
+        if not spawned:
+            account.runs_started -= 1
+            if start in account.starts:
+                account.starts.remove(start)
+        elif account.spec.window is not None:
+            account.record_spent(now, max(0.0, now - start))
         if not account.running and self._retired.get((provider, account.spec.name)) is account:
             del self._retired[(provider, account.spec.name)]
 
