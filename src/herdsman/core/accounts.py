@@ -145,10 +145,6 @@ class _Account:
         "spent",
         "spent_seconds",
         "starts",
-        "used",
-        "used_at",
-        "verdict",
-        "verdict_at",
     )
 
     def __init__(self, spec: AccountSpec) -> None:
@@ -164,19 +160,6 @@ class _Account:
         self.runs_started = 0
         # Other fleet members' usage (None outside a fleet): replaced whole at each poll.
         self.elsewhere: _Usage | None = None
-        # usage() at used_at and why_not() at verdict_at, until the account's
-        # runs, limits or rest change (changed()): one start asks them of
-        # every account several times at one moment (is any available,
-        # which to pick, when one frees up).
-        self.used = 0.0
-        self.used_at = math.nan
-        self.verdict: str | None = None
-        self.verdict_at = math.nan
-
-    def changed(self) -> None:
-        """Its runs, limits, rest or usage elsewhere changed: what it can take is worked out
-        afresh."""
-        self.used_at = self.verdict_at = math.nan
 
     def _expire(self, now: float) -> None:
         window = self.spec.window
@@ -186,13 +169,6 @@ class _Account:
 
     def usage(self, now: float) -> float:
         """Runs, or run-minutes, used in the current window (the fleet's, in a fleet)."""
-        if now == self.used_at:
-            return self.used
-        self.used = self._usage(now)
-        self.used_at = now
-        return self.used
-
-    def _usage(self, now: float) -> float:
         window = self.spec.window
         if window is None:
             horizon = -math.inf
@@ -228,12 +204,6 @@ class _Account:
 
     def why_not(self, now: float) -> str | None:
         """Why the account cannot take a run now, or None if it can."""
-        if now != self.verdict_at:
-            self.verdict = self._why_not(now)
-            self.verdict_at = now
-        return self.verdict
-
-    def _why_not(self, now: float) -> str | None:
         if self.exhausted_until is not None:
             if self.exhausted_until > now:
                 return "usage limit reached"
@@ -273,7 +243,6 @@ class _Account:
         """Count a run's usage (``end`` None: the run is still running)."""
         if self.spec.window is None:
             return
-        self.changed()
         insort(self.starts, start)
         if end is not None:
             self.record_spent(end, max(0.0, end - start))
@@ -285,7 +254,6 @@ class _Account:
         in start order, and a long one must not hold shorter ones in the
         window past their time.
         """
-        self.changed()
         insort(self.spent, (end, seconds))
         self.spent_seconds += seconds
 
@@ -393,7 +361,6 @@ class AccountBook:
             if account is None:
                 account = _Account(spec)
             account.spec = spec
-            account.changed()
             accounts.append(account)
         self._accounts[provider] = accounts
         for name, account in old.items():
@@ -514,7 +481,6 @@ class AccountBook:
 
     def _hold(self, run_id: str, provider: str, held: _Account, now: float) -> None:
         """:meth:`start` on an account already found."""
-        held.changed()
         held.running[run_id] = now
         held.runs_started += 1
         if held.spec.window is not None:
@@ -533,7 +499,6 @@ class AccountBook:
         if holder is None:
             return  # a run that started before accounts were known to the book
         provider, account = holder
-        account.changed()
         start = account.running.pop(run_id)
         if not spawned:
             account.runs_started -= 1
@@ -592,7 +557,6 @@ class AccountBook:
             self.may_free_in_time = True
             held.exhausted_until = until
             held.message = message
-            held.changed()
 
     def wake(self, provider: str, account: str | None) -> bool:
         """End ``account``'s rest now (an operator knows better); False if unknown."""
@@ -600,7 +564,6 @@ class AccountBook:
         if held is None:
             return False
         held.exhausted_until = held.message = None
-        held.changed()
         return True
 
     # -- the rest of a fleet ----------------------------------------------
@@ -618,7 +581,6 @@ class AccountBook:
             found.setdefault(use[:2], []).append(use)
         for provider, account, _ in self._every_account():
             account.elsewhere = _Usage(found.get((provider, account.spec.name), ()))
-            account.changed()
 
     def sync_rests(
         self, limits: Iterable[tuple[str, str | None, float, str]], now: float
@@ -641,13 +603,11 @@ class AccountBook:
                 if (account.exhausted_until, account.message) != rest:
                     self.may_free_in_time = True
                     account.exhausted_until, account.message = rest
-                    account.changed()
                     changes.append((provider, account.spec.name, rest[0]))
             elif account.exhausted_until is not None:
                 if account.exhausted_until > now:
                     changes.append((provider, account.spec.name, None))
                 account.exhausted_until = account.message = None
-                account.changed()
         return changes
 
     def _every_account(self) -> list[tuple[str, _Account, bool]]:
