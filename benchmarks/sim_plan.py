@@ -15,8 +15,10 @@ queue wait, which must agree (they are the same FIFO queue):
 * SimPy (``pip install -e '.[bench]'``): a ``Resource`` with SLOTS places
   and one process per run.
 
-Each is timed over the whole simulation (the workload is built before), the
-best of --repeat runs. Prints simulated runs per wall second and the ratios.
+Each is timed over the whole simulation (the workload is built before, as
+``sim plan`` builds a replication once for all its configurations: each
+arrival's run request and rounded time come with it), the best of --repeat
+runs. Prints simulated runs per wall second and the ratios.
 
 ``--cachegrind`` counts instructions per simulated run instead, which the
 machine's other load does not move: each contender runs in a process of its
