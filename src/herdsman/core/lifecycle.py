@@ -305,8 +305,8 @@ class Lifecycle:
         the account gate.
         """
         scheduler = self.scheduler
-        if not (self.admitting and scheduler.queued_count and scheduler.has_ready()):
-            return _NO_STARTS  # nothing may start: no gate to build
+        if not (self.admitting and scheduler.queued_count):
+            return _NO_STARTS
         accounts = AccountGate(self.book, now)
         scheduler.take_startable(accounts if gate is None else gate(accounts))
         return accounts.picks

@@ -332,19 +332,6 @@ class Scheduler:
             provider, 0
         ) and (cap is None or self._running < cap)
 
-    def has_ready(self) -> bool:
-        """Whether some queued run may be free to start as far as its lanes go. O(providers).
-
-        False: :meth:`take_startable` would start nothing now, whatever the
-        slots and a gate say, so a caller may skip it (and the gate it would
-        build). True may still start nothing (slots, a gate, a run cancelled
-        meanwhile).
-        """
-        for heap in self._ready.values():
-            if heap:
-                return True
-        return False
-
     def is_busy(self, run: RunRequest) -> bool:
         """Whether a queued or running run already shares one of ``run``'s keys.
 
