@@ -36,7 +36,7 @@ from multiprocessing.synchronize import Barrier
 import psycopg
 
 from herdsman.core.runs import RunRequest, exclusion_keys
-from herdsman.runtime.store import NewRun, RunRecord, RunStatus
+from herdsman.runtime.store import NewRun, RunEnd, RunRecord, RunStatus
 from herdsman.runtime.store.fleet import ClaimRules, FleetStore, Refusal
 
 T0 = 1_700_000_000.0
@@ -119,7 +119,7 @@ def member(
             in_claims += time.perf_counter() - before
             transactions += 1
             for record in result.claimed:
-                store.finish(record.id, RunStatus.SUCCEEDED, T0 + 2, exit_code=0)
+                store.finish(record.id, RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 2)
                 del pending[record.id]
             claimed += len(result.claimed)
             refusals.update(reason.value for _, reason in result.refused)

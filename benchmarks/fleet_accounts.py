@@ -29,7 +29,7 @@ import psycopg
 from fleet import with_schema
 from herdsman.core.accounts import AccountBook, AccountSpec
 from herdsman.runtime.fleet_accounts import apply_fleet_accounts, read_fleet_accounts
-from herdsman.runtime.store import NewRun, RunStatus, Store
+from herdsman.runtime.store import NewRun, RunEnd, RunStatus, Store
 from herdsman.runtime.store.fleet import AccountBudget, ClaimRules, FleetStore
 
 WINDOW = 5 * 3600.0
@@ -56,7 +56,7 @@ def submit(run_id: str, at: float, store: Store) -> None:
 
 
 def finish(run_id: str, at: float, store: Store) -> None:
-    store.finish(run_id, RunStatus.SUCCEEDED, at, exit_code=0)
+    store.finish(run_id, RunEnd(RunStatus.SUCCEEDED, exit_code=0), at)
 
 
 def mean_ms(samples: list[float]) -> float:
@@ -100,7 +100,7 @@ def measure(url: str, runs: int, repeat: int) -> None:
                     result = member.claim_many([(run_id, "a")], now, rules)
                     claims[kind].append(time.perf_counter() - began)
                     assert result.claimed, result
-                    member.finish(run_id, RunStatus.SUCCEEDED, now, exit_code=0)
+                    member.finish(run_id, RunEnd(RunStatus.SUCCEEDED, exit_code=0), now)
             print(
                 f"{runs:>7} runs in the window: poll read {mean_ms(reads):7.2f} ms,"
                 f" into the core {mean_ms(applies):6.2f} ms;"

@@ -145,8 +145,8 @@ class Floor:
     def finish(self, run_id: str) -> None:
         now = self.wall()
         if "ledger" in self.pieces:
-            status, fields = finish_fields(SUCCEEDED, log_file(self.state_dir, run_id))
-            self.store.finish(run_id, status, now, **fields)
+            end = finish_fields(SUCCEEDED, log_file(self.state_dir, run_id))
+            self.store.finish(run_id, end, now)
         if "accounts" in self.pieces:
             self.book.finish(run_id, now)
         if "trace" in self.pieces:

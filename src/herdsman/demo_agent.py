@@ -1,15 +1,18 @@
 """A stand-in agent CLI: reads a prompt on stdin, waits, replies.
 
 ``python -m herdsman.demo_agent [--delay SECONDS] [--protocol plain|claude]
-[--fail] [--spawn-grandchild]``
+[--fail] [--spawn-grandchild] [--rate-limit-warning]``
 
 It lets the example config, the tests and a first try of herdsman run
 without any real agent CLI installed. The delay defaults to 1 second, or to
 ``HERDSMAN_DEMO_DELAY`` when set; ``--delay`` wins over both. With
 ``--protocol claude`` it prints the shape Claude Code prints with
 ``--output-format stream-json --verbose``: a ``system``/``init`` line with a
-session id, then a ``result`` line. ``--fail`` makes it exit with code 1 after
-reporting an error. ``--spawn-grandchild`` first starts a process that sleeps
+session id, then a ``result`` line with what the run spent, as Claude Code
+reports it (tokens from the prompt's and the reply's length, at a made-up
+price). ``--rate-limit-warning`` adds a ``rate_limit_event`` saying the
+account is near its five-hour limit. ``--fail`` makes it exit with code 1
+after reporting an error. ``--spawn-grandchild`` first starts a process that sleeps
 for an hour holding stdout and stderr open, and prints its pid on stderr, so
 tests can check that the whole process group is stopped.
 
@@ -28,14 +31,41 @@ DELAY_ENV = "HERDSMAN_DEMO_DELAY"
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m herdsman.demo_agent", description=__doc__)
-    parser.add_argument("--delay", type=float, default=None, help="seconds to wait (default 1)")
-    parser.add_argument("--protocol", choices=("plain", "claude"), default="plain")
+    parser = argparse.ArgumentParser(
+        prog="herdsman-demo-agent",
+        description="A stand-in agent CLI that ships with herdsman: it reads a prompt on stdin,"
+        " waits, and replies, so herdsman can be tried with no agent CLI installed.",
+    )
+    parser.add_argument(
+        "--delay",
+        type=float,
+        default=None,
+        help=f"seconds to wait (default: ${DELAY_ENV}, else 1)",
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=("plain", "claude"),
+        default="plain",
+        help="plain: the reply as text (default); claude: Claude Code's stream-json lines,"
+        ' with what the run spent (use with protocol = "claude" in supervisor.toml)',
+    )
     parser.add_argument("--fail", action="store_true", help="report an error and exit 1")
     parser.add_argument(
         "--spawn-grandchild", action="store_true", help="start a long-sleeping grandchild"
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--rate-limit-warning",
+        action="store_true",
+        help="with --protocol claude: say the account is near its limit",
+    )
+    args = parser.parse_args(argv)
+    if args.delay is None:
+        written = os.environ.get(DELAY_ENV, "1")
+        try:
+            args.delay = float(written)
+        except ValueError:
+            parser.error(f"${DELAY_ENV} must be a number of seconds, got {written!r}")
+    return args
 
 
 def _spawn_grandchild() -> int:
@@ -55,12 +85,44 @@ def _emit(line: str) -> None:
     sys.stdout.flush()
 
 
+def _spent(prompt: str, reply: str, delay: float) -> dict[str, object]:
+    """The result line's figures, in Claude Code's shape: about four characters a token."""
+    tokens = {"input_tokens": len(prompt) // 4 + 1, "output_tokens": len(reply) // 4 + 1}
+    cost = round((tokens["input_tokens"] * 3 + tokens["output_tokens"] * 15) / 1e6, 6)
+    return {
+        "duration_ms": round(delay * 1000),
+        "duration_api_ms": round(delay * 1000),
+        "total_cost_usd": cost,
+        "usage": {**tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+        "modelUsage": {
+            "demo": {
+                "inputTokens": tokens["input_tokens"],
+                "outputTokens": tokens["output_tokens"],
+                "cacheReadInputTokens": 0,
+                "cacheCreationInputTokens": 0,
+                "costUSD": cost,
+            }
+        },
+        "terminal_reason": "completed",
+    }
+
+
+def _rate_limit_warning(session_id: str) -> dict[str, object]:
+    """A ``rate_limit_event``: near the five-hour limit, which resets in an hour."""
+    info = {
+        "status": "allowed_warning",
+        "resetsAt": int(time.time()) + 3600,
+        "rateLimitType": "five_hour",
+        "utilization": 0.9,
+        "isUsingOverage": False,
+    }
+    return {"type": "rate_limit_event", "rate_limit_info": info, "session_id": session_id}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the demo agent; returns the exit code."""
     args = _parse(sys.argv[1:] if argv is None else argv)
-    delay = args.delay
-    if delay is None:
-        delay = float(os.environ.get(DELAY_ENV, "1.0"))
+    delay: float = args.delay
     prompt = sys.stdin.buffer.read().decode("utf-8", errors="replace")
     # The last line: a preamble herdsman adds goes before the user's words.
     lines = [line for line in prompt.splitlines() if line.strip()]
@@ -85,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     reply = f"demo reply: {last_line}"
     error = "demo agent: failing as asked (--fail)"
     if args.protocol == "claude":
+        if args.rate_limit_warning:
+            _emit(json.dumps(_rate_limit_warning(session_id)))
         result = {
             "type": "result",
             "subtype": "error_during_execution" if args.fail else "success",
@@ -92,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             "result": error if args.fail else reply,
             "session_id": session_id,
             "num_turns": 1,
+            **_spent(prompt, reply, delay),
         }
         _emit(json.dumps(result))
     elif args.fail:

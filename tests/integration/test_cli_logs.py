@@ -42,7 +42,10 @@ def test_logs_renders_an_agent_stream_and_raw_prints_it_as_recorded(
     assert "{" not in text.splitlines()[0]  # no JSON: text
     if name == "claude-tools":
         assert "→ Bash: pytest -x -q tests/test_parse.py" in text
-        assert text.endswith("result: success · 3 turns · 12.3s · $0.0421\n")
+        assert text.endswith(
+            "result: success · 3 turns · 12.3s · $0.0421\n"
+            "tokens: 30 input · 85 output · API 11.0s\n"
+        )
     else:
         assert "$ bash -lc 'pytest -x -q'  (exit 1)" in text
         assert text.endswith("turn completed · input tokens 1200, cached 200, output tokens 345\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from herdsman.runtime.runner import Outcome, ProcessOutcome
-from herdsman.runtime.store import RunStatus
+from herdsman.runtime.store import RunEnd, RunStatus
 from herdsman.runtime.supervisor import finish_fields
 
 
@@ -21,21 +21,21 @@ def test_each_outcome_finishes_as_the_run_status_of_its_value(status: Outcome) -
         excerpt="tail",
         usage_limit=None,
     )
-    finished, fields = finish_fields(ended, "/logs/r.log")
-    assert type(finished) is RunStatus
-    assert finished.value == status.value
-    assert fields == {
-        "exit_code": 3,
-        "reason": "why\ufffd",
-        "result": "done",
-        "session_id": "s",
-        "excerpt": "tail",
-        "log_path": "/logs/r.log",
-    }
+    end = finish_fields(ended, "/logs/r.log")
+    assert type(end.status) is RunStatus
+    assert end.status.value == status.value
+    assert end == RunEnd(
+        end.status,
+        exit_code=3,
+        reason="why\ufffd",
+        result="done",
+        session_id="s",
+        excerpt="tail",
+        log_path="/logs/r.log",
+    )
 
 
 def test_no_outcome_is_a_shutdown_cancel() -> None:
-    assert finish_fields(None, "/logs/r.log") == (
-        RunStatus.CANCELLED,
-        {"reason": "supervisor shut down", "log_path": "/logs/r.log"},
+    assert finish_fields(None, "/logs/r.log") == RunEnd(
+        RunStatus.CANCELLED, reason="supervisor shut down", log_path="/logs/r.log"
     )

@@ -13,7 +13,15 @@ import pytest
 import trio
 
 from herdsman.runtime.ledger import Inline, Ledger, LedgerClosed, in_worker_thread, inline
-from herdsman.runtime.store import MemoryStore, NewRun, RunRecord, RunStatus, Store, StoreError
+from herdsman.runtime.store import (
+    MemoryStore,
+    NewRun,
+    RunEnd,
+    RunRecord,
+    RunStatus,
+    Store,
+    StoreError,
+)
 
 
 def new(run_id: str) -> NewRun:
@@ -71,7 +79,7 @@ async def test_operation_errors_reach_only_their_caller(nursery: trio.Nursery) -
     ledger = Ledger(MemoryStore(), run_sync=on_loop)
     await nursery.start(ledger.run)
     with pytest.raises(StoreError):
-        await ledger.call(lambda s: s.finish("nope", RunStatus.FAILED, 1.0))
+        await ledger.call(lambda s: s.finish("nope", RunEnd(RunStatus.FAILED), 1.0))
     assert (await ledger.call(lambda s: s.submit(new("b"), 1.0)))[1] is True
 
 
@@ -102,7 +110,8 @@ async def test_an_inline_ledger_applies_each_call_at_once_in_call_order() -> Non
     assert ledger.batches == 2
     with pytest.raises(StoreError):
         await ledger.call(
-            lambda s: s.finish("nope", RunStatus.FAILED, 1.0), then=lambda r: seen.append(r.id)
+            lambda s: s.finish("nope", RunEnd(RunStatus.FAILED), 1.0),
+            then=lambda r: seen.append(r.id),
         )
     assert seen == ["a", "b"]
 
@@ -122,7 +131,7 @@ async def test_an_inline_ledger_given_the_stores_apply_one_applies_each_call_by_
     # A failed call: undone whole, its error raised at each wait with the
     # store's frames under the wait's, and its callback not run.
     pending = ledger.enqueue(
-        lambda s: [s.submit(new("b"), 2.0), s.finish("nope", RunStatus.FAILED, 2.0)],
+        lambda s: [s.submit(new("b"), 2.0), s.finish("nope", RunEnd(RunStatus.FAILED), 2.0)],
         then=seen.append,
     )
     assert ledger.committed(pending)
@@ -380,7 +389,7 @@ async def test_a_failed_call_raises_its_error_each_time_it_is_waited_for(
 ) -> None:
     ledger = Ledger(MemoryStore(), run_sync=on_loop)
     await nursery.start(ledger.run)
-    pending = ledger.enqueue(lambda s: s.finish("nope", RunStatus.FAILED, 1.0))
+    pending = ledger.enqueue(lambda s: s.finish("nope", RunEnd(RunStatus.FAILED), 1.0))
     raised: list[BaseException] = []
     frames: list[list[str]] = []
     for _ in range(3):

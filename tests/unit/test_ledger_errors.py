@@ -12,7 +12,7 @@ import trio
 import trio.testing
 
 from herdsman.runtime.ledger import Ledger, Queued, fresh_error, inline
-from herdsman.runtime.store import MemoryStore, RunNotFound, RunStatus, Store, StoreError
+from herdsman.runtime.store import MemoryStore, RunEnd, RunNotFound, RunStatus, Store, StoreError
 
 
 async def on_loop(fn: Callable[[], Any]) -> Any:
@@ -21,7 +21,7 @@ async def on_loop(fn: Callable[[], Any]) -> Any:
 
 
 def finish_unknown(store: Store) -> object:
-    return store.finish("nope", RunStatus.FAILED, 1.0)
+    return store.finish("nope", RunEnd(RunStatus.FAILED), 1.0)
 
 
 def fail(exc: BaseException) -> NoReturn:

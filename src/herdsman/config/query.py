@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import tomlkit
 
+from herdsman.config import kinds
 from herdsman.config.keypath import KeyPath, format_key_path, parse_key_path
 from herdsman.config.load import LoadedConfig
 from herdsman.config.problems import ConfigUsageError, Origin
@@ -136,6 +137,10 @@ def get_value(loaded: LoadedConfig, key: str) -> GetResult:
     if not resolved.exists:
         if resolved.kind.leaf and text in loaded.toml_values:
             return GetResult(text, None, loaded.origins[text], None, origins)
+        empty = _empty(resolved.kind)
+        if empty is not None:  # no [[repos]] at all is a configuration without repos
+            default = Origin("default")
+            return GetResult(text, render_toml(path, empty), default, empty, {text: default})
         raise ConfigUsageError.one(text, f"not set (and no default) in {loaded.path}")
     kinds_of_origin = set(origins.values())
     origin = (
@@ -143,6 +148,11 @@ def get_value(loaded: LoadedConfig, key: str) -> GetResult:
     )
     value = _plain_tree(resolved.value)
     return GetResult(text, render_toml(path, resolved.value), origin, value, origins)
+
+
+def _empty(kind: kinds.Kind) -> list[Any] | None:
+    """An array of tables the file leaves out has none (``[]``); None for other kinds."""
+    return [] if isinstance(kind, kinds.ArrayOfTables) else None
 
 
 def _plain_tree(value: Any) -> Any:

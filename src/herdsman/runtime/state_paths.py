@@ -24,8 +24,12 @@ Two strengths of guarantee, used where each fits:
   with nothing awaited before it.
 
 Modes: every folder made here is ``0700`` and every file ``0600``. The
-umask can only take bits away, so these hold under any umask; files that
-already exist are tightened (``fchmod``) when opened for writing.
+umask can only take bits away, so these hold under any umask. What an older
+herdsman made readable by others is tightened (``fchmod``): a file when it
+is opened for writing, a folder when :func:`make_private_dirs` walks it.
+Only there: :func:`open_below` also opens files herdsman does not own the
+folders of (a run's log may be ``/dev/full``, anchored at ``/``), and the
+anchor itself is the user's to set.
 """
 
 from __future__ import annotations
@@ -106,8 +110,13 @@ def refuse_links(anchor: Path, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _walk(anchor: Path, parts: tuple[str, ...], *, create: bool) -> Iterator[int]:
-    """A descriptor of ``anchor/parts...``, reached one folder at a time, never via a link."""
+def _walk(
+    anchor: Path, parts: tuple[str, ...], *, create: bool, tighten: bool = False
+) -> Iterator[int]:
+    """A descriptor of ``anchor/parts...``, reached one folder at a time, never via a link.
+
+    ``tighten``: each folder below the anchor that others may read becomes ``0700``.
+    """
     if create:
         anchor.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
     fd = os.open(anchor, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
@@ -129,6 +138,8 @@ def _walk(anchor: Path, parts: tuple[str, ...], *, create: bool) -> Iterator[int
                 raise type(exc)(exc.errno, exc.strerror, str(current)) from None
             os.close(fd)
             fd = child
+            if tighten:
+                _tighten(fd, PRIVATE_DIR)
         yield fd
     finally:
         os.close(fd)
@@ -146,7 +157,7 @@ def make_private_dirs(anchor: Path, path: Path) -> None:
 
     Raises :class:`LinkRefused` if one of them is a link or not a folder.
     """
-    with _walk(anchor, _parts(anchor, path), create=True):
+    with _walk(anchor, _parts(anchor, path), create=True, tighten=True):
         pass
 
 
@@ -159,6 +170,7 @@ def open_below(anchor: Path, path: Path, flags: int, *, make_dirs: bool = False)
     on the way), or ``OSError``.
     """
     *folders, name = _parts(anchor, path)
+    writes = bool(flags & (os.O_WRONLY | os.O_RDWR))
     with _walk(anchor, tuple(folders), create=make_dirs) as dir_fd:
         try:
             fd = os.open(name, flags | _NOFOLLOW | _CLOEXEC, PRIVATE_FILE, dir_fd=dir_fd)
@@ -166,16 +178,16 @@ def open_below(anchor: Path, path: Path, flags: int, *, make_dirs: bool = False)
             if exc.errno == errno.ELOOP or (exc.errno == errno.EEXIST and _is_link(dir_fd, name)):
                 raise LinkRefused(path) from None
             raise
-    if flags & (os.O_WRONLY | os.O_RDWR):
-        _tighten(fd)
+    if writes:
+        _tighten(fd, PRIVATE_FILE)
     return fd
 
 
-def _tighten(fd: int) -> None:
-    """Make an open file ``0600`` if it is readable by others (an older herdsman's)."""
+def _tighten(fd: int, mode: int) -> None:
+    """Give an open file or folder ``mode`` if others may use it (an older herdsman's)."""
     with contextlib.suppress(OSError):  # not ours: left as it is
         if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
-            os.fchmod(fd, PRIVATE_FILE)
+            os.fchmod(fd, mode)
 
 
 def read_below(anchor: Path, path: Path, *, limit: int) -> bytes:
@@ -254,5 +266,5 @@ def private_opener(path: str, flags: int) -> int:
     """An ``opener`` for :func:`open`/``io.FileIO``: ``0600``, and no link at the file itself."""
     fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC, PRIVATE_FILE)
     if flags & (os.O_WRONLY | os.O_RDWR):
-        _tighten(fd)
+        _tighten(fd, PRIVATE_FILE)
     return fd

@@ -48,6 +48,7 @@ from herdsman.runtime.accounts import (
     returning_accounts,
 )
 from herdsman.runtime.callbacks import deliver_callback
+from herdsman.runtime.changes import Changes
 from herdsman.runtime.config_watch import file_signature, watch_file
 from herdsman.runtime.fleet_accounts import (
     FleetAccounts,
@@ -88,6 +89,7 @@ from herdsman.runtime.store import (
     AccountLimit,
     AccountUse,
     NewRun,
+    RunEnd,
     RunRecord,
     RunStatus,
     Store,
@@ -249,18 +251,19 @@ def _limit_note(record: RunRecord, hit: Rest, again: RunRecord) -> str:
 _STATUS_OF: dict[Outcome, RunStatus] = {outcome: RunStatus(outcome.value) for outcome in Outcome}
 
 
-def finish_fields(ended: ProcessOutcome | None, log_path: str) -> tuple[RunStatus, dict[str, Any]]:
-    """How a run ended, as the ledger's ``finish`` takes it: the status and the fields."""
+def finish_fields(ended: ProcessOutcome | None, log_path: str) -> RunEnd:
+    """How a run ended, as the ledger's ``finish`` takes it."""
     if ended is None:  # the task was cancelled before an outcome existed
-        return RunStatus.CANCELLED, {"reason": "supervisor shut down", "log_path": log_path}
-    return _STATUS_OF[ended.status], {
-        "exit_code": ended.exit_code,
-        "reason": as_text(ended.reason),
-        "result": as_text(ended.result),
-        "session_id": as_text(ended.session_id),
-        "excerpt": as_text(ended.excerpt),
-        "log_path": log_path,
-    }
+        return RunEnd(RunStatus.CANCELLED, reason="supervisor shut down", log_path=log_path)
+    return RunEnd(
+        _STATUS_OF[ended.status],
+        exit_code=ended.exit_code,
+        reason=as_text(ended.reason),
+        result=as_text(ended.result),
+        session_id=as_text(ended.session_id),
+        excerpt=as_text(ended.excerpt),
+        log_path=log_path,
+    )
 
 
 class Supervisor:
@@ -340,6 +343,8 @@ class Supervisor:
         # start was decided under, until its task has read them.
         self._picks: dict[str, tuple[Pick, Config]] = {}
         self._wakeup = trio.Event()
+        #: Touched whenever what the dashboard shows may have changed.
+        self.changes = Changes()
         #: When (trio time) the dispatcher looks again at runs waiting for a
         #: resting account, if any wait: the simulator advances time to it.
         self.account_recheck_at: float | None = None
@@ -671,6 +676,9 @@ class Supervisor:
                 # under way: the run is recorded once it has finished.
                 for new, _, skip in plan:
                     if not skip and new.conversation is not None:
+                        if self._worktrees.removal_under_way(new.workspace, new.conversation):
+                            # What a replay needs to hold it as long (docs/simulator.md).
+                            self._emit("removal_wait", run_id=new.id)
                         await self._worktrees.removal_finished(new.workspace, new.conversation)
             now = self._wall()
             return await self._record_submits(plan, now, [on_busy for _, on_busy in items])
@@ -1167,6 +1175,7 @@ class Supervisor:
 
     def _wake(self) -> None:
         self._wakeup.set()
+        self.changes.touch()
 
     async def _emit_in_ledger_order(self, kind: str, **fields: Any) -> None:
         """Trace an event after every change already on its way to the ledger.
@@ -1187,6 +1196,7 @@ class Supervisor:
             self._trace.record(kind, fields)
 
     def _notify(self, run_id: str) -> None:
+        self.changes.touch()
         for event in self._waiters.pop(run_id, ()):
             event.set()
 
@@ -1324,6 +1334,7 @@ class Supervisor:
 
     def _started(self, records: list[RunRecord]) -> None:
         assert self._nursery is not None
+        self.changes.touch()
         trace = self._trace
         for record in records:
             if trace is not None:
@@ -1666,17 +1677,15 @@ class Supervisor:
             repos_dir=repos_dir,
         )
 
-    def _finish_fields(
-        self, ended: ProcessOutcome | None, run_id: str
-    ) -> tuple[RunStatus, dict[str, Any]]:
+    def _finish_fields(self, ended: ProcessOutcome | None, run_id: str) -> RunEnd:
         """:func:`finish_fields` of a run's end, with the run's log path."""
         return finish_fields(ended, self._specs.log_file(self.config, run_id))
 
     async def _record_finish(
         self, record: RunRecord, ended: ProcessOutcome | None, *, may_start: bool
     ) -> None:
-        status, fields = self._finish_fields(ended, record.id)
-        session_id = fields.get("session_id")
+        end = self._finish_fields(ended, record.id)
+        status, session_id = end.status, end.session_id
         now = self._wall()
         conversation = record.conversation
         hit = (
@@ -1710,7 +1719,7 @@ class Supervisor:
                 self._stick(record, conversation)
 
         def finish(store: Store) -> RunRecord:
-            final = store.finish(record.id, status, now, **fields)
+            final = store.finish(record.id, attrs.evolve(end, status=status), now)
             if hit is not None:
                 store.set_account_limit(hit.provider, hit.account, hit.until, hit.message)
                 if requeue:
@@ -1748,7 +1757,7 @@ class Supervisor:
             self._report_finish(
                 final,
                 status if requeued else final.status,
-                fields.get("exit_code"),
+                end.exit_code,
                 requeue=requeued,
             )
 
@@ -1986,6 +1995,11 @@ class Supervisor:
         probe = RunRequest("", "", conversation, None, workspace)
         return self._scheduler.is_busy(probe) or self._pending_keys.claimed(key)
 
+    @property
+    def worktrees(self) -> WorktreeManager | None:
+        """The conversations' worktrees (None without repositories configured)."""
+        return self._worktrees
+
     async def sweep_worktrees(self, *, dry_run: bool = False) -> SweepReport:
         """Remove the clean worktrees of idle conversations now (see sweeper.py)."""
         if self._worktrees is None:
@@ -2117,6 +2131,7 @@ class Supervisor:
         result = ReloadResult(True, self.generation, trigger, now, tuple(changes))
         self.last_reload = result
         self.waiting_for_restart = tuple(change for change in changes if not change.live)
+        self.changes.touch()
         self.metrics.last_reload_ok.set(1)
         self.metrics.last_reload_time.set(now)
         if not changes:
@@ -2134,6 +2149,7 @@ class Supervisor:
         for error in errors:
             log.error("  %s", error)
         self._emit("reload_rejected", errors=errors)
+        self.changes.touch()
         return result
 
     def _apply(self, loaded: LoadedConfig) -> None:

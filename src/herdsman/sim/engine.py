@@ -40,7 +40,7 @@ from typing import Any
 
 from herdsman.config import Config, LoadedConfig
 from herdsman.config.report import config_as_json
-from herdsman.core import RunRequest, RunState
+from herdsman.core import RunRequest, RunState, busy_keys
 from herdsman.core.lifecycle import Admission, Lifecycle, Settlement, Withdrawal
 from herdsman.core.outcome import Outcome, RunOutcome, UsageLimit
 from herdsman.runtime.accounts import longest_window
@@ -193,6 +193,8 @@ class FastEngine:
         self._ends: list[tuple[float, int, int, str, int]] = []
         self._pushes = 0
         self._runs: dict[str, _Run] = {}  # queued or running
+        # Runs whose submit waits for a sweep's removal: their busy keys.
+        self._held: dict[str, tuple[str, ...]] = {}
         self._plans = workload.plans  # a run's arrival order is its plan's index
         self._stopped = False
         self._drain_asked = False
@@ -501,6 +503,8 @@ class FastEngine:
             self._rest(arrival.fields)
         elif kind == "rest_ended":
             self._end_rest(arrival.fields["provider"], arrival.fields["account"])
+        elif kind == "removal_wait":
+            self._hold(arrival)
         # A rejected reload changed nothing in the recording and changes nothing here.
 
     def _rest(self, fields: Mapping[str, Any]) -> None:
@@ -518,12 +522,32 @@ class FastEngine:
             self._ledger.limits.pop((provider, account), None)
         self._emit("rest_ended", provider=provider, account=account)
 
+    def _hold(self, arrival: Arrival) -> None:
+        """A submit that waited for a sweep's removal: its keys held until its submit.
+
+        As the trio replay holds it (``_Feed._hold``): meanwhile a submit
+        that skips finds its conversation (and agent) busy.
+        """
+        request = arrival.request
+        assert request is not None  # a removal wait's run
+        if not self._config.repos or not self._life.admitting or request.conversation is None:
+            return  # a what-if without repositories: nothing to wait for
+        agent_exclusive = self._config.scheduling.agent_exclusive
+        self._held[request.id] = busy_keys(request, agent_exclusive=agent_exclusive)
+        self._emit("removal_wait", run_id=request.id)
+
     def _submit(self, arrival: Arrival, *, skip: bool) -> str | None:
         """Record and queue a run (or skip it); its provider if it was queued."""
         request = arrival.request
         assert request is not None  # a submit's or a skip's
         run_id = request.id
-        admitted = self._life.submit(request, self._origin + self._now, skip)
+        claimed = False
+        if self._held:  # a submit waits for a removal (rarely: most replays never look)
+            self._held.pop(run_id, None)
+            if skip:
+                keys = busy_keys(request, agent_exclusive=self._config.scheduling.agent_exclusive)
+                claimed = any(not set(keys).isdisjoint(held) for held in self._held.values())
+        admitted = self._life.submit(request, self._origin + self._now, skip, claimed=claimed)
         if admitted is _QUEUED:
             plan = self._plans.get(run_id)
             index = plan.index if plan is not None else len(self._plans)

@@ -28,6 +28,25 @@ def script(code: str) -> tuple[str, ...]:
     return (PYTHON, "-c", code)
 
 
+STREAMS = Path(__file__).resolve().parents[2] / "fixtures" / "agent_streams"
+"""The recorded and written agent streams (their README says which is which)."""
+
+
+def replay(name: str, exit_code: int, *, then_sleep: float = 0) -> tuple[str, ...]:
+    """argv of a process that writes the recorded streams and exits as the CLI did."""
+    stdout, stderr = STREAMS / f"{name}.stdout", STREAMS / f"{name}.stderr"
+    code = (
+        "import sys, time, pathlib\n"
+        f"sys.stdout.buffer.write(pathlib.Path({str(stdout)!r}).read_bytes())\n"
+        "sys.stdout.flush()\n"
+        f"err = pathlib.Path({str(stderr)!r})\n"
+        "if err.exists(): sys.stderr.buffer.write(err.read_bytes()); sys.stderr.flush()\n"
+        f"time.sleep({then_sleep})\n"
+        f"sys.exit({exit_code})\n"
+    )
+    return script(code)
+
+
 def make_spec(tmp_path: Path, **overrides: Any) -> ProcessSpec:
     """A ProcessSpec with test defaults in ``tmp_path``; keyword arguments override them."""
     fields: dict[str, Any] = {

@@ -10,27 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from runner_helpers import make_spec, script
+from runner_helpers import STREAMS, make_spec, replay
 
 from herdsman.runtime.runner import execute
 from herdsman.runtime.runner.spec import Outcome
-
-STREAMS = Path(__file__).resolve().parents[2] / "fixtures" / "agent_streams"
-
-
-def replay(name: str, exit_code: int, *, then_sleep: float = 0) -> tuple[str, ...]:
-    """argv of a process that writes the recorded streams and exits as the CLI did."""
-    stdout, stderr = STREAMS / f"{name}.stdout", STREAMS / f"{name}.stderr"
-    code = (
-        "import sys, time, pathlib\n"
-        f"sys.stdout.buffer.write(pathlib.Path({str(stdout)!r}).read_bytes())\n"
-        "sys.stdout.flush()\n"
-        f"err = pathlib.Path({str(stderr)!r})\n"
-        "if err.exists(): sys.stderr.buffer.write(err.read_bytes()); sys.stderr.flush()\n"
-        f"time.sleep({then_sleep})\n"
-        f"sys.exit({exit_code})\n"
-    )
-    return script(code)
 
 
 @pytest.mark.parametrize(

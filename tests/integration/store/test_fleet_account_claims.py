@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from test_fleet_properties import members
 
 from herdsman.core.accounts import AccountBook, AccountSpec
-from herdsman.runtime.store import AccountUse, NewRun, RunRecord, RunStatus
+from herdsman.runtime.store import AccountUse, NewRun, RunEnd, RunRecord, RunStatus
 from herdsman.runtime.store.fleet import AccountBudget, ClaimRules, FleetStore, Refusal
 
 T0 = 1_700_000_000.0
@@ -45,8 +45,8 @@ def test_usage_by_member_tells_this_members_runs_from_the_others(postgres_server
             submit(a, run_id)
         assert a.claim_many([("mine", "work")], T0 + 1).claimed
         assert b.claim_many([("theirs", "work"), ("unspawned", "work")], T0 + 2).claimed
-        b.finish("theirs", RunStatus.SUCCEEDED, T0 + 62, exit_code=0)
-        b.finish("unspawned", RunStatus.CANCELLED, T0 + 3)  # never got a process
+        b.finish("theirs", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 62)
+        b.finish("unspawned", RunEnd(RunStatus.CANCELLED), T0 + 3)  # never got a process
         c.claim_many([("lost", "work")], T0 + 4)
         c.leave()  # its run is lost at the next expiry
         assert [r.id for r in a.expire_lapsed(T0 + 500)] == ["lost"]
@@ -92,11 +92,11 @@ def test_a_runs_budget_counts_every_members_starts_in_the_window(postgres_server
         assert [r.id for r in result.claimed] == ["r1"]
         assert result.refused == [("r2", Refusal.ACCOUNT_BUDGET)]
         # Finished or not, started in the window counts; another account does not.
-        a.finish("r0", RunStatus.SUCCEEDED, T0 + 20, exit_code=0)
+        a.finish("r0", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 20)
         assert claim(a, "r2", T0 + 30, rules) is Refusal.ACCOUNT_BUDGET
         assert a.claim_many([("r2", "other")], T0 + 30, rules).refused == []
         # A start that never got a process gives its place back.
-        b.finish("r1", RunStatus.CANCELLED, T0 + 40)
+        b.finish("r1", RunEnd(RunStatus.CANCELLED), T0 + 40)
         assert claim(b, "r3", T0 + 41, rules) is None
         # r0 leaves the window an hour after its start (as in the account core).
         assert claim(a, "r4", T0 + HOUR - 1, rules) is Refusal.ACCOUNT_BUDGET
@@ -109,11 +109,11 @@ def test_a_run_minutes_budget_counts_finished_and_running_minutes(postgres_serve
             submit(a, f"r{n}")
         rules = budget(10, "run_minutes")
         assert claim(a, "r0", T0, rules) is None
-        a.finish("r0", RunStatus.SUCCEEDED, T0 + 240, exit_code=0)  # 4 minutes
+        a.finish("r0", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 240)  # 4 minutes
         assert claim(b, "r1", T0 + 240, rules) is None  # running from here
         # 4 + 5.9 minutes: room left; 4 + 6: spent.
         assert claim(a, "r2", T0 + 240 + 354, rules) is None
-        a.finish("r2", RunStatus.CANCELLED, T0 + 600)  # unspawned: no minutes
+        a.finish("r2", RunEnd(RunStatus.CANCELLED), T0 + 600)  # unspawned: no minutes
         assert claim(a, "r3", T0 + 240 + 360, rules) is Refusal.ACCOUNT_BUDGET
 
 
@@ -184,9 +184,9 @@ def test_members_racing_for_a_budget_never_start_more_than_it_in_a_window(
                 oldest = running[0]
                 holder = next(s for s in stores if s.held_by(oldest.id) == s.member_id)
                 if fate == "finish":
-                    holder.finish(oldest.id, RunStatus.SUCCEEDED, now, exit_code=0)
+                    holder.finish(oldest.id, RunEnd(RunStatus.SUCCEEDED, exit_code=0), now)
                 else:  # never got a process: its start is given back
-                    holder.finish(oldest.id, RunStatus.CANCELLED, now)
+                    holder.finish(oldest.id, RunEnd(RunStatus.CANCELLED), now)
             for record in queued:  # withdrawn: each round starts afresh
                 stores[0].cancel_queued(record.id, now, "test")
 
@@ -346,9 +346,11 @@ def test_every_claim_decides_on_rests_and_budgets_as_the_account_core_would(
                     exit_code = 0 if spawned else None
                     stores[run.member].finish(
                         run_id,
-                        RunStatus.SUCCEEDED if spawned else RunStatus.CANCELLED,
+                        RunEnd(
+                            RunStatus.SUCCEEDED if spawned else RunStatus.CANCELLED,
+                            exit_code=exit_code,
+                        ),
                         now,
-                        exit_code=exit_code,
                     )
                     run.finished_at, run.spawned = now, spawned
             else:

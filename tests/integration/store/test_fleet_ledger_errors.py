@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from herdsman.runtime.ledger import Ledger
-from herdsman.runtime.store import NewRun, RunStatus, Store, StoreConflict, StoreError
+from herdsman.runtime.store import NewRun, RunEnd, RunStatus, Store, StoreConflict, StoreError
 from herdsman.runtime.store.errors import ConnectionLost
 from herdsman.runtime.store.fleet import FleetStore, LeaseExpired
 from herdsman.runtime.supervisor import _final
@@ -53,7 +53,7 @@ async def test_a_lapsed_member_s_refusals_reach_the_supervisor_as_final(
         time.sleep(0.5)
         assert [r.id for r in live.expire_lapsed(T0 + 1)] == ["r1"]
 
-        finish = await refusal(gone, lambda s: s.finish("r1", RunStatus.SUCCEEDED, T0 + 2))
+        finish = await refusal(gone, lambda s: s.finish("r1", RunEnd(RunStatus.SUCCEEDED), T0 + 2))
         claim = await refusal(gone, lambda s: gone.claim_many([("r2", None)], T0 + 2))
         assert type(finish) is StoreConflict
         assert type(claim) is LeaseExpired
@@ -78,7 +78,9 @@ async def test_a_finish_the_connection_broke_under_is_recorded_on_a_new_connecti
         ledger = Ledger(store)
         async with trio.open_nursery() as nursery:
             await nursery.start(ledger.run)
-            finished = await ledger.call(lambda s: s.finish("r1", RunStatus.SUCCEEDED, T0 + 1))
+            finished = await ledger.call(
+                lambda s: s.finish("r1", RunEnd(RunStatus.SUCCEEDED), T0 + 1)
+            )
             nursery.cancel_scope.cancel()
         assert finished.status is RunStatus.SUCCEEDED
         assert store.get("r1") == finished

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from herdsman.core.runs import RunRequest, busy_keys, exclusion_keys
-from herdsman.runtime.store import NewRun, RunRecord, RunStatus, Store, StoreConflict
+from herdsman.runtime.store import NewRun, RunEnd, RunRecord, RunStatus, Store, StoreConflict
 from herdsman.runtime.store.fleet import ClaimRules, FleetStore, LeaseExpired, Refusal
 from postgres_support import fresh_schema
 
@@ -231,7 +231,7 @@ class Harness:
         held = self.model.holder.get(run_id) == n
         held = held and self.model.runs[run_id].status is RunStatus.RUNNING
         try:
-            self.stores[n].finish(run_id, RunStatus.SUCCEEDED, self.now, exit_code=0)
+            self.stores[n].finish(run_id, RunEnd(RunStatus.SUCCEEDED, exit_code=0), self.now)
         except StoreConflict:
             assert not held, run_id
         else:

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from herdsman.runtime.fence_keeper import fence_clock
-from herdsman.runtime.store import NewRun, RunStatus, StoreConflict, StoreError, postgres
+from herdsman.runtime.store import NewRun, RunEnd, RunStatus, StoreConflict, StoreError, postgres
 from herdsman.runtime.store.fleet import (
     FENCE_MARGIN,
     ClaimRules,
@@ -84,9 +84,9 @@ def test_only_the_holder_records_how_a_running_run_ended(postgres_url: str) -> N
         a.submit(run("r1", "c1"), T0)
         a.claim_many([("r1", None)], T0)
         with pytest.raises(StoreConflict, match="on this supervisor"):
-            b.finish("r1", RunStatus.FAILED, T0 + 1, exit_code=1)
+            b.finish("r1", RunEnd(RunStatus.FAILED, exit_code=1), T0 + 1)
         assert a.held_by("r1") == a.member_id
-        final = a.finish("r1", RunStatus.SUCCEEDED, T0 + 2, exit_code=0)
+        final = a.finish("r1", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 2)
         assert final.status is RunStatus.SUCCEEDED
         assert a.held_by("r1") is None
 
@@ -100,7 +100,7 @@ def test_a_run_on_a_lane_running_elsewhere_is_refused_until_it_ends(postgres_url
         refused = b.claim_many([("r2", None), ("other", None)], T0)
         assert refused.refused == [("r2", Refusal.LANE_BUSY)]
         assert [r.id for r in refused.claimed] == ["other"]
-        a.finish("r1", RunStatus.SUCCEEDED, T0 + 1, exit_code=0)
+        a.finish("r1", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 1)
         assert [r.id for r in b.claim_many([("r2", None)], T0 + 2).claimed] == ["r2"]
 
 
@@ -141,7 +141,7 @@ def test_fleet_wide_caps_per_provider_and_per_account(postgres_url: str) -> None
         result = b.claim_many([("x0", "team"), ("x1", "team"), ("x2", "solo")], T0, rules)
         assert result.refused == [("x1", Refusal.ACCOUNT_CAP)]
         assert [r.id for r in result.claimed] == ["x0", "x2"]
-        a.finish("c0", RunStatus.FAILED, T0 + 1, exit_code=1)
+        a.finish("c0", RunEnd(RunStatus.FAILED, exit_code=1), T0 + 1)
         assert [r.id for r in b.claim_many([("c2", None)], T0 + 1, rules).claimed] == ["c2"]
 
 
@@ -176,7 +176,7 @@ def test_a_lapsed_member_s_runs_become_lost_and_it_can_write_nothing_more(
             with pytest.raises(LeaseExpired):
                 gone.claim_many([("queued", None)], T0 + 4)
             with pytest.raises(StoreConflict):
-                gone.finish("r1", RunStatus.SUCCEEDED, T0 + 4, exit_code=0)
+                gone.finish("r1", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 4)
             record = live.get("r1")
             assert record is not None
             assert record.status is RunStatus.LOST
@@ -211,7 +211,7 @@ def test_renewing_keeps_a_member_and_its_runs(postgres_url: str) -> None:
                 renewed = busy.renew()
                 assert renewed >= first
                 assert watcher.expire_lapsed(T0) == []
-            busy.finish("r1", RunStatus.SUCCEEDED, T0 + 1, exit_code=0)
+            busy.finish("r1", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 1)
             # Members come back by id, which begins with the host here.
             assert [m.host for m in watcher.members()] == ["busy", "watcher"]
         finally:
@@ -486,7 +486,7 @@ def test_a_refused_member_leaves_an_older_ledger_unmigrated(postgres_url: str) -
         conn.execute(
             "SELECT pg_advisory_lock((%s::bigint << 32) | oid::bigint) FROM pg_namespace"
             " WHERE nspname = current_schema()",
-            (postgres._SOLE_SUPERVISOR_LOCK,),
+            (postgres.SOLE_SUPERVISOR_LOCK,),
         )
         with pytest.raises(StoreError, match="not a fleet member"):
             member(postgres_url, "a")
@@ -579,7 +579,7 @@ def test_a_cancel_asked_through_a_member_reaches_the_holder_s_poll_only(postgres
         # Asked again (through either member): one request, the first reason.
         assert a.request_cancel("r1", T0 + 3, "again")[1] is False
         assert b.poll(0).cancels == [("r1", "stop it")]
-        b.finish("r1", RunStatus.CANCELLED, T0 + 4, reason="stop it")
+        b.finish("r1", RunEnd(RunStatus.CANCELLED, reason="stop it"), T0 + 4)
         assert b.poll(0).cancels == []
         # Ended: answered as it is, changed in nothing.
         ended, cancelled = a.request_cancel("r1", T0 + 5, "late")
@@ -630,7 +630,7 @@ def test_a_requeue_that_meets_a_cancel_request_records_the_run_cancelled(
         cursor = b.poll(0).cursor
         a.claim_many([("r1", "acct")], T0 + 1)
         b.request_cancel("r1", T0 + 2, "stop it")
-        a.finish("r1", RunStatus.USAGE_LIMITED, T0 + 3, exit_code=1, reason="limit")
+        a.finish("r1", RunEnd(RunStatus.USAGE_LIMITED, exit_code=1, reason="limit"), T0 + 3)
         record = a.requeue("r1")
         # Cancelled, not queued: no member could offer it while its account
         # rests, and it would hold its conversation fleet-wide meanwhile.
@@ -651,7 +651,7 @@ def test_a_requeue_without_a_cancel_request_queues_the_run_again(postgres_url: s
     with fleet(postgres_url, "a") as (a,):
         a.submit(run("r1", "c1"), T0)
         a.claim_many([("r1", "acct")], T0 + 1)
-        a.finish("r1", RunStatus.USAGE_LIMITED, T0 + 3, reason="limit")
+        a.finish("r1", RunEnd(RunStatus.USAGE_LIMITED, reason="limit"), T0 + 3)
         record = a.requeue("r1")
         assert (record.status, record.reason, record.attempts) == (RunStatus.QUEUED, None, 1)
 
@@ -664,7 +664,7 @@ def test_a_queued_run_left_with_a_cancel_request_is_cancelled_by_its_next_claim(
         a.submit(run("r1", "c1"), T0)
         a.claim_many([("r1", None)], T0 + 1)
         b.request_cancel("r1", T0 + 2, "stop it")
-        a.finish("r1", RunStatus.USAGE_LIMITED, T0 + 3, reason="limit")
+        a.finish("r1", RunEnd(RunStatus.USAGE_LIMITED, reason="limit"), T0 + 3)
         PostgresStore.requeue(a, "r1")  # the plain re-queue, which ignored the request
         result = b.claim_many([("r1", None)], T0 + 4)
         assert result.refused == [("r1", Refusal.GONE)]
@@ -696,7 +696,7 @@ def test_a_poll_says_which_runs_held_queued_have_left_the_queue(postgres_url: st
         b.claim_many([("r0", None)], T0 + 1)  # claimed by another member
         b.request_cancel("r1", T0 + 1, "no")  # cancelled
         b.claim_many([("r2", None)], T0 + 1)  # claimed and ended
-        b.finish("r2", RunStatus.SUCCEEDED, T0 + 2, exit_code=0)
+        b.finish("r2", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 2)
         b.cancel_queued("r3", T0 + 1, "no")
         b.prune(T0 + 1.5)  # r1 and r3 are gone from the ledger; r2 ended after
         held = ["r5", "r3", "r0", "unknown", "r4", "r1", "r2"]
@@ -715,7 +715,7 @@ def test_a_run_requeued_by_one_member_is_polled_again_by_every_member(postgres_u
         assert [r.id for r in seen.runs] == ["r1", "r2"]
         a.claim_many([("r1", None)], T0 + 1)
         assert b.poll(seen.cursor).runs == []
-        a.finish("r1", RunStatus.USAGE_LIMITED, T0 + 2, reason="limit")
+        a.finish("r1", RunEnd(RunStatus.USAGE_LIMITED, reason="limit"), T0 + 2)
         a.requeue("r1")
         a.submit(run("r3", "c3"), T0 + 3)
         again = b.poll(seen.cursor)

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from herdsman.runtime.store import (
     NewRun,
+    RunEnd,
     RunStatus,
     SqliteStore,
     StoreConflict,
@@ -47,7 +48,7 @@ def test_data_survives_reopening_and_seq_is_never_reused(postgres_url: str) -> N
     store = PostgresStore(postgres_url)
     store.submit(NewRun(id="a", provider="claude", prompt="p", metadata={"k": [1]}), T0)
     store.mark_running("a", T0 + 1, "acct")
-    store.finish("a", RunStatus.SUCCEEDED, T0 + 2, exit_code=0, result="done")
+    store.finish("a", RunEnd(RunStatus.SUCCEEDED, exit_code=0, result="done"), T0 + 2)
     store.skip(new("b"), T0, "no")
     store.set_conversation_session("claude", "default", "c", "sess", "acct")
     before = store.list_runs()

@@ -19,6 +19,7 @@ from herdsman.runtime.store import (
     AccountLimit,
     AccountUse,
     NewRun,
+    RunEnd,
     RunStatus,
     Session,
     SqliteStore,
@@ -39,7 +40,7 @@ def test_data_survives_closing_and_reopening(tmp_path: Path) -> None:
     store.submit(NewRun(id="a", provider="claude", prompt="p", metadata={"k": [1]}), T0)
     store.submit(new("b"), T0 + 1)
     store.mark_running("a", T0 + 2, "acct")
-    store.finish("a", RunStatus.SUCCEEDED, T0 + 3, exit_code=0, result="done")
+    store.finish("a", RunEnd(RunStatus.SUCCEEDED, exit_code=0, result="done"), T0 + 3)
     store.set_conversation_session("claude", "default", "c", "sess")
     store.set_conversation_session("claude", "default", "d", "sess-d", "acct")
     store.set_account_limit("claude", "acct", T0 + 60, "limit reached")
@@ -279,7 +280,7 @@ def test_starts_commit_with_full_sync_and_other_changes_with_normal(tmp_path: Pa
             s for s in statements if s.startswith(("PRAGMA synchronous =", "BEGIN"))
         ]
         assert pragma_then_begin[-2:] == ["PRAGMA synchronous = FULL", "BEGIN IMMEDIATE"]
-        store.finish("r1", RunStatus.SUCCEEDED, 3.0)
+        store.finish("r1", RunEnd(RunStatus.SUCCEEDED), 3.0)
         assert sync_level_at_commit() == 1
     finally:
         store.close()
@@ -388,14 +389,14 @@ def test_the_ambient_account_limit_is_keyed_by_an_empty_name_on_disk(tmp_path: P
 
 
 def test_account_usage_searches_indices_instead_of_scanning_runs(tmp_path: Path) -> None:
-    from herdsman.runtime.store.sql import _ACCOUNT_USAGE
+    from herdsman.runtime.store.queries import ACCOUNT_USAGE
 
     store = SqliteStore(tmp_path / "herdsman.db")
     try:
         plan = [
             row[3]
             for row in store._conn.execute(
-                f"EXPLAIN QUERY PLAN {_ACCOUNT_USAGE}",
+                f"EXPLAIN QUERY PLAN {ACCOUNT_USAGE}",
                 (
                     RunStatus.LOST.value,
                     T0,

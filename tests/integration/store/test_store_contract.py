@@ -23,6 +23,7 @@ from herdsman.runtime.store import (
     AccountUse,
     MemoryStore,
     NewRun,
+    RunEnd,
     RunNotFound,
     RunRecord,
     RunStatus,
@@ -89,7 +90,7 @@ def in_status(store: Store, run_id: str, status: RunStatus) -> RunRecord:
     record = store.mark_running(run_id, T0 + 1, "acct")
     if status is R:
         return record
-    return store.finish(run_id, status, T0 + 2, reason="because")
+    return store.finish(run_id, RunEnd(status, reason="because"), T0 + 2)
 
 
 def attempt(store: Store, run_id: str, target: RunStatus) -> RunRecord:
@@ -98,7 +99,7 @@ def attempt(store: Store, run_id: str, target: RunStatus) -> RunRecord:
         return store.mark_running(run_id, T0 + 10, "acct-2")
     if target is Q:
         return store.requeue(run_id)
-    return store.finish(run_id, target, T0 + 10, reason="why")
+    return store.finish(run_id, RunEnd(target, reason="why"), T0 + 10)
 
 
 # --- submit and skip -------------------------------------------------------
@@ -235,8 +236,14 @@ def test_text_a_database_cannot_hold_is_refused_everywhere(
     store.submit(new("r"), T0)
     store.mark_running("r", T0, None)
     refused: list[tuple[str, Callable[[], object]]] = [
-        ("result of run 'r'", lambda: store.finish("r", RunStatus.SUCCEEDED, T0, result=bad)),
-        ("excerpt of run 'r'", lambda: store.finish("r", RunStatus.FAILED, T0, excerpt=bad)),
+        (
+            "result of run 'r'",
+            lambda: store.finish("r", RunEnd(RunStatus.SUCCEEDED, result=bad), T0),
+        ),
+        (
+            "excerpt of run 'r'",
+            lambda: store.finish("r", RunEnd(RunStatus.FAILED, excerpt=bad), T0),
+        ),
         ("note of run 'r'", lambda: store.add_note("r", bad)),
         (
             "message of the account limit of 'p'/'a'",
@@ -270,7 +277,7 @@ def test_a_start_and_a_finish_need_a_finite_time_too(store: Store, now: float) -
         store.mark_running_many([("r", None)], now)
     store.mark_running("r", T0, None)
     with pytest.raises(StoreError, match="finite"):
-        store.finish("r", RunStatus.FAILED, now)
+        store.finish("r", RunEnd(RunStatus.FAILED), now)
     assert store.get("r").status is R  # type: ignore[union-attr]
 
 
@@ -281,7 +288,7 @@ class Moment(float):
 def test_every_state_change_stores_its_time_as_a_plain_float(store: Store) -> None:
     store.submit(new("r"), Moment(T0))
     store.mark_running_many([("r", None)], int(T0) + 1)
-    store.finish("r", RunStatus.FAILED, Moment(T0 + 2))
+    store.finish("r", RunEnd(RunStatus.FAILED), Moment(T0 + 2))
     for record in (store.get("r"), store.list_runs()[0]):
         assert record is not None
         times = (record.submitted_at, record.started_at, record.finished_at)
@@ -376,7 +383,7 @@ def test_every_transition_is_legal_exactly_as_the_lifecycle_says(
 def test_finish_takes_only_outcomes(store: Store, status: RunStatus) -> None:
     before = in_status(store, "r", R)
     with pytest.raises(StoreError, match=f"finish\\(\\) takes an outcome status, not {status}"):
-        store.finish("r", status, T0)
+        store.finish("r", RunEnd(status), T0)
     assert store.get("r") == before
 
 
@@ -385,14 +392,16 @@ def test_finish_records_the_outcome(store: Store, status: RunStatus) -> None:
     in_status(store, "r", R)
     record = store.finish(
         "r",
-        status,
+        RunEnd(
+            status,
+            exit_code=3,
+            reason="why",
+            result="the reply",
+            session_id="sess-1",
+            excerpt="last lines",
+            log_path="/logs/r.log",
+        ),
         T0 + 9,
-        exit_code=3,
-        reason="why",
-        result="the reply",
-        session_id="sess-1",
-        excerpt="last lines",
-        log_path="/logs/r.log",
     )
     assert (record.status, record.finished_at, record.started_at) == (status, T0 + 9, T0 + 1)
     assert (record.exit_code, record.reason, record.result) == (3, "why", "the reply")
@@ -405,9 +414,38 @@ def test_finish_records_the_outcome(store: Store, status: RunStatus) -> None:
     assert store.get("r") == record
 
 
+def every_field_set(status: RunStatus) -> RunEnd:
+    """A :class:`RunEnd` with every field set to a value of its own, whatever fields it has."""
+    values: dict[str, Any] = {}
+    for field in attrs.fields(RunEnd)[1:]:
+        kind = str(field.type)
+        values[field.name] = len(values) + 7 if kind.startswith("int") else f"{field.name}!"
+    return RunEnd(status, **values)
+
+
+def test_finish_records_every_field_of_the_end_as_given(store: Store) -> None:
+    """Each field of the end lands in the record's field of its name; None clears one."""
+    store.submit(new("r"), T0)
+    store.mark_running("r", T0 + 1, "acct")
+    end = every_field_set(UL)
+    store.apply([lambda s: (s.finish("r", end, T0 + 2), s.requeue("r"))])
+    store.mark_running("r", T0 + 3, "acct")
+    record = store.finish("r", end, T0 + 4)
+    for name in attrs.fields_dict(RunEnd):
+        assert getattr(record, name) == getattr(end, name), name
+    assert (record.finished_at, record.started_at, record.attempts) == (T0 + 4, T0 + 3, 2)
+    assert store.get("r") == record
+    store.requeue("r")
+    store.mark_running("r", T0 + 5, "acct")
+    cleared = store.finish("r", RunEnd(RunStatus.FAILED), T0 + 6)
+    for name in list(attrs.fields_dict(RunEnd))[1:]:
+        assert getattr(cleared, name) is None, name
+    assert store.get("r") == cleared
+
+
 def test_a_queued_run_may_be_finished_as_skipped(store: Store) -> None:
     store.submit(new("r"), T0)
-    record = store.finish("r", RunStatus.SKIPPED, T0 + 1, reason="provider removed")
+    record = store.finish("r", RunEnd(RunStatus.SKIPPED, reason="provider removed"), T0 + 1)
     assert (record.status, record.finished_at, record.started_at, record.attempts) == (
         RunStatus.SKIPPED,
         T0 + 1,
@@ -462,10 +500,10 @@ def test_every_change_of_a_run_reads_back_as_returned(store: Store) -> None:
     limited |= {"session_id": "s", "excerpt": "x", "log_path": "/l"}
     steps: list[Callable[[], RunRecord]] = [
         lambda: store.mark_running("r", T0 + 1, "a"),
-        lambda: store.finish("r", UL, T0 + 2, **limited),
+        lambda: store.finish("r", RunEnd(UL, **limited), T0 + 2),
         lambda: store.requeue("r"),
         lambda: store.mark_running("r", T0 + 3, None),
-        lambda: store.finish("r", RunStatus.SUCCEEDED, T0 + 4, exit_code=0, result="ok"),
+        lambda: store.finish("r", RunEnd(RunStatus.SUCCEEDED, exit_code=0, result="ok"), T0 + 4),
     ]
     for step in steps:
         record = step()
@@ -478,7 +516,9 @@ def test_every_change_of_a_run_reads_back_as_returned(store: Store) -> None:
 def test_requeue_keeps_the_session(store: Store) -> None:
     store.submit(new("r"), T0)
     store.mark_running("r", T0, "a")
-    store.finish("r", UL, T0 + 1, session_id="sess", exit_code=1, result="limit", excerpt="x")
+    store.finish(
+        "r", RunEnd(UL, session_id="sess", exit_code=1, result="limit", excerpt="x"), T0 + 1
+    )
     record = store.requeue("r")
     assert record.session_id == "sess"
     assert (record.exit_code, record.result, record.excerpt, record.log_path) == (
@@ -493,7 +533,7 @@ def test_state_changes_on_unknown_runs_raise_run_not_found(store: Store) -> None
     calls: list[Callable[[], object]] = [
         lambda: store.mark_running("ghost", T0, None),
         lambda: store.mark_running_many([("ghost", None)], T0),
-        lambda: store.finish("ghost", RunStatus.FAILED, T0),
+        lambda: store.finish("ghost", RunEnd(RunStatus.FAILED), T0),
         lambda: store.cancel_queued("ghost", T0, "x"),
         lambda: store.requeue("ghost"),
     ]
@@ -513,7 +553,7 @@ def test_a_key_holding_nul_finds_nothing_in_every_store(store: Store) -> None:
     calls: list[Callable[[], object]] = [
         lambda: store.mark_running(ghost, T0, None),
         lambda: store.mark_running_many([(ghost, None)], T0),
-        lambda: store.finish(ghost, RunStatus.FAILED, T0),
+        lambda: store.finish(ghost, RunEnd(RunStatus.FAILED), T0),
         lambda: store.cancel_queued(ghost, T0, "x"),
         lambda: store.requeue(ghost),
         lambda: store.add_note(ghost, "note"),
@@ -541,7 +581,7 @@ def populate(store: Store) -> None:
     store.submit(new("r6", provider="claude", conversation="c1"), T0)
     store.mark_running("r3", T0 + 1, None)
     store.mark_running("r1", T0 + 1, None)
-    store.finish("r1", RunStatus.SUCCEEDED, T0 + 2)
+    store.finish("r1", RunEnd(RunStatus.SUCCEEDED), T0 + 2)
 
 
 def ids(records: list[RunRecord]) -> list[str]:
@@ -619,7 +659,7 @@ def test_prune_deletes_terminal_runs_finished_before_the_time(store: Store) -> N
         in_status(store, f"old-{status.value}", status)
     store.submit(new("fresh"), T0)
     store.mark_running("fresh", T0, None)
-    store.finish("fresh", RunStatus.FAILED, T0 + 50)
+    store.finish("fresh", RunEnd(RunStatus.FAILED), T0 + 50)
     # Terminal runs above finished at T0 + 2 (skipped at T0); T0 + 2 is not before it.
     assert store.prune(T0 + 2) == 1
     assert store.get("old-skipped") is None
@@ -841,7 +881,7 @@ def test_account_usage_counts_runs_that_touch_the_window_or_still_run(store: Sto
         store.submit(new(run_id, provider="codex" if run_id.endswith("x") else "claude"), T0)
         store.mark_running(run_id, start, account)
         if end is not None:
-            store.finish(run_id, RunStatus.SUCCEEDED, end, exit_code=0)
+            store.finish(run_id, RunEnd(RunStatus.SUCCEEDED, exit_code=0), end)
 
     since = T0 + 100
     ran("before", "a", T0 + 10, T0 + 20)  # over before the window: not counted
@@ -855,7 +895,7 @@ def test_account_usage_counts_runs_that_touch_the_window_or_still_run(store: Sto
     # it spent nothing, as the account tracker counts it.
     store.submit(new("unspawned"), T0)
     store.mark_running("unspawned", T0 + 120, "a")
-    store.finish("unspawned", RunStatus.FAILED, T0 + 121, reason="no such program")
+    store.finish("unspawned", RunEnd(RunStatus.FAILED, reason="no such program"), T0 + 121)
     store.submit(new("queued"), T0)
     store.skip(new("skipped"), T0 + 150, "no")
     assert store.account_usage(since) == [
@@ -892,7 +932,7 @@ def test_account_usage_keeps_lost_runs_and_forgets_requeued_attempts(store: Stor
     store.recover(T0 + 5)
     store.submit(new("limited"), T0)
     store.mark_running("limited", T0 + 1, "acct")
-    store.finish("limited", UL, T0 + 2, exit_code=1)
+    store.finish("limited", RunEnd(UL, exit_code=1), T0 + 2)
     # A lost run is charged as ending when it started: a start, no run-minutes.
     assert [(u.account, u.finished_at) for u in store.account_usage(T0)] == [
         ("a", T0 + 1),
@@ -927,7 +967,7 @@ def test_records_are_hashable_values(store: Store) -> None:
     record, _ = store.submit(new("r", metadata={"k": [1]}), T0)
     assert not record.is_terminal
     assert hash(record) == hash(store.get("r"))
-    done = store.finish("r", RunStatus.SKIPPED, T0)
+    done = store.finish("r", RunEnd(RunStatus.SKIPPED), T0)
     assert done.is_terminal
 
 
@@ -963,7 +1003,7 @@ def test_close_is_idempotent_and_final(store: Store) -> None:
         lambda: store.submit(new("x"), T0),
         lambda: store.mark_running("r", T0, None),
         lambda: store.mark_running_many([("r", None)], T0),
-        lambda: store.finish("r", RunStatus.FAILED, T0),
+        lambda: store.finish("r", RunEnd(RunStatus.FAILED), T0),
         store.list_runs,
         store.queued_in_order,
         lambda: store.recover(T0),
@@ -1011,7 +1051,7 @@ def test_apply_undoes_the_whole_operation_that_failed_and_only_it(store: Store) 
 
     def half_then_fail(s: Store) -> None:
         s.submit(new("ghost"), T0)
-        s.finish("a", RunStatus.SUCCEEDED, T0 + 1)  # a is queued, not running
+        s.finish("a", RunEnd(RunStatus.SUCCEEDED), T0 + 1)  # a is queued, not running
 
     results = store.apply(
         [
@@ -1045,7 +1085,7 @@ def test_an_operation_that_handles_a_failed_call_keeps_its_other_calls(store: St
     def tolerant(s: Store) -> str:
         s.submit(new("b"), T0)
         try:
-            s.finish("a", RunStatus.SUCCEEDED, T0 + 1)  # a is queued, not running
+            s.finish("a", RunEnd(RunStatus.SUCCEEDED), T0 + 1)  # a is queued, not running
         except StoreConflict:
             s.cancel_queued("a", T0 + 1, "could not finish")
         return "done"
@@ -1066,7 +1106,7 @@ def test_usage_limited_then_requeue_in_one_batch_leaves_the_run_queued(store: St
     started = store.mark_running("r", T0 + 1, "acct")
     results = store.apply(
         [
-            lambda s: s.finish("r", UL, T0 + 2, session_id="sess", reason="limit"),
+            lambda s: s.finish("r", RunEnd(UL, session_id="sess", reason="limit"), T0 + 2),
             lambda s: s.requeue("r"),
         ],
         durable=True,
@@ -1092,7 +1132,7 @@ def test_a_failed_requeue_undoes_the_finish_of_its_operation(store: Store) -> No
     in_status(store, "r", R)
 
     def fail_after_finish(s: Store) -> None:
-        s.finish("r", UL, T0 + 2, reason="limit")
+        s.finish("r", RunEnd(UL, reason="limit"), T0 + 2)
         raise RuntimeError("requeue never happened")
 
     results = store.apply([fail_after_finish, lambda s: s.get("r")])
@@ -1114,7 +1154,9 @@ def test_a_failed_requeue_of_its_own_leaves_a_usage_limited_run_final(store: Sto
         s.requeue("r")
         raise RuntimeError("requeue never happened")
 
-    results = store.apply([lambda s: s.finish("r", UL, T0 + 2, reason="limit"), fail_to_requeue])
+    results = store.apply(
+        [lambda s: s.finish("r", RunEnd(UL, reason="limit"), T0 + 2), fail_to_requeue]
+    )
     with pytest.raises(RuntimeError, match="requeue never happened"):
         results[1].unwrap()
     # Another operation's finish stays: the run remains usage_limited, final.
@@ -1130,7 +1172,7 @@ def test_a_requeue_that_raises_in_the_batch_keeps_the_finish(store: Store) -> No
     in_status(store, "r", R)
     results = store.apply(
         [
-            lambda s: s.finish("r", UL, T0 + 2),
+            lambda s: s.finish("r", RunEnd(UL), T0 + 2),
             lambda s: s.requeue("ghost"),  # the wrong id: raises RunNotFound
         ]
     )
@@ -1190,7 +1232,7 @@ def test_notes_are_appended_and_kept_through_the_lifecycle(store: Store) -> None
     first = store.add_note("a", "app: could not be checked out (disk full)")
     assert first.notes == ("app: could not be checked out (disk full)",)
     store.add_note("a", "second")
-    final = store.finish("a", RunStatus.SUCCEEDED, T0 + 2)
+    final = store.finish("a", RunEnd(RunStatus.SUCCEEDED), T0 + 2)
     assert final.notes == ("app: could not be checked out (disk full)", "second")
     got = store.get("a")
     assert got is not None
@@ -1205,7 +1247,7 @@ def test_a_runs_working_directory_is_kept(store: Store) -> None:
     record, _ = store.submit(new("a", cwd="/srv/repo/sub"), T0)
     assert record.cwd == "/srv/repo/sub"
     store.mark_running("a", T0 + 1, None)
-    final = store.finish("a", RunStatus.SUCCEEDED, T0 + 2)
+    final = store.finish("a", RunEnd(RunStatus.SUCCEEDED), T0 + 2)
     assert final.cwd == "/srv/repo/sub"
     got = store.get("a")
     assert got is not None

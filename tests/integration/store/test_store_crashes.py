@@ -17,7 +17,7 @@ CRASH_INSIDE_A_BATCH = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    from herdsman.runtime.store import NewRun, RunStatus, SqliteStore
+    from herdsman.runtime.store import NewRun, RunEnd, RunStatus, SqliteStore
     from herdsman.runtime.store.postgres import PostgresStore
 
     kind, where = sys.argv[1:]
@@ -31,7 +31,7 @@ CRASH_INSIDE_A_BATCH = textwrap.dedent(
 
     store.apply(
         [
-            lambda s: s.finish("r", RunStatus.USAGE_LIMITED, 102.0, reason="limit"),
+            lambda s: s.finish("r", RunEnd(RunStatus.USAGE_LIMITED, reason="limit"), 102.0),
             crash,
             lambda s: s.requeue("r"),
         ],

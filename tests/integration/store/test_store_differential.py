@@ -23,7 +23,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from outcome import Error, Outcome, Value
 
-from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, Session, SqliteStore, Store
+from herdsman.runtime.store import (
+    MemoryStore,
+    NewRun,
+    RunEnd,
+    RunStatus,
+    Session,
+    SqliteStore,
+    Store,
+)
 from herdsman.runtime.store.postgres import PostgresStore
 
 # Few ids, so operations keep colliding with runs that exist and with each other.
@@ -61,7 +69,7 @@ limit_accounts = st.none() | st.sampled_from(["a", "b"])
 changes = st.one_of(
     st.builds(lambda r, n, a: lambda s: s.mark_running(r, n, a), run_ids, times, maybe_text),
     st.builds(
-        lambda r, status, n: lambda s: s.finish(r, status, n, reason="undone"),
+        lambda r, status, n: lambda s: s.finish(r, RunEnd(status, reason="undone"), n),
         run_ids,
         st.sampled_from(RunStatus),
         times,
@@ -180,14 +188,16 @@ class StoresAgree(RuleBasedStateMachine):
         self.both(
             lambda s: s.finish(
                 run_id,
-                status,
+                RunEnd(
+                    status,
+                    exit_code=exit_code,
+                    reason=reason,
+                    result=result,
+                    session_id=session_id,
+                    excerpt=excerpt,
+                    log_path=log_path,
+                ),
                 now,
-                exit_code=exit_code,
-                reason=reason,
-                result=result,
-                session_id=session_id,
-                excerpt=excerpt,
-                log_path=log_path,
             )
         )
 
@@ -289,7 +299,9 @@ class StoresAgree(RuleBasedStateMachine):
         def batch(s: Store) -> list[tuple[str, Any]]:
             results = s.apply(
                 [
-                    lambda t: t.finish(run_id, RunStatus.USAGE_LIMITED, now, session_id=session_id),
+                    lambda t: t.finish(
+                        run_id, RunEnd(RunStatus.USAGE_LIMITED, session_id=session_id), now
+                    ),
                     requeue,
                 ]
             )

@@ -14,9 +14,10 @@ from typing import Any, ClassVar, cast
 import psycopg
 import pytest
 
-from herdsman.runtime.store import NewRun, RunStatus, SqliteStore, StoreConflict, StoreError
+from herdsman.runtime.store import NewRun, RunEnd, RunStatus, SqliteStore, StoreConflict, StoreError
 from herdsman.runtime.store.postgres import PostgresStore
-from herdsman.runtime.store.sql import Cursor, SqlStore
+from herdsman.runtime.store.queries import Cursor
+from herdsman.runtime.store.sql import SqlStore
 
 
 class TransactionLost(Exception):
@@ -101,7 +102,7 @@ def test_a_refused_change_whose_rollback_fails_is_still_the_refusal(store: SqlSt
     store.submit(NewRun(id="r", provider="claude", prompt="p"), 100.0)
     failing(store)["ROLLBACK"] = driver_error(store, "gone")
     with pytest.raises(StoreConflict) as caught:
-        store.finish("r", RunStatus.SUCCEEDED, 101.0)  # queued, never started
+        store.finish("r", RunEnd(RunStatus.SUCCEEDED), 101.0)  # queued, never started
     assert caught.value.__notes__[-1].endswith(": the rollback failed too: gone")
 
 
@@ -125,7 +126,7 @@ def test_a_refusal_in_a_batch_whose_undo_fails_fails_the_batch_naming_the_refusa
         store.apply(
             [
                 lambda s: s.submit(NewRun(id="before", provider="claude", prompt="p"), 101.0),
-                lambda s: s.finish("r", RunStatus.SUCCEEDED, 101.0),  # queued: refused
+                lambda s: s.finish("r", RunEnd(RunStatus.SUCCEEDED), 101.0),  # queued: refused
                 lambda s: s.submit(NewRun(id="after", provider="claude", prompt="p"), 101.0),
             ]
         )
@@ -193,7 +194,7 @@ def test_operations_after_an_undo_that_failed_run_in_no_transaction_of_their_own
     with pytest.raises(StoreError, match="could not be undone") as caught:
         store.apply(
             [
-                lambda s: s.finish("r", RunStatus.SUCCEEDED, 101.0),  # refused
+                lambda s: s.finish("r", RunEnd(RunStatus.SUCCEEDED), 101.0),  # refused
                 lambda s: s.submit(NewRun(id="after", provider="claude", prompt="p"), 101.0),
             ]
         )

@@ -14,9 +14,10 @@ from typing import Any, ClassVar, cast
 
 import pytest
 
-from herdsman.runtime.store import NewRun, RunStatus, SqliteStore, StoreConflict
+from herdsman.runtime.store import NewRun, RunEnd, RunStatus, SqliteStore, StoreConflict
 from herdsman.runtime.store.postgres import PostgresStore
-from herdsman.runtime.store.sql import Cursor, SqlStore
+from herdsman.runtime.store.queries import Cursor
+from herdsman.runtime.store.sql import SqlStore
 
 
 class CountingCursor:
@@ -79,7 +80,7 @@ def test_operations_of_one_store_call_take_one_savepoint_each(store: SqlStore) -
     statements(store).clear()
     results = store.apply(
         [
-            lambda s: s.finish("a", RunStatus.SUCCEEDED, 102.0),
+            lambda s: s.finish("a", RunEnd(RunStatus.SUCCEEDED), 102.0),
             lambda s: s.mark_running_many([("c", None)], 102.0),
             lambda s: s.get("b"),
         ],

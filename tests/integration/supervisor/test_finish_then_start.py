@@ -25,7 +25,7 @@ from herdsman.core import RunRequest, busy_keys
 from herdsman.core.runs import conflict
 from herdsman.runtime.requests import run_request
 from herdsman.runtime.runner import Outcome, ProcessOutcome, ProcessSpec, RunCancel
-from herdsman.runtime.store import NewRun, RunRecord, RunStatus, Store
+from herdsman.runtime.store import NewRun, RunEnd, RunRecord, RunStatus, Store
 from herdsman.runtime.store.sqlite import SqliteStore
 from herdsman.runtime.supervisor import Supervisor
 
@@ -58,8 +58,8 @@ class BatchLog(SqliteStore):
             self.started_in[run_id] = self.commits
         return records
 
-    def finish(self, run_id: str, status: RunStatus, now: float, **fields: Any) -> RunRecord:
-        record = super().finish(run_id, status, now, **fields)
+    def finish(self, run_id: str, end: RunEnd, now: float) -> RunRecord:
+        record = super().finish(run_id, end, now)
         self.finished_in[run_id] = self.commits
         return record
 

@@ -20,7 +20,7 @@ from supervisor_support import Running, Start, write_config
 from test_accounts import accounts, limit, provider_block, submit
 from test_fleet_member import fleet_of, member_url, other
 
-from herdsman.runtime.store import NewRun, RunStatus
+from herdsman.runtime.store import NewRun, RunEnd, RunStatus
 from herdsman.runtime.store.fleet import FleetStore
 
 __all__ = ["member_url", "other"]  # fixtures these tests use
@@ -137,7 +137,7 @@ async def test_an_account_a_reload_brings_back_counts_each_run_of_the_fleet_once
     assert other.claim_many([("there", "work")], time.time()).claimed
     path = member_config(tmp_path, "a", member_url, 'window = "1h"\nbudget = 10')
     a = await start(path)
-    other.finish("there", RunStatus.SUCCEEDED, time.time(), exit_code=0)
+    other.finish("there", RunEnd(RunStatus.SUCCEEDED, exit_code=0), time.time())
     for n in range(2):
         assert (await a.wait((await submit(a, id=f"here{n}"))["id"]))["status"] == "succeeded"
     await trio.sleep(2 * POLL)

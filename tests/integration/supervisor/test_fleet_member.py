@@ -36,7 +36,7 @@ from herdsman.config import load_config_text
 from herdsman.core import RunState
 from herdsman.runtime.api import app
 from herdsman.runtime.fleet_member import FleetMember
-from herdsman.runtime.store import NewRun, RunRecord, RunStatus, StoreError
+from herdsman.runtime.store import NewRun, RunEnd, RunRecord, RunStatus, Store, StoreError
 from herdsman.runtime.store.fleet import ClaimRules, FleetStore
 from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.runtime.supervisor import SKIP_REASON
@@ -85,7 +85,7 @@ def run_elsewhere(other: FleetStore, run_id: str, conversation: str) -> None:
     assert [r.id for r in other.claim_many([(run_id, None)], 2.0).claimed] == [run_id]
 
 
-def status_of(store: FleetStore, run_id: str) -> RunStatus:
+def status_of(store: Store, run_id: str) -> RunStatus:
     record = store.get(run_id)
     assert record is not None
     return record.status
@@ -134,7 +134,7 @@ async def test_a_run_whose_lane_runs_on_another_member_waits_parked_then_runs(
     # Per second: a poll, the claim it lets through, a renewal. A busy loop: hundreds.
     assert running.supervisor.ledger.calls - calls_before <= 8
     # ... and runs once the other member's run has finished.
-    other.finish("elsewhere", RunStatus.SUCCEEDED, time.time(), exit_code=0)
+    other.finish("elsewhere", RunEnd(RunStatus.SUCCEEDED, exit_code=0), time.time())
     body = await running.wait("mine")
     assert body["status"] == "succeeded", body
     final = other.get("mine")
@@ -236,7 +236,7 @@ async def test_cancelling_a_parked_run_withdraws_it(
     assert parked(running) == []
     assert status_of(other, "mine") is RunStatus.CANCELLED
     # Its lane frees on the other member: nothing of it is left to start here.
-    other.finish("elsewhere", RunStatus.SUCCEEDED, time.time(), exit_code=0)
+    other.finish("elsewhere", RunEnd(RunStatus.SUCCEEDED, exit_code=0), time.time())
     await trio.sleep(1.5)
     assert status_of(other, "mine") is RunStatus.CANCELLED
     running.supervisor.request_shutdown()
@@ -279,7 +279,7 @@ async def play_holder(other: FleetStore, count: int) -> None:
         while len(done) < count:
             for run_id, reason in other.poll(0).cancels:
                 if run_id not in done:
-                    other.finish(run_id, RunStatus.CANCELLED, time.time(), reason=reason)
+                    other.finish(run_id, RunEnd(RunStatus.CANCELLED, reason=reason), time.time())
                     done.add(run_id)
             await trio.sleep(0.1)
 
@@ -416,7 +416,7 @@ async def test_a_run_another_member_requeued_runs_here_in_its_place(
     assert fleet.cursor > limited.seq
     assert status_of(other, "after") is RunStatus.QUEUED  # parked: its lane runs there
     # The other member's run stops at a usage limit; it re-queues it and leaves.
-    other.finish("limited", RunStatus.USAGE_LIMITED, time.time(), reason="limit")
+    other.finish("limited", RunEnd(RunStatus.USAGE_LIMITED, reason="limit"), time.time())
     other.requeue("limited")
     other.leave()
     first = await running.wait("limited")
@@ -563,7 +563,7 @@ async def test_a_run_sharing_a_conversation_with_a_left_agent_starts_once_it_is_
             await trio.sleep(0.01)
         running = await start(fleet_config(tmp_path, member_url))
         # "old" ends: its lane is free fleet-wide, so "mine" is claimed at once.
-        other.finish("old", RunStatus.SUCCEEDED, time.time(), exit_code=0)
+        other.finish("old", RunEnd(RunStatus.SUCCEEDED, exit_code=0), time.time())
         answer = await running.client.post(
             "/v1/runs",
             json={"id": "mine", "provider": "demo", "prompt": "x", "conversation": "c1"},
@@ -670,7 +670,7 @@ async def test_the_sweep_keeps_worktrees_of_conversations_live_on_other_members(
 
     report = await supervisor.sweep_worktrees()
     assert actions(report) == {"c": "busy", "d": "busy", "e": "removed"}
-    other.finish("running-there", RunStatus.SUCCEEDED, time.time(), exit_code=0)
+    other.finish("running-there", RunEnd(RunStatus.SUCCEEDED, exit_code=0), time.time())
     other.cancel_queued("queued-there", time.time(), "test")
     assert actions(await supervisor.sweep_worktrees()) == {"c": "removed", "d": "removed"}
     supervisor.request_shutdown()
@@ -920,7 +920,7 @@ async def test_a_run_of_a_provider_this_member_lacks_leaves_its_queue_once_run_e
         while supervisor._scheduler.state_of("theirs") is None:
             await trio.sleep(0.05)
     assert [r.id for r in other.claim_many([("theirs", None)], time.time()).claimed] == ["theirs"]
-    other.finish("theirs", RunStatus.SUCCEEDED, time.time(), exit_code=0)
+    other.finish("theirs", RunEnd(RunStatus.SUCCEEDED, exit_code=0), time.time())
     body = {"id": "mine", "provider": "demo", "prompt": "x", "conversation": "c1"}
     assert (await running.client.post("/v1/runs", json=body)).status_code == 201
     # Its lane is free fleet-wide: it runs here, "theirs" no longer ahead of it.

@@ -22,7 +22,7 @@ import trio
 from herdsman.core import RunRequest
 from herdsman.runtime.ledger import Ledger, inline
 from herdsman.runtime.left_agents import LeftAgents
-from herdsman.runtime.store import MemoryStore, NewRun, RunStatus
+from herdsman.runtime.store import MemoryStore, NewRun, RunEnd, RunStatus
 from herdsman.runtime.store.sqlite import SqliteStore
 
 AGENT = "import time; time.sleep(60)"
@@ -92,7 +92,7 @@ async def test_an_agent_is_stopped_only_once_its_run_is_no_longer_running(
         assert not waited.is_set()
 
         # The expiry of its member's lease records it lost: now it is stopped.
-        store.finish("old", RunStatus.LOST, 3.0, reason="supervisor h:1 lease expired")
+        store.finish("old", RunEnd(RunStatus.LOST, reason="supervisor h:1 lease expired"), 3.0)
         stopped = await left.stop_ended(ledger, grace=1)
         assert stopped == {"old": {agents[0].pid}}
         assert agents[0].wait(timeout=5) is not None
@@ -110,7 +110,7 @@ async def test_an_agent_of_a_run_lost_before_the_start_is_stopped_at_the_first_l
     store = SqliteStore(tmp_path / "ledger.db")
     try:
         running_run(store, "old", "c1")
-        store.finish("old", RunStatus.LOST, 3.0, reason="supervisor h:1 lease expired")
+        store.finish("old", RunEnd(RunStatus.LOST, reason="supervisor h:1 lease expired"), 3.0)
         agents.append(spawn_agent(state, "old"))
         wait_for_environ(agents[0])
         ledger = Ledger(store, run_sync=inline)

@@ -16,6 +16,7 @@ from cli_support import CLI, Supervisor, herdsman
 from supervisor_support import git_repository, write_config
 
 from herdsman.runtime.lockfile import StateDirLock
+from herdsman.runtime.state_paths import make_private_dirs, open_below, read_below, replace_below
 from herdsman.runtime.store import SqliteStore
 
 
@@ -75,3 +76,42 @@ def test_an_older_herdsmans_readable_ledger_and_lock_are_tightened(tmp_path: Pat
         pass
     for name in ("herdsman.db", "supervisor.lock"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name
+
+
+def test_an_older_herdsmans_readable_folders_are_tightened_when_made_private(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    for folder in ("traces", "worktrees/c1-x"):
+        (state / folder).mkdir(parents=True)
+        (state / folder).chmod(0o755)
+    state.chmod(0o755)
+    make_private_dirs(state, state / "traces")
+    make_private_dirs(state, state / "worktrees" / "c1-x")
+    modes = {name: oct(mode) for name, mode in modes_under(state).items()}
+    assert modes == {"traces": "0o700", "worktrees": "0o700", "worktrees/c1-x": "0o700"}
+    # The state directory itself is the user's to set: left as it is.
+    assert stat.S_IMODE(state.stat().st_mode) == 0o755
+
+
+def test_a_file_opened_below_leaves_the_folders_on_its_way_as_they_are(tmp_path: Path) -> None:
+    # A run's log may be anywhere (/dev/full, anchored at /): its folders are not ours.
+    (tmp_path / "dev").mkdir(mode=0o755)
+    (tmp_path / "dev").chmod(0o755)
+    os.close(open_below(tmp_path, tmp_path / "dev" / "full", os.O_WRONLY | os.O_CREAT))
+    replace_below(tmp_path, tmp_path / "dev" / "meta.json", b"{}")
+    assert read_below(tmp_path, tmp_path / "dev" / "full", limit=10) == b""
+    assert stat.S_IMODE((tmp_path / "dev").stat().st_mode) == 0o755
+
+
+def test_a_start_tightens_an_older_herdsmans_readable_logs_folder(tmp_path: Path) -> None:
+    write_config(tmp_path)
+    logs = tmp_path / "state" / "logs"
+    logs.mkdir(parents=True)
+    logs.chmod(0o755)
+    supervisor = Supervisor(tmp_path)
+    try:
+        assert stat.S_IMODE(logs.stat().st_mode) == 0o700
+    finally:
+        supervisor.stop()
+        supervisor.close()

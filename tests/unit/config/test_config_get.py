@@ -99,6 +99,11 @@ def test_every_table_and_array_prints_as_toml_that_loads(
         ("providers.claude.env.NOPE", "providers.claude.env.NOPE: not set (and no default) in "),
         ("api.listen.port", "api.listen has no part 'port'"),
         ("a..b", "malformed key 'a..b' at character 3"),
+        (
+            "repos[x]",
+            "malformed key 'repos[x]' at character 6; a key is names joined by '.' with an"
+            " element's index in brackets, e.g. repos[0].path",
+        ),
     ],
 )
 def test_unknown_keys_are_errors(load: Load, key: str, message: str) -> None:
@@ -107,3 +112,10 @@ def test_unknown_keys_are_errors(load: Load, key: str, message: str) -> None:
     assert str(caught.value).startswith(message)
     if key.startswith("providers.claud."):
         assert str(caught.value).endswith("did you mean 'claude'?")
+
+
+@pytest.mark.parametrize("key", ["repos", "providers.claude.accounts"])
+def test_an_array_of_tables_the_file_leaves_out_is_empty(load: Load, key: str) -> None:
+    text = TEXT.partition("[[providers.claude.accounts]]")[0]
+    result = get_value(load(text), key)
+    assert (result.toml, result.value, str(result.origin)) == ("[]", [], "default")

@@ -138,6 +138,7 @@ def test_a_claude_session_reads_as_text() -> None:
         "Fixed: `parse('')` now returns an empty list.",
         "The test passes.",
         "result: success · 3 turns · 12.3s · $0.0421",
+        "tokens: 30 input · 85 output · API 11.0s",
     ]
 
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from outcome import Error, Value
 
-from herdsman.runtime.store import MemoryStore, NewRun, RunStatus, Store, StoreError
+from herdsman.runtime.store import MemoryStore, NewRun, RunEnd, RunStatus, Store, StoreError
 from herdsman.runtime.store.memory import OperationFailed
 
 run_ids = st.sampled_from(["a", "b", "c"])
@@ -39,7 +39,7 @@ calls: st.SearchStrategy[Callable[[Store], Any]] = st.one_of(
         times,
     ),
     st.builds(
-        lambda r, status, n, t: lambda s: s.finish(r, status, n, exit_code=0, reason=t),
+        lambda r, status, n, t: lambda s: s.finish(r, RunEnd(status, exit_code=0, reason=t), n),
         run_ids,
         st.sampled_from(RunStatus),
         times,
@@ -125,7 +125,7 @@ def test_an_operations_error_is_raised_wrapped_with_its_own_traceback_and_undone
 
     def submit_then_fail(s: Store) -> None:
         s.submit(NewRun("a", "p", "x"), 1.0)
-        s.finish("nope", RunStatus.FAILED, 2.0)
+        s.finish("nope", RunEnd(RunStatus.FAILED), 2.0)
 
     with pytest.raises(OperationFailed) as caught:
         store.apply_one(submit_then_fail)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_memory_apply_one import calls, operation_of, times
 
-from herdsman.runtime.store import MemoryStore, NewRun, RunRecord, RunStatus, Store
+from herdsman.runtime.store import MemoryStore, NewRun, RunEnd, RunRecord, RunStatus, Store
 
 
 def every_run(store: MemoryStore) -> list[RunRecord]:
@@ -61,7 +61,7 @@ def test_a_prune_looks_only_at_the_runs_that_ended_before_its_cutoff() -> None:
         run_id = f"r{n}"
         store.submit(NewRun(run_id, "p", "x"), float(n))
         store.mark_running(run_id, float(n), None)
-        store.finish(run_id, RunStatus.SUCCEEDED, float(n) + 0.5)
+        store.finish(run_id, RunEnd(RunStatus.SUCCEEDED), float(n) + 0.5)
     store.submit(NewRun("queued", "p", "x"), 2000.0)
     store._runs = NoScan(store._runs)
     # The simulator's hourly sweep, with every run younger than the cutoff:
@@ -77,7 +77,7 @@ def test_an_end_a_failed_operation_gave_back_is_pruned_later() -> None:
     store = MemoryStore()
     store.submit(NewRun("a", "p", "x"), 1.0)
     store.mark_running("a", 1.0, None)
-    store.finish("a", RunStatus.USAGE_LIMITED, 2.0)
+    store.finish("a", RunEnd(RunStatus.USAGE_LIMITED), 2.0)
 
     def requeue_prune_and_fail(s: Store) -> None:
         s.requeue("a")
@@ -110,8 +110,8 @@ def test_every_way_a_run_ends_is_pruned() -> None:
     for run_id in ("finished", "noted", "lost"):
         store.submit(NewRun(run_id, "p", "x"), 1.0)
         store.mark_running(run_id, 1.0, None)
-    store.finish("finished", RunStatus.SUCCEEDED, 2.0)
-    store.finish("noted", RunStatus.FAILED, 2.0)
+    store.finish("finished", RunEnd(RunStatus.SUCCEEDED), 2.0)
+    store.finish("noted", RunEnd(RunStatus.FAILED), 2.0)
     store.submit(NewRun("cancelled", "p", "x"), 1.0)
     store.cancel_queued("cancelled", 3.0, "gone")
     store.recover(4.0)  # "lost"

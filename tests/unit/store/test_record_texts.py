@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from herdsman.runtime.store.records import (
     NewRun,
+    RunEnd,
     RunStatus,
     check_texts,
     finished,
@@ -109,7 +110,9 @@ def test_a_finish_is_refused_as_check_texts_refuses_its_texts(fields: dict[str, 
     running = started(record(), 2.0, None)
     names = ("reason", "result", "session_id", "excerpt", "log_path")
     expected = checked("r", {name: fields[name] for name in names})
-    outcome = answer(lambda: finished(running, RunStatus.FAILED, 3.0, exit_code=1, **fields))
+    outcome = answer(
+        lambda: finished(running, RunEnd(RunStatus.FAILED, exit_code=1, **fields), 3.0)
+    )
     assert outcome == expected
 
 

@@ -1,5 +1,6 @@
 """The runner: executing one agent process under limits (see docs/runner.md)."""
 
+from herdsman.runtime.runner.api_failure import ApiFailure
 from herdsman.runtime.runner.cancel import RunCancel
 from herdsman.runtime.runner.excerpt import EXCERPT_LIMIT, FAILURE_MARKERS, ExcerptBuilder
 from herdsman.runtime.runner.process import execute
@@ -10,6 +11,13 @@ from herdsman.runtime.runner.protocols import (
     ProtocolAdapter,
     Verdict,
     make_adapter,
+)
+from herdsman.runtime.runner.run_usage import (
+    ApiRetry,
+    ModelUsage,
+    RateLimitWarning,
+    RunUsage,
+    Tokens,
 )
 from herdsman.runtime.runner.spec import (
     PROTOCOLS,
@@ -25,16 +33,22 @@ __all__ = [
     "EXCERPT_LIMIT",
     "FAILURE_MARKERS",
     "PROTOCOLS",
+    "ApiFailure",
+    "ApiRetry",
     "ClaudeAdapter",
     "CodexAdapter",
     "ExcerptBuilder",
+    "ModelUsage",
     "Outcome",
     "OwnedEnv",
     "PlainAdapter",
     "ProcessOutcome",
     "ProcessSpec",
     "ProtocolAdapter",
+    "RateLimitWarning",
     "RunCancel",
+    "RunUsage",
+    "Tokens",
     "UsageLimit",
     "Verdict",
     "execute",

@@ -227,6 +227,7 @@ async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]
             session_id=adapter.session_id,
             excerpt=excerpt.text(),
             usage_limit=adapter.usage_limit,
+            usage=adapter.usage,
         )
     verdict = adapter.verdict(exit_code)
     return ProcessOutcome(
@@ -238,4 +239,5 @@ async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]
         session_id=verdict.session_id,
         excerpt=excerpt.text(),
         usage_limit=verdict.usage_limit,
+        usage=adapter.usage,
     )

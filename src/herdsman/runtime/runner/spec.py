@@ -13,6 +13,7 @@ import attrs
 # Defined in the core, where the lifecycle decides with them; re-exported here.
 from herdsman.core.outcome import Outcome as Outcome  # noqa: PLC0414
 from herdsman.core.outcome import UsageLimit as UsageLimit  # noqa: PLC0414
+from herdsman.runtime.runner.run_usage import RunUsage
 
 PROTOCOLS: tuple[str, ...] = ("plain", "claude", "codex")
 """The output protocols the runner understands (see the ``protocols`` package)."""
@@ -134,6 +135,9 @@ class ProcessOutcome:
     (``"timeout"`` or ``"idle_timeout"``) for ``timed_out``. ``result`` is the
     agent's reply and is only set when the process ended by itself.
     ``excerpt`` is at most 4 KiB of the combined output (see ``excerpt.py``).
+    ``usage`` is what the run spent and what its provider said, as read from
+    the agent's stream (``run_usage.py``), for runs stopped early too; None
+    when the stream said nothing of it. It has no part in the status.
     """
 
     status: Outcome
@@ -144,6 +148,7 @@ class ProcessOutcome:
     session_id: str | None
     excerpt: str
     usage_limit: UsageLimit | None
+    usage: RunUsage | None = None
 
 
 def not_started(status: Outcome, reason: str | None) -> ProcessOutcome:

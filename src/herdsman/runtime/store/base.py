@@ -11,6 +11,7 @@ from herdsman.runtime.store.records import (
     AccountLimit,
     AccountUse,
     NewRun,
+    RunEnd,
     RunRecord,
     RunStatus,
     Session,
@@ -100,25 +101,13 @@ class Store(Protocol):
         """
         ...
 
-    def finish(
-        self,
-        run_id: str,
-        status: RunStatus,
-        now: float,
-        *,
-        exit_code: int | None = None,
-        reason: str | None = None,
-        result: str | None = None,
-        session_id: str | None = None,
-        excerpt: str | None = None,
-        log_path: str | None = None,
-    ) -> RunRecord:
-        """Record the outcome of a run: ``status`` must be a terminal status.
+    def finish(self, run_id: str, end: RunEnd, now: float) -> RunRecord:
+        """Record how the run's attempt ended: ``end.status`` must be a terminal status.
 
-        Sets ``finished_at`` and every outcome field exactly as given. Legal
-        from running to any outcome, and from queued to cancelled or skipped.
-        ``usage_limited`` is terminal too; to retry such a run, call
-        :meth:`requeue` in the same :meth:`apply` batch.
+        Sets ``finished_at`` and every outcome field of ``end`` exactly as
+        given. Legal from running to any outcome, and from queued to
+        cancelled or skipped. ``usage_limited`` is terminal too; to retry
+        such a run, call :meth:`requeue` in the same :meth:`apply` batch.
         """
         ...
 

@@ -32,7 +32,22 @@ import attrs
 
 from herdsman.runtime.fence_keeper import fence_clock
 from herdsman.runtime.store.errors import LeaseExpired, StoreError
-from herdsman.runtime.store.postgres import _SOLE_SUPERVISOR_LOCK, PostgresStore
+from herdsman.runtime.store.postgres import SOLE_SUPERVISOR_LOCK, PostgresStore
+from herdsman.runtime.store.queries import (
+    ACCOUNT_USAGE_WHERE,
+    CHARGED_END,
+    RUN_COLUMNS,
+    SELECT_RUNS,
+    Cursor,
+    check_updated,
+    existing_run,
+    fetch_run,
+    insert_new,
+    life_values,
+    limit_key,
+    run_from_row,
+    update_life,
+)
 from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
     AccountUse,
@@ -44,21 +59,6 @@ from herdsman.runtime.store.records import (
     ended,
     requeued,
     started,
-)
-from herdsman.runtime.store.sql import (
-    _ACCOUNT_USAGE_WHERE,
-    _CHARGED_END,
-    _COLUMNS,
-    _SELECT,
-    _UPDATE,
-    Cursor,
-    _existing,
-    _fetch,
-    _limit_key,
-    _outcome_values,
-    _record,
-    check_updated,
-    insert_new,
 )
 
 __all__ = [
@@ -82,7 +82,8 @@ _FLEET_LOCK = 0x68726466
 # The server's clock in unix seconds, read at the moment of the statement
 # (now() would be the transaction's start, before any lock wait).
 _CLOCK = "extract(epoch FROM clock_timestamp())::double precision"
-_UPDATE_HELD = _UPDATE.replace("attempts = ?", "attempts = ?, held_by = ?")
+_UPDATE = update_life()
+_UPDATE_HELD = update_life("held_by")
 # seq's own counter: a re-queued run's mark and a new run's seq are drawn,
 # under the fleet lock, from one increasing series, so one poll cursor
 # covers both (see FleetStore.poll).
@@ -302,7 +303,7 @@ class FleetStore(PostgresStore):
             row = cur.execute(
                 "SELECT pg_try_advisory_lock_shared((?::bigint << 32) | oid::bigint), oid"
                 " FROM pg_namespace WHERE nspname = current_schema()",
-                (_SOLE_SUPERVISOR_LOCK,),
+                (SOLE_SUPERVISOR_LOCK,),
             ).fetchone()
         if row is None or not row[0]:
             raise StoreError(
@@ -386,12 +387,12 @@ class FleetStore(PostgresStore):
             # and any left by a supervisor that held the ledger alone (held_by
             # NULL) and died, or by a member removed without its runs.
             rows = cur.execute(
-                f"SELECT {_COLUMNS}, held_by FROM runs WHERE status = ? AND (held_by IS NULL"
+                f"SELECT {RUN_COLUMNS}, held_by FROM runs WHERE status = ? AND (held_by IS NULL"
                 " OR held_by NOT IN (SELECT id FROM supervisors)) ORDER BY seq",
                 (RunStatus.RUNNING.value,),
             ).fetchall()
             for *columns, holder in rows:
-                current = _record(tuple(columns))
+                current = run_from_row(tuple(columns))
                 reason = reasons.get(holder, LOST_ON_RESTART)
                 record = ended(current, RunStatus.LOST, now, reason)
                 _write(cur, current, record, held_by=holder)
@@ -432,10 +433,10 @@ class FleetStore(PostgresStore):
         """Running runs held by other members, by ``seq``: their lanes are busy."""
         with self._reading() as cur:
             rows = cur.execute(
-                f"{_SELECT} WHERE status = ? AND held_by <> ? ORDER BY seq",
+                f"{SELECT_RUNS} WHERE status = ? AND held_by <> ? ORDER BY seq",
                 (RunStatus.RUNNING.value, self.member_id),
             ).fetchall()
-        return [_record(row) for row in rows]
+        return [run_from_row(row) for row in rows]
 
     def account_usage_by_member(self, since: float) -> UsageByMember:
         """:meth:`account_usage` since ``since``, split into this member's runs and the others'.
@@ -449,9 +450,9 @@ class FleetStore(PostgresStore):
             since = check_now(since)
             rows = cur.execute(
                 "SELECT provider, account, started_at,"
-                + _CHARGED_END
+                + CHARGED_END
                 + ", coalesce(held_by = ?, false) FROM runs"
-                + _ACCOUNT_USAGE_WHERE
+                + ACCOUNT_USAGE_WHERE
                 + " ORDER BY started_at, seq",
                 (lost, self.member_id, since, since, running, running, lost),
             ).fetchall()
@@ -489,7 +490,7 @@ class FleetStore(PostgresStore):
         """
         with self._transaction() as cur:
             now = check_now(now)
-            existing = _fetch(cur, new.id)
+            existing = fetch_run(cur, new.id)
             if existing is not None:
                 return existing, False
             busy = any(
@@ -517,7 +518,7 @@ class FleetStore(PostgresStore):
         """
         with self._reading() as cur:
             rows = cur.execute(
-                f"SELECT {_COLUMNS}, requeue_mark FROM runs WHERE status = ?"
+                f"SELECT {RUN_COLUMNS}, requeue_mark FROM runs WHERE status = ?"
                 " AND (seq > ? OR requeue_mark > ?) ORDER BY seq",
                 (RunStatus.QUEUED.value, cursor, cursor),
             ).fetchall()
@@ -529,7 +530,7 @@ class FleetStore(PostgresStore):
             left = _left_queue(cur, queued)
         runs = []
         for *columns, mark in rows:
-            record = _record(tuple(columns))
+            record = run_from_row(tuple(columns))
             runs.append(record)
             cursor = max(cursor, record.seq, mark or 0)
         return Poll(runs, cursor, [(run_id, reason) for run_id, reason in cancels], left)
@@ -552,7 +553,7 @@ class FleetStore(PostgresStore):
         with self._transaction() as cur:
             now = check_now(now)
             check_text(run_id, reason=reason)
-            current = _existing(cur, run_id)
+            current = existing_run(cur, run_id)
             if current.status is RunStatus.QUEUED:
                 record = ended(current, RunStatus.CANCELLED, now, reason)
                 self._update_run(cur, current, record)
@@ -602,7 +603,7 @@ class FleetStore(PostgresStore):
                 now = check_now(clock())
             self._check_live(cur)
             for run_id, account in items:
-                current = _fetch(cur, run_id)
+                current = fetch_run(cur, run_id)
                 if current is None or _cancel_asked(cur, current, now):
                     refused.append((run_id, Refusal.GONE))
                     continue
@@ -629,7 +630,7 @@ class FleetStore(PostgresStore):
         lanes fleet-wide. The caller tells the two apart by the status.
         """
         with self._transaction() as cur:
-            current = _existing(cur, run_id)
+            current = existing_run(cur, run_id)
             asked = _cancel_request(cur, run_id)
             if asked is None or current.status is not RunStatus.USAGE_LIMITED:
                 record = requeued(current)
@@ -732,7 +733,7 @@ def _account_refusal(
     """Whether the account rests, or its budget is spent fleet-wide, at ``now``."""
     resting = cur.execute(
         "SELECT 1 FROM account_limits WHERE provider = ? AND account = ? AND until > ?",
-        (provider, _limit_key(account), now),
+        (provider, limit_key(account), now),
     ).fetchone()
     if resting is not None:
         return Refusal.ACCOUNT_RESTING
@@ -849,14 +850,14 @@ def _running(cur: Cursor, where: str, params: tuple[Any, ...]) -> int:
 
 
 def _write(cur: Cursor, current: RunRecord, record: RunRecord, *, held_by: str | None) -> None:
-    """Update the run as ``_update`` does, and its holder; a held run only by its holder.
+    """Update the run as :func:`update_life` does, and its holder; a held run only by its holder.
 
     ``held_by`` is the holder to record (the claimant, or ``None`` for a run
     not running) or, for a run leaving ``running``, the holder it must still
     have: the update matches nothing if another member holds it, and raises
     :class:`StoreConflict`.
     """
-    values = _outcome_values(record)
+    values = life_values(record)
     if current.status is RunStatus.RUNNING:
         # NOT DISTINCT: a run left by a supervisor that held the ledger alone has no holder.
         cur.execute(

@@ -22,6 +22,7 @@ from herdsman.runtime.store.records import (
     AccountLimit,
     AccountUse,
     NewRun,
+    RunEnd,
     RunRecord,
     RunStatus,
     Session,
@@ -151,19 +152,7 @@ class MemoryStore:
             self._put(record)
         return list(staged.values())
 
-    def finish(
-        self,
-        run_id: str,
-        status: RunStatus,
-        now: float,
-        *,
-        exit_code: int | None = None,
-        reason: str | None = None,
-        result: str | None = None,
-        session_id: str | None = None,
-        excerpt: str | None = None,
-        log_path: str | None = None,
-    ) -> RunRecord:
+    def finish(self, run_id: str, end: RunEnd, now: float) -> RunRecord:
         """See :meth:`Store.finish`."""
         if self._closed:  # as in _create
             self._check_open()
@@ -172,17 +161,7 @@ class MemoryStore:
         current = self._runs.get(run_id)
         if current is None:
             raise not_found(run_id)
-        record = finished(
-            current,
-            status,
-            now,
-            exit_code=exit_code,
-            reason=reason,
-            result=result,
-            session_id=session_id,
-            excerpt=excerpt,
-            log_path=log_path,
-        )
+        record = finished(current, end, now)
         self._put(record)
         heappush(self._ends, (now, run_id))  # _ended's step, from what is at hand
         return record

@@ -20,123 +20,30 @@ from psycopg.pq import TransactionStatus
 
 from herdsman.postgres_url import hide_password, parse_postgres_url, server_name
 from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost, StoreError
-from herdsman.runtime.store.sql import Cursor, SqlStore
+from herdsman.runtime.store.queries import Cursor
+from herdsman.runtime.store.schema import SCHEMA, Dialect
+from herdsman.runtime.store.sql import SqlStore
 
 if TYPE_CHECKING:
     from herdsman.runtime.store.base import Store
 
 log = logging.getLogger("herdsman.store")
 
-# Each entry migrates the schema from version i to i + 1, step for step as
-# the SQLite store's MIGRATIONS, so a version number means the same tables
-# on both. Append only: never edit a released entry.
-# COLLATE "C": text compares and sorts by code point, as in SQLite and in
-# Python, whatever locale the database was created with.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        # An identity column never hands out a value twice, not even after
-        # the newest run was pruned: seq stays strictly increasing for life.
-        """
-        CREATE TABLE runs (
-            seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-            id TEXT COLLATE "C" NOT NULL UNIQUE,
-            provider TEXT COLLATE "C" NOT NULL,
-            prompt TEXT COLLATE "C" NOT NULL,
-            conversation TEXT COLLATE "C",
-            agent TEXT COLLATE "C",
-            workspace TEXT COLLATE "C" NOT NULL,
-            callback_url TEXT COLLATE "C",
-            metadata TEXT COLLATE "C" NOT NULL,
-            status TEXT COLLATE "C" NOT NULL,
-            submitted_at DOUBLE PRECISION NOT NULL,
-            started_at DOUBLE PRECISION,
-            finished_at DOUBLE PRECISION,
-            account TEXT COLLATE "C",
-            exit_code INTEGER,
-            reason TEXT COLLATE "C",
-            result TEXT COLLATE "C",
-            session_id TEXT COLLATE "C",
-            excerpt TEXT COLLATE "C",
-            log_path TEXT COLLATE "C",
-            attempts INTEGER NOT NULL
-        )
-        """,
-        "CREATE INDEX runs_by_status ON runs (status, seq)",
-        "CREATE INDEX runs_by_provider ON runs (provider, seq)",
-        "CREATE INDEX runs_by_conversation ON runs (conversation, seq)",
-        "CREATE INDEX runs_by_workspace ON runs (workspace, seq)",
-        "CREATE INDEX runs_by_finished_at ON runs (finished_at)",
-        """
-        CREATE TABLE conversation_sessions (
-            provider TEXT COLLATE "C" NOT NULL,
-            workspace TEXT COLLATE "C" NOT NULL,
-            conversation TEXT COLLATE "C" NOT NULL,
-            session_id TEXT COLLATE "C" NOT NULL,
-            PRIMARY KEY (provider, workspace, conversation)
-        )
-        """,
-    ),
-    ("ALTER TABLE runs ADD COLUMN notes TEXT COLLATE \"C\" NOT NULL DEFAULT '[]'",),
-    ('ALTER TABLE runs ADD COLUMN cwd TEXT COLLATE "C"',),
-    (
-        'ALTER TABLE conversation_sessions ADD COLUMN account TEXT COLLATE "C"',
-        # account is '' for the ambient environment, as in SQLite.
-        """
-        CREATE TABLE account_limits (
-            provider TEXT COLLATE "C" NOT NULL,
-            account TEXT COLLATE "C" NOT NULL,
-            until DOUBLE PRECISION NOT NULL,
-            message TEXT COLLATE "C" NOT NULL,
-            PRIMARY KEY (provider, account)
-        )
-        """,
-        "CREATE INDEX runs_by_started_at ON runs (started_at)",
-    ),
-    (
-        # The fleet member (supervisors.id) that claimed a running run.
-        'ALTER TABLE runs ADD COLUMN held_by TEXT COLLATE "C"',
-        # Times are the server's clock (seconds since the epoch): the one
-        # clock every member of a fleet shares (see fleet.py).
-        """
-        CREATE TABLE supervisors (
-            id TEXT COLLATE "C" PRIMARY KEY,
-            host TEXT COLLATE "C" NOT NULL,
-            pid INTEGER NOT NULL,
-            joined_at DOUBLE PRECISION NOT NULL,
-            lease_until DOUBLE PRECISION NOT NULL
-        )
-        """,
-        # A claim looks for a running or earlier queued run on its lanes:
-        # with these, it reads only that lane's live runs, however long the
-        # queue and however many finished runs the conversation has.
-        "CREATE INDEX runs_live_by_conversation ON runs (workspace, conversation, seq)"
-        " WHERE status IN ('queued', 'running')",
-        "CREATE INDEX runs_live_by_agent ON runs (workspace, agent, seq)"
-        " WHERE status IN ('queued', 'running')",
-        "CREATE INDEX runs_by_held_by ON runs (held_by) WHERE status = 'running'",
-    ),
-    (
-        # A member's request that the holder of this running run cancel it
-        # (the reason), read by the holder's poll (see fleet.py).
-        'ALTER TABLE runs ADD COLUMN cancel_request TEXT COLLATE "C"',
-        # Drawn from seq's own sequence when a member re-queues the run: the
-        # polls, which read seq or requeue_mark past their cursor, see it again.
-        "ALTER TABLE runs ADD COLUMN requeue_mark BIGINT",
-        "CREATE INDEX runs_queued_by_requeue_mark ON runs (requeue_mark)"
-        " WHERE status = 'queued' AND requeue_mark IS NOT NULL",
-    ),
-)
+#: Entry i migrates the schema from version i to i + 1, rendered from the one
+#: declaration of the schema, as the SQLite store's: a version number means
+#: the same tables on both.
+MIGRATIONS: tuple[tuple[str, ...], ...] = SCHEMA.migrations(Dialect.POSTGRES)
 
-SCHEMA_VERSION = len(MIGRATIONS)
+SCHEMA_VERSION = SCHEMA.version
 """The schema version this code writes; a database with a higher version is refused."""
 
 # Serialises supervisors that create or migrate the same database at once;
 # any constant works, this one spells "herdsman" in ASCII.
 _MIGRATION_LOCK = 0x68657264736D616E
 
-# With the schema's oid in the low 32 bits: the key of the sole-supervisor
-# lock (see PostgresStore._claim). "hrdm" in ASCII.
-_SOLE_SUPERVISOR_LOCK = 0x6872646D
+#: With the schema's oid in the low 32 bits: the key of the sole-supervisor
+#: lock (see PostgresStore._claim), which fleet members hold shared. "hrdm" in ASCII.
+SOLE_SUPERVISOR_LOCK = 0x6872646D
 
 #: After a failed attempt to reconnect, no call tries again for this long
 #: (seconds); each failure in a row doubles it, up to RECONNECT_MAX_WAIT. A
@@ -330,7 +237,7 @@ class PostgresStore(SqlStore):
             row = self._conn.execute(
                 "SELECT pg_try_advisory_lock((%s::bigint << 32) | oid::bigint), nspname"
                 " FROM pg_namespace WHERE nspname = current_schema()",
-                (_SOLE_SUPERVISOR_LOCK,),
+                (SOLE_SUPERVISOR_LOCK,),
             ).fetchone()
         except psycopg.Error as exc:
             raise self._failure(exc) from None

@@ -331,6 +331,27 @@ def _evolved(record: RunRecord, changes: Mapping[str, object]) -> RunRecord:
 
 
 @attrs.frozen(slots=True)
+class RunEnd:
+    """How an attempt of a run ended, as the ledger records it (:meth:`Store.finish`).
+
+    ``status`` is the outcome, a terminal status other than ``queued`` or
+    ``running``; every other field is recorded exactly as given, ``None``
+    included (which clears what an earlier attempt left). ``exit_code``,
+    ``result``, ``session_id`` and ``excerpt`` come from the agent's
+    process; ``reason`` says why it ended as it did; ``log_path`` is where
+    its output was kept.
+    """
+
+    status: RunStatus
+    exit_code: int | None = None
+    reason: str | None = None
+    result: str | None = None
+    session_id: str | None = None
+    excerpt: str | None = None
+    log_path: str | None = None
+
+
+@attrs.frozen(slots=True)
 class Session:
     """The provider session a conversation resumes, and where it lives.
 
@@ -438,19 +459,9 @@ def started(record: RunRecord, now: float, account: str | None) -> RunRecord:
     )
 
 
-def finished(
-    record: RunRecord,
-    status: RunStatus,
-    now: float,
-    *,
-    exit_code: int | None,
-    reason: str | None,
-    result: str | None,
-    session_id: str | None,
-    excerpt: str | None,
-    log_path: str | None,
-) -> RunRecord:
-    """``record`` moved to the outcome ``status``; the outcome fields are set as given."""
+def finished(record: RunRecord, end: RunEnd, now: float) -> RunRecord:
+    """``record`` moved to the outcome ``end.status``; the outcome fields are set as given."""
+    status = end.status
     if status not in FINISH_STATUSES:
         raise StoreError(
             f"finish() takes an outcome status, not {status.value}"
@@ -461,22 +472,22 @@ def finished(
     changes = {
         "status": status,
         "finished_at": now,
-        "exit_code": exit_code,
-        "reason": reason,
-        "result": result,
-        "session_id": session_id,
-        "excerpt": excerpt,
-        "log_path": log_path,
+        "exit_code": end.exit_code,
+        "reason": end.reason,
+        "result": end.result,
+        "session_id": end.session_id,
+        "excerpt": end.excerpt,
+        "log_path": end.log_path,
     }
-    if not _plain(reason, result, session_id, excerpt, log_path):
+    if not _plain(end.reason, end.result, end.session_id, end.excerpt, end.log_path):
         check_texts(
             record.id,
             {
-                "reason": reason,
-                "result": result,
-                "session_id": session_id,
-                "excerpt": excerpt,
-                "log_path": log_path,
+                "reason": end.reason,
+                "result": end.result,
+                "session_id": end.session_id,
+                "excerpt": end.excerpt,
+                "log_path": end.log_path,
             },
         )
     return _evolved(record, changes)
@@ -487,17 +498,7 @@ def ended(record: RunRecord, status: RunStatus, now: float, reason: str) -> RunR
 
     A queued run cancelled, or a running run recorded lost.
     """
-    return finished(
-        record,
-        status,
-        now,
-        exit_code=None,
-        reason=reason,
-        result=None,
-        session_id=None,
-        excerpt=None,
-        log_path=None,
-    )
+    return finished(record, RunEnd(status, reason=reason), now)
 
 
 def requeued(record: RunRecord) -> RunRecord:

@@ -1,6 +1,7 @@
 """The run ledger over SQL: every store method, shared by SQLite and PostgreSQL.
 
-:class:`SqlStore` holds the queries and the transaction discipline; a
+:class:`SqlStore` holds the store methods' queries and the transaction
+discipline, on the runs queries of :mod:`herdsman.runtime.store.queries`; a
 subclass brings the connection (opening it, migrating its schema, beginning
 a transaction, recognising its driver's errors). Queries are written with
 ``?`` placeholders and plain SQL both databases run alike, so the two stores
@@ -10,21 +11,30 @@ cannot drift apart: a rule changed here changes for both.
 from __future__ import annotations
 
 import json
-import operator
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-import attrs
 import outcome
 
 from herdsman.runtime.store.errors import (
     CommitOutcomeUnknown,
     ConnectionLost,
-    StoreConflict,
     StoreError,
     nested_apply,
+)
+from herdsman.runtime.store.queries import (
+    ACCOUNT_USAGE,
+    SELECT_RUNS,
+    Cursor,
+    existing_run,
+    fetch_run,
+    insert_new,
+    limit_key,
+    run_from_row,
+    unstorable,
+    update_run,
 )
 from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
@@ -32,6 +42,7 @@ from herdsman.runtime.store.records import (
     AccountLimit,
     AccountUse,
     NewRun,
+    RunEnd,
     RunRecord,
     RunStatus,
     Session,
@@ -41,8 +52,6 @@ from herdsman.runtime.store.records import (
     check_text,
     ended,
     finished,
-    new_record,
-    not_found,
     not_queued,
     noted,
     requeued,
@@ -52,87 +61,13 @@ from herdsman.runtime.store.records import (
 if TYPE_CHECKING:
     from herdsman.runtime.store.base import Store
 
-__all__ = ["Cursor", "SqlStore"]
+__all__ = ["SqlStore"]
 
 
-class Cursor(Protocol):
-    """What :class:`SqlStore` needs of a DB-API cursor (``?`` placeholders)."""
-
-    @property
-    def rowcount(self) -> int:
-        """Rows the last statement changed."""
-        ...
-
-    def execute(self, sql: str, params: Sequence[Any] = (), /) -> Any:
-        """Run one statement."""
-        ...
-
-    def fetchone(self) -> Any:
-        """The next row, or ``None``."""
-        ...
-
-    def fetchall(self) -> list[Any]:
-        """Every remaining row."""
-        ...
-
-    def __iter__(self) -> Iterator[Any]:
-        """The remaining rows."""
-        ...
-
-    def close(self) -> None:
-        """Release the cursor."""
-        ...
-
-
-_COLUMNS = (
-    "seq, id, provider, prompt, conversation, agent, workspace, callback_url, metadata,"
-    " status, submitted_at, started_at, finished_at, account, exit_code, reason, result,"
-    " session_id, excerpt, log_path, attempts, notes, cwd"
-)
-_SELECT = f"SELECT {_COLUMNS} FROM runs"
 _SESSION_SELECT = (
     "SELECT provider, workspace, conversation, session_id, account FROM conversation_sessions"
 )
-# ON CONFLICT: another process may insert the same id between our look and
-# our insert; then nothing is inserted and the existing run is returned.
-_INSERT = (
-    "INSERT INTO runs (id, provider, prompt, conversation, agent, workspace, callback_url,"
-    " metadata, status, submitted_at, started_at, finished_at, account, exit_code, reason,"
-    " result, session_id, excerpt, log_path, attempts, cwd)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (id) DO NOTHING RETURNING seq"
-)
-# The status in the WHERE clause is the one read in the same transaction:
-# if anything else had moved the run meanwhile, no row matches and the change
-# is refused, so two writers can never both win.
-_UPDATE = (
-    "UPDATE runs SET status = ?, started_at = ?, finished_at = ?, account = ?, exit_code = ?,"
-    " reason = ?, result = ?, session_id = ?, excerpt = ?, log_path = ?, attempts = ?"
-    " WHERE id = ? AND status = ?"
-)
 _TERMINAL = tuple(sorted(s.value for s in TERMINAL_STATUSES))
-# Each OR term has its own index (runs_by_started_at, runs_by_finished_at,
-# runs_by_status), so SQLite can union three index lookups. The unary + in
-# ORDER BY keeps it from instead walking all of runs_by_started_at just to
-# skip sorting the few rows found.
-# Parameters: since, since, running, running, lost. (The fleet's usage by
-# member, herdsman.runtime.store.fleet, counts the same runs.)
-_ACCOUNT_USAGE_WHERE = (
-    " WHERE account IS NOT NULL AND started_at IS NOT NULL"
-    " AND (started_at >= ? OR finished_at >= ? OR status = ?)"
-    # Ended without an exit code and not lost: never spawned, spent nothing.
-    " AND (exit_code IS NOT NULL OR status IN (?, ?))"
-)
-# The end a run is charged to (parameter: lost): a lost run's real end is
-# unknown, and charging it the outage would block its account long after.
-_CHARGED_END = " CASE WHEN status = ? THEN started_at ELSE finished_at END"
-_ACCOUNT_USAGE = (
-    "SELECT provider, account, started_at,"
-    + _CHARGED_END
-    + " FROM runs"
-    + _ACCOUNT_USAGE_WHERE
-    + " ORDER BY +started_at, seq"
-)
 
 
 class SqlStore:
@@ -184,7 +119,7 @@ class SqlStore:
 
     def _update_run(self, cur: Cursor, current: RunRecord, record: RunRecord) -> None:
         """Write ``record`` over ``current``, guarded by its status (a fleet adds its own guard)."""
-        _update(cur, current, record)
+        update_run(cur, current, record)
 
     # --- transactions --------------------------------------------------------
 
@@ -478,7 +413,7 @@ class SqlStore:
     ) -> tuple[RunRecord, bool]:
         with self._transaction() as cur:
             now = check_now(now)
-            existing = _fetch(cur, new.id)
+            existing = fetch_run(cur, new.id)
             if existing is not None:
                 return existing, False
             return insert_new(cur, new, now, status, reason)
@@ -497,40 +432,18 @@ class SqlStore:
             for run_id, account in items:
                 # Reads see this transaction's own earlier updates, so an id
                 # listed twice is found running the second time and refused.
-                current = _existing(cur, run_id)
+                current = existing_run(cur, run_id)
                 record = started(current, now, account)
                 self._update_run(cur, current, record)
                 out.append(record)
         return out
 
-    def finish(
-        self,
-        run_id: str,
-        status: RunStatus,
-        now: float,
-        *,
-        exit_code: int | None = None,
-        reason: str | None = None,
-        result: str | None = None,
-        session_id: str | None = None,
-        excerpt: str | None = None,
-        log_path: str | None = None,
-    ) -> RunRecord:
+    def finish(self, run_id: str, end: RunEnd, now: float) -> RunRecord:
         """See :meth:`Store.finish`."""
         with self._transaction() as cur:
             now = check_now(now)
-            current = _existing(cur, run_id)
-            record = finished(
-                current,
-                status,
-                now,
-                exit_code=exit_code,
-                reason=reason,
-                result=result,
-                session_id=session_id,
-                excerpt=excerpt,
-                log_path=log_path,
-            )
+            current = existing_run(cur, run_id)
+            record = finished(current, end, now)
             self._update_run(cur, current, record)
             return record
 
@@ -538,7 +451,7 @@ class SqlStore:
         """See :meth:`Store.cancel_queued`."""
         with self._transaction() as cur:
             now = check_now(now)
-            current = _existing(cur, run_id)
+            current = existing_run(cur, run_id)
             if current.status is not RunStatus.QUEUED:
                 raise not_queued(current)
             record = ended(current, RunStatus.CANCELLED, now, reason)
@@ -548,7 +461,7 @@ class SqlStore:
     def requeue(self, run_id: str) -> RunRecord:
         """See :meth:`Store.requeue`."""
         with self._transaction() as cur:
-            current = _existing(cur, run_id)
+            current = existing_run(cur, run_id)
             record = requeued(current)
             self._update_run(cur, current, record)
             return record
@@ -556,7 +469,7 @@ class SqlStore:
     def add_note(self, run_id: str, note: str) -> RunRecord:
         """See :meth:`Store.add_note`."""
         with self._transaction() as cur:
-            current = _existing(cur, run_id)
+            current = existing_run(cur, run_id)
             record = noted(current, note)
             cur.execute(
                 "UPDATE runs SET notes = ? WHERE id = ?",
@@ -567,7 +480,7 @@ class SqlStore:
     def get(self, run_id: str) -> RunRecord | None:
         """See :meth:`Store.get`."""
         with self._reading() as cur:
-            return _fetch(cur, run_id)
+            return fetch_run(cur, run_id)
 
     def list_runs(
         self,
@@ -594,24 +507,24 @@ class SqlStore:
             if value is not None:
                 where.append(clause)
                 params.append(value)
-        if any(_unstorable(p) for p in params):
+        if any(unstorable(p) for p in params):
             return []
-        sql = _SELECT
+        sql = SELECT_RUNS
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY seq DESC LIMIT ?"
         params.append(limit)
         with self._reading() as cur:
             check_limit(limit)
-            return [_record(row) for row in cur.execute(sql, params)]
+            return [run_from_row(row) for row in cur.execute(sql, params)]
 
     def queued_in_order(self) -> list[RunRecord]:
         """See :meth:`Store.queued_in_order`."""
         with self._reading() as cur:
             rows = cur.execute(
-                f"{_SELECT} WHERE status = ? ORDER BY seq", (RunStatus.QUEUED.value,)
+                f"{SELECT_RUNS} WHERE status = ? ORDER BY seq", (RunStatus.QUEUED.value,)
             )
-            return [_record(row) for row in rows]
+            return [run_from_row(row) for row in rows]
 
     def recover(self, now: float) -> list[RunRecord]:
         """See :meth:`Store.recover`. One transaction: all running runs, or none, become lost."""
@@ -619,10 +532,10 @@ class SqlStore:
         with self._transaction() as cur:
             now = check_now(now)
             rows = cur.execute(
-                f"{_SELECT} WHERE status = ? ORDER BY seq", (RunStatus.RUNNING.value,)
+                f"{SELECT_RUNS} WHERE status = ? ORDER BY seq", (RunStatus.RUNNING.value,)
             ).fetchall()
             for row in rows:
-                current = _record(row)
+                current = run_from_row(row)
                 record = ended(current, RunStatus.LOST, now, LOST_ON_RESTART)
                 self._update_run(cur, current, record)
                 out.append(record)
@@ -645,7 +558,7 @@ class SqlStore:
         self, provider: str, workspace: str, conversation: str
     ) -> Session | None:
         """See :meth:`Store.conversation_session`."""
-        if any(map(_unstorable, (provider, workspace, conversation))):
+        if any(map(unstorable, (provider, workspace, conversation))):
             return None
         with self._reading() as cur:
             row = cur.execute(
@@ -707,7 +620,7 @@ class SqlStore:
                 " VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (provider, account)"
                 " DO UPDATE SET until = excluded.until, message = excluded.message",
-                (provider, _limit_key(account), until, message),
+                (provider, limit_key(account), until, message),
             )
 
     def account_limits(self, now: float) -> list[AccountLimit]:
@@ -731,7 +644,7 @@ class SqlStore:
             check_limit_text(provider, account)
             cur.execute(
                 "DELETE FROM account_limits WHERE provider = ? AND account = ?",
-                (provider, _limit_key(account)),
+                (provider, limit_key(account)),
             )
 
     def account_usage(self, since: float) -> list[AccountUse]:
@@ -739,7 +652,7 @@ class SqlStore:
         with self._reading() as cur:
             since = check_now(since)
             running, lost = RunStatus.RUNNING.value, RunStatus.LOST.value
-            rows = cur.execute(_ACCOUNT_USAGE, (lost, since, since, running, running, lost))
+            rows = cur.execute(ACCOUNT_USAGE, (lost, since, since, running, running, lost))
             return [AccountUse(*row) for row in rows]
 
     def counts(self) -> Mapping[RunStatus, int]:
@@ -754,181 +667,3 @@ class SqlStore:
             if not self._closed:
                 self._closed = True
                 self._close_connection()
-
-
-def _limit_key(account: str | None) -> str:
-    """``account`` as the account_limits table keys it: ambient (``None``) is ``''``."""
-    return "" if account is None else account
-
-
-def _unstorable(key: object) -> bool:
-    """Whether no stored key can equal ``key``: every store refuses NUL on the way
-    in, and PostgreSQL would fail a query that holds one instead of finding nothing."""
-    return isinstance(key, str) and "\0" in key
-
-
-def _fetch(cur: Cursor, run_id: str) -> RunRecord | None:
-    if _unstorable(run_id):
-        return None
-    row = cur.execute(f"{_SELECT} WHERE id = ?", (run_id,)).fetchone()
-    return None if row is None else _record(row)
-
-
-def _existing(cur: Cursor, run_id: str) -> RunRecord:
-    record = _fetch(cur, run_id)
-    if record is None:
-        raise not_found(run_id)
-    return record
-
-
-def insert_new(
-    cur: Cursor, new: NewRun, now: float, status: RunStatus, reason: str | None
-) -> tuple[RunRecord, bool]:
-    """Insert ``new`` as a run ``status``; the existing run if its id was taken meanwhile."""
-    record = new_record(new, 0, now, status, reason)
-    row = cur.execute(_INSERT, _insert_values(record)).fetchone()
-    if row is None:  # another process inserted it since we looked
-        return _existing(cur, new.id), False
-    return attrs.evolve(record, seq=row[0]), True
-
-
-def _update(cur: Cursor, current: RunRecord, record: RunRecord) -> None:
-    """Write ``record`` over ``current``: its status and the columns that changed.
-
-    As ``_UPDATE`` would, guarded the same way, but a column left out of the
-    SET clause leaves its indexes alone: a start then does not touch
-    ``runs_by_finished_at``, nor a finish ``runs_by_started_at``, which took
-    about 40% off an update's cost in SQLite. (The other columns hold
-    ``current``'s values: this transaction read them, and SQLite's write
-    lock or, in PostgreSQL, the status guard keeps them so.)
-    """
-    changed = [
-        (name, value)
-        for name, before, value in zip(
-            _OUTCOME_NAMES, _OUTCOME(current), _OUTCOME(record), strict=True
-        )
-        if value != before or type(value) is not type(before)
-    ]
-    names = tuple(name for name, _ in changed)
-    sql = _UPDATES.get(names)
-    if sql is None:
-        sets = "".join(f", {name} = ?" for name in names)
-        sql = _UPDATES[names] = f"UPDATE runs SET status = ?{sets} WHERE id = ? AND status = ?"
-    values = [value for _, value in changed]
-    cur.execute(sql, (record.status.value, *values, current.id, current.status.value))
-    check_updated(cur, current, record)
-
-
-# What a run's life changes after it is submitted, in _UPDATE's (and
-# _INSERT's) order after the status.
-_OUTCOME_NAMES = (
-    "started_at",
-    "finished_at",
-    "account",
-    "exit_code",
-    "reason",
-    "result",
-    "session_id",
-    "excerpt",
-    "log_path",
-    "attempts",
-)
-_OUTCOME = operator.attrgetter(*_OUTCOME_NAMES)
-# _update's statements by the columns they set: a handful (a start, a
-# finish, a requeue, a loss), each prepared once by the driver's cache.
-_UPDATES: dict[tuple[str, ...], str] = {}
-
-
-def _outcome_values(record: RunRecord) -> tuple[Any, ...]:
-    """The values of ``_UPDATE``'s SET clause, in its order."""
-    return (record.status.value, *_OUTCOME(record))
-
-
-def check_updated(cur: Cursor, current: RunRecord, record: RunRecord, where: str = "") -> None:
-    """Raise :class:`StoreConflict` unless the guarded update just made changed the run.
-
-    ``where`` names what else the guard required of it (``" on this supervisor"``).
-    """
-    if cur.rowcount != 1:
-        raise StoreConflict(
-            f"run {current.id!r} is no longer {current.status.value}{where}; it cannot become"
-            f" {record.status.value} (another writer changed it first)"
-        )
-
-
-# json.dumps with an option builds an encoder per call; runs are inserted
-# one by one, so they share this one (json.dumps(value, allow_nan=False)).
-_METADATA_JSON = json.JSONEncoder(allow_nan=False)
-_STATUSES = {status.value: status for status in RunStatus}
-
-
-def _insert_values(record: RunRecord) -> tuple[Any, ...]:
-    return (
-        record.id,
-        record.provider,
-        record.prompt,
-        record.conversation,
-        record.agent,
-        record.workspace,
-        record.callback_url,
-        # ASCII-escaped JSON: any string metadata can hold is storable.
-        _METADATA_JSON.encode(record.metadata) if record.metadata else "{}",
-        record.status.value,
-        record.submitted_at,
-        *_OUTCOME(record),
-        record.cwd,
-    )
-
-
-def _record(row: Sequence[Any]) -> RunRecord:
-    (
-        seq,
-        run_id,
-        provider,
-        prompt,
-        conversation,
-        agent,
-        workspace,
-        callback_url,
-        metadata,
-        status,
-        submitted_at,
-        started_at,
-        finished_at,
-        account,
-        exit_code,
-        reason,
-        result,
-        session_id,
-        excerpt,
-        log_path,
-        attempts,
-        notes,
-        cwd,
-    ) = row
-    return RunRecord(
-        id=run_id,
-        provider=provider,
-        prompt=prompt,
-        conversation=conversation,
-        agent=agent,
-        workspace=workspace,
-        callback_url=callback_url,
-        # Most runs carry no metadata and no notes: no parse for those.
-        metadata={} if metadata == "{}" else json.loads(metadata),
-        seq=seq,
-        status=_STATUSES.get(status) or RunStatus(status),
-        submitted_at=submitted_at,
-        started_at=started_at,
-        finished_at=finished_at,
-        account=account,
-        exit_code=exit_code,
-        reason=reason,
-        result=result,
-        session_id=session_id,
-        excerpt=excerpt,
-        log_path=log_path,
-        attempts=attempts,
-        notes=() if notes == "[]" else tuple(json.loads(notes)),
-        cwd=cwd,
-    )

@@ -8,106 +8,16 @@ from pathlib import Path
 
 from herdsman.runtime.state_paths import private_opener
 from herdsman.runtime.store.errors import StoreError
-from herdsman.runtime.store.sql import Cursor, SqlStore
+from herdsman.runtime.store.queries import Cursor
+from herdsman.runtime.store.schema import SCHEMA, Dialect
+from herdsman.runtime.store.sql import SqlStore
 
-# Each entry migrates the schema from version i to i + 1; the file's version
-# is PRAGMA user_version. Append only: never edit a released entry, since
-# files in the field were built by it.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        # AUTOINCREMENT, unlike a bare rowid, never reuses a seq once the
-        # newest run has been pruned: seq stays strictly increasing for life.
-        """
-        CREATE TABLE runs (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            id TEXT NOT NULL UNIQUE,
-            provider TEXT NOT NULL,
-            prompt TEXT NOT NULL,
-            conversation TEXT,
-            agent TEXT,
-            workspace TEXT NOT NULL,
-            callback_url TEXT,
-            metadata TEXT NOT NULL,
-            status TEXT NOT NULL,
-            submitted_at REAL NOT NULL,
-            started_at REAL,
-            finished_at REAL,
-            account TEXT,
-            exit_code INTEGER,
-            reason TEXT,
-            result TEXT,
-            session_id TEXT,
-            excerpt TEXT,
-            log_path TEXT,
-            attempts INTEGER NOT NULL
-        )
-        """,
-        # queued_in_order, recover, list_runs(status=...), counts.
-        "CREATE INDEX runs_by_status ON runs (status, seq)",
-        "CREATE INDEX runs_by_provider ON runs (provider, seq)",
-        "CREATE INDEX runs_by_conversation ON runs (conversation, seq)",
-        "CREATE INDEX runs_by_workspace ON runs (workspace, seq)",
-        # prune
-        "CREATE INDEX runs_by_finished_at ON runs (finished_at)",
-        """
-        CREATE TABLE conversation_sessions (
-            provider TEXT NOT NULL,
-            workspace TEXT NOT NULL,
-            conversation TEXT NOT NULL,
-            session_id TEXT NOT NULL,
-            PRIMARY KEY (provider, workspace, conversation)
-        ) WITHOUT ROWID
-        """,
-    ),
-    # 2: notes on a run (a JSON list of strings), e.g. a failed checkout.
-    ("ALTER TABLE runs ADD COLUMN notes TEXT NOT NULL DEFAULT '[]'",),
-    # 3: the working directory a run names, if any.
-    ("ALTER TABLE runs ADD COLUMN cwd TEXT",),
-    # 4: the account tracker.
-    (
-        # The account whose config directory holds the session; NULL is the
-        # ambient environment, which is also what every older row was.
-        "ALTER TABLE conversation_sessions ADD COLUMN account TEXT",
-        # account is '' for the ambient environment, not NULL: NULLs are
-        # all distinct in a primary key, so NULL would allow duplicates.
-        """
-        CREATE TABLE account_limits (
-            provider TEXT NOT NULL,
-            account TEXT NOT NULL,
-            until REAL NOT NULL,
-            message TEXT NOT NULL,
-            PRIMARY KEY (provider, account)
-        ) WITHOUT ROWID
-        """,
-        # account_usage: a range on started_at instead of a table scan.
-        "CREATE INDEX runs_by_started_at ON runs (started_at)",
-    ),
-    # 5: fleet coordination (docs/fleet.md). Only the PostgreSQL store uses
-    # them; SQLite has the same tables so a version means one schema on both.
-    (
-        # The fleet member (supervisors.id) that claimed a running run.
-        "ALTER TABLE runs ADD COLUMN held_by TEXT",
-        """
-        CREATE TABLE supervisors (
-            id TEXT PRIMARY KEY,
-            host TEXT NOT NULL,
-            pid INTEGER NOT NULL,
-            joined_at REAL NOT NULL,
-            lease_until REAL NOT NULL
-        ) WITHOUT ROWID
-        """,
-    ),
-    # 6: fleet requests between members (docs/fleet.md), PostgreSQL only as 5.
-    (
-        # Why a member asked the holder of this running run to cancel it.
-        "ALTER TABLE runs ADD COLUMN cancel_request TEXT",
-        # Drawn from seq's counter when a member re-queues the run, so the
-        # other members' polls, past its seq, see it again.
-        "ALTER TABLE runs ADD COLUMN requeue_mark INTEGER",
-    ),
-)
+#: Entry i migrates the schema from version i to i + 1; the file's version
+#: is PRAGMA user_version. Rendered from the one declaration of the schema.
+MIGRATIONS: tuple[tuple[str, ...], ...] = SCHEMA.migrations(Dialect.SQLITE)
 
-SCHEMA_VERSION = len(MIGRATIONS)
+SCHEMA_VERSION = SCHEMA.version
+"""The schema version this code writes; files with a higher version are refused."""
 
 #: The files SQLite keeps beside the ledger (WAL mode, and a rollback journal).
 SIDE_FILES = ("-wal", "-shm", "-journal")
@@ -137,9 +47,6 @@ def _private_ledger(path: Path) -> None:
                 os.close(private_opener(str(side), os.O_RDWR))
     except OSError as exc:
         raise StoreError(f"cannot open the run ledger {str(path)!r}: {exc.strerror}") from exc
-
-
-"""The schema version this code writes; files with a higher version are refused."""
 
 
 class SqliteStore(SqlStore):

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import attrs
 
+from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.runtime.runner.spec import Outcome, UsageLimit
 
 MESSAGE_LIMIT: Final = 1000
@@ -141,6 +142,15 @@ class ProtocolAdapter:
     @property
     def usage_limit(self) -> UsageLimit | None:
         """The usage limit reported so far, if any."""
+        return None
+
+    @property
+    def usage(self) -> RunUsage | None:
+        """What the run spent and what its provider said, as far as the stream went.
+
+        None when the stream said nothing of it (always, for a plain CLI).
+        Reading it never changes the verdict.
+        """
         return None
 
 

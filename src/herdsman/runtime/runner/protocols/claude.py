@@ -15,7 +15,11 @@ The stream's lines, as Claude Code 2.x prints them (one JSON object a line):
   ``rateLimitType``, ``overageStatus``, ``isUsingOverage``);
 * the final ``result``: ``is_error``, ``subtype`` (which says ``success``
   even when ``is_error`` is true), ``result``, ``errors``, ``num_turns``,
-  ``duration_ms``, ``total_cost_usd``, ``session_id``.
+  ``duration_ms``, ``duration_api_ms``, ``total_cost_usd``, ``usage``,
+  ``modelUsage``, ``terminal_reason``, ``api_error_status``, ``session_id``.
+
+What the run spent and the API's signals are read beside the verdict, by
+``claude_usage.py``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,12 @@ from herdsman.runtime.runner.protocols.base import (
     one_line,
     text_of,
 )
+from herdsman.runtime.runner.protocols.claude_usage import (
+    ClaudeUsageReader,
+    model_usage,
+    result_tokens,
+)
+from herdsman.runtime.runner.run_usage import RunUsage, fraction, seconds, tokens_text
 from herdsman.runtime.runner.spec import Outcome, UsageLimit
 from herdsman.runtime.runner.usage import CLAUDE_LIMIT_RE, parse_claude_reset
 
@@ -78,6 +88,7 @@ class ClaudeAdapter(ProtocolAdapter):
         self._agent_error: str | None = None
         self._usage_limit: UsageLimit | None = None
         self._unparsed = 0
+        self._spend = ClaudeUsageReader()
 
     def feed_line(self, line: bytes) -> None:
         """Read one stream-json event."""
@@ -93,16 +104,22 @@ class ClaudeAdapter(ProtocolAdapter):
             self._session_id = session
         if kind == "rate_limit_event":
             self._rate_limit(event.get("rate_limit_info"))
+            self._spend.on_rate_limit(event.get("rate_limit_info"))
         elif kind == "result":
             self._on_result(event)
+            self._spend.on_result(event)
         elif kind == "assistant" and isinstance(event.get("error"), str):
             self._on_agent_error(event)
+        elif kind == "assistant":
+            self._spend.on_assistant(event, None, None)
         elif kind == "system" and event.get("subtype") == "api_retry":
             self._stream_error = _retry_text(event)
+            self._spend.on_retry(event)
 
     def _on_agent_error(self, event: dict[str, Any]) -> None:
         self._agent_error = str(event["error"])
         text = _message_text(event.get("message"))
+        self._spend.on_assistant(event, self._agent_error, text)
         self._stream_error = f"{text} ({self._agent_error})" if text else self._agent_error
 
     def _rate_limit(self, info: object) -> None:
@@ -147,6 +164,11 @@ class ClaudeAdapter(ProtocolAdapter):
     def usage_limit(self) -> UsageLimit | None:
         """The usage limit from a rejected rate-limit event or the result text."""
         return self._usage_limit
+
+    @property
+    def usage(self) -> RunUsage | None:
+        """What the run spent and the API's signals, as far as the stream went."""
+        return self._spend.usage(succeeded=self._result_seen and not self._is_error)
 
     def verdict(self, exit_code: int) -> Verdict:
         """Succeeded iff a result line said ``is_error: false``."""
@@ -324,11 +346,30 @@ class ClaudeRenderer(StreamRenderer):
             )
             head = "result: error" + (f" ({kind})" if kind else "")
             head += f": {one_line(detail, 500)}" if detail else ""
-            return [" · ".join([head, *facts])]
+            return [" · ".join([head, *facts]), *_usage_text(event)]
         out = [" · ".join(["result: success", *facts])]
         if text is not None and text != self._last_text:
             out += text.splitlines()
-        return out
+        return out + _usage_text(event)
+
+
+def _usage_text(event: dict[str, Any]) -> list[str]:
+    """``tokens: 1,500 input · 2,100 output · API 39.9s``, and a line per model if several."""
+    tokens = result_tokens(event.get("usage"))
+    if tokens is None or tokens.total == 0:
+        return []
+    head = f"tokens: {tokens_text(tokens)}"
+    api_time = seconds(event.get("duration_api_ms"))
+    if api_time is not None:
+        head += f" · API {api_time:.1f}s"
+    models = model_usage(event.get("modelUsage"))
+    if len(models) < 2:
+        return [head]
+    return [head] + [
+        f"  {entry.model}: {tokens_text(entry.tokens)}"
+        + (f" · ${entry.cost_usd:.4f}" if entry.cost_usd is not None else "")
+        for entry in models
+    ]
 
 
 def _rate_limit_text(info: object) -> list[str]:
@@ -337,6 +378,9 @@ def _rate_limit_text(info: object) -> list[str]:
     text = f"rate limit {info['status']}"
     if isinstance(info.get("rateLimitType"), str):
         text += f" ({info['rateLimitType']})"
+    used = fraction(info.get("utilization"))
+    if used is not None:
+        text += f", {used:.0%} used"
     if isinstance(info.get("resetsAt"), int | float):
         text += f", resets {time.strftime('%Y-%m-%d %H:%M', time.localtime(info['resetsAt']))}"
     return [text]

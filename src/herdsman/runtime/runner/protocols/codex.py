@@ -8,7 +8,9 @@ The stream's lines (one JSON object a line): ``thread.started``
 (``changes``: ``path``, ``kind``), ``mcp_tool_call`` (``server``,
 ``tool``), ``web_search`` (``query``), ``todo_list`` (``items``: ``text``,
 ``completed``) or ``error`` (``message``, a warning); ``turn.completed``
-(``usage``: ``input_tokens``, ``cached_input_tokens``, ``output_tokens``),
+(``usage``: ``input_tokens``, ``cached_input_tokens``,
+``cache_write_input_tokens``, ``output_tokens``, ``reasoning_output_tokens``;
+read by ``codex_usage.py``),
 ``turn.failed`` (``error.message``) and ``error`` (``message``; Codex also
 reports reconnects this way). Errors Codex meets before its stream starts
 (``Not inside a trusted directory and --skip-git-repo-check was not
@@ -32,6 +34,8 @@ from herdsman.runtime.runner.protocols.base import (
     one_line,
     text_of,
 )
+from herdsman.runtime.runner.protocols.codex_usage import CodexUsageReader
+from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.runtime.runner.spec import Outcome, UsageLimit
 from herdsman.runtime.runner.usage import CODEX_LIMIT_RE, parse_codex_reset
 
@@ -85,6 +89,7 @@ class CodexAdapter(ProtocolAdapter):
         self._pending_error: str | None = None
         self._usage_limit: UsageLimit | None = None
         self._unparsed = 0
+        self._spend = CodexUsageReader()
 
     def feed_line(self, line: bytes) -> None:
         """Read one JSONL event."""
@@ -106,11 +111,16 @@ class CodexAdapter(ProtocolAdapter):
         elif kind == "turn.completed":
             self._completed = True
             self._pending_error = None
+            self._spend.on_turn_completed(event.get("usage"))
         elif kind == "turn.failed":
-            self._failed = self._message(event.get("error")) or "turn failed"
+            message = self._message(event.get("error"))
+            self._spend.on_error(message)
+            self._failed = message or "turn failed"
             self._stream_error = self._failed
         elif kind == "error":
-            self._pending_error = self._message(event) or "error"
+            message = self._message(event)
+            self._spend.on_error(message)
+            self._pending_error = message or "error"
             self._stream_error = self._pending_error
 
     def _message(self, holder: object) -> str | None:
@@ -139,6 +149,12 @@ class CodexAdapter(ProtocolAdapter):
     def usage_limit(self) -> UsageLimit | None:
         """The usage limit from an ``error`` or ``turn.failed`` message."""
         return self._usage_limit
+
+    @property
+    def usage(self) -> RunUsage | None:
+        """The session's tokens and the API's signals, as far as the stream went."""
+        ended_well = self._completed and self._failed is None and self._pending_error is None
+        return self._spend.usage(succeeded=ended_well)
 
     def verdict(self, exit_code: int) -> Verdict:
         """Succeeded iff a turn completed, nothing failed after it, and the exit code is 0."""
@@ -251,8 +267,12 @@ def _turn_completed(usage: object) -> str:
         for key, label in (
             ("input_tokens", "input tokens"),
             ("cached_input_tokens", "cached"),
+            ("cache_write_input_tokens", "cache write"),
             ("output_tokens", "output tokens"),
+            ("reasoning_output_tokens", "reasoning"),
         )
+        # Zero cache writes and reasoning say nothing; the other counts always show.
         if isinstance(usage.get(key), int)
+        and (usage[key] or key not in ("cache_write_input_tokens", "reasoning_output_tokens"))
     ]
     return "turn completed" + (f" · {', '.join(parts)}" if parts else "")

@@ -1,0 +1,267 @@
+"""Ledgers made by an earlier herdsman upgrade to the declared schema, on SQLite and PostgreSQL.
+
+The fixtures are version 6 ledgers made by herdsman 8e518e5, whose stores
+stated each dialect's DDL by hand: ``ledger-v6.db`` is the SQLite file its
+``SqliteStore`` wrote, ``ledger-v6.postgres.sql`` the statements its
+``PostgresStore`` ran on an empty schema, then the rows it wrote (read back
+from the server). Each test compares the catalog (columns, types, keys,
+indexes) of an upgraded ledger with one the current code creates anew.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import psycopg
+import pytest
+
+from herdsman.runtime.store import NewRun, RunStatus, Session, SqliteStore
+from herdsman.runtime.store import postgres as postgres_store
+from herdsman.runtime.store import sqlite as sqlite_store
+from herdsman.runtime.store.postgres import PostgresStore
+from herdsman.runtime.store.schema import SCHEMA, Column, Dialect, Index, Schema, Type
+from postgres_support import fresh_schema
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "store"
+T0 = 1_700_000_000.0
+
+
+def one_version_ahead() -> Schema:
+    """The schema with a version 7 that adds a run column and an index on it, written once."""
+    runs = SCHEMA.table("runs")
+    runs = attrs.evolve(
+        runs,
+        columns=(
+            *runs.columns,
+            Column("input_tokens", Type.BIGINT, since=7, life=True),
+            Column("cost", Type.REAL, not_null=True, default="0", since=7, life=True),
+        ),
+        indexes=(*runs.indexes, Index("runs_by_cost", ("cost",), since=7)),
+    )
+    tables = tuple(runs if t.name == "runs" else t for t in SCHEMA.tables)
+    return Schema(tables=tables, versions=(*SCHEMA.versions, "usage"))
+
+
+def at_version(monkeypatch: pytest.MonkeyPatch, module: Any, dialect: Dialect) -> None:
+    """Make ``module``'s store write the schema of :func:`one_version_ahead`."""
+    ahead = one_version_ahead()
+    monkeypatch.setattr(module, "MIGRATIONS", ahead.migrations(dialect))
+    monkeypatch.setattr(module, "SCHEMA_VERSION", ahead.version)
+
+
+# --- SQLite ------------------------------------------------------------------
+
+
+def sqlite_catalog(path: Path) -> dict[str, Any]:
+    """Every table's columns, kind and indexes, as SQLite reports them."""
+    conn = sqlite3.connect(path)
+    try:
+        catalog: dict[str, Any] = {}
+        tables = conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name"
+        ).fetchall()
+        for name, sql in tables:
+            indexes = []
+            for _, index, unique, origin, partial in conn.execute(f"PRAGMA index_list({name})"):
+                # A key's index has no row of its own (nor any SQL).
+                found = conn.execute(
+                    "SELECT sql FROM sqlite_master WHERE name = ? AND sql IS NOT NULL", (index,)
+                ).fetchone()
+                shape = conn.execute(f"PRAGMA index_xinfo({index})").fetchall()
+                text = None if found is None else " ".join(found[0].split())
+                indexes.append((index, unique, origin, partial, shape, text))
+            catalog[name] = {
+                "columns": conn.execute(f"PRAGMA table_xinfo({name})").fetchall(),
+                "kind": conn.execute(
+                    "SELECT type, ncol, wr, strict FROM pragma_table_list WHERE name = ?", (name,)
+                ).fetchall(),
+                "autoincrement": "AUTOINCREMENT" in sql.upper(),
+                "indexes": sorted(indexes),
+            }
+        return catalog
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def sqlite_v6(tmp_path: Path) -> Path:
+    """A copy of the version 6 SQLite ledger (the fixture itself is never opened)."""
+    path = tmp_path / "old" / "herdsman.db"
+    path.parent.mkdir()
+    shutil.copyfile(FIXTURES / "ledger-v6.db", path)
+    return path
+
+
+def fresh_sqlite(tmp_path: Path) -> Path:
+    path = tmp_path / "new" / "herdsman.db"
+    path.parent.mkdir()
+    SqliteStore(path).close()
+    return path
+
+
+def test_a_version_6_sqlite_ledger_has_the_declared_schema(sqlite_v6: Path, tmp_path: Path) -> None:
+    store = SqliteStore(sqlite_v6)
+    try:
+        assert store.schema_version == SCHEMA.version == 6
+        assert_fixture_rows(store)
+    finally:
+        store.close()
+    assert sqlite_catalog(sqlite_v6) == sqlite_catalog(fresh_sqlite(tmp_path))
+
+
+def test_a_version_6_sqlite_ledger_upgrades_to_a_declared_new_version(
+    sqlite_v6: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at_version(monkeypatch, sqlite_store, Dialect.SQLITE)
+    store = SqliteStore(sqlite_v6)
+    try:
+        assert store.schema_version == 7
+        assert_fixture_rows(store)
+        submitted, _ = store.submit(fixture_run("new"), T0 + 10)
+        assert submitted.seq == 5  # the counter the old file kept goes on
+    finally:
+        store.close()
+    upgraded = sqlite_catalog(sqlite_v6)
+    assert upgraded == sqlite_catalog(fresh_sqlite(tmp_path))
+    assert [c[1:6] for c in upgraded["runs"]["columns"][-2:]] == [
+        ("input_tokens", "INTEGER", 0, None, 0),
+        ("cost", "REAL", 1, "0", 0),
+    ]
+    conn = sqlite3.connect(sqlite_v6)
+    try:
+        rows = conn.execute("SELECT id, input_tokens, cost FROM runs ORDER BY seq").fetchall()
+    finally:
+        conn.close()
+    assert rows[:2] == [("done", None, 0), ("waiting", None, 0)]
+
+
+# --- PostgreSQL --------------------------------------------------------------
+
+
+def postgres_catalog(url: str) -> dict[str, Any]:
+    """Columns, constraints and indexes of the URL's schema, its name left out."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        (schema,) = conn.execute("SELECT current_schema()").fetchone() or ("",)
+        columns = conn.execute(
+            "SELECT table_name, ordinal_position, column_name, data_type, is_nullable,"
+            " column_default, collation_name, is_identity, identity_generation"
+            " FROM information_schema.columns WHERE table_schema = current_schema()"
+            " ORDER BY table_name, ordinal_position"
+        ).fetchall()
+        constraints = conn.execute(
+            "SELECT conrelid::regclass::text, conname, contype, pg_get_constraintdef(oid)"
+            " FROM pg_constraint WHERE connamespace = current_schema()::regnamespace"
+            " ORDER BY 1, 2"
+        ).fetchall()
+        indexes = conn.execute(
+            "SELECT tablename, indexname, indexdef FROM pg_indexes"
+            " WHERE schemaname = current_schema() ORDER BY 1, 2"
+        ).fetchall()
+    unqualified = [
+        (table, name, re.sub(rf"\b{re.escape(schema)}\.", "", text))
+        for table, name, text in indexes
+    ]
+    return {"columns": columns, "constraints": constraints, "indexes": unqualified}
+
+
+@pytest.fixture
+def postgres_v6(postgres_url: str) -> str:
+    """The test's schema, holding the version 6 PostgreSQL ledger."""
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute((FIXTURES / "ledger-v6.postgres.sql").read_text())
+    return postgres_url
+
+
+@pytest.fixture
+def other_schema(postgres_server: str) -> Iterator[str]:
+    """A second empty schema beside the test's, for a ledger made anew."""
+    with fresh_schema(postgres_server) as url:
+        yield url
+
+
+def test_a_version_6_postgres_ledger_has_the_declared_schema(
+    postgres_v6: str, other_schema: str
+) -> None:
+    store = PostgresStore(postgres_v6)
+    try:
+        assert store.schema_version == SCHEMA.version
+        assert_fixture_rows(store)
+    finally:
+        store.close()
+    PostgresStore(other_schema).close()
+    assert postgres_catalog(postgres_v6) == postgres_catalog(other_schema)
+
+
+def test_a_version_6_postgres_ledger_upgrades_to_a_declared_new_version(
+    postgres_v6: str, other_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at_version(monkeypatch, postgres_store, Dialect.POSTGRES)
+    store = PostgresStore(postgres_v6)
+    try:
+        assert store.schema_version == 7
+        assert_fixture_rows(store)
+        assert store.submit(fixture_run("new"), T0 + 10)[0].seq == 5
+    finally:
+        store.close()
+    PostgresStore(other_schema).close()
+    upgraded = postgres_catalog(postgres_v6)
+    assert upgraded == postgres_catalog(other_schema)
+    assert [c[2:6] for c in upgraded["columns"] if c[0] == "runs"][-2:] == [
+        ("input_tokens", "bigint", "YES", None),
+        ("cost", "double precision", "NO", "0"),
+    ]
+    with psycopg.connect(postgres_v6, autocommit=True) as conn:
+        rows = conn.execute("SELECT id, input_tokens, cost FROM runs ORDER BY seq").fetchall()
+    assert rows[:2] == [("done", None, 0.0), ("waiting", None, 0.0)]
+
+
+# --- what both fixtures hold -------------------------------------------------
+
+
+def fixture_run(run_id: str) -> NewRun:
+    return NewRun(id=run_id, provider="claude", prompt="p")
+
+
+def assert_fixture_rows(store: SqliteStore | PostgresStore) -> None:
+    """The runs, sessions and limits the earlier herdsman wrote, read by this one."""
+    done = store.get("done")
+    assert done is not None
+    assert (done.seq, done.status, done.metadata, done.cwd) == (
+        1,
+        RunStatus.SUCCEEDED,
+        {"k": [1, "two"]},
+        "/w/x",
+    )
+    assert (done.account, done.exit_code, done.result, done.session_id) == (
+        "acct",
+        0,
+        "ok",
+        "sess-1",
+    )
+    assert (done.excerpt, done.log_path, done.attempts) == ("tail", "/logs/done.log", 1)
+    limited = store.get("limited")
+    assert limited is not None
+    assert (limited.status, limited.attempts, limited.notes, limited.session_id) == (
+        RunStatus.QUEUED,
+        1,
+        ("re-queued once",),
+        "sess-3",
+    )
+    assert [r.id for r in store.queued_in_order()] == ["waiting", "limited"]
+    skipped = store.get("skipped")
+    assert skipped is not None
+    assert (skipped.status, skipped.reason) == (RunStatus.SKIPPED, "busy")
+    assert store.sessions() == [
+        Session("claude", "default", "c0", "sess-0", None),
+        Session("claude", "default", "c1", "sess-1", "acct"),
+    ]
+    assert [(x.account, x.until) for x in store.account_limits(T0)] == [
+        (None, T0 + 60),
+        ("acct", T0 + 3600),
+    ]
