@@ -15,10 +15,18 @@ queue wait, which must agree (they are the same FIFO queue):
 * SimPy (``pip install -e '.[bench]'``): a ``Resource`` with SLOTS places
   and one process per run.
 
-Each is timed over the whole simulation (the workload is built before), the
-best of --repeat runs. Prints simulated runs per wall second and the ratios.
+Each is timed over the whole simulation (the workload is built before, as
+``sim plan`` builds a replication once for all its configurations: each
+arrival's run request and rounded time come with it), the best of --repeat
+runs. Prints simulated runs per wall second and the ratios.
+
+``--cachegrind`` counts instructions per simulated run instead, which the
+machine's other load does not move: each contender runs in a process of its
+own under valgrind's cachegrind, at RUNS and RUNS/3 runs, less a pass that
+only builds the workload (``benchmarks/instructions.py``).
 
     .venv/bin/python benchmarks/sim_plan.py [--runs 100000] [--slots 8] [--repeat 3]
+    .venv/bin/python benchmarks/sim_plan.py --cachegrind [--runs 30000] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from herdsman.core.accounts import AccountBook
 from herdsman.sim.plan import fast_engine as plan_engine
 from herdsman.sim.queueing import mmc_arrivals, mmc_workload
 from herdsman.sim.workload import Workload
+from instructions import instructions_per_run
 
 UTILISATION = 0.8
 MEAN_DURATION = 10.0
@@ -141,13 +150,54 @@ def best_of(
     return {name: (min(times[name]), waits[name]) for name in contenders}
 
 
+#: What each --cachegrind pass does with the workload it built ("setup": nothing).
+PASSES: dict[str, Callable[[list[tuple[float, float]], Workload, LoadedConfig, int], object]] = {
+    "setup": lambda items, workload, loaded, slots: None,
+    "fast engine": lambda items, workload, loaded, slots: fast_engine(workload, loaded),
+    "cores only": lambda items, workload, loaded, slots: cores_only(items, slots),
+    "SimPy": lambda items, workload, loaded, slots: simpy_model(items, slots),
+}
+
+
+def child(name: str, runs: int, slots: int) -> None:
+    """One --cachegrind pass: build the workload and simulate it with ``name``."""
+    items = mmc_arrivals(runs, slots, UTILISATION, mean_duration=MEAN_DURATION)
+    workload, loaded = mmc_workload(items, slots)
+    PASSES[name](items, workload, loaded, slots)
+
+
+def cachegrind(runs: int, slots: int, jobs: int) -> None:
+    names = [name for name in PASSES if name != "SimPy" or importlib.util.find_spec("simpy")]
+    small, per_run = instructions_per_run(__file__, names, runs, slots, jobs)
+    print(
+        f"M/M/{slots} at {UTILISATION:.0%} utilisation, {runs:,} minus {small:,} runs,"
+        f" PYTHONHASHSEED=0; instructions per simulated run (building the workload taken off)"
+    )
+    setup = per_run["setup"]
+    for name in names[1:]:
+        print(f"  {name:<16} {per_run[name] - setup:>10,.0f}")
+    fast = per_run["fast engine"] - setup
+    for name in names[2:]:
+        print(f"  fast engine / {name + ':':<14} {(per_run[name] - setup) / fast:.2f}x (speed)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=None, help="100000; 30000 with --cachegrind")
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cachegrind", action="store_true", help="count instructions")
+    parser.add_argument("--jobs", type=int, default=2, help="cachegrind processes at once")
+    parser.add_argument("--child", choices=list(PASSES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.getLogger("herdsman").setLevel(logging.ERROR)
+    if args.child is not None:
+        child(args.child, args.runs, args.slots)
+        return 0
+    if args.cachegrind:
+        cachegrind(args.runs or 30_000, args.slots, args.jobs)
+        return 0
+    args.runs = args.runs or 100_000
     items = mmc_arrivals(args.runs, args.slots, UTILISATION, mean_duration=MEAN_DURATION)
     workload, loaded = mmc_workload(items, args.slots)
     print(

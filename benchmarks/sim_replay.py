@@ -29,19 +29,16 @@ way to compare two trees.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import gc
 import json
 import logging
 import os
 import random
-import re
 import resource
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -52,6 +49,7 @@ from herdsman.config import load_config_text
 from herdsman.config.report import config_as_json
 from herdsman.sim.replay import replay
 from herdsman.sim.workload import config_from_trace, read_workload
+from instructions import instructions_per_run
 
 
 def workload(runs: int, slots: int, seed: int = 1) -> list[tuple[float, float]]:
@@ -163,46 +161,6 @@ def child(name: str, runs: int, slots: int) -> None:
         loaded = config_from_trace(loaded_workload.header.config, "header")
         if name == "replay":
             replay(loaded_workload, loaded)
-
-
-def instructions(script: str, name: str, runs: int, slots: int) -> int:
-    """Instructions cachegrind counts for one pass of ``script --child name``, whole process."""
-    with tempfile.TemporaryDirectory() as folder:
-        out = Path(folder) / "cachegrind.out"
-        valgrind = ["valgrind", "--tool=cachegrind", "--cache-sim=no"]
-        child = [sys.executable, script, "--child", name, f"--runs={runs}", f"--slots={slots}"]
-        completed = subprocess.run(
-            [*valgrind, f"--cachegrind-out-file={out}", *child],
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, "PYTHONHASHSEED": "0"},
-        )
-        found = re.search(r"I\s+refs:\s+([\d,]+)", completed.stderr)
-        if completed.returncode != 0 or found is None:
-            raise SystemExit(f"cachegrind failed for {name}:\n{completed.stderr[-2000:]}")
-        return int(found.group(1).replace(",", ""))
-
-
-def instructions_per_run(
-    script: str, names: Sequence[str], runs: int, slots: int, jobs: int
-) -> tuple[int, dict[str, float]]:
-    """Each pass's instructions per run: ``runs`` minus a third as many, so start-up cancels out.
-
-    Returns the smaller run count and the figure of each name. Each count is
-    a process of its own, so up to ``jobs`` of them run side by side.
-    """
-    small = runs // 3
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        counts = {
-            (name, n): pool.submit(instructions, script, name, n, slots)
-            for name in names
-            for n in (runs, small)
-        }
-        return small, {
-            name: (counts[name, runs].result() - counts[name, small].result()) / (runs - small)
-            for name in names
-        }
 
 
 def cachegrind(runs: int, slots: int, jobs: int, *, replay_pass: bool = False) -> None:

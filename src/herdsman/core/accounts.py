@@ -169,11 +169,14 @@ class _Account:
 
     def usage(self, now: float) -> float:
         """Runs, or run-minutes, used in the current window (the fleet's, in a fleet)."""
-        self._expire(now)
         window = self.spec.window
-        horizon = now - window if window is not None else float("-inf")
-        # Nothing is counted without a window, on this member or elsewhere.
-        elsewhere = self.elsewhere if window is not None else None
+        if window is None:
+            horizon = -math.inf
+            elsewhere = None  # nothing is counted without a window, here or elsewhere
+        else:
+            horizon = now - window
+            self.spent_seconds = _expire(self.starts, self.spent, self.spent_seconds, horizon)
+            elsewhere = self.elsewhere
         if self.spec.unit == "runs":
             if elsewhere is None:
                 return float(len(self.starts))

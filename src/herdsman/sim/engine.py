@@ -54,6 +54,7 @@ from herdsman.sim.workload import (
     Arrival,
     Attempt,
     Executions,
+    RunPlan,
     Workload,
     config_from_trace,
 )
@@ -77,17 +78,23 @@ class _Run:
         "execution",
         "index",
         "outcome",
+        "plan",
         "request",
         "since",
         "submitted",
         "waited",
     )
 
-    def __init__(self, request: RunRequest, index: int, submitted: float) -> None:
+    def __init__(
+        self, request: RunRequest, plan: RunPlan | None, index: int, submitted: float
+    ) -> None:
         self.request = request
+        self.plan = plan  # how its attempts go (None: not in the workload's plans)
         self.index = index  # arrival order: ties between ends at one instant
         self.submitted = submitted  # virtual time of the submit
-        self.execution = 0  # which execution an end belongs to (a cancelled one's is stale)
+        # Executions started so far: which one an end belongs to (a cancelled
+        # one's is stale), and which of the plan's attempts the next one is.
+        self.execution = 0
         self.outcome: RunOutcome | None = None  # how the attempt under way ends
         # For metrics, on the trace's clock (rounded as its ``t``): queued
         # since, the current attempt's start, and where its wait is kept in
@@ -219,6 +226,11 @@ class FastEngine:
         self.picks: list[str | None] = []
         self._measuring = metrics
         self._slots = slots_of(config_as_json(config)) if metrics else 0
+        # The trace's clock (``t``, rounded as the trace rounds it) at _rounded_at:
+        # several events share a moment, and a rounding costs more than the
+        # rest of an event's measuring.
+        self._rounded_at = math.nan
+        self._rounded = 0.0
         # What measure() adds up, on the trace's clock: the last event's
         # time, runs submitted, started (in first-start order) and withdrawn
         # before any start, run-seconds busy, ends for good, timeouts, limits.
@@ -314,11 +326,14 @@ class FastEngine:
                 arrival = arrivals[position]
                 position += 1
                 self._now = arrival.t
+                if self._measuring:
+                    # The trace's clock now, as the arrival has it worked out.
+                    self._rounded_at, self._rounded = arrival.t, arrival.trace_t
                 if arrival.kind == "submit" and life.admitting and "account" not in arrival.fields:
                     # The hot path: only the new run can have become startable,
                     # and only if its provider has a free slot (a resting
                     # account is the dispatcher's business: it must look).
-                    provider = self._submit(arrival.fields["run"], skip=False)
+                    provider = self._submit(arrival, skip=False)
                     if provider is not None and scheduler.has_free_slot(provider):
                         self._dispatch()
                 else:
@@ -328,9 +343,16 @@ class FastEngine:
     def _wall(self) -> float:
         return self._origin + self._now
 
+    def _t(self) -> float:
+        """Now on the trace's clock: an event's ``t``, rounded as the trace rounds it."""
+        if self._rounded_at != self._now:
+            self._rounded_at = self._now
+            self._rounded = round(self._now, 6)
+        return self._rounded
+
     def _emit(self, kind: str, **fields: Any) -> None:
         if self._measuring:
-            self._last = round(self._now, 6)
+            self._last = self._t()
         if self._trace is not None:
             self._trace.event(kind, **fields)
 
@@ -360,7 +382,7 @@ class FastEngine:
             self.waits.append(self._now - run.submitted)
             self.picks.append(account)
         if self._measuring:
-            self._last = t = round(self._now, 6)
+            self._last = t = self._t()
             run.began = t
             # Added up in measure()'s order, so the floats come out the same.
             if run.waited < 0:
@@ -370,7 +392,7 @@ class FastEngine:
                 self._waited[run.waited] = self._waited[run.waited] + t - run.since
         if self._ledger is not None:
             self._ledger.started(run_id, run.request.provider, account, now)
-        attempt = self._executions.next(run_id)
+        attempt = self._executions.attempt(run_id, run.plan, run.execution - 1)
         # How the fake runner will report its end: one outcome per distinct
         # ending, as the trio replay's fake runner hands them out.
         key = (attempt.outcome, attempt.exit_code, attempt.resets_at)
@@ -450,7 +472,7 @@ class FastEngine:
 
     def _measure_finish(self, run: _Run, status: str, *, requeued: bool) -> None:
         """Add up a finish event as ``measure`` does: busy time, and a re-queue or an end."""
-        self._last = t = round(self._now, 6)
+        self._last = t = self._t()
         self._busy += t - run.began
         if requeued:
             run.since = t  # waiting again, from now
@@ -470,7 +492,7 @@ class FastEngine:
             if self._life.admitting:  # else refused, as a draining supervisor refuses it
                 if "account" in arrival.fields:  # running on it when the file was rotated
                     self._life.pin(arrival.fields["run"]["id"], arrival.fields["account"])
-                self._submit(arrival.fields["run"], skip=kind == "skip")
+                self._submit(arrival, skip=kind == "skip")
         elif kind == "cancel":
             self._cancel(arrival.fields["run_id"])
         elif kind == "reload":
@@ -482,7 +504,7 @@ class FastEngine:
         elif kind == "rest_ended":
             self._end_rest(arrival.fields["provider"], arrival.fields["account"])
         elif kind == "removal_wait":
-            self._hold(arrival.fields["run"])
+            self._hold(arrival)
         # A rejected reload changed nothing in the recording and changes nothing here.
 
     def _rest(self, fields: Mapping[str, Any]) -> None:
@@ -500,22 +522,25 @@ class FastEngine:
             self._ledger.limits.pop((provider, account), None)
         self._emit("rest_ended", provider=provider, account=account)
 
-    def _hold(self, run: Mapping[str, Any]) -> None:
+    def _hold(self, arrival: Arrival) -> None:
         """A submit that waited for a sweep's removal: its keys held until its submit.
 
         As the trio replay holds it (``_Feed._hold``): meanwhile a submit
         that skips finds its conversation (and agent) busy.
         """
-        if not self._config.repos or not self._life.admitting or run.get("conversation") is None:
+        request = arrival.request
+        assert request is not None  # a removal wait's run
+        if not self._config.repos or not self._life.admitting or request.conversation is None:
             return  # a what-if without repositories: nothing to wait for
         agent_exclusive = self._config.scheduling.agent_exclusive
-        self._held[run["id"]] = busy_keys(_request(run), agent_exclusive=agent_exclusive)
-        self._emit("removal_wait", run_id=run["id"])
+        self._held[request.id] = busy_keys(request, agent_exclusive=agent_exclusive)
+        self._emit("removal_wait", run_id=request.id)
 
-    def _submit(self, run: Mapping[str, Any], *, skip: bool) -> str | None:
+    def _submit(self, arrival: Arrival, *, skip: bool) -> str | None:
         """Record and queue a run (or skip it); its provider if it was queued."""
-        run_id = run["id"]
-        request = _request(run)
+        request = arrival.request
+        assert request is not None  # a submit's or a skip's
+        run_id = request.id
         claimed = False
         if self._held:  # a submit waits for a removal (rarely: most replays never look)
             self._held.pop(run_id, None)
@@ -526,13 +551,13 @@ class FastEngine:
         if admitted is _QUEUED:
             plan = self._plans.get(run_id)
             index = plan.index if plan is not None else len(self._plans)
-            queued = self._runs[run_id] = _Run(request, index, self._now)
+            queued = self._runs[run_id] = _Run(request, plan, index, self._now)
             if self._measuring:
                 self._submitted += 1
-                self._last = queued.since = round(self._now, 6)
+                self._last = queued.since = self._t()
         elif admitted is _SKIPPED:
             if self._measuring:
-                self._last = round(self._now, 6)  # the skip event
+                self._last = self._t()  # the skip event
         else:
             return None  # a repeated id is the run it already was
         self.runs += 1
@@ -540,7 +565,7 @@ class FastEngine:
             new = NewRun(
                 id=run_id,
                 provider=request.provider,
-                prompt=run.get("prompt", "(not recorded)"),
+                prompt=arrival.fields["run"].get("prompt", "(not recorded)"),
                 conversation=request.conversation,
                 agent=request.agent,
                 workspace=request.workspace,
@@ -644,16 +669,4 @@ def fast_replay(workload: Workload, loaded: LoadedConfig) -> ReplayResult:
         engine.left_queued,
         workload.rotated_at,
         engine="fast",
-    )
-
-
-def _request(run: Mapping[str, Any]) -> RunRequest:
-    """The scheduler's view of a trace's run object."""
-    return RunRequest(
-        run["id"],
-        run["provider"],
-        run.get("conversation"),
-        run.get("agent"),
-        run.get("workspace", "default"),
-        run.get("cwd"),
     )

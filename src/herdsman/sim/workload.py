@@ -20,6 +20,7 @@ import attrs
 import tomlkit
 
 from herdsman.config import ConfigError, LoadedConfig, load_config_text
+from herdsman.core.runs import DEFAULT_WORKSPACE, RunRequest
 from herdsman.trace import (
     OUTCOMES,
     TraceEvent,
@@ -105,15 +106,48 @@ class RunPlan:
     synthetic: bool = False
 
 
+def _request_of(arrival: Arrival) -> RunRequest | None:
+    """A submit's, a skip's or a removal wait's run, as the scheduler sees it (else None)."""
+    run = arrival.fields.get("run") if arrival.kind in ("submit", "skip", "removal_wait") else None
+    if run is None:  # a removal wait is given its run once paired with its submit
+        return None
+    return RunRequest(
+        id=run["id"],
+        provider=run["provider"],
+        conversation=run.get("conversation"),
+        agent=run.get("agent"),
+        workspace=run.get("workspace", DEFAULT_WORKSPACE),
+        cwd=run.get("cwd"),
+    )
+
+
+def _trace_t(arrival: Arrival) -> float:
+    return round(arrival.t, 6)
+
+
 @attrs.frozen
 class Arrival:
-    """Something that happens to the supervisor from outside, at time ``t``."""
+    """Something that happens to the supervisor from outside, at time ``t``.
+
+    What an engine derives from an arrival alone is worked out when the
+    arrival is made, with the workload: a plan simulates one workload under
+    every configuration of its sweep. ``request``: a submit's, a skip's or a
+    removal wait's run as the scheduler sees it (None for other arrivals); ``trace_t``:
+    ``t`` as a trace records an event at that moment (rounded to the
+    microsecond).
+    """
 
     t: float
     # submit | skip | cancel | reload | reload_rejected | shutdown | rest | rest_ended
     # | removal_wait (its run's submit waits for a sweep's removal; ``run`` added)
     kind: str
     fields: Mapping[str, Any]
+    request: RunRequest | None = attrs.field(
+        init=False, eq=False, repr=False, default=attrs.Factory(_request_of, takes_self=True)
+    )
+    trace_t: float = attrs.field(
+        init=False, eq=False, repr=False, default=attrs.Factory(_trace_t, takes_self=True)
+    )
 
 
 @attrs.frozen
@@ -155,7 +189,14 @@ class Executions:
         """The attempt of ``run_id``'s next execution."""
         count = self._counts.get(run_id, 0)
         self._counts[run_id] = count + 1
-        plan = self._plans.get(run_id)
+        return self.attempt(run_id, self._plans.get(run_id), count)
+
+    def attempt(self, run_id: str, plan: RunPlan | None, count: int) -> Attempt:
+        """The attempt of ``run_id``'s execution after ``count`` earlier ones, given its plan.
+
+        For an engine that counts a run's executions itself (and has its
+        plan at hand) rather than through :meth:`next`.
+        """
         if plan is not None and count < len(plan.attempts):
             return plan.attempts[count]
         if plan is not None and plan.synthetic and plan.attempts:
