@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import outcome
 
+from herdsman.runtime.runner.run_usage import Tokens
 from herdsman.runtime.store.errors import StoreError, nested_apply
 from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
@@ -26,6 +27,7 @@ from herdsman.runtime.store.records import (
     RunRecord,
     RunStatus,
     Session,
+    add_tokens,
     check_limit,
     check_limit_text,
     check_now,
@@ -33,6 +35,7 @@ from herdsman.runtime.store.records import (
     ended,
     finished,
     is_terminal,
+    needs_before,
     new_record,
     not_found,
     not_queued,
@@ -41,6 +44,7 @@ from herdsman.runtime.store.records import (
     started,
 )
 from herdsman.runtime.store.undo import UndoLog
+from herdsman.runtime.store.usage import SpentRun, UsageBy, UsageTotal, usage_totals
 
 if TYPE_CHECKING:
     from herdsman.runtime.store.base import Store
@@ -161,7 +165,8 @@ class MemoryStore:
         current = self._runs.get(run_id)
         if current is None:
             raise not_found(run_id)
-        record = finished(current, end, now)
+        before = self._session_before(current, end) if needs_before(end) else None
+        record = finished(current, end, now, before)
         self._put(record)
         heappush(self._ends, (now, run_id))  # _ended's step, from what is at hand
         return record
@@ -415,6 +420,35 @@ class MemoryStore:
         # Stable sort over seq order: ties on started_at stay by seq.
         used.sort(key=lambda use: use.started_at)
         return used
+
+    def usage(self, by: UsageBy, since: float | None = None) -> list[UsageTotal]:
+        """See :meth:`Store.usage`."""
+        self._check_open()
+        if since is not None:
+            since = check_now(since)
+        spent = [
+            SpentRun(r.provider, r.account, r.workspace, r.conversation, r.spend)
+            for r in sorted(self._runs.values(), key=lambda r: r.seq)
+            if r.spend is not None
+            and (since is None or (r.finished_at is not None and r.finished_at >= since))
+        ]
+        return usage_totals(spent, by)
+
+    def _session_before(self, current: RunRecord, end: RunEnd) -> Tokens | None:
+        """What the runs of ``end``'s session before ``current`` spent (:meth:`Store.finish`)."""
+        if current.conversation is None:
+            return None
+        total: Tokens | None = None
+        for r in self._runs.values():
+            if (
+                r.conversation == current.conversation
+                and r.seq < current.seq
+                and r.provider == current.provider
+                and r.workspace == current.workspace
+                and r.session_id == end.session_id
+            ):
+                total = add_tokens(total, r.spend)
+        return total
 
     def counts(self) -> Mapping[RunStatus, int]:
         """See :meth:`Store.counts`.
