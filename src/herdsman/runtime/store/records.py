@@ -238,6 +238,32 @@ class Spend:
     api_time: float | None = None
 
 
+def tokens_json(tokens: Tokens) -> dict[str, JSON]:
+    """Tokens by kind as JSON, with their ``total`` (reasoning is part of output)."""
+    return {
+        "input": tokens.input,
+        "cache_read": tokens.cache_read,
+        "cache_write": tokens.cache_write,
+        "output": tokens.output,
+        "reasoning": tokens.reasoning,
+        "total": tokens.total,
+    }
+
+
+def spend_json(spend: Spend) -> dict[str, JSON]:
+    """A run's spend as the API, the CLI and the trace show it (docs/operations.md)."""
+    return {
+        "tokens": None if spend.tokens is None else tokens_json(spend.tokens),
+        "cost_usd": spend.cost_usd,
+        "turns": spend.turns,
+        "api_time": spend.api_time,
+        "models": [
+            {"model": m.model, "tokens": tokens_json(m.tokens), "cost_usd": m.cost_usd}
+            for m in spend.models
+        ],
+    }
+
+
 def spend_of(usage: RunUsage | None, before: Tokens | None = None) -> Spend | None:
     """What the ledger keeps of ``usage``; None when the stream said nothing of it.
 
