@@ -24,6 +24,7 @@ from herdsman.cli_tables import Column, duration_text, local_time, print_table
 from herdsman.config import Config, ConfigError, load_config
 from herdsman.runtime.api.client import ApiClient, ApiError, ApiUnavailable
 from herdsman.runtime.ids import run_id_problem
+from herdsman.spend_text import cost_text, spend_lines, tokens_cell
 
 if TYPE_CHECKING:
     from herdsman.runtime.runner.protocols import LogText
@@ -439,6 +440,8 @@ RUN_COLUMNS = (
     Column("conversation", wrap=True, min_width=8),
     Column("submitted", wrap=True, min_width=10),
     Column("took", align="right"),
+    Column("tokens", align="right"),
+    Column("cost", align="right"),
     Column("reason", wrap=True, min_width=10),
 )
 PROVIDER_COLUMNS = (
@@ -476,8 +479,10 @@ WORKTREE_COLUMNS = (
 def run_row(run: Mapping[str, Any], now: float) -> list[str]:
     """A run as a row of the ``runs`` table.
 
-    ``took``: how long it ran (so far, while running); ``reason``: the first
-    line of why it ended as it did (``runs RUN_ID`` shows all of it).
+    ``took``: how long it ran (so far, while running); ``tokens`` and
+    ``cost``: what its last attempt spent, as its stream reported it;
+    ``reason``: the first line of why it ended as it did (``runs RUN_ID``
+    shows all of it).
     """
     started, finished = run["started_at"], run["finished_at"]
     took = ""
@@ -491,6 +496,8 @@ def run_row(run: Mapping[str, Any], now: float) -> list[str]:
         run["conversation"] or "",
         local_time(run["submitted_at"]),
         took,
+        tokens_cell(run.get("spend")),
+        cost_text(None if run.get("spend") is None else run["spend"]["cost_usd"]),
         reason,
     ]
 
@@ -500,6 +507,9 @@ def _print_run(run: Mapping[str, Any]) -> None:
     for key, value in run.items():
         if key.endswith("_at") and isinstance(value, int | float):
             shown = _local_time(value)
+        elif key == "spend" and isinstance(value, dict):
+            first, *models = spend_lines(value)
+            shown = first + "".join(f"\n    {line}" for line in models)
         elif key == "excerpt" and isinstance(value, str):
             shown = "\n    " + _readable(value).rstrip("\n").replace("\n", "\n    ")
         elif isinstance(value, str) and "\n" in value:
