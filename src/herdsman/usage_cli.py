@@ -1,5 +1,4 @@
-"""``herdsman usage``: what runs spent, summed from the ledger by conversation, account, provider
-or model.
+"""``herdsman usage``: what runs spent, summed from the ledger by conversation, account and more.
 
 It reads the ledger the configuration names (the SQLite file in
 ``state_dir``, or the PostgreSQL ledger at ``[store] url``) directly, not
