@@ -45,9 +45,10 @@ def test_the_walk_finds_every_command() -> None:
         "herdsman logs",
         "herdsman sim diff",
         "herdsman sim fuzz",
+        "herdsman usage",
         "herdsman worktrees",
     } <= names
-    assert len(names) == 22
+    assert len(names) == 23
 
 
 @pytest.mark.parametrize(("name", "parser"), _pages(), ids=[name for name, _ in _pages()])
