@@ -165,7 +165,11 @@ class MemoryStore:
         current = self._runs.get(run_id)
         if current is None:
             raise not_found(run_id)
-        before = self._session_before(current, end) if needs_before(end) else None
+        before = (
+            self._session_before(current, end)
+            if end.usage is not None and needs_before(end)
+            else None
+        )
         record = finished(current, end, now, before)
         self._put(record)
         heappush(self._ends, (now, run_id))  # _ended's step, from what is at hand

@@ -448,7 +448,11 @@ class SqlStore:
         with self._transaction() as cur:
             now = check_now(now)
             current = existing_run(cur, run_id)
-            before = _session_before(cur, current, end) if needs_before(end) else None
+            before = (
+                _session_before(cur, current, end)
+                if end.usage is not None and needs_before(end)
+                else None
+            )
             record = finished(current, end, now, before)
             self._update_run(cur, current, record)
             return record
