@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from herdsman.runtime.runner.run_usage import Tokens
 
-__all__ = ["cost_text", "spend_lines", "tokens_cell", "tokens_of"]
+__all__ = ["cost_text", "spend_lines", "spent_cell", "tokens_of", "tokens_short"]
 
 
 def tokens_of(tokens: Mapping[str, Any]) -> Tokens:
@@ -33,10 +33,27 @@ def cost_text(usd: float | None) -> str:
     return f"${usd:,.2f}" if usd >= 1 else f"${usd:.4f}"
 
 
-def tokens_cell(spend: Mapping[str, Any] | None) -> str:
-    """A run's tokens, all kinds together, for a table cell; empty when the stream gave none."""
-    tokens = None if spend is None else spend["tokens"]
-    return "" if tokens is None else f"{tokens['total']:,}"
+def tokens_short(count: int) -> str:
+    """``850``, ``12.3k``, ``123k``, ``4.5M``: a token count in at most five characters or so."""
+    for unit, size in (("M", 1_000_000), ("k", 1_000)):
+        if count >= size:
+            scaled = count / size
+            return f"{scaled:.1f}{unit}" if scaled < 100 else f"{round(scaled)}{unit}"
+    return str(count)
+
+
+def spent_cell(spend: Mapping[str, Any] | None) -> str:
+    """The ``runs`` table's ``spent`` cell: the cost where stated, else the tokens, else empty.
+
+    Narrow on purpose (the table fits 80 columns): ``$0.0123``, or ``12.3k``
+    tokens of a run whose stream stated no cost. ``runs RUN_ID`` has the rest.
+    """
+    if spend is None:
+        return ""
+    if spend["cost_usd"] is not None:
+        return cost_text(spend["cost_usd"])
+    tokens = spend["tokens"]
+    return "" if tokens is None else tokens_short(tokens["total"])
 
 
 def spend_lines(spend: Mapping[str, Any]) -> list[str]:

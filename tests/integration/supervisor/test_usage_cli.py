@@ -97,25 +97,33 @@ def test_a_run_shows_what_its_stream_said_it_spent(workdir: Path) -> None:
     assert f"\n    demo: {tokens_in} input · {tokens_out} output · ${cost:.4f}\n" in shown.stdout
 
 
-def test_the_runs_table_has_each_runs_tokens_and_cost(workdir: Path) -> None:
+def test_the_runs_table_has_what_each_run_spent(workdir: Path) -> None:
     listed = herdsman("runs", *CLI, cwd=workdir)
     assert listed.returncode == 0, listed.stderr
     header, *rows = listed.stdout.splitlines()
-    assert header.split()[:8] == [
-        "id",
-        "status",
-        "provider",
-        "conversation",
-        "submitted",
-        "took",
-        "tokens",
-        "cost",
-    ]
+    assert header.split()[5:7] == ["took", "spent"]
     by_id = {row.split()[0]: row.split() for row in rows}
-    tokens_in, tokens_out, cost = spent_by_demo("hello there", "demo reply: hello there")
+    _, _, cost = spent_by_demo("hello there", "demo reply: hello there")
     # The submitted cell is a date and a time: two fields.
-    assert by_id["u1"][7:9] == [str(tokens_in + tokens_out), f"${cost:.4f}"]
-    assert by_id["u3"][7:9] == ["-", "-"]
+    assert by_id["u1"][7] == f"${cost:.4f}"
+    assert by_id["u3"][7] == "-"
+
+
+def test_a_spent_cell_without_a_cost_shows_the_tokens_in_short() -> None:
+    from herdsman.spend_text import spent_cell, tokens_short
+
+    assert [tokens_short(n) for n in (0, 850, 12_345, 123_456, 4_500_000)] == [
+        "0",
+        "850",
+        "12.3k",
+        "123k",
+        "4.5M",
+    ]
+    tokens = {"total": 12_345}
+    assert spent_cell({"cost_usd": None, "tokens": tokens}) == "12.3k"
+    assert spent_cell({"cost_usd": 12.5, "tokens": tokens}) == "$12.50"
+    assert spent_cell({"cost_usd": None, "tokens": None}) == ""
+    assert spent_cell(None) == ""
 
 
 def test_usage_sums_the_ledger_by_provider_model_and_conversation(workdir: Path) -> None:
