@@ -548,7 +548,7 @@ def finished(record: RunRecord, end: RunEnd, now: float, before: Tokens | None =
     """``record`` moved to the outcome ``end.status``; the outcome fields are set as given.
 
     ``before``: what earlier runs of the session spent, for a stream that
-    reports session totals (:func:`session_before`'s answer).
+    reports session totals (the store sums them: see :func:`needs_before`).
     """
     status = end.status
     if status not in FINISH_STATUSES:
