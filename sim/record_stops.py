@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +83,9 @@ listen = "127.0.0.1:{port}"
 
 
 class Life:
-    """One ``herdsman run`` process in ``folder`` and a client for its API."""
+    """One ``herdsman run`` process in ``folder`` (in ``env``, else this one's) and its API."""
 
-    def __init__(self, folder: Path, port: int) -> None:
+    def __init__(self, folder: Path, port: int, env: Mapping[str, str] | None = None) -> None:
         self.folder = folder
         self.log = (folder / "supervisor.log").open("a")
         self.process = subprocess.Popen(
@@ -92,6 +93,7 @@ class Life:
             cwd=folder,
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            env=env,
         )
         token_file = folder / "state" / "api-token"
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
@@ -136,12 +138,17 @@ class Life:
         self.log.close()
 
 
-def record(folder: Path) -> None:
-    subprocess.run(["git", "init", "-q", "-b", "main", str(folder / "repo")], check=True)
-    (folder / "repo" / "README.md").write_text("hello\n")
-    git = ["git", "-C", str(folder / "repo"), "-c", "user.email=d@d.invalid", "-c", "user.name=d"]
+def init_repository(path: Path) -> None:
+    """A real git repository at ``path``, one commit on ``main``."""
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
+    (path / "README.md").write_text("hello\n")
+    git = ["git", "-C", str(path), "-c", "user.email=d@d.invalid", "-c", "user.name=d"]
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "-c", "commit.gpgsign=false", "commit", "-qm", "init"], check=True)
+
+
+def record(folder: Path) -> None:
+    init_repository(folder / "repo")
     config = folder / "supervisor.toml"
     port = free_port()
     config.write_text(config_text(port))

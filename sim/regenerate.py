@@ -15,7 +15,14 @@ from herdsman.sim.replay import replay
 from herdsman.sim.workload import config_from_trace, read_workload
 
 HERE = Path(__file__).parent
-INPUTS = ("demo-recorded", "team-day", "stop-forced", "stop-killed", "stop-restarted")
+INPUTS = (
+    "demo-recorded",
+    "team-day",
+    "stop-forced",
+    "stop-killed",
+    "stop-restarted",
+    "sweeps-recorded",
+)
 
 
 def golden(name: str) -> str:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -139,13 +140,32 @@ def after_config_write(result: EditResult) -> int:
     """Ask a supervisor running on the file to reload it; ``config set``'s exit status.
 
     The supervisor is found at the address of the file as it was before the
-    edit: that is where a running one listens, even if the edit moved it.
+    edit: that is where a running one listens, even if the edit moved it. An
+    edit that leaves the file as it was asks nothing: a running supervisor
+    would answer with its last reload, as if that were this edit's.
     """
+    if result.new_text == result.old_text:
+        print(f"{result.path.name} already said so; nothing changed, nothing to reload")
+        return 0
     try:
         before = load_config_text(result.old_text, result.path).config
     except ConfigError:  # the edit repaired the file: find the supervisor with the new one
         before = result.loaded.config
     return reload_running(before, result.path)
+
+
+def _print_edit_warnings(result: EditResult) -> None:
+    """What ``herdsman check`` would warn about the edited key (a repo path that is no folder).
+
+    The edit is written: it is valid. But a typo in a path or a command is
+    better said now than found in a run's notes later.
+    """
+    edited = result.key
+    for warning in environment_warnings(result.loaded):
+        parts = warning.split(": ", 2)
+        key = parts[1] if len(parts) == 3 else ""
+        if key == edited or key.startswith((f"{edited}.", f"{edited}[")):
+            print(f"warning: {warning}", file=sys.stderr)
 
 
 def _config_set(args: argparse.Namespace) -> int:
@@ -156,6 +176,7 @@ def _config_set(args: argparse.Namespace) -> int:
     except ConfigError as error:
         return _print_errors(error)
     print(f"{written.key} = {written.toml}  ({path})")
+    _print_edit_warnings(result)
     if not args.reload:
         return 0
     return after_config_write(result)
@@ -168,6 +189,7 @@ def _config_add(args: argparse.Namespace) -> int:
     except ConfigError as error:
         return _print_errors(error)
     print(f"added {result.key}  ({path})")
+    _print_edit_warnings(result)
     return after_config_write(result) if args.reload else 0
 
 
@@ -289,8 +311,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _option_before_command(argv: Sequence[str]) -> str | None:
+    """The usage error for ``herdsman -c FILE status``: the commands' options go after them.
+
+    argparse would read FILE as the command's name and answer "invalid choice".
+    """
+    if not argv:
+        return None
+    first = argv[0]
+    if first in ("-c", "--config", "--set") and len(argv) > 1:
+        option, rest = list(argv[:2]), list(argv[2:])
+    elif first.startswith(("--config=", "--set=")) or (
+        first.startswith("-c") and not first.startswith("--") and len(first) > 2
+    ):
+        option, rest = [first], list(argv[1:])
+    else:
+        return None
+    return (
+        f"herdsman: {shlex.join(option)} is an option of the command: put it after the"
+        f" command's name, e.g. `herdsman {shlex.join(rest + option)}`"
+        " (see `herdsman COMMAND --help`)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
+    if problem := _option_before_command(sys.argv[1:] if argv is None else argv):
+        print(problem, file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     handler: Command = args.handler
     try:

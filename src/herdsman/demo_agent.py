@@ -31,9 +31,24 @@ DELAY_ENV = "HERDSMAN_DEMO_DELAY"
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m herdsman.demo_agent", description=__doc__)
-    parser.add_argument("--delay", type=float, default=None, help="seconds to wait (default 1)")
-    parser.add_argument("--protocol", choices=("plain", "claude"), default="plain")
+    parser = argparse.ArgumentParser(
+        prog="herdsman-demo-agent",
+        description="A stand-in agent CLI that ships with herdsman: it reads a prompt on stdin,"
+        " waits, and replies, so herdsman can be tried with no agent CLI installed.",
+    )
+    parser.add_argument(
+        "--delay",
+        type=float,
+        default=None,
+        help=f"seconds to wait (default: ${DELAY_ENV}, else 1)",
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=("plain", "claude"),
+        default="plain",
+        help="plain: the reply as text (default); claude: Claude Code's stream-json lines,"
+        ' with what the run spent (use with protocol = "claude" in supervisor.toml)',
+    )
     parser.add_argument("--fail", action="store_true", help="report an error and exit 1")
     parser.add_argument(
         "--spawn-grandchild", action="store_true", help="start a long-sleeping grandchild"
@@ -43,7 +58,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="with --protocol claude: say the account is near its limit",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.delay is None:
+        written = os.environ.get(DELAY_ENV, "1")
+        try:
+            args.delay = float(written)
+        except ValueError:
+            parser.error(f"${DELAY_ENV} must be a number of seconds, got {written!r}")
+    return args
 
 
 def _spawn_grandchild() -> int:
@@ -100,9 +122,7 @@ def _rate_limit_warning(session_id: str) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     """Run the demo agent; returns the exit code."""
     args = _parse(sys.argv[1:] if argv is None else argv)
-    delay = args.delay
-    if delay is None:
-        delay = float(os.environ.get(DELAY_ENV, "1.0"))
+    delay: float = args.delay
     prompt = sys.stdin.buffer.read().decode("utf-8", errors="replace")
     # The last line: a preamble herdsman adds goes before the user's words.
     lines = [line for line in prompt.splitlines() if line.strip()]

@@ -646,6 +646,8 @@ def _logs(args: argparse.Namespace) -> int:
     path = state_dir / "logs" / f"{args.run_id}.log"
     text = None if args.raw else LogText()
     if not args.follow:
+        if not path.exists() and not path.is_symlink():
+            raise CommandError(_missing_log(args, path))
         _copy_log(state_dir, path, 0, text)
         _finish_log(text)
         return 0
@@ -658,14 +660,34 @@ def _logs(args: argparse.Namespace) -> int:
                 _copy_log(state_dir, path, offset, text, missing_ok=True)
                 _finish_log(text)
                 if not path.exists():
-                    raise CommandError(
-                        f"no log at {path}: run {args.run_id} ended as {run['status']} without"
-                        " a log on this machine (a run cancelled before it started has none;"
-                        " in a fleet, a run another member ran has its log on that member's"
-                        " machine)"
-                    )
+                    raise CommandError(_ended_without_log(args.run_id, run["status"], path))
                 return 0
             time.sleep(0.5)
+
+
+def _ended_without_log(run_id: str, status: str, path: Path) -> str:
+    return (
+        f"no log at {path}: run {run_id} ended as {status} without a log on this machine"
+        " (a run cancelled before it started has none; in a fleet, a run another member"
+        " ran has its log on that member's machine)"
+    )
+
+
+def _missing_log(args: argparse.Namespace, path: Path) -> str:
+    """Why a run has no log here, as far as the running supervisor can say (queued, say)."""
+    try:
+        with _client_for(args) as client:
+            _, run = client.request("GET", f"/v1/runs/{args.run_id}")
+    except (ApiUnavailable, ApiError, CommandError, ConfigError):
+        # No supervisor to ask, or it knows no such run: the folder is all there is.
+        return f"no log at {path}: no run with this id has started on this supervisor"
+    status = run["status"]
+    if status in TERMINAL:
+        return _ended_without_log(args.run_id, status, path)
+    return (
+        f"no log at {path} yet: run {args.run_id} is {status}; `herdsman logs {args.run_id}"
+        " --follow` waits for it to start and follows it"
+    )
 
 
 def _copy_log(

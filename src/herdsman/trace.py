@@ -50,6 +50,9 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     "reload_rejected": frozenset({"errors"}),
     "shutdown": frozenset(),
     "rotated": frozenset({"next"}),
+    # A submit that waits for a removal of its conversation's worktrees (a
+    # sweep's): its ``submit`` follows once recorded (docs/trace-format.md).
+    "removal_wait": frozenset({"run_id"}),
 }
 
 #: Each event kind's ``"event"`` member as its line writes it.
@@ -709,6 +712,10 @@ def header_time(header: TraceHeader) -> float:
     return when.timestamp()
 
 
+#: Events naming a run by its id.
+_RUN_ID_EVENTS = frozenset({"start", "finish", "cancel", "lost", "usage_limit", "removal_wait"})
+
+
 def _check_fields(where: str, kind: str, obj: dict[str, Any]) -> None:
     """The values a replay reads, beyond their presence."""
     if kind == "finish" and obj["outcome"] not in OUTCOMES:
@@ -726,9 +733,7 @@ def _check_fields(where: str, kind: str, obj: dict[str, Any]) -> None:
         raise TraceFormatError(
             f"{where}: rest_ended: expected a provider name and an account name or null"
         )
-    if kind in ("start", "finish", "cancel", "lost", "usage_limit") and not isinstance(
-        obj["run_id"], str
-    ):
+    if kind in _RUN_ID_EVENTS and not isinstance(obj["run_id"], str):
         raise TraceFormatError(f"{where}: run_id: expected a string, got {obj['run_id']!r}")
     if kind == "reload" and not isinstance(obj["config"], dict):
         raise TraceFormatError(f"{where}: config: expected an object")

@@ -206,6 +206,14 @@ def test_config_set_changes_only_the_value_and_keeps_mode(workdir: Path) -> None
     )
     assert path.read_text() == VALID.replace("concurrency = 2 # low", "concurrency = 7 # low")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    # Setting what the file already says changes nothing, and no reload is reported.
+    again = herdsman("config", "set", "providers.claude.concurrency", "7", cwd=workdir)
+    assert (again.returncode, again.stderr) == (0, "")
+    assert again.stdout == (
+        "providers.claude.concurrency = 7  (supervisor.toml)\n"
+        "supervisor.toml already said so; nothing changed, nothing to reload\n"
+    )
+    assert path.read_text() == VALID.replace("concurrency = 2 # low", "concurrency = 7 # low")
     timeout = herdsman(
         "config", "set", "providers.claude.timeout", "15m", "-c", str(path), cwd=workdir
     )
@@ -233,6 +241,16 @@ def test_config_get_add_and_remove_arrays_of_tables(workdir: Path) -> None:
     added = herdsman("config", "add", "repos", "name=app", "path=/src/app", cwd=workdir)
     assert added.returncode == 0, added.stderr
     assert added.stdout.splitlines()[0] == "added repos[1]  (supervisor.toml)"
+    # Written (it is valid), and what `check` would warn about it said at once.
+    assert (
+        added.stderr == "warning: supervisor.toml:12: repos[1].path: /src/app is not a directory\n"
+    )
+    moved = herdsman("config", "set", "repos[1].path", str(workdir), "--no-reload", cwd=workdir)
+    assert (moved.returncode, moved.stderr) == (0, "")
+    back = herdsman("config", "set", "repos[1].path", "/src/app", "--no-reload", cwd=workdir)
+    assert (
+        back.stderr == "warning: supervisor.toml:12: repos[1].path: /src/app is not a directory\n"
+    )
     assert path.read_text() == VALID + '\n[[repos]]\nname = "app"\npath = "/src/app"\n'
     as_json = json.loads(herdsman("config", "get", "repos[1]", "--json", cwd=workdir).stdout)
     assert as_json == {

@@ -13,10 +13,8 @@ that reproduces them and a minimised case file.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +23,8 @@ import trio
 from test_fuzz_faults import CONFIG  # one repository, idle 0 s, swept every 30 s
 
 from herdsman.cli import main
+from herdsman.runtime.git.fake import FakeGit
 from herdsman.runtime.supervisor import Supervisor
-from herdsman.runtime.worktrees.manager import WorktreeManager
-from herdsman.runtime.worktrees.slug import conversation_slug
 from herdsman.sim.fuzz import harness
 from herdsman.sim.fuzz.cli import WALL_LIMIT_DEFAULT
 from herdsman.sim.fuzz.harness import Verdict, run_scenario
@@ -70,19 +67,18 @@ def test_a_submit_waits_out_a_worktree_removal_while_the_clock_moves() -> None:
     assert [e["run_id"] for e in _traced(verdict, "finish")] == ["r1", "r2"]
 
 
-@contextlib.contextmanager
-def _never_done(self: WorktreeManager, workspace: str, conversation: str) -> Iterator[None]:
-    # A removal that never says it has finished: the next submit of its
-    # conversation waits for ever.
-    self._removing[conversation_slug(workspace, conversation)] = trio.Event()
-    yield
+async def _never_done(self: FakeGit, repo: Path, path: Path) -> None:
+    # A removal that never finishes: the next submit of its conversation
+    # waits for ever. (One that git finished but the supervisor still took
+    # for under way would be a `removal wait` finding first.)
+    await trio.sleep_forever()
 
 
 @pytest.mark.slow
 def test_a_submit_that_never_returns_is_a_liveness_finding_with_a_case(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(WorktreeManager, "removing", _never_done)
+    monkeypatch.setattr(FakeGit, "remove_worktree", _never_done)
     case = tmp_path / "case.jsonl"
     args = ["sim", "fuzz", "--seeds", "40", "--out", str(case), "--wall-limit", str(BOUND)]
     assert main(args) == 1

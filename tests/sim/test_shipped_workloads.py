@@ -22,7 +22,7 @@ SIM = Path(__file__).parents[2] / "sim"
 RECORDED_STOPS = ("stop-forced", "stop-killed", "stop-restarted")
 
 
-@pytest.mark.parametrize("name", ["demo-recorded", "team-day", *RECORDED_STOPS])
+@pytest.mark.parametrize("name", ["demo-recorded", "team-day", *RECORDED_STOPS, "sweeps-recorded"])
 def test_a_shipped_input_replays_to_its_golden_output(name: str) -> None:
     logging.getLogger("herdsman").setLevel(logging.ERROR)
     workload = read_workload(SIM / f"{name}.jsonl")
@@ -77,3 +77,27 @@ def test_the_stopped_supervisor_s_lives_hold_every_way_it_stops() -> None:
     assert cancelled == sorted(cancelled, key=submitted.index)
     assert read_workload(SIM / "stop-killed.jsonl").cut_at is not None
     assert next(e["event"] for e in events["stop-restarted"]) == "lost"
+
+
+def test_the_recorded_sweeps_replay_with_their_decisions_on_both_engines() -> None:
+    recorded = read_decisions(SIM / "sweeps-recorded.jsonl")
+    assert first_divergence(recorded, read_decisions(SIM / "sweeps-recorded.golden.jsonl")) is None
+    workload = read_workload(SIM / "sweeps-recorded.jsonl")
+    fast = fast_replay(workload, config_from_trace(workload.header.config, "sweeps-recorded"))
+    assert fast.trace == (SIM / "sweeps-recorded.golden.jsonl").read_text(encoding="utf-8")
+
+
+def test_the_recorded_sweeps_hold_a_skip_during_a_submit_s_wait_for_a_removal() -> None:
+    # What only the removal_wait event lets a replay decide as recorded: the
+    # skip is refused because the waiting submit has claimed c0 already.
+    events = [json.loads(line) for line in (SIM / "sweeps-recorded.jsonl").read_text().splitlines()]
+    kinds = [e["event"] for e in events[1:]]
+    waited = kinds.index("removal_wait")
+    held = events[1 + waited]["run_id"]
+    submitted = [e["run"]["id"] for e in events[1:] if e["event"] == "submit"]
+    assert submitted.count(held) == 1
+    between = events[2 + waited : 1 + kinds.index("submit", waited)]
+    skips = [e["run"]["conversation"] for e in between if e["event"] == "skip"]
+    assert skips == ["c0"]
+    assert events[0]["config"]["retention"]["sweep_interval"] == "1s"
+    assert [r["name"] for r in events[0]["config"]["repos"]] == ["repo"]

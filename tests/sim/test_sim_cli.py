@@ -33,6 +33,18 @@ def test_replay_writes_a_trace_a_summary_and_a_chrome_timeline(tmp_path: Path) -
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
 
 
+@pytest.mark.parametrize("flag", ["--out", "--chrome-trace"])
+def test_an_output_in_a_missing_folder_is_refused_before_the_replay(
+    tmp_path: Path, flag: str
+) -> None:
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=4)
+    missing = tmp_path / "missing" / "out.json"
+    done = herdsman("sim", "replay", str(trace), flag, str(missing), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stdout == ""  # no trace written first
+    assert done.stderr == f"herdsman: {flag} {missing}: no such directory {missing.parent}\n"
+
+
 @pytest.mark.slow
 def test_a_what_if_config_changes_decisions_and_diff_finds_the_first(tmp_path: Path) -> None:
     trace = busy_trace(tmp_path / "busy.jsonl", runs=40)

@@ -45,10 +45,11 @@ def test_the_walk_finds_every_command() -> None:
         "herdsman logs",
         "herdsman sim diff",
         "herdsman sim fuzz",
+        "herdsman sim view",
         "herdsman usage",
         "herdsman worktrees",
     } <= names
-    assert len(names) == 23
+    assert len(names) == 24
 
 
 @pytest.mark.parametrize(("name", "parser"), _pages(), ids=[name for name, _ in _pages()])
@@ -144,3 +145,33 @@ def test_durations_read_as_they_sort() -> None:
         "1h00m",
         "2h03m",
     ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "moved"),
+    [
+        (["-c", "nope.toml", "status"], "status -c nope.toml"),
+        (["--config=my.toml", "runs", "--json"], "runs --json --config=my.toml"),
+        (["-cmy.toml", "check"], "check -cmy.toml"),
+        (["--set", "api.listen=127.0.0.1:1", "check"], "check --set api.listen=127.0.0.1:1"),
+    ],
+)
+def test_an_option_written_before_the_command_is_one_line_saying_where_it_goes(
+    argv: list[str], moved: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"herdsman: {argv[0]}")
+    assert f"put it after the command's name, e.g. `herdsman {moved}`" in error
+    assert len(error.splitlines()) == 1
+
+
+def test_the_moved_option_is_read_where_the_error_puts_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "my.toml"
+    config.write_text('[providers.demo]\nexec = ["herdsman-demo-agent"]\n', encoding="utf-8")
+    assert main(["-c", str(config), "config", "get", "providers.demo.concurrency"]) == 2
+    suggested = capsys.readouterr().err.split("e.g. `herdsman ")[1].split("`")[0]
+    assert main(suggested.split(" ")) == 0
+    assert capsys.readouterr().out == "1\n"

@@ -49,7 +49,10 @@ def parse_key_path(text: str) -> KeyPath:
             continue
         match = _TOKEN.match(text, pos)
         if match is None:
-            raise KeyPathError(f"malformed key {text!r} at character {pos + 1}")
+            raise KeyPathError(
+                f"malformed key {text!r} at character {pos + 1}; a key is names joined by"
+                " '.' with an element's index in brackets, e.g. repos[0].path"
+            )
         if match["index"] is not None:
             if expect_key:
                 raise KeyPathError(f"malformed key {text!r}: a key is missing before '['")

@@ -266,13 +266,16 @@ class Lifecycle:
         *,
         seq: int | None = None,
         attempts: int = 0,
+        claimed: bool = False,
     ) -> Admission:
         """A run was asked for at ``now``: queue it, skip it, or say it is known.
 
         ``skip``: ``on_busy = "skip"``. ``seq``: its place in the queue (a
         fleet's ledger order, see :meth:`Scheduler.submit`). ``attempts``:
         starts an earlier process made of it (a run carried over a restart),
-        so a usage limit re-queues it only if it never started.
+        so a usage limit re-queues it only if it never started. ``claimed``:
+        one of its keys is held by a submit not yet queued (one waiting for
+        a removal of its conversation's worktrees), so it counts as busy.
         """
         if not self.admitting:
             return Admission.REFUSED
@@ -280,7 +283,7 @@ class Lifecycle:
         if run.id in seen:
             return _KNOWN
         seen.add(run.id)
-        if skip and self.scheduler.is_busy(run):
+        if skip and (claimed or self.scheduler.is_busy(run)):
             return _SKIPPED
         self.scheduler.submit(run, seq=seq)
         if attempts:

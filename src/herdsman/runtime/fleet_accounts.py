@@ -31,7 +31,8 @@ from herdsman.core.accounts import AccountBook, Elsewhere
 from herdsman.runtime.store import AccountLimit, AccountUse
 
 if TYPE_CHECKING:
-    from herdsman.runtime.store.fleet import AccountBudget, FleetStore
+    from herdsman.runtime.fleet_ports import FleetLedger
+    from herdsman.runtime.store.fleet import AccountBudget
 
 __all__ = ["FleetAccounts", "apply_fleet_accounts", "claim_budgets", "read_fleet_accounts"]
 
@@ -46,7 +47,7 @@ class FleetAccounts:
     elsewhere: list[AccountUse]
 
 
-def read_fleet_accounts(store: FleetStore, now: float, window: float) -> FleetAccounts:
+def read_fleet_accounts(store: FleetLedger, now: float, window: float) -> FleetAccounts:
     """Ledger operation: the rests in force at ``now``, and others' usage since ``now - window``.
 
     ``window`` is the longest quota window configured (0: nothing is counted).

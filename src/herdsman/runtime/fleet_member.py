@@ -53,12 +53,11 @@ from herdsman.runtime.store import RunRecord, Store, StoreError
 from herdsman.runtime.store.errors import LeaseExpired
 
 if TYPE_CHECKING:
-    from herdsman.runtime.fence import Fence
+    from herdsman.runtime.fleet_ports import FenceLine, FleetLedger
     from herdsman.runtime.ledger import Ledger
     from herdsman.runtime.store.fleet import (
         ClaimResult,
         ClaimRules,
-        FleetStore,
         FleetView,
         Poll,
     )
@@ -112,7 +111,7 @@ class FleetMember:
     to the ledger (``read_new``, the renewal), which only touch ``store``.
     """
 
-    def __init__(self, store: FleetStore, fence: Fence | None = None) -> None:
+    def __init__(self, store: FleetLedger, fence: FenceLine | None = None) -> None:
         """Start with nothing seen: the first poll reads the whole queue, in ``seq`` order."""
         self.store = store
         self.fence = fence
@@ -284,7 +283,7 @@ class FleetMember:
             if self.fence is not None:
                 nursery.start_soon(self._watch_fence, self.fence, expired)
 
-    async def _watch_fence(self, fence: Fence, expired: Callable[[str], None]) -> None:
+    async def _watch_fence(self, fence: FenceLine, expired: Callable[[str], None]) -> None:
         why = await fence.wait_fallen()
         expired(
             f"the fence of this fleet member ({self.store.member_id}) fell: {why}; its fence"

@@ -21,6 +21,7 @@ from herdsman.config import Config, LoadedConfig
 from herdsman.postgres_url import parse_postgres_url, server_name
 from herdsman.runtime.api.app import create_app
 from herdsman.runtime.api.server import ensure_token, serve_api
+from herdsman.runtime.dashboard.app import with_dashboard
 from herdsman.runtime.fence import Fence, wait_for_earlier_keepers
 from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.lockfile import StateDirLock
@@ -115,8 +116,10 @@ async def serve(
     state_dir = config.supervisor.state_dir
     # Private by default: the ledger holds prompts and the API token.
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Never through a link planted there; an older herdsman's 0755 made 0700.
+    make_private_dirs(state_dir, state_dir / "logs")
     if config.trace.enabled and config.trace.dir.is_relative_to(state_dir):
-        make_private_dirs(state_dir, config.trace.dir)  # never through a link planted there
+        make_private_dirs(state_dir, config.trace.dir)
     # Nothing of ours may run before a dead predecessor's keeper is done.
     await wait_for_earlier_keepers(state_dir)
     store = await trio.to_thread.run_sync(open_store, config)
@@ -196,7 +199,7 @@ async def _serve_api_and_supervisor(
         urls = await nursery.start(
             partial(
                 serve_api,
-                create_app(supervisor, token),
+                with_dashboard(create_app(supervisor, token), supervisor, token),
                 config.api.listen,
                 shutdown_trigger=api_stopped.wait,
             )

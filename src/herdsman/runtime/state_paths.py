@@ -25,10 +25,11 @@ Two strengths of guarantee, used where each fits:
 
 Modes: every folder made here is ``0700`` and every file ``0600``. The
 umask can only take bits away, so these hold under any umask. What an older
-herdsman made readable by others is tightened (``fchmod``) when used for
-writing: a file opened for writing, and the folders on its way below the
-anchor (and every folder :func:`make_private_dirs` walks). The anchor itself
-is the user's to set.
+herdsman made readable by others is tightened (``fchmod``): a file when it
+is opened for writing, a folder when :func:`make_private_dirs` walks it.
+Only there: :func:`open_below` also opens files herdsman does not own the
+folders of (a run's log may be ``/dev/full``, anchored at ``/``), and the
+anchor itself is the user's to set.
 """
 
 from __future__ import annotations
@@ -170,7 +171,7 @@ def open_below(anchor: Path, path: Path, flags: int, *, make_dirs: bool = False)
     """
     *folders, name = _parts(anchor, path)
     writes = bool(flags & (os.O_WRONLY | os.O_RDWR))
-    with _walk(anchor, tuple(folders), create=make_dirs, tighten=writes) as dir_fd:
+    with _walk(anchor, tuple(folders), create=make_dirs) as dir_fd:
         try:
             fd = os.open(name, flags | _NOFOLLOW | _CLOEXEC, PRIVATE_FILE, dir_fd=dir_fd)
         except OSError as exc:
@@ -216,7 +217,7 @@ def replace_below(anchor: Path, path: Path, data: bytes) -> None:
     """
     *folders, name = _parts(anchor, path)
     temp = f"{name}.tmp"
-    with _walk(anchor, tuple(folders), create=False, tighten=True) as dir_fd:
+    with _walk(anchor, tuple(folders), create=False) as dir_fd:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp, dir_fd=dir_fd)  # a leftover, or a link planted there
         fd = os.open(

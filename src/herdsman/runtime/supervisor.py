@@ -48,6 +48,7 @@ from herdsman.runtime.accounts import (
     returning_accounts,
 )
 from herdsman.runtime.callbacks import deliver_callback
+from herdsman.runtime.changes import Changes
 from herdsman.runtime.config_watch import file_signature, watch_file
 from herdsman.runtime.fleet_accounts import (
     FleetAccounts,
@@ -344,6 +345,8 @@ class Supervisor:
         # start was decided under, until its task has read them.
         self._picks: dict[str, tuple[Pick, Config]] = {}
         self._wakeup = trio.Event()
+        #: Touched whenever what the dashboard shows may have changed.
+        self.changes = Changes()
         #: When (trio time) the dispatcher looks again at runs waiting for a
         #: resting account, if any wait: the simulator advances time to it.
         self.account_recheck_at: float | None = None
@@ -675,6 +678,9 @@ class Supervisor:
                 # under way: the run is recorded once it has finished.
                 for new, _, skip in plan:
                     if not skip and new.conversation is not None:
+                        if self._worktrees.removal_under_way(new.workspace, new.conversation):
+                            # What a replay needs to hold it as long (docs/simulator.md).
+                            self._emit("removal_wait", run_id=new.id)
                         await self._worktrees.removal_finished(new.workspace, new.conversation)
             now = self._wall()
             return await self._record_submits(plan, now, [on_busy for _, on_busy in items])
@@ -1171,6 +1177,7 @@ class Supervisor:
 
     def _wake(self) -> None:
         self._wakeup.set()
+        self.changes.touch()
 
     async def _emit_in_ledger_order(self, kind: str, **fields: Any) -> None:
         """Trace an event after every change already on its way to the ledger.
@@ -1191,6 +1198,7 @@ class Supervisor:
             self._trace.record(kind, fields)
 
     def _notify(self, run_id: str) -> None:
+        self.changes.touch()
         for event in self._waiters.pop(run_id, ()):
             event.set()
 
@@ -1328,6 +1336,7 @@ class Supervisor:
 
     def _started(self, records: list[RunRecord]) -> None:
         assert self._nursery is not None
+        self.changes.touch()
         trace = self._trace
         for record in records:
             if trace is not None:
@@ -1992,6 +2001,11 @@ class Supervisor:
         probe = RunRequest("", "", conversation, None, workspace)
         return self._scheduler.is_busy(probe) or self._pending_keys.claimed(key)
 
+    @property
+    def worktrees(self) -> WorktreeManager | None:
+        """The conversations' worktrees (None without repositories configured)."""
+        return self._worktrees
+
     async def sweep_worktrees(self, *, dry_run: bool = False) -> SweepReport:
         """Remove the clean worktrees of idle conversations now (see sweeper.py)."""
         if self._worktrees is None:
@@ -2123,6 +2137,7 @@ class Supervisor:
         result = ReloadResult(True, self.generation, trigger, now, tuple(changes))
         self.last_reload = result
         self.waiting_for_restart = tuple(change for change in changes if not change.live)
+        self.changes.touch()
         self.metrics.last_reload_ok.set(1)
         self.metrics.last_reload_time.set(now)
         if not changes:
@@ -2140,6 +2155,7 @@ class Supervisor:
         for error in errors:
             log.error("  %s", error)
         self._emit("reload_rejected", errors=errors)
+        self.changes.touch()
         return result
 
     def _apply(self, loaded: LoadedConfig) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from herdsman.config import ConfigError, load_config
+from herdsman.runtime.dashboard.trace_view import add_view_command
 from herdsman.sim.bounds import WALL_LIMIT
 from herdsman.sim.cost import CostError
 from herdsman.sim.fuzz.cli import add_fuzz_command, replay_case, seconds_flag
@@ -50,6 +51,12 @@ def _replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    # Said before the replay, not after it: the trace is not written to stdout
+    # only for the timeline's file to fail.
+    for flag, path in (("--out", args.out), ("--chrome-trace", args.chrome_trace)):
+        if path is not None and not path.parent.is_dir():
+            print(f"herdsman: {flag} {path}: no such directory {path.parent}", file=sys.stderr)
+            return 2
     # What the simulated supervisor logs (usage limits, checkouts) is part of
     # the simulation, not news for whoever runs it: only errors are shown.
     logging.getLogger("herdsman").setLevel(logging.ERROR)
@@ -262,3 +269,4 @@ def add_sim_commands(commands: Any) -> None:
     add_generate_command(actions, _guarded)
     add_plan_command(actions, _guarded)
     add_fuzz_command(actions, _guarded)
+    add_view_command(actions, _guarded)

@@ -40,7 +40,7 @@ from typing import Any
 
 from herdsman.config import Config, LoadedConfig
 from herdsman.config.report import config_as_json
-from herdsman.core import RunRequest, RunState
+from herdsman.core import RunRequest, RunState, busy_keys
 from herdsman.core.lifecycle import Admission, Lifecycle, Settlement, Withdrawal
 from herdsman.core.outcome import Outcome, RunOutcome, UsageLimit
 from herdsman.runtime.accounts import longest_window
@@ -186,6 +186,8 @@ class FastEngine:
         self._ends: list[tuple[float, int, int, str, int]] = []
         self._pushes = 0
         self._runs: dict[str, _Run] = {}  # queued or running
+        # Runs whose submit waits for a sweep's removal: their busy keys.
+        self._held: dict[str, tuple[str, ...]] = {}
         self._plans = workload.plans  # a run's arrival order is its plan's index
         self._stopped = False
         self._drain_asked = False
@@ -479,6 +481,8 @@ class FastEngine:
             self._rest(arrival.fields)
         elif kind == "rest_ended":
             self._end_rest(arrival.fields["provider"], arrival.fields["account"])
+        elif kind == "removal_wait":
+            self._hold(arrival.fields["run"])
         # A rejected reload changed nothing in the recording and changes nothing here.
 
     def _rest(self, fields: Mapping[str, Any]) -> None:
@@ -496,18 +500,29 @@ class FastEngine:
             self._ledger.limits.pop((provider, account), None)
         self._emit("rest_ended", provider=provider, account=account)
 
+    def _hold(self, run: Mapping[str, Any]) -> None:
+        """A submit that waited for a sweep's removal: its keys held until its submit.
+
+        As the trio replay holds it (``_Feed._hold``): meanwhile a submit
+        that skips finds its conversation (and agent) busy.
+        """
+        if not self._config.repos or not self._life.admitting or run.get("conversation") is None:
+            return  # a what-if without repositories: nothing to wait for
+        agent_exclusive = self._config.scheduling.agent_exclusive
+        self._held[run["id"]] = busy_keys(_request(run), agent_exclusive=agent_exclusive)
+        self._emit("removal_wait", run_id=run["id"])
+
     def _submit(self, run: Mapping[str, Any], *, skip: bool) -> str | None:
         """Record and queue a run (or skip it); its provider if it was queued."""
         run_id = run["id"]
-        request = RunRequest(
-            run_id,
-            run["provider"],
-            run.get("conversation"),
-            run.get("agent"),
-            run.get("workspace", "default"),
-            run.get("cwd"),
-        )
-        admitted = self._life.submit(request, self._origin + self._now, skip)
+        request = _request(run)
+        claimed = False
+        if self._held:  # a submit waits for a removal (rarely: most replays never look)
+            self._held.pop(run_id, None)
+            if skip:
+                keys = busy_keys(request, agent_exclusive=self._config.scheduling.agent_exclusive)
+                claimed = any(not set(keys).isdisjoint(held) for held in self._held.values())
+        admitted = self._life.submit(request, self._origin + self._now, skip, claimed=claimed)
         if admitted is _QUEUED:
             plan = self._plans.get(run_id)
             index = plan.index if plan is not None else len(self._plans)
@@ -629,4 +644,16 @@ def fast_replay(workload: Workload, loaded: LoadedConfig) -> ReplayResult:
         engine.left_queued,
         workload.rotated_at,
         engine="fast",
+    )
+
+
+def _request(run: Mapping[str, Any]) -> RunRequest:
+    """The scheduler's view of a trace's run object."""
+    return RunRequest(
+        run["id"],
+        run["provider"],
+        run.get("conversation"),
+        run.get("agent"),
+        run.get("workspace", "default"),
+        run.get("cwd"),
     )

@@ -24,7 +24,7 @@ import io
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -361,8 +361,8 @@ async def _replay(
     )
     trace.open()
     _seed_lost(store, workload, config, wall())
-    feed = _Feed(driver, supervisor, workload.arrivals)
     async with trio.open_nursery() as nursery:
+        feed = _Feed(driver, supervisor, workload.arrivals, nursery)
         await nursery.start(supervisor.run)
         feed.push_next()
         driver.driving = True
@@ -512,7 +512,9 @@ async def drive(
             # Queued runs may wait for a resting account: the dispatcher's
             # timer for its return is the next thing to happen (reached
             # below, as a supervisor timer). Other timers (retention sweeps)
-            # go on forever and change nothing the replay reports.
+            # go on forever and change nothing the replay reports: a sweep
+            # of the replay's takes no time, so no submit waits for it
+            # (docs/simulator.md, "Worktree sweeps in a replay").
             t = supervisor.account_recheck_at
             if t is None:
                 return
@@ -562,13 +564,23 @@ class _Feed:
     the next one in. One coroutine an arrival, the delivery itself.
     """
 
-    def __init__(self, driver: Driver, supervisor: Supervisor, arrivals: Sequence[Arrival]) -> None:
+    def __init__(
+        self,
+        driver: Driver,
+        supervisor: Supervisor,
+        arrivals: Sequence[Arrival],
+        nursery: trio.Nursery,
+    ) -> None:
         self._driver = driver
         self._supervisor = supervisor
         self._arrivals = arrivals
+        self._nursery = nursery
         self._next = 0  # the arrival in the heap, or past the last one
         #: Runs the arrivals submitted (created in the ledger, queued or skipped).
         self.runs = 0
+        # Runs whose submit waits, as recorded, for a removal of their
+        # conversation's worktrees: the removal the replay holds under way.
+        self._held: dict[str, contextlib.ExitStack] = {}
 
     def push_next(self) -> None:
         """Put the next arrival in the driver's heap, if there is one."""
@@ -582,33 +594,68 @@ class _Feed:
         supervisor = self._supervisor
         if supervisor.finished.is_set():
             pass  # it has stopped (a replayed shutdown): nothing reaches it any more
+        elif arrival.kind == "submit" and arrival.fields["run"]["id"] in self._held:
+            # Recorded once the removal was over: it is over now, and the
+            # submit made at the wait's beginning goes on and records it.
+            self._held.pop(arrival.fields["run"]["id"]).close()
         elif arrival.kind in ("submit", "skip"):
-            fields = arrival.fields
-            run = fields["run"]
-            new = NewRun(
-                id=run["id"],
-                provider=run["provider"],
-                prompt=run.get("prompt", "(not recorded)"),
-                conversation=run.get("conversation"),
-                agent=run.get("agent"),
-                workspace=run.get("workspace", "default"),
-                cwd=run.get("cwd"),
-            )
-            if "account" in fields:  # running on it when the trace file was rotated
-                supervisor.pin_account(new.id, fields["account"])
-            try:
-                # submit(new, on_busy) without its two wrapping coroutines.
-                (result,) = await supervisor.submit_each(
-                    [(new, "skip" if arrival.kind == "skip" else "queue")]
-                )
-                _, created = result.unwrap()
-            except NotAdmitting:  # after a replayed shutdown, as production refused it
-                pass
-            else:
-                self.runs += created  # a repeated id is the run it already was
+            await self._submit(arrival.fields, arrival.kind)
+        elif arrival.kind == "removal_wait":
+            self._hold(arrival.fields)
         else:
             await _deliver(supervisor, arrival)
         self.push_next()
+
+    async def _submit(self, fields: Mapping[str, Any], kind: str) -> None:
+        supervisor = self._supervisor
+        run = fields["run"]
+        new = NewRun(
+            id=run["id"],
+            provider=run["provider"],
+            prompt=run.get("prompt", "(not recorded)"),
+            conversation=run.get("conversation"),
+            agent=run.get("agent"),
+            workspace=run.get("workspace", "default"),
+            cwd=run.get("cwd"),
+        )
+        if "account" in fields:  # running on it when the trace file was rotated
+            supervisor.pin_account(new.id, fields["account"])
+        try:
+            # submit(new, on_busy) without its two wrapping coroutines.
+            (result,) = await supervisor.submit_each([(new, "skip" if kind == "skip" else "queue")])
+            _, created = result.unwrap()
+        except NotAdmitting:  # after a replayed shutdown, as production refused it
+            pass
+        else:
+            self.runs += created  # a repeated id is the run it already was
+
+    def _hold(self, fields: Mapping[str, Any]) -> None:
+        """A submit that waited for a sweep's removal: submitted now, held until recorded.
+
+        The replay's own sweeps remove worktrees at once (its git takes no
+        time), so none of its submits ever waits for one; the recording's
+        did, and meanwhile its conversation (and agent) counted as busy to a
+        submit that skips. The replay marks a removal of the conversation's
+        worktrees under way until the run's recorded submit, and submits
+        it now: the supervisor claims its keys and waits, as the recorded
+        one did. A second wait on a conversation already held is not held
+        again (one release would wake both, in trio's order): that run is
+        submitted at its recorded submit, as without a wait
+        (docs/simulator.md, "Worktree sweeps in a replay").
+        """
+        run = fields["run"]
+        worktrees = self._supervisor.worktrees
+        conversation, workspace = run.get("conversation"), run.get("workspace", "default")
+        if (
+            worktrees is None  # a what-if without repositories: nothing to wait for
+            or conversation is None
+            or worktrees.removal_under_way(workspace, conversation)
+        ):
+            return
+        removal = contextlib.ExitStack()
+        removal.enter_context(worktrees.removing(workspace, conversation))
+        self._held[run["id"]] = removal
+        self._nursery.start_soon(self._submit, {"run": run}, "submit")
 
 
 async def _deliver(supervisor: Supervisor, arrival: Arrival) -> None:

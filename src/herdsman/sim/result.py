@@ -35,6 +35,8 @@ class ReplayResult:
     lost_not_replayed: int = 0
     #: A fleet member's recording: runs submitted in it that it never started.
     elsewhere: int | None = None
+    #: Submits that waited for a sweep's removal, not held (``Workload.unheld``).
+    unheld: tuple[tuple[str, float], ...] = ()
 
 
 def recording_ends(result: ReplayResult, workload: Workload) -> ReplayResult:
@@ -56,6 +58,7 @@ def recording_ends(result: ReplayResult, workload: Workload) -> ReplayResult:
         cut_at=workload.cut_at,
         lost_not_replayed=lost,
         elsewhere=elsewhere,
+        unheld=workload.unheld,
     )
 
 
@@ -84,6 +87,15 @@ def summary(result: ReplayResult) -> str:
         line += (
             f"; the recording begins with {result.lost_not_replayed} run(s) found lost at"
             " start-up, which the fast engine does not replay (use --engine trio)"
+        )
+    if result.unheld:
+        run_id, began = result.unheld[0]
+        line += (
+            f"; {len(result.unheld)} submit(s) that waited for a sweep's removal of their"
+            f" conversation's worktrees are not held (the first: {run_id}, from t={began:g}):"
+            " another submit to the conversation was recorded during the wait, and the"
+            " replay holds one run a conversation; each goes in at its recorded submit, so"
+            " a skip during its wait may be decided otherwise"
         )
     if result.cut_at is not None:
         line += (

@@ -1,8 +1,9 @@
 """A trace read as a workload: what arrives when, and how each run went.
 
 Arrivals are the trace's submits, skips (re-submitted with ``on_busy =
-"skip"``), queued-run cancels and reloads, at their recorded times, after
-the runs a rotated file's header carries over. How each
+"skip"``), queued-run cancels and reloads, and the beginnings of submits'
+waits for a sweep's removal (``removal_wait``), at their recorded times,
+after the runs a rotated file's header carries over. How each
 attempt of a run went — its duration and outcome, and the reset time of a
 usage limit — comes from the recorded start/finish pair, or from
 ``duration``/``outcome`` on the submit line of a synthetic workload.
@@ -109,7 +110,9 @@ class Arrival:
     """Something that happens to the supervisor from outside, at time ``t``."""
 
     t: float
-    kind: str  # submit | skip | cancel | reload | reload_rejected | shutdown | rest | rest_ended
+    # submit | skip | cancel | reload | reload_rejected | shutdown | rest | rest_ended
+    # | removal_wait (its run's submit waits for a sweep's removal; ``run`` added)
+    kind: str
     fields: Mapping[str, Any]
 
 
@@ -130,6 +133,10 @@ class Workload:
     #: supervisor was killed, or the file was read while it ran), if runs
     #: were still running then: they never end in a replay either.
     cut_at: float | None = None
+    #: Submits that waited for a sweep's removal but are not held by a
+    #: replay, with when they began to wait: another submit to their
+    #: conversation came meanwhile (see ``_waits_with_their_runs``).
+    unheld: tuple[tuple[str, float], ...] = ()
 
 
 class Executions:
@@ -215,7 +222,7 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
         kind, fields = event.event, event.fields
         where = f"{path}:{event.line}"
         last_t = event.t
-        if kind != "start":
+        if kind not in ("start", "removal_wait"):  # a wait for a removal starts nothing
             cause, floor = event.t, last_start
         if kind in ("submit", "skip"):
             run = fields["run"]
@@ -251,7 +258,7 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
             # failure half way through the replay.
             config_from_trace(fields["config"], where)
             arrivals.append(Arrival(event.t, kind, dict(fields)))
-        elif kind in ("cancel", "reload_rejected", "shutdown", "rest_ended"):
+        elif kind in ("cancel", "reload_rejected", "shutdown", "rest_ended", "removal_wait"):
             arrivals.append(Arrival(event.t, kind, dict(fields)))
         elif kind == "rotated":
             rotated_at = event.t
@@ -260,8 +267,58 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
             # without recording them (a lease expiry later on is a fleet's).
             lost.append(fields["run_id"])
     cut_at = _still_running(started, plans, rotated_at, arrivals, last_t)
-    return Workload(
-        header, header_time(header), tuple(arrivals), plans, rotated_at, tuple(lost), cut_at
+    return _waits_with_their_runs(
+        Workload(
+            header, header_time(header), tuple(arrivals), plans, rotated_at, tuple(lost), cut_at
+        )
+    )
+
+
+def _waits_with_their_runs(workload: Workload) -> Workload:
+    """``workload`` with each ``removal_wait`` a replay holds given its run; the others unheld.
+
+    A submit that waited for a sweep's removal is traced twice: as it began
+    to wait (``removal_wait``, its run's id) and once recorded (``submit``,
+    its run). A replay holds the run from the first to the second, so it
+    needs the run at the first. One whose submit never came (the
+    supervisor stopped meanwhile) never reached the ledger: nothing of it
+    is replayed. One during whose wait another submit to its conversation
+    came is not held (``unheld``, with its time): the replay holds a
+    conversation's removal for one run at a time, and that other submit
+    would wait on the same hold, for ever in the trio replay's driver.
+    """
+    arrivals = workload.arrivals
+    if not any(arrival.kind == "removal_wait" for arrival in arrivals):
+        return workload
+    submits: dict[str, int] = {}
+    for n, arrival in enumerate(arrivals):
+        if arrival.kind == "submit":
+            submits.setdefault(arrival.fields["run"]["id"], n)
+    paired: list[Arrival] = []
+    unheld: list[tuple[str, float]] = []
+    for n, arrival in enumerate(arrivals):
+        if arrival.kind == "removal_wait":
+            run_id = arrival.fields["run_id"]
+            at = submits.get(run_id)
+            if at is None or at < n:
+                continue
+            run = arrivals[at].fields["run"]
+            if any(_same_conversation(other, run) for other in arrivals[n + 1 : at]):
+                unheld.append((run_id, arrival.t))
+                continue
+            paired.append(Arrival(arrival.t, arrival.kind, {"run_id": run_id, "run": run}))
+        else:
+            paired.append(arrival)
+    return attrs.evolve(workload, arrivals=tuple(paired), unheld=tuple(unheld))
+
+
+def _same_conversation(arrival: Arrival, run: Mapping[str, Any]) -> bool:
+    """Whether ``arrival`` submits a run of ``run``'s conversation (a skip never waits)."""
+    if arrival.kind != "submit":
+        return False  # another wait's own submit, later, is what would wait on the hold
+    other: Mapping[str, Any] = arrival.fields["run"]
+    return bool(other.get("conversation") == run.get("conversation")) and bool(
+        other.get("workspace", "default") == run.get("workspace", "default")
     )
 
 

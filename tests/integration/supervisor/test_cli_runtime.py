@@ -217,6 +217,13 @@ def test_runs_logs_and_cancel_from_the_command_line(workdir: Path) -> None:
         assert listed.returncode == 0, listed.stderr
         rows = {line.split()[0]: line.split()[1] for line in listed.stdout.splitlines()[1:]}
         assert rows["waiting"] == "queued"
+        # A queued run has no log yet: said so, and how to wait for it.
+        queued = herdsman("logs", *CLI, "waiting", cwd=workdir)
+        assert (queued.returncode, queued.stdout) == (1, "")
+        assert queued.stderr.endswith(
+            ": run waiting is queued; `herdsman logs waiting --follow` waits for it to start"
+            " and follows it\n"
+        )
         cancelled = herdsman("cancel", *CLI, "waiting", cwd=workdir)
         assert cancelled.stdout.strip() == "waiting: cancelled"
         again = herdsman("cancel", *CLI, "waiting", cwd=workdir)
@@ -227,6 +234,8 @@ def test_runs_logs_and_cancel_from_the_command_line(workdir: Path) -> None:
         assert unlogged.returncode == 1
         assert "no log at" in unlogged.stderr
         assert "run waiting ended as cancelled without a log on this machine" in unlogged.stderr
+        unfollowed = herdsman("logs", *CLI, "waiting", cwd=workdir)
+        assert (unfollowed.returncode, unfollowed.stderr) == (1, unlogged.stderr)
         deadline = time.monotonic() + 20
         while "running" not in herdsman("runs", *CLI, "busy", cwd=workdir).stdout:
             assert time.monotonic() < deadline
@@ -238,6 +247,7 @@ def test_runs_logs_and_cancel_from_the_command_line(workdir: Path) -> None:
         missing = herdsman("logs", *CLI, "nope", cwd=workdir)
         assert missing.returncode == 1
         assert "no log at" in missing.stderr
+        assert "no run with this id has started on this supervisor" in missing.stderr
         hostile = herdsman("logs", *CLI, "../../etc/passwd", cwd=workdir)
         assert hostile.returncode == 2  # a usage error
         assert "run id must start with a letter or digit" in hostile.stderr

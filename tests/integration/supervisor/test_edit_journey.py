@@ -52,7 +52,8 @@ def prepared(directory: Path) -> Path:
     ok("config", "set", *CLI, "api.listen", f"127.0.0.1:{free_port()}", cwd=directory)
     demo = '["herdsman-demo-agent", "--delay", "0.1"]'
     ok("config", "set", *CLI, "providers.demo.exec", demo, cwd=directory)
-    if herdsman("config", "get", *CLI, "repos", cwd=directory).returncode == 0:
+    repos = herdsman("config", "get", *CLI, "repos", "--json", cwd=directory)
+    if json.loads(repos.stdout)["value"]:
         ok("config", "remove", *CLI, "repos", cwd=directory)  # no worktrees of this folder
     return path
 

@@ -36,7 +36,7 @@ from herdsman.config import load_config_text
 from herdsman.core import RunState
 from herdsman.runtime.api import app
 from herdsman.runtime.fleet_member import FleetMember
-from herdsman.runtime.store import NewRun, RunEnd, RunRecord, RunStatus, StoreError
+from herdsman.runtime.store import NewRun, RunEnd, RunRecord, RunStatus, Store, StoreError
 from herdsman.runtime.store.fleet import ClaimRules, FleetStore
 from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.runtime.supervisor import SKIP_REASON
@@ -85,7 +85,7 @@ def run_elsewhere(other: FleetStore, run_id: str, conversation: str) -> None:
     assert [r.id for r in other.claim_many([(run_id, None)], 2.0).claimed] == [run_id]
 
 
-def status_of(store: FleetStore, run_id: str) -> RunStatus:
+def status_of(store: Store, run_id: str) -> RunStatus:
     record = store.get(run_id)
     assert record is not None
     return record.status

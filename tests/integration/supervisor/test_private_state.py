@@ -78,33 +78,40 @@ def test_an_older_herdsmans_readable_ledger_and_lock_are_tightened(tmp_path: Pat
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name
 
 
-def test_an_older_herdsmans_readable_folders_are_tightened_when_written_below(
+def test_an_older_herdsmans_readable_folders_are_tightened_when_made_private(
     tmp_path: Path,
 ) -> None:
     state = tmp_path / "state"
-    for folder in ("logs", "traces", "worktrees/c1-x"):
+    for folder in ("traces", "worktrees/c1-x"):
         (state / folder).mkdir(parents=True)
         (state / folder).chmod(0o755)
     state.chmod(0o755)
-    os.close(open_below(state, state / "logs" / "run.log", os.O_WRONLY | os.O_CREAT))
     make_private_dirs(state, state / "traces")
-    replace_below(state, state / "worktrees" / "c1-x" / "meta.json", b"{}")
+    make_private_dirs(state, state / "worktrees" / "c1-x")
     modes = {name: oct(mode) for name, mode in modes_under(state).items()}
-    assert modes == {
-        "logs": "0o700",
-        "logs/run.log": "0o600",
-        "traces": "0o700",
-        "worktrees": "0o700",
-        "worktrees/c1-x": "0o700",
-        "worktrees/c1-x/meta.json": "0o600",
-    }
+    assert modes == {"traces": "0o700", "worktrees": "0o700", "worktrees/c1-x": "0o700"}
     # The state directory itself is the user's to set: left as it is.
     assert stat.S_IMODE(state.stat().st_mode) == 0o755
 
 
-def test_reading_leaves_an_older_herdsmans_folders_as_they_are(tmp_path: Path) -> None:
-    (tmp_path / "logs").mkdir(mode=0o755)
-    (tmp_path / "logs").chmod(0o755)
-    (tmp_path / "logs" / "run.log").write_text("hi")
-    assert read_below(tmp_path, tmp_path / "logs" / "run.log", limit=10) == b"hi"
-    assert stat.S_IMODE((tmp_path / "logs").stat().st_mode) == 0o755
+def test_a_file_opened_below_leaves_the_folders_on_its_way_as_they_are(tmp_path: Path) -> None:
+    # A run's log may be anywhere (/dev/full, anchored at /): its folders are not ours.
+    (tmp_path / "dev").mkdir(mode=0o755)
+    (tmp_path / "dev").chmod(0o755)
+    os.close(open_below(tmp_path, tmp_path / "dev" / "full", os.O_WRONLY | os.O_CREAT))
+    replace_below(tmp_path, tmp_path / "dev" / "meta.json", b"{}")
+    assert read_below(tmp_path, tmp_path / "dev" / "full", limit=10) == b""
+    assert stat.S_IMODE((tmp_path / "dev").stat().st_mode) == 0o755
+
+
+def test_a_start_tightens_an_older_herdsmans_readable_logs_folder(tmp_path: Path) -> None:
+    write_config(tmp_path)
+    logs = tmp_path / "state" / "logs"
+    logs.mkdir(parents=True)
+    logs.chmod(0o755)
+    supervisor = Supervisor(tmp_path)
+    try:
+        assert stat.S_IMODE(logs.stat().st_mode) == 0o700
+    finally:
+        supervisor.stop()
+        supervisor.close()

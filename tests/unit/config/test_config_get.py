@@ -99,6 +99,11 @@ def test_every_table_and_array_prints_as_toml_that_loads(
         ("providers.claude.env.NOPE", "providers.claude.env.NOPE: not set (and no default) in "),
         ("api.listen.port", "api.listen has no part 'port'"),
         ("a..b", "malformed key 'a..b' at character 3"),
+        (
+            "repos[x]",
+            "malformed key 'repos[x]' at character 6; a key is names joined by '.' with an"
+            " element's index in brackets, e.g. repos[0].path",
+        ),
     ],
 )
 def test_unknown_keys_are_errors(load: Load, key: str, message: str) -> None:

@@ -93,7 +93,8 @@ def test_override_errors_are_located_at_the_argument(errors: Errors) -> None:
         "--set nonsense: must be KEY=VALUE, e.g. providers.claude.concurrency=2",
         "--set providers.claude.concurency=2: providers.claude.concurency: unknown key; "
         "did you mean 'concurrency'?",
-        "--set a..b=1: malformed key 'a..b' at character 3",
+        "--set a..b=1: malformed key 'a..b' at character 3; a key is names joined by '.' with"
+        " an element's index in brackets, e.g. repos[0].path",
         "--set repos[3].name=x: repos has no element [3]; it has none",
         "--set providers.claude.exec.x=1: providers.claude.exec is a list; it has no part 'x'",
         "--set providers.claud.concurrency=3: providers.claud: not in the configuration; did you "

@@ -50,6 +50,10 @@ def seconds_flag(text: str) -> float:
 
 
 def _fuzz(args: argparse.Namespace) -> int:
+    if args.fleet is not None:
+        from herdsman.sim.fuzz.fleet_cli import fuzz_fleet  # noqa: PLC0415
+
+        return fuzz_fleet(args, DEFAULT_BUDGET)
     from herdsman.sim.fuzz.campaign import (  # noqa: PLC0415 - pyfakefs is heavy
         fuzz_seeds,
         minimise,
@@ -244,6 +248,14 @@ def add_fuzz_command(actions: Any, guarded: Callable[[Any], Any]) -> None:
         metavar="SECONDS",
         help=f"a seed with no verdict after SECONDS of wall time is a finding"
         f" (default {WALL_LIMIT_DEFAULT:g})",
+    )
+    fuzz.add_argument(
+        "--fleet",
+        type=_whole(2),
+        default=None,
+        metavar="MEMBERS",
+        help="fuzz a fleet of MEMBERS supervisors on one simulated ledger instead, one of"
+        " them killed at a drawn moment (see docs/simulator.md)",
     )
     fuzz.add_argument(
         "--json",

@@ -47,9 +47,11 @@ from herdsman.runtime.runner import ProcessOutcome, ProcessSpec
 from herdsman.runtime.store import MemoryStore, NewRun
 from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
 from herdsman.runtime.worktrees.manager import METADATA
+from herdsman.runtime.worktrees.slug import conversation_slug
 from herdsman.sim.bounds import STEPS_AT_ONE_INSTANT, STOP_GRACE, WALL_LIMIT, InThread
 from herdsman.sim.fuzz.invariants import Checker, Violation
 from herdsman.sim.fuzz.links import LINK_FAULTS, LinkFaults
+from herdsman.sim.fuzz.removal_waits import RemovalWaits
 from herdsman.sim.fuzz.scenario import Scenario, ScenarioError
 from herdsman.sim.replay import ARRIVAL, Driver, drive
 from herdsman.sim.trio_internals import mock_time, shuffle_trio
@@ -222,16 +224,29 @@ class _CheckedGit(FakeGit):
     object id) would decide which goes first.
     """
 
-    def __init__(self, on_remove: Callable[[Path], None], latency: float) -> None:
+    def __init__(
+        self,
+        on_remove: Callable[[Path], None],
+        latency: float,
+        removals: RemovalWaits,
+        on_begin: Callable[[Path], None],
+    ) -> None:
         calls = itertools.count()
         super().__init__(latency=(lambda _: latency + next(calls) * 1e-6) if latency else None)
         self._on_remove = on_remove
+        self._removals = removals
+        self._on_begin = on_begin
 
     async def remove_worktree(self, repo: Path, path: Path) -> None:
         # Before and after: a run of its conversation may not be recorded
         # while the removal is under way either.
         self._on_remove(path)
-        await super().remove_worktree(repo, path)
+        self._removals.began(path)
+        self._on_begin(path)
+        try:
+            await super().remove_worktree(repo, path)
+        finally:
+            self._removals.ended(path)
         self._on_remove(path)
 
 
@@ -314,7 +329,12 @@ class _Fuzz:
         self.up = trio.Event()
         #: Faults delivered, git failures apart; git failures injected.
         self.faults = self.git_injected = 0
-        self.git = _CheckedGit(self._removing, scenario.git_latency)
+        self.git = _CheckedGit(
+            self._removing, scenario.git_latency, self.checker.removals, self._send_on_removal
+        )
+        # Follow-ups sent once a removal of their conversation's worktrees
+        # begins (``on_removal``): (its folder, what, the request), in order.
+        self._on_removal: list[tuple[str, str, Callable[[], Awaitable[None]]]] = []
         self.links = LinkFaults()
         # Files agents left in worktrees: path -> the run that wrote it.
         self._left: dict[Path, str] = {}
@@ -578,6 +598,11 @@ class _Fuzz:
                 self.git_injected += 1  # a fault once a call meets it
             elif kind != "submit" or event.get("again"):
                 self.faults += 1
+            if event.get("on_removal") and not event.get("again"):
+                run = event["run"]
+                folder = conversation_slug(run.get("workspace", "default"), run["conversation"])
+                self._on_removal.append((folder, what, act))
+                return None
             if kind in CLIENT_KINDS:
                 # A client's request may wait for time to pass (a submit
                 # waits out the removal of its conversation's worktree, a
@@ -587,6 +612,13 @@ class _Fuzz:
             return act()
 
         return deliver
+
+    def _send_on_removal(self, path: Path) -> None:
+        """A removal of ``path`` begins: send the follow-ups to its conversation waiting for one."""
+        folder = path.parent.name
+        for held in [held for held in self._on_removal if held[0] == folder]:
+            self._on_removal.remove(held)
+            self.client.send(held[1], held[2])
 
     async def _submit(self, supervisor: Supervisor, event: Mapping[str, Any]) -> None:
         run = event["run"]
@@ -837,12 +869,16 @@ class _Client:
         move on (not the clock, not the next event), or the thread's speed
         would decide what happens next.
         """
-        self._waiting.append(what)
-        self._send.send_nowait((what, request))
+        self.send(what, request)
         await trio.testing.wait_all_tasks_blocked()
         threads = trio.to_thread.current_default_thread_limiter()
         while threads.statistics().borrowed_tokens:
             await trio.testing.wait_all_tasks_blocked(_THREAD_CUSHION)
+
+    def send(self, what: str, request: Callable[[], Awaitable[None]]) -> None:
+        """Send ``request`` after those sent before it, and go on at once."""
+        self._waiting.append(what)
+        self._send.send_nowait((what, request))
 
     async def serve(self) -> None:
         """Make the requests, one at a time, each while a supervisor is up."""

@@ -33,6 +33,7 @@ from typing import Any
 import attrs
 
 from herdsman.runtime.store import RunRecord
+from herdsman.sim.fuzz.removal_waits import RemovalWaits
 
 __all__ = ["Checker", "Violation", "snapshot"]
 
@@ -142,6 +143,8 @@ class Checker:
         # At a restart: the runs the dead supervisor had running, and queued in order.
         self._expect_lost: set[str] | None = None
         self._expect_queued: list[str] | None = None
+        #: Removals under way, told by the fake git, against the traced waits for them.
+        self.removals = RemovalWaits(self.fail)
 
     # -- what happened -----------------------------------------------------
 
@@ -155,6 +158,7 @@ class Checker:
 
     def crashed(self) -> None:
         """The supervisor died: what it must restate when it comes back."""
+        self.removals.crashed()
         self._expect_lost = {r.id for r in self._runs.values() if r.state == "running"}
         self._expect_queued = self._queued_in_order()
 
@@ -188,9 +192,14 @@ class Checker:
 
     # -- trace events ------------------------------------------------------
 
+    def _on_removal_wait(self, fields: Mapping[str, Any]) -> None:
+        run_id = fields["run_id"]
+        self.removals.wait((self._sent or {}).get(run_id) or {"id": run_id})
+
     def _on_submit(self, fields: Mapping[str, Any]) -> None:
         run = fields["run"]
         run_id = run["id"]
+        self.removals.submitted(run_id)
         run = self._intake(run)
         if fields.get("carried"):
             self._carried(run_id)

@@ -14,7 +14,8 @@ minimiser may drop any of them):
   ``failed`` is a provider crash, ``timed_out`` a hang until the idle
   timeout, ``usage_limited`` a usage limit that resets ``resets_in``
   seconds after it is hit), whether the agent leaves files in its
-  worktrees (``dirty``), and ``on_busy``;
+  worktrees (``dirty``), and ``on_busy``; ``on_removal``: sent only once a
+  removal of its conversation's worktrees begins (``removal_waits``);
 * ``cancel`` — cancel runs (``run_ids``; several at once is a storm);
 * ``reload`` — write ``toml`` over the configuration file and reload (an
   invalid one must be rejected and change nothing);
@@ -31,8 +32,9 @@ minimiser may drop any of them):
 * ``plant_link`` — a link to a folder outside the state dir is planted where
   that conversation's folder would be made (see ``herdsman.sim.fuzz.links``).
 
-The link faults and the shutdown are drawn from streams of their own
-(``Random("links:SEED")``, ``Random("shutdown SEED")``), so adding them left
+The link faults, the shutdown and the follow-up sent during a removal are
+drawn from streams of their own (``Random("links:SEED")``,
+``Random("shutdown SEED")``, ``Random("on removal:SEED")``), so adding them left
 every other draw of a seed as it was.
 """
 
@@ -44,6 +46,7 @@ from typing import Any, TypeGuard
 
 import attrs
 
+from herdsman.sim.fuzz.removal_waits import draw_follow_up_on_removal
 from herdsman.trace import OUTCOMES
 
 __all__ = ["FAULT_KINDS", "Scenario", "draw_scenario", "scenario_from_json"]
@@ -162,6 +165,8 @@ def _problem(event: Mapping[str, Any]) -> str | None:
             for a in attempts
         ):
             return f"attempts: expected a list of {{duration, outcome}}, outcome one of {OUTCOMES}"
+        if not isinstance(event.get("on_removal", False), bool):
+            return "on_removal: expected true or false"
     elif kind == "cancel" and not (
         isinstance(event.get("run_ids"), list) and all(isinstance(r, str) for r in event["run_ids"])
     ):
@@ -218,6 +223,7 @@ def draw_scenario(seed: int) -> Scenario:
     config, stop = _draw_shutdown(seed, config, end)
     events += stop
     events += _draw_link_faults(seed, end, layout)
+    draw_follow_up_on_removal(seed, events, len(layout.repos), latency)
     # Stable: a fault drawn for the same instant as a submit stays after it.
     events.sort(key=lambda event: event["t"])
     return Scenario(seed, config, tuple(events), latency)
