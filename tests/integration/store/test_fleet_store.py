@@ -91,32 +91,6 @@ def test_only_the_holder_records_how_a_running_run_ended(postgres_url: str) -> N
         assert a.held_by("r1") is None
 
 
-def test_a_members_finish_keeps_the_spend_every_member_reads(postgres_url: str) -> None:
-    from herdsman.runtime.runner.run_usage import ModelUsage, RunUsage, Tokens
-    from herdsman.runtime.store import Spend, UsageBy
-
-    usage = RunUsage(
-        tokens=Tokens(input=9, output=4),
-        cost_usd=0.02,
-        models=(ModelUsage("m", Tokens(input=9, output=4), 0.02),),
-        turns=2,
-        api_time=1.0,
-    )
-    with fleet(postgres_url, "a", "b") as (a, b):
-        a.submit(run("r1", "c1"), T0)
-        a.claim_many([("r1", "acct")], T0)
-        final = a.finish("r1", RunEnd(RunStatus.SUCCEEDED, exit_code=0, usage=usage), T0 + 2)
-        assert final.spend == Spend(usage.tokens, 0.02, usage.models, 2, 1.0)
-        assert b.get("r1") == final
-        [total] = b.usage(UsageBy.ACCOUNT)
-        assert (total.group, total.runs, total.tokens, total.cost_usd) == (
-            "acct",
-            1,
-            usage.tokens,
-            0.02,
-        )
-
-
 def test_a_run_on_a_lane_running_elsewhere_is_refused_until_it_ends(postgres_url: str) -> None:
     with fleet(postgres_url, "a", "b") as (a, b):
         a.submit(run("r1", "c1"), T0)

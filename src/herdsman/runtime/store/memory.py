@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import outcome
 
-from herdsman.runtime.runner.run_usage import Tokens
 from herdsman.runtime.store.errors import StoreError, nested_apply
 from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
@@ -27,7 +26,6 @@ from herdsman.runtime.store.records import (
     RunRecord,
     RunStatus,
     Session,
-    add_tokens,
     check_limit,
     check_limit_text,
     check_now,
@@ -41,6 +39,7 @@ from herdsman.runtime.store.records import (
     not_queued,
     noted,
     requeued,
+    session_before,
     started,
 )
 from herdsman.runtime.store.undo import UndoLog
@@ -166,7 +165,7 @@ class MemoryStore:
         if current is None:
             raise not_found(run_id)
         before = (
-            self._session_before(current, end)
+            session_before(self._runs.values(), current, end)
             if end.usage is not None and needs_before(end)
             else None
         )
@@ -437,22 +436,6 @@ class MemoryStore:
             and (since is None or (r.finished_at is not None and r.finished_at >= since))
         ]
         return usage_totals(spent, by)
-
-    def _session_before(self, current: RunRecord, end: RunEnd) -> Tokens | None:
-        """What the runs of ``end``'s session before ``current`` spent (:meth:`Store.finish`)."""
-        if current.conversation is None:
-            return None
-        total: Tokens | None = None
-        for r in self._runs.values():
-            if (
-                r.conversation == current.conversation
-                and r.seq < current.seq
-                and r.provider == current.provider
-                and r.workspace == current.workspace
-                and r.session_id == end.session_id
-            ):
-                total = add_tokens(total, r.spend)
-        return total
 
     def counts(self) -> Mapping[RunStatus, int]:
         """See :meth:`Store.counts`.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final, TypeAlias
 
 import attrs
@@ -600,11 +600,29 @@ def needs_before(end: RunEnd) -> bool:
     )
 
 
-def add_tokens(total: Tokens | None, spend: Spend | None) -> Tokens | None:
-    """``total`` plus ``spend``'s tokens (either may be None)."""
-    if spend is None or spend.tokens is None:
-        return total
-    return spend.tokens if total is None else total + spend.tokens
+def session_before(runs: Iterable[RunRecord], current: RunRecord, end: RunEnd) -> Tokens | None:
+    """What the runs of ``end``'s session before ``current`` spent, among ``runs``.
+
+    The in-memory stores' answer to :func:`needs_before` (the SQL stores
+    ask the same of the database): the tokens of the earlier runs of the
+    same provider, workspace, conversation and session, summed.
+    """
+    if current.conversation is None:
+        return None
+    total: Tokens | None = None
+    for r in runs:
+        spent = r.spend
+        if (
+            spent is not None
+            and spent.tokens is not None
+            and r.conversation == current.conversation
+            and r.seq < current.seq
+            and r.provider == current.provider
+            and r.workspace == current.workspace
+            and r.session_id == end.session_id
+        ):
+            total = spent.tokens if total is None else total + spent.tokens
+    return total
 
 
 def ended(record: RunRecord, status: RunStatus, now: float, reason: str) -> RunRecord:
