@@ -33,6 +33,7 @@ from herdsman.config.locate import find_config_file
 from herdsman.config.report import check_json, check_text
 from herdsman.runtime_cli import add_runtime_commands, reload_running
 from herdsman.sim.cli import add_sim_commands
+from herdsman.usage_cli import add_usage_command
 
 __all__ = ["main"]
 
@@ -305,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     remove.add_argument("key", metavar="KEY", help="a key path, e.g. 'repos[1]'")
 
     add_runtime_commands(commands, _config_options)
+    add_usage_command(commands, _config_options)
     add_sim_commands(commands)
     return parser
 

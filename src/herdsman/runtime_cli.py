@@ -24,6 +24,7 @@ from herdsman.cli_tables import Column, duration_text, local_time, print_table
 from herdsman.config import Config, ConfigError, load_config
 from herdsman.runtime.api.client import ApiClient, ApiError, ApiUnavailable
 from herdsman.runtime.ids import run_id_problem
+from herdsman.spend_text import spend_lines, spent_cell
 
 if TYPE_CHECKING:
     from herdsman.runtime.runner.protocols import LogText
@@ -425,7 +426,12 @@ def _runs(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(body)
         return 0
-    print_table(RUN_COLUMNS, [run_row(run, time.time()) for run in body["runs"]])
+    runs, now = body["runs"], time.time()
+    # The spent column only when a run listed has a spend: the table of
+    # agents that report none (plain ones) keeps its width for the rest.
+    spent = any(run.get("spend") is not None for run in runs)
+    columns = RUN_COLUMNS if spent else tuple(c for c in RUN_COLUMNS if c is not _SPENT)
+    print_table(columns, [run_row(run, now, spent=spent) for run in runs])
     return 0
 
 
@@ -439,6 +445,7 @@ RUN_COLUMNS = (
     Column("conversation", wrap=True, min_width=8),
     Column("submitted", wrap=True, min_width=10),
     Column("took", align="right"),
+    _SPENT := Column("spent", align="right"),
     Column("reason", wrap=True, min_width=10),
 )
 PROVIDER_COLUMNS = (
@@ -473,26 +480,26 @@ WORKTREE_COLUMNS = (
 )
 
 
-def run_row(run: Mapping[str, Any], now: float) -> list[str]:
+def run_row(run: Mapping[str, Any], now: float, *, spent: bool = True) -> list[str]:
     """A run as a row of the ``runs`` table.
 
-    ``took``: how long it ran (so far, while running); ``reason``: the first
-    line of why it ended as it did (``runs RUN_ID`` shows all of it).
+    ``took``: how long it ran (so far, while running); ``spent`` (left out
+    unless ``spent``): what its last attempt spent, as its stream reported
+    it (:func:`spent_cell`);
+    ``reason``: the first line of why it ended as it did (``runs RUN_ID``
+    shows all of it).
     """
     started, finished = run["started_at"], run["finished_at"]
     took = ""
     if started is not None:
         took = duration_text(max(0.0, (finished if finished is not None else now) - started))
     reason = (run["reason"] or "").strip().split("\n", 1)[0]
-    return [
-        run["id"],
-        run["status"],
-        run["provider"],
-        run["conversation"] or "",
-        local_time(run["submitted_at"]),
-        took,
-        reason,
-    ]
+    row = [run["id"], run["status"], run["provider"], run["conversation"] or ""]
+    row += [local_time(run["submitted_at"]), took]
+    if spent:
+        row.append(spent_cell(run.get("spend")))
+    row.append(reason)
+    return row
 
 
 def _print_run(run: Mapping[str, Any]) -> None:
@@ -500,6 +507,9 @@ def _print_run(run: Mapping[str, Any]) -> None:
     for key, value in run.items():
         if key.endswith("_at") and isinstance(value, int | float):
             shown = _local_time(value)
+        elif key == "spend" and isinstance(value, dict):
+            first, *models = spend_lines(value)
+            shown = first + "".join(f"\n    {line}" for line in models)
         elif key == "excerpt" and isinstance(value, str):
             shown = "\n    " + _readable(value).rstrip("\n").replace("\n", "\n    ")
         elif isinstance(value, str) and "\n" in value:

@@ -349,8 +349,21 @@ class TraceWriter:
             return
         self.record("start", {"run_id": run_id, "account": account})
 
-    def finish(self, run_id: str, outcome: str, exit_code: int | None, *, requeued: bool) -> None:
-        """A finish event: its run, outcome and exit code, and ``"requeued": true`` if so."""
+    def finish(
+        self,
+        run_id: str,
+        outcome: str,
+        exit_code: int | None,
+        *,
+        requeued: bool,
+        spend: Mapping[str, Any] | None = None,
+    ) -> None:
+        """A finish event: its run, outcome and exit code, ``"requeued": true`` if so.
+
+        ``spend``: what the attempt spent, as JSON (``spend_json``'s); the
+        event carries it only when given, so a trace of runs whose streams
+        said nothing of it reads as it did before.
+        """
         if (
             type(run_id) is str
             and type(outcome) is str
@@ -359,7 +372,8 @@ class TraceWriter:
                 '"event":"finish","run_id":',
                 f'{_encode_string(run_id)},"outcome":{_encode_string(outcome)},"exit_code":'
                 f"{'null' if exit_code is None else int.__repr__(exit_code)}"
-                + (',"requeued":true' if requeued else ""),
+                + (',"requeued":true' if requeued else "")
+                + ("" if spend is None else ',"spend":' + _ENCODER.encode(spend)),
             )
         ):
             if self._sink is None and not self.failed:
@@ -368,6 +382,8 @@ class TraceWriter:
         fields: dict[str, Any] = {"run_id": run_id, "outcome": outcome, "exit_code": exit_code}
         if requeued:
             fields["requeued"] = True
+        if spend is not None:
+            fields["spend"] = spend
         self.record("finish", fields)
 
     def _shortcut(self, head: str, rest: str) -> bool:

@@ -46,9 +46,10 @@ def test_the_walk_finds_every_command() -> None:
         "herdsman sim diff",
         "herdsman sim fuzz",
         "herdsman sim view",
+        "herdsman usage",
         "herdsman worktrees",
     } <= names
-    assert len(names) == 23
+    assert len(names) == 24
 
 
 @pytest.mark.parametrize(("name", "parser"), _pages(), ids=[name for name, _ in _pages()])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from herdsman.runtime.runner import Outcome, ProcessOutcome
+from herdsman.runtime.runner.run_usage import RunUsage, Tokens
 from herdsman.runtime.store import RunEnd, RunStatus
 from herdsman.runtime.supervisor import finish_fields
 
@@ -20,6 +21,7 @@ def test_each_outcome_finishes_as_the_run_status_of_its_value(status: Outcome) -
         session_id="s",
         excerpt="tail",
         usage_limit=None,
+        usage=RunUsage(tokens=Tokens(input=5, output=2), cost_usd=0.01),
     )
     end = finish_fields(ended, "/logs/r.log")
     assert type(end.status) is RunStatus
@@ -32,6 +34,7 @@ def test_each_outcome_finishes_as_the_run_status_of_its_value(status: Outcome) -
         session_id="s",
         excerpt="tail",
         log_path="/logs/r.log",
+        usage=ended.usage,
     )
 
 

@@ -112,3 +112,49 @@ async def test_the_worker_thread_pools_cpu_and_calls_are_exported() -> None:
     assert after[made] - before.get(made, 0) == 2
     assert after[cpu] - before.get(cpu, 0) >= 0.04
     assert after[took] - before.get(took, 0) >= after[cpu] - before.get(cpu, 0)
+
+
+def test_a_runs_spend_is_counted_by_provider_account_model_and_kind() -> None:
+    from herdsman.runtime.metrics import Uncounted
+    from herdsman.runtime.runner.run_usage import ModelUsage, Tokens
+    from herdsman.runtime.store import Spend
+
+    metrics = Metrics()
+    by_model = Spend(
+        Tokens(input=30, cache_read=400, output=9),
+        0.5,
+        (
+            ModelUsage("big", Tokens(input=20, cache_read=400, output=5, reasoning=2), 0.4),
+            ModelUsage("small", Tokens(input=10, output=4), None),
+        ),
+    )
+    metrics.count_spend("claude", "work", by_model)
+    metrics.count_spend("claude", "work", by_model)
+    # A stream that named no model counts under model "", the ambient account under "".
+    metrics.count_spend("codex", None, Spend(Tokens(input=7, cache_write=3)))
+    metrics.count_spend("codex", None, Spend(cost_usd=0.25))
+    metrics.count_spend("codex", None, Spend(turns=2))  # nothing to count
+    tokens = {
+        (labels["provider"], labels["account"], labels["model"], labels["kind"]): value
+        for (name, pairs), value in samples(metrics).items()
+        if name == "herdsman_tokens_total"
+        for labels in [dict(pairs)]
+    }
+    assert tokens == {
+        ("claude", "work", "big", "input"): 40,
+        ("claude", "work", "big", "cache_read"): 800,
+        ("claude", "work", "big", "output"): 10,
+        ("claude", "work", "small", "input"): 20,
+        ("claude", "work", "small", "output"): 8,
+        ("codex", "", "", "input"): 7,
+        ("codex", "", "", "cache_write"): 3,
+    }
+    cost = {
+        dict(pairs)["model"]: value
+        for (name, pairs), value in samples(metrics).items()
+        if name == "herdsman_cost_usd_total"
+    }
+    assert cost == {"big": pytest.approx(0.8), "": 0.25}
+    quiet = Uncounted()
+    quiet.count_spend("claude", "work", by_model)
+    assert not [name for name, _ in samples(quiet) if name == "herdsman_tokens_total"]

@@ -10,6 +10,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
+from herdsman.runtime.runner.run_usage import Tokens
+from herdsman.runtime.store.records import Spend
 from herdsman.runtime.thread_calls import thread_usage
 
 #: Per provider: (queued, running), read when /metrics is scraped.
@@ -142,6 +144,21 @@ class Metrics:
             "Unix time of the last reload attempt",
             registry=r,
         )
+        # What runs spent, as their agents' streams reported it. ``account``
+        # "" is the provider's ambient environment; ``model`` "" the tokens
+        # of a run whose stream named no model.
+        self.tokens = Counter(
+            "herdsman_tokens",
+            "Tokens runs consumed, by kind (input, cache_read, cache_write, output)",
+            ["provider", "account", "model", "kind"],
+            registry=r,
+        )
+        self.cost = Counter(
+            "herdsman_cost_usd",
+            "What runs cost in US dollars, as their providers' streams stated it",
+            ["provider", "account", "model"],
+            registry=r,
+        )
         self.last_reload_ok.set(1)
         r.register(_ThreadCollector())
         self._submitted = _Children(self.submitted)
@@ -149,6 +166,8 @@ class Metrics:
         self._finished = _Children(self.finished)
         self._queue_wait = _Children(self.queue_wait)
         self._run_duration = _Children(self.run_duration)
+        self._tokens = _Children(self.tokens)
+        self._cost = _Children(self.cost)
 
     def count_submit(self, provider: str) -> None:
         """One run of ``provider`` accepted."""
@@ -166,6 +185,34 @@ class Metrics:
     def observe_duration(self, provider: str, seconds: float) -> None:
         """A run of ``provider`` ran ``seconds`` from start to finish."""
         self._run_duration[provider].observe(seconds)
+
+    def count_spend(self, provider: str, account: str | None, spend: Spend) -> None:
+        """What a run of ``provider`` on ``account`` spent: tokens by kind, and cost.
+
+        By model where the stream broke it down so; else under model "".
+        Reasoning tokens are part of output and not counted again.
+        """
+        where = (provider, account or "")
+        if spend.models:
+            for model in spend.models:
+                self._count(where, model.model, model.tokens, model.cost_usd)
+        elif spend.tokens is not None or spend.cost_usd is not None:
+            self._count(where, "", spend.tokens, spend.cost_usd)
+
+    def _count(
+        self, where: tuple[str, str], model: str, tokens: Tokens | None, cost: float | None
+    ) -> None:
+        if tokens is not None:
+            for kind, amount in (
+                ("input", tokens.input),
+                ("cache_read", tokens.cache_read),
+                ("cache_write", tokens.cache_write),
+                ("output", tokens.output),
+            ):
+                if amount:
+                    self._tokens[(*where, model, kind)].inc(amount)
+        if cost is not None:
+            self._cost[(*where, model)].inc(cost)
 
     def watch_queue(self, counts: QueueCounts) -> None:
         """Report queued and running runs per provider from ``counts`` at each scrape."""
@@ -202,4 +249,7 @@ class Uncounted(Metrics):
         """Nothing: runs are not counted."""
 
     def observe_duration(self, provider: str, seconds: float) -> None:
+        """Nothing: runs are not counted."""
+
+    def count_spend(self, provider: str, account: str | None, spend: Spend) -> None:
         """Nothing: runs are not counted."""

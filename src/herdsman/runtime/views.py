@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from herdsman.runtime.store import RunRecord
+from herdsman.runtime.store.records import spend_json
 
 
 def run_view(record: RunRecord) -> Mapping[str, Any]:
@@ -34,4 +35,6 @@ def run_view(record: RunRecord) -> Mapping[str, Any]:
         "callback_url": record.callback_url,
         "metadata": dict(record.metadata),
         "prompt": record.prompt,
+        # What its last attempt spent: null where the stream said nothing.
+        "spend": None if record.spend is None else spend_json(record.spend),
     }

@@ -62,11 +62,14 @@ from herdsman.runtime.store.records import (
     check_text,
     ended,
     finished,
+    needs_before,
     not_found,
     not_queued,
     requeued,
+    session_before,
     started,
 )
+from herdsman.runtime.store.usage import UsageBy, UsageTotal
 
 __all__ = ["SimFleet", "SimFleetStore"]
 
@@ -311,7 +314,12 @@ class SimFleetStore:
         def body() -> RunRecord:
             checked = check_now(now)
             current = self._existing(run_id)
-            record = finished(current, end, checked)
+            before = (
+                session_before(self.fleet.runs.records(), current, end)
+                if end.usage is not None and needs_before(end)
+                else None
+            )
+            record = finished(current, end, checked, before)
             self._update_run(current, record)
             return record
 
@@ -452,6 +460,11 @@ class SimFleetStore:
         """See :meth:`Store.account_usage`: every member's runs."""
         self._check_open()
         return self.fleet.runs.account_usage(since)
+
+    def usage(self, by: UsageBy, since: float | None = None) -> list[UsageTotal]:
+        """See :meth:`Store.usage`: every member's runs."""
+        self._check_open()
+        return self.fleet.runs.usage(by, since)
 
     def counts(self) -> Mapping[RunStatus, int]:
         """See :meth:`Store.counts`."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import pytest
 from fleet_kinds import FleetUnderTest, PostgresFleet, SimulatedFleet
 from hypothesis import HealthCheck, given, settings
@@ -91,6 +92,46 @@ def test_only_the_holder_records_how_a_running_run_ended(ledger: FleetUnderTest)
     assert a.held_by("r1") is None
     with pytest.raises(RunNotFound):
         a.finish("nope", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 2)
+
+
+def test_a_members_finish_keeps_the_spend_every_member_reads(ledger: FleetUnderTest) -> None:
+    from herdsman.runtime.runner.run_usage import ModelUsage, RunUsage, Tokens
+    from herdsman.runtime.store import Spend, UsageBy
+
+    usage = RunUsage(
+        tokens=Tokens(input=9, output=4),
+        cost_usd=0.02,
+        models=(ModelUsage("m", Tokens(input=9, output=4), 0.02),),
+        turns=2,
+        api_time=1.0,
+    )
+    a, b = ledger.member("a"), ledger.member("b")
+    a.submit(run("r1", "c1"), T0)
+    a.claim_many([("r1", "acct")], T0)
+    final = a.finish("r1", RunEnd(RunStatus.SUCCEEDED, exit_code=0, usage=usage), T0 + 2)
+    assert final.spend == Spend(usage.tokens, 0.02, usage.models, 2, 1.0)
+    assert b.get("r1") == final
+    [total] = b.usage(UsageBy.ACCOUNT)
+    assert (total.group, total.runs, total.tokens, total.cost_usd) == (
+        "acct",
+        1,
+        usage.tokens,
+        0.02,
+    )
+    # A session's running totals (Codex): the next run of it, on another member, its own.
+    codex = RunUsage(tokens=Tokens(input=30, output=10), session_totals=True)
+    b.submit(run("r2", "c1"), T0 + 3)
+    b.claim_many([("r2", "acct")], T0 + 3)
+    end = RunEnd(RunStatus.SUCCEEDED, exit_code=0, session_id="s", usage=codex)
+    second = b.finish("r2", end, T0 + 4)
+    assert second.spend is not None
+    assert second.spend.tokens == Tokens(input=30, output=10)  # r1 named no session "s"
+    b.submit(run("r3", "c1"), T0 + 5)
+    b.claim_many([("r3", "acct")], T0 + 5)
+    more = RunUsage(tokens=Tokens(input=50, output=12), session_totals=True)
+    third = b.finish("r3", attrs.evolve(end, usage=more), T0 + 6)
+    assert third.spend is not None
+    assert third.spend.tokens == Tokens(input=20, output=2)
 
 
 def test_a_run_on_a_lane_running_elsewhere_is_refused_until_it_ends(

@@ -5,7 +5,9 @@ stated each dialect's DDL by hand: ``ledger-v6.db`` is the SQLite file its
 ``SqliteStore`` wrote, ``ledger-v6.postgres.sql`` the statements its
 ``PostgresStore`` ran on an empty schema, then the rows it wrote (read back
 from the server). Each test compares the catalog (columns, types, keys,
-indexes) of an upgraded ledger with one the current code creates anew.
+indexes) of an upgraded ledger with one the current code creates anew:
+version 7 (a run's spend) is the first version added since, and a
+hypothetical version 8 checks that the next one will upgrade alike.
 """
 
 from __future__ import annotations
@@ -21,7 +23,16 @@ import attrs
 import psycopg
 import pytest
 
-from herdsman.runtime.store import NewRun, RunStatus, Session, SqliteStore
+from herdsman.runtime.runner.run_usage import ModelUsage, RunUsage, Tokens
+from herdsman.runtime.store import (
+    NewRun,
+    RunEnd,
+    RunStatus,
+    Session,
+    Spend,
+    SqliteStore,
+    UsageBy,
+)
 from herdsman.runtime.store import postgres as postgres_store
 from herdsman.runtime.store import sqlite as sqlite_store
 from herdsman.runtime.store.postgres import PostgresStore
@@ -32,20 +43,23 @@ FIXTURES = Path(__file__).parents[2] / "fixtures" / "store"
 T0 = 1_700_000_000.0
 
 
+AHEAD = SCHEMA.version + 1
+
+
 def one_version_ahead() -> Schema:
-    """The schema with a version 7 that adds a run column and an index on it, written once."""
+    """The schema with a version 8 that adds a run column and an index on it, written once."""
     runs = SCHEMA.table("runs")
     runs = attrs.evolve(
         runs,
         columns=(
             *runs.columns,
-            Column("input_tokens", Type.BIGINT, since=7, life=True),
-            Column("cost", Type.REAL, not_null=True, default="0", since=7, life=True),
+            Column("budget_tokens", Type.BIGINT, since=AHEAD, life=True),
+            Column("budget", Type.REAL, not_null=True, default="0", since=AHEAD, life=True),
         ),
-        indexes=(*runs.indexes, Index("runs_by_cost", ("cost",), since=7)),
+        indexes=(*runs.indexes, Index("runs_by_budget", ("budget",), since=AHEAD)),
     )
     tables = tuple(runs if t.name == "runs" else t for t in SCHEMA.tables)
-    return Schema(tables=tables, versions=(*SCHEMA.versions, "usage"))
+    return Schema(tables=tables, versions=(*SCHEMA.versions, "budgets"))
 
 
 def at_version(monkeypatch: pytest.MonkeyPatch, module: Any, dialect: Dialect) -> None:
@@ -108,11 +122,24 @@ def fresh_sqlite(tmp_path: Path) -> Path:
 def test_a_version_6_sqlite_ledger_has_the_declared_schema(sqlite_v6: Path, tmp_path: Path) -> None:
     store = SqliteStore(sqlite_v6)
     try:
-        assert store.schema_version == SCHEMA.version == 6
+        assert store.schema_version == SCHEMA.version == 7
         assert_fixture_rows(store)
+        assert_spend_recorded(store)
     finally:
         store.close()
-    assert sqlite_catalog(sqlite_v6) == sqlite_catalog(fresh_sqlite(tmp_path))
+    upgraded = sqlite_catalog(sqlite_v6)
+    assert upgraded == sqlite_catalog(fresh_sqlite(tmp_path))
+    assert [c[1:6] for c in upgraded["runs"]["columns"][-9:]] == [
+        ("input_tokens", "INTEGER", 0, None, 0),
+        ("cache_read_tokens", "INTEGER", 0, None, 0),
+        ("cache_write_tokens", "INTEGER", 0, None, 0),
+        ("output_tokens", "INTEGER", 0, None, 0),
+        ("reasoning_tokens", "INTEGER", 0, None, 0),
+        ("cost_usd", "REAL", 0, None, 0),
+        ("turns", "INTEGER", 0, None, 0),
+        ("api_time", "REAL", 0, None, 0),
+        ("models", "TEXT", 0, None, 0),
+    ]
 
 
 def test_a_version_6_sqlite_ledger_upgrades_to_a_declared_new_version(
@@ -121,7 +148,7 @@ def test_a_version_6_sqlite_ledger_upgrades_to_a_declared_new_version(
     at_version(monkeypatch, sqlite_store, Dialect.SQLITE)
     store = SqliteStore(sqlite_v6)
     try:
-        assert store.schema_version == 7
+        assert store.schema_version == AHEAD
         assert_fixture_rows(store)
         submitted, _ = store.submit(fixture_run("new"), T0 + 10)
         assert submitted.seq == 5  # the counter the old file kept goes on
@@ -130,12 +157,12 @@ def test_a_version_6_sqlite_ledger_upgrades_to_a_declared_new_version(
     upgraded = sqlite_catalog(sqlite_v6)
     assert upgraded == sqlite_catalog(fresh_sqlite(tmp_path))
     assert [c[1:6] for c in upgraded["runs"]["columns"][-2:]] == [
-        ("input_tokens", "INTEGER", 0, None, 0),
-        ("cost", "REAL", 1, "0", 0),
+        ("budget_tokens", "INTEGER", 0, None, 0),
+        ("budget", "REAL", 1, "0", 0),
     ]
     conn = sqlite3.connect(sqlite_v6)
     try:
-        rows = conn.execute("SELECT id, input_tokens, cost FROM runs ORDER BY seq").fetchall()
+        rows = conn.execute("SELECT id, budget_tokens, budget FROM runs ORDER BY seq").fetchall()
     finally:
         conn.close()
     assert rows[:2] == [("done", None, 0), ("waiting", None, 0)]
@@ -190,12 +217,25 @@ def test_a_version_6_postgres_ledger_has_the_declared_schema(
 ) -> None:
     store = PostgresStore(postgres_v6)
     try:
-        assert store.schema_version == SCHEMA.version
+        assert store.schema_version == SCHEMA.version == 7
         assert_fixture_rows(store)
+        assert_spend_recorded(store)
     finally:
         store.close()
     PostgresStore(other_schema).close()
-    assert postgres_catalog(postgres_v6) == postgres_catalog(other_schema)
+    upgraded = postgres_catalog(postgres_v6)
+    assert upgraded == postgres_catalog(other_schema)
+    assert [c[2:6] for c in upgraded["columns"] if c[0] == "runs"][-9:] == [
+        ("input_tokens", "bigint", "YES", None),
+        ("cache_read_tokens", "bigint", "YES", None),
+        ("cache_write_tokens", "bigint", "YES", None),
+        ("output_tokens", "bigint", "YES", None),
+        ("reasoning_tokens", "bigint", "YES", None),
+        ("cost_usd", "double precision", "YES", None),
+        ("turns", "integer", "YES", None),
+        ("api_time", "double precision", "YES", None),
+        ("models", "text", "YES", None),
+    ]
 
 
 def test_a_version_6_postgres_ledger_upgrades_to_a_declared_new_version(
@@ -204,7 +244,7 @@ def test_a_version_6_postgres_ledger_upgrades_to_a_declared_new_version(
     at_version(monkeypatch, postgres_store, Dialect.POSTGRES)
     store = PostgresStore(postgres_v6)
     try:
-        assert store.schema_version == 7
+        assert store.schema_version == AHEAD
         assert_fixture_rows(store)
         assert store.submit(fixture_run("new"), T0 + 10)[0].seq == 5
     finally:
@@ -213,11 +253,11 @@ def test_a_version_6_postgres_ledger_upgrades_to_a_declared_new_version(
     upgraded = postgres_catalog(postgres_v6)
     assert upgraded == postgres_catalog(other_schema)
     assert [c[2:6] for c in upgraded["columns"] if c[0] == "runs"][-2:] == [
-        ("input_tokens", "bigint", "YES", None),
-        ("cost", "double precision", "NO", "0"),
+        ("budget_tokens", "bigint", "YES", None),
+        ("budget", "double precision", "NO", "0"),
     ]
     with psycopg.connect(postgres_v6, autocommit=True) as conn:
-        rows = conn.execute("SELECT id, input_tokens, cost FROM runs ORDER BY seq").fetchall()
+        rows = conn.execute("SELECT id, budget_tokens, budget FROM runs ORDER BY seq").fetchall()
     assert rows[:2] == [("done", None, 0.0), ("waiting", None, 0.0)]
 
 
@@ -226,6 +266,27 @@ def test_a_version_6_postgres_ledger_upgrades_to_a_declared_new_version(
 
 def fixture_run(run_id: str) -> NewRun:
     return NewRun(id=run_id, provider="claude", prompt="p")
+
+
+def assert_spend_recorded(store: SqliteStore | PostgresStore) -> None:
+    """The earlier runs have no spend; a run finished after the upgrade keeps its own."""
+    assert all(record.spend is None for record in store.list_runs())
+    assert store.usage(UsageBy.PROVIDER) == []
+    usage = RunUsage(
+        tokens=Tokens(input=7, output=3),
+        cost_usd=0.25,
+        models=(ModelUsage("m", Tokens(input=7, output=3), 0.25),),
+        turns=2,
+        api_time=1.5,
+    )
+    store.mark_running("waiting", T0 + 20, "acct")
+    end = RunEnd(RunStatus.SUCCEEDED, exit_code=0, usage=usage)
+    finished = store.finish("waiting", end, T0 + 21)
+    assert finished.spend == Spend(usage.tokens, 0.25, usage.models, 2, 1.5)
+    assert store.get("waiting") == finished
+    assert [(u.group, u.runs, u.tokens, u.cost_usd) for u in store.usage(UsageBy.MODEL)] == [
+        ("m", 1, usage.tokens, 0.25)
+    ]
 
 
 def assert_fixture_rows(store: SqliteStore | PostgresStore) -> None:

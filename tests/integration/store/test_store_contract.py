@@ -17,6 +17,7 @@ import attrs
 import outcome
 import pytest
 
+from herdsman.runtime.runner.run_usage import ModelUsage, RunUsage, Tokens
 from herdsman.runtime.store import (
     LOST_ON_RESTART,
     AccountLimit,
@@ -35,6 +36,7 @@ from herdsman.runtime.store import (
     is_terminal,
 )
 from herdsman.runtime.store.postgres import PostgresStore
+from herdsman.runtime.store.records import Spend
 
 T0 = 1_700_000_000.0
 Q, R, UL = RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.USAGE_LIMITED
@@ -52,6 +54,20 @@ EXPECTED_LEGAL = {
     (R, UL),
     (UL, Q),
 }
+# What a Claude Code run's stream says it spent, and what the ledger keeps of it.
+SPENDING = RunUsage(
+    tokens=Tokens(input=120, cache_read=4096, cache_write=512, output=56),
+    cost_usd=0.0123,
+    models=(
+        ModelUsage("claude-haiku", Tokens(input=20, output=6), 0.0003),
+        ModelUsage("claude-sonnet-\u00e9", Tokens(100, 4096, 512, 50), 0.012),
+    ),
+    turns=3,
+    duration=9.5,
+    api_time=7.25,
+    retries=1,
+)
+SPENT = Spend(SPENDING.tokens, 0.0123, SPENDING.models, 3, 7.25)
 OUTCOMES = [
     RunStatus.SUCCEEDED,
     RunStatus.FAILED,
@@ -416,8 +432,10 @@ def test_finish_records_the_outcome(store: Store, status: RunStatus) -> None:
 
 def every_field_set(status: RunStatus) -> RunEnd:
     """A :class:`RunEnd` with every field set to a value of its own, whatever fields it has."""
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {"usage": SPENDING}
     for field in attrs.fields(RunEnd)[1:]:
+        if field.name == "usage":
+            continue
         kind = str(field.type)
         values[field.name] = len(values) + 7 if kind.startswith("int") else f"{field.name}!"
     return RunEnd(status, **values)
@@ -432,14 +450,18 @@ def test_finish_records_every_field_of_the_end_as_given(store: Store) -> None:
     store.mark_running("r", T0 + 3, "acct")
     record = store.finish("r", end, T0 + 4)
     for name in attrs.fields_dict(RunEnd):
-        assert getattr(record, name) == getattr(end, name), name
+        if name != "usage":  # kept as the record's spend
+            assert getattr(record, name) == getattr(end, name), name
+    assert record.spend == SPENT
     assert (record.finished_at, record.started_at, record.attempts) == (T0 + 4, T0 + 3, 2)
     assert store.get("r") == record
     store.requeue("r")
     store.mark_running("r", T0 + 5, "acct")
     cleared = store.finish("r", RunEnd(RunStatus.FAILED), T0 + 6)
     for name in list(attrs.fields_dict(RunEnd))[1:]:
-        assert getattr(cleared, name) is None, name
+        if name != "usage":
+            assert getattr(cleared, name) is None, name
+    assert cleared.spend is None
     assert store.get("r") == cleared
 
 
@@ -1253,3 +1275,120 @@ def test_a_runs_working_directory_is_kept(store: Store) -> None:
     assert got is not None
     assert got.cwd == "/srv/repo/sub"
     assert store.submit(new("b"), T0)[0].cwd is None
+
+
+# --- what runs spent -----------------------------------------------------------
+
+
+def spent_run(
+    store: Store,
+    run_id: str,
+    usage: RunUsage | None,
+    at: float,
+    *,
+    session_id: str | None = None,
+    **fields: Any,
+) -> RunRecord:
+    """Submit, start and finish a run ``run_id`` at ``at`` whose stream reported ``usage``."""
+    store.submit(new(run_id, **fields), at)
+    store.mark_running(run_id, at, None)
+    end = RunEnd(RunStatus.SUCCEEDED, exit_code=0, session_id=session_id, usage=usage)
+    return store.finish(run_id, end, at + 1)
+
+
+def test_a_finish_keeps_what_the_run_spent_and_every_listing_reads_it(store: Store) -> None:
+    record = spent_run(store, "r", SPENDING, T0)
+    assert record.spend == SPENT
+    assert store.get("r") == record
+    assert store.list_runs() == [record]
+
+
+def test_a_stream_that_said_nothing_of_spend_leaves_none(store: Store) -> None:
+    """Signals alone (a retry, a duration) are no spend; a cost alone is one."""
+    assert spent_run(store, "a", RunUsage(retries=2, duration=3.0), T0).spend is None
+    assert spent_run(store, "b", None, T0).spend is None
+    priced = spent_run(store, "c", RunUsage(cost_usd=0.5), T0)
+    assert priced.spend == Spend(cost_usd=0.5)
+    assert store.get("c") == priced
+
+
+def test_a_requeue_clears_the_attempts_spend(store: Store) -> None:
+    store.submit(new("r"), T0)
+    store.mark_running("r", T0, "acct")
+    end = RunEnd(UL, exit_code=1, usage=SPENDING)
+    store.apply([lambda s: (s.finish("r", end, T0 + 1), s.requeue("r"))])
+    requeued = store.get("r")
+    assert requeued is not None
+    assert requeued.status is RunStatus.QUEUED
+    assert requeued.spend is None
+
+
+def codex(total_input: int, total_output: int) -> RunUsage:
+    """A Codex stream's usage: the session's running totals."""
+    return RunUsage(
+        tokens=Tokens(input=total_input, output=total_output), turns=1, session_totals=True
+    )
+
+
+def tokens_of(record: RunRecord) -> Tokens | None:
+    assert record.spend is not None
+    return record.spend.tokens
+
+
+def test_a_resumed_session_records_its_own_spend_not_the_sessions_total(store: Store) -> None:
+    """Codex reports session totals: each run keeps its total less what earlier runs spent."""
+    first = spent_run(store, "a", codex(100, 10), T0, session_id="s1", conversation="c")
+    second = spent_run(store, "b", codex(250, 30), T0 + 5, session_id="s1", conversation="c")
+    third = spent_run(store, "c", codex(260, 31), T0 + 9, session_id="s1", conversation="c")
+    assert tokens_of(first) == Tokens(input=100, output=10)
+    assert tokens_of(second) == Tokens(input=150, output=20)
+    assert tokens_of(third) == Tokens(input=10, output=1)
+    assert store.get("c") == third
+    # Another session, or the same id in another conversation, is a session of its own.
+    other = spent_run(store, "d", codex(40, 4), T0 + 20, session_id="s2", conversation="c")
+    elsewhere = spent_run(store, "e", codex(70, 7), T0 + 21, session_id="s1", conversation="x")
+    assert tokens_of(other) == Tokens(input=40, output=4)
+    assert tokens_of(elsewhere) == Tokens(input=70, output=7)
+
+
+def test_a_session_whose_totals_went_down_is_credited_nothing(store: Store) -> None:
+    spent_run(store, "a", codex(100, 10), T0, session_id="s", conversation="c")
+    fewer = spent_run(store, "b", codex(50, 20), T0 + 5, session_id="s", conversation="c")
+    assert tokens_of(fewer) == Tokens(input=0, output=10)
+
+
+def test_usage_totals_by_each_grouping(store: Store) -> None:
+    from herdsman.runtime.store import UsageBy, UsageTotal
+
+    spent_run(store, "a", SPENDING, T0, conversation="c1")
+    store.submit(new("b", provider="codex", conversation="c1"), T0 + 10)
+    store.mark_running("b", T0 + 10, "work")
+    store.finish("b", RunEnd(RunStatus.FAILED, exit_code=1, usage=codex(10, 2)), T0 + 11)
+    spent_run(store, "c", RunUsage(cost_usd=0.5, turns=1), T0 + 20, workspace="w2")
+    spent_run(store, "d", None, T0 + 30)  # no spend: not counted anywhere
+    t = SPENDING.tokens
+    assert t is not None
+    by_provider = store.usage(UsageBy.PROVIDER)
+    assert by_provider == [
+        UsageTotal("claude", None, 2, t, 0.0123 + 0.5, 2, 4, 7.25),
+        UsageTotal("codex", None, 1, Tokens(input=10, output=2), None, 0, 1, None),
+    ]
+    assert [(u.group, u.runs) for u in store.usage(UsageBy.ACCOUNT)] == [(None, 2), ("work", 1)]
+    assert [(u.workspace, u.group, u.runs) for u in store.usage(UsageBy.CONVERSATION)] == [
+        ("default", "c1", 2),
+        ("w2", None, 1),
+    ]
+    assert store.usage(UsageBy.MODEL) == [
+        UsageTotal("claude-haiku", None, 1, Tokens(input=20, output=6), 0.0003, 1, None, None),
+        UsageTotal(
+            "claude-sonnet-\u00e9", None, 1, Tokens(100, 4096, 512, 50), 0.012, 1, None, None
+        ),
+    ]
+    # Since: runs that finished at or after it.
+    assert [(u.group, u.runs) for u in store.usage(UsageBy.PROVIDER, T0 + 11)] == [
+        ("claude", 1),
+        ("codex", 1),
+    ]
+    assert store.usage(UsageBy.PROVIDER, T0 + 100) == []
+    with pytest.raises(StoreError):
+        store.usage(UsageBy.PROVIDER, float("nan"))

@@ -12,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from herdsman.runtime.requests import trace_run, trace_run_text
-from herdsman.runtime.store import NewRun
+from herdsman.runtime.runner.run_usage import ModelUsage, Tokens
+from herdsman.runtime.store import NewRun, Spend
+from herdsman.runtime.store.records import spend_json
 from herdsman.trace import TraceWriter, _dumps
 
 
@@ -66,6 +68,18 @@ def test_a_run_objects_text_is_what_the_encoder_writes_for_its_dict(
     )
 
 
+counts = st.integers(min_value=0, max_value=2**63 - 1)
+tokens = st.builds(Tokens, counts, counts, counts, counts, counts)
+costs = st.none() | st.floats(min_value=0, max_value=1e9, allow_nan=False, allow_infinity=False)
+spends = st.builds(
+    Spend,
+    tokens=st.none() | tokens,
+    cost_usd=costs,
+    models=st.lists(st.builds(ModelUsage, texts, tokens, costs), max_size=2).map(tuple),
+    turns=st.none() | st.integers(min_value=0, max_value=10**6),
+    api_time=costs,
+).map(spend_json)
+
 # One run's three lines: (kind, time step, values).
 events = st.one_of(
     st.tuples(st.just("submit"), runs, st.booleans()),
@@ -76,6 +90,7 @@ events = st.one_of(
         st.sampled_from(["succeeded", "failed", "usage_limited"]),
         st.none() | st.integers(min_value=-(2**70), max_value=2**70),
         st.booleans(),
+        st.none() | spends,
     ),
 )
 steps = st.sampled_from([0.0, 0.0, 0.00005, 1.5, 2.0000005, 1e9])
@@ -87,8 +102,8 @@ def _by_values(writer: TraceWriter, event: tuple[Any, ...]) -> None:
             writer.submit(run.id, trace_run_text(run, with_prompt=with_prompt))
         case ("start", run_id, account):
             writer.start(run_id, account)
-        case ("finish", run_id, outcome, exit_code, requeued):
-            writer.finish(run_id, outcome, exit_code, requeued=requeued)
+        case ("finish", run_id, outcome, exit_code, requeued, spend):
+            writer.finish(run_id, outcome, exit_code, requeued=requeued, spend=spend)
 
 
 def _by_record(writer: TraceWriter, event: tuple[Any, ...]) -> None:
@@ -97,10 +112,12 @@ def _by_record(writer: TraceWriter, event: tuple[Any, ...]) -> None:
             writer.record("submit", {"run": trace_run(run, with_prompt=with_prompt)})
         case ("start", run_id, account):
             writer.record("start", {"run_id": run_id, "account": account})
-        case ("finish", run_id, outcome, exit_code, requeued):
+        case ("finish", run_id, outcome, exit_code, requeued, spend):
             fields = {"run_id": run_id, "outcome": outcome, "exit_code": exit_code}
             if requeued:
                 fields["requeued"] = True
+            if spend is not None:
+                fields["spend"] = spend
             writer.record("finish", fields)
 
 

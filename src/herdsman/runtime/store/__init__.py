@@ -16,9 +16,11 @@ from herdsman.runtime.store.records import (
     RunRecord,
     RunStatus,
     Session,
+    Spend,
     is_terminal,
 )
 from herdsman.runtime.store.sqlite import SCHEMA_VERSION, SqliteStore
+from herdsman.runtime.store.usage import UsageBy, UsageTotal
 
 __all__ = [
     "FINISH_STATUSES",
@@ -36,9 +38,12 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "Session",
+    "Spend",
     "SqliteStore",
     "Store",
     "StoreConflict",
     "StoreError",
+    "UsageBy",
+    "UsageTotal",
     "is_terminal",
 ]

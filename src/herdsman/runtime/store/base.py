@@ -16,6 +16,7 @@ from herdsman.runtime.store.records import (
     RunStatus,
     Session,
 )
+from herdsman.runtime.store.usage import UsageBy, UsageTotal
 
 
 class Store(Protocol):
@@ -108,6 +109,12 @@ class Store(Protocol):
         given. Legal from running to any outcome, and from queued to
         cancelled or skipped. ``usage_limited`` is terminal too; to retry
         such a run, call :meth:`requeue` in the same :meth:`apply` batch.
+
+        ``end.usage`` is kept as the record's :class:`Spend`. When its
+        counts are a session's running totals (Codex), what the earlier runs
+        of the same session in the same conversation spent (their recorded
+        spends, summed) is taken off, so the run records its own spend
+        (:func:`~herdsman.runtime.store.records.needs_before`).
         """
         ...
 
@@ -242,6 +249,15 @@ class Store(Protocol):
         unknown; charging it the outage would block its account long after).
         Ordered by ``started_at``, then ``seq``. A re-queued run's earlier
         attempt is not here: :meth:`requeue` clears the account it spent.
+        """
+        ...
+
+    def usage(self, by: UsageBy, since: float | None = None) -> list[UsageTotal]:
+        """What the runs that finished at or after ``since`` spent, grouped ``by``.
+
+        Only runs with a spend count (see ``RunRecord.spend``); ``since``
+        ``None`` is the whole ledger. Totals are summed in submission order
+        and sorted by group (:func:`~herdsman.runtime.store.usage.usage_totals`).
         """
         ...
 

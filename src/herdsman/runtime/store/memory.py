@@ -33,14 +33,17 @@ from herdsman.runtime.store.records import (
     ended,
     finished,
     is_terminal,
+    needs_before,
     new_record,
     not_found,
     not_queued,
     noted,
     requeued,
+    session_before,
     started,
 )
 from herdsman.runtime.store.undo import UndoLog
+from herdsman.runtime.store.usage import SpentRun, UsageBy, UsageTotal, usage_totals
 
 if TYPE_CHECKING:
     from herdsman.runtime.store.base import Store
@@ -161,7 +164,12 @@ class MemoryStore:
         current = self._runs.get(run_id)
         if current is None:
             raise not_found(run_id)
-        record = finished(current, end, now)
+        before = (
+            session_before(self._runs.values(), current, end)
+            if end.usage is not None and needs_before(end)
+            else None
+        )
+        record = finished(current, end, now, before)
         self._put(record)
         heappush(self._ends, (now, run_id))  # _ended's step, from what is at hand
         return record
@@ -415,6 +423,19 @@ class MemoryStore:
         # Stable sort over seq order: ties on started_at stay by seq.
         used.sort(key=lambda use: use.started_at)
         return used
+
+    def usage(self, by: UsageBy, since: float | None = None) -> list[UsageTotal]:
+        """See :meth:`Store.usage`."""
+        self._check_open()
+        if since is not None:
+            since = check_now(since)
+        spent = [
+            SpentRun(r.provider, r.account, r.workspace, r.conversation, r.spend)
+            for r in sorted(self._runs.values(), key=lambda r: r.seq)
+            if r.spend is not None
+            and (since is None or (r.finished_at is not None and r.finished_at >= since))
+        ]
+        return usage_totals(spent, by)
 
     def counts(self) -> Mapping[RunStatus, int]:
         """See :meth:`Store.counts`.

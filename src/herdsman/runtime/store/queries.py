@@ -19,11 +19,13 @@ from typing import Any, Protocol
 
 import attrs
 
+from herdsman.runtime.runner.run_usage import ModelUsage, Tokens
 from herdsman.runtime.store.errors import StoreConflict
 from herdsman.runtime.store.records import (
     NewRun,
     RunRecord,
     RunStatus,
+    Spend,
     new_record,
     not_found,
 )
@@ -37,6 +39,7 @@ __all__ = [
     "RECORD_NAMES",
     "RUN_COLUMNS",
     "SELECT_RUNS",
+    "SPEND_COLUMNS",
     "Cursor",
     "check_updated",
     "existing_run",
@@ -45,6 +48,8 @@ __all__ = [
     "life_values",
     "limit_key",
     "run_from_row",
+    "spend_from_row",
+    "spend_values",
     "unstorable",
     "update_life",
     "update_run",
@@ -83,14 +88,31 @@ class Cursor(Protocol):
 _RUNS = SCHEMA.table("runs")
 _FIELDS = attrs.fields_dict(RunRecord)
 
-#: The runs table's columns a :class:`RunRecord` holds, in the table's order
-#: (:func:`run_from_row` reads a row of them).
+#: The columns that hold a record's :class:`Spend` (``RunRecord.spend``), in
+#: :func:`spend_values`' order: tokens by kind, cost, turns, API time, models.
+SPEND_COLUMNS: tuple[str, ...] = tuple(
+    _RUNS.column(name).name
+    for name in (
+        "input_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "output_tokens",
+        "reasoning_tokens",
+        "cost_usd",
+        "turns",
+        "api_time",
+        "models",
+    )
+)
+#: The runs table's columns a :class:`RunRecord` holds by name, in the table's order.
 RECORD_NAMES: tuple[str, ...] = tuple(c.name for c in _RUNS.columns if c.name in _FIELDS)
-#: :data:`RECORD_NAMES` as a select list.
-RUN_COLUMNS = ", ".join(RECORD_NAMES)
+#: :data:`RECORD_NAMES` then :data:`SPEND_COLUMNS` as a select list
+#: (:func:`run_from_row` reads a row of them).
+RUN_COLUMNS = ", ".join((*RECORD_NAMES, *SPEND_COLUMNS))
 #: A run's record columns, for a ``WHERE`` / ``ORDER BY`` to follow.
 SELECT_RUNS = f"SELECT {RUN_COLUMNS} FROM runs"
-#: What a run's start, finish or re-queue writes, after its status, in the table's order.
+#: What a run's start, finish or re-queue writes, after its status, in the
+#: table's order (and the spend columns after them: see :func:`update_life`).
 LIFE_COLUMNS: tuple[str, ...] = tuple(c.name for c in _RUNS.columns if c.life)
 
 # seq is the database's to hand out.
@@ -113,13 +135,72 @@ def update_life(*also: str) -> str:
     meanwhile, no row matches and :func:`check_updated` refuses the change,
     so two writers can never both win.
     """
-    sets = ", ".join(f"{name} = ?" for name in ("status", *LIFE_COLUMNS, *also))
+    sets = ", ".join(f"{name} = ?" for name in ("status", *LIFE_COLUMNS, *SPEND_COLUMNS, *also))
     return f"UPDATE runs SET {sets} WHERE id = ? AND status = ?"
 
 
 def life_values(record: RunRecord) -> tuple[Any, ...]:
     """The values of :func:`update_life`'s ``SET`` clause (before ``also``'s), in its order."""
-    return (record.status.value, *_LIFE(record))
+    return (record.status.value, *_LIFE(record), *spend_values(record.spend))
+
+
+_NO_SPEND = (None,) * len(SPEND_COLUMNS)
+_NO_TOKENS = (None,) * 5
+
+
+def spend_values(spend: Spend | None) -> tuple[Any, ...]:
+    """``spend`` as the values of :data:`SPEND_COLUMNS`; all NULL for none."""
+    if spend is None:
+        return _NO_SPEND
+    tokens = spend.tokens
+    counts = (
+        _NO_TOKENS
+        if tokens is None
+        else (tokens.input, tokens.cache_read, tokens.cache_write, tokens.output, tokens.reasoning)
+    )
+    models = json.dumps(
+        [
+            {
+                "model": model.model,
+                "input": model.tokens.input,
+                "cache_read": model.tokens.cache_read,
+                "cache_write": model.tokens.cache_write,
+                "output": model.tokens.output,
+                "reasoning": model.tokens.reasoning,
+                "cost_usd": model.cost_usd,
+            }
+            for model in spend.models
+        ]
+    )
+    return (*counts, spend.cost_usd, spend.turns, spend.api_time, models)
+
+
+def spend_from_row(values: Sequence[Any]) -> Spend | None:
+    """The :class:`Spend` held by a row's :data:`SPEND_COLUMNS`; None where ``models`` is NULL."""
+    *counts, cost, turns, api_time, models = values
+    if models is None:
+        return None
+    return Spend(
+        # int(): PostgreSQL's BIGINT sums and reads back as int, as SQLite's do.
+        tokens=None if counts[0] is None else Tokens(*(int(count) for count in counts)),
+        cost_usd=None if cost is None else float(cost),
+        models=tuple(
+            ModelUsage(
+                entry["model"],
+                Tokens(
+                    entry["input"],
+                    entry["cache_read"],
+                    entry["cache_write"],
+                    entry["output"],
+                    entry["reasoning"],
+                ),
+                entry["cost_usd"],
+            )
+            for entry in json.loads(models)
+        ),
+        turns=turns,
+        api_time=None if api_time is None else float(api_time),
+    )
 
 
 # Each OR term has its own index (runs_by_started_at, runs_by_finished_at,
@@ -211,11 +292,15 @@ def update_run(cur: Cursor, current: RunRecord, record: RunRecord) -> None:
         if value != before or type(value) is not type(before)
     ]
     names = tuple(name for name, _ in changed)
+    values = [value for _, value in changed]
+    spend = record.spend
+    if spend is not current.spend and spend != current.spend:
+        names = (*names, *SPEND_COLUMNS)
+        values.extend(spend_values(spend))
     sql = _UPDATES.get(names)
     if sql is None:
         sets = "".join(f", {name} = ?" for name in names)
         sql = _UPDATES[names] = f"UPDATE runs SET status = ?{sets} WHERE id = ? AND status = ?"
-    values = [value for _, value in changed]
     cur.execute(sql, (record.status.value, *values, current.id, current.status.value))
     check_updated(cur, current, record)
 
@@ -265,12 +350,19 @@ def run_from_row(row: Sequence[Any]) -> RunRecord:
     values[_FIELD_STATUS] = _STATUSES.get(status) or RunStatus(status)
     notes = values[_FIELD_NOTES]
     values[_FIELD_NOTES] = () if notes == "[]" else tuple(json.loads(notes))
+    # Most rows read are queued or running runs: no spend to build.
+    values.append(None if row[_MODELS] is None else spend_from_row(row[_SPEND]))
     return RunRecord(*values)
 
 
 # A row's values in the order of RunRecord's fields, to pass them by position
-# (by keyword took half as long again). Every field has its column.
-_IN_FIELD_ORDER = operator.itemgetter(*(RECORD_NAMES.index(name) for name in _FIELDS))
+# (by keyword took half as long again). Every field but the last, spend, has
+# its column; spend is read from the row's tail (SPEND_COLUMNS).
+_IN_FIELD_ORDER = operator.itemgetter(
+    *(RECORD_NAMES.index(name) for name in _FIELDS if name != "spend")
+)
+_SPEND = slice(len(RECORD_NAMES), len(RECORD_NAMES) + len(SPEND_COLUMNS))
+_MODELS = len(RECORD_NAMES) + len(SPEND_COLUMNS) - 1
 _FIELD_METADATA, _FIELD_STATUS, _FIELD_NOTES = (
     list(_FIELDS).index(name) for name in ("metadata", "status", "notes")
 )

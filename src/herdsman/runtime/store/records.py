@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final, TypeAlias
 
 import attrs
@@ -17,6 +17,7 @@ import attrs
 # Defined in the core, where the lifecycle decides with it; re-exported here.
 from herdsman.core.outcome import RunStatus as RunStatus  # noqa: PLC0414
 from herdsman.core.runs import DEFAULT_WORKSPACE
+from herdsman.runtime.runner.run_usage import ModelUsage, RunUsage, Tokens
 from herdsman.runtime.store.errors import RunNotFound, StoreConflict, StoreError
 
 JSON: TypeAlias = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | None
@@ -217,6 +218,85 @@ def _check_utf8(fields: Mapping[str, str | None], owner: str, *names: str | None
             )
 
 
+@attrs.frozen(slots=True)
+class Spend:
+    """What the ledger keeps of a run's usage (:class:`RunUsage`): what it spent.
+
+    ``tokens`` by kind (None: the stream gave no counts), ``cost_usd`` the
+    provider's own figure (None: the stream gave none), ``models`` the same
+    per model, sorted by name, ``turns`` and ``api_time`` (seconds) as the
+    agent counted them. For a provider that reports a session's running
+    totals (Codex), the figures are the run's own: what earlier runs of the
+    same session spent is taken off when the run is recorded
+    (:func:`own_spend`).
+    """
+
+    tokens: Tokens | None = None
+    cost_usd: float | None = None
+    models: tuple[ModelUsage, ...] = ()
+    turns: int | None = None
+    api_time: float | None = None
+
+
+def tokens_json(tokens: Tokens) -> dict[str, JSON]:
+    """Tokens by kind as JSON, with their ``total`` (reasoning is part of output)."""
+    return {
+        "input": tokens.input,
+        "cache_read": tokens.cache_read,
+        "cache_write": tokens.cache_write,
+        "output": tokens.output,
+        "reasoning": tokens.reasoning,
+        "total": tokens.total,
+    }
+
+
+def spend_json(spend: Spend) -> dict[str, JSON]:
+    """A run's spend as the API, the CLI and the trace show it (docs/operations.md)."""
+    return {
+        "tokens": None if spend.tokens is None else tokens_json(spend.tokens),
+        "cost_usd": spend.cost_usd,
+        "turns": spend.turns,
+        "api_time": spend.api_time,
+        "models": [
+            {"model": m.model, "tokens": tokens_json(m.tokens), "cost_usd": m.cost_usd}
+            for m in spend.models
+        ],
+    }
+
+
+def spend_of(usage: RunUsage | None, before: Tokens | None = None) -> Spend | None:
+    """What the ledger keeps of ``usage``; None when the stream said nothing of it.
+
+    ``before``: what the earlier runs of the same session spent, taken off
+    the counts of a stream that reports session totals (see :func:`own_spend`).
+    """
+    if usage is None:
+        return None
+    tokens = usage.tokens
+    if tokens is not None and usage.session_totals and before is not None:
+        tokens = own_spend(tokens, before)
+    spend = Spend(tokens, usage.cost_usd, usage.models, usage.turns, usage.api_time)
+    return None if spend == _NO_SPEND else spend
+
+
+_NO_SPEND: Final = Spend()
+
+
+def own_spend(totals: Tokens, before: Tokens) -> Tokens:
+    """A resumed session's run's own tokens: its session totals less what earlier runs spent.
+
+    Each kind is floored at zero: a session whose totals went down (its
+    provider restarted the count) is not credited tokens back.
+    """
+    return Tokens(
+        input=max(0, totals.input - before.input),
+        cache_read=max(0, totals.cache_read - before.cache_read),
+        cache_write=max(0, totals.cache_write - before.cache_write),
+        output=max(0, totals.output - before.output),
+        reasoning=max(0, totals.reasoning - before.reasoning),
+    )
+
+
 # Run records and submissions are frozen *dict* classes, not slotted ones:
 # attrs builds a frozen slotted instance through object.__setattr__, a call
 # per field, while a frozen dict class's __init__ stores each field straight
@@ -282,6 +362,9 @@ class RunRecord:
     #: Things worth knowing that are not the outcome, e.g. a repository that
     #: could not be checked out for this run. Appended by ``add_note``.
     notes: tuple[str, ...] = ()
+    #: What its last attempt spent, as its agent's stream reported it (None:
+    #: not finished, or the stream said nothing of it).
+    spend: Spend | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -339,7 +422,8 @@ class RunEnd:
     included (which clears what an earlier attempt left). ``exit_code``,
     ``result``, ``session_id`` and ``excerpt`` come from the agent's
     process; ``reason`` says why it ended as it did; ``log_path`` is where
-    its output was kept.
+    its output was kept. ``usage`` is what the agent's stream said the
+    attempt spent (the ledger keeps its :class:`Spend`).
     """
 
     status: RunStatus
@@ -349,6 +433,7 @@ class RunEnd:
     session_id: str | None = None
     excerpt: str | None = None
     log_path: str | None = None
+    usage: RunUsage | None = None
 
 
 @attrs.frozen(slots=True)
@@ -459,8 +544,12 @@ def started(record: RunRecord, now: float, account: str | None) -> RunRecord:
     )
 
 
-def finished(record: RunRecord, end: RunEnd, now: float) -> RunRecord:
-    """``record`` moved to the outcome ``end.status``; the outcome fields are set as given."""
+def finished(record: RunRecord, end: RunEnd, now: float, before: Tokens | None = None) -> RunRecord:
+    """``record`` moved to the outcome ``end.status``; the outcome fields are set as given.
+
+    ``before``: what earlier runs of the session spent, for a stream that
+    reports session totals (the store sums them: see :func:`needs_before`).
+    """
     status = end.status
     if status not in FINISH_STATUSES:
         raise StoreError(
@@ -478,6 +567,7 @@ def finished(record: RunRecord, end: RunEnd, now: float) -> RunRecord:
         "session_id": end.session_id,
         "excerpt": end.excerpt,
         "log_path": end.log_path,
+        "spend": None if end.usage is None else spend_of(end.usage, before),
     }
     if not _plain(end.reason, end.result, end.session_id, end.excerpt, end.log_path):
         check_texts(
@@ -491,6 +581,48 @@ def finished(record: RunRecord, end: RunEnd, now: float) -> RunRecord:
             },
         )
     return _evolved(record, changes)
+
+
+def needs_before(end: RunEnd) -> bool:
+    """Whether recording ``end`` takes what earlier runs of its session spent.
+
+    True for a stream that reports a session's running totals (Codex) when
+    the run names its session: a store then sums the spend of the earlier
+    runs of that session in the same conversation (the one a session is
+    resumed in) and passes it to :func:`finished`.
+    """
+    usage = end.usage
+    return (
+        usage is not None
+        and usage.session_totals
+        and usage.tokens is not None
+        and end.session_id is not None
+    )
+
+
+def session_before(runs: Iterable[RunRecord], current: RunRecord, end: RunEnd) -> Tokens | None:
+    """What the runs of ``end``'s session before ``current`` spent, among ``runs``.
+
+    The in-memory stores' answer to :func:`needs_before` (the SQL stores
+    ask the same of the database): the tokens of the earlier runs of the
+    same provider, workspace, conversation and session, summed.
+    """
+    if current.conversation is None:
+        return None
+    total: Tokens | None = None
+    for r in runs:
+        spent = r.spend
+        if (
+            spent is not None
+            and spent.tokens is not None
+            and r.conversation == current.conversation
+            and r.seq < current.seq
+            and r.provider == current.provider
+            and r.workspace == current.workspace
+            and r.session_id == end.session_id
+        ):
+            total = spent.tokens if total is None else total + spent.tokens
+    return total
 
 
 def ended(record: RunRecord, status: RunStatus, now: float, reason: str) -> RunRecord:
@@ -523,6 +655,7 @@ def requeued(record: RunRecord) -> RunRecord:
             "result": None,
             "excerpt": None,
             "log_path": None,
+            "spend": None,
         },
     )
 

@@ -257,6 +257,7 @@ SCHEMA = Schema(
         "the account tracker: a session's account, account_limits, runs by start",
         "fleet coordination: runs.held_by, supervisors (docs/fleet.md)",
         "fleet requests: runs.cancel_request, runs.requeue_mark (docs/fleet.md)",
+        "a run's spend: tokens by kind, cost_usd, turns, api_time, models (docs/store.md)",
     ),
     tables=(
         Table(
@@ -295,6 +296,25 @@ SCHEMA = Schema(
                 # Drawn from seq's counter when a member re-queues the run, so
                 # the other members' polls, past its seq, see it again.
                 Column("requeue_mark", Type.BIGINT, since=6),
+                # What the run's last attempt spent (RunRecord.spend), written
+                # at its finish: NULL where the stream said nothing. Each a
+                # column, so a total is a plain SUM on both databases.
+                Column("input_tokens", Type.BIGINT, since=7),
+                Column("cache_read_tokens", Type.BIGINT, since=7),
+                Column("cache_write_tokens", Type.BIGINT, since=7),
+                Column("output_tokens", Type.BIGINT, since=7),
+                Column("reasoning_tokens", Type.BIGINT, since=7),
+                Column("cost_usd", Type.REAL, since=7),
+                Column("turns", Type.INTEGER, since=7),
+                # Seconds.
+                Column("api_time", Type.REAL, since=7),
+                # JSON of the per-model usage, a list sorted by model; NULL
+                # exactly when the run has no spend (the marker of one). A
+                # JSON column, not a table: it is read only with its run, or
+                # summed by `herdsman usage --by model` while that reads the
+                # runs anyway, and a table would cost every finish an insert
+                # per model and every prune and re-queue a delete.
+                Column("models", Type.TEXT, since=7),
             ),
             indexes=(
                 # queued_in_order, recover, list_runs(status=...), counts.

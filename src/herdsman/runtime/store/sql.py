@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import outcome
 
+from herdsman.runtime.runner.run_usage import Tokens
 from herdsman.runtime.store.errors import (
     CommitOutcomeUnknown,
     ConnectionLost,
@@ -27,12 +28,14 @@ from herdsman.runtime.store.errors import (
 from herdsman.runtime.store.queries import (
     ACCOUNT_USAGE,
     SELECT_RUNS,
+    SPEND_COLUMNS,
     Cursor,
     existing_run,
     fetch_run,
     insert_new,
     limit_key,
     run_from_row,
+    spend_from_row,
     unstorable,
     update_run,
 )
@@ -52,11 +55,13 @@ from herdsman.runtime.store.records import (
     check_text,
     ended,
     finished,
+    needs_before,
     not_queued,
     noted,
     requeued,
     started,
 )
+from herdsman.runtime.store.usage import SpentRun, UsageBy, UsageTotal, usage_totals
 
 if TYPE_CHECKING:
     from herdsman.runtime.store.base import Store
@@ -443,7 +448,12 @@ class SqlStore:
         with self._transaction() as cur:
             now = check_now(now)
             current = existing_run(cur, run_id)
-            record = finished(current, end, now)
+            before = (
+                _session_before(cur, current, end)
+                if end.usage is not None and needs_before(end)
+                else None
+            )
+            record = finished(current, end, now, before)
             self._update_run(cur, current, record)
             return record
 
@@ -655,6 +665,18 @@ class SqlStore:
             rows = cur.execute(ACCOUNT_USAGE, (lost, since, since, running, running, lost))
             return [AccountUse(*row) for row in rows]
 
+    def usage(self, by: UsageBy, since: float | None = None) -> list[UsageTotal]:
+        """See :meth:`Store.usage`."""
+        with self._reading() as cur:
+            if since is None:
+                rows = cur.execute(_SPENT_RUNS + " ORDER BY seq")
+            else:
+                rows = cur.execute(
+                    _SPENT_RUNS + " AND finished_at >= ? ORDER BY seq", (check_now(since),)
+                )
+            spent = [_spent_run(row) for row in rows]
+        return usage_totals(spent, by)
+
     def counts(self) -> Mapping[RunStatus, int]:
         """See :meth:`Store.counts`."""
         with self._reading() as cur:
@@ -667,3 +689,38 @@ class SqlStore:
             if not self._closed:
                 self._closed = True
                 self._close_connection()
+
+
+# models IS NOT NULL: the run has a spend (see SPEND_COLUMNS).
+_SPENT_RUNS = (
+    f"SELECT provider, account, workspace, conversation, {', '.join(SPEND_COLUMNS)}"
+    " FROM runs WHERE models IS NOT NULL"
+)
+
+
+def _spent_run(row: Sequence[Any]) -> SpentRun:
+    spend = spend_from_row(row[4:])
+    assert spend is not None  # models IS NOT NULL
+    return SpentRun(row[0], row[1], row[2], row[3], spend)
+
+
+# The spend of the earlier runs of a session, in its conversation (the one
+# lane a session is resumed on): runs_by_conversation finds them.
+_SESSION_SPENT = (
+    "SELECT SUM(input_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens),"
+    " SUM(output_tokens), SUM(reasoning_tokens) FROM runs"
+    " WHERE conversation = ? AND seq < ? AND provider = ? AND workspace = ?"
+    " AND session_id = ? AND input_tokens IS NOT NULL"
+)
+
+
+def _session_before(cur: Cursor, current: RunRecord, end: RunEnd) -> Tokens | None:
+    """What the runs of ``end``'s session before ``current`` spent (see :meth:`Store.finish`)."""
+    if current.conversation is None or unstorable(end.session_id):
+        return None
+    row = cur.execute(
+        _SESSION_SPENT,
+        (current.conversation, current.seq, current.provider, current.workspace, end.session_id),
+    ).fetchone()
+    # PostgreSQL sums BIGINTs as NUMERIC.
+    return None if row is None or row[0] is None else Tokens(*(int(value) for value in row))

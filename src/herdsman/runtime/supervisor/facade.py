@@ -84,6 +84,7 @@ from herdsman.runtime.store import (
     StoreError,
 )
 from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost
+from herdsman.runtime.store.records import spend_json
 from herdsman.runtime.supervisor.accounts import NO_HISTORY, AccountHistory, AccountTracker
 from herdsman.runtime.supervisor.errors import (
     CancelNotRecorded,
@@ -1646,9 +1647,13 @@ class Supervisor:
         # own text, which str.__str__ copies in C where .value is two
         # Python-level calls (the trace writes only exact str values fast).
         text = str.__str__(status)
+        spend = final.spend  # None on a re-queue, which clears it: its attempt is not counted
         if self._trace is not None:
-            self._trace.finish(final.id, text, exit_code, requeued=requeue)
+            shown = None if spend is None else spend_json(spend)
+            self._trace.finish(final.id, text, exit_code, requeued=requeue, spend=shown)
         if self._counts_runs:
+            if spend is not None:
+                self.metrics.count_spend(final.provider, final.account, spend)
             if not requeue:  # a re-queued run has not finished
                 self.metrics.count_finish(final.provider, text)
             if final.started_at is not None and final.finished_at is not None:

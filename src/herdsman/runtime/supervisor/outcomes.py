@@ -59,4 +59,5 @@ def finish_fields(ended: ProcessOutcome | None, log_path: str) -> RunEnd:
         session_id=as_text(ended.session_id),
         excerpt=as_text(ended.excerpt),
         log_path=log_path,
+        usage=ended.usage,
     )
