@@ -364,7 +364,14 @@ async def test_a_rest_can_be_ended_by_hand_from_the_api_and_the_cli(
     )
     assert (unknown.status_code, unknown.json()["error"]) == (
         404,
-        "provider 'agent' has no account 'zz' configured",
+        "provider 'agent' has no account 'zz'; its accounts: a, b",
+    )
+    # No ambient account: the provider's accounts are named, so name one.
+    ambient = await running.client.post("/v1/accounts/end-rest", json={"provider": "agent"})
+    assert (ambient.status_code, ambient.json()["error"]) == (
+        404,
+        "provider 'agent' has no ambient account; name one of its accounts (a, b),"
+        " e.g. `accounts end-rest agent a`",
     )
     bad = await running.client.post("/v1/accounts/end-rest", json={"provider": 3})
     assert (bad.status_code, bad.json()["error"]) == (
@@ -372,27 +379,24 @@ async def test_a_rest_can_be_ended_by_hand_from_the_api_and_the_cli(
         "provider: required, a string; got 3",
     )
 
-    cli = await trio.to_thread.run_sync(
-        lambda: subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "herdsman",
-                "accounts",
-                "end-rest",
-                "agent",
-                "b",
-                "-c",
-                "supervisor.toml",
-            ],
+    def end_rest(*names: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "herdsman", "accounts", "end-rest", *names]
+            + ["-c", "supervisor.toml"],
             cwd=tmp_path,
             capture_output=True,
             text=True,
             timeout=60,
             check=False,
         )
-    )
+
+    cli = await trio.to_thread.run_sync(end_rest, "agent", "b")
     assert (cli.returncode, cli.stdout) == (0, "agent/b: available\n"), cli.stderr
+    nope = await trio.to_thread.run_sync(end_rest, "nope")
+    assert (nope.returncode, nope.stdout) == (1, "")
+    assert nope.stderr == (
+        "herdsman: no provider 'nope' is configured (configured: demo, agent) (HTTP 404)\n"
+    )
     assert (await accounts(running))["b"]["exhausted_until"] is None
     # Ended in the ledger too: a restart does not bring the rests back.
     now = time.time()

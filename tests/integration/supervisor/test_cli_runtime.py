@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -395,6 +396,19 @@ def test_sighup_reload_and_config_set_reload_a_running_supervisor(workdir: Path)
         assert lines[2:] == ["  providers.demo.concurrency: 2 -> 3  (applied)", "generation 3"]
         status = json.loads(herdsman("status", *CLI, "--json", cwd=workdir).stdout)
         assert status["limits"]["providers"] == {"demo": 3}
+        # Reloading the same file again changes nothing, and says so rather
+        # than print the earlier reload's changes as if made now.
+        again = herdsman("reload", *CLI, cwd=workdir)
+        assert (again.returncode, again.stderr) == (0, ""), again.stdout
+        assert re.fullmatch(
+            r"supervisor\.toml is unchanged since the reload at \d\d:\d\d:\d\d"
+            r" \(applied, generation 3\); nothing to do\n",
+            again.stdout,
+        ), again.stdout
+        again_json = json.loads(herdsman("reload", *CLI, "--json", cwd=workdir).stdout)
+        assert again_json["repeat"] is True
+        assert again_json["at"] == status["last_reload"]["at"]
+        assert status["last_reload"]["repeat"] is False
 
         path.write_text(path.read_text().replace("concurrency = 3", "concurrency = 0"))
         rejected = herdsman("reload", *CLI, cwd=workdir)
@@ -410,12 +424,23 @@ def test_sighup_reload_and_config_set_reload_a_running_supervisor(workdir: Path)
             "  supervisor.toml:8:15: providers.demo.concurrency: must be a whole number"
             " from 1 to 64, got 0",
         ]
+        rejected_again = herdsman("reload", *CLI, cwd=workdir)
+        assert (rejected_again.returncode, rejected_again.stdout) == (1, "")
+        assert re.fullmatch(
+            r"supervisor\.toml is unchanged since the reload at \d\d:\d\d:\d\d, which was"
+            r" rejected \(generation 3 stays in force\):\n  supervisor\.toml:8:15: .*\n",
+            rejected_again.stderr,
+        ), rejected_again.stderr
         path.write_text(path.read_text().replace("concurrency = 0", "concurrency = 3"))
         unchanged = herdsman("reload", *CLI, cwd=workdir)
         assert unchanged.returncode == 0
-        assert unchanged.stdout.splitlines()[-1] == (
-            "no changes: the file is already in force (generation 3)"
-        )
+        # The watcher may have reloaded the repaired file a moment before.
+        assert re.fullmatch(
+            r"no changes: the file is already in force \(generation 3\)\n"
+            r"|supervisor\.toml is unchanged since the reload at \d\d:\d\d:\d\d"
+            r" \(no changes, generation 3\); nothing to do\n",
+            unchanged.stdout,
+        ), unchanged.stdout
         assert sup.stop(signal.SIGTERM) == 0
     finally:
         sup.close()
