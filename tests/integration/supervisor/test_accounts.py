@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -92,6 +93,18 @@ async def accounts(running: Running) -> dict[str | None, dict[str, Any]]:
     response = await running.client.get("/v1/accounts")
     assert response.status_code == 200, response.text
     return {a["account"]: a for a in response.json()["accounts"]}
+
+
+def herdsman_in(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real CLI, run on ``cwd``'s supervisor.toml."""
+    return subprocess.run(
+        [sys.executable, "-m", "herdsman", *args, "-c", "supervisor.toml"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def next_8pm_berlin(now: float) -> float:
@@ -277,16 +290,7 @@ async def test_the_accounts_command_and_status_say_who_rests_until_when(
     assert (ended["status"], ended["attempts"]) == ("usage_limited", 2)
     waiting = await submit(running)
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "herdsman", *args, "-c", "supervisor.toml"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
+    cli = partial(herdsman_in, tmp_path)
     shown = await trio.to_thread.run_sync(cli, "accounts")
     assert shown.returncode == 0, shown.stderr
     rows = {line.split()[1]: line for line in shown.stdout.splitlines()[1:]}
@@ -379,17 +383,7 @@ async def test_a_rest_can_be_ended_by_hand_from_the_api_and_the_cli(
         "provider: required, a string; got 3",
     )
 
-    def end_rest(*names: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "herdsman", "accounts", "end-rest", *names]
-            + ["-c", "supervisor.toml"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
+    end_rest = partial(herdsman_in, tmp_path, "accounts", "end-rest")
     cli = await trio.to_thread.run_sync(end_rest, "agent", "b")
     assert (cli.returncode, cli.stdout) == (0, "agent/b: available\n"), cli.stderr
     nope = await trio.to_thread.run_sync(end_rest, "nope")
