@@ -612,12 +612,12 @@ def _print_repeated_reload(body: Mapping[str, Any], name: str) -> None:
             print(f"  {error}", file=sys.stderr)
         return
     changes = body["changes"]
-    if any(change["applied"] for change in changes):
-        what = "applied"
-    elif changes:
-        what = "its changes wait for a restart"
-    else:
-        what = "no changes"
+    said = ["applied"] if any(change["applied"] for change in changes) else []
+    if waiting := [change["key"] for change in changes if not change["applied"]]:
+        said.append(
+            f"{', '.join(waiting)} {'waits' if len(waiting) == 1 else 'wait'} for a restart"
+        )
+    what = "; ".join(said) or "no changes"
     print(f"{since} ({what}, generation {body['generation']}); nothing to do")
 
 

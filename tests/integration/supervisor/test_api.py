@@ -542,7 +542,7 @@ async def test_a_run_that_cannot_be_spawned_says_why_in_plain_words(
     a_file = tmp_path / "a-file"
     a_file.write_text("")
     # Not refused at submit time: in a fleet the folder may exist on another member.
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         (
             {"cwd": str(tmp_path / "nowhere")},
             f"its working directory {tmp_path / 'nowhere'} does not exist",
