@@ -578,9 +578,47 @@ def _reload(args: argparse.Namespace) -> int:
         _, body = client.request("POST", "/v1/reload", timeout=120, answers=(422,))
     if args.json:
         _print_json(body)
+    elif body.get("repeat"):
+        _print_repeated_reload(body, _config_name(args))
     else:
         print_reload(body)
     return 0 if body["ok"] else 1
+
+
+def _config_name(args: argparse.Namespace) -> str:
+    """The configuration file's name, for a message (``the file`` if it cannot be found)."""
+    from herdsman.config import find_config_file  # noqa: PLC0415
+
+    try:
+        path = find_config_file(args.config, os.environ)
+    except ConfigError:
+        path = None
+    return "the file" if path is None else path.name
+
+
+def _print_repeated_reload(body: Mapping[str, Any], name: str) -> None:
+    """``herdsman reload`` of a file an earlier reload already read: nothing was done now.
+
+    That reload's changes are not listed again: they would read as made now.
+    """
+    when = dt.datetime.fromtimestamp(body["at"]).astimezone().strftime("%H:%M:%S")
+    since = f"{name} is unchanged since the reload at {when}"
+    if not body["ok"]:
+        print(
+            f"{since}, which was rejected (generation {body['generation']} stays in force):",
+            file=sys.stderr,
+        )
+        for error in body["errors"]:
+            print(f"  {error}", file=sys.stderr)
+        return
+    changes = body["changes"]
+    said = ["applied"] if any(change["applied"] for change in changes) else []
+    if waiting := [change["key"] for change in changes if not change["applied"]]:
+        said.append(
+            f"{', '.join(waiting)} {'waits' if len(waiting) == 1 else 'wait'} for a restart"
+        )
+    what = "; ".join(said) or "no changes"
+    print(f"{since} ({what}, generation {body['generation']}); nothing to do")
 
 
 def reload_running(config: Config, config_file: Path) -> int:
@@ -611,7 +649,7 @@ def print_reload(body: Mapping[str, Any], header: str | None = None) -> None:
     out = sys.stdout if body["ok"] else sys.stderr
     if header is not None:
         print(header, file=out)
-    if body["trigger"] != "API":
+    if body.get("repeat"):
         when = _local_time(body["at"])
         print(f"the file is unchanged since it was reloaded ({body['trigger']}, {when}):", file=out)
     if not body["ok"]:

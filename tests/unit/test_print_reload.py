@@ -11,7 +11,12 @@ from herdsman.runtime_cli import print_reload
 def test_a_rejected_reload_is_one_report_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     # The watcher rejected the file first: the answer is that reload, and says so.
     body = ReloadResult(
-        False, 3, "file changed", 0.0, errors=("s.toml:8:15: providers.demo.concurrency: bad",)
+        False,
+        3,
+        "file changed",
+        0.0,
+        errors=("s.toml:8:15: providers.demo.concurrency: bad",),
+        repeat=True,
     ).as_json()
     print_reload(body, "the running supervisor reloaded the file:")
     out, err = capsys.readouterr()

@@ -256,6 +256,9 @@ class ReloadResult:
     changes: tuple[Change, ...] = ()
     #: One line per problem, as ``herdsman check`` prints them, if rejected.
     errors: tuple[str, ...] = ()
+    #: True when the file was as an earlier reload found it: this is that
+    #: reload's result (its trigger, time and changes), and nothing was done now.
+    repeat: bool = False
 
     @property
     def applied(self) -> bool:
@@ -271,4 +274,5 @@ class ReloadResult:
             "at": self.at,
             "changes": [change.as_json() for change in self.changes],
             "errors": list(self.errors),
+            "repeat": self.repeat,
         }

@@ -300,4 +300,7 @@ async def test_ending_a_rest_from_the_page_answers_as_the_api(served: Served) ->
             headers=headers,
         )
         assert unknown.status_code == 404
-        assert unknown.json() == {"error": "provider 'gate' has no account 'x' configured"}
+        assert unknown.json() == {
+            "error": "provider 'gate' has no account 'x': its only account is the ambient one"
+            " (leave the account out: `accounts end-rest gate`)"
+        }

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -92,6 +93,18 @@ async def accounts(running: Running) -> dict[str | None, dict[str, Any]]:
     response = await running.client.get("/v1/accounts")
     assert response.status_code == 200, response.text
     return {a["account"]: a for a in response.json()["accounts"]}
+
+
+def herdsman_in(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real CLI, run on ``cwd``'s supervisor.toml."""
+    return subprocess.run(
+        [sys.executable, "-m", "herdsman", *args, "-c", "supervisor.toml"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def next_8pm_berlin(now: float) -> float:
@@ -277,16 +290,7 @@ async def test_the_accounts_command_and_status_say_who_rests_until_when(
     assert (ended["status"], ended["attempts"]) == ("usage_limited", 2)
     waiting = await submit(running)
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "herdsman", *args, "-c", "supervisor.toml"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
+    cli = partial(herdsman_in, tmp_path)
     shown = await trio.to_thread.run_sync(cli, "accounts")
     assert shown.returncode == 0, shown.stderr
     rows = {line.split()[1]: line for line in shown.stdout.splitlines()[1:]}
@@ -364,7 +368,14 @@ async def test_a_rest_can_be_ended_by_hand_from_the_api_and_the_cli(
     )
     assert (unknown.status_code, unknown.json()["error"]) == (
         404,
-        "provider 'agent' has no account 'zz' configured",
+        "provider 'agent' has no account 'zz'; its accounts: a, b",
+    )
+    # No ambient account: the provider's accounts are named, so name one.
+    ambient = await running.client.post("/v1/accounts/end-rest", json={"provider": "agent"})
+    assert (ambient.status_code, ambient.json()["error"]) == (
+        404,
+        "provider 'agent' has no ambient account; name one of its accounts (a, b),"
+        " e.g. `accounts end-rest agent a`",
     )
     bad = await running.client.post("/v1/accounts/end-rest", json={"provider": 3})
     assert (bad.status_code, bad.json()["error"]) == (
@@ -372,27 +383,14 @@ async def test_a_rest_can_be_ended_by_hand_from_the_api_and_the_cli(
         "provider: required, a string; got 3",
     )
 
-    cli = await trio.to_thread.run_sync(
-        lambda: subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "herdsman",
-                "accounts",
-                "end-rest",
-                "agent",
-                "b",
-                "-c",
-                "supervisor.toml",
-            ],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    )
+    end_rest = partial(herdsman_in, tmp_path, "accounts", "end-rest")
+    cli = await trio.to_thread.run_sync(end_rest, "agent", "b")
     assert (cli.returncode, cli.stdout) == (0, "agent/b: available\n"), cli.stderr
+    nope = await trio.to_thread.run_sync(end_rest, "nope")
+    assert (nope.returncode, nope.stdout) == (1, "")
+    assert nope.stderr == (
+        "herdsman: no provider 'nope' is configured (configured: demo, agent) (HTTP 404)\n"
+    )
     assert (await accounts(running))["b"]["exhausted_until"] is None
     # Ended in the ledger too: a restart does not bring the rests back.
     now = time.time()

@@ -525,3 +525,36 @@ async def test_runs_in_overlapping_directories_never_overlap(start: Start, tmp_p
     outer_done, inner_done, other_done = runs
     assert inner_done["started_at"] >= outer_done["finished_at"]  # overlapping: one after the other
     assert other_done["started_at"] < outer_done["finished_at"]  # disjoint: side by side
+
+
+async def test_a_run_that_cannot_be_spawned_says_why_in_plain_words(
+    start: Start, tmp_path: Path
+) -> None:
+    # No Python repr (PosixPath('...'), [Errno 2]) in a reason a user reads.
+    not_executable = tmp_path / "agent.sh"
+    not_executable.write_text("#!/bin/sh\necho hi\n")
+    not_executable.chmod(0o644)
+    providers = (
+        f'[providers.gone]\nexec = ["{tmp_path / "no-such-agent"}"]\n'
+        f'[providers.locked]\nexec = ["{not_executable}"]\n'
+    )
+    running = await start(config_at(write_config(tmp_path, extra_provider=providers)))
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    # Not refused at submit time: in a fleet the folder may exist on another member.
+    cases: list[tuple[dict[str, Any], str]] = [
+        (
+            {"cwd": str(tmp_path / "nowhere")},
+            f"its working directory {tmp_path / 'nowhere'} does not exist",
+        ),
+        ({"cwd": str(a_file)}, f"its working directory {a_file} is not a directory"),
+        ({"provider": "gone"}, f"its program {tmp_path / 'no-such-agent'} was not found"),
+        (
+            {"provider": "locked"},
+            f"its program {not_executable} may not be run (permission denied)",
+        ),
+    ]
+    for body, why in cases:
+        done = await running.wait((await submit(running, **body))["id"])
+        provider = body.get("provider", "demo")
+        assert (done["status"], done["reason"]) == ("failed", f"could not start {provider}: {why}")

@@ -115,8 +115,7 @@ class AccountTracker:
         Raises :class:`UnknownAccount` if the provider has no such account.
         """
         if not self._life.book.knows(provider, account):
-            what = "its ambient account" if account is None else f"no account {account!r}"
-            raise UnknownAccount(f"provider {provider!r} has {what} configured")
+            raise UnknownAccount(self._unknown_account(provider, account))
 
         def cleared(_: None) -> None:
             self._life.end_rest(provider, account)
@@ -133,6 +132,32 @@ class AccountTracker:
             for s in self._life.book.statuses(now)
             if (s.provider, s.account) == (provider, account) and not s.retired
         )
+
+    def _unknown_account(self, provider: str, account: str | None) -> str:
+        """Why ``provider``/``account`` names no configured account, and what would."""
+        book = self._life.book
+        if provider not in book.providers:
+            configured = ", ".join(book.providers) or "none"
+            return f"no provider {provider!r} is configured (configured: {configured})"
+        names = [
+            s.account
+            for s in book.statuses(self._wall())
+            if s.provider == provider and not s.retired
+        ]
+        named = [name for name in names if name is not None]
+        if account is None and named:
+            return (
+                f"provider {provider!r} has no ambient account; name one of its accounts"
+                f" ({', '.join(named)}), e.g. `accounts end-rest {provider} {named[0]}`"
+            )
+        if account is not None and not named:
+            return (
+                f"provider {provider!r} has no account {account!r}: its only account is"
+                f" the ambient one (leave the account out: `accounts end-rest {provider}`)"
+            )
+        listed = ", ".join(name if name is not None else "(ambient)" for name in names)
+        asked = "ambient account" if account is None else f"account {account!r}"
+        return f"provider {provider!r} has no {asked}; its accounts: {listed or 'none'}"
 
     async def rest(self, provider: str, account: str | None, until: float, message: str) -> None:
         """Rest an account until ``until`` (unix seconds), as a usage limit would.

@@ -73,6 +73,7 @@ from herdsman.runtime.runner import (
     execute,
     not_started,
 )
+from herdsman.runtime.runner.spawn_failure import why_not_spawned
 from herdsman.runtime.stop_order import StopOrder
 from herdsman.runtime.store import (
     NewRun,
@@ -1415,7 +1416,8 @@ class Supervisor:
         except Exception as exc:  # a run's failure is its own, never the supervisor's
             if not isinstance(exc, OSError):
                 log.exception("run %s could not be started", record.id)
-            ended = not_started(Outcome.FAILED, f"could not start {record.provider}: {exc}")
+            why = why_not_spawned(exc, spec) if isinstance(exc, OSError) else str(exc)
+            ended = not_started(Outcome.FAILED, f"could not start {record.provider}: {why}")
         finally:
             self._preparing.pop(record.id, None)
             stop_order = self._stop_order

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
+import attrs
 import trio
 
 from herdsman.config import ConfigError, LoadedConfig
@@ -108,14 +109,15 @@ class Reloader:
             last = self.last_reload
             if seen is not None and seen == self._config_seen and last is not None:
                 # This very file was reloaded already (the watcher is quick):
-                # say what that reload did rather than "no changes".
+                # say what that reload did rather than "no changes", marked as
+                # a repeat so nobody takes its changes for ones made now.
                 log.info(
                     "reload (%s): the file is as the last reload (%s) found it: %s",
                     trigger,
                     last.trigger,
                     "applied" if last.ok else "rejected: " + "; ".join(last.errors),
                 )
-                return last
+                return attrs.evolve(last, repeat=True)
             self._config_seen = seen
             try:
                 loaded, changes = await trio.to_thread.run_sync(
