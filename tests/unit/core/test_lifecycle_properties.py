@@ -106,7 +106,7 @@ LEDGER_ACCOUNTS = ("a", "b", "c", "d", "z")
 # A rest in the ledger is one in force: it ends after the poll, the window's
 # edge (100 s) among the times; one per account.
 ledger_rest_st = st.tuples(
-    st.sampled_from(LEDGER_PROVIDERS),
+    st.sampled_from(("p0", "p1", *LEDGER_PROVIDERS)),
     st.sampled_from((*LEDGER_ACCOUNTS, None)),
     st.sampled_from((1.0, 50.0, 300.0)),
     st.sampled_from(("out of quota", "by hand", "elsewhere")),
@@ -662,28 +662,30 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.take()
 
     @rule(
-        keep=st.booleans(),
+        keep=st.sampled_from((None, "out of quota", "reworded")),
         rests=st.lists(ledger_rest_st, max_size=3),
         uses=st.lists(ledger_use_st, max_size=6),
     )
     def sync_accounts(
         self,
-        keep: bool,
+        keep: str | None,
         rests: list[tuple[str, str | None, float, str]],
         uses: list[tuple[str, str, float, float | None]],
     ) -> None:
         """A fleet member's poll: the ledger's rests in force, and the other members' runs.
 
-        ``keep``: the ledger still holds the rests in force here (an
-        unchanged rest is no change), with ``rests`` on top.
+        ``keep``: the ledger still holds the rests in force here, with
+        ``rests`` on top: as they are (``"out of quota"``: an unchanged rest
+        is no change) or with another message (a change).
         """
         model, now = self.model, self.now
         ledger: dict[tuple[str, str | None], tuple[float, str]] = {}
-        if keep:
+        if keep is not None:
             for key, account in sorted(model.accounts.items(), key=lambda i: str(i[0])):
                 if account.resting_until is not None and account.resting_until > now:
                     assert account.message is not None
-                    ledger[key] = (account.resting_until, account.message)
+                    message = account.message if keep == "out of quota" else keep
+                    ledger[key] = (account.resting_until, message)
         for provider, name, seconds, message in rests:
             ledger[provider, name] = (now + seconds, message)
         limits = [(p, n, until, message) for (p, n), (until, message) in ledger.items()]
