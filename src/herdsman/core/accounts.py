@@ -171,6 +171,10 @@ class _Account:
         """Runs, or run-minutes, used in the current window (the fleet's, in a fleet)."""
         window = self.spec.window
         if window is None:
+            if self.spec.unit == "runs":
+                # Starts are counted only in a window: any left here are from
+                # before a reload took the window away.
+                return 0.0
             horizon = -math.inf
             elsewhere = None  # nothing is counted without a window, here or elsewhere
         else:

@@ -199,6 +199,16 @@ def test_an_account_kept_by_a_reload_keeps_its_usage_and_takes_new_limits() -> N
     assert book.pick("claude", None, T0 + 2) == Pick("a")
 
 
+def test_an_account_a_reload_takes_the_window_from_counts_no_runs() -> None:
+    # Starts count only in a window: those from before the reload are not usage.
+    book = book_of(AccountSpec("a", window=HOUR, budget=3))
+    start(book, "r0", None, T0)
+    book.finish("r0", T0 + 1)
+    book.configure("claude", [AccountSpec("a")])
+    [status] = book.statuses(T0 + 2)
+    assert (status.usage, status.runs_started) == (0.0, 1)
+
+
 def test_restored_usage_and_limits_count_after_a_restart() -> None:
     book = book_of(AccountSpec("a", window=HOUR, budget=2), AccountSpec("b"))
     book.restore_usage("claude", "a", T0 - 100, T0 - 50)

@@ -21,6 +21,11 @@ accounts as plain records, and scans. It knows:
   running; a stop asked while a finish is being recorded is that attempt's
   only), holds, give-backs, reloads (caps, exclusivity, accounts removed
   and added: a removed account keeps its runs until they end), drains, rests;
+* a fleet's word on the accounts at each poll (``sync_accounts``): the runs
+  other members started on an account count against its budget in its
+  window as its own do (none without a window), the rests the ledger holds
+  are exactly the rests in force (a rest it does not name is over), and
+  accounts not configured here are ignored;
 * runs the ledger has queued, adopted in their place by sequence number (a
   fleet's poll, a refused cancel: a known id too), runs that left the
   ledger's queue forgotten, and finishes that could not be recorded (lost:
@@ -43,7 +48,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from herdsman.core import Limits, RunRequest, busy_keys, exclusion_keys
-from herdsman.core.accounts import DEFAULT_REST, MAX_REST, AccountSpec, sticky_key
+from herdsman.core.accounts import DEFAULT_REST, MAX_REST, AccountSpec, Elsewhere, sticky_key
 from herdsman.core.lifecycle import Admission, Lifecycle, Settings, Withdrawal
 from herdsman.core.outcome import Outcome, RunOutcome, RunStatus, UsageLimit
 
@@ -95,21 +100,52 @@ ending_st = st.tuples(
     st.tuples(st.sampled_from((30.0, None, -5.0, 500.0, 1e9))) | st.none(),
     st.booleans(),
 )
+#: Names a fleet's ledger may give: configured here or not, by some set-up.
+LEDGER_PROVIDERS = ("p0", "p1", "px", "p9")
+LEDGER_ACCOUNTS = ("a", "b", "c", "d", "z")
+# A rest in the ledger is one in force: it ends after the poll, the window's
+# edge (100 s) among the times; one per account.
+ledger_rest_st = st.tuples(
+    st.sampled_from(("p0", "p1", *LEDGER_PROVIDERS)),
+    st.sampled_from((*LEDGER_ACCOUNTS, None)),
+    st.sampled_from((1.0, 50.0, 300.0)),
+    st.sampled_from(("out of quota", "by hand", "elsewhere")),
+)
+# Another member's run: its start, seconds before the poll (100: on the
+# window's edge), and its end after the start (None: still running).
+ledger_use_st = st.tuples(
+    st.sampled_from(LEDGER_PROVIDERS),
+    st.sampled_from(LEDGER_ACCOUNTS),
+    st.sampled_from((0.0, 10.0, 60.0, 99.0, 100.0, 150.0)),
+    st.sampled_from((None, 0.0, 5.0)),
+)
 
 
 @dataclass
 class Account:
-    """An account as the model keeps it: its spec, runs, starts in its window, rest."""
+    """An account as the model keeps it: its spec, runs, starts in its window, rest.
+
+    ``elsewhere``: other fleet members' runs on it, (start, end or None), as
+    the last poll gave them.
+    """
 
     spec: AccountSpec
     running: set[str] = field(default_factory=set)
     starts: list[float] = field(default_factory=list)
     resting_until: float | None = None
+    message: str | None = None
+    elsewhere: list[tuple[float, float | None]] = field(default_factory=list)
+
+    def in_window(self, now: float) -> list[float]:
+        """Starts in the window, here and elsewhere (none without a window)."""
+        window = self.spec.window
+        if window is None:
+            return []
+        return [t for t in self.starts + [s for s, _ in self.elsewhere] if t > now - window]
 
     def usage(self, now: float) -> int:
-        """Runs started in the window (nothing is counted without one)."""
-        window = self.spec.window
-        return 0 if window is None else sum(t > now - window for t in self.starts)
+        """Runs started in the window, by any member of the fleet."""
+        return len(self.in_window(now))
 
     def available(self, now: float) -> bool:
         spec = self.spec
@@ -260,6 +296,35 @@ class Model:
 
     def requeue(self, run: RunRequest) -> None:
         self.queued = sorted([*self.queued, run], key=lambda r: self.order[r.id])
+
+    def sync_accounts(
+        self,
+        rests: list[tuple[str, str | None, float, str]],
+        uses: list[tuple[str, str, float, float | None]],
+        now: float,
+    ) -> list[tuple[str, str | None, float | None]]:
+        """The fleet's rests and others' runs, for every account this model knows.
+
+        Returns the rests that changed: configured accounts in config order,
+        then those only running runs keep, by name.
+        """
+        configured = [(p, n) for p in self.settings.accounts for n in self.names(p)]
+        kept = sorted(set(self.accounts) - set(configured), key=lambda k: (k[0], k[1] or ""))
+        wanted = {(p, n): (until, message) for p, n, until, message in rests}
+        changes: list[tuple[str, str | None, float | None]] = []
+        for key in configured + kept:
+            account = self.accounts[key]
+            account.elsewhere = [(s, e) for p, n, s, e in uses if (p, n) == key]
+            rest = wanted.get(key)
+            if rest is not None:
+                if (account.resting_until, account.message) != rest:
+                    changes.append((*key, rest[0]))
+                account.resting_until, account.message = rest
+            else:
+                if account.resting_until is not None and account.resting_until > now:
+                    changes.append((*key, None))  # ended elsewhere before its time
+                account.resting_until = account.message = None
+        return changes
 
 
 def rest_until(account: Account, now: float, resets_at: float | None) -> float:
@@ -434,7 +499,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 model.started_before.discard(run.id)
                 return
             self.life.settle(run.id, now, requeued=requeue)
-            account.resting_until = until
+            account.resting_until, account.message = until, "out of quota"
             if requeue:
                 model.started_before.add(run.id)
                 model.give_back(run.id, spawned=True)
@@ -586,12 +651,50 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert self.life.end_rest(provider, name) is configured
             if configured:
                 model.accounts[provider, name].resting_until = None
+                model.accounts[provider, name].message = None
         else:
             until = self.now + seconds
             rested = self.life.rest(provider, name, until, "by hand", self.now)
             assert rested is (configured and until > self.now)
             if rested:
                 model.accounts[provider, name].resting_until = until
+                model.accounts[provider, name].message = "by hand"
+        self.take()
+
+    @rule(
+        keep=st.sampled_from((None, "out of quota", "reworded")),
+        rests=st.lists(ledger_rest_st, max_size=3),
+        uses=st.lists(ledger_use_st, max_size=6),
+    )
+    def sync_accounts(
+        self,
+        keep: str | None,
+        rests: list[tuple[str, str | None, float, str]],
+        uses: list[tuple[str, str, float, float | None]],
+    ) -> None:
+        """A fleet member's poll: the ledger's rests in force, and the other members' runs.
+
+        ``keep``: the ledger still holds the rests in force here, with
+        ``rests`` on top: as they are (``"out of quota"``: an unchanged rest
+        is no change) or with another message (a change).
+        """
+        model, now = self.model, self.now
+        ledger: dict[tuple[str, str | None], tuple[float, str]] = {}
+        if keep is not None:
+            for key, account in sorted(model.accounts.items(), key=lambda i: str(i[0])):
+                if account.resting_until is not None and account.resting_until > now:
+                    assert account.message is not None
+                    message = account.message if keep == "out of quota" else keep
+                    ledger[key] = (account.resting_until, message)
+        for provider, name, seconds, message in rests:
+            ledger[provider, name] = (now + seconds, message)
+        limits = [(p, n, until, message) for (p, n), (until, message) in ledger.items()]
+        others = [
+            (p, n, now - ago, None if took is None else now - ago + took)
+            for p, n, ago, took in uses
+        ]
+        changed = self.life.sync_accounts(iter(limits), (Elsewhere(*use) for use in others), now)
+        assert changed == model.sync_accounts(limits, others, now)
         self.take()
 
     # Rare, late: nothing starts after it.
@@ -631,6 +734,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert [r.id for r in scheduler.held_runs()] == [r.id for r in model.held]
         for run in model.running:
             assert self.life.book.holding(run.id) == model.holds[run.id][0][1]
+        # Every account's usage in its window, the fleet's in a fleet.
+        now = self.now
+        usage = {(s.provider, s.account): s.usage for s in self.life.book.statuses(now)}
+        assert usage == {key: a.usage(now) for key, a in model.accounts.items()}
 
     @invariant()
     def wakes_when_an_account_frees(self) -> None:
@@ -652,7 +759,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 spec = account.spec
                 window = spec.window
                 if spec.budget is not None and window is not None:
-                    inside = [t for t in account.starts if t > now - window]
+                    inside = account.in_window(now)
                     if inside and len(inside) >= spec.budget:
                         frees.append(min(inside) + window)
                 if frees:
