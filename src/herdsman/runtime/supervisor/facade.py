@@ -1486,9 +1486,12 @@ class Supervisor:
         # the finish is recorded (Lifecycle.settle), and only then lets the
         # dispatcher look.
         early = settled.freed
+        # The lifecycle's status, where it differs from the process's (a
+        # usage limit): the end is copied only then, not for every run.
+        recorded = end if end.status is status else attrs.evolve(end, status=status)
 
         def finish(store: Store) -> RunRecord:
-            final = store.finish(record.id, attrs.evolve(end, status=status), now)
+            final = store.finish(record.id, recorded, now)
             if hit is not None:
                 store.set_account_limit(hit.provider, hit.account, hit.until, hit.message)
                 if requeue:
