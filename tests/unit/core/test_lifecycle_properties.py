@@ -13,6 +13,11 @@ accounts as plain records, and scans. It knows:
   concurrency cap, under its budget of runs in its window): the conversation's
   last one if it can, else the fewest running, then the least share of its
   budget used, then config order; a run that never spawned gives its start back;
+* retries: a failed attempt whose class its provider's policy retries (at
+  most ``attempts`` attempts; a class not in ``after_work`` only if the
+  agent did no work; never one asked to stop) is held, keeping its lanes,
+  until its backoff ends (``backoff * 2**(n-1)``, capped, jittered to half
+  or more), then heads its lanes again; the next wake-up includes it;
 * finishes: a usage limit reported by a run that did not succeed rests its
   account until the reported reset (else its window, else an hour); a plain
   failure then counts as ``usage_limited`` and, at its first attempt and not
@@ -49,8 +54,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from herdsman.core import Limits, RunRequest, busy_keys, exclusion_keys
 from herdsman.core.accounts import DEFAULT_REST, MAX_REST, AccountSpec, Elsewhere, sticky_key
-from herdsman.core.lifecycle import Admission, Lifecycle, Settings, Withdrawal
+from herdsman.core.lifecycle import Admission, Lifecycle, Settings, Settlement, Withdrawal
 from herdsman.core.outcome import Outcome, RunOutcome, RunStatus, UsageLimit
+from herdsman.core.retry import Failure, RetryPolicy
 
 PROVIDERS = ("p0", "p1", "px")  # px is never given slots
 WORKSPACES = ("default", "w1")
@@ -75,11 +81,26 @@ limits_st = st.builds(
     provider_caps=st.fixed_dictionaries({"p0": caps_st, "p1": caps_st}),
     global_cap=st.sampled_from((None, 3, 2, 1, 4)),
 )
+#: Retry policies a reload switches between: p1 and px never retry.
+RETRIES: tuple[dict[str, RetryPolicy], ...] = (
+    {},
+    {
+        "p0": RetryPolicy(
+            3,
+            frozenset({Failure.OVERLOADED, Failure.CRASH}),
+            frozenset({Failure.CRASH}),
+            10.0,
+            25.0,
+        )
+    },
+    {"p0": RetryPolicy(2, frozenset({Failure.RATE_LIMIT, Failure.OVERLOADED}), frozenset(), 60.0)},
+)
 settings_st = st.builds(
     Settings,
     limits_st,
     agent_exclusive=st.booleans(),
     accounts=st.sampled_from(ACCOUNTS),
+    retries=st.sampled_from(RETRIES),
 )
 run_st = st.fixed_dictionaries(
     {
@@ -91,13 +112,16 @@ run_st = st.fixed_dictionaries(
     }
 )
 # How an attempt ends: a status, whether a process was spawned, a usage limit
-# (None, or when it resets: None for not said, in seconds from now), a session.
+# (None, or when it resets: None for not said, in seconds from now), a
+# session, the class of its failure, and whether the agent did some work.
 # Usage limits are made common: re-queueing once needs two in a row.
-Ending = tuple[Outcome, bool, tuple[float | None] | None, bool]
+Ending = tuple[Outcome, bool, tuple[float | None] | None, bool, Failure | None, bool]
 ending_st = st.tuples(
     st.sampled_from((Outcome.FAILED, Outcome.SUCCEEDED, Outcome.TIMED_OUT, Outcome.CANCELLED)),
     st.booleans(),
     st.tuples(st.sampled_from((30.0, None, -5.0, 500.0, 1e9))) | st.none(),
+    st.booleans(),
+    st.sampled_from((None, Failure.OVERLOADED, Failure.CRASH, Failure.RATE_LIMIT)),
     st.booleans(),
 )
 #: Names a fleet's ledger may give: configured here or not, by some set-up.
@@ -173,6 +197,10 @@ class Model:
     last: dict[tuple[str, str], str | None] = field(default_factory=dict)
     started_before: set[str] = field(default_factory=set)  # re-queued after a limit
     stopping: set[str] = field(default_factory=set)
+    # Held runs waiting out a backoff: id -> when it ends.
+    backoff: dict[str, float] = field(default_factory=dict)
+    # Starts before the current attempt, for runs with any.
+    attempts: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.configure(self.settings)
@@ -263,6 +291,21 @@ class Model:
             return []
         return [run for run in self.queued if self.why_not(run, now) is None]
 
+    def end_backoffs(self, now: float) -> None:
+        """Runs whose backoff is over go back to their place (while admitting)."""
+        if not self.admitting:
+            return
+        for run in list(self.held):
+            at = self.backoff.get(run.id)
+            if at is not None and at <= now:
+                del self.backoff[run.id]
+                self.held.remove(run)
+                self.requeue(run)
+
+    def forget_attempts(self, run_id: str) -> None:
+        self.attempts.pop(run_id, None)
+        self.backoff.pop(run_id, None)
+
     # -- events ------------------------------------------------------------
 
     def submit(self, run: RunRequest, *, skip: bool) -> Admission:
@@ -343,7 +386,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.now = 1000.0
         self.ids = 0
         self.starts: dict[str, int] = {}  # run id -> starts so far
-        self.requeues: dict[str, int] = {}  # run id -> usage-limit re-queues
+        self.requeues: dict[str, int] = {}  # run id -> usage-limit re-queues and retries
         # Each queued run's request and sequence number, as its first submit gave them.
         self.requests: dict[str, tuple[RunRequest, int]] = {}
         # Pairs of runs that shared a lane when a reload made it one.
@@ -371,6 +414,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def take(self) -> None:
         """Take the starts as a driver does after every event, checking each rule on each."""
         model, now = self.model, self.now
+        model.end_backoffs(now)
         for run_id, pick in self.life.take_starts(now).items():
             # At most once per attempt: a second start only after a re-queue.
             self.starts[run_id] = self.starts.get(run_id, 0) + 1
@@ -455,15 +499,19 @@ class LifecycleMachine(RuleBasedStateMachine):
         while its finish was being recorded.
         """
         model, now = self.model, self.now
-        status, spawned, limit, session = ending
+        status, spawned, limit, session, failure, worked = ending
         resets_at = None if limit is None or limit[0] is None else now + limit[0]
         outcome = RunOutcome(
             status,
             0 if spawned else None,
             None if limit is None else UsageLimit(resets_at, "out of quota"),
             session,
+            failure,
+            worked,
         )
         settled = self.life.finish(run.id, outcome, now)
+        if self.retried(run, outcome, settled):
+            return
         if settled.requeue and recorded:  # at most once per run, whatever the model says
             self.requeues[run.id] = self.requeues.get(run.id, 0) + 1
             assert self.requeues[run.id] == 1, f"{run.id} re-queued after a usage limit twice"
@@ -502,10 +550,12 @@ class LifecycleMachine(RuleBasedStateMachine):
             account.resting_until, account.message = until, "out of quota"
             if requeue:
                 model.started_before.add(run.id)
+                model.attempts[run.id] = model.attempts.get(run.id, 0) + 1
                 model.give_back(run.id, spawned=True)
                 model.requeue(run)
             else:
                 model.started_before.discard(run.id)  # it ended: adopted again, it is new
+                model.forget_attempts(run.id)
                 model.give_back(run.id, spawned=spawned)
         else:
             assert (settled.status, settled.requeue, settled.freed) == (
@@ -516,9 +566,55 @@ class LifecycleMachine(RuleBasedStateMachine):
             if session and run.conversation is not None:
                 model.last[run.provider, sticky_key(run.workspace, run.conversation)] = key[1]
             model.started_before.discard(run.id)
+            model.forget_attempts(run.id)
             model.give_back(run.id, spawned=spawned)
         if hit and session and run.conversation is not None:
             model.last[run.provider, sticky_key(run.workspace, run.conversation)] = key[1]
+
+    def retried(self, run: RunRequest, outcome: RunOutcome, settled: Settlement) -> bool:
+        """Whether the model retries the attempt, checking the settlement's word on it."""
+        model, now = self.model, self.now
+        policy = model.settings.retries.get(run.provider)
+        attempt = model.attempts.get(run.id, 0) + 1
+        failure = outcome.failure
+        retries = (
+            outcome.usage_limit is None
+            and outcome.status is not Outcome.SUCCEEDED
+            and failure is not None
+            and policy is not None
+            and attempt < policy.attempts
+            and failure in policy.on
+            and (not outcome.worked or failure in policy.after_work)
+            and run.id not in model.stopping
+        )
+        if not retries:
+            assert settled.retry is None, f"{run.id} retried"
+            return False
+        assert policy is not None and failure is not None
+        event("retried")
+        retry = settled.retry
+        assert retry is not None, f"{run.id} not retried"
+        base = min(policy.backoff_max, policy.backoff * 2 ** (attempt - 1))
+        assert (retry.attempt, retry.failure) == (attempt, failure)
+        assert base / 2 <= retry.delay <= base and retry.at == now + retry.delay
+        # Deterministic: the same run and attempt wait the same.
+        assert retry.delay == policy.delay(run.id, attempt)
+        assert (settled.status, settled.freed, settled.requeue) == (
+            RunStatus(outcome.status),
+            True,
+            False,
+        )
+        self.requeues[run.id] = self.requeues.get(run.id, 0) + 1
+        key, _ = model.holds[run.id]
+        if outcome.session and run.conversation is not None:
+            model.last[run.provider, sticky_key(run.workspace, run.conversation)] = key[1]
+        model.running.remove(run)
+        model.give_back(run.id, spawned=outcome.spawned)
+        model.held.append(run)
+        model.backoff[run.id] = retry.at
+        model.attempts[run.id] = attempt
+        model.started_before.add(run.id)
+        return True
 
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
@@ -531,6 +627,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             model.queued = [r for r in model.queued if r.id != run_id]
             model.held = [r for r in model.held if r.id != run_id]
             model.started_before.discard(run_id)  # adopted again: as its ledger record says
+            model.forget_attempts(run_id)
         elif any(r.id == run_id for r in model.running):
             assert withdrawal is Withdrawal.STOP
             model.stopping.add(run_id)
@@ -569,6 +666,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             model.held.remove(run)
         model.stopping.discard(run.id)
         model.started_before.discard(run.id)
+        model.forget_attempts(run.id)
         self.take()
 
     @precondition(lambda self: self.requests)
@@ -594,6 +692,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             model.requeue(run)
             if again:
                 model.started_before.add(run_id)
+                model.attempts[run_id] = 1
             # A new life as far as this lifecycle knows: the ledger counts its attempts.
             self.starts.pop(run_id, None)
             self.requeues.pop(run_id, None)
@@ -610,6 +709,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         if queued:
             model.queued = [r for r in model.queued if r.id != run_id]
             model.started_before.discard(run_id)
+            model.forget_attempts(run_id)
         self.take()
 
     @precondition(lambda self: self.model.held)
@@ -617,8 +717,9 @@ class LifecycleMachine(RuleBasedStateMachine):
     def requeue_held(self) -> None:
         self.life.requeue_held()
         for run in list(self.model.held):
-            self.model.held.remove(run)
-            self.model.requeue(run)
+            if run.id not in self.model.backoff:  # a backoff holds it until it ends
+                self.model.held.remove(run)
+                self.model.requeue(run)
         self.take()
 
     @rule(config=settings_st)
@@ -764,6 +865,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                         frees.append(min(inside) + window)
                 if frees:
                     times.append(max(frees))
+        times.extend(model.backoff.values())
         assert self.life.next_wakeup(now) == (min(times) if times else None)
 
 
