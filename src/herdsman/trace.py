@@ -53,6 +53,8 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     # A submit that waits for a removal of its conversation's worktrees (a
     # sweep's): its ``submit`` follows once recorded (docs/trace-format.md).
     "removal_wait": frozenset({"run_id"}),
+    # A failed attempt tried again after a backoff: its finish (requeued) follows.
+    "retry": frozenset({"run_id", "attempt", "failure", "at"}),
 }
 
 #: Each event kind's ``"event"`` member as its line writes it.
@@ -713,7 +715,9 @@ def header_time(header: TraceHeader) -> float:
 
 
 #: Events naming a run by its id.
-_RUN_ID_EVENTS = frozenset({"start", "finish", "cancel", "lost", "usage_limit", "removal_wait"})
+_RUN_ID_EVENTS = frozenset(
+    {"start", "finish", "cancel", "lost", "usage_limit", "removal_wait", "retry"}
+)
 
 
 def _check_fields(where: str, kind: str, obj: dict[str, Any]) -> None:

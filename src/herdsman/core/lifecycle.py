@@ -287,6 +287,16 @@ class Lifecycle:
         """Whether any run waits to start: queued, or held until its backoff ends."""
         return bool(self.scheduler.queued_count or self._backoff)
 
+    @property
+    def may_wake_in_time(self) -> bool:
+        """Whether time alone may let a run start: a backoff ends, or an account frees for one.
+
+        False: :meth:`next_wakeup` is None, so a driver need not read the time.
+        """
+        return bool(self._backoff) or bool(
+            self.book.may_free_in_time and self.scheduler.queued_count
+        )
+
     def backoff_of(self, run_id: str) -> float | None:
         """When ``run_id``'s backoff ends (unix seconds), if it waits out one."""
         return self._backoff.get(run_id)

@@ -43,7 +43,11 @@ def settings_of(config: Config) -> Settings:
         agent_exclusive=config.scheduling.agent_exclusive,
         accounts={name: tuple(account_specs(p)) for name, p in config.providers.items()},
         checkouts=bool(config.repos),
-        retries={name: retry_policy(p.retry) for name, p in config.providers.items()},
+        # A fleet member retries nothing yet: the ledger would let another
+        # member start the run before its backoff ends (docs/operations.md).
+        retries={}
+        if config.fleet.enabled
+        else {name: retry_policy(p.retry) for name, p in config.providers.items()},
     )
 
 

@@ -205,12 +205,21 @@ class MemoryStore:
         self._check_open()
         current = self._existing(run_id)
         record = requeued(current)
-        attempts = self._attempts
-        if self._undo is not None:
-            self._undo.keep(attempts, run_id)
-        attempts[run_id] = (*attempts.get(run_id, ()), attempt_of(current, failure, retry_at))
+        self._keep_attempt(current, failure, retry_at)
         self._put(record)
         return record
+
+    def _keep_attempt(
+        self, current: RunRecord, failure: str | None, retry_at: float | None
+    ) -> None:
+        """Keep the attempt ``current`` holds before a re-queue clears it (undone with its call)."""
+        attempts = self._attempts
+        if self._undo is not None:
+            self._undo.keep(attempts, current.id)
+        attempts[current.id] = (
+            *attempts.get(current.id, ()),
+            attempt_of(current, failure, retry_at),
+        )
 
     def attempts(self, run_id: str) -> list[Attempt]:
         """See :meth:`Store.attempts`."""

@@ -42,8 +42,9 @@ from herdsman.config import Config, LoadedConfig, format_duration
 from herdsman.config.report import config_as_json
 from herdsman.core import KeyClaims, RunRequest, RunState, busy_keys
 from herdsman.core.accounts import Pick
-from herdsman.core.lifecycle import Admission, Lifecycle, Withdrawal
+from herdsman.core.lifecycle import Admission, Lifecycle, Retry, Withdrawal
 from herdsman.core.outcome import RunOutcome, UsageLimit
+from herdsman.core.retry import Failure
 from herdsman.core.runs import conversation_key
 from herdsman.executables import resolve_executable
 from herdsman.runtime import status_view
@@ -73,6 +74,7 @@ from herdsman.runtime.runner import (
     execute,
     not_started,
 )
+from herdsman.runtime.runner.failure_class import failure_of
 from herdsman.runtime.runner.spawn_failure import why_not_spawned
 from herdsman.runtime.stop_order import StopOrder
 from herdsman.runtime.store import (
@@ -85,7 +87,7 @@ from herdsman.runtime.store import (
     StoreError,
 )
 from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost
-from herdsman.runtime.store.records import spend_json
+from herdsman.runtime.store.records import Spend, spend_json
 from herdsman.runtime.supervisor.accounts import NO_HISTORY, AccountHistory, AccountTracker
 from herdsman.runtime.supervisor.errors import (
     CancelNotRecorded,
@@ -101,6 +103,7 @@ from herdsman.runtime.supervisor.outcomes import (
     finish_fields,
     limit_note,
     refused_for_good,
+    requeue_for_retry,
 )
 from herdsman.runtime.supervisor.preparation import Preparation
 from herdsman.runtime.supervisor.reloading import Reloader
@@ -147,6 +150,10 @@ class Execute(Protocol):
         cancel: RunCancel | None = None,
         task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
     ) -> Awaitable[ProcessOutcome]: ...
+
+
+#: A run's ending as far as its settlement goes: status, exit code, session, failure, work.
+_Ending = tuple[Outcome, int | None, bool, Failure | None, bool]
 
 
 class _QueuedStarts:
@@ -242,7 +249,9 @@ class Supervisor:
         # Every rule of a run's life: this supervisor hands it the events.
         self._life = Lifecycle(settings_of(config))
         # How runs end, one value per distinct ending (RunOutcome holds nothing of a run).
-        self._outcomes: dict[tuple[Outcome, int | None, bool], RunOutcome] = {}
+        self._outcomes: dict[
+            tuple[Outcome, int | None, bool, Failure | None, bool], RunOutcome
+        ] = {}
         # The account each starting run was given, and the configuration its
         # start was decided under, until its task has read them.
         self._picks: dict[str, tuple[Pick, Config]] = {}
@@ -1119,9 +1128,9 @@ class Supervisor:
     def _until_an_account_frees(self) -> float:
         """Seconds until time alone frees an account some queued run waits for."""
         life = self._life
-        if not (life.book.may_free_in_time and life.scheduler.queued_count):
-            # Nothing waits, or no account has a budget window or has rested:
-            # time alone frees none. No time to read.
+        if not life.may_wake_in_time:
+            # Nothing waits, or no account has a budget window or has rested
+            # and no run waits out a backoff: time alone frees none. No time to read.
             return math.inf
         now = self._wall()
         at = life.next_wakeup(now)
@@ -1140,7 +1149,7 @@ class Supervisor:
         Synchronous: the start joins whatever is queued in the ledger right
         now, and commits in the same transaction (see :meth:`_record_finish`).
         """
-        if not self._life.scheduler.queued_count:
+        if not self._life.waiting:
             # Nothing waits (most finishes, unless there is a backlog): no
             # time to read, no gate to build, no queue to look through.
             return None
@@ -1454,10 +1463,13 @@ class Supervisor:
         limit = ended.usage_limit
         if limit is None:
             # One value per distinct ending, shared by every run that ends alike.
-            key = (ended.status, ended.exit_code, session)
+            failure = failure_of(ended)
+            key = (ended.status, ended.exit_code, session, failure, ended.worked)
             plain = self._outcomes.get(key)
             if plain is None:
-                plain = RunOutcome(ended.status, ended.exit_code, None, session)
+                plain = RunOutcome(
+                    ended.status, ended.exit_code, None, session, failure, ended.worked
+                )
                 self._outcomes[key] = plain
             return plain
         message = as_text(limit.message) or ""
@@ -1477,6 +1489,10 @@ class Supervisor:
         # in between), and whether the slot, lanes and account are free now.
         settled = self._life.finish(record.id, self._outcome_of(ended, bool(session_id)), now)
         status, hit, requeue = settled.status, settled.rest, settled.requeue
+        # A retry (Settlement.retry): the attempt is kept and the run re-queued
+        # in the finish's own transaction, as a usage limit's re-queue is.
+        retry = settled.retry
+        spent: list[Spend | None] = []
         # The usual end (no usage limit to act on) frees the slot, the lanes
         # and the account now, before the finish commits, and queues the
         # starts that frees right behind it: both commit in one transaction,
@@ -1492,6 +1508,9 @@ class Supervisor:
 
         def finish(store: Store) -> RunRecord:
             final = store.finish(record.id, recorded, now)
+            spent[:] = [final.spend]  # a re-queue clears it from the run, not from its attempt
+            if retry is not None:
+                final = requeue_for_retry(store, record.id, retry)
             if hit is not None:
                 store.set_account_limit(hit.provider, hit.account, hit.until, hit.message)
                 if requeue:
@@ -1508,7 +1527,9 @@ class Supervisor:
 
         def finished(final: RunRecord) -> None:
             # What the ledger did, not what was asked: it may have cancelled it.
-            requeued = requeue and final.status is RunStatus.QUEUED
+            requeued = (requeue or retry is not None) and final.status is RunStatus.QUEUED
+            if retry is not None:
+                self._retried(final, retry)
             if early:
                 # When this task takes the starts the finish frees (below), the
                 # dispatcher has nothing to look at for it: _take_starts wakes
@@ -1516,7 +1537,9 @@ class Supervisor:
                 # turned false since: then it is woken, to no harm.)
                 self._let_go(
                     record.id,
-                    wake=not (may_start and self._life.admitting and self._fleet is None),
+                    # A retry's backoff is the dispatcher's to wait out.
+                    wake=retry is not None
+                    or not (may_start and self._life.admitting and self._fleet is None),
                 )
             else:
                 # The slot and lanes first: nothing below may keep them held.
@@ -1531,6 +1554,7 @@ class Supervisor:
                 status if requeued else final.status,
                 end.exit_code,
                 requeue=requeued,
+                spent=spent[0] if requeued and spent else None,
             )
 
         starts: _QueuedStarts | None = None
@@ -1644,15 +1668,44 @@ class Supervisor:
                 del self._finish_retries[run_id]
         return last  # a forced stop gave up on it
 
+    def _retried(self, final: RunRecord, retry: Retry) -> None:
+        """A failed attempt is tried again: say so in the log and the trace."""
+        self._submitted_at[final.id] = final.submitted_at
+        log.info(
+            "run %s: attempt %d failed (%s); retrying in %.0fs",
+            final.id,
+            retry.attempt,
+            retry.failure.value,
+            retry.delay,
+        )
+        if self._trace is not None:
+            self._trace.event(
+                "retry",
+                run_id=final.id,
+                attempt=retry.attempt,
+                failure=retry.failure.value,
+                at=retry.at,
+                delay=round(retry.delay, 6),
+            )
+
     def _report_finish(
-        self, final: RunRecord, status: RunStatus, exit_code: int | None, *, requeue: bool
+        self,
+        final: RunRecord,
+        status: RunStatus,
+        exit_code: int | None,
+        *,
+        requeue: bool,
+        spent: Spend | None = None,
     ) -> None:
-        """Trace and count a finish just recorded; deliver its completion callback."""
+        """Trace and count a finish just recorded; deliver its completion callback.
+
+        ``spent``: what a re-queued attempt spent (its run's record no longer says).
+        """
         # The status's text as a plain str: a StrEnum member's value is its
         # own text, which str.__str__ copies in C where .value is two
         # Python-level calls (the trace writes only exact str values fast).
         text = str.__str__(status)
-        spend = final.spend  # None on a re-queue, which clears it: its attempt is not counted
+        spend = spent if requeue else final.spend
         if self._trace is not None:
             shown = None if spend is None else spend_json(spend)
             self._trace.finish(final.id, text, exit_code, requeued=requeue, spend=shown)
@@ -1695,15 +1748,14 @@ class Supervisor:
         # Twice a run: the cheap tests of _queue_starts and
         # _until_an_account_frees first, without their calls.
         life = self._life
-        starts = self._queue_starts() if life.scheduler.queued_count else None
+        starts = self._queue_starts() if life.waiting else None
         # The starts' time, read a moment ago, if they read it: time passing
         # only frees accounts, so an earlier time can only wake the
         # dispatcher when it need not, which costs nothing but the wake.
         if self._fleet is None and (
             self.account_recheck_at is not None
             or (
-                life.book.may_free_in_time
-                and life.scheduler.queued_count
+                life.may_wake_in_time
                 and life.next_wakeup(self._wall() if starts is None else starts.now) is not None
             )
         ):

@@ -6,14 +6,28 @@ tasks: the simulator's floor benchmark and the tests use them as they are.
 
 from __future__ import annotations
 
-from herdsman.core.lifecycle import Rest
+from herdsman.core.lifecycle import Rest, Retry
 from herdsman.core.outcome import Outcome, RunOutcome
 from herdsman.runtime.runner import ProcessOutcome
-from herdsman.runtime.store import RunEnd, RunRecord, RunStatus, StoreConflict, StoreError
+from herdsman.runtime.store import (
+    RunEnd,
+    RunRecord,
+    RunStatus,
+    Store,
+    StoreConflict,
+    StoreError,
+)
 from herdsman.runtime.store.errors import LeaseExpired
 from herdsman.runtime.store.errors import RunNotFound as UnknownRun
 
-__all__ = ["SHUT_DOWN", "as_text", "finish_fields", "limit_note", "refused_for_good"]
+__all__ = [
+    "SHUT_DOWN",
+    "as_text",
+    "finish_fields",
+    "limit_note",
+    "refused_for_good",
+    "requeue_for_retry",
+]
 
 #: How a run ends whose task was cancelled before its process reported (a forced stop).
 SHUT_DOWN = RunOutcome(Outcome.CANCELLED)
@@ -40,6 +54,16 @@ def limit_note(record: RunRecord, hit: Rest, again: RunRecord) -> str:
         f"attempt {record.attempts} stopped at the usage limit of {hit.label}"
         f" ({hit.message}); {done}"
     )
+
+
+def requeue_for_retry(store: Store, run_id: str, retry: Retry) -> RunRecord:
+    """Re-queue a run whose failed attempt was just recorded, keeping the attempt, with a note."""
+    again = store.requeue(run_id, failure=retry.failure.value, retry_at=retry.at)
+    note = (
+        f"attempt {again.attempts} failed ({retry.failure.value});"
+        f" retried after a backoff of {retry.delay:.0f}s"
+    )
+    return store.add_note(run_id, note)
 
 
 # Each outcome's run status (same value), looked up: converting by value

@@ -108,6 +108,7 @@ class ProtocolAdapter:
         self._last_stderr: str | None = None
         # The last error the stream itself reported (set by the adapters that read one).
         self._stream_error: str | None = None
+        self._worked = False
 
     def feed_line(self, line: bytes) -> None:
         """Take one stdout line (with its newline, if it had one)."""
@@ -138,6 +139,16 @@ class ProtocolAdapter:
     def session_id(self) -> str | None:
         """The session id seen so far (also useful when the run is stopped)."""
         return None
+
+    @property
+    def worked(self) -> bool:
+        """Whether the agent may have done some of its work, as far as the stream went.
+
+        What decides whether a failure of a class that retries only an
+        attempt that did nothing is retried (docs/operations.md, "Retries"):
+        each adapter says what counts.
+        """
+        return self._worked
 
     @property
     def usage_limit(self) -> UsageLimit | None:
