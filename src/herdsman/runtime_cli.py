@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from herdsman.attempt_text import attempt_line
 from herdsman.cli_tables import Column, duration_text, local_time, print_table
 from herdsman.config import Config, ConfigError, load_config
 from herdsman.runtime.api.client import ApiClient, ApiError, ApiUnavailable
@@ -510,6 +511,10 @@ def _print_run(run: Mapping[str, Any]) -> None:
         elif key == "spend" and isinstance(value, dict):
             first, *models = spend_lines(value)
             shown = first + "".join(f"\n    {line}" for line in models)
+        elif key == "earlier_attempts" and isinstance(value, list):
+            if not value:
+                continue
+            shown = "".join(f"\n    {attempt_line(attempt)}" for attempt in value)
         elif key == "excerpt" and isinstance(value, str):
             shown = "\n    " + _readable(value).rstrip("\n").replace("\n", "\n    ")
         elif isinstance(value, str) and "\n" in value:

@@ -78,6 +78,7 @@ from herdsman.runtime.runner.failure_class import failure_of
 from herdsman.runtime.runner.spawn_failure import why_not_spawned
 from herdsman.runtime.stop_order import StopOrder
 from herdsman.runtime.store import (
+    Attempt,
     NewRun,
     RunEnd,
     RunRecord,
@@ -934,6 +935,11 @@ class Supervisor:
         """The run's record, or ``None``."""
         await self._ready.wait()
         return await self.ledger.call(lambda s: s.get(run_id))
+
+    async def attempts(self, run_id: str) -> list[Attempt]:
+        """The run's earlier attempts (re-queued or retried), oldest first."""
+        await self._ready.wait()
+        return await self.ledger.call(lambda s: s.attempts(run_id))
 
     async def list_runs(self, **filters: Any) -> list[RunRecord]:
         """Runs matching the store's ``list_runs`` filters."""
