@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -1338,6 +1339,12 @@ def test_a_requeue_keeps_the_attempt_it_clears_with_its_spend(store: Store) -> N
     assert store.attempts("other") == []
 
 
+def finish_and_retry(store: Store, *, end: RunEnd, at: float) -> None:
+    """Record an attempt's failure and re-queue it for a retry, as one operation."""
+    store.finish("r", end, at + 1)
+    store.requeue("r", failure="crash", retry_at=at + 5)
+
+
 def test_each_retry_keeps_its_attempt_in_order_and_prune_takes_them_with_the_run(
     store: Store,
 ) -> None:
@@ -1346,14 +1353,7 @@ def test_each_retry_keeps_its_attempt_in_order_and_prune_takes_them_with_the_run
         at = T0 + 10 * number
         store.mark_running("r", at, f"acct-{number}")
         end = RunEnd(status, exit_code=1, reason=f"try {number}")
-        store.apply(
-            [
-                lambda s: (
-                    s.finish("r", end, at + 1),
-                    s.requeue("r", failure="crash", retry_at=at + 5),
-                )
-            ]
-        )
+        store.apply([partial(finish_and_retry, end=end, at=at)])
     record = store.mark_running("r", T0 + 40, None)
     assert record.attempts == 3
     store.finish("r", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 41)

@@ -159,7 +159,10 @@ async def test_a_run_whose_agent_called_a_tool_is_not_retried(start: Start, tmp_
 async def test_after_work_and_crash_retry_when_the_configuration_says_so(
     start: Start, tmp_path: Path
 ) -> None:
-    retry = 'on = ["overloaded", "crash"]\nafter_work = ["overloaded"]\nbackoff = "1s"\nbackoff_max = "1s"'
+    retry = (
+        'on = ["overloaded", "crash"]\nafter_work = ["overloaded"]\n'
+        'backoff = "1s"\nbackoff_max = "1s"'
+    )
     running = await serve(start, tmp_path, retry, concurrency=2)
     worked = await submit(running, "tool_then_overloaded,success")
     crashed = await submit(running, "crash,success")

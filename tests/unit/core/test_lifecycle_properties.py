@@ -590,13 +590,15 @@ class LifecycleMachine(RuleBasedStateMachine):
         if not retries:
             assert settled.retry is None, f"{run.id} retried"
             return False
-        assert policy is not None and failure is not None
+        assert policy is not None
+        assert failure is not None
         event("retried")
         retry = settled.retry
         assert retry is not None, f"{run.id} not retried"
         base = min(policy.backoff_max, policy.backoff * 2 ** (attempt - 1))
         assert (retry.attempt, retry.failure) == (attempt, failure)
-        assert base / 2 <= retry.delay <= base and retry.at == now + retry.delay
+        assert base / 2 <= retry.delay <= base
+        assert retry.at == now + retry.delay
         # Deterministic: the same run and attempt wait the same.
         assert retry.delay == policy.delay(run.id, attempt)
         assert (settled.status, settled.freed, settled.requeue) == (
