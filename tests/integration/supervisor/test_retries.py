@@ -196,3 +196,25 @@ async def test_a_cancel_during_the_backoff_withdraws_the_run_and_frees_its_lane(
     assert cancelled.json()["status"] == "cancelled", cancelled.text
     assert (await running.wait(later, 30))["status"] == "succeeded"
     assert [r["run_id"] for r in records(tmp_path)] == [first, later]
+
+
+async def test_a_shutdown_during_the_backoff_leaves_the_run_queued_for_the_next_start(
+    start: Start, tmp_path: Path
+) -> None:
+    block = agent_block(tmp_path, 'backoff = "1h"\nbackoff_max = "1h"')
+    config = config_at(write_config(tmp_path, extra="\n" + block))
+    running = await start(config)
+    run_id = await submit(running, "overloaded,success", conversation="c")
+    with trio.fail_after(30):
+        while not (await running.client.get(f"/v1/runs/{run_id}")).json()["earlier_attempts"]:
+            await trio.sleep(0.05)
+    # The shutdown does not wait out the backoff.
+    running.supervisor.request_shutdown()
+    with trio.fail_after(30):
+        await running.stopped.wait()
+
+    again = await start(config)
+    run = await again.wait(run_id, 30)
+    assert (run["status"], run["attempts"]) == ("succeeded", 2)
+    assert [a["failure"] for a in run["earlier_attempts"]] == ["overloaded"]
+    assert [r["args"] for r in records(tmp_path)] == [[], ["--resume", OVERLOADED_SESSION]]
