@@ -24,7 +24,7 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 from browser_support import Herd, Watched
 from dashboard_support import git_repository, open_gate
-from playwright.sync_api import Browser, Page, Route, expect
+from playwright.sync_api import Browser, Page, Route, ViewportSize, expect
 
 # A provider whose every run reports a usage limit, so its (ambient) account rests.
 LIMITED = f"""
@@ -34,7 +34,7 @@ concurrency = 1
 usage_limit_pattern = "usage limit reached"
 """
 
-PHONE = {"width": 390, "height": 844}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 
 AXE = Axe()
 
@@ -175,12 +175,16 @@ def test_a_phone_sees_each_view_without_scrolling_the_page_sideways(
     try:
         page = context.new_page()
         log_in(page, herd)
-        page.goto(f"{herd.url}/#{view}/{busy['running']}" if view == "log" else f"{herd.url}/#{view}")
+        page.goto(
+            f"{herd.url}/#{view}/{busy['running']}" if view == "log" else f"{herd.url}/#{view}"
+        )
         expect(page.locator(f"#view-{view}")).to_be_visible()
         page.wait_for_load_state("networkidle")
         # Wide tables scroll inside their own box; the page itself fits the screen.
         width = page.evaluate("document.documentElement.scrollWidth")
-        assert width <= PHONE["width"], f"the page is {width} px wide on a {PHONE['width']} px phone"
+        assert width <= PHONE["width"], (
+            f"the page is {width} px wide on a {PHONE['width']} px phone"
+        )
         assert violations(page) == Counter()
     finally:
         context.close()
@@ -317,11 +321,13 @@ def test_the_stream_says_nothing_to_a_screen_reader(herd: Herd, watched: Watched
         page.evaluate(
             """() => {
               window.spoken = [];
-              const live = document.querySelectorAll('[aria-live], [role="status"], [role="alert"]');
+              const live = document.querySelectorAll(
+                '[aria-live], [role="status"], [role="alert"]');
               const observer = new MutationObserver((changes) => {
-                for (const c of changes) window.spoken.push(c.target.id || c.target.parentElement.id);
+                for (const c of changes) window.spoken.push(c.target.id || c.target.nodeName);
               });
-              for (const n of live) observer.observe(n, { childList: true, subtree: true, characterData: true });
+              const all = { childList: true, subtree: true, characterData: true };
+              for (const n of live) observer.observe(n, all);
             }"""
         )
         shown = int(page.locator("body").get_attribute("data-snapshot") or 0)
@@ -383,8 +389,9 @@ def test_an_account_that_needs_login_or_is_near_its_limit_says_so_in_words(
     )
     page.goto(f"{herd.url}/#accounts")
     page.reload()
-    gate, limited = page.locator('tr[data-account="gate/"]'), page.locator(
-        'tr[data-account="limited/"]'
+    gate, limited = (
+        page.locator('tr[data-account="gate/"]'),
+        page.locator('tr[data-account="limited/"]'),
     )
     expect(gate.locator(".badge")).to_have_text("near limit")
     expect(gate).to_contain_text("(near its limit until ")
