@@ -263,6 +263,8 @@ def test_cancelling_a_run_with_the_keyboard(herd: Herd, watched: Watched) -> Non
     page.keyboard.press("Enter")
     expect(page.locator(f'#queued tr[data-run="{run_id}"]')).to_have_count(0)
     assert herd.api.get(f"/v1/runs/{run_id}").json()["status"] == "cancelled"
+    # Its row gone, the focus is on the Cancel button now in its place, not lost.
+    assert focused(page)["label"].startswith("Cancel run ")
     # Said once, politely, to a screen reader.
     expect(page.locator("#announce")).to_have_text(f"Run {run_id} cancelled.")
 
@@ -290,6 +292,8 @@ def test_reloading_with_the_keyboard(herd: Herd, watched: Watched) -> None:
     tab_to(page, "Reload the file")
     page.keyboard.press("Enter")
     expect(page.locator("#last-reload")).to_contain_text("(dashboard)")
+    # The button kept the focus while it worked (a disabled button would have dropped it).
+    expect(page.get_by_role("button", name="Reload the file")).to_be_focused()
     expect(page.locator("#announce")).to_contain_text("Reload")
 
 
@@ -306,6 +310,8 @@ def test_ending_a_rest_with_the_keyboard(herd: Herd, watched: Watched) -> None:
     page.keyboard.press("Enter")
     expect(deadline_rows).to_contain_text("available")
     assert not resting(herd)
+    # The button gone with the rest, the focus is on the table's heading, not lost.
+    expect(page.locator("#accounts-title")).to_be_focused()
     expect(page.locator("#announce")).to_contain_text("rest")
 
 

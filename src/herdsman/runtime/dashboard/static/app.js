@@ -77,12 +77,22 @@
       rows = [el("tr", {}, el("td", { colspan: cols, class: "empty", text: empty }))];
     }
     // A redraw from the stream must not take the keyboard's focus away from the
-    // control it was on: the same control in the new rows gets it back.
-    const had = body.contains(document.activeElement) ? identity(document.activeElement) : null;
+    // control it was on: the same control in the new rows gets it back. Gone (its
+    // run ended, its rest is over), the focus goes to the like control now in its
+    // place, else to the table's heading, not back to the top of the page.
+    const active = document.activeElement;
+    const had = body.contains(active) ? identity(active) : null;
+    const kind = (n) => `${n.tagName} ${n.textContent}`;
+    const alike = (n) => [...body.querySelectorAll("a, button")].filter((m) => kind(m) === kind(n));
+    const place = had ? alike(active).indexOf(active) : -1;
     body.replaceChildren(...rows);
     if (had) {
-      const again = [...body.querySelectorAll("a, button")].find((n) => identity(n) === had);
+      const controls = [...body.querySelectorAll("a, button")];
+      const like = controls.filter((m) => kind(m) === kind(active));
+      const again = controls.find((n) => identity(n) === had) || like[Math.min(place, like.length - 1)];
+      const heading = $($(table).getAttribute("aria-labelledby"));
       if (again) again.focus();
+      else if (heading) { heading.tabIndex = -1; heading.focus(); }
     }
     scrollable(body.closest(".scroll"));
   }
@@ -140,8 +150,15 @@
   function cancelButton(run) {
     return el("button", {
       type: "button", "data-cancel": run.id, "aria-label": `Cancel run ${run.id}`, text: "Cancel",
-      onclick: async (event) => { event.target.disabled = true; await cancelRun(run.id); },
+      onclick: (event) => busy(event.currentTarget, () => cancelRun(run.id)),
     });
+  }
+  // A button at work is marked busy, not disabled: a disabled button drops the
+  // keyboard's focus to the top of the page. A second press meanwhile does nothing.
+  async function busy(button, work) {
+    if (button.getAttribute("aria-disabled") === "true") return;
+    button.setAttribute("aria-disabled", "true");
+    try { await work(); } finally { button.removeAttribute("aria-disabled"); }
   }
   async function cancelRun(id) {
     const answer = await act(`/dashboard/runs/${encodeURIComponent(id)}/cancel`);
@@ -363,8 +380,7 @@
       .flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { "data-fact": k, text: String(v) })]));
     const cancel = $("log-cancel");
     cancel.hidden = TERMINAL.has(run.status);
-    cancel.disabled = false;
-    cancel.onclick = async () => { cancel.disabled = true; await cancelRun(run.id); };
+    cancel.onclick = () => busy(cancel, () => cancelRun(run.id));
   }
   async function followLog(run) {
     if (logRun !== run) return;
@@ -447,16 +463,13 @@
     };
   }
 
-  $("reload").addEventListener("click", async () => {
-    $("reload").disabled = true;
-    try {
-      const answer = await act("/dashboard/reload");
-      if (answer.generation !== undefined) {
-        announce(answer.ok ? `Reload applied: generation ${answer.generation}${answer.repeat ? " (the file had not changed)" : ""}.`
-          : `Reload rejected, ${answer.errors.length} error(s); generation ${answer.generation} stays in force.`);
-      }
-    } finally { $("reload").disabled = false; }
-  });
+  $("reload").addEventListener("click", () => busy($("reload"), async () => {
+    const answer = await act("/dashboard/reload");
+    if (answer.generation !== undefined) {
+      announce(answer.ok ? `Reload applied: generation ${answer.generation}${answer.repeat ? " (the file had not changed)" : ""}.`
+        : `Reload rejected, ${answer.errors.length} error(s); generation ${answer.generation} stays in force.`);
+    }
+  }));
   $("logout").addEventListener("click", async () => { await act("/logout"); location.reload(); });
   $("hours").addEventListener("change", loadTimeline);
   $("lanes").addEventListener("change", renderTimeline);
