@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -269,6 +270,20 @@ def test_cancelling_a_run_with_the_keyboard(herd: Herd, watched: Watched) -> Non
     expect(page.locator("#announce")).to_have_text(f"Run {run_id} cancelled.")
 
 
+def test_cancelling_a_run_from_its_page_with_the_keyboard(herd: Herd, watched: Watched) -> None:
+    page = watched.page
+    run_id = herd.submit("cancel-from-log", "eta")
+    page.goto(f"{herd.url}/#log/{run_id}")
+    expect(page.locator('dd[data-fact="status"]')).to_have_text("queued")
+    tab_to(page, "Cancel this run")
+    page.keyboard.press("Enter")
+    expect(page.locator('dd[data-fact="status"]')).to_have_text("cancelled")
+    expect(page.get_by_role("button", name="Cancel this run")).to_be_hidden()
+    # Its button gone with the run, the focus is on the run's heading, not lost.
+    expect(page.locator("#log-title")).to_be_focused()
+    expect(page.locator("#announce")).to_have_text(f"Run {run_id} cancelled.")
+
+
 def test_the_focus_stays_on_its_control_when_the_stream_redraws(
     herd: Herd, watched: Watched
 ) -> None:
@@ -358,23 +373,46 @@ def test_the_stream_says_nothing_to_a_screen_reader(herd: Herd, watched: Watched
 # -- an account's near limit and needed login ---------------------------------------
 
 
-def with_accounts(page: Page, herd: Herd, changes: dict[str, dict[str, Any]]) -> None:
-    """Serve the page's event stream one snapshot: the supervisor's, accounts changed.
+def with_state(page: Page, herd: Herd, change: Callable[[dict[str, Any]], None]) -> None:
+    """Serve the page's event stream one snapshot: the supervisor's, after ``change``.
 
-    ``changes`` maps ``provider/account`` to the keys to set on that account's view,
-    as the status view gives them: what the page receives is changed, nothing else.
+    What the page receives is changed, in the shape the supervisor sends it, and
+    nothing else: the page reads it by its own path.
     """
 
     def stream(route: Route) -> None:
-        answer = route.fetch(url=f"{herd.url}/dashboard/state")
-        snapshot = answer.json()
-        for account in snapshot["state"]["status"]["accounts"]:
-            key = f"{account['provider']}/{account['account'] or '(ambient)'}"
-            account.update(changes.get(key, {}))
+        snapshot = route.fetch(url=f"{herd.url}/dashboard/state").json()
+        change(snapshot["state"])
         body = f"retry: 600000\nevent: state\ndata: {json.dumps(snapshot)}\n\n"
         route.fulfill(status=200, content_type="text/event-stream", body=body)
 
     page.route("**/dashboard/events", stream)
+
+
+def with_accounts(page: Page, herd: Herd, changes: dict[str, dict[str, Any]]) -> None:
+    """As ``with_state``: ``changes`` maps ``provider/account`` to keys set on its view."""
+
+    def change(state: dict[str, Any]) -> None:
+        for account in state["status"]["accounts"]:
+            key = f"{account['provider']}/{account['account'] or '(ambient)'}"
+            account.update(changes.get(key, {}))
+
+    with_state(page, herd, change)
+
+
+def test_a_silent_run_says_so_in_words(herd: Herd, watched: Watched, busy: dict[str, str]) -> None:
+    page = watched.page
+
+    def silent(state: dict[str, Any]) -> None:
+        for run in state["running"]:
+            run["last_output_at"] = time.time() - 600  # ten minutes without output
+
+    with_state(page, herd, silent)
+    page.goto(f"{herd.url}/#overview")
+    page.reload()
+    cell = page.locator(f'#running tr[data-run="{busy["running"]}"] td').nth(5)
+    expect(cell).to_have_class("mono stale")
+    expect(cell).to_contain_text(" ago (silent)")
 
 
 def test_an_account_that_needs_login_or_is_near_its_limit_says_so_in_words(

@@ -55,8 +55,10 @@
     const since = Number(td.dataset.since);
     if (!since) { td.textContent = "—"; return; }
     const age = now() - since;
-    td.textContent = td.dataset.stale ? `${duration(age)} ago` : duration(age);
-    td.classList.toggle("stale", !!td.dataset.stale && age > Number(td.dataset.stale));
+    // Silent too long: said in words as well as in orange.
+    const stale = !!td.dataset.stale && age > Number(td.dataset.stale);
+    td.textContent = td.dataset.stale ? `${duration(age)} ago${stale ? " (silent)" : ""}` : duration(age);
+    td.classList.toggle("stale", stale);
   }
   setInterval(() => document.querySelectorAll("[data-since]").forEach(tick), 1000);
 
@@ -379,7 +381,10 @@
     $("run-facts").replaceChildren(...facts.filter(([, v]) => v !== null && v !== undefined && v !== "")
       .flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { "data-fact": k, text: String(v) })]));
     const cancel = $("log-cancel");
+    const focused = document.activeElement === cancel;
     cancel.hidden = TERMINAL.has(run.status);
+    // The run ended with the focus on its Cancel button: the focus goes to the run's heading.
+    if (focused && cancel.hidden) $("log-title").focus();
     cancel.onclick = () => busy(cancel, () => cancelRun(run.id));
   }
   async function followLog(run) {
