@@ -18,6 +18,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -120,19 +121,25 @@ def test_a_run_and_its_log_pass_the_audit(
     assert violations(page) == Counter()
 
 
-def test_a_rejected_reload_passes_the_audit(herd: Herd, watched: Watched) -> None:
-    page = watched.page
+@contextmanager
+def rejected_reload(page: Page, herd: Herd) -> Iterator[None]:
+    """The configuration view showing a rejected reload's errors; the good file back after."""
     page.goto(f"{herd.url}/#config")
     good = herd.config.read_text()
     herd.config.write_text(good.replace("concurrency = 1\n", 'concurrency = "many"\n', 1))
     try:
         page.get_by_role("button", name="Reload the file").click()
         expect(page.locator("#reload-errors")).to_be_visible()
-        assert violations(page) == Counter()
+        yield
     finally:
         herd.config.write_text(good)
         page.get_by_role("button", name="Reload the file").click()
         expect(page.locator("#reload-errors")).to_be_hidden()
+
+
+def test_a_rejected_reload_passes_the_audit(herd: Herd, watched: Watched) -> None:
+    with rejected_reload(watched.page, herd):
+        assert violations(watched.page) == Counter()
 
 
 def test_the_login_form_passes_the_audit(herd: Herd, browser: Browser) -> None:
@@ -333,12 +340,7 @@ def test_ending_a_rest_with_the_keyboard(herd: Herd, watched: Watched) -> None:
 def test_the_stream_says_nothing_to_a_screen_reader(herd: Herd, watched: Watched) -> None:
     """Live regions change only for what the user did or must know, not for each snapshot."""
     page = watched.page
-    page.goto(f"{herd.url}/#config")
-    good = herd.config.read_text()
-    herd.config.write_text(good.replace("concurrency = 1\n", 'concurrency = "many"\n', 1))
-    try:
-        page.get_by_role("button", name="Reload the file").click()
-        expect(page.locator("#reload-errors")).to_be_visible()
+    with rejected_reload(page, herd):
         page.evaluate(
             """() => {
               window.spoken = [];
@@ -364,10 +366,6 @@ def test_the_stream_says_nothing_to_a_screen_reader(herd: Herd, watched: Watched
                  .map((n) => n.id)"""
         )
         assert sorted(regions) == ["announce", "live", "notice", "reload-errors"]
-    finally:
-        herd.config.write_text(good)
-        page.get_by_role("button", name="Reload the file").click()
-        expect(page.locator("#reload-errors")).to_be_hidden()
 
 
 # -- an account's near limit and needed login ---------------------------------------
