@@ -445,6 +445,8 @@ def test_an_account_that_needs_login_or_is_near_its_limit_says_so_in_words(
         "near limit"
     )
     expect(page.locator('[data-card="accounts"]')).to_contain_text("1 needs login, 1 near limit")
+    page.goto(f"{herd.url}/#log/{busy['running']}")
+    expect(page.locator('dd[data-fact="account"]')).to_have_text("(ambient) — near limit")
     assert violations(page) == Counter()
     page.goto(f"{herd.url}/#accounts")
     assert violations(page) == Counter()

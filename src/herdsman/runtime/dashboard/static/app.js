@@ -183,6 +183,13 @@
     }
     return { badges, text, blocked: !a.available || !!a.needs_login };
   }
+  // A running or queued run's account state, in words after its name (" — needs login").
+  function accountMarks(run) {
+    if (!state || TERMINAL.has(run.status)) return "";
+    const a = state.status.accounts.find((x) => accountKey(x.provider, x.account) === accountKey(run.provider, run.account));
+    const marks = a ? accountState(a).badges.map(([, text]) => text) : [];
+    return marks.length ? ` — ${marks.join(", ")}` : "";
+  }
   function badges(list) {
     return list.map(([cls, text]) => el("span", { class: `badge ${cls}`, text }));
   }
@@ -375,7 +382,7 @@
   }
   function showRun(run) {
     const facts = [["status", run.status], ["provider", run.provider], ["conversation", conversationName(run)],
-      ["account", run.account || "(ambient)"], ["submitted", when(run.submitted_at)], ["started", when(run.started_at)],
+      ["account", (run.account || "(ambient)") + accountMarks(run)], ["submitted", when(run.submitted_at)], ["started", when(run.started_at)],
       ["finished", when(run.finished_at)], ["exit code", run.exit_code], ["reason", run.reason], ["attempts", run.attempts],
       ["prompt", run.prompt], ["result", run.result]];
     $("run-facts").replaceChildren(...facts.filter(([, v]) => v !== null && v !== undefined && v !== "")
