@@ -431,6 +431,10 @@ def test_an_account_that_needs_login_or_is_near_its_limit_says_so_in_words(
             "limited/(ambient)": {
                 "near_limit_until": None,
                 "needs_login": "the login expired: run `claude login`",
+                # As the supervisor says it: no rest, unavailable for want of a login.
+                "exhausted_until": None,
+                "available": False,
+                "reason": "needs login (the login expired: run `claude login`)",
             },
         },
     )
@@ -444,6 +448,10 @@ def test_an_account_that_needs_login_or_is_near_its_limit_says_so_in_words(
     expect(gate).to_contain_text("(near its limit until ")
     expect(limited.locator(".badge")).to_have_text("needs login")
     expect(limited).to_contain_text("the login expired: run `claude login`")
+    # Its rest ended is its login taken as renewed: the same action, named for what it does.
+    expect(
+        limited.get_by_role("button", name="limited/(ambient) is logged in again")
+    ).to_be_visible()
     # Where else an account's state shows: the running run's account, the overview's count.
     page.goto(f"{herd.url}/#overview")
     expect(page.locator(f'#running tr[data-run="{busy["running"]}"] .badge')).to_have_text(

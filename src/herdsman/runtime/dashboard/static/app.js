@@ -265,11 +265,14 @@
       const usage = a.budget ? `${a.usage} / ${a.budget} ${a.unit}` : `${a.usage} ${a.unit || ""}`;
       const shown = accountState(a);
       const label = a.account || "(ambient)";
-      const end = a.exhausted_until ? el("button", {
-        type: "button", "aria-label": `End the rest of ${a.provider}/${label}`, text: "End rest",
+      // Ending the rest also clears a needed login: the user says it is logged in again.
+      const login = a.needs_login && !a.exhausted_until;
+      const end = a.exhausted_until || a.needs_login ? el("button", {
+        type: "button", text: login ? "Logged in again" : "End rest",
+        "aria-label": login ? `${a.provider}/${label} is logged in again` : `End the rest of ${a.provider}/${label}`,
         onclick: async () => {
           const answer = await act("/dashboard/accounts/end-rest", { provider: a.provider, account: a.account });
-          if (answer.httpOk) announce(`The rest of ${a.provider}/${label} ended.`);
+          if (answer.httpOk) announce(login ? `${a.provider}/${label} takes runs again.` : `The rest of ${a.provider}/${label} ended.`);
         },
       }) : null;
       return el("tr", { "data-account": accountKey(a.provider, a.account) },
