@@ -82,6 +82,7 @@ __all__ = [
     "Driven",
     "Driver",
     "ReplayResult",
+    "deliver_arrival",
     "drive",
     "replay",
     "shuffle_trio",
@@ -603,7 +604,7 @@ class _Feed:
         elif arrival.kind == "removal_wait":
             self._hold(arrival.fields)
         else:
-            await _deliver(supervisor, arrival)
+            await deliver_arrival(supervisor, arrival)
         self.push_next()
 
     async def _submit(self, fields: Mapping[str, Any], kind: str) -> None:
@@ -658,7 +659,7 @@ class _Feed:
         self._nursery.start_soon(self._submit, {"run": run}, "submit")
 
 
-async def _deliver(supervisor: Supervisor, arrival: Arrival) -> None:
+async def deliver_arrival(supervisor: Supervisor, arrival: Arrival) -> None:
     """Hand an arrival other than a submit or skip to the supervisor."""
     fields = arrival.fields
     if arrival.kind == "cancel":

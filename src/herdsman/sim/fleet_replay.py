@@ -1,0 +1,536 @@
+"""A fleet's members' traces replayed together: real supervisors on one simulated ledger.
+
+Each member is the real :class:`~herdsman.runtime.supervisor.Supervisor`
+with a real :class:`~herdsman.runtime.fleet_member.FleetMember`, on its own
+connection to one :class:`~herdsman.sim.fleet_store.SimFleet`, with its own
+trace, all under one ``MockClock`` driven by the replay's driver
+(:func:`herdsman.sim.replay.drive`). The members' traces are aligned on
+their headers' ``started_at``.
+
+What comes from outside the fleet is delivered at its recorded moment, to
+the member that recorded it: each member's start, the submits it took
+(``fleet_submit``, ``skip``), the cancels asked of it (``cancel``,
+``fleet_cancel``), its reloads and its shutdown; each run ends when its
+holder's trace says it did. What one member learns of the others comes
+through the ledger, at its polls, and a poll is the one place where the
+real fleet's timing decided something: which runs a member found queued
+depended on the others' claims, milliseconds apart. So a member's polls
+happen when its trace says one changed its queue (``poll``), and only
+then: at any other moment (its timer, its own submit's poke) the replay's
+ledger answers its poll as a ledger out of reach would, and the member
+tries again at its next one, as it did in the recording, where such a poll
+changed nothing (docs/simulator.md, "A fleet's traces together").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+from pyfakefs.fake_filesystem_unittest import Patcher
+
+from herdsman.config import LoadedConfig
+from herdsman.runtime.fleet_member import FleetMember
+from herdsman.runtime.git.fake import FakeGit
+from herdsman.runtime.ledger import Inline
+from herdsman.runtime.metrics import Uncounted
+from herdsman.runtime.store import NewRun, StoreError
+from herdsman.runtime.store.fleet import Poll
+from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
+from herdsman.sim.bounds import WALL_LIMIT, run_watched
+from herdsman.sim.fleet_store import SimFleet, SimFleetStore
+from herdsman.sim.replay import ARRIVAL, Driver, deliver_arrival, drive, young_collections_rarer
+from herdsman.sim.trio_internals import mock_time, plain_instruments, shuffle_trio
+from herdsman.sim.workload import (
+    DEFAULT_DURATION,
+    Arrival,
+    RecordedAttempt,
+    RunPlan,
+    Workload,
+    config_from_trace,
+)
+from herdsman.trace import TraceEvent, TraceFormatError, TraceWriter, read_trace
+
+__all__ = ["FleetReplayResult", "Member", "fleet_replay", "fleet_summary", "read_member"]
+
+log = logging.getLogger("herdsman")
+
+
+@attrs.frozen
+class Member:
+    """One member's recorded trace: its name (the file), workload and events."""
+
+    name: str
+    workload: Workload
+    events: tuple[TraceEvent, ...]
+
+    @property
+    def started_at(self) -> float:
+        """The header's time, unix seconds."""
+        return self.workload.started_at
+
+
+def read_member(path: Path) -> Member:
+    """Read ``path`` as a fleet member's trace; :class:`TraceFormatError` if it cannot be one."""
+    from herdsman.sim.workload import read_workload  # noqa: PLC0415 - one module less to load
+
+    workload = read_workload(path)
+    header = workload.header
+    if header.fuzz is not None or header.generator is not None:
+        raise TraceFormatError(
+            f"{path}: a fuzz case or a generated workload is not a fleet member's trace;"
+            " give several traces only of one fleet's members"
+        )
+    if not (header.config.get("fleet") or {}).get("enabled"):
+        raise TraceFormatError(
+            f"{path}:1: config.fleet.enabled: this trace is not a fleet member's; several"
+            " traces replay together only as the members of one fleet"
+        )
+    if header.carry is not None:
+        raise TraceFormatError(
+            f"{path}:1: carry: a rotated member file begins in the middle of a member's"
+            " life; replay the member's files from its first (or this one alone)"
+        )
+    _, events = read_trace(path)
+    return Member(str(path), workload, tuple(events))
+
+
+@attrs.frozen
+class FleetReplayResult:
+    """Each member's simulated trace, and what the summary line reports."""
+
+    traces: tuple[str, ...]
+    runs: int
+    span: float
+    wall_seconds: float
+    #: What the replay could not reproduce exactly: one line each, first cause first.
+    notes: tuple[str, ...] = ()
+
+
+def fleet_summary(result: FleetReplayResult) -> str:
+    """The line printed on stderr after a fleet's replay (its notes follow, one a line)."""
+    rate = result.runs / result.wall_seconds if result.wall_seconds > 0 else math.inf
+    line = (
+        f"replayed {result.runs} runs of {len(result.traces)} fleet members together over"
+        f" {result.span:.1f} simulated seconds in {result.wall_seconds:.2f} s wall"
+        f" ({rate:,.0f} runs per wall second)"
+    )
+    return "\n".join((line, *result.notes))
+
+
+# -- what is delivered, when ---------------------------------------------------------
+
+
+@attrs.frozen(order=True)
+class _Input:
+    """Something delivered to one member: ``(t, member, line)`` orders them all."""
+
+    t: float  # on the replay's clock: seconds since the earliest member's header
+    member: int
+    line: float
+    kind: str = attrs.field(order=False)
+    fields: Mapping[str, Any] = attrs.field(order=False)
+
+
+#: Delivered as they are to a lone supervisor's replay.
+_PASSED_ON = frozenset({"shutdown", "reload", "rest_ended"})
+
+
+def _inputs(members: Sequence[Member], offsets: Sequence[float]) -> tuple[list[_Input], list[str]]:
+    """Every member's inputs in one order, and the notes on what is not in the traces."""
+    inputs: list[_Input] = []
+    submitted: set[str] = set()  # runs a given trace took the submit of
+    for member in members:
+        for event in member.events:
+            if event.event in ("fleet_submit", "skip"):
+                submitted.add(event.fields["run"]["id"])
+    notes: list[str] = []
+    injected: dict[str, tuple[str, int]] = {}
+    traced_polls = any(e.event == "poll" for m in members for e in m.events)
+    for index, (member, offset) in enumerate(zip(members, offsets, strict=True)):
+        inputs.append(_Input(offset, index, 0, "join", {}))
+        poll_line = 0.0
+        for n, event in enumerate(member.events):
+            kind, fields, t = event.event, event.fields, offset + event.t
+            if kind == "poll":
+                poll_line = event.line
+                if n > 0:  # the first: the start-up poll, made as the member joins
+                    inputs.append(_Input(t, index, event.line, "poll", fields))
+            elif kind == "fleet_submit":
+                inputs.append(_Input(t, index, event.line, "submit", fields))
+            elif kind == "skip":
+                inputs.append(_Input(t, index, event.line, "skip", fields))
+            elif kind in ("cancel", "fleet_cancel"):
+                inputs.append(_Input(t, index, event.line, "cancel", fields))
+            elif kind in _PASSED_ON:
+                inputs.append(_Input(t, index, event.line, kind, fields))
+            elif kind == "submit":
+                run = fields["run"]
+                if run["id"] not in submitted and run["id"] not in injected:
+                    # Just before the poll that took it: the ledger had it by then.
+                    injected[run["id"]] = (member.name, event.line)
+                    inputs.append(_Input(t, index, poll_line - 0.5, "inject", {"run": run}))
+    if injected and not traced_polls:
+        notes.append(
+            "these traces hold no fleet_submit or poll events (recorded before herdsman traced"
+            " a fleet's submits and polls): each run goes into the ledger where a trace first"
+            " shows it polled, and each member polls on its own timer, so which member takes"
+            " a run may differ from the recording"
+        )
+    elif injected:
+        run_id, (name, line) = next(iter(injected.items()))
+        notes.append(
+            f"{name}:{line}: run {run_id} was submitted to a member whose trace is not given"
+            f" (no trace given took its submit; {len(injected)} run(s) so): it goes into the"
+            " ledger at this poll, and what that member decided (its claims, the lanes it"
+            " held) is not replayed, so decisions from here on may differ"
+        )
+    inputs.sort()
+    return inputs, notes
+
+
+def _merged(members: Sequence[Member], offsets: Sequence[float]) -> Workload:
+    """One workload for the fleet's runs: each run's attempts from whichever trace ran them.
+
+    Times move onto the replay's clock; a run tried on two members (a usage
+    limit, then another member) has its attempts in the order they ended.
+    """
+    firsts: dict[str, float] = {}
+    attempts: dict[str, list[Any]] = {}
+    synthetic: set[str] = set()
+    for member, offset in zip(members, offsets, strict=True):
+        for event in member.events:
+            run = event.fields.get("run") if event.event in ("fleet_submit", "submit") else None
+            if run is not None:
+                t = offset + event.t
+                firsts[run["id"]] = min(firsts.get(run["id"], t), t)
+        for run_id, plan in member.workload.plans.items():
+            bucket = attempts.setdefault(run_id, [])
+            if plan.synthetic:
+                synthetic.add(run_id)
+            for attempt in plan.attempts:
+                bucket.append(
+                    attrs.evolve(
+                        attempt,
+                        ends_at=attempt.ends_at + offset,
+                        answers_after=attempt.answers_after + offset,
+                        answers_by=attempt.answers_by + offset,
+                    )
+                    if isinstance(attempt, RecordedAttempt)
+                    else attempt
+                )
+    for bucket in attempts.values():
+        bucket.sort(key=lambda a: a.ends_at if isinstance(a, RecordedAttempt) else math.inf)
+    order = sorted(attempts, key=lambda run_id: (firsts.get(run_id, math.inf), run_id))
+    plans = {
+        run_id: RunPlan(index, attempts[run_id], run_id in synthetic)
+        for index, run_id in enumerate(order)
+    }
+    first = members[0].workload
+    return Workload(first.header, first.started_at, (), plans)
+
+
+# -- the members -----------------------------------------------------------------------
+
+
+class _NotRecorded(StoreError):
+    """A poll the recording did not trace: it changed nothing there, so nothing here."""
+
+
+class _RecordedPolls(SimFleetStore):
+    """A member's connection whose polls answer only at the moments its trace recorded one."""
+
+    released = 0
+
+    def poll(self, cursor: int, queued: Sequence[str] = ()) -> Poll:
+        """The ledger's answer if a recorded poll is due; else refused, as out of reach."""
+        if self.released <= 0:
+            raise _NotRecorded("not a poll the recording traced")
+        self.released -= 1
+        return super().poll(cursor, queued)
+
+
+class _QuietUnrecorded(logging.Filter):
+    """Drops the member's log line for a poll refused as unrecorded (not news to anyone)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(isinstance(arg, _NotRecorded) for arg in record.args or ())
+
+
+@attrs.define
+class _Live:
+    """A member replayed: its supervisor, connection and trace, once it joined."""
+
+    supervisor: Supervisor
+    store: _RecordedPolls
+    out: io.StringIO
+    text: str | None = None  # taken when the input was over, if it still ran then
+
+
+class _Fleet:
+    """The members, their ledger, and what the driver delivers to them."""
+
+    def __init__(
+        self,
+        members: Sequence[Member],
+        configs: Sequence[LoadedConfig],
+        offsets: Sequence[float],
+        inputs: Sequence[_Input],
+        driver: Driver,
+    ) -> None:
+        self.members = members
+        self.configs = configs
+        self.offsets = offsets
+        self.inputs = inputs
+        self.driver = driver
+        self.base = min(member.started_at for member in members)
+        self.live: list[_Live | None] = [None] * len(members)
+        self.runs = 0
+        self.finished = trio.Event()  # every member that joined has stopped
+        self.git = FakeGit()
+        self.ledger = SimFleet(self.wall, self.now)
+        self.span = 0.0
+        self.last: _Input | None = None
+        self._nursery: trio.Nursery | None = None
+        self._next = 0
+
+    def now(self) -> float:
+        """The replay's clock (the driver's, set once the clock exists)."""
+        return self.driver.now()
+
+    def wall(self) -> float:
+        """The simulated unix time: the ledger server's clock."""
+        return self.base + self.driver.now()
+
+    # The composite the driver reads (``Driven``).
+    @property
+    def account_recheck_at(self) -> float | None:
+        """The earliest of the members' times to look at their accounts again."""
+        times = [
+            at
+            for live in self.live
+            if live is not None and not live.supervisor.finished.is_set()
+            for at in (live.supervisor.account_recheck_at,)
+            if at is not None
+        ]
+        return min(times) if times else None
+
+    def push_next(self) -> None:
+        order = self._next
+        if order < len(self.inputs):
+            self.driver.push(self.inputs[order].t, ARRIVAL, order, self._deliver)
+
+    async def _deliver(self) -> None:
+        item = self.inputs[self._next]
+        self._next += 1
+        self.last = item
+        live = self.live[item.member]
+        if item.kind == "join":
+            await self._join(item.member)
+        elif item.kind == "inject":
+            self._inject(item.fields["run"])
+        elif live is None or live.supervisor.finished.is_set():
+            pass  # stopped: nothing reaches it any more
+        elif item.kind == "poll":
+            live.store.released += 1
+            fleet = live.supervisor.fleet
+            assert fleet is not None
+            fleet.poke()
+        elif item.kind in ("submit", "skip"):
+            await self._submit(live.supervisor, item.fields["run"], item.kind)
+        elif item.kind == "cancel":
+            # Ended, or never here, in this replay: nothing to cancel.
+            with contextlib.suppress(RunNotFound, RunConflict, NotAdmitting, StoreError):
+                await live.supervisor.cancel(item.fields["run_id"])
+        else:
+            await deliver_arrival(live.supervisor, Arrival(item.t, item.kind, item.fields))
+        self.push_next()
+
+    async def _submit(self, supervisor: Supervisor, run: Mapping[str, Any], kind: str) -> None:
+        new = _new_run(run)
+        try:
+            (result,) = await supervisor.submit_each([(new, "skip" if kind == "skip" else "queue")])
+            _, created = result.unwrap()
+        except NotAdmitting:
+            return
+        self.runs += created
+
+    def _inject(self, run: Mapping[str, Any]) -> None:
+        """A run submitted to a member not given: into the ledger as that member put it."""
+        if self.ledger.runs.get(run["id"]) is None:
+            self.ledger.runs.submit(_new_run(run), self.wall())
+            self.runs += 1
+
+    async def _join(self, index: int) -> None:
+        assert self._nursery is not None
+        loaded = self.configs[index]
+        # Made again inside the fake filesystem (see replay._replay).
+        loaded = config_from_trace(_config_json(loaded), "configuration")
+        config = loaded.config
+        for repo in config.repos:
+            if not repo.path.exists():
+                repo.path.mkdir(parents=True, exist_ok=True)
+                self.git.init_repository(repo.path, {"README.md": "a simulated repository\n"})
+        ledger = self.ledger
+        store = _RecordedPolls(
+            ledger,
+            member_id=f"m{index}",
+            host=self.members[index].name,
+            pid=index,
+            lease=config.fleet.lease.total_seconds(),
+        )
+        store.released = 1  # the start-up poll, made before anything else is traced
+        out = io.StringIO()
+        now = self.driver.now
+        trace = TraceWriter(
+            Path(f"/herdsman-sim/member-{index}/traces"),
+            max_bytes=1 << 62,
+            sink=out,
+            config=_config_json(loaded),
+            clock=now,
+            wall=lambda: dt.datetime.fromtimestamp(self.wall(), dt.UTC),
+        )
+        supervisor = Supervisor(
+            config,
+            store,
+            execute=self.driver.execute,
+            wall=self.wall,
+            trace=trace,
+            metrics=Uncounted(),
+            run_sync=Inline(store.apply_one),
+            git=self.git,
+            loaded=loaded,
+            stop_orphans=False,
+            resolve_program=lambda name: name,
+            fleet=FleetMember(store),
+        )
+        trace.open()
+        live = _Live(supervisor, store, out)
+        self.live[index] = live
+
+        async def run(
+            *, task_status: trio.TaskStatus[Supervisor] = trio.TASK_STATUS_IGNORED
+        ) -> None:
+            await supervisor.run(task_status=task_status)
+            trace.close()
+            # As ``herdsman run`` exits: leaving waives the margin of its lease.
+            with contextlib.suppress(StoreError):
+                store.leave()
+            store.close()
+            if all(each is None or each.supervisor.finished.is_set() for each in self.live):
+                self.finished.set()
+
+        await self._nursery.start(run)
+
+    async def run(self, clock: trio.testing.MockClock) -> float:
+        """Drive the members through the inputs; the simulated span (when they were over)."""
+        plain_instruments()
+        self.driver.now = mock_time(clock)
+        end = max(
+            (offset + (m.events[-1].t if m.events else 0.0))
+            for m, offset in zip(self.members, self.offsets, strict=True)
+        )
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self.push_next()
+            # The recordings' end: timers (polls refused, leases) act until then.
+            self.driver.push(end, ARRIVAL, len(self.inputs), lambda: None)
+            self.driver.driving = True
+            await drive(self.driver, self, clock)
+            self.driver.driving = False
+            self.driver.moves += 1
+            self.span = trio.current_time()
+            for live in self.live:
+                if live is not None and not live.supervisor.finished.is_set():
+                    # What stopping it traces was never recorded.
+                    live.text = live.out.getvalue()
+                    live.supervisor.request_shutdown()
+            if any(live is not None for live in self.live):
+                await self.finished.wait()
+            nursery.cancel_scope.cancel()
+        return self.span
+
+    def where(self) -> str:
+        item = self.last
+        if item is None:
+            return "before the first member joined"
+        member = self.members[item.member].name
+        return f"the last event delivered: {item.kind} ({member}:{item.line:g}) at t={item.t:.3f}"
+
+
+def _new_run(run: Mapping[str, Any]) -> NewRun:
+    return NewRun(
+        id=run["id"],
+        provider=run["provider"],
+        prompt=run.get("prompt", "(not recorded)"),
+        conversation=run.get("conversation"),
+        agent=run.get("agent"),
+        workspace=run.get("workspace", "default"),
+        cwd=run.get("cwd"),
+    )
+
+
+def _config_json(loaded: LoadedConfig) -> dict[str, Any]:
+    from herdsman.config.report import config_as_json  # noqa: PLC0415
+
+    return config_as_json(loaded.config)
+
+
+def fleet_replay(
+    members: Sequence[Member],
+    configs: Sequence[LoadedConfig],
+    *,
+    seed: int | None = None,
+    wall_limit: float | None = WALL_LIMIT,
+) -> FleetReplayResult:
+    """Replay ``members`` together, each under its configuration in ``configs``.
+
+    The same input always gives the same traces; ``seed`` reshuffles trio's
+    wake-up order to prove it. Bounded as :func:`herdsman.sim.replay.replay`.
+    """
+    if seed is not None:
+        shuffle_trio(seed)
+    began = time.perf_counter()
+    base = min(member.started_at for member in members)
+    offsets = [member.started_at - base for member in members]
+    inputs, notes = _inputs(members, offsets)
+    driver = Driver(_merged(members, offsets))
+    fleet = _Fleet(members, configs, offsets, inputs, driver)
+    quiet = _QuietUnrecorded()
+    log.addFilter(quiet)
+    try:
+        with Patcher(), young_collections_rarer():
+            run_watched(
+                fleet.run,
+                progress=lambda: driver.moves,
+                where=fleet.where,
+                wall_limit=wall_limit,
+                grace=max(c.config.supervisor.shutdown_grace.total_seconds() for c in configs),
+            )
+    finally:
+        log.removeFilter(quiet)
+    traces = tuple(
+        "" if live is None else live.text if live.text is not None else live.out.getvalue()
+        for live in fleet.live
+    )
+    defaulted = driver.executions.defaulted
+    if defaulted:
+        notes.append(
+            f"run {defaulted[0]} was started in the replay but by no member given"
+            f" ({len(defaulted)} run(s) so; each took {DEFAULT_DURATION:g} s): the member"
+            " that ran it in the recording is missing from the traces given, or the replay decided"
+            " otherwise from an earlier note's cause"
+        )
+    return FleetReplayResult(
+        traces, fleet.runs, fleet.span, time.perf_counter() - began, tuple(notes)
+    )
