@@ -166,6 +166,7 @@ def _replay_fleet(args: argparse.Namespace) -> int:
         result = fleet_replay(
             members,
             configs,
+            what_if=args.config is not None or bool(args.overrides),
             seed=args.seed,
             wall_limit=WALL_LIMIT if args.wall_limit is None else args.wall_limit,
         )

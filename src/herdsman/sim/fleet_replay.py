@@ -30,6 +30,7 @@ import io
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.git.fake import FakeGit
 from herdsman.runtime.ledger import Inline
 from herdsman.runtime.metrics import Uncounted
-from herdsman.runtime.store import NewRun, StoreError
+from herdsman.runtime.store import NewRun, RunRecord, StoreError
 from herdsman.runtime.store.fleet import Poll
 from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
 from herdsman.sim.bounds import WALL_LIMIT, run_watched
@@ -59,7 +60,7 @@ from herdsman.sim.workload import (
     Workload,
     config_from_trace,
 )
-from herdsman.trace import TraceEvent, TraceFormatError, TraceWriter, read_trace
+from herdsman.trace import TraceEvent, TraceFormatError, TraceWriter, read_trace, read_trace_text
 
 __all__ = ["FleetReplayResult", "Member", "fleet_replay", "fleet_summary", "read_member"]
 
@@ -146,24 +147,26 @@ class _Input:
 _PASSED_ON = frozenset({"shutdown", "reload", "rest_ended"})
 
 
-def _inputs(members: Sequence[Member], offsets: Sequence[float]) -> tuple[list[_Input], list[str]]:
-    """Every member's inputs in one order, and the notes on what is not in the traces."""
+def _inputs(
+    members: Sequence[Member], offsets: Sequence[float]
+) -> tuple[list[_Input], list[tuple[float, str]]]:
+    """Every member's inputs in one order, and notes (with their time) on what the traces lack."""
     inputs: list[_Input] = []
     submitted: set[str] = set()  # runs a given trace took the submit of
     for member in members:
         for event in member.events:
             if event.event in ("fleet_submit", "skip"):
                 submitted.add(event.fields["run"]["id"])
-    notes: list[str] = []
-    injected: dict[str, tuple[str, int]] = {}
+    injected: list[tuple[float, str, str, int]] = []  # (t, run, trace, line)
+    seen: set[str] = set()
     traced_polls = any(e.event == "poll" for m in members for e in m.events)
     for index, (member, offset) in enumerate(zip(members, offsets, strict=True)):
         inputs.append(_Input(offset, index, 0, "join", {}))
-        poll_line = 0.0
+        poll_t, poll_line = offset, 0.0  # the start-up poll, as the member joins
         for n, event in enumerate(member.events):
             kind, fields, t = event.event, event.fields, offset + event.t
             if kind == "poll":
-                poll_line = event.line
+                poll_t, poll_line = t, event.line
                 if n > 0:  # the first: the start-up poll, made as the member joins
                     inputs.append(_Input(t, index, event.line, "poll", fields))
             elif kind == "fleet_submit":
@@ -174,29 +177,135 @@ def _inputs(members: Sequence[Member], offsets: Sequence[float]) -> tuple[list[_
                 inputs.append(_Input(t, index, event.line, "cancel", fields))
             elif kind in _PASSED_ON:
                 inputs.append(_Input(t, index, event.line, kind, fields))
-            elif kind == "submit":
+            elif kind == "submit" and fields["run"]["id"] not in submitted:
+                injected.append((t, fields["run"]["id"], member.name, event.line))
+                # Just before the poll that took it: the ledger had it by then.
                 run = fields["run"]
-                if run["id"] not in submitted and run["id"] not in injected:
-                    # Just before the poll that took it: the ledger had it by then.
-                    injected[run["id"]] = (member.name, event.line)
-                    inputs.append(_Input(t, index, poll_line - 0.5, "inject", {"run": run}))
-    if injected and not traced_polls:
-        notes.append(
-            "these traces hold no fleet_submit or poll events (recorded before herdsman traced"
-            " a fleet's submits and polls): each run goes into the ledger where a trace first"
-            " shows it polled, and each member polls on its own timer, so which member takes"
-            " a run may differ from the recording"
-        )
-    elif injected:
-        run_id, (name, line) = next(iter(injected.items()))
-        notes.append(
-            f"{name}:{line}: run {run_id} was submitted to a member whose trace is not given"
-            f" (no trace given took its submit; {len(injected)} run(s) so): it goes into the"
-            " ledger at this poll, and what that member decided (its claims, the lanes it"
-            " held) is not replayed, so decisions from here on may differ"
-        )
+                inputs.append(_Input(poll_t, index, poll_line - 0.5, "inject", {"run": run}))
     inputs.sort()
+    injected.sort()
+    first = []
+    for item in injected:  # each run once, where it was first polled
+        if item[1] not in seen:
+            seen.add(item[1])
+            first.append(item)
+    notes: list[tuple[float, str]] = []
+    if first and not traced_polls:
+        notes.append(
+            (
+                first[0][0],
+                "these traces hold no fleet_submit or poll events (recorded before herdsman"
+                " traced a fleet's submits and polls): each run goes into the ledger where a"
+                " trace first shows it polled, and each member polls on its own timer, so"
+                " which member takes a run may differ from the recording",
+            )
+        )
+    elif first:
+        _, run_id, name, line = first[0]
+        notes.append(
+            (
+                first[0][0],
+                f"{name}:{line}: run {run_id} was submitted to a member whose trace is not"
+                f" given (no trace given took its submit; {len(first)} run(s) so): it goes"
+                " into the ledger at this poll, and what that member decided (its claims,"
+                " the lanes it held) is not replayed, so decisions from here on may differ",
+            )
+        )
     return inputs, notes
+
+
+def _holders(members: Sequence[Member], texts: Sequence[str]) -> dict[str, set[str]]:
+    """Which members started each run, in the given traces (``texts``: their text, or the
+    recorded events when empty)."""
+    holders: dict[str, set[str]] = {}
+    for member, text in zip(members, texts, strict=True):
+        events = read_trace_text(text, member.name)[1] if text else iter(member.events)
+        for event in events:
+            if event.event == "start":
+                holders.setdefault(event.fields["run_id"], set()).add(member.name)
+    return holders
+
+
+def _later_notes(
+    members: Sequence[Member],
+    offsets: Sequence[float],
+    replayed: Sequence[str],
+    defaulted: Sequence[str],
+    cause: str,
+) -> list[tuple[float, str]]:
+    """What the replay found it could not reproduce: the first poll that learned otherwise
+    than recorded about a run some member started otherwise, and the first run started
+    here that no member given started in the recording. ``cause``: why, as far as known."""
+    notes: list[tuple[float, str]] = []
+    before = _holders(members, [""] * len(members))
+    after = _holders(members, replayed)
+    unstarted = set(defaulted)
+    starts: list[tuple[float, str, str, int]] = []
+    for member, offset, text in zip(members, offsets, replayed, strict=True):
+        if not text:
+            continue
+        events = list(read_trace_text(text, f"{member.name} (replayed)")[1])
+        starts += [
+            (offset + e.t, e.fields["run_id"], member.name, e.line)
+            for e in events
+            if e.event == "start" and e.fields["run_id"] in unstarted
+        ]
+        polls = [e for e in events if e.event == "poll"]
+        recorded = [e for e in member.events if e.event == "poll"]
+        for was, now in zip(recorded, polls, strict=False):
+            differ = {
+                run_id
+                for key in ("runs", "left", "cancels")
+                for run_id in set(was.fields[key]) ^ set(now.fields[key])
+            }
+            # A run this member learned of otherwise, but which every member
+            # started as recorded, changed nothing (a claim's commit a few
+            # milliseconds after the poll that took it: the race's loser
+            # polled it still queued, and was refused it).
+            if any(before.get(run_id, set()) != after.get(run_id, set()) for run_id in differ):
+                notes.append(
+                    (
+                        offset + was.t,
+                        f"{member.name}:{was.line}: this poll {_told(was)} in the recording,"
+                        f" and {_told(now)} in the replay: {cause}",
+                    )
+                )
+                break
+    if starts:
+        t, run_id, name, line = min(starts)
+        notes.append(
+            (
+                t,
+                f"{name}: run {run_id} starts in the replay (line {line} of its output), but"
+                f" no trace given records its start ({len(unstarted)} run(s) so, each given"
+                f" {DEFAULT_DURATION:g} s): {cause}",
+            )
+        )
+    return notes
+
+
+def _polled(event: TraceEvent) -> tuple[object, ...]:
+    fields = event.fields
+    return (*(tuple(fields[key]) for key in ("runs", "left", "cancels")), fields.get("parked", 0))
+
+
+_TOLD = (("took", "runs"), ("saw leave", "left"), ("brought cancels of", "cancels"))
+
+
+def _told(event: TraceEvent) -> str:
+    fields = event.fields
+    parts = [
+        f"{what} {', '.join(fields[key])}"
+        for what, key in (
+            ("took", "runs"),
+            ("saw leave", "left"),
+            ("brought cancels of", "cancels"),
+        )
+        if fields[key]
+    ]
+    if fields.get("parked"):
+        parts.append(f"put back {fields['parked']} parked run(s)")
+    return " and ".join(parts) or "changed nothing"
 
 
 def _merged(members: Sequence[Member], offsets: Sequence[float]) -> Workload:
@@ -247,17 +356,51 @@ class _NotRecorded(StoreError):
     """A poll the recording did not trace: it changed nothing there, so nothing here."""
 
 
-class _RecordedPolls(SimFleetStore):
-    """A member's connection whose polls answer only at the moments its trace recorded one."""
+#: A poll that changed nothing (the recording traces none): a member's start-up poll so.
+_NOTHING: Mapping[str, Any] = {"runs": [], "left": [], "cancels": []}
 
-    released = 0
+
+class _RecordedPolls(SimFleetStore):
+    """A member's connection whose polls answer at the moments its trace recorded one, with
+    what each recorded poll learned, as far as the replayed ledger agrees.
+
+    The recorded poll read the ledger a moment before its line was written:
+    a submit committed meanwhile on another member was not in it. So a
+    recorded poll takes, of the runs queued now, those it took in the
+    recording; sees leave those it saw leave, if they have; brings the
+    cancels it brought. Its cursor moves past what it took, never past a
+    run it left for a later poll. What the replayed ledger lacks of it is
+    found afterwards (``_later_notes``).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: The recorded polls due, oldest first: what each learned.
+        self.due: deque[Mapping[str, Any]] = deque()
 
     def poll(self, cursor: int, queued: Sequence[str] = ()) -> Poll:
-        """The ledger's answer if a recorded poll is due; else refused, as out of reach."""
-        if self.released <= 0:
+        """The recorded poll due, answered from the ledger; else refused, as out of reach."""
+        if not self.due:
             raise _NotRecorded("not a poll the recording traced")
-        self.released -= 1
-        return super().poll(cursor, queued)
+        recorded = self.due.popleft()
+        answer = super().poll(cursor, queued)
+        took, left, cancels = (set(recorded[key]) for key in ("runs", "left", "cancels"))
+        marks = self.fleet.marks
+
+        def place(run: RunRecord) -> int:
+            return max(run.seq, marks.get(run.id, 0))
+
+        runs = [run for run in answer.runs if run.id in took]
+        later = [place(run) for run in answer.runs if run.id not in took]
+        moved = max([cursor, *(place(run) for run in runs)])
+        if later:
+            moved = max(cursor, min(moved, min(later) - 1))
+        return Poll(
+            runs,
+            moved,
+            [cancel for cancel in answer.cancels if cancel[0] in cancels],
+            [run_id for run_id in answer.left if run_id in left],
+        )
 
 
 class _QuietUnrecorded(logging.Filter):
@@ -342,7 +485,7 @@ class _Fleet:
         elif live is None or live.supervisor.finished.is_set():
             pass  # stopped: nothing reaches it any more
         elif item.kind == "poll":
-            live.store.released += 1
+            live.store.due.append(item.fields)
             fleet = live.supervisor.fleet
             assert fleet is not None
             fleet.poke()
@@ -389,7 +532,10 @@ class _Fleet:
             pid=index,
             lease=config.fleet.lease.total_seconds(),
         )
-        store.released = 1  # the start-up poll, made before anything else is traced
+        # The start-up poll, made before anything else is traced: the
+        # member's first event if it took anything, else it took nothing.
+        events = self.members[index].events
+        store.due.append(events[0].fields if events and events[0].event == "poll" else _NOTHING)
         out = io.StringIO()
         now = self.driver.now
         trace = TraceWriter(
@@ -490,10 +636,18 @@ def fleet_replay(
     members: Sequence[Member],
     configs: Sequence[LoadedConfig],
     *,
+    what_if: bool = False,
     seed: int | None = None,
     wall_limit: float | None = WALL_LIMIT,
 ) -> FleetReplayResult:
     """Replay ``members`` together, each under its configuration in ``configs``.
+
+    ``what_if``: the configurations are not the recorded ones (notes say so).
+    Notes (``FleetReplayResult.notes``) say, one line each, what the replay
+    could not reproduce exactly: the traces of a member missing (its runs go
+    into the ledger where another member polled them), then the first poll
+    that learned otherwise, and the first run no member given started.
+    Times in notes are seconds since the earliest member's header.
 
     The same input always gives the same traces; ``seed`` reshuffles trio's
     wake-up order to prove it. Bounded as :func:`herdsman.sim.replay.replay`.
@@ -523,14 +677,20 @@ def fleet_replay(
         "" if live is None else live.text if live.text is not None else live.out.getvalue()
         for live in fleet.live
     )
-    defaulted = driver.executions.defaulted
-    if defaulted:
-        notes.append(
-            f"run {defaulted[0]} was started in the replay but by no member given"
-            f" ({len(defaulted)} run(s) so; each took {DEFAULT_DURATION:g} s): the member"
-            " that ran it in the recording is missing from the traces given, or the replay decided"
-            " otherwise from an earlier note's cause"
+    if notes:
+        cause = "a member is missing from the traces given (the first note)"
+    elif what_if:
+        cause = "the what-if configuration decided otherwise"
+    else:
+        cause = (
+            "the members raced closer together than their traces can order (a poll's line"
+            " is written after its read, a claim's after its commit)"
         )
+    later = sorted(_later_notes(members, offsets, traces, driver.executions.defaulted, cause))
     return FleetReplayResult(
-        traces, fleet.runs, fleet.span, time.perf_counter() - began, tuple(notes)
+        traces,
+        fleet.runs,
+        fleet.span,
+        time.perf_counter() - began,
+        tuple(f"t={t:.3f} {text}" for t, text in (*notes, *later)),
     )
