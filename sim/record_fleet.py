@@ -1,16 +1,17 @@
 """Record sim/fleet-m0.jsonl, fleet-m1.jsonl, fleet-m2.jsonl: three members of one fleet.
 
 Three `herdsman run` processes (as sim/record_stops.py runs one) as fleet
-members on one real PostgreSQL ledger, the demo agent, one slot each, a
+members on one real PostgreSQL ledger, the demo agent, two slots each, a
 poll every second, driven over their HTTP APIs:
 
 1. Runs are submitted to every member on shared conversations, more than
-   the three slots take: a member busy leaves its submits to the others,
+   the six slots take: a member busy leaves its submits to the others,
    which take them at their polls; a conversation's next run waits for the
-   run on another member, refused at its claims until that one ends.
+   run on another member, its claims refused (and the run parked) until
+   that one ends.
 2. A run is submitted with ``on_busy = "skip"`` to a conversation running
    on another member (skipped fleet-wide), and a queued run is cancelled
-   through a member other than the one it was submitted to.
+   at once through a member that has not polled it yet.
 3. Once every run has ended, each member drains on SIGTERM.
 
 Each member writes its own trace; replayed together
@@ -43,7 +44,7 @@ URL_SHOWN = "postgresql://herdsman@ledger.example/herdsman"
 
 
 def config_text(port: int, url: str) -> str:
-    demo = f'["{sys.executable}", "-m", "herdsman.demo_agent", "--delay", "1"]'
+    demo = f'["{sys.executable}", "-m", "herdsman.demo_agent", "--delay", "2"]'
     return f"""\
 [supervisor]
 state_dir = "state"
@@ -51,7 +52,7 @@ parallel_preamble = false
 
 [providers.demo]
 exec = {demo}
-concurrency = 1
+concurrency = 2
 
 [store]
 url = "{url}"
@@ -113,25 +114,25 @@ def _drive(members: list[Life]) -> list[str]:
     ids = [
         m0.submit("demo", "c0", id="f00"),
         m0.submit("demo", "c1", id="f01"),
-        m0.submit("demo", "c2", id="f02"),  # m0 is busy: another member takes it
-        m1.submit("demo", "c0", id="f03"),  # waits for f00, wherever it runs
+        # c0 runs (f00): the others' claims of f02 are refused, and it is parked.
+        m1.submit("demo", "c0", id="f02"),
+        m1.submit("demo", "c2", id="f03"),
         m2.submit("demo", "c3", id="f04"),
     ]
     time.sleep(0.3)
     # c0 runs (f00) on one member: skipped fleet-wide.
     skipped = m2.submit("demo", "c0", id="f05", on_busy="skip")
-    ids.append(skipped)
-    ids.append(m1.submit("demo", "c1", id="f06"))  # waits behind f01
-    ids.append(m2.submit("demo", "c4", id="f07"))
-    # Queued behind f03 and f00 on c0: cancelled through another member.
-    doomed = m0.submit("demo", "c0", id="f08")
-    time.sleep(0.2)
-    answer = m2.client.post(f"/v1/runs/{doomed}/cancel")
+    # Queued behind f02 on c0, cancelled at once through a member that has not
+    # polled it yet (asked of the ledger: ``fleet_cancel``).
+    doomed = m0.submit("demo", "c0", id="f06")
+    answer = m1.client.post(f"/v1/runs/{doomed}/cancel")
     assert answer.status_code in (200, 202), answer.text
-    ids.append(doomed)
-    time.sleep(1.5)
-    ids += [m1.submit("demo", "c2", id="f09"), m2.submit("demo", "c5", id="f10")]
-    ids += [m0.submit("demo", "c3", id="f11")]
+    ids += [skipped, doomed]
+    ids += [m1.submit("demo", "c1", id="f07"), m2.submit("demo", "c4", id="f08")]
+    ids += [m2.submit("demo", "c5", id="f09"), m0.submit("demo", "c6", id="f10")]
+    time.sleep(2.5)
+    ids += [m1.submit("demo", "c2", id="f11"), m2.submit("demo", "c0", id="f12")]
+    ids += [m0.submit("demo", "c3", id="f13")]
     deadline = time.monotonic() + 90
     while True:
         states = [m0.status(run_id) for run_id in ids]
