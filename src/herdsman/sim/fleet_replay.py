@@ -74,6 +74,8 @@ class Member:
     name: str
     workload: Workload
     events: tuple[TraceEvent, ...]
+    #: The poll the member made as it started, if it took anything (else untraced).
+    startup: TraceEvent | None = None
 
     @property
     def started_at(self) -> float:
@@ -102,8 +104,16 @@ def read_member(path: Path) -> Member:
             f"{path}:1: carry: a rotated member file begins in the middle of a member's"
             " life; replay the member's files from its first (or this one alone)"
         )
-    _, events = read_trace(path)
-    return Member(str(path), workload, tuple(events))
+    _, read = read_trace(path)
+    events = tuple(read)
+    # A member polls as it starts, before anything else is traced; its timer
+    # polls a whole interval later, and a submit here (which pokes a poll) is
+    # traced first. So a poll that comes first, sooner than an interval, is
+    # the start-up poll.
+    interval = config_from_trace(header.config, f"{path}:1").config.fleet.poll.total_seconds()
+    first = events[0] if events else None
+    startup = first if first is not None and first.event == "poll" and first.t < interval else None
+    return Member(str(path), workload, events, startup)
 
 
 @attrs.frozen
@@ -163,11 +173,11 @@ def _inputs(
     for index, (member, offset) in enumerate(zip(members, offsets, strict=True)):
         inputs.append(_Input(offset, index, 0, "join", {}))
         poll_t, poll_line = offset, 0.0  # the start-up poll, as the member joins
-        for n, event in enumerate(member.events):
+        for event in member.events:
             kind, fields, t = event.event, event.fields, offset + event.t
             if kind == "poll":
                 poll_t, poll_line = t, event.line
-                if n > 0:  # the first: the start-up poll, made as the member joins
+                if event is not member.startup:  # that one is made as the member joins
                     inputs.append(_Input(t, index, event.line, "poll", fields))
             elif kind == "fleet_submit":
                 inputs.append(_Input(t, index, event.line, "submit", fields))
@@ -532,10 +542,10 @@ class _Fleet:
             pid=index,
             lease=config.fleet.lease.total_seconds(),
         )
-        # The start-up poll, made before anything else is traced: the
-        # member's first event if it took anything, else it took nothing.
-        events = self.members[index].events
-        store.due.append(events[0].fields if events and events[0].event == "poll" else _NOTHING)
+        # The start-up poll, made before anything else is traced (traced
+        # only if it took anything).
+        startup = self.members[index].startup
+        store.due.append(_NOTHING if startup is None else startup.fields)
         out = io.StringIO()
         now = self.driver.now
         trace = TraceWriter(

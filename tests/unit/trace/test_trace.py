@@ -187,7 +187,7 @@ HEADER = json.dumps(
                 HEADER,
                 '{"t":0,"seq":0,"event":"submit","run":{"id":"r","provider":"p","cwd":"a/b"}}',
             ],
-            ":2: run.cwd: expected an absolute path, got 'a'",
+            ":2: run.cwd: expected an absolute path, got 'a/b'",
         ),
         (
             [HEADER, '{"t":0,"seq":0,"event":"poll","runs":"r1","left":[],"cancels":[]}'],
