@@ -188,3 +188,24 @@ def test_a_rotated_member_file_is_refused(tmp_path: Path) -> None:
     rotated.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n", encoding="utf-8")
     with pytest.raises(TraceFormatError, match=r"rotated.jsonl:1: carry: a rotated member file"):
         read_member(rotated)
+
+
+def test_a_what_if_polls_on_the_members_timers_and_says_so() -> None:
+    members = [read_member(path) for path in shipped()]
+    configs = [
+        config_from_trace(m.workload.header.config, m.name, ["providers.demo.concurrency=1"])
+        for m in members
+    ]
+    result = fleet_replay(members, configs, what_if=True)
+    assert result.notes == (
+        "t=0.000 a what-if configuration is given: the members poll on their own timers,"
+        " not at their recorded polls",
+    )
+    starts = [
+        event.fields["run_id"]
+        for text in result.traces
+        for event in read_trace_text(text, "replayed")[1]
+        if event.event == "start"
+    ]
+    # Every run but the skipped and the cancelled one, once, one slot a member.
+    assert sorted(starts) == [f"f{n:02}" for n in range(14) if n not in (5, 6)]

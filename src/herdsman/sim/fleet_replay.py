@@ -242,6 +242,8 @@ def _later_notes(
     replayed: Sequence[str],
     defaulted: Sequence[str],
     cause: str,
+    *,
+    polls: bool = True,
 ) -> list[tuple[float, str]]:
     """What the replay found it could not reproduce: the first poll that learned otherwise
     than recorded about a run some member started otherwise, and the first run started
@@ -260,9 +262,10 @@ def _later_notes(
             for e in events
             if e.event == "start" and e.fields["run_id"] in unstarted
         ]
-        polls = [e for e in events if e.event == "poll"]
+        # A what-if's polls come at other moments: not to be paired.
+        replayed_polls = [e for e in events if e.event == "poll"] if polls else []
         recorded = [e for e in member.events if e.event == "poll"]
-        for was, now in zip(recorded, polls, strict=False):
+        for was, now in zip(recorded, replayed_polls, strict=False):
             differ = {
                 run_id
                 for key in ("runs", "left", "cancels")
@@ -388,8 +391,13 @@ class _RecordedPolls(SimFleetStore):
         #: The recorded polls due, oldest first: what each learned.
         self.due: deque[Mapping[str, Any]] = deque()
 
+    #: A what-if: every poll answers from the ledger, whenever it comes.
+    free = False
+
     def poll(self, cursor: int, queued: Sequence[str] = ()) -> Poll:
         """The recorded poll due, answered from the ledger; else refused, as out of reach."""
+        if self.free:
+            return super().poll(cursor, queued)
         if not self.due:
             raise _NotRecorded("not a poll the recording traced")
         recorded = self.due.popleft()
@@ -440,8 +448,11 @@ class _Fleet:
         offsets: Sequence[float],
         inputs: Sequence[_Input],
         driver: Driver,
+        *,
+        free: bool = False,
     ) -> None:
         self.members = members
+        self.free = free
         self.configs = configs
         self.offsets = offsets
         self.inputs = inputs
@@ -546,6 +557,7 @@ class _Fleet:
         # only if it took anything).
         startup = self.members[index].startup
         store.due.append(_NOTHING if startup is None else startup.fields)
+        store.free = self.free
         out = io.StringIO()
         now = self.driver.now
         trace = TraceWriter(
@@ -668,8 +680,24 @@ def fleet_replay(
     base = min(member.started_at for member in members)
     offsets = [member.started_at - base for member in members]
     inputs, notes = _inputs(members, offsets)
+    missing = bool(notes)
+    if what_if:
+        # A what-if decides for itself: its members poll on their own timers
+        # and at their submits, and keep its configuration (the recorded
+        # reloads would quietly put the recorded one back).
+        reloads = sum(1 for item in inputs if item.kind == "reload")
+        inputs = [item for item in inputs if item.kind not in ("reload", "poll")]
+        notes.insert(
+            0,
+            (
+                0.0,
+                "a what-if configuration is given: the members poll on their own timers, not"
+                " at their recorded polls"
+                + (f", and the traces' {reloads} reload(s) are not replayed" if reloads else ""),
+            ),
+        )
     driver = Driver(_merged(members, offsets))
-    fleet = _Fleet(members, configs, offsets, inputs, driver)
+    fleet = _Fleet(members, configs, offsets, inputs, driver, free=what_if)
     quiet = _QuietUnrecorded()
     log.addFilter(quiet)
     try:
@@ -687,8 +715,8 @@ def fleet_replay(
         "" if live is None else live.text if live.text is not None else live.out.getvalue()
         for live in fleet.live
     )
-    if notes:
-        cause = "a member is missing from the traces given (the first note)"
+    if missing:
+        cause = "a member is missing from the traces given (the note on the first such run)"
     elif what_if:
         cause = "the what-if configuration decided otherwise"
     else:
@@ -696,7 +724,11 @@ def fleet_replay(
             "the members raced closer together than their traces can order (a poll's line"
             " is written after its read, a claim's after its commit)"
         )
-    later = sorted(_later_notes(members, offsets, traces, driver.executions.defaulted, cause))
+    later = sorted(
+        _later_notes(
+            members, offsets, traces, driver.executions.defaulted, cause, polls=not what_if
+        )
+    )
     return FleetReplayResult(
         traces,
         fleet.runs,
