@@ -209,3 +209,27 @@ def test_a_what_if_polls_on_the_members_timers_and_says_so() -> None:
     ]
     # Every run but the skipped and the cancelled one, once, one slot a member.
     assert sorted(starts) == [f"f{n:02}" for n in range(14) if n not in (5, 6)]
+
+
+def test_a_member_whose_trace_just_ends_is_killed_there_and_said_so(tmp_path: Path) -> None:
+    paths = []
+    for path in shipped():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        if path.name == "fleet-m1.jsonl":
+            # Killed with a run running: the file ends after its last start.
+            last = max(n for n, line in enumerate(lines) if '"event":"start"' in line)
+            lines = lines[: last + 1]
+        cut = tmp_path / path.name
+        cut.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        paths.append(cut)
+    result = replayed(paths)
+    [note] = result.notes
+    words = note.split()
+    assert words[1] == f"{paths[1]}:{last + 1}:"
+    assert "the trace ends here with runs running and no shutdown" in note
+    events = [e.event for e in read_trace_text(result.traces[1], "m1")[1]]
+    assert "shutdown" not in events  # killed: nothing more written
+    for path, text in zip(paths, result.traces, strict=True):
+        expected = read_decisions(path)
+        got = timeline_of(read_trace_text(text, path.name)[1])
+        assert first_divergence(expected, got) is None, path.name

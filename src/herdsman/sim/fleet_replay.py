@@ -159,8 +159,9 @@ _PASSED_ON = frozenset({"shutdown", "reload", "rest_ended"})
 
 def _inputs(
     members: Sequence[Member], offsets: Sequence[float]
-) -> tuple[list[_Input], list[tuple[float, str]]]:
-    """Every member's inputs in one order, and notes (with their time) on what the traces lack."""
+) -> tuple[list[_Input], list[tuple[float, str]], list[tuple[float, str]]]:
+    """Every member's inputs in one order, and notes (with their time) on what the traces
+    lack: a member missing, members killed."""
     inputs: list[_Input] = []
     submitted: set[str] = set()  # runs a given trace took the submit of
     for member in members:
@@ -168,10 +169,26 @@ def _inputs(
             if event.event in ("fleet_submit", "skip"):
                 submitted.add(event.fields["run"]["id"])
     injected: list[tuple[float, str, str, int]] = []  # (t, run, trace, line)
+    killed: list[tuple[float, str]] = []
     seen: set[str] = set()
     traced_polls = any(e.event == "poll" for m in members for e in m.events)
     for index, (member, offset) in enumerate(zip(members, offsets, strict=True)):
         inputs.append(_Input(offset, index, 0, "join", {}))
+        if member.events and not any(e.event == "shutdown" for e in member.events):
+            # Its trace just ends: killed (or read while it ran) after its last line.
+            last = member.events[-1]
+            inputs.append(_Input(offset + last.t, index, last.line + 0.5, "kill", {}))
+            if member.workload.cut_at is not None:
+                killed.append(
+                    (
+                        offset + last.t,
+                        f"{member.name}:{last.line}: the trace ends here with runs running and"
+                        " no shutdown (the member was killed, or the file read while it ran):"
+                        " the replay kills it here, so its lease lapses and its runs are"
+                        " declared lost from then on; when the recorded fleet did that is in"
+                        " no trace, so the others' decisions after it may differ",
+                    )
+                )
         poll_t, poll_line = offset, 0.0  # the start-up poll, as the member joins
         for event in member.events:
             kind, fields, t = event.event, event.fields, offset + event.t
@@ -221,7 +238,7 @@ def _inputs(
                 " the lanes it held) is not replayed, so decisions from here on may differ",
             )
         )
-    return inputs, notes
+    return inputs, notes, killed
 
 
 def _holders(members: Sequence[Member], texts: Sequence[str]) -> dict[str, set[str]]:
@@ -436,6 +453,9 @@ class _Live:
     store: _RecordedPolls
     out: io.StringIO
     text: str | None = None  # taken when the input was over, if it still ran then
+    #: Cancelled to kill the member, as SIGKILL (its trace just ends).
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    killed: bool = False
 
 
 class _Fleet:
@@ -462,7 +482,18 @@ class _Fleet:
         self.runs = 0
         self.finished = trio.Event()  # every member that joined has stopped
         self.git = FakeGit()
-        self.ledger = SimFleet(self.wall, self.now)
+        # Plain functions, not bound methods: a killed member's connection
+        # deep-copies the ledger, clocks and all (functions are copied as
+        # themselves; a bound method would drag this whole replay along).
+        driver = self.driver
+
+        def wall() -> float:
+            return self.base + driver.now()
+
+        def local() -> float:
+            return driver.now()
+
+        self.ledger = SimFleet(wall, local)
         self.span = 0.0
         self.last: _Input | None = None
         self._nursery: trio.Nursery | None = None
@@ -503,6 +534,14 @@ class _Fleet:
             await self._join(item.member)
         elif item.kind == "inject":
             self._inject(item.fields["run"])
+        elif item.kind == "kill" and live is not None and not live.supervisor.finished.is_set():
+            # As SIGKILL: nothing more of it reaches its trace or the ledger
+            # (its dying tasks write to a copy nobody reads); its lease runs
+            # on until it lapses and another member expires it.
+            live.text = live.out.getvalue()
+            live.killed = True
+            live.store.cut_off()
+            live.scope.cancel()
         elif live is None or live.supervisor.finished.is_set():
             pass  # stopped: nothing reaches it any more
         elif item.kind == "poll":
@@ -589,11 +628,13 @@ class _Fleet:
         async def run(
             *, task_status: trio.TaskStatus[Supervisor] = trio.TASK_STATUS_IGNORED
         ) -> None:
-            await supervisor.run(task_status=task_status)
+            with live.scope:
+                await supervisor.run(task_status=task_status)
             trace.close()
-            # As ``herdsman run`` exits: leaving waives the margin of its lease.
-            with contextlib.suppress(StoreError):
-                store.leave()
+            if not live.killed:
+                # As ``herdsman run`` exits: leaving waives the margin of its lease.
+                with contextlib.suppress(StoreError):
+                    store.leave()
             store.close()
             if all(each is None or each.supervisor.finished.is_set() for each in self.live):
                 self.finished.set()
@@ -679,8 +720,9 @@ def fleet_replay(
     began = time.perf_counter()
     base = min(member.started_at for member in members)
     offsets = [member.started_at - base for member in members]
-    inputs, notes = _inputs(members, offsets)
+    inputs, notes, killed = _inputs(members, offsets)
     missing = bool(notes)
+    notes += killed
     if what_if:
         # A what-if decides for itself: its members poll on their own timers
         # and at their submits, and keep its configuration (the recorded
@@ -717,6 +759,8 @@ def fleet_replay(
     )
     if missing:
         cause = "a member is missing from the traces given (the note on the first such run)"
+    elif killed:
+        cause = "a member was killed, and its lease's expiry is in no trace (the note on it)"
     elif what_if:
         cause = "the what-if configuration decided otherwise"
     else:
