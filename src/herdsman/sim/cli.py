@@ -101,12 +101,7 @@ def _replay(args: argparse.Namespace) -> int:
                 wall_limit=WALL_LIMIT if args.wall_limit is None else args.wall_limit,
             )
         except Stuck as stuck:
-            print(
-                f"herdsman: the replay stopped making progress: {stuck}; reproduce:"
-                f" {_replay_command(args)}",
-                file=sys.stderr,
-            )
-            return 1
+            return _stuck(args, stuck)
     if args.out is None:
         sys.stdout.write(result.trace)
     else:
@@ -171,16 +166,21 @@ def _replay_fleet(args: argparse.Namespace) -> int:
             wall_limit=WALL_LIMIT if args.wall_limit is None else args.wall_limit,
         )
     except Stuck as stuck:
-        print(
-            f"herdsman: the replay stopped making progress: {stuck}; reproduce:"
-            f" {_replay_command(args)}",
-            file=sys.stderr,
-        )
-        return 1
+        return _stuck(args, stuck)
     for name, text in zip(names, result.traces, strict=True):
         (args.out_dir / name).write_text(text, encoding="utf-8")
     print(fleet_summary(result), file=sys.stderr)
     return 0
+
+
+def _stuck(args: argparse.Namespace, stuck: Exception) -> int:
+    """Say that the replay stopped making progress, and how to run it again; exit 1."""
+    print(
+        f"herdsman: the replay stopped making progress: {stuck}; reproduce:"
+        f" {_replay_command(args)}",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _replay_command(args: argparse.Namespace) -> str:

@@ -45,12 +45,19 @@ from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.git.fake import FakeGit
 from herdsman.runtime.ledger import Inline
 from herdsman.runtime.metrics import Uncounted
-from herdsman.runtime.store import NewRun, RunRecord, StoreError
+from herdsman.runtime.store import RunRecord, StoreError
 from herdsman.runtime.store.fleet import Poll
 from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
 from herdsman.sim.bounds import WALL_LIMIT, run_watched
 from herdsman.sim.fleet_store import SimFleet, SimFleetStore
-from herdsman.sim.replay import ARRIVAL, Driver, deliver_arrival, drive, young_collections_rarer
+from herdsman.sim.replay import (
+    ARRIVAL,
+    Driver,
+    deliver_arrival,
+    drive,
+    new_run,
+    young_collections_rarer,
+)
 from herdsman.sim.trio_internals import mock_time, plain_instruments, shuffle_trio
 from herdsman.sim.workload import (
     DEFAULT_DURATION,
@@ -314,25 +321,13 @@ def _later_notes(
     return notes
 
 
-def _polled(event: TraceEvent) -> tuple[object, ...]:
-    fields = event.fields
-    return (*(tuple(fields[key]) for key in ("runs", "left", "cancels")), fields.get("parked", 0))
-
-
+#: How a poll's fields read in a note.
 _TOLD = (("took", "runs"), ("saw leave", "left"), ("brought cancels of", "cancels"))
 
 
 def _told(event: TraceEvent) -> str:
     fields = event.fields
-    parts = [
-        f"{what} {', '.join(fields[key])}"
-        for what, key in (
-            ("took", "runs"),
-            ("saw leave", "left"),
-            ("brought cancels of", "cancels"),
-        )
-        if fields[key]
-    ]
+    parts = [f"{what} {', '.join(fields[key])}" for what, key in _TOLD if fields[key]]
     if fields.get("parked"):
         parts.append(f"put back {fields['parked']} parked run(s)")
     return " and ".join(parts) or "changed nothing"
@@ -499,10 +494,6 @@ class _Fleet:
         self._nursery: trio.Nursery | None = None
         self._next = 0
 
-    def now(self) -> float:
-        """The replay's clock (the driver's, set once the clock exists)."""
-        return self.driver.now()
-
     def wall(self) -> float:
         """The simulated unix time: the ledger server's clock."""
         return self.base + self.driver.now()
@@ -560,7 +551,7 @@ class _Fleet:
         self.push_next()
 
     async def _submit(self, supervisor: Supervisor, run: Mapping[str, Any], kind: str) -> None:
-        new = _new_run(run)
+        new = new_run(run)
         try:
             (result,) = await supervisor.submit_each([(new, "skip" if kind == "skip" else "queue")])
             _, created = result.unwrap()
@@ -571,7 +562,7 @@ class _Fleet:
     def _inject(self, run: Mapping[str, Any]) -> None:
         """A run submitted to a member not given: into the ledger as that member put it."""
         if self.ledger.runs.get(run["id"]) is None:
-            self.ledger.runs.submit(_new_run(run), self.wall())
+            self.ledger.runs.submit(new_run(run), self.wall())
             self.runs += 1
 
     async def _join(self, index: int) -> None:
@@ -675,18 +666,6 @@ class _Fleet:
             return "before the first member joined"
         member = self.members[item.member].name
         return f"the last event delivered: {item.kind} ({member}:{item.line:g}) at t={item.t:.3f}"
-
-
-def _new_run(run: Mapping[str, Any]) -> NewRun:
-    return NewRun(
-        id=run["id"],
-        provider=run["provider"],
-        prompt=run.get("prompt", "(not recorded)"),
-        conversation=run.get("conversation"),
-        agent=run.get("agent"),
-        workspace=run.get("workspace", "default"),
-        cwd=run.get("cwd"),
-    )
 
 
 def _config_json(loaded: LoadedConfig) -> dict[str, Any]:

@@ -84,6 +84,7 @@ __all__ = [
     "ReplayResult",
     "deliver_arrival",
     "drive",
+    "new_run",
     "replay",
     "shuffle_trio",
     "summary",
@@ -609,16 +610,7 @@ class _Feed:
 
     async def _submit(self, fields: Mapping[str, Any], kind: str) -> None:
         supervisor = self._supervisor
-        run = fields["run"]
-        new = NewRun(
-            id=run["id"],
-            provider=run["provider"],
-            prompt=run.get("prompt", "(not recorded)"),
-            conversation=run.get("conversation"),
-            agent=run.get("agent"),
-            workspace=run.get("workspace", "default"),
-            cwd=run.get("cwd"),
-        )
+        new = new_run(fields["run"])
         if "account" in fields:  # running on it when the trace file was rotated
             supervisor.pin_account(new.id, fields["account"])
         try:
@@ -657,6 +649,19 @@ class _Feed:
         removal.enter_context(worktrees.removing(workspace, conversation))
         self._held[run["id"]] = removal
         self._nursery.start_soon(self._submit, {"run": run}, "submit")
+
+
+def new_run(run: Mapping[str, Any]) -> NewRun:
+    """A trace's run object as the ledger's new run (its prompt, if not traced, says so)."""
+    return NewRun(
+        id=run["id"],
+        provider=run["provider"],
+        prompt=run.get("prompt", "(not recorded)"),
+        conversation=run.get("conversation"),
+        agent=run.get("agent"),
+        workspace=run.get("workspace", "default"),
+        cwd=run.get("cwd"),
+    )
 
 
 async def deliver_arrival(supervisor: Supervisor, arrival: Arrival) -> None:
