@@ -86,8 +86,8 @@ def test_a_member_missing_is_named_first_with_the_event_that_shows_it() -> None:
     assert words[1].startswith(str(SIM / "fleet-m"))  # the file and line of the poll
     assert words[1].split(":")[-2].isdigit()
     assert later, "the replay said nothing of what it then decided otherwise"
-    assert all(note.endswith("a member is missing from the traces given (the first note)")
-               for note in later)  # fmt: skip
+    cause = "a member is missing from the traces given (the note on the first such run)"
+    assert all(note.endswith(cause) for note in later)
     assert all("\n" not in note for note in result.notes)
 
 
