@@ -108,18 +108,27 @@ def record(folder: Path, url: str) -> list[Path]:
     return traces
 
 
+#: Between two submits: the runs' ends come as far apart, farther than a
+#: busy machine delays a claim's commit (the replay orders a member's
+#: decisions as its trace does; ends a few milliseconds apart, each freeing
+#: a claim that commits late, could come out in another order).
+SPACING = 0.25
+
+
 def _drive(members: list[Life]) -> list[str]:
     """Submit, skip and cancel as the module docstring says; wait for every run's end."""
     m0, m1, m2 = members
-    ids = [
-        m0.submit("demo", "c0", id="f00"),
-        m0.submit("demo", "c1", id="f01"),
+    ids = []
+    for member, conversation, run_id in (
+        (m0, "c0", "f00"),
+        (m0, "c1", "f01"),
         # c0 runs (f00): the others' claims of f02 are refused, and it is parked.
-        m1.submit("demo", "c0", id="f02"),
-        m1.submit("demo", "c2", id="f03"),
-        m2.submit("demo", "c3", id="f04"),
-    ]
-    time.sleep(0.3)
+        (m1, "c0", "f02"),
+        (m1, "c2", "f03"),
+        (m2, "c3", "f04"),
+    ):
+        ids.append(member.submit("demo", conversation, id=run_id))
+        time.sleep(SPACING)
     # c0 runs (f00) on one member: skipped fleet-wide.
     skipped = m2.submit("demo", "c0", id="f05", on_busy="skip")
     # Queued behind f02 on c0, cancelled at once through a member that has not
@@ -128,11 +137,18 @@ def _drive(members: list[Life]) -> list[str]:
     answer = m1.client.post(f"/v1/runs/{doomed}/cancel")
     assert answer.status_code in (200, 202), answer.text
     ids += [skipped, doomed]
-    ids += [m1.submit("demo", "c1", id="f07"), m2.submit("demo", "c4", id="f08")]
-    ids += [m2.submit("demo", "c5", id="f09"), m0.submit("demo", "c6", id="f10")]
+    for member, conversation, run_id in (
+        (m1, "c1", "f07"),
+        (m2, "c4", "f08"),
+        (m2, "c5", "f09"),
+        (m0, "c6", "f10"),
+    ):
+        time.sleep(SPACING)
+        ids.append(member.submit("demo", conversation, id=run_id))
     time.sleep(2.5)
-    ids += [m1.submit("demo", "c2", id="f11"), m2.submit("demo", "c0", id="f12")]
-    ids += [m0.submit("demo", "c3", id="f13")]
+    for member, conversation, run_id in ((m1, "c2", "f11"), (m2, "c0", "f12"), (m0, "c3", "f13")):
+        ids.append(member.submit("demo", conversation, id=run_id))
+        time.sleep(SPACING)
     deadline = time.monotonic() + 90
     while True:
         states = [m0.status(run_id) for run_id in ids]

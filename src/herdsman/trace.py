@@ -59,6 +59,7 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     "fleet_submit": frozenset({"run"}),
     "fleet_cancel": frozenset({"run_id"}),
     "poll": frozenset({"runs", "left", "cancels"}),
+    "claim_refused": frozenset({"run_id", "refusal"}),
 }
 
 #: Each event kind's ``"event"`` member as its line writes it.
@@ -720,7 +721,16 @@ def header_time(header: TraceHeader) -> float:
 
 #: Events naming a run by its id.
 _RUN_ID_EVENTS = frozenset(
-    {"start", "finish", "cancel", "lost", "usage_limit", "removal_wait", "fleet_cancel"}
+    {
+        "start",
+        "finish",
+        "cancel",
+        "lost",
+        "usage_limit",
+        "removal_wait",
+        "fleet_cancel",
+        "claim_refused",
+    }
 )
 
 
@@ -745,6 +755,10 @@ def _check_fields(where: str, kind: str, obj: dict[str, Any]) -> None:
         raise TraceFormatError(f"{where}: run_id: expected a string, got {obj['run_id']!r}")
     if kind == "reload" and not isinstance(obj["config"], dict):
         raise TraceFormatError(f"{where}: config: expected an object")
+    if kind == "claim_refused" and obj["refusal"] not in ("gone", "lane", "cap"):
+        raise TraceFormatError(
+            f"{where}: refusal: expected one of gone, lane, cap, got {obj['refusal']!r}"
+        )
     if kind == "poll":
         for key in ("runs", "left", "cancels"):
             ids = obj[key]

@@ -31,7 +31,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ from herdsman.runtime.git.fake import FakeGit
 from herdsman.runtime.ledger import Inline
 from herdsman.runtime.metrics import Uncounted
 from herdsman.runtime.store import RunRecord, StoreError
-from herdsman.runtime.store.fleet import Poll
+from herdsman.runtime.store.fleet import ClaimResult, ClaimRules, Poll, Refusal
 from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
 from herdsman.sim.bounds import WALL_LIMIT, run_watched
 from herdsman.sim.fleet_store import SimFleet, SimFleetStore
@@ -402,6 +402,47 @@ class _RecordedPolls(SimFleetStore):
         super().__init__(*args, **kwargs)
         #: The recorded polls due, oldest first: what each learned.
         self.due: deque[Mapping[str, Any]] = deque()
+        #: Each run's recorded claims by this member, in order: ``start`` (won)
+        #: or the refusal (``gone``, ``lane``, ``cap``); None: not recorded.
+        self.claims: dict[str, deque[str]] | None = None
+
+    def claim_many(
+        self,
+        items: Sequence[tuple[str, str | None]],
+        now: float,
+        rules: ClaimRules | None = None,
+        *,
+        clock: Callable[[], float] | None = None,
+    ) -> ClaimResult:
+        """Claim as recorded: a claim the recording won goes to the ledger, which decides;
+        one it lost is refused as it was, the ledger untouched.
+
+        Which member won a run was decided by milliseconds (a claim commits
+        some time after the poll or the finish that allowed it, the longer
+        the busier the machine), which the replay, deciding at once, cannot
+        reproduce. A claim of a run this member never claimed again in the
+        recording is refused as gone: it learned then that the run had left.
+        """
+        if self.free or self.claims is None:
+            return super().claim_many(items, now, rules, clock=clock)
+        imposed: dict[str, Refusal] = {}
+        for run_id, _ in items:
+            recorded = self.claims.get(run_id)
+            outcome = recorded.popleft() if recorded else "gone"
+            if outcome != "start":
+                imposed[run_id] = _REFUSALS[outcome]
+        result = super().claim_many(
+            [item for item in items if item[0] not in imposed], now, rules, clock=clock
+        )
+        refused = dict(result.refused)
+        return ClaimResult(
+            result.claimed,
+            [
+                (run_id, imposed.get(run_id) or refused[run_id])
+                for run_id, _ in items
+                if run_id in imposed or run_id in refused
+            ],
+        )
 
     #: A what-if: every poll answers from the ledger, whenever it comes.
     free = False
@@ -431,6 +472,14 @@ class _RecordedPolls(SimFleetStore):
             [cancel for cancel in answer.cancels if cancel[0] in cancels],
             [run_id for run_id in answer.left if run_id in left],
         )
+
+
+#: A recorded refusal (``claim_refused``), as the ledger gives it.
+_REFUSALS: Mapping[str, Refusal] = {
+    "gone": Refusal.GONE,
+    "lane": Refusal.LANE_BUSY,
+    "cap": Refusal.PROVIDER_CAP,
+}
 
 
 class _QuietUnrecorded(logging.Filter):
@@ -468,6 +517,8 @@ class _Fleet:
     ) -> None:
         self.members = members
         self.free = free
+        # Traces that record their polls record their refused claims too.
+        self.claims_recorded = any(e.event == "poll" for m in members for e in m.events)
         self.configs = configs
         self.offsets = offsets
         self.inputs = inputs
@@ -588,6 +639,8 @@ class _Fleet:
         startup = self.members[index].startup
         store.due.append(_NOTHING if startup is None else startup.fields)
         store.free = self.free
+        if self.claims_recorded:
+            store.claims = _claims(self.members[index])
         out = io.StringIO()
         now = self.driver.now
         trace = TraceWriter(
@@ -666,6 +719,17 @@ class _Fleet:
             return "before the first member joined"
         member = self.members[item.member].name
         return f"the last event delivered: {item.kind} ({member}:{item.line:g}) at t={item.t:.3f}"
+
+
+def _claims(member: Member) -> dict[str, deque[str]]:
+    """Each run's claims by ``member`` as its trace recorded them, in order."""
+    claims: dict[str, deque[str]] = {}
+    for event in member.events:
+        if event.event == "start":
+            claims.setdefault(event.fields["run_id"], deque()).append("start")
+        elif event.event == "claim_refused":
+            claims.setdefault(event.fields["run_id"], deque()).append(event.fields["refusal"])
+    return claims
 
 
 def _config_json(loaded: LoadedConfig) -> dict[str, Any]:

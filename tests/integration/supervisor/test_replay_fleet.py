@@ -35,7 +35,7 @@ def test_three_members_traces_replay_together_with_every_members_decisions(
     # It asserts itself that the skip was skipped and the cancel cancelled.
     paths = record(tmp_path, postgres_url)
     kinds = [event.event for path in paths for event in read_trace(path)[1]]
-    for kind in ("fleet_submit", "poll", "skip", "start", "finish", "shutdown"):
+    for kind in ("fleet_submit", "poll", "claim_refused", "skip", "start", "finish", "shutdown"):
         assert kind in kinds, kind
     assert "fleet_cancel" in kinds or "cancel" in kinds
 
