@@ -97,10 +97,12 @@ from herdsman.runtime.supervisor.errors import (
 from herdsman.runtime.supervisor.maintenance import Maintenance
 from herdsman.runtime.supervisor.outcomes import (
     SHUT_DOWN,
+    account_signals,
     as_text,
+    charged_once_recorded,
     finish_fields,
-    limit_note,
     refused_for_good,
+    requeue_note,
 )
 from herdsman.runtime.supervisor.preparation import Preparation
 from herdsman.runtime.supervisor.reloading import Reloader
@@ -1452,6 +1454,11 @@ class Supervisor:
         if ended is None:  # the task was cancelled before an outcome existed
             return SHUT_DOWN
         limit = ended.usage_limit
+        signals = account_signals(ended)
+        if signals is not None:
+            if limit is not None:
+                limit = UsageLimit(limit.resets_at, as_text(limit.message) or "")
+            return RunOutcome(ended.status, ended.exit_code, limit, session, signals)
         if limit is None:
             # One value per distinct ending, shared by every run that ends alike.
             key = (ended.status, ended.exit_code, session)
@@ -1486,6 +1493,7 @@ class Supervisor:
         # the finish is recorded (Lifecycle.settle), and only then lets the
         # dispatcher look.
         early = settled.freed
+        late_charge = charged_once_recorded(ended)
         # The lifecycle's status, where it differs from the process's (a
         # usage limit): the end is copied only then, not for every run.
         recorded = end if end.status is status else attrs.evolve(end, status=status)
@@ -1498,7 +1506,7 @@ class Supervisor:
                     # A fleet's ledger cancels it instead if a cancel was
                     # asked through another member meanwhile.
                     final = store.add_note(
-                        record.id, limit_note(record, hit, store.requeue(record.id))
+                        record.id, requeue_note(record, settled, store.requeue(record.id))
                     )
             if session_id and conversation is not None:
                 store.set_conversation_session(
@@ -1526,6 +1534,7 @@ class Supervisor:
                 self._let_go(record.id)
             if hit is not None:
                 self._tracker.rested(hit, record.id)
+            self._tracker.finished(record.id, final, settled.login, now, charge=late_charge)
             self._report_finish(
                 final,
                 status if requeued else final.status,
@@ -1737,7 +1746,12 @@ class Supervisor:
         )
 
     async def reload(self, trigger: str) -> ReloadResult:
-        """Read the configuration file again and apply all of it, or none (see reloading.py)."""
+        """Read the configuration file again and apply all of it, or none (see reloading.py).
+
+        Any reload, even of an unchanged file, says the accounts are logged in again.
+        """
+        if self._life.logged_in():
+            self._wake()
         return await self._reloader.reload(trigger)
 
     async def reload_to(self, written: LoadedConfig, trigger: str) -> ReloadResult:
