@@ -46,6 +46,9 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     "lost": frozenset({"run_id"}),
     "usage_limit": frozenset({"run_id", "provider", "account", "until"}),
     "rest_ended": frozenset({"provider", "account"}),
+    # A run failed to authenticate: its account takes no runs until a reload
+    # or an end of its rest (docs/accounts.md).
+    "needs_login": frozenset({"run_id", "provider", "account", "message"}),
     "reload": frozenset({"generation", "config"}),
     "reload_rejected": frozenset({"errors"}),
     "shutdown": frozenset(),
@@ -713,7 +716,9 @@ def header_time(header: TraceHeader) -> float:
 
 
 #: Events naming a run by its id.
-_RUN_ID_EVENTS = frozenset({"start", "finish", "cancel", "lost", "usage_limit", "removal_wait"})
+_RUN_ID_EVENTS = frozenset(
+    {"start", "finish", "cancel", "lost", "usage_limit", "removal_wait", "needs_login"}
+)
 
 
 def _check_fields(where: str, kind: str, obj: dict[str, Any]) -> None:

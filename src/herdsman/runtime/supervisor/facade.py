@@ -1502,12 +1502,12 @@ class Supervisor:
             final = store.finish(record.id, recorded, now)
             if hit is not None:
                 store.set_account_limit(hit.provider, hit.account, hit.until, hit.message)
-                if requeue:
-                    # A fleet's ledger cancels it instead if a cancel was
-                    # asked through another member meanwhile.
-                    final = store.add_note(
-                        record.id, requeue_note(record, settled, store.requeue(record.id))
-                    )
+            if requeue:
+                # A fleet's ledger cancels it instead if a cancel was
+                # asked through another member meanwhile.
+                final = store.add_note(
+                    record.id, requeue_note(record, settled, store.requeue(record.id))
+                )
             if session_id and conversation is not None:
                 store.set_conversation_session(
                     record.provider, record.workspace, conversation, session_id, record.account
