@@ -100,16 +100,18 @@ def account_rows(table: str) -> dict[str, str]:
     return {line.split()[1]: line for line in table.splitlines()[1:] if line.strip()}
 
 
-@pytest.mark.parametrize(
-    ("unit", "budget", "used", "shown"),
-    [
-        ("tokens", str(SUCCESS_TOKENS), SUCCESS_TOKENS, "3.3k tokens of 3.3k"),
-        ("usd", "0.02", SUCCESS_USD, "$0.02 of $0.02"),
-    ],
-)
+#: Each unit: the budget written, what one replayed success uses of it, how ``accounts`` shows it.
+BUDGETS = {
+    "tokens": (str(SUCCESS_TOKENS), SUCCESS_TOKENS, "3.3k tokens of 3.3k"),
+    "usd": ("0.02", SUCCESS_USD, "$0.02 of $0.02"),
+}
+
+
+@pytest.mark.parametrize("unit", sorted(BUDGETS))
 async def test_a_budget_in_tokens_or_dollars_moves_runs_on_and_survives_a_restart(
-    start: Start, tmp_path: Path, unit: str, budget: str, used: float, shown: str
+    start: Start, tmp_path: Path, unit: str
 ) -> None:
+    budget, used, shown = BUDGETS[unit]
     budgeted = f'window = "5h"\nbudget = {budget}\nbudget_unit = "{unit}"'
     running = await start(agent_config(tmp_path, [("a", budgeted), ("b", "")]))
     first = await finished(running)
@@ -120,7 +122,8 @@ async def test_a_budget_in_tokens_or_dollars_moves_runs_on_and_survives_a_restar
     a = (await accounts(running))["a"]
     assert (a["unit"], a["available"]) == (unit, False)
     assert a["usage"] == pytest.approx(used, abs=1e-3)
-    assert a["reason"].startswith("budget of ") and a["reason"].endswith(" per window spent")
+    assert a["reason"].startswith("budget of ")
+    assert a["reason"].endswith(" per window spent")
     assert shown in account_rows(await cli(tmp_path, "accounts"))["a"]
 
     running.supervisor.request_shutdown()
@@ -147,7 +150,8 @@ async def test_a_warned_account_gets_new_conversations_last_but_keeps_its_own(
     # The warning's reset is long past in the recording: the account's window stands in.
     assert a["near_limit_until"] is not None
     assert before + 5 * 3600 <= a["near_limit_until"] <= time.time() + 5 * 3600
-    assert a["available"] and a["needs_login"] is None
+    assert a["available"]
+    assert a["needs_login"] is None
     replay(tmp_path, "a", None)
 
     # Both accounts are idle and unused: without the warning, a (listed first) would take it.

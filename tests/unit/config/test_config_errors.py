@@ -184,13 +184,13 @@ def test_all_errors_reported_at_once_in_file_order(errors: Errors) -> None:
         (
             MINIMAL + 'protocol = "codex"\n' + ACCOUNT + 'budget = 20\nbudget_unit = "usd"\n',
             'supervisor.toml:8:15: providers.claude.accounts[0].budget_unit: "usd" counts what the '
-            "agent's stream states, and a protocol = \"codex\" stream states no cost; use one of "
+            'agent\'s stream states, and a protocol = "codex" stream states no cost; use one of '
             '"runs", "run_minutes", "tokens" (or protocol = "claude" if the provider is Claude Code)',
         ),
         (
             MINIMAL + ACCOUNT + 'budget = 5000000\nbudget_unit = "tokens"\n',
             'supervisor.toml:7:15: providers.claude.accounts[0].budget_unit: "tokens" counts what '
-            "the agent's stream states, and a protocol = \"plain\" stream states no token counts; "
+            'the agent\'s stream states, and a protocol = "plain" stream states no token counts; '
             'use one of "runs", "run_minutes" (or protocol = "claude" if the provider is Claude '
             "Code)",
         ),

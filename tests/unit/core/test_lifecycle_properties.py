@@ -57,7 +57,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from herdsman.core import Limits, RunRequest, busy_keys, exclusion_keys
 from herdsman.core.accounts import DEFAULT_REST, MAX_REST, AccountSpec, Elsewhere, sticky_key
-from herdsman.core.lifecycle import Admission, Lifecycle, Settings, Withdrawal
+from herdsman.core.lifecycle import Admission, Lifecycle, Settings, Settlement, Withdrawal
 from herdsman.core.outcome import AccountSignals, Outcome, RunOutcome, RunStatus, UsageLimit
 
 PROVIDERS = ("p0", "p1", "px")  # px is never given slots
@@ -408,6 +408,24 @@ def rest_until(account: Account, now: float, resets_at: float | None) -> float:
     return resets_at
 
 
+def signals_of(said: Signals | None, now: float) -> AccountSignals | None:
+    """What an attempt's stream said of its account, drawn as ``said``, at ``now``."""
+    if said is None:
+        return None
+    tokens, usd, warned, refused = said
+    return AccountSignals(
+        tokens,
+        usd,
+        near_limit=warned is not None,
+        near_limit_until=None if warned is None or warned[0] is None else now + warned[0],
+        needs_login="refused" if refused else None,
+    )
+
+
+def conversation_key(run: RunRequest) -> str | None:
+    return None if run.conversation is None else sticky_key(run.workspace, run.conversation)
+
+
 class LifecycleMachine(RuleBasedStateMachine):
     """Random events against the lifecycle and the model; they must never disagree."""
 
@@ -532,16 +550,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         model, now = self.model, self.now
         status, spawned, limit, session, said = ending
         resets_at = None if limit is None or limit[0] is None else now + limit[0]
-        signals = None
-        if said is not None:
-            tokens, usd, warned, refused = said
-            signals = AccountSignals(
-                tokens,
-                usd,
-                near_limit=warned is not None,
-                near_limit_until=None if warned is None or warned[0] is None else now + warned[0],
-                needs_login="refused" if refused else None,
-            )
+        signals = signals_of(said, now)
         outcome = RunOutcome(
             status,
             0 if spawned else None,
@@ -558,51 +567,15 @@ class LifecycleMachine(RuleBasedStateMachine):
         stopped = run.id in model.stopping
         model.stopping.discard(run.id)
         spent = (None, None) if signals is None else (signals.tokens, signals.usd)
-        # A warning or a refused login marks an account still configured.
-        configured = key[1] in model.names(key[0])
-        if signals is not None and signals.near_limit and configured:
-            event("warned near its limit")
-            account.near_until = rest_until(account, now, signals.near_limit_until)
+        login = self.marks(key, signals, refused=status is not Outcome.SUCCEEDED and limit is None)
         # The account the run holds is found even if a reload removed it since.
         hit = limit is not None and status is not Outcome.SUCCEEDED
-        login = (
-            signals is not None
-            and signals.needs_login is not None
-            and status is not Outcome.SUCCEEDED
-            and limit is None
-            and configured
-        )
         model.running.remove(run)
-        conversation = (
-            None if run.conversation is None else sticky_key(run.workspace, run.conversation)
-        )
+        conversation = conversation_key(run)
         if login:
-            event("needs login")
-            account.needs_login = "refused"
-            requeue = run.id not in model.started_before and not stopped
-            final = RunStatus.USAGE_LIMITED if requeue else RunStatus(status)
-            assert (settled.status, settled.requeue, settled.freed) == (final, requeue, not requeue)
-            assert settled.rest is None and settled.login is not None
-            assert (settled.login.account, settled.login.message) == (key[1], "refused")
-            if not requeue:
-                if session and conversation is not None:
-                    model.last[run.provider, conversation] = key[1]
-                model.started_before.discard(run.id)
-                model.give_back(run.id, spawned=spawned, now=now, spent=spent)
-                return
-            if late_stop:
-                assert self.life.cancel(run.id) is Withdrawal.STOP
-            if not recorded:
-                assert self.life.lost(run.id, now)
-                model.give_back(run.id, spawned=True, now=now)
-                model.started_before.discard(run.id)
-                return
-            self.life.settle(run.id, now, requeued=True)
-            model.started_before.add(run.id)
-            model.give_back(run.id, spawned=True, now=now)  # re-queued: nothing charged
-            model.requeue(run)
-            if session and conversation is not None:
-                model.last[run.provider, conversation] = key[1]
+            self.moved_for_login(
+                run, ending, settled, stopped=stopped, recorded=recorded, late_stop=late_stop
+            )
             return
         if hit:
             event(
@@ -643,11 +616,70 @@ class LifecycleMachine(RuleBasedStateMachine):
                 False,
                 True,
             )
+            model.started_before.discard(run.id)
+            model.give_back(run.id, spawned=spawned, now=now, spent=spent)
+        if session and conversation is not None:  # recorded: its session sticks
+            model.last[run.provider, conversation] = key[1]
+
+    def marks(
+        self, key: tuple[str, str | None], signals: AccountSignals | None, *, refused: bool
+    ) -> bool:
+        """A warning marks an account still configured; whether a refused login moves the run.
+
+        ``refused``: the run did not succeed and met no usage limit, so a
+        refused login counts.
+        """
+        model = self.model
+        if signals is None or key[1] not in model.names(key[0]):
+            return False
+        if signals.near_limit:
+            event("warned near its limit")
+            account = model.accounts[key]
+            account.near_until = rest_until(account, self.now, signals.near_limit_until)
+        return refused and signals.needs_login is not None
+
+    def moved_for_login(
+        self,
+        run: RunRequest,
+        ending: Ending,
+        settled: Settlement,
+        *,
+        stopped: bool,
+        recorded: bool,
+        late_stop: bool,
+    ) -> None:
+        """:meth:`end` of a run refused its login: its account needs one; it moves, once."""
+        model, now = self.model, self.now
+        status, spawned, _, session, said = ending
+        spent = (None, None) if said is None else (said[0], said[1])
+        key, _ = model.holds[run.id]
+        conversation = conversation_key(run)
+        event("needs login")
+        model.accounts[key].needs_login = "refused"
+        requeue = run.id not in model.started_before and not stopped
+        final = RunStatus.USAGE_LIMITED if requeue else RunStatus(status)
+        assert (settled.status, settled.requeue, settled.freed) == (final, requeue, not requeue)
+        assert settled.rest is None
+        assert settled.login is not None
+        assert (settled.login.account, settled.login.message) == (key[1], "refused")
+        if not requeue:
             if session and conversation is not None:
                 model.last[run.provider, conversation] = key[1]
             model.started_before.discard(run.id)
             model.give_back(run.id, spawned=spawned, now=now, spent=spent)
-        if hit and session and conversation is not None:
+            return
+        if late_stop:
+            assert self.life.cancel(run.id) is Withdrawal.STOP
+        if not recorded:
+            assert self.life.lost(run.id, now)
+            model.give_back(run.id, spawned=True, now=now)
+            model.started_before.discard(run.id)
+            return
+        self.life.settle(run.id, now, requeued=True)
+        model.started_before.add(run.id)
+        model.give_back(run.id, spawned=True, now=now)  # re-queued: nothing charged
+        model.requeue(run)
+        if session and conversation is not None:
             model.last[run.provider, conversation] = key[1]
 
     @rule(data=st.data())
