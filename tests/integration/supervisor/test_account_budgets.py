@@ -11,7 +11,6 @@ that is not logged in.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from functools import partial
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 import trio
 from supervisor_support import Running, Start, write_config
+from test_accounts import accounts, herdsman_in
 
 AGENT = Path(__file__).with_name("spend_agent.py")
 #: What one replayed success counts toward each budget unit.
@@ -70,24 +70,6 @@ async def submit(running: Running, **fields: Any) -> dict[str, Any]:
 
 async def finished(running: Running, **fields: Any) -> dict[str, Any]:
     return await running.wait((await submit(running, **fields))["id"])
-
-
-async def accounts(running: Running) -> dict[str | None, dict[str, Any]]:
-    response = await running.client.get("/v1/accounts")
-    assert response.status_code == 200, response.text
-    return {a["account"]: a for a in response.json()["accounts"]}
-
-
-def herdsman_in(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The real CLI, run on ``cwd``'s supervisor.toml."""
-    return subprocess.run(
-        [sys.executable, "-m", "herdsman", *args, "-c", "supervisor.toml"],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 async def cli(tmp_path: Path, *args: str) -> str:

@@ -593,13 +593,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert (settled.status, settled.requeue, settled.freed) == (final, requeue, False)
             assert settled.rest is not None
             assert (settled.rest.account, settled.rest.until) == (key[1], until)
-            if late_stop:
-                assert self.life.cancel(run.id) is Withdrawal.STOP
-            if not recorded:
-                # Neither rested nor re-queued: the ledger holds it running until it is lost.
-                assert self.life.lost(run.id, now)
-                model.give_back(run.id, spawned=True, now=now)
-                model.started_before.discard(run.id)
+            if not self.settles(run, recorded=recorded, late_stop=late_stop):
                 return
             self.life.settle(run.id, now, requeued=requeue)
             account.resting_until, account.message = until, "out of quota"
@@ -620,6 +614,23 @@ class LifecycleMachine(RuleBasedStateMachine):
             model.give_back(run.id, spawned=spawned, now=now, spent=spent)
         if session and conversation is not None:  # recorded: its session sticks
             model.last[run.provider, conversation] = key[1]
+
+    def settles(self, run: RunRequest, *, recorded: bool, late_stop: bool) -> bool:
+        """Whether a finish that waits to be settled is; else the run is lost.
+
+        ``late_stop``: a cancel asks it to stop meanwhile. Not ``recorded``:
+        neither rested nor re-queued, the ledger holds it running until it
+        is lost.
+        """
+        model, now = self.model, self.now
+        if late_stop:
+            assert self.life.cancel(run.id) is Withdrawal.STOP
+        if recorded:
+            return True
+        assert self.life.lost(run.id, now)
+        model.give_back(run.id, spawned=True, now=now)
+        model.started_before.discard(run.id)
+        return False
 
     def marks(
         self, key: tuple[str, str | None], signals: AccountSignals | None, *, refused: bool
@@ -668,12 +679,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             model.started_before.discard(run.id)
             model.give_back(run.id, spawned=spawned, now=now, spent=spent)
             return
-        if late_stop:
-            assert self.life.cancel(run.id) is Withdrawal.STOP
-        if not recorded:
-            assert self.life.lost(run.id, now)
-            model.give_back(run.id, spawned=True, now=now)
-            model.started_before.discard(run.id)
+        if not self.settles(run, recorded=recorded, late_stop=late_stop):
             return
         self.life.settle(run.id, now, requeued=True)
         model.started_before.add(run.id)
