@@ -46,6 +46,9 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     "lost": frozenset({"run_id"}),
     "usage_limit": frozenset({"run_id", "provider", "account", "until"}),
     "rest_ended": frozenset({"provider", "account"}),
+    # A run failed to authenticate: its account takes no runs until a reload
+    # or an end of its rest (docs/accounts.md).
+    "needs_login": frozenset({"run_id", "provider", "account", "message"}),
     "reload": frozenset({"generation", "config"}),
     "reload_rejected": frozenset({"errors"}),
     "shutdown": frozenset(),
@@ -728,6 +731,7 @@ _RUN_ID_EVENTS = frozenset(
         "lost",
         "usage_limit",
         "removal_wait",
+        "needs_login",
         "fleet_cancel",
         "claim_refused",
     }

@@ -14,7 +14,7 @@ import enum
 
 import attrs
 
-__all__ = ["Outcome", "RunOutcome", "RunStatus", "UsageLimit"]
+__all__ = ["AccountSignals", "Outcome", "RunOutcome", "RunStatus", "UsageLimit"]
 
 
 class Outcome(enum.StrEnum):
@@ -53,6 +53,24 @@ class UsageLimit:
 
 
 @attrs.frozen
+class AccountSignals:
+    """What an attempt's stream said about its account, beyond a usage limit.
+
+    ``tokens`` and ``usd``: what it spent, as ``tokens`` and ``usd`` budgets
+    count it (None: not stated). ``near_limit``: the provider warned that the
+    account is near its limit (``allowed_warning``); ``near_limit_until`` is
+    the warning's reset, if it named one. ``needs_login``: the attempt failed
+    to authenticate, in the provider's words (None: it did not).
+    """
+
+    tokens: int | None = None
+    usd: float | None = None
+    near_limit: bool = False
+    near_limit_until: float | None = None
+    needs_login: str | None = None
+
+
+@attrs.frozen
 class RunOutcome:
     """How one attempt of a run ended, as the lifecycle settles it.
 
@@ -61,14 +79,16 @@ class RunOutcome:
     account's budget. ``usage_limit``: the provider said the account is out
     of quota. ``session``: the run reported a resumable session, which lives
     under the account it ran on, so its conversation sticks to that account.
-    An engine makes one per distinct ending and hands it to every run that
-    ends alike: it holds nothing of the run itself.
+    ``account``: what the attempt spent and said of its account (None:
+    nothing). An engine makes one per distinct ending and hands it to every
+    run that ends alike: it holds nothing of the run itself but ``account``.
     """
 
     status: Outcome
     exit_code: int | None = None
     usage_limit: UsageLimit | None = None
     session: bool = False
+    account: AccountSignals | None = None
 
     @property
     def spawned(self) -> bool:

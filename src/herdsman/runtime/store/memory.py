@@ -26,6 +26,7 @@ from herdsman.runtime.store.records import (
     RunRecord,
     RunStatus,
     Session,
+    budget_charge,
     check_limit,
     check_limit_text,
     check_now,
@@ -408,6 +409,7 @@ class MemoryStore:
                 r.account,
                 r.started_at,
                 r.started_at if r.status is RunStatus.LOST else r.finished_at,
+                *budget_charge(r.spend),
             )
             for r in self._runs.values()
             if r.account is not None

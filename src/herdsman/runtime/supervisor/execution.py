@@ -38,10 +38,12 @@ from herdsman.runtime.supervisor.accounts import AccountTracker
 from herdsman.runtime.supervisor.dispatch import Dispatcher, QueuedStarts
 from herdsman.runtime.supervisor.outcomes import (
     SHUT_DOWN,
+    account_signals,
     as_text,
+    charged_once_recorded,
     finish_fields,
-    limit_note,
     refused_for_good,
+    requeue_note,
 )
 from herdsman.runtime.supervisor.preparation import Preparation
 from herdsman.runtime.supervisor.shared import Service, Shared
@@ -162,6 +164,11 @@ class Execution(Service):
         if ended is None:  # the task was cancelled before an outcome existed
             return SHUT_DOWN
         limit = ended.usage_limit
+        signals = account_signals(ended)
+        if signals is not None:
+            if limit is not None:
+                limit = UsageLimit(limit.resets_at, as_text(limit.message) or "")
+            return RunOutcome(ended.status, ended.exit_code, limit, session, signals)
         if limit is None:
             # One value per distinct ending, shared by every run that ends alike.
             key = (ended.status, ended.exit_code, session)
@@ -196,6 +203,7 @@ class Execution(Service):
         # the finish is recorded (Lifecycle.settle), and only then lets the
         # dispatcher look.
         early = settled.freed
+        late_charge = charged_once_recorded(ended)
         # The lifecycle's status, where it differs from the process's (a
         # usage limit): the end is copied only then, not for every run.
         recorded = end if end.status is status else attrs.evolve(end, status=status)
@@ -204,12 +212,12 @@ class Execution(Service):
             final = store.finish(record.id, recorded, now)
             if hit is not None:
                 store.set_account_limit(hit.provider, hit.account, hit.until, hit.message)
-                if requeue:
-                    # A fleet's ledger cancels it instead if a cancel was
-                    # asked through another member meanwhile.
-                    final = store.add_note(
-                        record.id, limit_note(record, hit, store.requeue(record.id))
-                    )
+            if requeue:
+                # A fleet's ledger cancels it instead if a cancel was
+                # asked through another member meanwhile.
+                final = store.add_note(
+                    record.id, requeue_note(record, settled, store.requeue(record.id))
+                )
             if session_id and conversation is not None:
                 store.set_conversation_session(
                     record.provider, record.workspace, conversation, session_id, record.account
@@ -236,6 +244,7 @@ class Execution(Service):
                 self.let_go(record.id)
             if hit is not None:
                 self._tracker.rested(hit, record.id)
+            self._tracker.finished(record.id, final, settled.login, now, charge=late_charge)
             self._report_finish(
                 final,
                 status if requeued else final.status,
