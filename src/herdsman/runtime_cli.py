@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from herdsman.account_text import account_alerts, account_state, usage_text
 from herdsman.attempt_text import attempt_line
 from herdsman.cli_tables import Column, duration_text, local_time, print_table
 from herdsman.config import Config, ConfigError, load_config
@@ -285,6 +286,9 @@ def _status(args: argparse.Namespace) -> int:
     for provider, reason in sorted(status.get("waiting_for_provider", {}).items()):
         print()
         print(f"  {provider}: {reason}")
+    for line in account_alerts(status.get("accounts", [])):
+        print()
+        print(f"  {line}")
     for provider, waiting in sorted(status.get("waiting_for_accounts", {}).items()):
         print()
         print(f"  {provider} waits for an account: {waiting['reason']}")
@@ -353,16 +357,7 @@ def _accounts(args: argparse.Namespace) -> int:
     rows = []
     for row in body["accounts"]:
         name = row["account"] if row["account"] is not None else "(ambient)"
-        unit = "runs" if row["unit"] == "runs" else "run-min"
-        usage = f"{row['usage']:g}"
-        if row["budget"] is not None:
-            usage = f"{usage}/{row['budget']} {unit}"
-        if row["available"]:
-            state = "available"
-        elif row["exhausted_until"] is not None and row["reason"] == "usage limit reached":
-            state = f"usage limit until {_local_time(row['exhausted_until'])}"
-        else:
-            state = row["reason"]
+        usage, state = usage_text(row), account_state(row)
         # In a fleet: this member's runs, then the other members' ("1+2").
         in_use = f"{row['running']}"
         if row.get("running_elsewhere"):

@@ -25,7 +25,7 @@ import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from json.encoder import encode_basestring as _encode_string
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 import attrs
@@ -46,6 +46,9 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     "lost": frozenset({"run_id"}),
     "usage_limit": frozenset({"run_id", "provider", "account", "until"}),
     "rest_ended": frozenset({"provider", "account"}),
+    # A run failed to authenticate: its account takes no runs until a reload
+    # or an end of its rest (docs/accounts.md).
+    "needs_login": frozenset({"run_id", "provider", "account", "message"}),
     "reload": frozenset({"generation", "config"}),
     "reload_rejected": frozenset({"errors"}),
     "shutdown": frozenset(),
@@ -55,6 +58,13 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     "removal_wait": frozenset({"run_id"}),
     # A failed attempt tried again after a backoff: its finish (requeued) follows.
     "retry": frozenset({"run_id", "attempt", "failure", "at"}),
+    # A fleet member's part of the fleet (docs/trace-format.md, "Fleet
+    # members"): a submit it took, a cancel it asked of the ledger, and a
+    # poll that changed its queue.
+    "fleet_submit": frozenset({"run"}),
+    "fleet_cancel": frozenset({"run_id"}),
+    "poll": frozenset({"runs", "left", "cancels"}),
+    "claim_refused": frozenset({"run_id", "refusal"}),
 }
 
 #: Each event kind's ``"event"`` member as its line writes it.
@@ -716,7 +726,18 @@ def header_time(header: TraceHeader) -> float:
 
 #: Events naming a run by its id.
 _RUN_ID_EVENTS = frozenset(
-    {"start", "finish", "cancel", "lost", "usage_limit", "removal_wait", "retry"}
+    {
+        "start",
+        "finish",
+        "cancel",
+        "lost",
+        "usage_limit",
+        "removal_wait",
+        "needs_login",
+        "fleet_cancel",
+        "claim_refused",
+        "retry",
+    }
 )
 
 
@@ -741,6 +762,15 @@ def _check_fields(where: str, kind: str, obj: dict[str, Any]) -> None:
         raise TraceFormatError(f"{where}: run_id: expected a string, got {obj['run_id']!r}")
     if kind == "reload" and not isinstance(obj["config"], dict):
         raise TraceFormatError(f"{where}: config: expected an object")
+    if kind == "claim_refused" and obj["refusal"] not in ("gone", "lane", "cap"):
+        raise TraceFormatError(
+            f"{where}: refusal: expected one of gone, lane, cap, got {obj['refusal']!r}"
+        )
+    if kind == "poll":
+        for key in ("runs", "left", "cancels"):
+            ids = obj[key]
+            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+                raise TraceFormatError(f"{where}: {key}: expected a list of run ids, got {ids!r}")
 
 
 def _check_run(where: str, run: Any, name: str = "run") -> None:
@@ -755,3 +785,8 @@ def _check_run(where: str, run: Any, name: str = "run") -> None:
     for key in ("conversation", "agent", "workspace", "cwd", "prompt"):
         if key in run and run[key] is not None and not isinstance(run[key], str):
             raise TraceFormatError(f"{where}: {name}.{key}: expected a string or null")
+    cwd = run.get("cwd")
+    if cwd is not None and not PurePosixPath(cwd).is_absolute():
+        # The supervisor records a run's directory resolved: a relative one
+        # would mean another directory wherever the trace is replayed.
+        raise TraceFormatError(f"{where}: {name}.cwd: expected an absolute path, got {cwd!r}")

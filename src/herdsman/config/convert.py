@@ -17,6 +17,8 @@ converter = cattrs.Converter()
 # Validation already produced these types; structuring must not re-interpret them.
 converter.register_structure_hook(Path, lambda value, _: value)
 converter.register_structure_hook(timedelta, lambda value, _: value)
+# A budget of 60 runs stays the whole number written; only dollars have cents.
+converter.register_structure_hook(float, lambda value, _: value)
 converter.register_unstructure_hook(Path, str)
 converter.register_unstructure_hook(timedelta, format_duration)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from datetime import date, datetime, time, timedelta
@@ -112,6 +113,20 @@ class WholeNumber(Kind):
         if not isinstance(raw, int) or isinstance(raw, bool):
             raise self.fail(raw)
         if raw < self.low or (self.high is not None and raw > self.high):
+            raise self.fail(raw)
+        return raw
+
+
+@attrs.frozen
+class Amount(Kind):
+    """A finite number greater than zero, whole or not; never a bool."""
+
+    expected: str = "a number greater than zero"
+
+    def check(self, raw: object, path: KeyPath, checker: Checker) -> float:
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            raise self.fail(raw)
+        if not math.isfinite(raw) or raw <= 0:
             raise self.fail(raw)
         return raw
 

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
@@ -89,7 +89,7 @@ def under_state_dir(name: str) -> DefaultFrom:
     return default
 
 
-def _budget_needs_window(
+def _account_budget(
     raw: Mapping[str, Any], out: dict[str, Any], path: KeyPath, checker: Checker
 ) -> None:
     if "budget" in raw and "window" not in raw:
@@ -97,6 +97,52 @@ def _budget_needs_window(
             (*path, "budget"),
             'requires a window to count it in, e.g. window = "5h"; window is not set',
         )
+    budget, unit = out.get("budget"), out.get("budget_unit")
+    if isinstance(budget, float) and unit in _WHOLE_UNITS:
+        if budget.is_integer():
+            out["budget"] = int(budget)  # 5e6 tokens: a whole number written as a float
+        else:
+            checker.problem(
+                (*path, "budget"),
+                f'must be a whole number of {_WHOLE_UNITS[unit]} with budget_unit = "{unit}"'
+                f' (only budget_unit = "usd" takes dollars and cents), got {budget!r}',
+            )
+
+
+#: The budget units counted in whole numbers, and what they count.
+_WHOLE_UNITS: Final = {"runs": "runs", "run_minutes": "run-minutes", "tokens": "tokens"}
+
+#: The budget units a protocol's stream states the figures of.
+_UNITS_READ: Final = {
+    "plain": ("runs", "run_minutes"),
+    "codex": ("runs", "run_minutes", "tokens"),
+    "claude": ("runs", "run_minutes", "tokens", "usd"),
+}
+
+
+def _provider_checks(
+    raw: Mapping[str, Any], out: dict[str, Any], path: KeyPath, checker: Checker
+) -> None:
+    _resume_needs_session(raw, out, path, checker)
+    # A budget in a figure the stream never states would count nothing, and
+    # so never hold: refused rather than silently not enforced.
+    protocol = out.get("protocol")
+    readable = _UNITS_READ.get(protocol) if isinstance(protocol, str) else None
+    if readable is None:
+        return
+    choices = ", ".join(f'"{known}"' for known in readable)
+    for index, account in enumerate(out.get("accounts") or ()):
+        unit = account.get("budget_unit")
+        if account.get("budget") is not None and unit not in readable:
+            checker.problem(
+                (*path, "accounts", index, "budget_unit"),
+                f'"{unit}" counts what the agent\'s stream states, and a protocol = "{protocol}"'
+                f" stream states no {_FIGURE[unit]}; use one of {choices}"
+                ' (or protocol = "claude" if the provider is Claude Code)',
+            )
+
+
+_FIGURE: Final = {"tokens": "token counts", "usd": "cost"}
 
 
 def _resume_needs_session(
@@ -272,11 +318,15 @@ class Account:
     window: timedelta | None = setting(
         kinds.Duration(positive=True), 'rolling quota window, e.g. "5h"', default=None
     )
-    budget: int | None = setting(
-        kinds.WholeNumber(1), "runs or run-minutes allowed per window (needs window)", default=None
+    budget: float | None = setting(
+        kinds.Amount(),
+        "runs, run-minutes, tokens or US dollars allowed per window (needs window)",
+        default=None,
     )
-    budget_unit: Literal["runs", "run_minutes"] = setting(
-        kinds.Choice(("runs", "run_minutes")), "what budget counts", default="runs"
+    budget_unit: Literal["runs", "run_minutes", "tokens", "usd"] = setting(
+        kinds.Choice(("runs", "run_minutes", "tokens", "usd")),
+        "what budget counts",
+        default="runs",
     )
     concurrency: int | None = setting(
         kinds.WholeNumber(1, 64), "cap on this account's simultaneous runs", default=None
@@ -381,7 +431,7 @@ class Provider:
     )
     accounts: tuple[Account, ...] = setting(
         kinds.ArrayOfTables(
-            kinds.Table(Account, _budget_needs_window), unique="name", scope=" in this provider"
+            kinds.Table(Account, _account_budget), unique="name", scope=" in this provider"
         ),
         "accounts this provider's runs can spend",
         factory=tuple,
@@ -491,7 +541,7 @@ class Config:
     store: StoreSettings = setting(kinds.Table(StoreSettings), "[store]")
     providers: Mapping[str, Provider] = setting(
         kinds.NamedTables(
-            kinds.Table(Provider, _resume_needs_session),
+            kinds.Table(Provider, _provider_checks),
             min_count=1,
             noun="provider is",
             example='[providers.claude] with exec = ["claude", "-p"]',

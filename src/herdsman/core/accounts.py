@@ -6,11 +6,15 @@ The model (docs/accounts.md has the long form):
   that declares none has one implicit account, the *ambient* environment
   (named ``None`` here), so a usage limit pauses it the same way.
 * An account is *available* at ``now`` when it is not exhausted (a provider
-  said its quota is spent, until a reset time), it runs fewer runs than its
-  ``concurrency`` cap, and its usage in the rolling ``window`` is below its
-  ``budget``. Usage is counted in ``runs`` (runs started in the window) or in
-  ``run_minutes`` (minutes of runs that ended in the window, plus the minutes
-  its running runs have run so far).
+  said its quota is spent, until a reset time), does not need a login (a run
+  on it failed to authenticate, until a reload or an end of its rest), it
+  runs fewer runs than its ``concurrency`` cap, and its usage in the rolling
+  ``window`` is below its ``budget``. Usage is counted in ``runs`` (runs
+  started in the window), in ``run_minutes`` (minutes of runs that ended in
+  the window, plus the minutes its running runs have run so far), or in
+  ``tokens`` or ``usd`` (what runs that ended in the window spent, plus an
+  estimate for each running run: the mean of the ended runs that stated the
+  figure, since a run's spend is known only at its end; :class:`Charge`).
 * In a fleet, an account's usage also counts the runs other members started
   on it (:meth:`AccountBook.set_elsewhere`, a snapshot the caller replaces
   whole at every poll of the shared ledger), and its rest is the one the
@@ -18,9 +22,10 @@ The model (docs/accounts.md has the long form):
 * A conversation keeps the account it used last while that account is
   available: its agent's resumable session lives under that account. When it
   must move, :class:`Pick` says so and the caller starts a fresh session.
-* Otherwise the available account with the fewest running runs is picked,
-  then the one with the smallest share of its budget used, then the first in
-  config order.
+* Otherwise the available account that is not *near its limit* (a provider
+  warned so, until the warning's reset) is picked before one that is, then
+  the one with the fewest running runs, then the one with the smallest share
+  of its budget used, then the first in config order.
 
 No clock, no I/O, no randomness: every call takes ``now`` (unix seconds), and
 iteration is over config order or explicit sorted keys, never hash order.
@@ -47,13 +52,16 @@ __all__ = [
     "AccountStatus",
     "Blocked",
     "BudgetUnit",
+    "Charge",
     "Elsewhere",
     "Pick",
+    "amount_text",
     "conversation_of",
+    "spent_with_estimate",
     "sticky_key",
 ]
 
-BudgetUnit = Literal["runs", "run_minutes"]
+BudgetUnit = Literal["runs", "run_minutes", "tokens", "usd"]
 
 #: How long an account rests after a usage limit that named no reset time,
 #: when the account has no window to wait out either.
@@ -69,9 +77,36 @@ class AccountSpec:
 
     name: str | None
     window: float | None = None
-    budget: int | None = None
+    #: Runs, run-minutes or tokens (whole numbers), or US dollars, per window.
+    budget: float | None = None
     unit: BudgetUnit = "runs"
     concurrency: int | None = None
+
+
+@attrs.frozen
+class Charge:
+    """What one attempt spent, as a ``tokens`` or ``usd`` budget counts it.
+
+    ``tokens``: the tokens the budget counts (``None``: the stream stated no
+    counts); ``usd``: the provider's cost (``None``: none stated). A run
+    without a figure counts as nothing, and stays out of the mean that
+    running runs are estimated at.
+    """
+
+    tokens: int | None = None
+    usd: float | None = None
+
+
+#: What an attempt that stated nothing spent.
+NO_CHARGE = Charge()
+
+
+def amount_text(amount: float, unit: BudgetUnit) -> str:
+    """``12 runs``, ``300 run-minutes``, ``5,000,000 tokens``, ``$20.00``: an amount in its unit."""
+    if unit == "usd":
+        return f"${amount:,.2f}"
+    label = {"runs": "runs", "run_minutes": "run-minutes", "tokens": "tokens"}[unit]
+    return f"{amount:,.{0 if float(amount).is_integer() else 1}f} {label}"
 
 
 @attrs.frozen
@@ -95,7 +130,7 @@ class AccountStatus:
     account: str | None
     running: int
     usage: float
-    budget: int | None
+    budget: float | None
     unit: BudgetUnit
     window: float | None
     exhausted_until: float | None
@@ -108,19 +143,28 @@ class AccountStatus:
     retired: bool = False
     #: Runs other members of the fleet run on the account (0 outside a fleet).
     running_elsewhere: int = 0
+    #: Until when (unix seconds) the provider's warning that the account is
+    #: near its limit holds; None when it gave none (or it is over).
+    near_limit_until: float | None = None
+    #: Why the account needs a login (what a run met); None when it does not.
+    needs_login: str | None = None
 
 
 class Elsewhere(NamedTuple):
     """A run another fleet member charged to an account: its start, and its end if it ended.
 
     ``finished_at`` is None while it runs; a run that spent no run-minutes
-    (lost) ends when it started. A tuple: a poll hands over thousands.
+    (lost) ends when it started. ``tokens`` and ``usd``: what it spent, as
+    :class:`Charge` (None: not stated, or still running). A tuple: a poll
+    hands over thousands.
     """
 
     provider: str
     account: str
     started_at: float
     finished_at: float | None
+    tokens: int | None = None
+    usd: float | None = None
 
 
 @attrs.frozen
@@ -134,16 +178,106 @@ class Blocked:
     until: float | None
 
 
+class _Ended:
+    """Runs that ended in a window, by end: their run time, tokens and dollars, summed.
+
+    Kept apart from the starts so that a reload may change an account's unit
+    and find every figure there.
+    """
+
+    __slots__ = ("entries", "seconds", "tokens", "tokens_runs", "usd", "usd_runs")
+
+    def __init__(self) -> None:
+        # (end, seconds, tokens, usd), in end order.
+        self.entries: deque[tuple[float, float, int | None, float | None]] = deque()
+        self.seconds = 0.0
+        self.tokens = 0
+        self.usd = 0.0
+        # How many ended runs stated the figure (the mean's divisor).
+        self.tokens_runs = 0
+        self.usd_runs = 0
+
+    def add(self, end: float, seconds: float, charge: Charge) -> None:
+        """A run that ended at ``end``, kept in end order.
+
+        Runs end in order as they happen; runs restored after a restart come
+        in start order, and a long one must not hold shorter ones in the
+        window past their time.
+        """
+        tokens, usd = charge.tokens, charge.usd
+        entries = self.entries
+        if not entries or entries[-1][0] <= end:
+            entries.append((end, seconds, tokens, usd))
+        else:
+            # Ties on end time sort by the rest, whatever they are: None never compares.
+            insort(entries, (end, seconds, tokens, usd), key=lambda entry: entry[0])
+        self.seconds += seconds
+        if tokens is not None:
+            self.tokens += tokens
+            self.tokens_runs += 1
+        if usd is not None:
+            self.usd += usd
+            self.usd_runs += 1
+
+    def expire(self, horizon: float) -> None:
+        """Drop the runs that ended at or before ``horizon``."""
+        entries = self.entries
+        while entries and entries[0][0] <= horizon:
+            _, seconds, tokens, usd = entries.popleft()
+            self.seconds -= seconds
+            if tokens is not None:
+                self.tokens -= tokens
+                self.tokens_runs -= 1
+            if usd is not None:
+                self.usd -= usd
+                self.usd_runs -= 1
+        if not entries:  # no float drift left over
+            self.seconds = self.usd = 0.0
+
+    def spent(self, unit: BudgetUnit) -> tuple[float, int]:
+        """What the runs spent in ``unit`` (tokens or usd), and how many stated it."""
+        if unit == "tokens":
+            return float(self.tokens), self.tokens_runs
+        return self.usd, self.usd_runs
+
+
+def spent_with_estimate(total: float, stated: int, running: int) -> float:
+    """A ``tokens`` or ``usd`` budget's usage: ended runs' spend, each running run at their mean.
+
+    ``total`` is what the runs that ended in the window spent, ``stated``
+    how many of them stated the figure, ``running`` how many runs run. A
+    run's spend is known only at its end. Counting a running run as nothing
+    would let an account start run after run while the first ones have not
+    ended; counting it at the mean of the runs that ended in the window
+    holds the budget as well as what is known allows. With no such run
+    yet, a running run counts nothing. The fleet's claims count the same.
+    """
+    if running and stated:
+        return total + running * (total / stated)
+    return total
+
+
+def _spent_with_estimate(unit: BudgetUnit, ended: Sequence[_Ended], running: int) -> float:
+    """:func:`spent_with_estimate` over this member's and other members' ended runs."""
+    total, stated = 0.0, 0
+    for part in ended:
+        spent, runs = part.spent(unit)
+        total += spent
+        stated += runs
+    return spent_with_estimate(total, stated, running)
+
+
 class _Account:
     __slots__ = (
         "elsewhere",
+        "ended",
         "exhausted_until",
         "message",
+        "near_until",
+        "needs_login",
         "running",
         "runs_started",
         "spec",
-        "spent",
-        "spent_seconds",
         "starts",
     )
 
@@ -152,11 +286,14 @@ class _Account:
         self.running: dict[str, float] = {}  # run id -> start time
         # Start times in the window, oldest first (only with a window).
         self.starts: deque[float] = deque()
-        # (end time, seconds run) of runs that ended in the window, by end.
-        self.spent: deque[tuple[float, float]] = deque()
-        self.spent_seconds = 0.0
+        # Runs that ended in the window (only with a window).
+        self.ended = _Ended()
         self.exhausted_until: float | None = None
         self.message: str | None = None
+        # Near its limit until then (a provider's warning); None: no warning.
+        self.near_until: float | None = None
+        # What a run met that said the account is not logged in; None: it is.
+        self.needs_login: str | None = None
         self.runs_started = 0
         # Other fleet members' usage (None outside a fleet): replaced whole at each poll.
         self.elsewhere: _Usage | None = None
@@ -165,13 +302,14 @@ class _Account:
         window = self.spec.window
         if window is None:
             return
-        self.spent_seconds = _expire(self.starts, self.spent, self.spent_seconds, now - window)
+        _expire(self.starts, self.ended, now - window)
 
     def usage(self, now: float) -> float:
-        """Runs, or run-minutes, used in the current window (the fleet's, in a fleet)."""
+        """Usage in the current window, in the account's unit (the fleet's, in a fleet)."""
         window = self.spec.window
+        unit = self.spec.unit
         if window is None:
-            if self.spec.unit == "runs":
+            if unit == "runs":
                 # Starts are counted only in a window: any left here are from
                 # before a reload took the window away.
                 return 0.0
@@ -179,13 +317,20 @@ class _Account:
             elsewhere = None  # nothing is counted without a window, here or elsewhere
         else:
             horizon = now - window
-            self.spent_seconds = _expire(self.starts, self.spent, self.spent_seconds, horizon)
+            _expire(self.starts, self.ended, horizon)
             elsewhere = self.elsewhere
-        if self.spec.unit == "runs":
+        if unit == "runs":
             if elsewhere is None:
                 return float(len(self.starts))
             return float(len(self.starts) + elsewhere.starts_after(horizon))
-        seconds = self.spent_seconds + sum(
+        if unit != "run_minutes":
+            if elsewhere is None:
+                return _spent_with_estimate(unit, (self.ended,), len(self.running))
+            elsewhere.expire(horizon)
+            return _spent_with_estimate(
+                unit, (self.ended, elsewhere.ended), len(self.running) + len(elsewhere.running)
+            )
+        seconds = self.ended.seconds + sum(
             now - max(start, horizon) for start in self.running.values()
         )
         if elsewhere is not None:
@@ -203,7 +348,7 @@ class _Account:
         if self.spec.unit == "runs":
             times = [source.starts[0] for source in sources if source.starts]
         else:
-            times = [source.spent[0][0] for source in sources if source.spent]
+            times = [source.ended.entries[0][0] for source in sources if source.ended.entries]
         return min(times) if times else None
 
     def why_not(self, now: float) -> str | None:
@@ -212,13 +357,24 @@ class _Account:
             if self.exhausted_until > now:
                 return "usage limit reached"
             self.exhausted_until = self.message = None
+        if self.needs_login is not None:
+            return f"needs login ({self.needs_login})"
         spec = self.spec
         if spec.concurrency is not None and len(self.running) >= spec.concurrency:
             return f"at its concurrency cap ({spec.concurrency})"
         if spec.budget is not None and self.usage(now) >= spec.budget:
-            unit = "runs" if spec.unit == "runs" else "run-minutes"
-            return f"budget of {spec.budget} {unit} per window spent"
+            return f"budget of {amount_text(spec.budget, spec.unit)} per window spent"
         return None
+
+    def near(self, now: float) -> bool:
+        """Whether a provider's warning that the account is near its limit still holds."""
+        until = self.near_until
+        if until is None:
+            return False
+        if until > now:
+            return True
+        self.near_until = None
+        return False
 
     def share_used(self, now: float) -> float:
         budget = self.spec.budget
@@ -226,6 +382,8 @@ class _Account:
 
     def free_at(self, now: float) -> float | None:
         """When time alone lifts what blocks the account (None: time alone never does)."""
+        if self.needs_login is not None:
+            return None  # only a reload, or an end of its rest, does
         times: list[float] = []
         if self.exhausted_until is not None and self.exhausted_until > now:
             times.append(self.exhausted_until)
@@ -243,65 +401,57 @@ class _Account:
             return None
         return max(times)
 
-    def record(self, start: float, end: float | None) -> None:
+    def record(self, start: float, end: float | None, charge: Charge = NO_CHARGE) -> None:
         """Count a run's usage (``end`` None: the run is still running)."""
         if self.spec.window is None:
             return
         insort(self.starts, start)
         if end is not None:
-            self.record_spent(end, max(0.0, end - start))
-
-    def record_spent(self, end: float, seconds: float) -> None:
-        """A run that ended at ``end`` after ``seconds``; kept in end order.
-
-        Runs end in order as they happen; runs restored after a restart come
-        in start order, and a long one must not hold shorter ones in the
-        window past their time.
-        """
-        insort(self.spent, (end, seconds))
-        self.spent_seconds += seconds
+            self.ended.add(end, max(0.0, end - start), charge)
 
 
-def _expire(
-    starts: deque[float], spent: deque[tuple[float, float]], seconds: float, horizon: float
-) -> float:
-    """Drop usage at or before ``horizon``; return what is left of ``seconds`` spent."""
+def _expire(starts: deque[float], ended: _Ended, horizon: float) -> None:
+    """Drop usage at or before ``horizon``."""
     while starts and starts[0] <= horizon:
         starts.popleft()
-    while spent and spent[0][0] <= horizon:
-        seconds -= spent.popleft()[1]
-    return seconds if spent else 0.0  # no float drift left over
+    ended.expire(horizon)
 
 
 class _Usage:
     """Other fleet members' runs on one account, as the last poll of the ledger saw them."""
 
-    __slots__ = ("running", "spent", "spent_seconds", "starts")
+    __slots__ = ("ended", "running", "starts")
 
     def __init__(self, uses: Iterable[Elsewhere]) -> None:
         starts: list[float] = []
-        spent: list[tuple[float, float]] = []
+        ended: list[tuple[float, float, Charge]] = []
         self.running: list[float] = []  # start times of runs still running
-        for _, _, start, end in uses:
+        for _, _, start, end, tokens, usd in uses:
             starts.append(start)
             if end is None:
                 self.running.append(start)
             else:
-                spent.append((end, max(0.0, end - start)))
+                ended.append((end, max(0.0, end - start), Charge(tokens, usd)))
         # Sorted, so the same snapshot counts the same whatever order it came in.
         self.starts = deque(sorted(starts))
-        self.spent = deque(sorted(spent))
-        self.spent_seconds = sum(seconds for _, seconds in self.spent)
+        self.ended = _Ended()
+        ended.sort(key=lambda entry: (entry[0], entry[1]))
+        for end, seconds, charge in ended:
+            self.ended.add(end, seconds, charge)
 
     def starts_after(self, horizon: float) -> int:
         """Runs started after ``horizon`` (in the window)."""
-        self.spent_seconds = _expire(self.starts, self.spent, self.spent_seconds, horizon)
+        _expire(self.starts, self.ended, horizon)
         return len(self.starts)
+
+    def expire(self, horizon: float) -> None:
+        """Drop what is no longer in the window that reaches back to ``horizon``."""
+        _expire(self.starts, self.ended, horizon)
 
     def seconds_at(self, now: float, horizon: float) -> float:
         """Seconds of runs that ended after ``horizon``, plus those running have run so far."""
-        self.spent_seconds = _expire(self.starts, self.spent, self.spent_seconds, horizon)
-        return self.spent_seconds + sum(now - max(start, horizon) for start in self.running)
+        _expire(self.starts, self.ended, horizon)
+        return self.ended.seconds + sum(now - max(start, horizon) for start in self.running)
 
 
 def sticky_key(workspace: str, conversation: str) -> str:
@@ -417,17 +567,21 @@ class AccountBook:
             # why_not, without its call, for an account only a rest can stop
             # (no cap, no budget: the ambient one, as a rule) that is not resting.
             if not (
-                best.exhausted_until is None and spec.concurrency is None and spec.budget is None
+                best.exhausted_until is None
+                and best.needs_login is None
+                and spec.concurrency is None
+                and spec.budget is None
             ) and (best.why_not(now) is not None):
                 return None
         else:
-            best_key: tuple[int, float, int] | None = None
+            best_key: tuple[bool, int, float, int] | None = None
             for index, account in enumerate(accounts):
                 if account.why_not(now) is not None:
                     continue
                 if has_last and account.spec.name == last:
+                    # Near its limit or not: the conversation's session lives there.
                     return self._plain_pick(last), account
-                key = (len(account.running), account.share_used(now), index)
+                key = (account.near(now), len(account.running), account.share_used(now), index)
                 if best_key is None or key < best_key:
                     best, best_key = account, key
             if best is None:
@@ -492,12 +646,15 @@ class AccountBook:
             held.starts.append(now)
         self._holders[run_id] = (provider, held)
 
-    def finish(self, run_id: str, now: float, *, spawned: bool = True) -> None:
+    def finish(
+        self, run_id: str, now: float, *, spawned: bool = True, charge: Charge = NO_CHARGE
+    ) -> None:
         """``run_id`` ended (any outcome): its account is free for another run.
 
         A run that never got a process (``spawned`` false: its program was
         missing, it was cancelled while preparing) spent nothing: its start
-        is taken back from the budget.
+        is taken back from the budget. ``charge``: what it spent, for a
+        ``tokens`` or ``usd`` budget.
         """
         holder = self._holders.pop(run_id, None)
         if holder is None:
@@ -509,7 +666,7 @@ class AccountBook:
             if start in account.starts:
                 account.starts.remove(start)
         elif account.spec.window is not None:
-            account.record_spent(now, max(0.0, now - start))
+            account.ended.add(now, max(0.0, now - start), charge)
         if not account.running and self._retired.get((provider, account.spec.name)) is account:
             del self._retired[(provider, account.spec.name)]
 
@@ -563,12 +720,50 @@ class AccountBook:
             held.message = message
 
     def wake(self, provider: str, account: str | None) -> bool:
-        """End ``account``'s rest now (an operator knows better); False if unknown."""
+        """End ``account``'s rest now (an operator knows better); False if unknown.
+
+        Its need of a login and a warning that it is near its limit end too.
+        """
         held = self._find(provider, account)
         if held is None:
             return False
         held.exhausted_until = held.message = None
+        held.needs_login = held.near_until = None
         return True
+
+    def charge(self, provider: str, account: str | None, end: float, charge: Charge) -> None:
+        """Count ``charge``, what a run that ended at ``end`` spent, toward ``account``'s window.
+
+        For a run whose figures were known only after its finish (the run
+        itself was counted at its finish, without them).
+        """
+        held = self._find(provider, account)
+        if held is not None and held.spec.window is not None:
+            held.ended.add(end, 0.0, charge)
+
+    def warn(self, provider: str, account: str | None, until: float) -> None:
+        """The provider warned that ``account`` is near its limit: prefer others until ``until``.
+
+        A later warning's reset replaces an earlier one's.
+        """
+        held = self._find(provider, account)
+        if held is not None:
+            held.near_until = until
+
+    def need_login(self, provider: str, account: str | None, message: str) -> None:
+        """A run on ``account`` failed to authenticate: it takes no run until :meth:`logged_in`."""
+        held = self._find(provider, account)
+        if held is not None:
+            held.needs_login = message
+
+    def logged_in(self) -> list[tuple[str, str | None]]:
+        """Every account that needed a login may take runs again (a reload); which did."""
+        cleared = []
+        for provider, account, _ in self._every_account():
+            if account.needs_login is not None:
+                account.needs_login = None
+                cleared.append((provider, account.spec.name))
+        return cleared
 
     # -- the rest of a fleet ----------------------------------------------
 
@@ -628,12 +823,17 @@ class AccountBook:
     # -- restoring after a restart ----------------------------------------
 
     def restore_usage(
-        self, provider: str, account: str | None, started_at: float, finished_at: float | None
+        self,
+        provider: str,
+        account: str | None,
+        started_at: float,
+        finished_at: float | None,
+        charge: Charge = NO_CHARGE,
     ) -> None:
         """Count a run of an earlier process toward ``account``'s window."""
         held = self._find(provider, account)
         if held is not None:
-            held.record(started_at, finished_at)
+            held.record(started_at, finished_at, charge)
 
     def remember(self, provider: str, conversation: str, account: str | None) -> None:
         """The account ``conversation`` used last (its session lives there)."""
@@ -692,6 +892,8 @@ class AccountBook:
             reason=why,
             retired=retired,
             running_elsewhere=0 if account.elsewhere is None else len(account.elsewhere.running),
+            near_limit_until=account.near_until if account.near(now) else None,
+            needs_login=account.needs_login,
         )
 
     def _find(self, provider: str, name: str | None) -> _Account | None:
@@ -722,7 +924,10 @@ class AccountGate:
             # As in AccountBook._choose: a free account only a rest can stop
             # needs no call of why_not.
             if (
-                account.exhausted_until is None and spec.concurrency is None and spec.budget is None
+                account.exhausted_until is None
+                and account.needs_login is None
+                and spec.concurrency is None
+                and spec.budget is None
             ) or account.why_not(now) is None:
                 return True
         return False

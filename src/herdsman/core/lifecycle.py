@@ -16,9 +16,13 @@ driver hands it with the time it happened, what becomes of the runs:
   lanes, gives back its slot and account) and **requeue the held** later;
 * **finish** with a :class:`~herdsman.core.outcome.RunOutcome` — the status
   the ledger records, whether a usage limit rests the account and re-queues
-  the run (once: only its first attempt), and the slot, lanes and account
-  given back (:class:`Settlement`); a limit's rest and re-queue take effect
-  at :meth:`Lifecycle.settle`, once the driver has made the finish durable;
+  the run (once: only its first attempt), whether a failure to authenticate
+  marks the account as needing a login and moves the run to another account
+  (re-queued the same way), what the run spent for its account's budget, a
+  provider's warning that the account is near its limit, and the slot, lanes
+  and account given back (:class:`Settlement`); a re-queue (and a limit's
+  rest) take effect at :meth:`Lifecycle.settle`, once the driver has made
+  the finish durable;
 * **cancel** a queued or held run (withdrawn) or a running one (stop it;
   its finish follows, never re-queued); **lost** (a restart, a lease that
   ended, a finish that could not be recorded): its slot, lanes and account
@@ -54,14 +58,16 @@ from types import MappingProxyType
 import attrs
 
 from herdsman.core.accounts import (
+    NO_CHARGE,
     AccountBook,
     AccountGate,
     AccountSpec,
+    Charge,
     Elsewhere,
     Pick,
     sticky_key,
 )
-from herdsman.core.outcome import Outcome, RunOutcome, RunStatus
+from herdsman.core.outcome import AccountSignals, Outcome, RunOutcome, RunStatus
 from herdsman.core.retry import NO_RETRIES, Failure, RetryPolicy
 from herdsman.core.runs import RunRequest
 from herdsman.core.scheduler import CancelOutcome, Limits, RunState, Scheduler, StartGate
@@ -69,10 +75,12 @@ from herdsman.core.scheduler import CancelOutcome, Limits, RunState, Scheduler, 
 __all__ = [
     "Admission",
     "Lifecycle",
+    "LoginNeeded",
     "Rest",
     "Retry",
     "Settings",
     "Settlement",
+    "Use",
     "Withdrawal",
     "apply_settings",
     "returning_accounts",
@@ -166,16 +174,34 @@ class Retry:
 
 
 @attrs.frozen
+class LoginNeeded:
+    """A run failed to authenticate on an account: it takes no run until a reload or end-rest."""
+
+    provider: str
+    account: str | None
+    message: str
+
+    @property
+    def label(self) -> str:
+        """The account as a log line names it."""
+        return "the ambient account" if self.account is None else f"account {self.account}"
+
+
+@attrs.frozen
 class Settlement:
     """How a finish settles a run: what to record, and what follows.
 
-    ``freed``: the run's slot, lanes and account are given back already; if
-    not (a usage limit to act on), they are once the driver has recorded the
-    finish and calls :meth:`Lifecycle.settle`, which then rests the account
-    (``rest``) and puts the run back at the head of its lanes (``requeue``).
     ``retry``: the attempt failed and is tried again (the driver records
     the attempt and re-queues the run in the ledger with the finish); its
     slot and account are given back now, its lanes kept until then.
+    ``freed``: the run's slot, lanes and account are given back already; if
+    not (a usage limit or a needed login to act on), they are once the
+    driver has recorded the finish and calls :meth:`Lifecycle.settle`, which
+    then rests the account (``rest``) and puts the run back at the head of
+    its lanes (``requeue``). ``login``: the account needs a login from now
+    on (marked at the finish already: nothing of it is recorded). A run
+    that moves for a login is recorded ``usage_limited`` and re-queued, as
+    one that met a usage limit is.
     """
 
     status: RunStatus
@@ -184,21 +210,41 @@ class Settlement:
     rest: Rest | None = None
     freed: bool = True
     retry: Retry | None = None
+    login: LoginNeeded | None = None
 
 
 class _Pending:
-    """A finish whose usage limit takes effect at :meth:`Lifecycle.settle`."""
+    """A finish whose re-queue (or usage limit) takes effect at :meth:`Lifecycle.settle`."""
 
-    __slots__ = ("rest", "spawned", "sticks")
+    __slots__ = ("charge", "rest", "spawned", "sticks")
 
-    def __init__(self, rest: Rest, spawned: bool, sticks: tuple[str, str] | None) -> None:
+    def __init__(
+        self, rest: Rest | None, spawned: bool, sticks: tuple[str, str] | None, charge: Charge
+    ) -> None:
         self.rest = rest
         self.spawned = spawned
         # (provider, conversation key) that sticks to the account, if a session was reported.
         self.sticks = sticks
+        # What the attempt spent, charged if it is not re-queued.
+        self.charge = charge
+
+
+def _charge_of(signals: AccountSignals | None) -> Charge:
+    """What an attempt spent, as the account book charges it."""
+    if signals is None or (signals.tokens is None and signals.usd is None):
+        return NO_CHARGE
+    return Charge(signals.tokens, signals.usd)
 
 
 _NO_STARTS: Mapping[str, Pick] = MappingProxyType({})
+
+#: A run of an earlier process charged to an account: provider, account,
+#: started, finished (None: running), and optionally the tokens and dollars
+#: it spent (None: not stated).
+Use = (
+    tuple[str, str | None, float, float | None]
+    | tuple[str, str | None, float, float | None, int | None, float | None]
+)
 
 
 def returning_accounts(
@@ -470,10 +516,19 @@ class Lifecycle:
         account (until the reported reset, else its window, else an hour);
         a plain failure then counts as ``usage_limited``, and a run at its
         first attempt that nobody asked to stop goes back to the head of its
-        lanes. Without a limit to act on, the slot, lanes and account are
-        given back now (a run never spawned gives its start back to the
-        budget); with one, at :meth:`settle`.
+        lanes. A run that did not succeed because it failed to authenticate
+        marks its account as needing a login at once, and moves the same
+        way. Without a re-queue or a limit to act on, the slot, lanes and
+        account are given back now (a run never spawned gives its start back
+        to the budget); with one, at :meth:`settle`. A provider's warning
+        that the account is near its limit marks it so now, whatever the
+        status.
         """
+        signals = outcome.account
+        if signals is not None and (signals.near_limit or signals.needs_login is not None):
+            moved = self._account_signals(run_id, outcome, signals, now)
+            if moved is not None:
+                return moved
         if outcome.usage_limit is not None and outcome.status is not _SUCCEEDED:
             limited = self._limit_hit(run_id, outcome, now)
             if limited is not None:
@@ -489,7 +544,7 @@ class Lifecycle:
             self._stick(run_id)
         spawned = outcome.exit_code is not None
         self.scheduler.finish(run_id)
-        self.book.finish(run_id, now, spawned=spawned)
+        self.book.finish(run_id, now, spawned=spawned, charge=_charge_of(signals))
         if self._again:
             self._again.discard(run_id)
             self._starts.pop(run_id, None)
@@ -522,13 +577,56 @@ class Lifecycle:
             self._stick(run_id)
         # Its account spent the attempt; its lanes stay held, so no later
         # run of its conversation or agent starts before it.
-        self.book.finish(run_id, now, spawned=outcome.spawned)
+        self.book.finish(run_id, now, spawned=outcome.spawned, charge=_charge_of(outcome.account))
         self.scheduler.hold(run_id)
         self._backoff[run_id] = now + delay
         self._starts[run_id] = attempt
         self._again.add(run_id)
         retry = Retry(attempt, failure, now + delay, delay)
         return Settlement(RunStatus(outcome.status), outcome.spawned, retry=retry)
+
+    def _account_signals(
+        self, run_id: str, outcome: RunOutcome, signals: AccountSignals, now: float
+    ) -> Settlement | None:
+        """Mark the run's account near its limit, or needing a login; the move, if it moves.
+
+        None: the finish goes on as any other (a usage limit, if one came,
+        decides the rest).
+        """
+        request = self.scheduler.request_of(run_id)
+        if request is None:
+            raise ValueError(f"run {run_id!r} is not running")
+        book, provider = self.book, request.provider
+        account = book.holding(run_id)
+        if not book.knows(provider, account):
+            return None  # the account left the configuration: nothing to mark
+        if signals.near_limit:
+            # As a rest: the warning's reset if it is believable, else the window.
+            until = book.rest_until(provider, account, now, signals.near_limit_until)
+            if until is not None:
+                book.warn(provider, account, until)
+        message = signals.needs_login
+        if message is None or outcome.status is _SUCCEEDED or outcome.usage_limit is not None:
+            return None
+        book.need_login(provider, account, message)
+        login = LoginNeeded(provider, account, message)
+        stopped = run_id in self._stopping
+        self._stopping.discard(run_id)
+        spawned = outcome.spawned
+        if run_id in self._again or stopped:
+            # Moved once already, or asked to stop: it ends here, as it ended.
+            if outcome.session:
+                self._stick(run_id)
+            self.scheduler.finish(run_id)
+            book.finish(run_id, now, spawned=spawned, charge=_charge_of(signals))
+            self._again.discard(run_id)
+            self._starts.pop(run_id, None)
+            return Settlement(RunStatus(outcome.status), spawned, login=login)
+        sticks = None
+        if outcome.session and request.conversation is not None:
+            sticks = (provider, sticky_key(request.workspace, request.conversation))
+        self._pending[run_id] = _Pending(None, spawned, sticks, _charge_of(signals))
+        return Settlement(RunStatus.USAGE_LIMITED, spawned, requeue=True, freed=False, login=login)
 
     def _limit_hit(self, run_id: str, outcome: RunOutcome, now: float) -> Settlement | None:
         """:meth:`finish` of a run that reported a usage limit; None if its account is gone."""
@@ -549,11 +647,13 @@ class Lifecycle:
         sticks = None
         if outcome.session and request.conversation is not None:
             sticks = (provider, sticky_key(request.workspace, request.conversation))
-        self._pending[run_id] = _Pending(rest, outcome.spawned, sticks)
+        self._pending[run_id] = _Pending(rest, outcome.spawned, sticks, _charge_of(outcome.account))
         return Settlement(final, outcome.spawned, requeue=requeue, rest=rest, freed=False)
 
     def settle(self, run_id: str, now: float, *, requeued: bool) -> None:
-        """A finish that hit a usage limit is recorded: free or re-queue the run, rest its account.
+        """A finish that hit a usage limit (or needs a login) is recorded: free or re-queue the run.
+
+        A usage limit rests the run's account now.
 
         ``requeued``: what the ledger did (it may have cancelled a run the
         settlement re-queued, if a cancel was asked elsewhere meanwhile).
@@ -561,21 +661,24 @@ class Lifecycle:
         pending = self._pending.pop(run_id)
         # A stop asked once the finish was in never outlives its attempt.
         self._stopping.discard(run_id)
+        account = self.book.holding(run_id)
         if requeued:
             self.scheduler.requeue(run_id)
-            # Its account gets the attempt back as a run that ended now.
+            # Its account gets the attempt back as a run that ended now; what
+            # it spent is not charged, as the ledger keeps no spend of it.
             self.book.finish(run_id, now)
             self._again.add(run_id)
             self._starts[run_id] = self._starts.get(run_id, 0) + 1
         else:
             self.scheduler.finish(run_id)
-            self.book.finish(run_id, now, spawned=pending.spawned)
+            self.book.finish(run_id, now, spawned=pending.spawned, charge=pending.charge)
             self._again.discard(run_id)
             self._starts.pop(run_id, None)
         rest = pending.rest
-        self.book.rest(rest.provider, rest.account, rest.until, rest.message)
+        if rest is not None:
+            self.book.rest(rest.provider, rest.account, rest.until, rest.message)
         if pending.sticks is not None:
-            self.book.remember(*pending.sticks, rest.account)
+            self.book.remember(*pending.sticks, account)
 
     def _stick(self, run_id: str) -> None:
         """The run's session lives under its account: its conversation sticks to it."""
@@ -660,6 +763,23 @@ class Lifecycle:
         self.book.set_elsewhere(elsewhere)
         return self.book.sync_rests(rests, now)
 
+    def charge(self, provider: str, account: str | None, now: float, charge: Charge) -> None:
+        """What a run that ended at ``now`` spent, known only once its finish was recorded.
+
+        For a stream that reports a session's running totals: the run's own
+        share is worked out from the session's earlier runs, which only the
+        ledger knows. Counted as though the run had stated it at its finish.
+        """
+        self.book.charge(provider, account, now, charge)
+
+    def logged_in(self) -> list[tuple[str, str | None]]:
+        """A reload: every account that needed a login may take runs again; which did.
+
+        A reload is how an operator says the accounts are logged in again,
+        whether or not the file changed.
+        """
+        return self.book.logged_in()
+
     def end_rest(self, provider: str, account: str | None) -> bool:
         """End a configured account's rest now (by hand); False if it is not configured."""
         if not self.book.knows(provider, account):
@@ -676,18 +796,24 @@ class Lifecycle:
     def restore(
         self,
         rests: Iterable[tuple[str, str | None, float, str]] = (),
-        uses: Iterable[tuple[str, str | None, float, float | None]] = (),
+        uses: Iterable[Use] = (),
         *,
         only: set[tuple[str, str | None]] | None = None,
     ) -> None:
-        """Rests in force and window usage an earlier process left (``only`` these accounts)."""
+        """Rests in force and window usage an earlier process left (``only`` these accounts).
+
+        A use is ``(provider, account, started, finished)``, and what the run
+        spent (tokens, dollars) where a budget counts it.
+        """
         book = self.book
         for provider, account, until, message in rests:
             if only is None or (provider, account) in only:
                 book.rest(provider, account, until, message)
-        for provider, account, started, finished in uses:
+        for use in uses:
+            provider, account, started, finished = use[:4]
             if only is None or (provider, account) in only:
-                book.restore_usage(provider, account, started, finished)
+                charge = NO_CHARGE if len(use) == 4 else Charge(*use[4:])
+                book.restore_usage(provider, account, started, finished, charge)
 
     # -- reload ------------------------------------------------------------
 
@@ -699,7 +825,7 @@ class Lifecycle:
         self,
         settings: Settings,
         rests: Iterable[tuple[str, str | None, float, str]] = (),
-        uses: Iterable[tuple[str, str | None, float, float | None]] = (),
+        uses: Iterable[Use] = (),
     ) -> None:
         """A reload: put ``settings`` in force, all at once.
 
@@ -711,5 +837,6 @@ class Lifecycle:
         returning = self.returning(settings)
         old, self._settings = self._settings, settings
         apply_settings(self.scheduler, self.book, old, settings)
+        self.logged_in()
         if returning:
             self.restore(rests, uses, only=returning)

@@ -16,7 +16,7 @@ import attrs
 
 from herdsman.core.retry import Failure
 
-__all__ = ["Outcome", "RunOutcome", "RunStatus", "UsageLimit"]
+__all__ = ["AccountSignals", "Outcome", "RunOutcome", "RunStatus", "UsageLimit"]
 
 
 class Outcome(enum.StrEnum):
@@ -55,6 +55,24 @@ class UsageLimit:
 
 
 @attrs.frozen
+class AccountSignals:
+    """What an attempt's stream said about its account, beyond a usage limit.
+
+    ``tokens`` and ``usd``: what it spent, as ``tokens`` and ``usd`` budgets
+    count it (None: not stated). ``near_limit``: the provider warned that the
+    account is near its limit (``allowed_warning``); ``near_limit_until`` is
+    the warning's reset, if it named one. ``needs_login``: the attempt failed
+    to authenticate, in the provider's words (None: it did not).
+    """
+
+    tokens: int | None = None
+    usd: float | None = None
+    near_limit: bool = False
+    near_limit_until: float | None = None
+    needs_login: str | None = None
+
+
+@attrs.frozen
 class RunOutcome:
     """How one attempt of a run ended, as the lifecycle settles it.
 
@@ -66,14 +84,16 @@ class RunOutcome:
     ``failure``: the class of a failure a retry policy may try again (None:
     none such); ``worked``: the agent may have done some of its work before
     it ended (it called a tool or finished a turn), which only some classes
-    retry. An engine makes one per distinct ending and hands it to every run that
-    ends alike: it holds nothing of the run itself.
+    retry. ``account``: what the attempt spent and said of its account (None:
+    nothing). An engine makes one per distinct ending and hands it to every
+    run that ends alike: it holds nothing of the run itself but ``account``.
     """
 
     status: Outcome
     exit_code: int | None = None
     usage_limit: UsageLimit | None = None
     session: bool = False
+    account: AccountSignals | None = None
     failure: Failure | None = None
     worked: bool = False
 

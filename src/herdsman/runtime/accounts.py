@@ -69,6 +69,8 @@ def account_view(status: AccountStatus) -> dict[str, Any]:
         "message": status.message,
         "runs_started": status.runs_started,
         "retired": status.retired,
+        "near_limit_until": status.near_limit_until,
+        "needs_login": status.needs_login,
     }
 
 

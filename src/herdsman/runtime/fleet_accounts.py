@@ -68,7 +68,9 @@ def apply_fleet_accounts(
     return life.sync_accounts(
         ((limit.provider, limit.account, limit.until, limit.message) for limit in state.limits),
         (
-            Elsewhere(use.provider, use.account, use.started_at, use.finished_at)
+            Elsewhere(
+                use.provider, use.account, use.started_at, use.finished_at, use.tokens, use.usd
+            )
             for use in state.elsewhere
         ),
         now,

@@ -57,6 +57,9 @@ def _replay(args: argparse.Namespace) -> int:
         if path is not None and not path.parent.is_dir():
             print(f"herdsman: {flag} {path}: no such directory {path.parent}", file=sys.stderr)
             return 2
+    if len(args.traces) > 1 or args.out_dir is not None:
+        return _replay_fleet(args)
+    args.trace = args.traces[0]
     # What the simulated supervisor logs (usage limits, checkouts) is part of
     # the simulation, not news for whoever runs it: only errors are shown.
     logging.getLogger("herdsman").setLevel(logging.ERROR)
@@ -98,12 +101,7 @@ def _replay(args: argparse.Namespace) -> int:
                 wall_limit=WALL_LIMIT if args.wall_limit is None else args.wall_limit,
             )
         except Stuck as stuck:
-            print(
-                f"herdsman: the replay stopped making progress: {stuck}; reproduce:"
-                f" {_replay_command(args)}",
-                file=sys.stderr,
-            )
-            return 1
+            return _stuck(args, stuck)
     if args.out is None:
         sys.stdout.write(result.trace)
     else:
@@ -116,9 +114,78 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replay_fleet(args: argparse.Namespace) -> int:
+    """``sim replay M1 M2 ... --out-dir DIR``: a fleet's members' traces together."""
+    from herdsman.sim.bounds import Stuck  # noqa: PLC0415
+    from herdsman.sim.fleet_replay import fleet_replay, fleet_summary, read_member  # noqa: PLC0415
+    from herdsman.sim.workload import config_from_trace  # noqa: PLC0415
+
+    refused = None
+    if args.engine == "fast":
+        refused = (
+            "--engine fast replays one supervisor's trace; a fleet's traces replay with the"
+            " trio engine (leave --engine out)"
+        )
+    elif args.out is not None or args.chrome_trace is not None:
+        refused = (
+            "--out and --chrome-trace take one trace; a fleet's replay writes one trace a"
+            " member: give --out-dir DIR (and draw a member's output on its own)"
+        )
+    elif len(args.traces) < 2:  # a fleet
+        refused = "--out-dir DIR: give the traces of the fleet's members (two or more)"
+    elif args.out_dir is None:
+        refused = "several traces replay together as one fleet's members: give --out-dir DIR"
+    elif not args.out_dir.is_dir():
+        refused = f"--out-dir {args.out_dir}: no such directory"
+    if refused is not None:
+        print(f"herdsman: {refused}", file=sys.stderr)
+        return 2
+    names = [path.name for path in args.traces]
+    if len(set(names)) < len(names):
+        print(
+            "herdsman: two traces given have the same file name; each member's replay is"
+            " written to --out-dir under its trace's name",
+            file=sys.stderr,
+        )
+        return 2
+    logging.getLogger("herdsman").setLevel(logging.ERROR)
+    members = [read_member(path) for path in args.traces]
+    if args.config is not None:
+        configs = [load_config(args.config, args.overrides) for _ in members]
+    else:
+        configs = [
+            config_from_trace(m.workload.header.config, f"{m.name}:1", args.overrides)
+            for m in members
+        ]
+    try:
+        result = fleet_replay(
+            members,
+            configs,
+            what_if=args.config is not None or bool(args.overrides),
+            seed=args.seed,
+            wall_limit=WALL_LIMIT if args.wall_limit is None else args.wall_limit,
+        )
+    except Stuck as stuck:
+        return _stuck(args, stuck)
+    for name, text in zip(names, result.traces, strict=True):
+        (args.out_dir / name).write_text(text, encoding="utf-8")
+    print(fleet_summary(result), file=sys.stderr)
+    return 0
+
+
+def _stuck(args: argparse.Namespace, stuck: Exception) -> int:
+    """Say that the replay stopped making progress, and how to run it again; exit 1."""
+    print(
+        f"herdsman: the replay stopped making progress: {stuck}; reproduce:"
+        f" {_replay_command(args)}",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def _replay_command(args: argparse.Namespace) -> str:
     """The command line that runs this replay again (without its outputs)."""
-    words = ["herdsman", "sim", "replay", str(args.trace)]
+    words = ["herdsman", "sim", "replay", *(str(path) for path in args.traces)]
     if args.config is not None:
         words += ["-c", str(args.config)]
     for override in args.overrides:
@@ -220,7 +287,14 @@ def add_sim_commands(commands: Any) -> None:
         help="change a setting of the configuration replayed (repeatable), e.g."
         " providers.claude.concurrency=1",
     )
-    replay.add_argument("trace", type=Path, metavar="TRACE", help="a trace file (JSON Lines)")
+    replay.add_argument(
+        "traces",
+        type=Path,
+        nargs="+",
+        metavar="TRACE",
+        help="a trace file (JSON Lines); several: the traces of one fleet's members, replayed"
+        " together (with --out-dir)",
+    )
     replay.add_argument(
         "--seed",
         type=int,
@@ -236,6 +310,14 @@ def add_sim_commands(commands: Any) -> None:
     )
     replay.add_argument(
         "--out", type=Path, default=None, help="write the simulated trace here (default: stdout)"
+    )
+    replay.add_argument(
+        "--out-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="with several traces (a fleet's members): write each member's simulated trace"
+        " here, under its trace's file name",
     )
     replay.add_argument(
         "--wall-limit",

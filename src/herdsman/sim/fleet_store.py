@@ -34,6 +34,7 @@ from typing import Any, Final, TypeVar
 import attrs
 import outcome
 
+from herdsman.core.accounts import spent_with_estimate
 from herdsman.runtime.store.base import Store
 from herdsman.runtime.store.errors import LeaseExpired, StoreConflict, StoreError
 from herdsman.runtime.store.fleet import (
@@ -59,6 +60,7 @@ from herdsman.runtime.store.records import (
     RunRecord,
     RunStatus,
     Session,
+    budget_charge,
     check_now,
     check_text,
     ended,
@@ -602,6 +604,7 @@ class SimFleetStore:
                 run.account,
                 run.started_at,
                 run.started_at if run.status is RunStatus.LOST else run.finished_at,
+                *budget_charge(run.spend),
             )
             held_here = fleet.holders.get(run.id) == self.member_id
             (mine if held_here else elsewhere).append(use)
@@ -798,6 +801,8 @@ class SimFleetStore:
     ) -> float:
         """The account's usage in its window at ``now``, in ``budget.unit``, every member's runs."""
         horizon = now - budget.window
+        if budget.unit in ("tokens", "usd"):
+            return self._spent(provider, account, budget, now)
         total = 0.0
         for run in self.fleet.runs.records():
             if run.provider != provider or run.account != account or run.started_at is None:
@@ -817,6 +822,30 @@ class SimFleetStore:
             ):
                 total += max(0.0, run.finished_at - run.started_at) / 60.0
         return total
+
+    def _spent(
+        self, provider: str, account: str | None, budget: AccountBudget, now: float
+    ) -> float:
+        """:meth:`_usage` in tokens or dollars: ended runs' spend, running ones at its mean."""
+        horizon = now - budget.window
+        total, stated, running = 0.0, 0, 0
+        for run in self.fleet.runs.records():
+            if run.provider != provider or run.account != account or run.started_at is None:
+                continue
+            if run.status is _RUNNING:
+                running += 1
+            elif (
+                run.finished_at is not None
+                and run.finished_at > horizon
+                and run.exit_code is not None
+                and run.status is not RunStatus.LOST
+            ):
+                tokens, usd = budget_charge(run.spend)
+                amount = tokens if budget.unit == "tokens" else usd
+                if amount is not None:
+                    total += amount
+                    stated += 1
+        return spent_with_estimate(total, stated, running)
 
     def _check_live(self) -> None:
         member = self.fleet.members.get(self.member_id)

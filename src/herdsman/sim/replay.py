@@ -82,7 +82,9 @@ __all__ = [
     "Driven",
     "Driver",
     "ReplayResult",
+    "deliver_arrival",
     "drive",
+    "new_run",
     "replay",
     "shuffle_trio",
     "summary",
@@ -603,21 +605,12 @@ class _Feed:
         elif arrival.kind == "removal_wait":
             self._hold(arrival.fields)
         else:
-            await _deliver(supervisor, arrival)
+            await deliver_arrival(supervisor, arrival)
         self.push_next()
 
     async def _submit(self, fields: Mapping[str, Any], kind: str) -> None:
         supervisor = self._supervisor
-        run = fields["run"]
-        new = NewRun(
-            id=run["id"],
-            provider=run["provider"],
-            prompt=run.get("prompt", "(not recorded)"),
-            conversation=run.get("conversation"),
-            agent=run.get("agent"),
-            workspace=run.get("workspace", "default"),
-            cwd=run.get("cwd"),
-        )
+        new = new_run(fields["run"])
         if "account" in fields:  # running on it when the trace file was rotated
             supervisor.pin_account(new.id, fields["account"])
         try:
@@ -658,7 +651,20 @@ class _Feed:
         self._nursery.start_soon(self._submit, {"run": run}, "submit")
 
 
-async def _deliver(supervisor: Supervisor, arrival: Arrival) -> None:
+def new_run(run: Mapping[str, Any]) -> NewRun:
+    """A trace's run object as the ledger's new run (its prompt, if not traced, says so)."""
+    return NewRun(
+        id=run["id"],
+        provider=run["provider"],
+        prompt=run.get("prompt", "(not recorded)"),
+        conversation=run.get("conversation"),
+        agent=run.get("agent"),
+        workspace=run.get("workspace", "default"),
+        cwd=run.get("cwd"),
+    )
+
+
+async def deliver_arrival(supervisor: Supervisor, arrival: Arrival) -> None:
     """Hand an arrival other than a submit or skip to the supervisor."""
     fields = arrival.fields
     if arrival.kind == "cancel":

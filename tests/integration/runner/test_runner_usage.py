@@ -83,3 +83,23 @@ async def test_the_demo_agent_reports_what_it_spent_and_can_warn(tmp_path: Path)
     assert [model.model for model in usage.models] == ["demo"]
     assert usage.near_limit is not None
     assert usage.near_limit.limit_type == "five_hour"
+
+
+async def test_a_run_whose_login_is_refused_again_and_again_is_stopped_early(
+    tmp_path: Path,
+) -> None:
+    # Recorded: Claude Code retrying a refused login (the real CLI goes on
+    # for minutes); the stand-in then hangs as the CLI would, its wall-clock
+    # limit far off. The third refused retry stops it.
+    argv = replay("claude-standin-unauthorized", 124, then_sleep=600)
+    spec = make_spec(tmp_path, argv=argv, protocol="claude", timeout=None)
+    with trio.fail_after(60):
+        outcome = await execute(spec)
+    assert outcome.status is Outcome.FAILED
+    assert outcome.limit is None
+    assert outcome.reason == (
+        "stopped early: the account is not logged in"
+        " (API retry 3/10: authentication_failed (HTTP 401))"
+    )
+    assert outcome.usage is not None
+    assert outcome.usage.needs_login

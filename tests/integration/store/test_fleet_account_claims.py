@@ -122,7 +122,7 @@ def test_a_budget_must_be_positive(value: float) -> None:
     with pytest.raises(ValueError, match="must be > 0"):
         AccountBudget(value, 1)
     with pytest.raises(ValueError, match="must be > 0"):
-        AccountBudget(HOUR, value)  # type: ignore[arg-type]
+        AccountBudget(HOUR, value)
 
 
 BUDGET, WINDOW = 3, 100.0

@@ -252,6 +252,45 @@ def test_an_account_s_budget_is_spent_by_every_member_s_runs(
     ]
 
 
+@pytest.mark.parametrize("unit", ["tokens", "usd"])
+def test_a_budget_in_tokens_or_dollars_counts_running_runs_at_the_mean_of_ended_ones(
+    ledger: FleetUnderTest, unit: str
+) -> None:
+    from herdsman.runtime.runner.run_usage import RunUsage, Tokens
+
+    # 1000 tokens counted (input 600, cache writes 300, output 100; the
+    # 5000 cache reads are not), and $0.50, a run.
+    spent = RunUsage(
+        tokens=Tokens(input=600, cache_read=5000, cache_write=300, output=100), cost_usd=0.5
+    )
+    budget = 2500 if unit == "tokens" else 1.25
+    rules = ClaimRules(
+        account_budgets={("claude", "work"): AccountBudget(HOUR, budget, unit)}  # type: ignore[arg-type]
+    )
+    a, b = ledger.member("a"), ledger.member("b")
+    for n in range(5):
+        a.submit(run(f"r{n}"), T0)
+    # Nothing has ended: a running run counts nothing, so both start.
+    assert ids(a.claim_many([("r0", "work"), ("r1", "work")], T0, rules).claimed) == ["r0", "r1"]
+    a.finish("r0", RunEnd(RunStatus.SUCCEEDED, exit_code=0, usage=spent), T0 + 10)
+    # r0 spent 1000 ($0.50) and r1 runs, counted at that mean: 2000 ($1.00) < budget.
+    assert ids(b.claim_many([("r2", "work")], T0 + 20, rules).claimed) == ["r2"]
+    # Now 1000 + two running at 1000 each: 3000 ($1.50), over.
+    assert b.claim_many([("r3", "work")], T0 + 30, rules).refused == [
+        ("r3", Refusal.ACCOUNT_BUDGET)
+    ]
+    # An end without figures counts nothing and leaves the mean as it was:
+    # 1000 + r2 running at 1000 = 2000 ($1.00), under.
+    a.finish("r1", RunEnd(RunStatus.FAILED, exit_code=1), T0 + 40)
+    assert ids(b.claim_many([("r3", "work")], T0 + 50, rules).claimed) == ["r3"]
+    usage = a.account_usage_by_member(T0)
+    assert [(use.tokens, use.usd) for use in usage.mine] == [(1000, 0.5), (None, None)]
+    assert [(use.tokens, use.usd) for use in usage.elsewhere] == [(None, None), (None, None)]
+    # The window moves on: what ended leaves it, and running runs count nothing again.
+    later = T0 + HOUR + 100
+    assert ids(a.claim_many([("r4", "work")], later, rules).claimed) == ["r4"]
+
+
 def test_usage_by_member_tells_this_member_s_runs_from_the_others(
     ledger: FleetUnderTest,
 ) -> None:

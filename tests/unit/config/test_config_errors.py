@@ -13,6 +13,7 @@ from herdsman.config import ConfigError, load_config
 
 Errors = Callable[..., list[str]]
 MINIMAL = '[providers.claude]\nexec = ["claude", "-p"]\n'
+ACCOUNT = '[[providers.claude.accounts]]\nname = "a"\nwindow = "5h"\n'
 
 BROKEN = """\
 # test
@@ -155,8 +156,43 @@ def test_all_errors_reported_at_once_in_file_order(errors: Errors) -> None:
         ),
         (
             MINIMAL + '[[providers.claude.accounts]]\nname = "a"\nbudget_unit = "minutes"\n',
-            'supervisor.toml:5:15: providers.claude.accounts[0].budget_unit: must be one of "runs" or '
-            '"run_minutes", got "minutes"',
+            'supervisor.toml:5:15: providers.claude.accounts[0].budget_unit: must be one of "runs", '
+            '"run_minutes", "tokens" or "usd", got "minutes"',
+        ),
+        (
+            MINIMAL + 'protocol = "claude"\n' + ACCOUNT + 'budget = 2.5\nbudget_unit = "tokens"\n',
+            "supervisor.toml:7:10: providers.claude.accounts[0].budget: must be a whole number of "
+            'tokens with budget_unit = "tokens" (only budget_unit = "usd" takes dollars and cents), '
+            "got 2.5",
+        ),
+        (
+            MINIMAL + ACCOUNT + "budget = 0.5\n",
+            "supervisor.toml:6:10: providers.claude.accounts[0].budget: must be a whole number of "
+            'runs with budget_unit = "runs" (only budget_unit = "usd" takes dollars and cents), '
+            "got 0.5",
+        ),
+        (
+            MINIMAL + 'protocol = "claude"\n' + ACCOUNT + 'budget = -20\nbudget_unit = "usd"\n',
+            "supervisor.toml:7:10: providers.claude.accounts[0].budget: must be a number greater "
+            "than zero, got -20",
+        ),
+        (
+            MINIMAL + 'protocol = "claude"\n' + ACCOUNT + 'budget = "5M"\nbudget_unit = "tokens"\n',
+            "supervisor.toml:7:10: providers.claude.accounts[0].budget: must be a number greater "
+            'than zero, got "5M"',
+        ),
+        (
+            MINIMAL + 'protocol = "codex"\n' + ACCOUNT + 'budget = 20\nbudget_unit = "usd"\n',
+            'supervisor.toml:8:15: providers.claude.accounts[0].budget_unit: "usd" counts what the '
+            'agent\'s stream states, and a protocol = "codex" stream states no cost; use one of '
+            '"runs", "run_minutes", "tokens" (or protocol = "claude" if the provider is Claude Code)',
+        ),
+        (
+            MINIMAL + ACCOUNT + 'budget = 5000000\nbudget_unit = "tokens"\n',
+            'supervisor.toml:7:15: providers.claude.accounts[0].budget_unit: "tokens" counts what '
+            'the agent\'s stream states, and a protocol = "plain" stream states no token counts; '
+            'use one of "runs", "run_minutes" (or protocol = "claude" if the provider is Claude '
+            "Code)",
         ),
         (
             MINIMAL + "[providrs.codex]\n",

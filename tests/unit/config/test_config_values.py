@@ -260,3 +260,24 @@ def test_a_home_folder_of_an_unknown_user_is_an_error_not_a_crash(load: Load) ->
     [problem] = caught.value.problems
     assert problem.key_path == "supervisor.state_dir"
     assert "there is no user 'nosuchuser-herdsman' here" in problem.message
+
+
+@pytest.mark.parametrize(
+    ("unit", "written", "read"),
+    [
+        ("runs", "60", 60),
+        ("tokens", "5e6", 5_000_000),
+        ("tokens", "5_000_000", 5_000_000),
+        ("usd", "20.50", 20.5),
+        ("usd", "20", 20),
+    ],
+)
+def test_a_budget_reads_as_written_in_its_unit(
+    load: Load, unit: str, written: str, read: float
+) -> None:
+    account = f'[[providers.claude.accounts]]\nname = "a"\nwindow = "5h"\nbudget = {written}\n'
+    text = MINIMAL + 'protocol = "claude"\n' + account + f'budget_unit = "{unit}"\n'
+    [parsed] = load(text).config.providers["claude"].accounts
+    assert parsed.budget == read
+    # A whole number stays one (the trace's copy of the configuration shows 60, not 60.0).
+    assert type(parsed.budget) is type(read)

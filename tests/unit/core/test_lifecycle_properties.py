@@ -9,10 +9,12 @@ accounts as plain records, and scans. It knows:
   working directories; FIFO per key: no run starts before an earlier-submitted
   queued run it conflicts with; the earliest free run starts first, and a busy
   lane never holds up a free run (no head-of-line blocking);
-* accounts: a start spends an available account (not resting, under its
-  concurrency cap, under its budget of runs in its window): the conversation's
-  last one if it can, else the fewest running, then the least share of its
-  budget used, then config order; a run that never spawned gives its start back;
+* accounts: a start spends an available account (not resting, not needing a
+  login, under its concurrency cap, under its budget in its window: runs
+  started, or tokens or dollars that ended runs spent plus each running run
+  at their mean): the conversation's last one if it can, else one not near
+  its limit, then the fewest running, then the least share of its budget
+  used, then config order; a run that never spawned gives its start back;
 * retries: a failed attempt whose class its provider's policy retries (at
   most ``attempts`` attempts; a class not in ``after_work`` only if the
   agent did no work; never one asked to stop) is held, keeping its lanes,
@@ -21,11 +23,17 @@ accounts as plain records, and scans. It knows:
 * finishes: a usage limit reported by a run that did not succeed rests its
   account until the reported reset (else its window, else an hour); a plain
   failure then counts as ``usage_limited`` and, at its first attempt and not
-  asked to stop, goes back to its place in the queue — once;
+  asked to stop, goes back to its place in the queue — once; a run that
+  failed to log in (and met no usage limit) marks its account as needing a
+  login and moves the same way, recorded ``usage_limited``; a warning marks
+  the account near its limit until its reset (else its window, else an
+  hour); what a run spent counts unless it was re-queued;
 * submits (a known id is known, ``on_busy = "skip"``), cancels (queued, held,
   running; a stop asked while a finish is being recorded is that attempt's
   only), holds, give-backs, reloads (caps, exclusivity, accounts removed
-  and added: a removed account keeps its runs until they end), drains, rests;
+  and added: a removed account keeps its runs until they end; every login
+  needed is over), drains, rests (an end of one ends a needed login and a
+  warning too);
 * a fleet's word on the accounts at each poll (``sync_accounts``): the runs
   other members started on an account count against its budget in its
   window as its own do (none without a window), the rests the ledger holds
@@ -55,7 +63,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from herdsman.core import Limits, RunRequest, busy_keys, exclusion_keys
 from herdsman.core.accounts import DEFAULT_REST, MAX_REST, AccountSpec, Elsewhere, sticky_key
 from herdsman.core.lifecycle import Admission, Lifecycle, Settings, Settlement, Withdrawal
-from herdsman.core.outcome import Outcome, RunOutcome, RunStatus, UsageLimit
+from herdsman.core.outcome import AccountSignals, Outcome, RunOutcome, RunStatus, UsageLimit
 from herdsman.core.retry import Failure, RetryPolicy
 
 PROVIDERS = ("p0", "p1", "px")  # px is never given slots
@@ -66,13 +74,26 @@ CWDS = (None, None, "/r", "/r/a", "/r/b", "/s")
 WINDOW = 100.0
 
 #: Account set-ups a reload switches between: names kept, dropped and added.
+#: Budgets in every unit but run-minutes (which time alone changes while runs run).
 ACCOUNTS: tuple[dict[str, tuple[AccountSpec, ...]], ...] = (
     {
         "p0": (AccountSpec("a", concurrency=1), AccountSpec("b", window=WINDOW, budget=2)),
         "p1": (),
     },
-    {"p0": (AccountSpec("b", window=WINDOW, budget=3),), "p1": (AccountSpec("c", concurrency=2),)},
-    {"p0": (), "p1": (AccountSpec("c", window=WINDOW, budget=1), AccountSpec("d"))},
+    {
+        "p0": (
+            AccountSpec("b", window=WINDOW, budget=300, unit="tokens"),
+            AccountSpec("e", window=WINDOW, budget=2.0, unit="usd"),
+        ),
+        "p1": (AccountSpec("c", concurrency=2),),
+    },
+    {
+        "p0": (),
+        "p1": (
+            AccountSpec("c", window=WINDOW, budget=1),
+            AccountSpec("d", window=WINDOW, budget=1.25, unit="usd"),
+        ),
+    },
 )
 
 caps_st = st.sampled_from((1, 2, 3, 0))
@@ -111,16 +132,31 @@ run_st = st.fixed_dictionaries(
         "cwd": st.sampled_from(CWDS),
     }
 )
+# What an attempt's stream said of its account: tokens and dollars spent
+# (dollars in binary fractions, so sums are exact), a warning (None, or when
+# it resets: None for not said, in seconds from now), a refused login.
+Signals = tuple[int | None, float | None, tuple[float | None] | None, bool]
+signals_st = st.tuples(
+    st.sampled_from((None, 40, 200)),
+    st.sampled_from((None, 0.5, 1.25)),
+    st.tuples(st.sampled_from((None, 30.0, 500.0, -5.0))) | st.none(),
+    st.booleans(),
+)
 # How an attempt ends: a status, whether a process was spawned, a usage limit
 # (None, or when it resets: None for not said, in seconds from now), a
-# session, the class of its failure, and whether the agent did some work.
+# session, and what the stream said of the account (None: nothing).
 # Usage limits are made common: re-queueing once needs two in a row.
-Ending = tuple[Outcome, bool, tuple[float | None] | None, bool, Failure | None, bool]
+# Then the class of its failure (a retry policy's), and whether the agent
+# may have done some work.
+Ending = tuple[
+    Outcome, bool, tuple[float | None] | None, bool, Signals | None, Failure | None, bool
+]
 ending_st = st.tuples(
     st.sampled_from((Outcome.FAILED, Outcome.SUCCEEDED, Outcome.TIMED_OUT, Outcome.CANCELLED)),
     st.booleans(),
     st.tuples(st.sampled_from((30.0, None, -5.0, 500.0, 1e9))) | st.none(),
     st.booleans(),
+    st.none() | signals_st,
     st.sampled_from((None, Failure.OVERLOADED, Failure.CRASH, Failure.RATE_LIMIT)),
     st.booleans(),
 )
@@ -156,8 +192,13 @@ class Account:
     spec: AccountSpec
     running: set[str] = field(default_factory=set)
     starts: list[float] = field(default_factory=list)
+    # (end, tokens, dollars) of every run that ended here with a process while
+    # the account had a window (None: the run did not say, or was re-queued).
+    ended: list[tuple[float, int | None, float | None]] = field(default_factory=list)
     resting_until: float | None = None
     message: str | None = None
+    near_until: float | None = None
+    needs_login: str | None = None
     elsewhere: list[tuple[float, float | None]] = field(default_factory=list)
 
     def in_window(self, now: float) -> list[float]:
@@ -167,13 +208,40 @@ class Account:
             return []
         return [t for t in self.starts + [s for s, _ in self.elsewhere] if t > now - window]
 
-    def usage(self, now: float) -> int:
-        """Runs started in the window, by any member of the fleet."""
-        return len(self.in_window(now))
+    def ends_in_window(self, now: float) -> list[tuple[float, int | None, float | None]]:
+        """Runs that ended in the window, here and elsewhere (others' said nothing)."""
+        window = self.spec.window
+        if window is None:
+            return []
+        others = [(e, None, None) for _, e in self.elsewhere if e is not None]
+        return [run for run in self.ended + others if run[0] > now - window]
+
+    def usage(self, now: float) -> float:
+        """Runs started in the window, or tokens or dollars spent, by any member of the fleet."""
+        unit = self.spec.unit
+        if unit == "runs":
+            return float(len(self.in_window(now)))
+        if self.spec.window is None:
+            return 0.0
+        spent = [
+            (tokens if unit == "tokens" else usd) for _, tokens, usd in self.ends_in_window(now)
+        ]
+        figures = [amount for amount in spent if amount is not None]
+        total = float(sum(figures))
+        running = len(self.running) + sum(e is None for _, e in self.elsewhere)
+        if running and figures:
+            # Each running run at the mean of those that ended and said.
+            total += running * (total / len(figures))
+        return total
+
+    def near(self, now: float) -> bool:
+        return self.near_until is not None and self.near_until > now
 
     def available(self, now: float) -> bool:
         spec = self.spec
         if self.resting_until is not None and self.resting_until > now:
+            return False
+        if self.needs_login is not None:
             return False
         if spec.concurrency is not None and len(self.running) >= spec.concurrency:
             return False
@@ -196,11 +264,11 @@ class Model:
     holds: dict[str, tuple[tuple[str, str | None], float]] = field(default_factory=dict)
     last: dict[tuple[str, str], str | None] = field(default_factory=dict)
     started_before: set[str] = field(default_factory=set)  # re-queued after a limit
-    stopping: set[str] = field(default_factory=set)
     # Held runs waiting out a backoff: id -> when it ends.
     backoff: dict[str, float] = field(default_factory=dict)
     # Starts before the current attempt, for runs with any.
     attempts: dict[str, int] = field(default_factory=dict)
+    stopping: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.configure(self.settings)
@@ -239,19 +307,29 @@ class Model:
                 return self.last[key]
         everyone = self.configured(run.provider)
 
-        def rank(account: Account) -> tuple[int, float, int]:
+        def rank(account: Account) -> tuple[bool, int, float, int]:
             budget = account.spec.budget
             share = 0.0 if budget is None else account.usage(now) / budget
-            return (len(account.running), share, everyone.index(account))
+            return (account.near(now), len(account.running), share, everyone.index(account))
 
         return min(accounts, key=rank).spec.name
 
-    def give_back(self, run_id: str, *, spawned: bool) -> None:
+    def give_back(
+        self,
+        run_id: str,
+        *,
+        spawned: bool,
+        now: float | None = None,
+        spent: tuple[int | None, float | None] = (None, None),
+    ) -> None:
+        """The run ended (at ``now``, having ``spent``), or never started (no ``now``)."""
         key, started = self.holds.pop(run_id)
         account = self.accounts[key]
         account.running.discard(run_id)
         if not spawned and started in account.starts:
             account.starts.remove(started)
+        if spawned and now is not None and account.spec.window is not None:
+            account.ended.append((now, *spent))
         if not account.running and key[1] not in self.names(key[0]):
             del self.accounts[key]
 
@@ -286,11 +364,6 @@ class Model:
             return "no account of its provider is available"
         return None
 
-    def free(self, now: float) -> list[RunRequest]:
-        if not self.admitting:
-            return []
-        return [run for run in self.queued if self.why_not(run, now) is None]
-
     def end_backoffs(self, now: float) -> None:
         """Runs whose backoff is over go back to their place (while admitting)."""
         if not self.admitting:
@@ -305,6 +378,11 @@ class Model:
     def forget_attempts(self, run_id: str) -> None:
         self.attempts.pop(run_id, None)
         self.backoff.pop(run_id, None)
+
+    def free(self, now: float) -> list[RunRequest]:
+        if not self.admitting:
+            return []
+        return [run for run in self.queued if self.why_not(run, now) is None]
 
     # -- events ------------------------------------------------------------
 
@@ -376,6 +454,24 @@ def rest_until(account: Account, now: float, resets_at: float | None) -> float:
     return resets_at
 
 
+def signals_of(said: Signals | None, now: float) -> AccountSignals | None:
+    """What an attempt's stream said of its account, drawn as ``said``, at ``now``."""
+    if said is None:
+        return None
+    tokens, usd, warned, refused = said
+    return AccountSignals(
+        tokens,
+        usd,
+        near_limit=warned is not None,
+        near_limit_until=None if warned is None or warned[0] is None else now + warned[0],
+        needs_login="refused" if refused else None,
+    )
+
+
+def conversation_key(run: RunRequest) -> str | None:
+    return None if run.conversation is None else sticky_key(run.workspace, run.conversation)
+
+
 class LifecycleMachine(RuleBasedStateMachine):
     """Random events against the lifecycle and the model; they must never disagree."""
 
@@ -386,7 +482,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.now = 1000.0
         self.ids = 0
         self.starts: dict[str, int] = {}  # run id -> starts so far
-        self.requeues: dict[str, int] = {}  # run id -> usage-limit re-queues and retries
+        self.requeues: dict[str, int] = {}  # run id -> usage-limit re-queues
         # Each queued run's request and sequence number, as its first submit gave them.
         self.requests: dict[str, tuple[RunRequest, int]] = {}
         # Pairs of runs that shared a lane when a reload made it one.
@@ -494,24 +590,24 @@ class LifecycleMachine(RuleBasedStateMachine):
     ) -> None:
         """``run``'s attempt ends as ``ending`` says, in the lifecycle and in the model.
 
-        ``recorded``: the driver recorded a usage limit's finish (else it
-        reports the run lost); ``late_stop``: a cancel asked it to stop
-        while its finish was being recorded.
+        ``recorded``: the driver recorded a usage limit's (or a needed
+        login's) finish (else it reports the run lost); ``late_stop``: a
+        cancel asked it to stop while its finish was being recorded.
         """
         model, now = self.model, self.now
-        status, spawned, limit, session, failure, worked = ending
+        status, spawned, limit, session, said, failure, worked = ending
         resets_at = None if limit is None or limit[0] is None else now + limit[0]
+        signals = signals_of(said, now)
         outcome = RunOutcome(
             status,
             0 if spawned else None,
             None if limit is None else UsageLimit(resets_at, "out of quota"),
             session,
+            signals,
             failure,
             worked,
         )
         settled = self.life.finish(run.id, outcome, now)
-        if self.retried(run, outcome, settled):
-            return
         if settled.requeue and recorded:  # at most once per run, whatever the model says
             self.requeues[run.id] = self.requeues.get(run.id, 0) + 1
             assert self.requeues[run.id] == 1, f"{run.id} re-queued after a usage limit twice"
@@ -519,9 +615,19 @@ class LifecycleMachine(RuleBasedStateMachine):
         account = model.accounts[key]
         stopped = run.id in model.stopping
         model.stopping.discard(run.id)
+        spent = (None, None) if signals is None else (signals.tokens, signals.usd)
+        login = self.marks(key, signals, refused=status is not Outcome.SUCCEEDED and limit is None)
         # The account the run holds is found even if a reload removed it since.
         hit = limit is not None and status is not Outcome.SUCCEEDED
         model.running.remove(run)
+        conversation = conversation_key(run)
+        if login:
+            self.moved_for_login(
+                run, ending, settled, stopped=stopped, recorded=recorded, late_stop=late_stop
+            )
+            return
+        if not hit and self.retried(run, outcome, settled, stopped=stopped, spent=spent):
+            return
         if hit:
             event(
                 "usage limit on a re-queued run"
@@ -538,54 +644,129 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert (settled.status, settled.requeue, settled.freed) == (final, requeue, False)
             assert settled.rest is not None
             assert (settled.rest.account, settled.rest.until) == (key[1], until)
-            if late_stop:
-                assert self.life.cancel(run.id) is Withdrawal.STOP
-            if not recorded:
-                # Neither rested nor re-queued: the ledger holds it running until it is lost.
-                assert self.life.lost(run.id, now)
-                model.give_back(run.id, spawned=True)
-                model.started_before.discard(run.id)
+            if not self.settles(run, recorded=recorded, late_stop=late_stop):
                 return
             self.life.settle(run.id, now, requeued=requeue)
             account.resting_until, account.message = until, "out of quota"
             if requeue:
                 model.started_before.add(run.id)
                 model.attempts[run.id] = model.attempts.get(run.id, 0) + 1
-                model.give_back(run.id, spawned=True)
+                model.give_back(run.id, spawned=True, now=now)  # re-queued: nothing charged
                 model.requeue(run)
             else:
                 model.started_before.discard(run.id)  # it ended: adopted again, it is new
                 model.forget_attempts(run.id)
-                model.give_back(run.id, spawned=spawned)
+                model.give_back(run.id, spawned=spawned, now=now, spent=spent)
         else:
             assert (settled.status, settled.requeue, settled.freed) == (
                 RunStatus(status),
                 False,
                 True,
             )
-            if session and run.conversation is not None:
-                model.last[run.provider, sticky_key(run.workspace, run.conversation)] = key[1]
             model.started_before.discard(run.id)
             model.forget_attempts(run.id)
-            model.give_back(run.id, spawned=spawned)
-        if hit and session and run.conversation is not None:
-            model.last[run.provider, sticky_key(run.workspace, run.conversation)] = key[1]
+            model.give_back(run.id, spawned=spawned, now=now, spent=spent)
+        if session and conversation is not None:  # recorded: its session sticks
+            model.last[run.provider, conversation] = key[1]
 
-    def retried(self, run: RunRequest, outcome: RunOutcome, settled: Settlement) -> bool:
+    def settles(self, run: RunRequest, *, recorded: bool, late_stop: bool) -> bool:
+        """Whether a finish that waits to be settled is; else the run is lost.
+
+        ``late_stop``: a cancel asks it to stop meanwhile. Not ``recorded``:
+        neither rested nor re-queued, the ledger holds it running until it
+        is lost.
+        """
+        model, now = self.model, self.now
+        if late_stop:
+            assert self.life.cancel(run.id) is Withdrawal.STOP
+        if recorded:
+            return True
+        assert self.life.lost(run.id, now)
+        model.give_back(run.id, spawned=True, now=now)
+        model.started_before.discard(run.id)
+        model.forget_attempts(run.id)
+        return False
+
+    def marks(
+        self, key: tuple[str, str | None], signals: AccountSignals | None, *, refused: bool
+    ) -> bool:
+        """A warning marks an account still configured; whether a refused login moves the run.
+
+        ``refused``: the run did not succeed and met no usage limit, so a
+        refused login counts.
+        """
+        model = self.model
+        if signals is None or key[1] not in model.names(key[0]):
+            return False
+        if signals.near_limit:
+            event("warned near its limit")
+            account = model.accounts[key]
+            account.near_until = rest_until(account, self.now, signals.near_limit_until)
+        return refused and signals.needs_login is not None
+
+    def moved_for_login(
+        self,
+        run: RunRequest,
+        ending: Ending,
+        settled: Settlement,
+        *,
+        stopped: bool,
+        recorded: bool,
+        late_stop: bool,
+    ) -> None:
+        """:meth:`end` of a run refused its login: its account needs one; it moves, once."""
+        model, now = self.model, self.now
+        status, spawned, _, session, said, _, _ = ending
+        spent = (None, None) if said is None else (said[0], said[1])
+        key, _ = model.holds[run.id]
+        conversation = conversation_key(run)
+        event("needs login")
+        model.accounts[key].needs_login = "refused"
+        requeue = run.id not in model.started_before and not stopped
+        final = RunStatus.USAGE_LIMITED if requeue else RunStatus(status)
+        assert (settled.status, settled.requeue, settled.freed) == (final, requeue, not requeue)
+        assert settled.rest is None
+        assert settled.login is not None
+        assert (settled.login.account, settled.login.message) == (key[1], "refused")
+        if not requeue:
+            if session and conversation is not None:
+                model.last[run.provider, conversation] = key[1]
+            model.started_before.discard(run.id)
+            model.forget_attempts(run.id)
+            model.give_back(run.id, spawned=spawned, now=now, spent=spent)
+            return
+        if not self.settles(run, recorded=recorded, late_stop=late_stop):
+            return
+        self.life.settle(run.id, now, requeued=True)
+        model.attempts[run.id] = model.attempts.get(run.id, 0) + 1
+        model.started_before.add(run.id)
+        model.give_back(run.id, spawned=True, now=now)  # re-queued: nothing charged
+        model.requeue(run)
+        if session and conversation is not None:
+            model.last[run.provider, conversation] = key[1]
+
+    def retried(
+        self,
+        run: RunRequest,
+        outcome: RunOutcome,
+        settled: Settlement,
+        *,
+        stopped: bool,
+        spent: tuple[int | None, float | None],
+    ) -> bool:
         """Whether the model retries the attempt, checking the settlement's word on it."""
         model, now = self.model, self.now
         policy = model.settings.retries.get(run.provider)
         attempt = model.attempts.get(run.id, 0) + 1
         failure = outcome.failure
         retries = (
-            outcome.usage_limit is None
-            and outcome.status is not Outcome.SUCCEEDED
+            outcome.status is not Outcome.SUCCEEDED
             and failure is not None
             and policy is not None
             and attempt < policy.attempts
             and failure in policy.on
             and (not outcome.worked or failure in policy.after_work)
-            and run.id not in model.stopping
+            and not stopped
         )
         if not retries:
             assert settled.retry is None, f"{run.id} retried"
@@ -608,10 +789,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         )
         self.requeues[run.id] = self.requeues.get(run.id, 0) + 1
         key, _ = model.holds[run.id]
-        if outcome.session and run.conversation is not None:
-            model.last[run.provider, sticky_key(run.workspace, run.conversation)] = key[1]
-        model.running.remove(run)
-        model.give_back(run.id, spawned=outcome.spawned)
+        conversation = conversation_key(run)
+        if outcome.session and conversation is not None:
+            model.last[run.provider, conversation] = key[1]
+        model.give_back(run.id, spawned=outcome.spawned, now=now, spent=spent)
         model.held.append(run)
         model.backoff[run.id] = retry.at
         model.attempts[run.id] = attempt
@@ -663,7 +844,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert self.life.lost(run.id, self.now)
         if run in model.running:
             model.running.remove(run)
-            model.give_back(run.id, spawned=True)
+            model.give_back(run.id, spawned=True, now=self.now)
         else:
             model.held.remove(run)
         model.stopping.discard(run.id)
@@ -738,6 +919,8 @@ class LifecycleMachine(RuleBasedStateMachine):
             if a != b and model.conflicts(a, b)
         )
         self.life.reconfigure(config)
+        for account in model.accounts.values():
+            account.needs_login = None  # a reload says every account is logged in again
         self.take()
 
     @rule(
@@ -753,8 +936,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         if end:
             assert self.life.end_rest(provider, name) is configured
             if configured:
-                model.accounts[provider, name].resting_until = None
-                model.accounts[provider, name].message = None
+                ended = model.accounts[provider, name]
+                ended.resting_until = ended.message = None
+                ended.near_until = ended.needs_login = None
         else:
             until = self.now + seconds
             rested = self.life.rest(provider, name, until, "by hand", self.now)
@@ -839,8 +1023,14 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert self.life.book.holding(run.id) == model.holds[run.id][0][1]
         # Every account's usage in its window, the fleet's in a fleet.
         now = self.now
-        usage = {(s.provider, s.account): s.usage for s in self.life.book.statuses(now)}
+        statuses = self.life.book.statuses(now)
+        usage = {(s.provider, s.account): s.usage for s in statuses}
         assert usage == {key: a.usage(now) for key, a in model.accounts.items()}
+        marks = {(s.provider, s.account): (s.near_limit_until, s.needs_login) for s in statuses}
+        assert marks == {
+            key: (a.near_until if a.near(now) else None, a.needs_login)
+            for key, a in model.accounts.items()
+        }
 
     @invariant()
     def wakes_when_an_account_frees(self) -> None:
@@ -856,14 +1046,19 @@ class LifecycleMachine(RuleBasedStateMachine):
             ):
                 continue
             for account in accounts:
+                if account.needs_login is not None:
+                    continue  # only a reload or an end of its rest frees it
                 frees = []
                 if account.resting_until is not None and account.resting_until > now:
                     frees.append(account.resting_until)
                 spec = account.spec
                 window = spec.window
                 if spec.budget is not None and window is not None:
-                    inside = account.in_window(now)
-                    if inside and len(inside) >= spec.budget:
+                    if spec.unit == "runs":
+                        inside = account.in_window(now)
+                    else:  # what ended leaves the window first
+                        inside = [end for end, _, _ in account.ends_in_window(now)]
+                    if inside and account.usage(now) >= spec.budget:
                         frees.append(min(inside) + window)
                 if frees:
                     times.append(max(frees))

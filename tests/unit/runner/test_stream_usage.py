@@ -499,3 +499,25 @@ def test_a_usage_limit_message_has_no_failure_class() -> None:
 )
 def test_an_http_status_names_its_class(status: int, failure: str) -> None:
     assert failure_of_status(status) == failure
+
+
+@pytest.mark.parametrize(
+    ("name", "third_retry"),
+    [("claude-standin-unauthorized", 3), ("codex-standin-unauthorized", 4)],
+)
+def test_a_login_refused_on_the_third_retry_is_an_auth_failure_then(
+    name: str, third_retry: int
+) -> None:
+    adapter = make_adapter(name.split("-", maxsplit=1)[0], now=lambda: NOW)
+    lines = (STREAMS / f"{name}.stdout").read_bytes().splitlines(keepends=True)
+    for index, line in enumerate(lines):
+        adapter.feed_line(line)
+        # One refusal may precede a login refreshed meanwhile: only the third stops the run.
+        assert (adapter.auth_failure is not None) is (index >= third_retry), index
+    assert adapter.auth_failure is not None
+    assert "3/" in adapter.auth_failure
+
+
+def test_retries_of_other_failures_are_no_auth_failure() -> None:
+    for name in ("claude-standin-rate-limited", "claude-standin-overloaded", "codex-no-network"):
+        assert read(name).auth_failure is None, name

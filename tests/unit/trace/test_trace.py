@@ -182,6 +182,22 @@ HEADER = json.dumps(
             [HEADER, '{"t": 0, "seq": 0, "event": "rest_ended", "provider": 3, "account": null}'],
             ":2: rest_ended: expected a provider name and an account name or null",
         ),
+        (
+            [
+                HEADER,
+                '{"t":0,"seq":0,"event":"submit","run":{"id":"r","provider":"p","cwd":"a/b"}}',
+            ],
+            ":2: run.cwd: expected an absolute path, got 'a/b'",
+        ),
+        (
+            [HEADER, '{"t":0,"seq":0,"event":"poll","runs":"r1","left":[],"cancels":[]}'],
+            ":2: runs: expected a list of run ids, got 'r1'",
+        ),
+        ([HEADER, '{"t":0,"seq":0,"event":"poll","runs":[]}'], ":2: poll: missing cancels, left"),
+        (
+            [HEADER, '{"t":0,"seq":0,"event":"fleet_cancel","run_id":7}'],
+            ":2: run_id: expected a string, got 7",
+        ),
     ],
 )
 def test_malformed_traces_name_the_line_and_the_fault(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import BinaryIO, Final
 
 import trio
@@ -63,6 +64,9 @@ class Output:
         self.last_activity = trio.current_time()
         self.failure: BaseException | None = None
         self._raising = True
+        #: Called once, with the stream's words, when the adapter finds that
+        #: the account is not logged in (``ProtocolAdapter.auth_failure``).
+        self.on_auth_failure: Callable[[str], None] | None = None
 
     def keep_failures(self) -> None:
         """From now on keep the first failure in ``failure`` instead of raising it.
@@ -97,7 +101,11 @@ class Output:
 
     def _to_adapter(self, stream: str, line: bytes) -> None:
         if stream == "stdout":
-            self._adapter.feed_line(line)
+            adapter = self._adapter
+            adapter.feed_line(line)
+            if adapter.auth_failure is not None and self.on_auth_failure is not None:
+                told, self.on_auth_failure = self.on_auth_failure, None
+                told(adapter.auth_failure)
         else:
             self._adapter.feed_stderr_line(line)
 

@@ -192,6 +192,10 @@ async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]
     # landing there would leave the group running.
     with log:
         output = Output(log, adapter, excerpt)
+        # Not logged in for good: the agent would retry until a timeout.
+        output.on_auth_failure = lambda words: stop.request(
+            Outcome.FAILED, f"stopped early: the account is not logged in ({words})"
+        )
         try:
             task_status.started(child.pid)
             exited = await _watch(child, spec, output, trio.current_time(), stop)

@@ -58,6 +58,20 @@ class Tokens:
         """Every token the run consumed, of every kind."""
         return self.input + self.cache_read + self.cache_write + self.output
 
+    @property
+    def budgeted(self) -> int:
+        """The tokens a ``tokens`` budget counts: input, cache writes and output.
+
+        Cache reads are left out. An agent re-reads its whole context from
+        the provider's cache at every turn, so they grow with the length of
+        the conversation times its turns rather than with the work asked
+        for; providers price them at a tenth of fresh input and leave them
+        out of their input-token rate limits (Anthropic). Counting them would
+        make a budget spend itself on long sessions. Who wants to hold the
+        money a run costs counts ``usd`` instead.
+        """
+        return self.input + self.cache_write + self.output
+
     def __add__(self, other: Tokens) -> Tokens:
         return Tokens(
             input=self.input + other.input,

@@ -26,15 +26,18 @@ import enum
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
+from herdsman.core.accounts import BudgetUnit, spent_with_estimate
 from herdsman.runtime.fence_keeper import fence_clock
 from herdsman.runtime.store.errors import LeaseExpired, StoreError
 from herdsman.runtime.store.postgres import SOLE_SUPERVISOR_LOCK, PostgresStore
 from herdsman.runtime.store.queries import (
     ACCOUNT_USAGE_WHERE,
+    BUDGET_TOKENS,
+    CHARGED,
     CHARGED_END,
     INSERT_ATTEMPT,
     RUN_COLUMNS,
@@ -133,18 +136,20 @@ def _positive(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
 
 @attrs.frozen
 class AccountBudget:
-    """An account's quota budget: ``budget`` runs, or run-minutes, per rolling ``window``.
+    """An account's quota budget: ``budget`` runs, run-minutes, tokens or dollars per ``window``.
 
     Counted as the account core counts it (docs/accounts.md): ``runs``, the
     runs started after ``now - window`` that got a process (or still run, or
     were lost); ``run_minutes``, the minutes of such runs that ended after
     ``now - window`` (a lost run: none) plus the minutes running ones have
-    run so far within the window.
+    run so far within the window; ``tokens`` and ``usd``, what the runs that
+    ended after ``now - window`` spent, plus each running run at the mean of
+    those that stated the figure (``spent_with_estimate``).
     """
 
     window: float = attrs.field(validator=_positive)
-    budget: int = attrs.field(validator=_positive)
-    unit: Literal["runs", "run_minutes"] = "runs"
+    budget: float = attrs.field(validator=_positive)
+    unit: BudgetUnit = "runs"
 
 
 def _copy_budgets(
@@ -454,6 +459,7 @@ class FleetStore(PostgresStore):
             rows = cur.execute(
                 "SELECT provider, account, started_at,"
                 + CHARGED_END
+                + CHARGED
                 + ", coalesce(held_by = ?, false) FROM runs"
                 + ACCOUNT_USAGE_WHERE
                 + " ORDER BY started_at, seq",
@@ -785,6 +791,18 @@ def _usage(
     """The account's usage in its window at ``now``, in ``budget.unit``, every member's runs."""
     horizon = now - budget.window
     running, lost = RunStatus.RUNNING.value, RunStatus.LOST.value
+    if budget.unit in ("tokens", "usd"):
+        spent = BUDGET_TOKENS if budget.unit == "tokens" else "cost_usd"
+        ended = f"CASE WHEN status <> ? THEN {spent} END"
+        row = cur.execute(
+            f"SELECT coalesce(sum({ended}), 0), count({ended}),"
+            " count(CASE WHEN status = ? THEN 1 END) FROM runs"
+            " WHERE provider = ? AND account = ? AND started_at IS NOT NULL"
+            # As for run-minutes: charged when they end, if they got a process.
+            " AND (status = ? OR (finished_at > ? AND exit_code IS NOT NULL AND status <> ?))",
+            (running, running, running, provider, account, running, horizon, lost),
+        ).fetchone()
+        return spent_with_estimate(float(row[0]), int(row[1]), int(row[2]))
     if budget.unit == "runs":
         row = cur.execute(
             "SELECT count(*) FROM runs WHERE started_at > ? AND provider = ? AND account = ?"

@@ -28,6 +28,7 @@ from herdsman.runtime.store.records import (
     RunStatus,
     Session,
     attempt_of,
+    budget_charge,
     check_limit,
     check_limit_text,
     check_now,
@@ -439,6 +440,7 @@ class MemoryStore:
                 r.account,
                 r.started_at,
                 r.started_at if r.status is RunStatus.LOST else r.finished_at,
+                *budget_charge(r.spend),
             )
             for r in self._runs.values()
             if r.account is not None

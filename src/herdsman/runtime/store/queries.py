@@ -35,6 +35,8 @@ from herdsman.runtime.store.schema import SCHEMA
 __all__ = [
     "ACCOUNT_USAGE",
     "ACCOUNT_USAGE_WHERE",
+    "BUDGET_TOKENS",
+    "CHARGED",
     "CHARGED_END",
     "INSERT_ATTEMPT",
     "LIFE_COLUMNS",
@@ -222,6 +224,12 @@ ACCOUNT_USAGE_WHERE = (
 Parameters: since, since, running, running, lost.
 """
 
+BUDGET_TOKENS = "input_tokens + cache_write_tokens + output_tokens"
+"""The tokens a ``tokens`` budget counts, as SQL (``Tokens.budgeted``; NULL: no counts)."""
+
+CHARGED = ", " + BUDGET_TOKENS + ", cost_usd"
+"""What a run spent, for ``tokens`` and ``usd`` budgets: ``AccountUse``'s last two columns."""
+
 CHARGED_END = " CASE WHEN status = ? THEN started_at ELSE finished_at END"
 """The end a run is charged to (parameter: lost).
 
@@ -234,6 +242,7 @@ account long after: its use ends when it started.
 ACCOUNT_USAGE = (
     "SELECT provider, account, started_at,"
     + CHARGED_END
+    + CHARGED
     + " FROM runs"
     + ACCOUNT_USAGE_WHERE
     + " ORDER BY +started_at, seq"

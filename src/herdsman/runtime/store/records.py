@@ -515,13 +515,24 @@ class AccountLimit:
 class AccountUse:
     """One run charged to an account: what re-counts a quota window after a restart.
 
-    ``finished_at`` is ``None`` while the run is still running.
+    ``finished_at`` is ``None`` while the run is still running. ``tokens``
+    and ``usd``: what it spent, as ``tokens`` and ``usd`` budgets count it
+    (:func:`budget_charge`); None where its spend did not say.
     """
 
     provider: str
     account: str
     started_at: float
     finished_at: float | None
+    tokens: int | None = None
+    usd: float | None = None
+
+
+def budget_charge(spend: Spend | None) -> tuple[int | None, float | None]:
+    """What ``spend`` counts toward ``tokens`` and ``usd`` budgets (``Tokens.budgeted``, cost)."""
+    if spend is None:
+        return None, None
+    return (None if spend.tokens is None else spend.tokens.budgeted), spend.cost_usd
 
 
 def new_record(

@@ -18,12 +18,13 @@ from typing import Any
 import attrs
 
 from herdsman.config import Config
-from herdsman.core.lifecycle import Lifecycle, Rest
+from herdsman.core.accounts import Charge
+from herdsman.core.lifecycle import Lifecycle, LoginNeeded, Rest
 from herdsman.runtime.accounts import account_view, longest_window
 from herdsman.runtime.fleet_accounts import FleetAccounts, apply_fleet_accounts
 from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.ledger import Ledger
-from herdsman.runtime.store import AccountLimit, AccountUse, Store
+from herdsman.runtime.store import AccountLimit, AccountUse, RunRecord, Store
 from herdsman.runtime.supervisor.errors import UnknownAccount
 
 __all__ = ["AccountHistory", "AccountTracker"]
@@ -42,9 +43,14 @@ class AccountHistory:
         """The rests, as :meth:`Lifecycle.restore` takes them."""
         return [(rest.provider, rest.account, rest.until, rest.message) for rest in self.limits]
 
-    def windows(self) -> list[tuple[str, str | None, float, float | None]]:
+    def windows(
+        self,
+    ) -> list[tuple[str, str | None, float, float | None, int | None, float | None]]:
         """The runs in their windows, as :meth:`Lifecycle.restore` takes them."""
-        return [(use.provider, use.account, use.started_at, use.finished_at) for use in self.uses]
+        return [
+            (use.provider, use.account, use.started_at, use.finished_at, use.tokens, use.usd)
+            for use in self.uses
+        ]
 
 
 #: No history to restore (a reload that brings no account back).
@@ -192,6 +198,41 @@ class AccountTracker:
                     name,
                     time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(until)),
                 )
+
+    def finished(
+        self,
+        run_id: str,
+        final: RunRecord,
+        login: LoginNeeded | None,
+        now: float,
+        *,
+        charge: bool,
+    ) -> None:
+        """A finish is recorded: say that its account needs a login; charge what it spent.
+
+        ``charge``: the run's tokens are charged only now, as the ledger
+        worked them out (``charged_once_recorded``).
+        """
+        if login is not None:
+            log.warning(
+                "%s: %s is not logged in (%s); it takes no runs until a reload or"
+                " `herdsman accounts end-rest %s%s`",
+                login.provider,
+                login.label,
+                login.message,
+                login.provider,
+                "" if login.account is None else f" {login.account}",
+            )
+            self._emit(
+                "needs_login",
+                run_id=run_id,
+                provider=login.provider,
+                account=login.account,
+                message=login.message,
+            )
+        spend = final.spend
+        if charge and spend is not None and spend.tokens is not None:
+            self._life.charge(final.provider, final.account, now, Charge(spend.tokens.budgeted))
 
     def rested(self, hit: Rest, run_id: str) -> None:
         """Say that an account rests after a usage limit (recorded, and in force)."""

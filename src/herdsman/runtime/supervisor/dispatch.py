@@ -209,6 +209,9 @@ class Dispatcher(Service):
         now = self._wall()
         parked = False
         for run_id, refused in fleet.refusals(result):
+            # Which member wins a claim is decided by milliseconds: a replay
+            # of the fleet refuses it as recorded (docs/trace-format.md).
+            self._emit("claim_refused", run_id=run_id, refusal=refused.value)
             self._picks.pop(run_id, None)
             if refused is Refused.GONE:  # claimed by another member, or cancelled
                 self._submitted_at.pop(run_id, None)

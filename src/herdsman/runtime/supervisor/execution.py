@@ -41,11 +41,13 @@ from herdsman.runtime.supervisor.accounts import AccountTracker
 from herdsman.runtime.supervisor.dispatch import Dispatcher, QueuedStarts
 from herdsman.runtime.supervisor.outcomes import (
     SHUT_DOWN,
+    account_signals,
     as_text,
+    charged_once_recorded,
     finish_fields,
-    limit_note,
     refused_for_good,
     requeue_for_retry,
+    requeue_note,
 )
 from herdsman.runtime.supervisor.preparation import Preparation
 from herdsman.runtime.supervisor.shared import Service, Shared
@@ -170,6 +172,19 @@ class Execution(Service):
         if ended is None:  # the task was cancelled before an outcome existed
             return SHUT_DOWN
         limit = ended.usage_limit
+        signals = account_signals(ended)
+        if signals is not None:
+            if limit is not None:
+                limit = UsageLimit(limit.resets_at, as_text(limit.message) or "")
+            return RunOutcome(
+                ended.status,
+                ended.exit_code,
+                limit,
+                session,
+                signals,
+                failure=failure_of(ended),
+                worked=ended.worked,
+            )
         if limit is None:
             # One value per distinct ending, shared by every run that ends alike.
             failure = failure_of(ended)
@@ -177,7 +192,12 @@ class Execution(Service):
             plain = self._outcomes.get(key)
             if plain is None:
                 plain = RunOutcome(
-                    ended.status, ended.exit_code, None, session, failure, ended.worked
+                    ended.status,
+                    ended.exit_code,
+                    None,
+                    session,
+                    failure=failure,
+                    worked=ended.worked,
                 )
                 self._outcomes[key] = plain
             return plain
@@ -211,23 +231,21 @@ class Execution(Service):
         # the finish is recorded (Lifecycle.settle), and only then lets the
         # dispatcher look.
         early = settled.freed
+        late_charge = charged_once_recorded(ended)
         # The lifecycle's status, where it differs from the process's (a
         # usage limit): the end is copied only then, not for every run.
         recorded = end if end.status is status else attrs.evolve(end, status=status)
 
         def finish(store: Store) -> RunRecord:
-            final = store.finish(record.id, recorded, now)
-            spent[:] = [final.spend]  # a re-queue clears it from the run, not from its attempt
-            if retry is not None:
-                final = requeue_for_retry(store, record.id, retry)
+            final = requeue_for_retry(store, store.finish(record.id, recorded, now), retry, spent)
             if hit is not None:
                 store.set_account_limit(hit.provider, hit.account, hit.until, hit.message)
-                if requeue:
-                    # A fleet's ledger cancels it instead if a cancel was
-                    # asked through another member meanwhile.
-                    final = store.add_note(
-                        record.id, limit_note(record, hit, store.requeue(record.id))
-                    )
+            if requeue:
+                # A fleet's ledger cancels it instead if a cancel was
+                # asked through another member meanwhile.
+                final = store.add_note(
+                    record.id, requeue_note(record, settled, store.requeue(record.id))
+                )
             if session_id and conversation is not None:
                 store.set_conversation_session(
                     record.provider, record.workspace, conversation, session_id, record.account
@@ -237,8 +255,7 @@ class Execution(Service):
         def finished(final: RunRecord) -> None:
             # What the ledger did, not what was asked: it may have cancelled it.
             requeued = (requeue or retry is not None) and final.status is RunStatus.QUEUED
-            if retry is not None:
-                self._retried(final, retry)
+            self._retried(final, retry)
             if early:
                 # When this task takes the starts the finish frees (below), the
                 # dispatcher has nothing to look at for it: take_starts wakes
@@ -258,6 +275,7 @@ class Execution(Service):
                 self.let_go(record.id)
             if hit is not None:
                 self._tracker.rested(hit, record.id)
+            self._tracker.finished(record.id, final, settled.login, now, charge=late_charge)
             self._report_finish(
                 final,
                 status if requeued else final.status,
@@ -377,8 +395,10 @@ class Execution(Service):
                 del self._finish_retries[run_id]
         return last  # a forced stop gave up on it
 
-    def _retried(self, final: RunRecord, retry: Retry) -> None:
-        """A failed attempt is tried again: say so in the log and the trace."""
+    def _retried(self, final: RunRecord, retry: Retry | None) -> None:
+        """A failed attempt is tried again (``retry``): say so in the log and the trace."""
+        if retry is None:
+            return
         self._submitted_at[final.id] = final.submitted_at
         log.info(
             "run %s: attempt %d failed (%s); retrying in %.0fs",

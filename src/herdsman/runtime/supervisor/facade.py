@@ -497,7 +497,12 @@ class Supervisor:
         )
 
     async def reload(self, trigger: str) -> ReloadResult:
-        """Read the configuration file again and apply all of it, or none (see reloading.py)."""
+        """Read the configuration file again and apply all of it, or none (see reloading.py).
+
+        Any reload, even of an unchanged file, says the accounts are logged in again.
+        """
+        if self._life.logged_in():
+            self._wake()
         return await self._reloader.reload(trigger)
 
     async def reload_to(self, written: LoadedConfig, trigger: str) -> ReloadResult:

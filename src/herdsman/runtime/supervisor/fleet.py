@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from functools import partial
 from operator import methodcaller
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -104,10 +104,15 @@ class Membership(Service):
         starts removing more of them.
         """
         assert self._fleet is not None
-        self._withdraw_left(poll.left)
+        left = self._withdraw_left(poll.left)
+        parked = sum(1 for _ in self._life.scheduler.held_runs())
         self._life.requeue_held()
         self._fleet.reopen()
         records = self._fleet.take_new(poll)
+        if records or left or poll.cancels or parked:
+            # What this poll changed here, at its moment: a replay of the
+            # fleet polls then (docs/trace-format.md, "Fleet members").
+            self._emit_poll(records, left, poll.cancels, parked)
         worktrees = self._shared.worktrees
         cut = len(records)
         if worktrees is not None:
@@ -132,17 +137,37 @@ class Membership(Service):
         self._wake()
         return held
 
-    def _withdraw_left(self, left: list[str]) -> None:
+    def _withdraw_left(self, left: list[str]) -> list[str]:
         """Withdraw runs queued here that left the ledger's queue (taken, ended elsewhere).
 
         As a claim found ``gone`` does: nothing of them is traced or recorded
         here. Only runs still queued here: one taken for a start since the
-        poll's ids were read is settled by its claim.
+        poll's ids were read is settled by its claim. Returns those withdrawn.
         """
+        withdrawn = []
         for run_id in left:
             if self._life.forget(run_id):
                 self._submitted_at.pop(run_id, None)
                 self._notify(run_id)
+                withdrawn.append(run_id)
+        return withdrawn
+
+    def _emit_poll(
+        self,
+        records: list[RunRecord],
+        left: list[str],
+        cancels: list[tuple[str, str]],
+        parked: int,
+    ) -> None:
+        """Trace a poll that changed this member's queue (a ``poll`` event)."""
+        fields: dict[str, Any] = {
+            "runs": [record.id for record in records],
+            "left": left,
+            "cancels": [run_id for run_id, _ in cancels],
+        }
+        if parked:
+            fields["parked"] = parked
+        self._emit("poll", **fields)
 
     async def _take_after_removals(self, held: list[RunRecord]) -> None:
         """Queue runs held back by :meth:`_take_fleet_runs` once the removals are done.

@@ -154,6 +154,8 @@ class Intake(Service):
                 if self._fleet is not None:
                     # A member queues every run from the ledger, in the
                     # fleet's order: its own runs too, at the poll this wakes.
+                    # Which member took the submit, for a replay of the fleet.
+                    self._emit("fleet_submit", run=trace_run(new, with_prompt=trace_prompts))
                     self._fleet.poke()
                 else:
                     if self._life.submit(request, now) is Admission.REFUSED:
@@ -352,6 +354,8 @@ class Intake(Service):
 
         def asked(result: tuple[RunRecord, bool]) -> None:
             record, cancelled = result
+            # A cancel of a run not queued here: a replay of the fleet asks it here too.
+            self._emit("fleet_cancel", run_id=run_id)
             if cancelled:
                 if self._counts_runs:
                     self.metrics.count_finish(record.provider, RunStatus.CANCELLED.value)

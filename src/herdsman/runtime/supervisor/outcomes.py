@@ -6,9 +6,10 @@ tasks: the simulator's floor benchmark and the tests use them as they are.
 
 from __future__ import annotations
 
-from herdsman.core.lifecycle import Rest, Retry
-from herdsman.core.outcome import Outcome, RunOutcome
+from herdsman.core.lifecycle import Rest, Retry, Settlement
+from herdsman.core.outcome import AccountSignals, Outcome, RunOutcome
 from herdsman.runtime.runner import ProcessOutcome
+from herdsman.runtime.runner.protocols.base import one_line
 from herdsman.runtime.store import (
     RunEnd,
     RunRecord,
@@ -19,14 +20,18 @@ from herdsman.runtime.store import (
 )
 from herdsman.runtime.store.errors import LeaseExpired
 from herdsman.runtime.store.errors import RunNotFound as UnknownRun
+from herdsman.runtime.store.records import Spend
 
 __all__ = [
     "SHUT_DOWN",
+    "account_signals",
     "as_text",
+    "charged_once_recorded",
     "finish_fields",
     "limit_note",
     "refused_for_good",
     "requeue_for_retry",
+    "requeue_note",
 ]
 
 #: How a run ends whose task was cancelled before its process reported (a forced stop).
@@ -56,14 +61,78 @@ def limit_note(record: RunRecord, hit: Rest, again: RunRecord) -> str:
     )
 
 
-def requeue_for_retry(store: Store, run_id: str, retry: Retry) -> RunRecord:
-    """Re-queue a run whose failed attempt was just recorded, keeping the attempt, with a note."""
+def requeue_for_retry(
+    store: Store, final: RunRecord, retry: Retry | None, spent: list[Spend | None]
+) -> RunRecord:
+    """Re-queue a run whose failed attempt (``final``) was just recorded, if ``retry`` says so.
+
+    The attempt is kept by the ledger and what it spent put in ``spent``
+    (the re-queue clears it from the run); the run gets a note.
+    """
+    spent[:] = [final.spend]
+    if retry is None:
+        return final
+    run_id = final.id
     again = store.requeue(run_id, failure=retry.failure.value, retry_at=retry.at)
     note = (
         f"attempt {again.attempts} failed ({retry.failure.value});"
         f" retried after a backoff of {retry.delay:.0f}s"
     )
     return store.add_note(run_id, note)
+
+
+def requeue_note(record: RunRecord, settled: Settlement, again: RunRecord) -> str:
+    """The note of an attempt moved off its account: a usage limit, or a needed login."""
+    if settled.rest is not None:
+        return limit_note(record, settled.rest, again)
+    assert settled.login is not None
+    done = "re-queued for another account" if again.status is RunStatus.QUEUED else "cancelled"
+    return (
+        f"attempt {record.attempts} found {settled.login.label} not logged in"
+        f" ({settled.login.message}); {done}"
+    )
+
+
+def charged_once_recorded(ended: ProcessOutcome | None) -> bool:
+    """Whether the run's tokens are charged to its account only once its finish is recorded.
+
+    A stream that reports a session's running totals (Codex) of a named
+    session: the run's own share is what the ledger works out from the
+    session's earlier runs (``RunRecord.spend``), so the account is charged
+    that, not the totals.
+    """
+    usage = None if ended is None else ended.usage
+    return (
+        usage is not None
+        and usage.session_totals
+        and usage.tokens is not None
+        and ended is not None
+        and ended.session_id is not None
+    )
+
+
+def account_signals(ended: ProcessOutcome) -> AccountSignals | None:
+    """What the run's stream said of its account: its spend, a warning, a refused login."""
+    usage = ended.usage
+    if usage is None:
+        return None
+    tokens = None
+    if usage.tokens is not None and not charged_once_recorded(ended):
+        tokens = usage.tokens.budgeted
+    near = usage.near_limit
+    login = None
+    if usage.needs_login:
+        login = as_text(one_line(ended.reason)) if ended.reason else None
+        login = login or "the provider refused its credentials"
+    if tokens is None and usage.cost_usd is None and near is None and login is None:
+        return None
+    return AccountSignals(
+        tokens=tokens,
+        usd=usage.cost_usd,
+        near_limit=near is not None,
+        near_limit_until=None if near is None else near.resets_at,
+        needs_login=login,
+    )
 
 
 # Each outcome's run status (same value), looked up: converting by value

@@ -15,7 +15,8 @@ from typing import Any, Final
 
 import attrs
 
-from herdsman.runtime.runner.run_usage import RunUsage
+from herdsman.runtime.runner.api_failure import ApiFailure
+from herdsman.runtime.runner.run_usage import ApiRetry, RunUsage
 from herdsman.runtime.runner.spec import Outcome, UsageLimit
 
 MESSAGE_LIMIT: Final = 1000
@@ -93,6 +94,13 @@ def text_of(value: object) -> str | None:
     return value.strip() if isinstance(value, str) and value.strip() else None
 
 
+#: Retries of a refused login after which a run is stopped. Claude Code
+#: retries a 401 about ten times with growing delays (minutes in all), and
+#: Codex five times; the first retry may follow a login that was refreshed
+#: meanwhile, so one refusal alone does not stop a run.
+AUTH_RETRIES_BEFORE_STOP: Final = 3
+
+
 class ProtocolAdapter:
     """The interface every adapter offers: feed lines, then ask for the verdict.
 
@@ -109,10 +117,25 @@ class ProtocolAdapter:
         # The last error the stream itself reported (set by the adapters that read one).
         self._stream_error: str | None = None
         self._worked = False
+        #: Set, in the stream's words, once the stream shows that the account
+        #: is not logged in for good: the agent gave up, or kept retrying a
+        #: refused login (:data:`AUTH_RETRIES_BEFORE_STOP`). The runner stops
+        #: the run then, rather than let the agent retry until its timeout.
+        self.auth_failure: str | None = None
 
     def feed_line(self, line: bytes) -> None:
         """Take one stdout line (with its newline, if it had one)."""
         raise NotImplementedError
+
+    def _auth_retried(self, retry: ApiRetry | None) -> None:
+        """An API retry the agent reported: a refused login, retried often enough, stops it."""
+        if (
+            self.auth_failure is None
+            and retry is not None
+            and retry.failure is ApiFailure.AUTHENTICATION
+            and (retry.attempt or 0) >= AUTH_RETRIES_BEFORE_STOP
+        ):
+            self.auth_failure = self._stream_error or "authentication failed"
 
     def feed_stderr_line(self, line: bytes) -> None:
         """Take one stderr line: the last non-empty one is kept for the reason."""

@@ -116,7 +116,7 @@ class ClaudeAdapter(ProtocolAdapter):
                 self._worked = _calls_a_tool(event.get("message"))
         elif kind == "system" and event.get("subtype") == "api_retry":
             self._stream_error = _retry_text(event)
-            self._spend.on_retry(event)
+            self._auth_retried(self._spend.on_retry(event))
 
     def _on_agent_error(self, event: dict[str, Any]) -> None:
         self._agent_error = str(event["error"])

@@ -140,12 +140,13 @@ class ClaudeUsageReader:
         elif status == "allowed":
             self._near_limit = None
 
-    def on_retry(self, event: dict[str, Any]) -> None:
-        """A ``system``/``api_retry`` line."""
+    def on_retry(self, event: dict[str, Any]) -> ApiRetry:
+        """A ``system``/``api_retry`` line; the retry it reports."""
         retry = retry_of(event)
         self._retries += 1
         self._last_retry = retry
         self._failure = retry.failure
+        return retry
 
     def on_assistant(self, event: dict[str, Any], error: str | None, text: str | None) -> None:
         """An assistant message: its usage, or the error Claude Code reports in it."""

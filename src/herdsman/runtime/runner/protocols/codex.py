@@ -128,9 +128,10 @@ class CodexAdapter(ProtocolAdapter):
             self._stream_error = self._failed
         elif kind == "error":
             message = self._message(event)
-            self._spend.on_error(message)
+            retry = self._spend.on_error(message)
             self._pending_error = message or "error"
             self._stream_error = self._pending_error
+            self._auth_retried(retry)
 
     def _message(self, holder: object) -> str | None:
         if isinstance(holder, str):

@@ -83,11 +83,14 @@ class CodexUsageReader:
         if tokens is not None:
             self._tokens = tokens
 
-    def on_error(self, message: str | None) -> None:
-        """An ``error`` line's or a ``turn.failed``'s message (None: it had none readable)."""
+    def on_error(self, message: str | None) -> ApiRetry | None:
+        """An ``error`` line's or a ``turn.failed``'s message (None: it had none readable).
+
+        Returns the retry it reports, if it reports one.
+        """
         if message is None:
             self._failure = ApiFailure.OTHER
-            return
+            return None
         retry = retry_of(message)
         if retry is not None:
             self._retries += 1
@@ -95,6 +98,7 @@ class CodexUsageReader:
             self._failure = retry.failure
         else:
             self._failure = failure_of_text(message)
+        return retry
 
     def usage(self, *, succeeded: bool) -> RunUsage | None:
         """What was read, None if nothing; ``succeeded``: the run's verdict was success."""

@@ -1,0 +1,825 @@
+"""A fleet's members' traces replayed together: real supervisors on one simulated ledger.
+
+Each member is the real :class:`~herdsman.runtime.supervisor.Supervisor`
+with a real :class:`~herdsman.runtime.fleet_member.FleetMember`, on its own
+connection to one :class:`~herdsman.sim.fleet_store.SimFleet`, with its own
+trace, all under one ``MockClock`` driven by the replay's driver
+(:func:`herdsman.sim.replay.drive`). The members' traces are aligned on
+their headers' ``started_at``.
+
+What comes from outside the fleet is delivered at its recorded moment, to
+the member that recorded it: each member's start, the submits it took
+(``fleet_submit``, ``skip``), the cancels asked of it (``cancel``,
+``fleet_cancel``), its reloads and its shutdown; each run ends when its
+holder's trace says it did. What one member learns of the others comes
+through the ledger, at its polls, and a poll is the one place where the
+real fleet's timing decided something: which runs a member found queued
+depended on the others' claims, milliseconds apart. So a member's polls
+happen when its trace says one changed its queue (``poll``), and only
+then: at any other moment (its timer, its own submit's poke) the replay's
+ledger answers its poll as a ledger out of reach would, and the member
+tries again at its next one, as it did in the recording, where such a poll
+changed nothing (docs/simulator.md, "A fleet's traces together").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+from pyfakefs.fake_filesystem_unittest import Patcher
+
+from herdsman.config import LoadedConfig
+from herdsman.runtime.fleet_member import FleetMember
+from herdsman.runtime.git.fake import FakeGit
+from herdsman.runtime.ledger import Inline
+from herdsman.runtime.metrics import Uncounted
+from herdsman.runtime.store import RunRecord, StoreError
+from herdsman.runtime.store.fleet import ClaimResult, ClaimRules, Poll, Refusal
+from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
+from herdsman.sim.bounds import WALL_LIMIT, run_watched
+from herdsman.sim.fleet_store import SimFleet, SimFleetStore
+from herdsman.sim.replay import (
+    ARRIVAL,
+    Driver,
+    deliver_arrival,
+    drive,
+    new_run,
+    young_collections_rarer,
+)
+from herdsman.sim.trio_internals import mock_time, plain_instruments, shuffle_trio
+from herdsman.sim.workload import (
+    DEFAULT_DURATION,
+    Arrival,
+    RecordedAttempt,
+    RunPlan,
+    Workload,
+    config_from_trace,
+)
+from herdsman.trace import TraceEvent, TraceFormatError, TraceWriter, read_trace, read_trace_text
+
+__all__ = ["FleetReplayResult", "Member", "fleet_replay", "fleet_summary", "read_member"]
+
+log = logging.getLogger("herdsman")
+
+
+@attrs.frozen
+class Member:
+    """One member's recorded trace: its name (the file), workload and events."""
+
+    name: str
+    workload: Workload
+    events: tuple[TraceEvent, ...]
+    #: The poll the member made as it started, if it took anything (else untraced).
+    startup: TraceEvent | None = None
+
+    @property
+    def started_at(self) -> float:
+        """The header's time, unix seconds."""
+        return self.workload.started_at
+
+
+def read_member(path: Path) -> Member:
+    """Read ``path`` as a fleet member's trace; :class:`TraceFormatError` if it cannot be one."""
+    from herdsman.sim.workload import read_workload  # noqa: PLC0415 - one module less to load
+
+    workload = read_workload(path)
+    header = workload.header
+    if header.fuzz is not None or header.generator is not None:
+        raise TraceFormatError(
+            f"{path}: a fuzz case or a generated workload is not a fleet member's trace;"
+            " give several traces only of one fleet's members"
+        )
+    if not (header.config.get("fleet") or {}).get("enabled"):
+        raise TraceFormatError(
+            f"{path}:1: config.fleet.enabled: this trace is not a fleet member's; several"
+            " traces replay together only as the members of one fleet"
+        )
+    if header.carry is not None:
+        raise TraceFormatError(
+            f"{path}:1: carry: a rotated member file begins in the middle of a member's"
+            " life; replay the member's files from its first (or this one alone)"
+        )
+    _, read = read_trace(path)
+    events = tuple(read)
+    # A member polls as it starts, before anything else is traced; its timer
+    # polls a whole interval later, and a submit here (which pokes a poll) is
+    # traced first. So a poll that comes first, sooner than an interval, is
+    # the start-up poll.
+    interval = config_from_trace(header.config, f"{path}:1").config.fleet.poll.total_seconds()
+    first = events[0] if events else None
+    startup = first if first is not None and first.event == "poll" and first.t < interval else None
+    return Member(str(path), workload, events, startup)
+
+
+@attrs.frozen
+class FleetReplayResult:
+    """Each member's simulated trace, and what the summary line reports."""
+
+    traces: tuple[str, ...]
+    runs: int
+    span: float
+    wall_seconds: float
+    #: What the replay could not reproduce exactly: one line each, first cause first.
+    notes: tuple[str, ...] = ()
+
+
+def fleet_summary(result: FleetReplayResult) -> str:
+    """The line printed on stderr after a fleet's replay (its notes follow, one a line)."""
+    rate = result.runs / result.wall_seconds if result.wall_seconds > 0 else math.inf
+    line = (
+        f"replayed {result.runs} runs of {len(result.traces)} fleet members together over"
+        f" {result.span:.1f} simulated seconds in {result.wall_seconds:.2f} s wall"
+        f" ({rate:,.0f} runs per wall second)"
+    )
+    return "\n".join((line, *result.notes))
+
+
+# -- what is delivered, when ---------------------------------------------------------
+
+
+@attrs.frozen(order=True)
+class _Input:
+    """Something delivered to one member: ``(t, member, line)`` orders them all."""
+
+    t: float  # on the replay's clock: seconds since the earliest member's header
+    member: int
+    line: float
+    kind: str = attrs.field(order=False)
+    fields: Mapping[str, Any] = attrs.field(order=False)
+
+
+#: Delivered as they are to a lone supervisor's replay.
+_PASSED_ON = frozenset({"shutdown", "reload", "rest_ended"})
+
+
+def _inputs(
+    members: Sequence[Member], offsets: Sequence[float]
+) -> tuple[list[_Input], list[tuple[float, str]], list[tuple[float, str]]]:
+    """Every member's inputs in one order, and notes (with their time) on what the traces
+    lack: a member missing, members killed."""
+    inputs: list[_Input] = []
+    submitted: set[str] = set()  # runs a given trace took the submit of
+    for member in members:
+        for event in member.events:
+            if event.event in ("fleet_submit", "skip"):
+                submitted.add(event.fields["run"]["id"])
+    injected: list[tuple[float, str, str, int]] = []  # (t, run, trace, line)
+    killed: list[tuple[float, str]] = []
+    seen: set[str] = set()
+    traced_polls = any(e.event == "poll" for m in members for e in m.events)
+    for index, (member, offset) in enumerate(zip(members, offsets, strict=True)):
+        inputs.append(_Input(offset, index, 0, "join", {}))
+        if member.events and not any(e.event == "shutdown" for e in member.events):
+            # Its trace just ends: killed (or read while it ran) after its last line.
+            last = member.events[-1]
+            inputs.append(_Input(offset + last.t, index, last.line + 0.5, "kill", {}))
+            if member.workload.cut_at is not None:
+                killed.append(
+                    (
+                        offset + last.t,
+                        f"{member.name}:{last.line}: the trace ends here with runs running and"
+                        " no shutdown (the member was killed, or the file read while it ran):"
+                        " the replay kills it here, so its lease lapses and its runs are"
+                        " declared lost from then on; when the recorded fleet did that is in"
+                        " no trace, so the others' decisions after it may differ",
+                    )
+                )
+        poll_t, poll_line = offset, 0.0  # the start-up poll, as the member joins
+        for event in member.events:
+            kind, fields, t = event.event, event.fields, offset + event.t
+            if kind == "poll":
+                poll_t, poll_line = t, event.line
+                if event is not member.startup:  # that one is made as the member joins
+                    inputs.append(_Input(t, index, event.line, "poll", fields))
+            elif kind == "fleet_submit":
+                inputs.append(_Input(t, index, event.line, "submit", fields))
+            elif kind == "skip":
+                inputs.append(_Input(t, index, event.line, "skip", fields))
+            elif kind in ("cancel", "fleet_cancel"):
+                inputs.append(_Input(t, index, event.line, "cancel", fields))
+            elif kind in _PASSED_ON:
+                inputs.append(_Input(t, index, event.line, kind, fields))
+            elif kind == "submit" and fields["run"]["id"] not in submitted:
+                injected.append((t, fields["run"]["id"], member.name, event.line))
+                # Just before the poll that took it: the ledger had it by then.
+                run = fields["run"]
+                inputs.append(_Input(poll_t, index, poll_line - 0.5, "inject", {"run": run}))
+    inputs.sort()
+    injected.sort()
+    first = []
+    for item in injected:  # each run once, where it was first polled
+        if item[1] not in seen:
+            seen.add(item[1])
+            first.append(item)
+    notes: list[tuple[float, str]] = []
+    if first and not traced_polls:
+        notes.append(
+            (
+                first[0][0],
+                "these traces hold no fleet_submit or poll events (recorded before herdsman"
+                " traced a fleet's submits and polls): each run goes into the ledger where a"
+                " trace first shows it polled, and each member polls on its own timer, so"
+                " which member takes a run may differ from the recording",
+            )
+        )
+    elif first:
+        _, run_id, name, line = first[0]
+        notes.append(
+            (
+                first[0][0],
+                f"{name}:{line}: run {run_id} was submitted to a member whose trace is not"
+                f" given (no trace given took its submit; {len(first)} run(s) so): it goes"
+                " into the ledger at this poll, and what that member decided (its claims,"
+                " the lanes it held) is not replayed, so decisions from here on may differ",
+            )
+        )
+    return inputs, notes, killed
+
+
+def _holders(members: Sequence[Member], texts: Sequence[str]) -> dict[str, set[str]]:
+    """Which members started each run, in the given traces (``texts``: their text, or the
+    recorded events when empty)."""
+    holders: dict[str, set[str]] = {}
+    for member, text in zip(members, texts, strict=True):
+        events = read_trace_text(text, member.name)[1] if text else iter(member.events)
+        for event in events:
+            if event.event == "start":
+                holders.setdefault(event.fields["run_id"], set()).add(member.name)
+    return holders
+
+
+def _later_notes(
+    members: Sequence[Member],
+    offsets: Sequence[float],
+    replayed: Sequence[str],
+    defaulted: Sequence[str],
+    cause: str,
+    *,
+    polls: bool = True,
+) -> list[tuple[float, str]]:
+    """What the replay found it could not reproduce: the first poll that learned otherwise
+    than recorded about a run some member started otherwise, and the first run started
+    here that no member given started in the recording. ``cause``: why, as far as known."""
+    notes: list[tuple[float, str]] = []
+    before = _holders(members, [""] * len(members))
+    after = _holders(members, replayed)
+    unstarted = set(defaulted)
+    starts: list[tuple[float, str, str, int]] = []
+    for member, offset, text in zip(members, offsets, replayed, strict=True):
+        if not text:
+            continue
+        events = list(read_trace_text(text, f"{member.name} (replayed)")[1])
+        starts += [
+            (offset + e.t, e.fields["run_id"], member.name, e.line)
+            for e in events
+            if e.event == "start" and e.fields["run_id"] in unstarted
+        ]
+        # A what-if's polls come at other moments: not to be paired.
+        replayed_polls = [e for e in events if e.event == "poll"] if polls else []
+        recorded = [e for e in member.events if e.event == "poll"]
+        for was, now in zip(recorded, replayed_polls, strict=False):
+            differ = {
+                run_id
+                for key in ("runs", "left", "cancels")
+                for run_id in set(was.fields[key]) ^ set(now.fields[key])
+            }
+            # A run this member learned of otherwise, but which every member
+            # started as recorded, changed nothing (a claim's commit a few
+            # milliseconds after the poll that took it: the race's loser
+            # polled it still queued, and was refused it).
+            if any(before.get(run_id, set()) != after.get(run_id, set()) for run_id in differ):
+                notes.append(
+                    (
+                        offset + was.t,
+                        f"{member.name}:{was.line}: this poll {_told(was)} in the recording,"
+                        f" and {_told(now)} in the replay: {cause}",
+                    )
+                )
+                break
+    if starts:
+        t, run_id, name, line = min(starts)
+        notes.append(
+            (
+                t,
+                f"{name}: run {run_id} starts in the replay (line {line} of its output), but"
+                f" no trace given records its start ({len(unstarted)} run(s) so, each given"
+                f" {DEFAULT_DURATION:g} s): {cause}",
+            )
+        )
+    return notes
+
+
+#: How a poll's fields read in a note.
+_TOLD = (("took", "runs"), ("saw leave", "left"), ("brought cancels of", "cancels"))
+
+
+def _told(event: TraceEvent) -> str:
+    fields = event.fields
+    parts = [f"{what} {', '.join(fields[key])}" for what, key in _TOLD if fields[key]]
+    if fields.get("parked"):
+        parts.append(f"put back {fields['parked']} parked run(s)")
+    return " and ".join(parts) or "changed nothing"
+
+
+def _merged(members: Sequence[Member], offsets: Sequence[float]) -> Workload:
+    """One workload for the fleet's runs: each run's attempts from whichever trace ran them.
+
+    Times move onto the replay's clock; a run tried on two members (a usage
+    limit, then another member) has its attempts in the order they ended.
+    """
+    firsts: dict[str, float] = {}
+    attempts: dict[str, list[Any]] = {}
+    synthetic: set[str] = set()
+    for member, offset in zip(members, offsets, strict=True):
+        for event in member.events:
+            run = event.fields.get("run") if event.event in ("fleet_submit", "submit") else None
+            if run is not None:
+                t = offset + event.t
+                firsts[run["id"]] = min(firsts.get(run["id"], t), t)
+        for run_id, plan in member.workload.plans.items():
+            bucket = attempts.setdefault(run_id, [])
+            if plan.synthetic:
+                synthetic.add(run_id)
+            for attempt in plan.attempts:
+                bucket.append(
+                    attrs.evolve(
+                        attempt,
+                        ends_at=attempt.ends_at + offset,
+                        answers_after=attempt.answers_after + offset,
+                        answers_by=attempt.answers_by + offset,
+                    )
+                    if isinstance(attempt, RecordedAttempt)
+                    else attempt
+                )
+    for bucket in attempts.values():
+        bucket.sort(key=lambda a: a.ends_at if isinstance(a, RecordedAttempt) else math.inf)
+    order = sorted(attempts, key=lambda run_id: (firsts.get(run_id, math.inf), run_id))
+    plans = {
+        run_id: RunPlan(index, attempts[run_id], run_id in synthetic)
+        for index, run_id in enumerate(order)
+    }
+    first = members[0].workload
+    return Workload(first.header, first.started_at, (), plans)
+
+
+# -- the members -----------------------------------------------------------------------
+
+
+class _NotRecorded(StoreError):
+    """A poll the recording did not trace: it changed nothing there, so nothing here."""
+
+
+#: A poll that changed nothing (the recording traces none): a member's start-up poll so.
+_NOTHING: Mapping[str, Any] = {"runs": [], "left": [], "cancels": []}
+
+
+class _RecordedPolls(SimFleetStore):
+    """A member's connection whose polls answer at the moments its trace recorded one, with
+    what each recorded poll learned, as far as the replayed ledger agrees.
+
+    The recorded poll read the ledger a moment before its line was written:
+    a submit committed meanwhile on another member was not in it. So a
+    recorded poll takes, of the runs queued now, those it took in the
+    recording; sees leave those it saw leave, if they have; brings the
+    cancels it brought. Its cursor moves past what it took, never past a
+    run it left for a later poll. What the replayed ledger lacks of it is
+    found afterwards (``_later_notes``).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: The recorded polls due, oldest first: what each learned.
+        self.due: deque[Mapping[str, Any]] = deque()
+        #: Each run's recorded claims by this member, in order: ``start`` (won)
+        #: or the refusal (``gone``, ``lane``, ``cap``); None: not recorded.
+        self.claims: dict[str, deque[str]] | None = None
+
+    def claim_many(
+        self,
+        items: Sequence[tuple[str, str | None]],
+        now: float,
+        rules: ClaimRules | None = None,
+        *,
+        clock: Callable[[], float] | None = None,
+    ) -> ClaimResult:
+        """Claim as recorded: a claim the recording won goes to the ledger, which decides;
+        one it lost is refused as it was, the ledger untouched.
+
+        Which member won a run was decided by milliseconds (a claim commits
+        some time after the poll or the finish that allowed it, the longer
+        the busier the machine), which the replay, deciding at once, cannot
+        reproduce. A claim of a run this member never claimed again in the
+        recording is refused as gone: it learned then that the run had left.
+        """
+        if self.free or self.claims is None:
+            return super().claim_many(items, now, rules, clock=clock)
+        imposed: dict[str, Refusal] = {}
+        for run_id, _ in items:
+            recorded = self.claims.get(run_id)
+            outcome = recorded.popleft() if recorded else "gone"
+            if outcome != "start":
+                imposed[run_id] = _REFUSALS[outcome]
+        result = super().claim_many(
+            [item for item in items if item[0] not in imposed], now, rules, clock=clock
+        )
+        refused = dict(result.refused)
+        return ClaimResult(
+            result.claimed,
+            [
+                (run_id, imposed.get(run_id) or refused[run_id])
+                for run_id, _ in items
+                if run_id in imposed or run_id in refused
+            ],
+        )
+
+    #: A what-if: every poll answers from the ledger, whenever it comes.
+    free = False
+
+    def poll(self, cursor: int, queued: Sequence[str] = ()) -> Poll:
+        """The recorded poll due, answered from the ledger; else refused, as out of reach."""
+        if self.free:
+            return super().poll(cursor, queued)
+        if not self.due:
+            raise _NotRecorded("not a poll the recording traced")
+        recorded = self.due.popleft()
+        answer = super().poll(cursor, queued)
+        took, left, cancels = (set(recorded[key]) for key in ("runs", "left", "cancels"))
+        marks = self.fleet.marks
+
+        def place(run: RunRecord) -> int:
+            return max(run.seq, marks.get(run.id, 0))
+
+        runs = [run for run in answer.runs if run.id in took]
+        later = [place(run) for run in answer.runs if run.id not in took]
+        moved = max([cursor, *(place(run) for run in runs)])
+        if later:
+            moved = max(cursor, min(moved, min(later) - 1))
+        return Poll(
+            runs,
+            moved,
+            [cancel for cancel in answer.cancels if cancel[0] in cancels],
+            [run_id for run_id in answer.left if run_id in left],
+        )
+
+
+#: A recorded refusal (``claim_refused``), as the ledger gives it.
+_REFUSALS: Mapping[str, Refusal] = {
+    "gone": Refusal.GONE,
+    "lane": Refusal.LANE_BUSY,
+    "cap": Refusal.PROVIDER_CAP,
+}
+
+
+class _QuietUnrecorded(logging.Filter):
+    """Drops the member's log line for a poll refused as unrecorded (not news to anyone)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(isinstance(arg, _NotRecorded) for arg in record.args or ())
+
+
+@attrs.define
+class _Live:
+    """A member replayed: its supervisor, connection and trace, once it joined."""
+
+    supervisor: Supervisor
+    store: _RecordedPolls
+    out: io.StringIO
+    text: str | None = None  # taken when the input was over, if it still ran then
+    #: Cancelled to kill the member, as SIGKILL (its trace just ends).
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    killed: bool = False
+
+
+class _Fleet:
+    """The members, their ledger, and what the driver delivers to them."""
+
+    def __init__(
+        self,
+        members: Sequence[Member],
+        configs: Sequence[LoadedConfig],
+        offsets: Sequence[float],
+        inputs: Sequence[_Input],
+        driver: Driver,
+        *,
+        free: bool = False,
+    ) -> None:
+        self.members = members
+        self.free = free
+        # Traces that record their polls record their refused claims too.
+        self.claims_recorded = any(e.event == "poll" for m in members for e in m.events)
+        self.configs = configs
+        self.offsets = offsets
+        self.inputs = inputs
+        self.driver = driver
+        self.base = min(member.started_at for member in members)
+        self.live: list[_Live | None] = [None] * len(members)
+        self.runs = 0
+        self.finished = trio.Event()  # every member that joined has stopped
+        self.git = FakeGit()
+        # Plain functions, not bound methods: a killed member's connection
+        # deep-copies the ledger, clocks and all (functions are copied as
+        # themselves; a bound method would drag this whole replay along).
+        driver = self.driver
+
+        def wall() -> float:
+            return self.base + driver.now()
+
+        def local() -> float:
+            return driver.now()
+
+        self.ledger = SimFleet(wall, local)
+        self.span = 0.0
+        self.last: _Input | None = None
+        self._nursery: trio.Nursery | None = None
+        self._next = 0
+
+    def wall(self) -> float:
+        """The simulated unix time: the ledger server's clock."""
+        return self.base + self.driver.now()
+
+    # The composite the driver reads (``Driven``).
+    @property
+    def account_recheck_at(self) -> float | None:
+        """The earliest of the members' times to look at their accounts again."""
+        times = [
+            at
+            for live in self.live
+            if live is not None and not live.supervisor.finished.is_set()
+            for at in (live.supervisor.account_recheck_at,)
+            if at is not None
+        ]
+        return min(times) if times else None
+
+    def push_next(self) -> None:
+        order = self._next
+        if order < len(self.inputs):
+            self.driver.push(self.inputs[order].t, ARRIVAL, order, self._deliver)
+
+    async def _deliver(self) -> None:
+        item = self.inputs[self._next]
+        self._next += 1
+        self.last = item
+        live = self.live[item.member]
+        if item.kind == "join":
+            await self._join(item.member)
+        elif item.kind == "inject":
+            self._inject(item.fields["run"])
+        elif item.kind == "kill" and live is not None and not live.supervisor.finished.is_set():
+            # As SIGKILL: nothing more of it reaches its trace or the ledger
+            # (its dying tasks write to a copy nobody reads); its lease runs
+            # on until it lapses and another member expires it.
+            live.text = live.out.getvalue()
+            live.killed = True
+            live.store.cut_off()
+            live.scope.cancel()
+        elif live is None or live.supervisor.finished.is_set():
+            pass  # stopped: nothing reaches it any more
+        elif item.kind == "poll":
+            live.store.due.append(item.fields)
+            fleet = live.supervisor.fleet
+            assert fleet is not None
+            fleet.poke()
+        elif item.kind in ("submit", "skip"):
+            await self._submit(live.supervisor, item.fields["run"], item.kind)
+        elif item.kind == "cancel":
+            # Ended, or never here, in this replay: nothing to cancel.
+            with contextlib.suppress(RunNotFound, RunConflict, NotAdmitting, StoreError):
+                await live.supervisor.cancel(item.fields["run_id"])
+        else:
+            await deliver_arrival(live.supervisor, Arrival(item.t, item.kind, item.fields))
+        self.push_next()
+
+    async def _submit(self, supervisor: Supervisor, run: Mapping[str, Any], kind: str) -> None:
+        new = new_run(run)
+        try:
+            (result,) = await supervisor.submit_each([(new, "skip" if kind == "skip" else "queue")])
+            _, created = result.unwrap()
+        except NotAdmitting:
+            return
+        self.runs += created
+
+    def _inject(self, run: Mapping[str, Any]) -> None:
+        """A run submitted to a member not given: into the ledger as that member put it."""
+        if self.ledger.runs.get(run["id"]) is None:
+            self.ledger.runs.submit(new_run(run), self.wall())
+            self.runs += 1
+
+    async def _join(self, index: int) -> None:
+        assert self._nursery is not None
+        loaded = self.configs[index]
+        # Made again inside the fake filesystem (see replay._replay).
+        loaded = config_from_trace(_config_json(loaded), "configuration")
+        config = loaded.config
+        for repo in config.repos:
+            if not repo.path.exists():
+                repo.path.mkdir(parents=True, exist_ok=True)
+                self.git.init_repository(repo.path, {"README.md": "a simulated repository\n"})
+        ledger = self.ledger
+        store = _RecordedPolls(
+            ledger,
+            member_id=f"m{index}",
+            host=self.members[index].name,
+            pid=index,
+            lease=config.fleet.lease.total_seconds(),
+        )
+        # The start-up poll, made before anything else is traced (traced
+        # only if it took anything).
+        startup = self.members[index].startup
+        store.due.append(_NOTHING if startup is None else startup.fields)
+        store.free = self.free
+        if self.claims_recorded:
+            store.claims = _claims(self.members[index])
+        out = io.StringIO()
+        now = self.driver.now
+        trace = TraceWriter(
+            Path(f"/herdsman-sim/member-{index}/traces"),
+            max_bytes=1 << 62,
+            sink=out,
+            config=_config_json(loaded),
+            clock=now,
+            wall=lambda: dt.datetime.fromtimestamp(self.wall(), dt.UTC),
+        )
+        supervisor = Supervisor(
+            config,
+            store,
+            execute=self.driver.execute,
+            wall=self.wall,
+            trace=trace,
+            metrics=Uncounted(),
+            run_sync=Inline(store.apply_one),
+            git=self.git,
+            loaded=loaded,
+            stop_orphans=False,
+            resolve_program=lambda name: name,
+            fleet=FleetMember(store),
+        )
+        trace.open()
+        live = _Live(supervisor, store, out)
+        self.live[index] = live
+
+        async def run(
+            *, task_status: trio.TaskStatus[Supervisor] = trio.TASK_STATUS_IGNORED
+        ) -> None:
+            with live.scope:
+                await supervisor.run(task_status=task_status)
+            trace.close()
+            if not live.killed:
+                # As ``herdsman run`` exits: leaving waives the margin of its lease.
+                with contextlib.suppress(StoreError):
+                    store.leave()
+            store.close()
+            if all(each is None or each.supervisor.finished.is_set() for each in self.live):
+                self.finished.set()
+
+        await self._nursery.start(run)
+
+    async def run(self, clock: trio.testing.MockClock) -> float:
+        """Drive the members through the inputs; the simulated span (when they were over)."""
+        plain_instruments()
+        self.driver.now = mock_time(clock)
+        end = max(
+            (offset + (m.events[-1].t if m.events else 0.0))
+            for m, offset in zip(self.members, self.offsets, strict=True)
+        )
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self.push_next()
+            # The recordings' end: timers (polls refused, leases) act until then.
+            self.driver.push(end, ARRIVAL, len(self.inputs), lambda: None)
+            self.driver.driving = True
+            await drive(self.driver, self, clock)
+            self.driver.driving = False
+            self.driver.moves += 1
+            self.span = trio.current_time()
+            for live in self.live:
+                if live is not None and not live.supervisor.finished.is_set():
+                    # What stopping it traces was never recorded.
+                    live.text = live.out.getvalue()
+                    live.supervisor.request_shutdown()
+            if any(live is not None for live in self.live):
+                await self.finished.wait()
+            nursery.cancel_scope.cancel()
+        return self.span
+
+    def where(self) -> str:
+        item = self.last
+        if item is None:
+            return "before the first member joined"
+        member = self.members[item.member].name
+        return f"the last event delivered: {item.kind} ({member}:{item.line:g}) at t={item.t:.3f}"
+
+
+def _claims(member: Member) -> dict[str, deque[str]]:
+    """Each run's claims by ``member`` as its trace recorded them, in order."""
+    claims: dict[str, deque[str]] = {}
+    for event in member.events:
+        if event.event == "start":
+            claims.setdefault(event.fields["run_id"], deque()).append("start")
+        elif event.event == "claim_refused":
+            claims.setdefault(event.fields["run_id"], deque()).append(event.fields["refusal"])
+    return claims
+
+
+def _config_json(loaded: LoadedConfig) -> dict[str, Any]:
+    from herdsman.config.report import config_as_json  # noqa: PLC0415
+
+    return config_as_json(loaded.config)
+
+
+def fleet_replay(
+    members: Sequence[Member],
+    configs: Sequence[LoadedConfig],
+    *,
+    what_if: bool = False,
+    seed: int | None = None,
+    wall_limit: float | None = WALL_LIMIT,
+) -> FleetReplayResult:
+    """Replay ``members`` together, each under its configuration in ``configs``.
+
+    ``what_if``: the configurations are not the recorded ones (notes say so).
+    Notes (``FleetReplayResult.notes``) say, one line each, what the replay
+    could not reproduce exactly: the traces of a member missing (its runs go
+    into the ledger where another member polled them), then the first poll
+    that learned otherwise, and the first run no member given started.
+    Times in notes are seconds since the earliest member's header.
+
+    The same input always gives the same traces; ``seed`` reshuffles trio's
+    wake-up order to prove it. Bounded as :func:`herdsman.sim.replay.replay`.
+    """
+    if seed is not None:
+        shuffle_trio(seed)
+    began = time.perf_counter()
+    base = min(member.started_at for member in members)
+    offsets = [member.started_at - base for member in members]
+    inputs, notes, killed = _inputs(members, offsets)
+    missing = bool(notes)
+    notes += killed
+    if what_if:
+        # A what-if decides for itself: its members poll on their own timers
+        # and at their submits, and keep its configuration (the recorded
+        # reloads would quietly put the recorded one back).
+        reloads = sum(1 for item in inputs if item.kind == "reload")
+        inputs = [item for item in inputs if item.kind not in ("reload", "poll")]
+        notes.insert(
+            0,
+            (
+                0.0,
+                "a what-if configuration is given: the members poll on their own timers, not"
+                " at their recorded polls"
+                + (f", and the traces' {reloads} reload(s) are not replayed" if reloads else ""),
+            ),
+        )
+    driver = Driver(_merged(members, offsets))
+    fleet = _Fleet(members, configs, offsets, inputs, driver, free=what_if)
+    quiet = _QuietUnrecorded()
+    log.addFilter(quiet)
+    try:
+        with Patcher(), young_collections_rarer():
+            run_watched(
+                fleet.run,
+                progress=lambda: driver.moves,
+                where=fleet.where,
+                wall_limit=wall_limit,
+                grace=max(c.config.supervisor.shutdown_grace.total_seconds() for c in configs),
+            )
+    finally:
+        log.removeFilter(quiet)
+    traces = tuple(
+        "" if live is None else live.text if live.text is not None else live.out.getvalue()
+        for live in fleet.live
+    )
+    if missing:
+        cause = "a member is missing from the traces given (the note on the first such run)"
+    elif killed:
+        cause = "a member was killed, and its lease's expiry is in no trace (the note on it)"
+    elif what_if:
+        cause = "the what-if configuration decided otherwise"
+    else:
+        cause = (
+            "the members raced closer together than their traces can order (a poll's line"
+            " is written after its read, a claim's after its commit)"
+        )
+    later = sorted(
+        _later_notes(
+            members, offsets, traces, driver.executions.defaulted, cause, polls=not what_if
+        )
+    )
+    return FleetReplayResult(
+        traces,
+        fleet.runs,
+        fleet.span,
+        time.perf_counter() - began,
+        tuple(f"t={t:.3f} {text}" for t, text in (*notes, *later)),
+    )

@@ -1,0 +1,240 @@
+"""A fleet's members' traces replayed together (``herdsman sim replay A B C --out-dir DIR``).
+
+The inputs are sim/fleet-m*.jsonl, three real members recorded on a real
+PostgreSQL ledger by sim/record_fleet.py (the recording itself is tested in
+tests/integration/supervisor/test_replay_fleet.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from sim_workloads import herdsman
+
+from herdsman.sim.decisions import read_decisions, timeline_of
+from herdsman.sim.diff import first_divergence, report
+from herdsman.sim.fleet_replay import FleetReplayResult, fleet_replay, read_member
+from herdsman.sim.workload import config_from_trace
+from herdsman.trace import TraceFormatError, read_trace_text
+
+SIM = Path(__file__).parents[2] / "sim"
+NAMES = ("fleet-m0", "fleet-m1", "fleet-m2")
+#: What a fleet's trace says beyond a lone supervisor's (recorded since this replay exists).
+FLEET_EVENTS = frozenset({"fleet_submit", "fleet_cancel", "poll", "claim_refused"})
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Iterator[None]:
+    logger = logging.getLogger("herdsman")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    yield
+    logger.setLevel(level)
+
+
+def replayed(paths: Sequence[Path], seed: int | None = None) -> FleetReplayResult:
+    members = [read_member(path) for path in paths]
+    configs = [config_from_trace(m.workload.header.config, m.name) for m in members]
+    return fleet_replay(members, configs, seed=seed)
+
+
+def shipped(names: Sequence[str] = NAMES) -> list[Path]:
+    return [SIM / f"{name}.jsonl" for name in names]
+
+
+def test_the_shipped_fleet_replays_to_its_golden_outputs_with_every_decision() -> None:
+    result = replayed(shipped())
+    assert result.notes == ()
+    for name, text in zip(NAMES, result.traces, strict=True):
+        assert text == (SIM / f"{name}.golden.jsonl").read_text(encoding="utf-8"), name
+        expected = read_decisions(SIM / f"{name}.jsonl")
+        got = timeline_of(read_trace_text(text, name)[1])
+        divergence = first_divergence(expected, got)
+        assert divergence is None, report(divergence, expected, got, (name, "replay"))
+        assert expected.decisions, name  # each member decided something
+
+
+def test_the_shipped_fleet_holds_what_a_fleet_replay_needs() -> None:
+    kinds = [
+        json.loads(line)
+        for path in shipped()
+        for line in path.read_text(encoding="utf-8").splitlines()[1:]
+    ]
+    events = {event["event"] for event in kinds}
+    assert FLEET_EVENTS | {"skip", "start", "finish", "shutdown"} <= events
+    assert any(e["event"] == "poll" and e.get("parked") for e in kinds)  # claims refused
+    assert any(e["event"] == "poll" and e["left"] for e in kinds)  # taken elsewhere
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_trio_s_wake_up_order_changes_nothing(seed: int) -> None:
+    assert replayed(shipped(), seed=seed).traces == replayed(shipped()).traces
+
+
+def test_a_member_missing_is_named_first_with_the_event_that_shows_it() -> None:
+    result = replayed(shipped(("fleet-m0", "fleet-m1")))
+    first, *later = result.notes
+    # A run submitted to m2 that a given member polled, named where it polled it.
+    words = first.split()
+    assert words[2:3] == ["run"]
+    assert words[3] in _submits_of(SIM / "fleet-m2.jsonl")
+    assert " was submitted to a member whose trace is not given " in first
+    assert words[1].startswith(str(SIM / "fleet-m"))  # the file and line of the poll
+    assert words[1].split(":")[-2].isdigit()
+    cause = "a member is missing from the traces given (the note on the first such run)"
+    assert all(note.endswith(cause) for note in later)
+    assert all("\n" not in note for note in result.notes)
+    # The members given claimed as recorded: the missing one's runs went
+    # into the ledger where they polled them, so their decisions still hold.
+    for name, text in zip(("fleet-m0", "fleet-m1"), result.traces, strict=True):
+        expected = read_decisions(SIM / f"{name}.jsonl")
+        got = timeline_of(read_trace_text(text, name)[1])
+        assert first_divergence(expected, got) is None, name
+
+
+def _submits_of(path: Path) -> set[str]:
+    """The runs submitted to the member that recorded ``path``."""
+    lines = path.read_text(encoding="utf-8").splitlines()[1:]
+    return {
+        event["run"]["id"] for event in map(json.loads, lines) if event["event"] == "fleet_submit"
+    }
+
+
+def test_traces_recorded_before_fleet_events_say_so(tmp_path: Path) -> None:
+    paths = []
+    for path in shipped():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        kept = [lines[0]] + [
+            line for line in lines[1:] if json.loads(line)["event"] not in FLEET_EVENTS
+        ]
+        old = tmp_path / path.name
+        old.write_text("\n".join(kept) + "\n", encoding="utf-8")
+        paths.append(old)
+    notes = replayed(paths).notes
+    assert notes
+    assert "hold no fleet_submit or poll events" in notes[0]
+
+
+def test_a_member_s_new_trace_alone_replays_as_one_supervisor_as_before(tmp_path: Path) -> None:
+    done = herdsman("sim", "replay", str(SIM / "fleet-m0.jsonl"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "this is a fleet member's trace" in done.stderr
+    events = [json.loads(line)["event"] for line in done.stdout.splitlines()[1:]]
+    assert "start" in events
+    assert FLEET_EVENTS.isdisjoint(events)  # a lone supervisor polls no fleet
+
+
+def test_the_command_writes_each_member_s_replay_under_its_name(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    done = herdsman("sim", "replay", *map(str, shipped()), "--out-dir", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("replayed 14 runs of 3 fleet members together over ")
+    assert done.stdout == ""
+    for name in NAMES:
+        diff = herdsman(
+            "sim", "diff", str(SIM / f"{name}.jsonl"), str(out / f"{name}.jsonl"), cwd=tmp_path
+        )
+        assert diff.returncode == 0, diff.stdout
+        assert diff.stdout.startswith("the traces agree on all")
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--engine", "fast"], "a fleet's traces replay with the trio engine"),
+        (["--out", "x.jsonl"], "give --out-dir DIR"),
+        ([], "several traces replay together as one fleet's members: give --out-dir DIR"),
+        (["--out-dir", "missing"], "--out-dir missing: no such directory"),
+    ],
+)
+def test_a_fleet_replay_misused_is_one_line_and_exit_2(
+    tmp_path: Path, extra: list[str], says: str
+) -> None:
+    done = herdsman("sim", "replay", *map(str, shipped()), *extra, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert says in done.stderr
+    assert done.stdout == ""
+
+
+def test_a_trace_that_is_not_a_fleet_member_s_is_refused_by_name(tmp_path: Path) -> None:
+    lone = SIM / "demo-recorded.jsonl"
+    done = herdsman(
+        "sim", "replay", str(SIM / "fleet-m0.jsonl"), str(lone), "--out-dir", ".", cwd=tmp_path
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"herdsman: {lone}:1: config.fleet.enabled: this trace is not a fleet member's;"
+        " several traces replay together only as the members of one fleet\n"
+    )
+
+
+def test_two_traces_of_one_name_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    copy = tmp_path / "a" / "fleet-m0.jsonl"
+    copy.write_text((SIM / "fleet-m0.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
+    done = herdsman(
+        "sim", "replay", str(SIM / "fleet-m0.jsonl"), str(copy), "--out-dir", ".", cwd=tmp_path
+    )
+    assert done.returncode == 2
+    assert "two traces given have the same file name" in done.stderr
+
+
+def test_a_rotated_member_file_is_refused(tmp_path: Path) -> None:
+    lines = (SIM / "fleet-m0.jsonl").read_text(encoding="utf-8").splitlines()
+    header = json.loads(lines[0])
+    header["carry"] = {"running": [], "queued": [], "rests": []}
+    rotated = tmp_path / "rotated.jsonl"
+    rotated.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n", encoding="utf-8")
+    with pytest.raises(TraceFormatError, match=r"rotated.jsonl:1: carry: a rotated member file"):
+        read_member(rotated)
+
+
+def test_a_what_if_polls_on_the_members_timers_and_says_so() -> None:
+    members = [read_member(path) for path in shipped()]
+    configs = [
+        config_from_trace(m.workload.header.config, m.name, ["providers.demo.concurrency=1"])
+        for m in members
+    ]
+    result = fleet_replay(members, configs, what_if=True)
+    assert result.notes == (
+        "t=0.000 a what-if configuration is given: the members poll on their own timers,"
+        " not at their recorded polls",
+    )
+    starts = [
+        event.fields["run_id"]
+        for text in result.traces
+        for event in read_trace_text(text, "replayed")[1]
+        if event.event == "start"
+    ]
+    # Every run but the skipped and the cancelled one, once, one slot a member.
+    assert sorted(starts) == [f"f{n:02}" for n in range(14) if n not in (5, 6)]
+
+
+def test_a_member_whose_trace_just_ends_is_killed_there_and_said_so(tmp_path: Path) -> None:
+    paths = []
+    for path in shipped():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        if path.name == "fleet-m1.jsonl":
+            # Killed with a run running: the file ends after its last start.
+            last = max(n for n, line in enumerate(lines) if '"event":"start"' in line)
+            lines = lines[: last + 1]
+        cut = tmp_path / path.name
+        cut.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        paths.append(cut)
+    result = replayed(paths)
+    [note] = result.notes
+    words = note.split()
+    assert words[1] == f"{paths[1]}:{last + 1}:"
+    assert "the trace ends here with runs running and no shutdown" in note
+    events = [e.event for e in read_trace_text(result.traces[1], "m1")[1]]
+    assert "shutdown" not in events  # killed: nothing more written
+    for path, text in zip(paths, result.traces, strict=True):
+        expected = read_decisions(path)
+        got = timeline_of(read_trace_text(text, path.name)[1])
+        assert first_divergence(expected, got) is None, path.name
