@@ -45,14 +45,14 @@ METRICS: Mapping[str, str] = {
     "usage_limited": "",
     "timeouts": "",
     "unstarted": "",
-    "tokens_per_day": "tokens/day",
     "spend_per_day": "$/day",
-    "tokens_per_run": "tokens/run",
+    "tokens_per_day": "tokens/day",
     "spend_per_run": "$/run",
+    "tokens_per_run": "tokens/run",
 }
 
 #: The metrics of what the agents spent (all 0 for a workload without a spend model).
-SPEND_METRICS = ("tokens_per_day", "spend_per_day", "tokens_per_run", "spend_per_run")
+SPEND_METRICS = ("spend_per_day", "tokens_per_day", "spend_per_run", "tokens_per_run")
 
 
 @attrs.frozen
