@@ -11,7 +11,7 @@ from sim_workloads import config_json
 
 from herdsman.sim.engine import FastEngine, fast_replay
 from herdsman.sim.generate import Samples, generate
-from herdsman.sim.metrics import measure
+from herdsman.sim.metrics import figures, measure
 from herdsman.sim.model import Arrivals, Durations, Model, PerKind, TokenModel
 from herdsman.sim.replay import replay
 from herdsman.sim.workload import config_from_trace, read_workload_text
@@ -107,8 +107,9 @@ def test_the_plan_engine_adds_up_the_spend_its_trace_says() -> None:
     end = max(e.t for e in read_trace_text(traced.text, "t")[1])
     assert tokens > 0
     assert usd > 0
-    assert figures.tokens_per_day == pytest.approx(tokens / (end / 86400))
-    assert figures.spend_per_day == pytest.approx(usd / (end / 86400))
+    assert end < 86400  # a workload shorter than a day spends its all in its day
+    assert figures.tokens_per_day == pytest.approx(tokens)
+    assert figures.spend_per_day == pytest.approx(usd)
     assert figures.tokens_per_run == pytest.approx(tokens / len(ended))
     assert figures.spend_per_run == pytest.approx(usd / len(ended))
 
@@ -128,3 +129,27 @@ def test_a_workload_without_spend_measures_none() -> None:
     assert '"spend"' not in engine.text
     assert (figures.tokens_per_day, figures.spend_per_day) == (0.0, 0.0)
     assert figures == measure(engine.text)
+
+
+@pytest.mark.parametrize(
+    ("end", "per_day"),
+    [(3 * 86400.0, 2.0), (86400.0, 6.0), (8 * 3600.0, 6.0), (0.0, 6.0)],
+)
+def test_spend_per_day_is_over_the_simulated_days_but_at_least_one(
+    end: float, per_day: float
+) -> None:
+    counted = figures(
+        [],
+        busy=0.0,
+        end=end,
+        slots=1,
+        ended=4,
+        usage_limited=0,
+        timeouts=0,
+        unstarted=0,
+        tokens=300,
+        usd=6.0,
+    )
+    assert counted.spend_per_day == pytest.approx(per_day)
+    assert counted.tokens_per_day == pytest.approx(per_day * 50)
+    assert (counted.spend_per_run, counted.tokens_per_run) == (1.5, 75.0)

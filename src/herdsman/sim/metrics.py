@@ -18,8 +18,9 @@
 * **spend** — what the agents burn, as the finish events' ``spend`` says
   (a workload with a spend model, docs/simulator.md), not what
   ``--cost`` prices (the configuration): **tokens_per_day** and
-  **spend_per_day** (US dollars), over the same time as throughput;
-  **tokens_per_run** and **spend_per_run**, over the runs that ended.
+  **spend_per_day** (US dollars), over the same time as throughput in days,
+  but at least one (a workload shorter than a day spends its all in its
+  day); **tokens_per_run** and **spend_per_run**, over the runs that ended.
 """
 
 from __future__ import annotations
@@ -178,7 +179,10 @@ def figures(
     a trace's text, the fast engine as it goes (``FastEngine.metrics``).
     """
     waits.sort()
-    days = end / 86400
+    # At least a day: a workload of one working day spends that day's spend
+    # in a day, not 24/8 of it (and a slower configuration's longer tail
+    # does not make a day of it cheaper).
+    days = max(1.0, end / 86400)
     return Metrics(
         p50_wait=percentile(waits, 50),
         p95_wait=percentile(waits, 95),
@@ -189,8 +193,8 @@ def figures(
         usage_limited=float(usage_limited),
         timeouts=float(timeouts),
         unstarted=float(unstarted),
-        tokens_per_day=tokens / days if end > 0 else 0.0,
-        spend_per_day=usd / days if end > 0 else 0.0,
+        tokens_per_day=tokens / days,
+        spend_per_day=usd / days,
         tokens_per_run=tokens / ended if ended else 0.0,
         spend_per_run=usd / ended if ended else 0.0,
     )
