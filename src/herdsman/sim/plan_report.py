@@ -179,7 +179,7 @@ def _notes(result: PlanResult) -> list[str]:
     if result.spent:
         lines.append(
             "spend: what the agents burn (tokens; US dollars where the workload prices them),"
-            " per day of simulated time and per run that ended"
+            " per day (of the simulated time, at least one) and per run that ended"
             + ("; not cost/month, which is what --cost prices" if result.priced else "")
         )
     if result.answer is None:
