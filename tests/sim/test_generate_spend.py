@@ -234,7 +234,7 @@ BAD_FLAGS = [
     ),
     (
         ("--failures", "meteor=0.1"),
-        "--failures: unknown class 'meteor'; expected one of " + ", ".join(FAILURE_CLASSES),
+        "--failures: unknown name 'meteor'; expected one of " + ", ".join(FAILURE_CLASSES),
     ),
     (
         ("--failures", "crash=0.6", "--outcomes", "failed=0.6"),

@@ -627,8 +627,11 @@ class FastEngine:
                 self._ledger.finished(run_id, self._wall())
             self._emit("cancel", run_id=run_id)
         elif withdrawal is Withdrawal.STOP:
-            # Its process is stopped at once: it ends cancelled, never spawned.
-            self._settle(self._runs[run_id], STOPPED)
+            # Its process is stopped at once: it ends cancelled, never spawned
+            # (and, as the fake runner reports it, having said nothing).
+            stopped = self._runs[run_id]
+            stopped.usage = None
+            self._settle(stopped, STOPPED)
         # Unknown (ended, skipped, never submitted): nothing to cancel.
 
     def _shutdown(self) -> None:
@@ -657,6 +660,7 @@ class FastEngine:
         ]
         for run in sorted(running, key=lambda run: run.index):
             self._life.cancel(run.request.id)  # asked to stop, as the supervisor's stop asks
+            run.usage = None
             self._settle(run, STOPPED)
         self._stopped = True
 

@@ -26,7 +26,7 @@ from herdsman.sim.model import (
     parse_weights,
 )
 from herdsman.sim.spend import FAILURE_CLASSES
-from herdsman.sim.spend_model import parse_failures, parse_prices, parse_tokens
+from herdsman.sim.spend_model import parse_prices, parse_tokens
 from herdsman.sim.workload import config_from_trace
 from herdsman.trace import format_time, read_trace
 
@@ -93,7 +93,7 @@ def model_from_args(args: argparse.Namespace) -> tuple[Model, dict[str, Any]]:
     limited = (
         parse_shares("--usage-limited", args.usage_limited, known) if args.usage_limited else ()
     )
-    failures = parse_failures(args.failures) if args.failures else ()
+    failures = parse_shares("--failures", args.failures, FAILURE_CLASSES) if args.failures else ()
     if sum(share for _, share in (*outcomes, *failures)) > 1:
         raise ModelError("--outcomes and --failures: their shares add up to more than 1")
     tokens = parse_tokens(args.tokens, known)

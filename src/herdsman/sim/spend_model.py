@@ -8,8 +8,8 @@ with its duration. A run of duration ``d`` spends, of each kind,
 shared by every kind, is lognormal with mean 1 and the given ``sigma``
 (0, the default: tokens exactly in proportion to the duration). Its cost
 is its tokens times the provider's prices (US dollars per million tokens
-of each kind). Failure classes are shares of all runs, drawn with
-``--outcomes``'s in one draw.
+of each kind). Failure classes (``--failures``, read by ``parse_shares``)
+are shares of all runs, drawn with ``--outcomes``'s in one draw.
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from herdsman.sim.model import MAX_TOKEN_SIGMA, ModelError, PerKind, TokenModel, parse_number
-from herdsman.sim.spend import FAILURE_CLASSES, TOKEN_KINDS
+from herdsman.sim.spend import TOKEN_KINDS
 
 __all__ = [
     "draw_spend",
-    "parse_failures",
     "parse_prices",
     "parse_tokens",
 ]
@@ -120,28 +119,6 @@ def parse_prices(
                 flag, f"{provider}: {key} (dollars per million tokens)", value, low=0
             )
         out.append((provider, PerKind(**prices)))
-    return tuple(out)
-
-
-def parse_failures(text: str) -> tuple[tuple[str, float], ...]:
-    """``--failures CLASS=SHARE,...``: shares of all runs ending with each failure class."""
-    out: list[tuple[str, float]] = []
-    for item in text.split(","):
-        name, equals, value = item.strip().partition("=")
-        if not equals or not name:
-            raise ModelError(
-                f"--failures: expected CLASS=SHARE[,CLASS=SHARE...], e.g. overloaded=0.02,"
-                f" got {text!r}"
-            )
-        if name not in FAILURE_CLASSES:
-            raise ModelError(
-                f"--failures: unknown class {name!r}; expected one of {', '.join(FAILURE_CLASSES)}"
-            )
-        if any(name == seen for seen, _ in out):
-            raise ModelError(f"--failures: {name} is given twice")
-        out.append((name, parse_number("--failures", f"share of {name}", value, low=0, high=1)))
-    if sum(share for _, share in out) > 1:
-        raise ModelError("--failures: the shares add up to more than 1")
     return tuple(out)
 
 
