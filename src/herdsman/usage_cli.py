@@ -45,24 +45,26 @@ def _open_ledger(config: Config) -> Store | None:
     """The configured ledger, for reading; None when no SQLite ledger exists yet.
 
     A PostgreSQL ledger is opened as a plain store, not as the sole
-    supervisor nor a fleet member: reading takes no claim on it.
+    supervisor nor a fleet member: reading takes no claim on it. Neither is
+    upgraded: a supervisor may be writing it (see :class:`LedgerNotCurrent`).
     """
     from herdsman.runtime.main import DB_NAME  # noqa: PLC0415 - keeps the other commands light
 
     if config.store.url is not None:
         from herdsman.runtime.store.postgres import PostgresStore  # noqa: PLC0415
 
-        return PostgresStore(config.store.url)
+        return PostgresStore(config.store.url, upgrade=False)
     from herdsman.runtime.store import SqliteStore  # noqa: PLC0415
 
     path = config.supervisor.state_dir / DB_NAME
     if not path.exists():  # no run was ever recorded; opening would create the file
         return None
-    return SqliteStore(path)
+    return SqliteStore(path, upgrade=False)
 
 
 def _usage(args: argparse.Namespace) -> int:
     from herdsman.runtime.store import StoreError, UsageBy  # noqa: PLC0415
+    from herdsman.runtime.store.errors import LedgerNotCurrent  # noqa: PLC0415
 
     config = _load(args)
     since = None if args.since is None else time.time() - args.since
@@ -74,6 +76,10 @@ def _usage(args: argparse.Namespace) -> int:
                 totals = store.usage(UsageBy(args.by), since)
             finally:
                 store.close()
+    except LedgerNotCurrent as exc:
+        if exc.version != 0:
+            raise CommandError(str(exc)) from None
+        totals = []  # a ledger no supervisor has used yet: nothing was spent
     except StoreError as exc:
         raise CommandError(str(exc)) from None
     if args.json:

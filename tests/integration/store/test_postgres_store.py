@@ -28,7 +28,7 @@ from herdsman.runtime.store import (
     StoreError,
 )
 from herdsman.runtime.store import sqlite as sqlite_store
-from herdsman.runtime.store.errors import ConnectionLost
+from herdsman.runtime.store.errors import ConnectionLost, LedgerNotCurrent
 from herdsman.runtime.store.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore
 from postgres_support import fresh_schema, split_password, with_search_path
 
@@ -139,6 +139,25 @@ def test_a_version_1_schema_is_migrated_and_keeps_its_runs(postgres_url: str) ->
         assert store.submit(new("r2"), 2.0)[0].seq == 2
     finally:
         store.close()
+
+
+def test_a_reader_that_may_not_upgrade_leaves_every_schema_as_it_is(postgres_url: str) -> None:
+    with pytest.raises(LedgerNotCurrent) as caught:
+        PostgresStore(postgres_url, upgrade=False)
+    assert caught.value.version == 0
+    assert "holds no runs yet" in str(caught.value)
+    with raw(postgres_url) as conn:
+        assert conn.execute("SELECT to_regclass('runs')").fetchone() == (None,)
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute("CREATE TABLE herdsman_schema (version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO herdsman_schema VALUES (1)")
+    with pytest.raises(LedgerNotCurrent, match="schema version 1, older than this herdsman"):
+        PostgresStore(postgres_url, upgrade=False)
+    with raw(postgres_url) as conn:
+        assert conn.execute("SELECT version FROM herdsman_schema").fetchall() == [(1,)]
+    PostgresStore(postgres_url).close()  # upgraded by a supervisor: now it reads
+    PostgresStore(postgres_url, upgrade=False).close()
 
 
 def test_supervisors_starting_together_create_the_schema_once(postgres_url: str) -> None:

@@ -230,3 +230,36 @@ def test_the_traces_finish_events_carry_the_spend(workdir: Path) -> None:
     }
     assert finishes["u1"]["spend"] == cli_json(workdir, "runs", "u1")["spend"]
     assert "spend" not in finishes["u3"]
+
+
+def test_usage_leaves_an_older_ledger_as_it_is_and_says_why(tmp_path: Path) -> None:
+    """Reading must not upgrade a ledger under the (older) supervisor that writes it."""
+    import sqlite3
+
+    from herdsman.runtime.main import DB_NAME
+    from herdsman.runtime.store.sqlite import MIGRATIONS
+
+    write_config(tmp_path, delay=0)
+    (tmp_path / "state").mkdir()
+    old = sqlite3.connect(tmp_path / "state" / DB_NAME)
+    for statements in MIGRATIONS[:3]:
+        for statement in statements:
+            old.execute(statement)
+    old.execute("PRAGMA user_version = 3")
+    old.commit()
+    old.close()
+
+    refused = herdsman("usage", *CLI, cwd=tmp_path)
+
+    assert (refused.returncode, refused.stdout) == (1, ""), refused.stderr
+    assert refused.stderr.count("\n") == 1, refused.stderr
+    assert "has schema version 3, older than this herdsman reads" in refused.stderr
+    assert "restart that supervisor with this herdsman" in refused.stderr
+    still = sqlite3.connect(tmp_path / "state" / DB_NAME)
+    try:
+        assert still.execute("PRAGMA user_version").fetchone() == (3,)
+        assert "input_tokens" not in {
+            row[1] for row in still.execute("PRAGMA table_info(runs)").fetchall()
+        }
+    finally:
+        still.close()

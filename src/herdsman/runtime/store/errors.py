@@ -58,3 +58,26 @@ def nested_apply() -> RuntimeError:
         "store.apply was called inside an operation of a batch: an operation calls"
         " the store's methods directly; only the ledger applies batches"
     )
+
+
+class LedgerNotCurrent(StoreError):
+    """A store opened without upgrading found a ledger at another schema version.
+
+    A reading command (``herdsman usage``) opens the ledger this way: upgrading
+    it would change the file or database under the supervisor that writes it,
+    which may be an older herdsman that cannot read the new schema.
+    ``version`` is the ledger's (0: no herdsman ledger was ever made there).
+    """
+
+    def __init__(self, where: str, version: int, current: int) -> None:
+        self.version = version
+        if version == 0:
+            message = f"the run ledger {where} holds no runs yet: no supervisor has used it"
+        else:
+            message = (
+                f"the run ledger {where} has schema version {version}, older than this"
+                f" herdsman reads ({current}); reading it would upgrade it under the"
+                " supervisor that writes it: restart that supervisor with this herdsman"
+                " (it upgrades the ledger), or use the herdsman it runs"
+            )
+        super().__init__(message)

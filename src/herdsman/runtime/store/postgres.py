@@ -19,7 +19,12 @@ import psycopg.sql
 from psycopg.pq import TransactionStatus
 
 from herdsman.postgres_url import hide_password, parse_postgres_url, server_name
-from herdsman.runtime.store.errors import CommitOutcomeUnknown, ConnectionLost, StoreError
+from herdsman.runtime.store.errors import (
+    CommitOutcomeUnknown,
+    ConnectionLost,
+    LedgerNotCurrent,
+    StoreError,
+)
 from herdsman.runtime.store.queries import Cursor
 from herdsman.runtime.store.schema import SCHEMA, Dialect
 from herdsman.runtime.store.sql import SqlStore
@@ -102,12 +107,16 @@ class PostgresStore(SqlStore):
 
     _driver_errors = (psycopg.Error,)
 
-    def __init__(self, url: str, *, connect_timeout: int = 10, sole: bool = False) -> None:
+    def __init__(
+        self, url: str, *, connect_timeout: int = 10, sole: bool = False, upgrade: bool = True
+    ) -> None:
         """Connect, then create or migrate the schema.
 
         ``connect_timeout`` (seconds) applies unless the URL sets its own.
         ``sole``: this is the one supervisor of this ledger; refuse to open
-        while another holds it (see :meth:`_claim`). Raises
+        while another holds it (see :meth:`_claim`). ``upgrade`` False: a
+        schema at another version (or none) is left as it is and
+        :class:`LedgerNotCurrent` raised (for commands that only read). Raises
         :class:`StoreError` naming the server (never the password) if the
         server cannot be reached, the schema is newer than this code, or the
         ledger is held.
@@ -121,6 +130,7 @@ class PostgresStore(SqlStore):
         self._url = url
         self._password = params.get("password")
         self._sole = sole
+        self._upgrade = upgrade
         extra: dict[str, Any] = {"fallback_application_name": "herdsman"}
         if "connect_timeout" not in params:
             extra["connect_timeout"] = connect_timeout
@@ -215,8 +225,11 @@ class PostgresStore(SqlStore):
         try:
             # Check the version before writing anything: a newer herdsman's
             # schema must be left exactly as it is.
-            self._check_version(self._version())
-            if self._version() != SCHEMA_VERSION:
+            version = self._version()
+            self._check_version(version)
+            if version != SCHEMA_VERSION:
+                if not self._upgrade:
+                    raise LedgerNotCurrent(f"on {self.server}", version, SCHEMA_VERSION)
                 self._migrate()
         except psycopg.Error as exc:
             raise StoreError(

@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 from herdsman.runtime.state_paths import private_opener
-from herdsman.runtime.store.errors import StoreError
+from herdsman.runtime.store.errors import LedgerNotCurrent, StoreError
 from herdsman.runtime.store.queries import Cursor
 from herdsman.runtime.store.schema import SCHEMA, Dialect
 from herdsman.runtime.store.sql import SqlStore
@@ -59,14 +59,17 @@ class SqliteStore(SqlStore):
 
     _driver_errors = (sqlite3.Error,)
 
-    def __init__(self, path: Path, *, busy_timeout: float = 10.0) -> None:
+    def __init__(self, path: Path, *, busy_timeout: float = 10.0, upgrade: bool = True) -> None:
         """Open (creating if needed) the ledger at ``path`` and bring its schema up to date.
 
         ``busy_timeout`` is how long, in seconds, a write waits for another
-        process holding the file's write lock before failing.
+        process holding the file's write lock before failing. ``upgrade``
+        False: a ledger at another schema version is left as it is and
+        :class:`LedgerNotCurrent` raised (for commands that only read).
         """
         super().__init__()
         self.path = path
+        self._upgrade = upgrade
         _private_ledger(path)
         try:
             # isolation_level=None: no implicit transactions; we issue
@@ -87,7 +90,10 @@ class SqliteStore(SqlStore):
         try:
             # Check the version before anything writes to the file: a newer
             # herdsman's file must be left exactly as it is.
-            self._check_version(self._user_version())
+            version = self._user_version()
+            self._check_version(version)
+            if not self._upgrade and version != SCHEMA_VERSION:
+                raise LedgerNotCurrent(repr(str(self.path)), version, SCHEMA_VERSION)
             mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(
