@@ -135,8 +135,8 @@ def add_generate_command(actions: Any, guarded: Any) -> None:
         "generate",
         help="write a synthetic workload trace from a small model (see docs/simulator.md)",
         description="Write a synthetic workload trace drawn from a small model: arrivals,"
-        " run durations, turns per conversation, providers and outcomes. The same flags and"
-        " seed always give the same trace.",
+        " run durations, turns per conversation, providers and outcomes, and what runs spend"
+        " and the failures that end them. The same flags and seed always give the same trace.",
     )
     parser.add_argument(
         "--span", required=True, help="how long conversations keep arriving, e.g. 8h or 86400"
