@@ -4,12 +4,13 @@ What it assumes (docs/simulator.md, "Spend and failures"): an agent calls
 its model at a roughly steady pace while it works, so a run's tokens grow
 with its duration. A run of duration ``d`` spends, of each kind,
 ``MEAN * d / mean duration * noise``: ``MEAN`` is the kind's mean per run
-(what ``herdsman usage`` reports per run), and the noise, one draw per run
-shared by every kind, is lognormal with mean 1 and the given ``sigma``
-(0, the default: tokens exactly in proportion to the duration). Its cost
-is its tokens times the provider's prices (US dollars per million tokens
-of each kind). Failure classes (``--failures``, read by ``parse_shares``)
-are shares of all runs, drawn with ``--outcomes``'s in one draw.
+(``herdsman usage --by provider``: a kind's tokens over the runs), and the
+noise, one draw per run shared by every kind, is lognormal with mean 1 and
+the given ``sigma`` (0, the default: tokens exactly in proportion to the
+duration). Its cost is its tokens times the provider's prices (US dollars
+per million tokens of each kind). Failure classes (``--failures``, read by
+``parse_shares``) are shares of all runs, drawn with ``--outcomes``'s in
+one draw.
 """
 
 from __future__ import annotations
