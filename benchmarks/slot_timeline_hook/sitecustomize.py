@@ -4,9 +4,9 @@ Loaded by ``benchmarks/slot_timeline.py`` through ``PYTHONPATH`` (Python
 imports a ``sitecustomize`` module at start-up) and active only in a
 process started as ``herdsman run`` with ``HERDSMAN_SLOT_TIMELINE`` set to
 a file, where it writes the times (``time.perf_counter``, seconds) at exit.
-It wraps private functions of the supervisor, the ledger and the spawn job
-from outside, so production code carries no timing of its own: when those
-functions change, this breaks loudly (an AttributeError at start-up).
+It wraps private functions of the supervisor's services, the ledger and the
+spawn job from outside, so production code carries no timing of its own:
+when those functions change, this breaks loudly (an AttributeError at start-up).
 """
 
 from __future__ import annotations
@@ -22,20 +22,22 @@ from typing import Any
 _OUT = os.environ.get("HERDSMAN_SLOT_TIMELINE")
 
 
-def _install(out: str) -> None:
-    from herdsman.runtime import ledger, supervisor  # noqa: PLC0415 - only when asked
+def _install(out: str) -> None:  # noqa: PLR0915 - a wrapper a step, side by side
+    from herdsman.runtime import ledger  # noqa: PLC0415 - only when asked
     from herdsman.runtime.runner import spawn  # noqa: PLC0415
+    from herdsman.runtime.supervisor.dispatch import Dispatcher  # noqa: PLC0415
+    from herdsman.runtime.supervisor.execution import Execution  # noqa: PLC0415
 
     now = time.perf_counter
     runs: dict[str, dict[str, float]] = {}
     starts: dict[int, list[str]] = {}  # id() of a start's queued call -> its runs
     batches: list[tuple[float, float, int]] = []
-    sup, led = supervisor.Supervisor, ledger.Ledger
+    starter, runner, led = Dispatcher, Execution, ledger.Ledger
 
     def note(run_id: str, step: str) -> None:
         runs.setdefault(run_id, {})[step] = now()
 
-    queue_starts = sup._queue_starts
+    queue_starts = starter._queue_starts
 
     def queued(self: Any) -> Any:
         got = queue_starts(self)
@@ -66,14 +68,14 @@ def _install(out: str) -> None:
                 note(run_id, "settling")
         return settle(self, batch, results)
 
-    started = sup._started
+    started = starter._started
 
     def callback(self: Any, records: Any) -> Any:
         for record in records:
             note(record.id, "callback")
         return started(self, records)
 
-    execute_run = sup._execute_run
+    execute_run = runner.execute_run
 
     async def task(self: Any, record: Any, pick: Any, config: Any) -> Any:
         note(record.id, "task")
@@ -89,20 +91,20 @@ def _install(out: str) -> None:
         finally:
             note(run_id, "spawn_ended")
 
-    record_finish = sup._record_finish
+    record_finish = runner._record_finish
 
     async def finish(self: Any, record: Any, ended: Any, *, may_start: bool) -> Any:
         note(record.id, "finish")  # the slot is freed here, the next start queued
         return await record_finish(self, record, ended, may_start=may_start)
 
     wraps: list[tuple[Any, str, Callable[..., Any]]] = [
-        (sup, "_queue_starts", queued),
+        (starter, "_queue_starts", queued),
         (led, "_commit", committed),
         (led, "_settle", settled),
-        (sup, "_started", callback),
-        (sup, "_execute_run", task),
+        (starter, "_started", callback),
+        (runner, "execute_run", task),
         (spawn, "spawn", spawned),
-        (sup, "_record_finish", finish),
+        (runner, "_record_finish", finish),
     ]
     for owner, name, wrapper in wraps:
         setattr(owner, name, wrapper)

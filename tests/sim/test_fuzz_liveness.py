@@ -25,6 +25,8 @@ from test_fuzz_faults import CONFIG  # one repository, idle 0 s, swept every 30 
 from herdsman.cli import main
 from herdsman.runtime.git.fake import FakeGit
 from herdsman.runtime.supervisor import Supervisor
+from herdsman.runtime.supervisor.dispatch import Dispatcher
+from herdsman.runtime.supervisor.recovery import Recovery
 from herdsman.sim.fuzz import harness
 from herdsman.sim.fuzz.cli import WALL_LIMIT_DEFAULT
 from herdsman.sim.fuzz.harness import Verdict, run_scenario
@@ -103,10 +105,10 @@ def test_a_submit_that_never_returns_is_a_liveness_finding_with_a_case(
 def test_runs_that_could_start_and_never_do_are_a_drain_finding(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async def idle(self: Supervisor) -> None:
+    async def idle(self: Dispatcher) -> None:
         await trio.sleep_forever()  # a dispatcher that never starts anything
 
-    monkeypatch.setattr(Supervisor, "_dispatch_loop", idle)
+    monkeypatch.setattr(Dispatcher, "dispatch_loop", idle)
     verdict = run_scenario(draw_scenario(0), wall_limit=BOUND)
     first = verdict.violations[0]
     assert first.kind == "drain"
@@ -118,16 +120,16 @@ def test_runs_that_could_start_and_never_do_are_a_drain_finding(
 def test_a_restart_that_never_recovers_is_a_liveness_finding(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    honest = Supervisor._recover
-    lives: list[Supervisor] = []
+    honest = Recovery.recover
+    lives: list[Recovery] = []
 
-    async def stuck_the_second_time(self: Supervisor) -> None:
+    async def stuck_the_second_time(self: Recovery) -> None:
         lives.append(self)
         if len(lives) > 1:
             await trio.Event().wait()  # waits for what never comes, with no timer
         await honest(self)
 
-    monkeypatch.setattr(Supervisor, "_recover", stuck_the_second_time)
+    monkeypatch.setattr(Recovery, "recover", stuck_the_second_time)
     verdict = run_scenario(draw_scenario(5), wall_limit=BOUND)  # seed 5 has a crash
     first = verdict.violations[0]
     assert first.kind == "liveness"
@@ -135,10 +137,10 @@ def test_a_restart_that_never_recovers_is_a_liveness_finding(
 
 
 def test_a_restart_that_waits_for_a_thread_is_no_stall(monkeypatch: pytest.MonkeyPatch) -> None:
-    honest = Supervisor._recover
-    lives: list[Supervisor] = []
+    honest = Recovery.recover
+    lives: list[Recovery] = []
 
-    async def slow_to_read(self: Supervisor) -> None:
+    async def slow_to_read(self: Recovery) -> None:
         lives.append(self)
         if len(lives) > 1:
             # Real work in one of trio's threads: every task waits meanwhile,
@@ -146,7 +148,7 @@ def test_a_restart_that_waits_for_a_thread_is_no_stall(monkeypatch: pytest.Monke
             await trio.to_thread.run_sync(time.sleep, 0.2)
         await honest(self)
 
-    monkeypatch.setattr(Supervisor, "_recover", slow_to_read)
+    monkeypatch.setattr(Recovery, "recover", slow_to_read)
     verdict = run_scenario(draw_scenario(5), wall_limit=BOUND)
     assert len(lives) > 1  # it did restart
     assert verdict.violations == ()
@@ -155,11 +157,11 @@ def test_a_restart_that_waits_for_a_thread_is_no_stall(monkeypatch: pytest.Monke
 def test_tasks_that_never_let_the_clock_move_are_a_liveness_finding(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async def spinning(self: Supervisor) -> None:
+    async def spinning(self: Dispatcher) -> None:
         while True:  # yields, never waits: the clock can never move
             await trio.lowlevel.checkpoint()
 
-    monkeypatch.setattr(Supervisor, "_dispatch_loop", spinning)
+    monkeypatch.setattr(Dispatcher, "dispatch_loop", spinning)
     verdict = run_scenario(draw_scenario(0), wall_limit=BOUND)
     first = verdict.violations[0]
     assert first.kind == "liveness"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from herdsman.runtime.supervisor import Supervisor
+from herdsman.runtime.supervisor.execution import Execution
 from herdsman.sim.decisions import timeline_of
 from herdsman.sim.diff import first_divergence
 from herdsman.sim.fuzz.harness import Verdict, run_scenario
@@ -125,15 +125,15 @@ def test_a_run_slow_to_record_its_end_after_a_forced_stop_still_lets_the_supervi
 ) -> None:
     # r1's end takes 30 s to record (a slow ledger): past the forced stop's
     # wait of 15 s, its task is cancelled outright, and the stop waits on.
-    honest = Supervisor._record_finish
+    honest = Execution._record_finish
 
-    async def slow(self: Supervisor, record: Any, ended: Any, **options: Any) -> Any:
+    async def slow(self: Execution, record: Any, ended: Any, **options: Any) -> Any:
         if record.id == "r1":
             with trio.CancelScope(shield=True):
                 await trio.sleep(30)
         return await honest(self, record, ended, **options)
 
-    monkeypatch.setattr(Supervisor, "_record_finish", slow)
+    monkeypatch.setattr(Execution, "_record_finish", slow)
     verdict = _run(
         _submit(0.0, "r1", 100.0),
         _submit(0.0, "r2", 100.0),

@@ -22,6 +22,7 @@ from sim_workloads import within as _within
 from herdsman.cli import main
 from herdsman.runtime.store import NewRun
 from herdsman.runtime.supervisor import Supervisor
+from herdsman.runtime.supervisor.execution import Execution
 from herdsman.sim.fuzz.harness import Verdict, run_scenario
 from herdsman.sim.fuzz.scenario import draw_scenario
 
@@ -35,14 +36,14 @@ def _fuzz(seed: int) -> Verdict:
 def test_a_run_whose_end_never_comes_is_caught_at_the_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    honest = Supervisor._record_finish
+    honest = Execution._record_finish
 
-    async def forgetful(self: Supervisor, record: Any, ended: Any, **options: Any) -> Any:
+    async def forgetful(self: Execution, record: Any, ended: Any, **options: Any) -> Any:
         if record.id == "r000":
             return None  # its end is dropped: it stays running, in ledger and scheduler alike
         return await honest(self, record, ended, **options)
 
-    monkeypatch.setattr(Supervisor, "_record_finish", forgetful)
+    monkeypatch.setattr(Execution, "_record_finish", forgetful)
     verdict = _fuzz(89)
     assert verdict.failed
     first = verdict.violations[0]
@@ -52,9 +53,9 @@ def test_a_run_whose_end_never_comes_is_caught_at_the_bound(
 
 
 def _stick_r000(monkeypatch: pytest.MonkeyPatch) -> None:
-    honest = Supervisor._record_finish
+    honest = Execution._record_finish
 
-    async def deadlocked(self: Supervisor, record: Any, ended: Any, **options: Any) -> Any:
+    async def deadlocked(self: Execution, record: Any, ended: Any, **options: Any) -> Any:
         if record.id == "r000":
             # Stuck for ever where a forced stop cannot reach it (the
             # supervisor shields a finish that waits for its ledger).
@@ -62,7 +63,7 @@ def _stick_r000(monkeypatch: pytest.MonkeyPatch) -> None:
                 await trio.Event().wait()
         return await honest(self, record, ended, **options)
 
-    monkeypatch.setattr(Supervisor, "_record_finish", deadlocked)
+    monkeypatch.setattr(Execution, "_record_finish", deadlocked)
 
 
 def test_a_supervisor_stuck_at_teardown_is_given_up_on(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,7 @@ import trio
 import trio.testing
 from sim_workloads import busy_trace
 
-from herdsman.runtime.supervisor import Supervisor
+from herdsman.runtime.supervisor.execution import Execution
 from herdsman.sim.replay import replay
 from herdsman.sim.workload import config_from_trace, read_workload
 
@@ -28,7 +28,7 @@ def _replay(trace: Path) -> str:
 
 
 def _checked(record_finish: Any) -> Any:
-    async def checked(self: Supervisor, record: Any, ended: Any, **options: Any) -> Any:
+    async def checked(self: Execution, record: Any, ended: Any, **options: Any) -> Any:
         with trio.testing.assert_no_checkpoints():
             return await record_finish(self, record, ended, **options)
 
@@ -39,7 +39,7 @@ def test_every_finish_of_a_replay_is_recorded_without_a_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trace = busy_trace(tmp_path / "busy.jsonl", runs=10)
-    monkeypatch.setattr(Supervisor, "_record_finish", _checked(Supervisor._record_finish))
+    monkeypatch.setattr(Execution, "_record_finish", _checked(Execution._record_finish))
     finishes = [line for line in _replay(trace).splitlines() if '"event":"finish"' in line]
     assert len(finishes) == 10
 
@@ -48,13 +48,13 @@ def test_a_finish_that_checkpoints_fails_the_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trace = busy_trace(tmp_path / "busy.jsonl", runs=10)
-    honest = Supervisor._record_finish
+    honest = Execution._record_finish
 
-    async def checkpointing(self: Supervisor, record: Any, ended: Any, **options: Any) -> Any:
+    async def checkpointing(self: Execution, record: Any, ended: Any, **options: Any) -> Any:
         await trio.lowlevel.checkpoint()
         return await honest(self, record, ended, **options)
 
-    monkeypatch.setattr(Supervisor, "_record_finish", _checked(checkpointing))
+    monkeypatch.setattr(Execution, "_record_finish", _checked(checkpointing))
     with pytest.raises(ExceptionGroup) as raised:
         _replay(trace)
     # Raised in the run's task, through the supervisor's nurseries.

@@ -15,7 +15,7 @@ import pytest
 from sim_workloads import busy_trace
 
 from herdsman.runtime.store import MemoryStore, RunStatus
-from herdsman.runtime.supervisor import facade
+from herdsman.runtime.supervisor import execution
 from herdsman.runtime.supervisor.outcomes import finish_fields
 from herdsman.sim.replay import replay
 from herdsman.sim.workload import config_from_trace, read_workload
@@ -32,7 +32,7 @@ def test_runs_ending_alike_share_their_outcome_but_not_their_log_paths(
         return honest(ended, log_path)
 
     # Where the supervisor looks it up.
-    monkeypatch.setattr(facade, "finish_fields", seen)
+    monkeypatch.setattr(execution, "finish_fields", seen)
     workload = read_workload(busy_trace(tmp_path / "busy.jsonl", runs=40))
     store = MemoryStore()
     result = replay(workload, config_from_trace(workload.header.config, "header"), store=store)

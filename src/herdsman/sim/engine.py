@@ -369,7 +369,7 @@ class FastEngine:
     # -- the dispatcher --------------------------------------------------------
 
     def _dispatch(self) -> None:
-        """``Supervisor._start_what_may_start``, then when to look at accounts again."""
+        """``Dispatcher._start_what_may_start``, then when to look at accounts again."""
         life = self._life
         if not life.admitting:
             return

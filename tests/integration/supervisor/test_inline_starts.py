@@ -39,7 +39,7 @@ class DispatcherSteps(trio.abc.Instrument):
         self.steps = 0
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task.name.endswith("._dispatch_loop"):
+        if task.name.endswith(".dispatch_loop"):
             self.steps += 1
 
 

@@ -12,7 +12,9 @@ from herdsman.runtime.supervisor.errors import (
     ShutdownReport,
     UnknownAccount,
 )
-from herdsman.runtime.supervisor.facade import SKIP_REASON, Execute, OnBusy, Supervisor
+from herdsman.runtime.supervisor.execution import Execute
+from herdsman.runtime.supervisor.facade import Supervisor
+from herdsman.runtime.supervisor.intake import SKIP_REASON, OnBusy
 from herdsman.runtime.supervisor.outcomes import as_text, finish_fields
 
 __all__ = [
