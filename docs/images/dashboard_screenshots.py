@@ -114,6 +114,7 @@ def take_screenshots(directory: Path, url: str, token: str, port: int) -> None:
         page.wait_for_selector("#live.on")
         shoot(page, url, "overview", "dashboard-overview.png")
         shoot(page, url, "runs", "dashboard-runs.png")
+        shoot(page, url, "accounts", "dashboard-accounts.png")
         shoot(page, url, "config", "dashboard-config.png")
         page.goto(f"{url}/#timeline")
         page.select_option("#hours", "1")

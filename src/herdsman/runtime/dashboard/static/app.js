@@ -55,8 +55,10 @@
     const since = Number(td.dataset.since);
     if (!since) { td.textContent = "—"; return; }
     const age = now() - since;
-    td.textContent = td.dataset.stale ? `${duration(age)} ago` : duration(age);
-    td.classList.toggle("stale", !!td.dataset.stale && age > Number(td.dataset.stale));
+    // Silent too long: said in words as well as in orange.
+    const stale = !!td.dataset.stale && age > Number(td.dataset.stale);
+    td.textContent = td.dataset.stale ? `${duration(age)} ago${stale ? " (silent)" : ""}` : duration(age);
+    td.classList.toggle("stale", stale);
   }
   setInterval(() => document.querySelectorAll("[data-since]").forEach(tick), 1000);
 
@@ -66,13 +68,44 @@
     return el("a", { href: `#log/${encodeURIComponent(id)}`, class: "mono", title: id, "aria-label": `run ${id}`, text: shown });
   }
   function statusCell(status) { return el("td", {}, el("span", { class: `status ${status}`, text: status })); }
+  // Which control this is, across redraws: its label, else where it links.
+  function identity(n) {
+    return n.getAttribute("aria-label") || n.getAttribute("href");
+  }
   function fill(table, rows, empty) {
     const body = $(table).tBodies[0];
     if (!rows.length) {
       const cols = $(table).tHead.rows[0].cells.length;
       rows = [el("tr", {}, el("td", { colspan: cols, class: "empty", text: empty }))];
     }
+    // A redraw from the stream must not take the keyboard's focus away from the
+    // control it was on: the same control in the new rows gets it back. Gone (its
+    // run ended, its rest is over), the focus goes to the like control now in its
+    // place, else to the table's heading, not back to the top of the page.
+    const active = document.activeElement;
+    const had = body.contains(active) ? identity(active) : null;
+    const kind = (n) => `${n.tagName} ${n.textContent}`;
+    const alike = (n) => [...body.querySelectorAll("a, button")].filter((m) => kind(m) === kind(n));
+    const place = had ? alike(active).indexOf(active) : -1;
     body.replaceChildren(...rows);
+    if (had) {
+      const controls = [...body.querySelectorAll("a, button")];
+      const like = controls.filter((m) => kind(m) === kind(active));
+      const again = controls.find((n) => identity(n) === had) || like[Math.min(place, like.length - 1)];
+      const heading = $($(table).getAttribute("aria-labelledby"));
+      if (again) again.focus();
+      else if (heading) { heading.tabIndex = -1; heading.focus(); }
+    }
+    scrollable(body.closest(".scroll"));
+  }
+  // A table wider than its box scrolls in it; the keyboard must be able to scroll it too.
+  function scrollable(box) {
+    if (!box) return;
+    const wide = box.scrollWidth > box.clientWidth;
+    const table = box.querySelector("table");
+    for (const [k, v] of [["tabindex", "0"], ["role", "region"], ["aria-labelledby", table && table.getAttribute("aria-labelledby")]]) {
+      if (wide && v) box.setAttribute(k, v); else box.removeAttribute(k);
+    }
   }
   function conversationName(r) {
     if (r.conversation == null) return "—";
@@ -83,10 +116,21 @@
     return r.conversation == null ? `run ${r.id}` : conversationName(r);
   }
 
+  // The notice and the announcement are live regions: each is written only when
+  // what it says changes, so a snapshot that changes nothing there says nothing.
   function notice(message) {
     const n = $("notice");
-    n.textContent = message || "";
+    if (n.textContent !== (message || "")) n.textContent = message || "";
     n.hidden = !message;
+  }
+  // What an action did, said once to a screen reader (the page shows it anyway).
+  function announce(message) {
+    $("announce").textContent = message;
+  }
+  function setLive(text, on) {
+    const live = $("live");
+    if (live.textContent !== text) live.textContent = text;
+    live.className = `live ${on ? "on" : "off"}`;
   }
 
   async function act(url, body) {
@@ -101,14 +145,56 @@
     try { answer = await response.json(); } catch (e) { answer = {}; }
     if (response.status === 401) { location.reload(); return answer; }
     if (!response.ok && response.status !== 422) notice(answer.error || `${url}: HTTP ${response.status}`);
+    answer.httpOk = response.ok;
     return answer;
   }
 
   function cancelButton(run) {
     return el("button", {
       type: "button", "data-cancel": run.id, "aria-label": `Cancel run ${run.id}`, text: "Cancel",
-      onclick: async (event) => { event.target.disabled = true; await act(`/dashboard/runs/${encodeURIComponent(run.id)}/cancel`); },
+      onclick: (event) => busy(event.currentTarget, () => cancelRun(run.id)),
     });
+  }
+  // A button at work is marked busy, not disabled: a disabled button drops the
+  // keyboard's focus to the top of the page. A second press meanwhile does nothing.
+  async function busy(button, work) {
+    if (button.getAttribute("aria-disabled") === "true") return;
+    button.setAttribute("aria-disabled", "true");
+    try { await work(); } finally { button.removeAttribute("aria-disabled"); }
+  }
+  async function cancelRun(id) {
+    const answer = await act(`/dashboard/runs/${encodeURIComponent(id)}/cancel`);
+    if (answer.httpOk) announce(`Run ${id} cancelled.`);
+  }
+
+  // An account's state in words: what keeps it from taking runs first, then what warns.
+  // `needs_login` and `near_limit_until` are shown when the view has them.
+  function accountState(a) {
+    const badges = [];
+    let text = a.available ? "available" : (a.reason || "unavailable");
+    if (a.exhausted_until) text = `resting until ${when(a.exhausted_until)}` + (a.message ? ` — ${a.message}` : "");
+    if (a.needs_login) {
+      badges.push(["login", "needs login"]);
+      text = a.needs_login;
+    }
+    if (a.near_limit_until && a.near_limit_until > now() && !a.exhausted_until) {
+      badges.push(["near", "near limit"]);
+      text += ` (near its limit until ${when(a.near_limit_until)})`;
+    }
+    return { badges, text, blocked: !a.available || !!a.needs_login };
+  }
+  // A running or queued run's account state, in words after its name (" — needs login").
+  function accountMarks(run) {
+    if (!state || TERMINAL.has(run.status)) return "";
+    const a = state.status.accounts.find((x) => accountKey(x.provider, x.account) === accountKey(run.provider, run.account));
+    const marks = a ? accountState(a).badges.map(([, text]) => text) : [];
+    return marks.length ? ` — ${marks.join(", ")}` : "";
+  }
+  function badges(list) {
+    return list.map(([cls, text]) => el("span", { class: `badge ${cls}`, text }));
+  }
+  function accountKey(provider, account) {
+    return `${provider}/${account || ""}`;
   }
 
   // -- views ---------------------------------------------------------------
@@ -121,6 +207,14 @@
       ["generation", String(s.generation), "configuration generation"],
       ["admitting", s.admitting ? "yes" : "draining", "taking new runs"],
     ];
+    if (s.accounts.length) {
+      const ready = s.accounts.filter((a) => !a.retired && !accountState(a).blocked).length;
+      const login = s.accounts.filter((a) => a.needs_login).length;
+      const near = s.accounts.filter((a) => accountState(a).badges.some(([cls]) => cls === "near")).length;
+      const more = [login ? `${login} need${login === 1 ? "s" : ""} login` : "", near ? `${near} near limit` : ""].filter(Boolean);
+      cards.push(["accounts", `${ready} / ${s.accounts.filter((a) => !a.retired).length}`,
+        "accounts available" + (more.length ? ` (${more.join(", ")})` : "")]);
+    }
     $("cards").replaceChildren(...cards.map(([k, v, label]) => el("div", { class: "card", "data-card": k }, el("b", { text: v }), el("span", { text: label }))));
 
     const providers = Object.keys(state.providers).sort();
@@ -136,9 +230,10 @@
         el("td", { text: waiting ? (waiting.reason || String(waiting)) + (waiting.until ? ` (until ${when(waiting.until)})` : "") : "" }));
     }), "No providers.");
 
+    const accountBadges = new Map(s.accounts.map((a) => [accountKey(a.provider, a.account), accountState(a).badges]));
     fill("running", state.running.map((r) => el("tr", { "data-run": r.id },
       el("td", {}, runLink(r.id)), el("td", { text: r.provider }), el("td", { text: conversationName(r) }),
-      el("td", { text: r.account || "(ambient)" }), ticking(r.started_at),
+      el("td", {}, ...badges(accountBadges.get(accountKey(r.provider, r.account)) || []), r.account || "(ambient)"), ticking(r.started_at),
       ticking(r.last_output_at, 300), el("td", { class: "prompt", title: r.prompt || "", text: r.prompt || "" }),
       el("td", {}, cancelButton(r)))), "Nothing is running.");
 
@@ -162,21 +257,29 @@
         el("td", {}, cancelButton(r)));
     })), "Nothing is queued.");
 
-    fill("accounts", s.accounts.map((a) => {
+  }
+
+  function renderAccounts() {
+    fill("accounts", state.status.accounts.map((a) => {
       const near = a.budget && a.usage >= 0.8 * a.budget;
       const usage = a.budget ? `${a.usage} / ${a.budget} ${a.unit}` : `${a.usage} ${a.unit || ""}`;
-      let stateText = a.available ? "available" : (a.reason || "unavailable");
-      if (a.exhausted_until) stateText = `resting until ${when(a.exhausted_until)}` + (a.message ? ` — ${a.message}` : "");
+      const shown = accountState(a);
       const label = a.account || "(ambient)";
-      const end = a.exhausted_until ? el("button", {
-        type: "button", "aria-label": `End the rest of ${a.provider}/${label}`, text: "End rest",
-        onclick: () => act("/dashboard/accounts/end-rest", { provider: a.provider, account: a.account }),
+      // Ending the rest also clears a needed login: the user says it is logged in again.
+      const login = a.needs_login && !a.exhausted_until;
+      const end = a.exhausted_until || a.needs_login ? el("button", {
+        type: "button", text: login ? "Logged in again" : "End rest",
+        "aria-label": login ? `${a.provider}/${label} is logged in again` : `End the rest of ${a.provider}/${label}`,
+        onclick: async () => {
+          const answer = await act("/dashboard/accounts/end-rest", { provider: a.provider, account: a.account });
+          if (answer.httpOk) announce(login ? `${a.provider}/${label} takes runs again.` : `The rest of ${a.provider}/${label} ended.`);
+        },
       }) : null;
-      return el("tr", {},
+      return el("tr", { "data-account": accountKey(a.provider, a.account) },
         el("td", { text: a.provider }), el("td", { text: label + (a.retired ? " (removed)" : "") }),
         el("td", { class: "mono", text: String(a.running + (a.running_elsewhere || 0)) }),
-        el("td", { class: near ? "mono near" : "mono", text: usage + (near ? " (near the limit)" : "") }),
-        el("td", { class: a.available ? "" : "resting", text: stateText }), el("td", {}, end));
+        el("td", { class: near ? "mono near" : "mono", text: usage + (near ? " (near the budget)" : "") }),
+        el("td", { class: shown.blocked ? "resting" : "" }, ...badges(shown.badges), shown.text), el("td", {}, end));
     }), "No accounts are configured; each provider runs on its ambient login.");
   }
 
@@ -197,11 +300,17 @@
       el("dt", { text: "global cap" }), el("dd", { text: s.limits.global == null ? "none" : String(s.limits.global) }),
       el("dt", { text: "lost at start-up" }), el("dd", { text: String(s.lost_at_startup) }));
     const errors = $("reload-errors");
-    if (last && !last.ok) {
+    // An alert is read out whenever its content changes: redraw it for another reload only.
+    const shownReload = last && !last.ok ? `${last.at} ${last.trigger}` : "";
+    if (errors.dataset.reload === shownReload) {
+      // the same rejected reload (or none): leave the alert as it is
+    } else if (last && !last.ok) {
+      errors.dataset.reload = shownReload;
       errors.replaceChildren(el("strong", { text: `The reload at ${when(last.at)} (${last.trigger}) was rejected; generation ${last.generation} stays in force:` }),
         el("ul", {}, ...last.errors.map((e) => el("li", { class: "mono", text: e }))));
       errors.hidden = false;
     } else {
+      errors.dataset.reload = "";
       errors.hidden = true;
     }
     $("last-reload").replaceChildren(last ? el("p", {
@@ -276,15 +385,17 @@
   }
   function showRun(run) {
     const facts = [["status", run.status], ["provider", run.provider], ["conversation", conversationName(run)],
-      ["account", run.account || "(ambient)"], ["submitted", when(run.submitted_at)], ["started", when(run.started_at)],
+      ["account", (run.account || "(ambient)") + accountMarks(run)], ["submitted", when(run.submitted_at)], ["started", when(run.started_at)],
       ["finished", when(run.finished_at)], ["exit code", run.exit_code], ["reason", run.reason], ["attempts", run.attempts],
       ["prompt", run.prompt], ["result", run.result]];
     $("run-facts").replaceChildren(...facts.filter(([, v]) => v !== null && v !== undefined && v !== "")
       .flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { "data-fact": k, text: String(v) })]));
     const cancel = $("log-cancel");
+    const focused = document.activeElement === cancel;
     cancel.hidden = TERMINAL.has(run.status);
-    cancel.disabled = false;
-    cancel.onclick = async () => { cancel.disabled = true; await act(`/dashboard/runs/${encodeURIComponent(run.id)}/cancel`); };
+    // The run ended with the focus on its Cancel button: the focus goes to the run's heading.
+    if (focused && cancel.hidden) $("log-title").focus();
+    cancel.onclick = () => busy(cancel, () => cancelRun(run.id));
   }
   async function followLog(run) {
     if (logRun !== run) return;
@@ -305,10 +416,10 @@
   }
 
   // -- routing -----------------------------------------------------------------
-  function route() {
+  function route(moved) {
     const hash = location.hash.slice(1) || "overview";
     const [view, ...rest] = hash.split("/");
-    const known = ["overview", "runs", "timeline", "worktrees", "config", "log"];
+    const known = ["overview", "runs", "accounts", "timeline", "worktrees", "config", "log"];
     const shown = known.includes(view) ? view : "overview";
     for (const section of document.querySelectorAll("main > section")) section.hidden = section.dataset.view !== shown;
     for (const a of document.querySelectorAll("nav a")) {
@@ -318,10 +429,14 @@
     if (shown === "log" && rest.length) openLog(decodeURIComponent(rest.join("/")));
     if (shown === "timeline") loadTimeline();
     if (shown === "worktrees") loadWorktrees();
+    // Moved by the user (a link, not the first load): the keyboard goes on from the view's heading.
+    if (moved) $(`view-${shown}`).querySelector("h2").focus();
+    for (const box of $(`view-${shown}`).querySelectorAll(".scroll")) scrollable(box);
   }
 
   function render() {
     renderOverview();
+    renderAccounts();
     renderRecent();
     renderConfig();
     mergeTimeline();
@@ -348,14 +463,12 @@
   function connect() {
     stream = new EventSource("/dashboard/events");
     stream.addEventListener("state", (event) => {
-      $("live").textContent = "live";
-      $("live").className = "live on";
+      setLive("live", true);
       take(event.data);
     });
     stream.addEventListener("renew", () => { stream.close(); connect(); });
     stream.onerror = async () => {
-      $("live").textContent = "reconnecting…";
-      $("live").className = "live off";
+      setLive("reconnecting…", false);
       if (stream.readyState === EventSource.CLOSED) {
         // Refused: logged out (the cookie ended) or the server went away.
         const answer = await fetch("/dashboard/state", { credentials: "same-origin" }).catch(() => null);
@@ -365,16 +478,22 @@
     };
   }
 
-  $("reload").addEventListener("click", async () => {
-    $("reload").disabled = true;
-    try { await act("/dashboard/reload"); } finally { $("reload").disabled = false; }
-  });
+  $("reload").addEventListener("click", () => busy($("reload"), async () => {
+    const answer = await act("/dashboard/reload");
+    if (answer.generation !== undefined) {
+      announce(answer.ok ? `Reload applied: generation ${answer.generation}${answer.repeat ? " (the file had not changed)" : ""}.`
+        : `Reload rejected, ${answer.errors.length} error(s); generation ${answer.generation} stays in force.`);
+    }
+  }));
   $("logout").addEventListener("click", async () => { await act("/logout"); location.reload(); });
   $("hours").addEventListener("change", loadTimeline);
   $("lanes").addEventListener("change", renderTimeline);
   $("worktrees-refresh").addEventListener("click", loadWorktrees);
-  window.addEventListener("hashchange", route);
-  window.addEventListener("resize", () => { if (!$("view-timeline").hidden) renderTimeline(); });
-  route();
+  window.addEventListener("hashchange", () => route(true));
+  window.addEventListener("resize", () => {
+    if (!$("view-timeline").hidden) renderTimeline();
+    for (const box of document.querySelectorAll(".scroll")) scrollable(box);
+  });
+  route(false);
   connect();
 })();

@@ -79,7 +79,9 @@
     const plot = width - LABEL - 10;
     const height = AXIS + lanes.length * LANE + 4;
     const x = (t) => LABEL + Math.max(0, Math.min(1, (t - since) / (until - since))) * plot;
-    const svg = node("svg", { width, height, role: "img", "aria-label": `Timeline of ${runs.length} runs` });
+    // With links to the runs, the bars are controls, which an image may not hold: a group then,
+    // each link named in words (its outcome is its colour to the eye).
+    const svg = node("svg", { width, height, role: options.link ? "group" : "img", "aria-label": `Timeline of ${runs.length} runs` });
     const span = until - since;
     const steps = [10, 30, 60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600];
     const step = steps.find((s) => span / s <= 8) || 43200;
@@ -92,7 +94,8 @@
       svg.append(node("text", { x: 4, y: y + BAR - 2, class: "lane-label" }, lane.label.slice(0, 30)));
       for (const r of lane.runs) {
         const end = r.finished_at == null ? until : r.finished_at;
-        const group = options.link && options.link(r) ? node("a", { href: options.link(r) }) : node("g");
+        const group = options.link && options.link(r)
+          ? node("a", { href: options.link(r), "aria-label": describe(r).replaceAll("\n", ", ") }) : node("g");
         group.append(node("title", {}, describe(r)));
         if (lane.waits) {
           const waitEnd = r.started_at == null ? end : r.started_at;
