@@ -2,9 +2,9 @@
 
 Runs the real CLI, as the page does: a workload drawn like the sample day of
 sim/team-day.jsonl, then ``herdsman sim plan --replications auto --plot``
-for one varied key (the README's example) and for two (slots and accounts,
-priced). Seeded: the same pictures and tables every time, on any machine
-and with any ``--workers``.
+for one varied key (the README's example), for two (slots and accounts,
+priced), and for the same with what the agents spend. Seeded: the same
+pictures and tables every time, on any machine and with any ``--workers``.
 
     .venv/bin/python sim/plan_pictures.py      # writes docs/images/plan-*.png
 """
@@ -65,6 +65,24 @@ def main() -> int:
             "--plot", str(IMAGES / "plan-two-keys.png"),
         ]  # fmt: skip
         print(herdsman(*two_keys))
+        # Its "What the agents spend": the same day with a spend model.
+        spend_day = str(Path(directory) / "day-spend.jsonl")
+        draw_spend = [
+            *draw_day[:-2],
+            "--tokens", "claude=input:25k,cache_read:600k,cache_write:40k,output:9k,sigma:0.5",
+            "--token-prices", "claude=input:3,cache_read:0.3,cache_write:3.75,output:15",
+            "--failures", "overloaded=0.03,rate_limit=0.01,crash=0.005",
+            "--out", spend_day,
+        ]  # fmt: skip
+        herdsman(*draw_spend)
+        spend = [
+            "sim", "plan", spend_day, "--vary", "providers.claude.concurrency=1..4",
+            "--vary", "providers.claude.accounts=1,2", "--slo", "p95_wait<=15m,spend_per_day<=$75",
+            "--replications", "auto", "--cost", "providers.claude.concurrency=40",
+            "--cost", "providers.claude.accounts=200",
+            "--plot", str(IMAGES / "plan-spend.png"),
+        ]  # fmt: skip
+        print(herdsman(*spend))
     return 0
 
 

@@ -31,7 +31,8 @@ from herdsman.config import (
 )
 from herdsman.config.locate import find_config_file
 from herdsman.config.report import check_json, check_text
-from herdsman.runtime_cli import add_runtime_commands, reload_running
+from herdsman.reload_cli import reload_running
+from herdsman.runtime_cli import add_runtime_commands
 from herdsman.sim.cli import add_sim_commands
 from herdsman.usage_cli import add_usage_command
 

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from herdsman.cli_common import CommandError, guard, load, print_json
 from herdsman.cli_tables import Column, print_table
 from herdsman.config import Config
 from herdsman.config.durations import parse_duration
-from herdsman.runtime_cli import CommandError, _guard, _load, _print_json
 from herdsman.spend_text import cost_text
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def _usage(args: argparse.Namespace) -> int:
     from herdsman.runtime.store import StoreError, UsageBy  # noqa: PLC0415
     from herdsman.runtime.store.errors import LedgerNotCurrent  # noqa: PLC0415
 
-    config = _load(args)
+    config = load(args)
     since = None if args.since is None else time.time() - args.since
     try:
         store = _open_ledger(config)
@@ -83,7 +83,7 @@ def _usage(args: argparse.Namespace) -> int:
     except StoreError as exc:
         raise CommandError(str(exc)) from None
     if args.json:
-        _print_json({"by": args.by, "since": since, "totals": [_total_json(t) for t in totals]})
+        print_json({"by": args.by, "since": since, "totals": [_total_json(t) for t in totals]})
         return 0
     columns, rows = usage_table(args.by, totals)
     print_table(columns, rows)
@@ -179,4 +179,4 @@ def add_usage_command(
         " (default: every run the ledger holds)",
     )
     usage.add_argument("--json", action="store_true", help="machine-readable output")
-    usage.set_defaults(handler=_guard(_usage))
+    usage.set_defaults(handler=guard(_usage))

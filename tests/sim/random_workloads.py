@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from herdsman.config import LoadedConfig, load_config_text
 from herdsman.config.report import config_as_json
+from herdsman.runtime.runner.api_failure import ApiFailure
+from herdsman.runtime.runner.run_usage import RunUsage, Tokens
 from herdsman.sim.workload import Arrival, Attempt, RunPlan, Workload, config_from_trace
 from herdsman.trace import TraceHeader, format_time
 
@@ -79,7 +81,25 @@ def attempts(draw: st.DrawFn, at: float) -> Attempt:
     if outcome == "usage_limited" and draw(st.booleans()):
         # A reset the provider named: ahead of the limit, or already past.
         resets_at = STARTED_AT + at + draw(st.sampled_from([-1.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0]))
-    return Attempt(duration, outcome, exit_code, resets_at)
+    # What the agent's stream said: a generated run's spend and failure class.
+    limit = "idle_timeout" if outcome == "timed_out" and draw(st.booleans()) else None
+    return Attempt(duration, outcome, exit_code, resets_at, usage=draw(usages()), limit=limit)
+
+
+@st.composite
+def usages(draw: st.DrawFn) -> RunUsage | None:
+    """A synthetic run's spend and failure class, or nothing said."""
+    if draw(st.booleans()):
+        return None
+    tokens = draw(
+        st.one_of(
+            st.none(),
+            st.builds(Tokens, input=st.integers(0, 10**6), output=st.integers(0, 10**5)),
+        )
+    )
+    cost = draw(st.sampled_from([None, 0.0, 0.015, 1.25]))
+    failure = draw(st.sampled_from([None, ApiFailure.OVERLOADED, ApiFailure.RATE_LIMIT]))
+    return RunUsage(tokens=tokens, cost_usd=cost, failure=failure)
 
 
 @st.composite
@@ -120,7 +140,9 @@ def workloads(draw: st.DrawFn) -> tuple[Workload, LoadedConfig]:
             if cwd is not None:
                 run["cwd"] = cwd
             tries = [draw(attempts(t)) for _ in range(draw(st.integers(0, 2)))]
-            plans[run_id] = RunPlan(len(plans), tries, synthetic=draw(st.booleans()))
+            synthetic = draw(st.booleans())
+            usage = draw(usages()) if synthetic else None
+            plans[run_id] = RunPlan(len(plans), tries, synthetic=synthetic, usage=usage)
             arrivals.append(Arrival(t, "skip" if what == "skip" else "submit", {"run": run}))
     for _ in range(draw(st.integers(0, 2)) if draw(st.booleans()) else 0):
         # A drain, then perhaps a forced stop; whatever comes after is refused.

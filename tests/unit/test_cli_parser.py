@@ -15,8 +15,8 @@ import pytest
 
 from herdsman.cli import build_parser, main
 from herdsman.cli_tables import Column, duration_text, plain_table
+from herdsman.runs_cli import RUN_STATUSES
 from herdsman.runtime.store import RunStatus
-from herdsman.runtime_cli import RUN_STATUSES
 
 
 def _subparsers(

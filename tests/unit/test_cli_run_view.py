@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from herdsman import runtime_cli
+from herdsman import runs_cli
 from herdsman.runtime.runner.protocols import LogText
 
 STREAMS = Path(__file__).resolve().parents[1] / "fixtures" / "agent_streams"
@@ -17,7 +17,7 @@ def test_an_agent_streams_excerpt_is_shown_as_text(
     name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     excerpt = (STREAMS / f"{name}.stdout").read_text()
-    runtime_cli._print_run({"id": "run-1", "status": "failed", "excerpt": excerpt})
+    runs_cli._print_run({"id": "run-1", "status": "failed", "excerpt": excerpt})
     shown = capsys.readouterr().out
     rendered = LogText()
     text = rendered.feed(excerpt.encode()) + rendered.finish()
@@ -28,5 +28,5 @@ def test_an_agent_streams_excerpt_is_shown_as_text(
 
 
 def test_a_plain_excerpt_is_shown_as_recorded(capsys: pytest.CaptureFixture[str]) -> None:
-    runtime_cli._print_run({"id": "run-1", "excerpt": "line one\n{not json\n"})
+    runs_cli._print_run({"id": "run-1", "excerpt": "line one\n{not json\n"})
     assert capsys.readouterr().out.splitlines()[2:] == ["    line one", "    {not json"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from herdsman.reload_cli import print_reload
 from herdsman.runtime.reload import Change, ReloadResult
-from herdsman.runtime_cli import print_reload
 
 
 def test_a_rejected_reload_is_one_report_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:

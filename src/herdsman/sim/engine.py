@@ -46,7 +46,9 @@ from herdsman.core.outcome import Outcome, RunOutcome, UsageLimit
 from herdsman.runtime.accounts import longest_window
 from herdsman.runtime.reload import given_config
 from herdsman.runtime.requests import settings_of, trace_run
+from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.runtime.store import NewRun
+from herdsman.runtime.store.records import spend_json, spend_of
 from herdsman.sim.metrics import Metrics, figures, slots_of
 from herdsman.sim.result import ReplayResult
 from herdsman.sim.workload import (
@@ -82,6 +84,7 @@ class _Run:
         "request",
         "since",
         "submitted",
+        "usage",
         "waited",
     )
 
@@ -96,6 +99,8 @@ class _Run:
         # one's is stale), and which of the plan's attempts the next one is.
         self.execution = 0
         self.outcome: RunOutcome | None = None  # how the attempt under way ends
+        # What the attempt under way's agent says it spent (a synthetic spend), if anything.
+        self.usage: RunUsage | None = None
         # For metrics, on the trace's clock (rounded as its ``t``): queued
         # since, the current attempt's start, and where its wait is kept in
         # the engine's waits (-1: never started).
@@ -244,6 +249,9 @@ class FastEngine:
         self._finished = 0
         self._timeouts = 0
         self._limits = 0
+        # What the agents spent, as the finish events' ``spend`` adds up.
+        self._tokens = 0
+        self._usd = 0.0
 
     # -- results -------------------------------------------------------------
 
@@ -271,6 +279,8 @@ class FastEngine:
             usage_limited=self._limits,
             timeouts=self._timeouts,
             unstarted=self._submitted - len(self._waited) - self._withdrawn,
+            tokens=self._tokens,
+            usd=self._usd,
         )
 
     @property
@@ -400,6 +410,7 @@ class FastEngine:
         if outcome is None:
             outcome = self._outcomes[key] = _outcome(attempt)
         run.outcome = outcome
+        run.usage = attempt.usage
         self._pushes += 1
         heapq.heappush(
             self._ends,
@@ -420,7 +431,9 @@ class FastEngine:
                 self._ledger.finished(run_id, now, spawned=settled.spawned)
             if self._measuring:
                 self._measure_finish(run, settled.status, requeued=False)
-            if self._trace is not None:
+            if run.usage is not None:
+                self._spent(run.usage, run_id, settled.status.value, outcome.exit_code)
+            elif self._trace is not None:
                 self._trace.event(
                     "finish",
                     run_id=run_id,
@@ -461,14 +474,44 @@ class FastEngine:
         status = settled.status.value
         if self._measuring:
             self._measure_finish(run, status, requeued=requeue)
-        if self._trace is None:
-            pass
-        elif requeue:
-            self._emit(
-                "finish", run_id=run_id, outcome=status, exit_code=outcome.exit_code, requeued=True
-            )
-        else:
+        if requeue:
+            if self._trace is not None:
+                self._emit(
+                    "finish",
+                    run_id=run_id,
+                    outcome=status,
+                    exit_code=outcome.exit_code,
+                    requeued=True,
+                )
+        elif run.usage is not None:
+            self._spent(run.usage, run_id, status, outcome.exit_code)
+        elif self._trace is not None:
             self._emit("finish", run_id=run_id, outcome=status, exit_code=outcome.exit_code)
+
+    def _spent(self, usage: RunUsage, run_id: str, status: str, exit_code: int | None) -> None:
+        """A finish for good whose agent said what it spent: the spend the ledger records.
+
+        ``spend_of`` is the supervisor's own reading of the stream (a re-queued
+        attempt's is never recorded: the ledger clears it).
+        """
+        spend = spend_of(usage)
+        if spend is None:
+            if self._trace is not None:
+                self._trace.event("finish", run_id=run_id, outcome=status, exit_code=exit_code)
+            return
+        if self._measuring:
+            if spend.tokens is not None:
+                self._tokens += spend.tokens.total
+            if spend.cost_usd is not None:
+                self._usd += spend.cost_usd
+        if self._trace is not None:
+            self._trace.event(
+                "finish",
+                run_id=run_id,
+                outcome=status,
+                exit_code=exit_code,
+                spend=spend_json(spend),
+            )
 
     def _measure_finish(self, run: _Run, status: str, *, requeued: bool) -> None:
         """Add up a finish event as ``measure`` does: busy time, and a re-queue or an end."""
@@ -584,8 +627,11 @@ class FastEngine:
                 self._ledger.finished(run_id, self._wall())
             self._emit("cancel", run_id=run_id)
         elif withdrawal is Withdrawal.STOP:
-            # Its process is stopped at once: it ends cancelled, never spawned.
-            self._settle(self._runs[run_id], STOPPED)
+            # Its process is stopped at once: it ends cancelled, never spawned
+            # (and, as the fake runner reports it, having said nothing).
+            stopped = self._runs[run_id]
+            stopped.usage = None
+            self._settle(stopped, STOPPED)
         # Unknown (ended, skipped, never submitted): nothing to cancel.
 
     def _shutdown(self) -> None:
@@ -614,6 +660,7 @@ class FastEngine:
         ]
         for run in sorted(running, key=lambda run: run.index):
             self._life.cancel(run.request.id)  # asked to stop, as the supervisor's stop asks
+            run.usage = None
             self._settle(run, STOPPED)
         self._stopped = True
 

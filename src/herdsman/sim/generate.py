@@ -20,6 +20,8 @@ from typing import Any
 import attrs
 
 from herdsman.sim.model import Model, ModelError, model_to_json
+from herdsman.sim.spend import ENDINGS
+from herdsman.sim.spend_model import draw_spend
 from herdsman.sim.workload import Workload, read_workload
 
 __all__ = ["Samples", "generate", "load_samples", "recorded_durations", "recorded_gaps"]
@@ -96,6 +98,8 @@ def generate(model: Model, config: Mapping[str, Any], seed: int, samples: Sample
     names = [name for name, _ in model.providers]
     weights = [weight for _, weight in model.providers]
     limited = dict(model.usage_limited)
+    tokens, prices = dict(model.tokens), dict(model.prices)
+    mean_duration = _mean_duration(model, samples) if tokens else 0.0
     events: list[tuple[float, int, dict[str, Any]]] = []
     for number, start in enumerate(starts):
         provider = rng.choices(names, weights)[0]
@@ -103,6 +107,7 @@ def generate(model: Model, config: Mapping[str, Any], seed: int, samples: Sample
         for _turn in range(_turns(model.turns, rng)):
             duration = round(_duration(model, samples, rng), 3)
             index = len(events)
+            outcome, failure = _outcome(model, limited.get(provider, 0.0), rng)
             event: dict[str, Any] = {
                 "t": round(t, 6),
                 "seq": 0,
@@ -113,8 +118,15 @@ def generate(model: Model, config: Mapping[str, Any], seed: int, samples: Sample
                     "conversation": f"c{number:05d}",
                 },
                 "duration": duration,
-                "outcome": _outcome(model, limited.get(provider, 0.0), rng),
+                "outcome": outcome,
             }
+            if failure is not None:
+                event["failure"] = failure
+            spends = tokens.get(provider)
+            if spends is not None:
+                event["spend"] = draw_spend(
+                    spends, prices.get(provider), duration, mean_duration, rng
+                )
             events.append((event["t"], index, event))
             think = rng.expovariate(1 / model.think) if model.think > 0 else 0.0
             t += duration + think
@@ -193,13 +205,26 @@ def _duration(model: Model, samples: Samples, rng: random.Random) -> float:
     return rng.choice(samples.durations)
 
 
-def _outcome(model: Model, limited: float, rng: random.Random) -> str:
+def _mean_duration(model: Model, samples: Samples) -> float:
+    """The mean of the durations ``model`` draws: a run this long spends the mean tokens."""
+    if model.durations.kind == "empirical":
+        return math.fsum(samples.durations) / len(samples.durations)
+    return model.durations.mean
+
+
+def _outcome(model: Model, limited: float, rng: random.Random) -> tuple[str, str | None]:
+    """A run's outcome, and its failure class if it has one: one draw for both
+    (so a model without failure classes draws as it did before they existed)."""
     if limited > 0 and rng.random() < limited:
-        return "usage_limited"
-    if model.outcomes:
+        return "usage_limited", None
+    if model.outcomes or model.failures:
         draw = rng.random()
         for outcome, share in model.outcomes:
             if draw < share:
-                return outcome
+                return outcome, None
             draw -= share
-    return "succeeded"
+        for failure, share in model.failures:
+            if draw < share:
+                return ENDINGS[failure].outcome, failure
+            draw -= share
+    return "succeeded", None

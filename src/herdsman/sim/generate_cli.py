@@ -25,6 +25,8 @@ from herdsman.sim.model import (
     parse_week,
     parse_weights,
 )
+from herdsman.sim.spend import FAILURE_CLASSES
+from herdsman.sim.spend_model import parse_prices, parse_tokens
 from herdsman.sim.workload import config_from_trace
 from herdsman.trace import format_time, read_trace
 
@@ -91,6 +93,11 @@ def model_from_args(args: argparse.Namespace) -> tuple[Model, dict[str, Any]]:
     limited = (
         parse_shares("--usage-limited", args.usage_limited, known) if args.usage_limited else ()
     )
+    failures = parse_shares("--failures", args.failures, FAILURE_CLASSES) if args.failures else ()
+    if sum(share for _, share in (*outcomes, *failures)) > 1:
+        raise ModelError("--outcomes and --failures: their shares add up to more than 1")
+    tokens = parse_tokens(args.tokens, known)
+    prices = parse_prices(args.token_prices, tokens, known)
     model = Model(
         span=span,
         arrivals=arrivals,
@@ -103,6 +110,9 @@ def model_from_args(args: argparse.Namespace) -> tuple[Model, dict[str, Any]]:
         outcomes=outcomes,
         usage_limited=limited,
         started_at=_start(args.start),
+        tokens=tokens,
+        prices=prices,
+        failures=failures,
     )
     return model, config_as_json(loaded.config)
 
@@ -125,8 +135,8 @@ def add_generate_command(actions: Any, guarded: Any) -> None:
         "generate",
         help="write a synthetic workload trace from a small model (see docs/simulator.md)",
         description="Write a synthetic workload trace drawn from a small model: arrivals,"
-        " run durations, turns per conversation, providers and outcomes. The same flags and"
-        " seed always give the same trace.",
+        " run durations, turns per conversation, providers and outcomes, and what runs spend"
+        " and the failures that end them. The same flags and seed always give the same trace.",
     )
     parser.add_argument(
         "--span", required=True, help="how long conversations keep arriving, e.g. 8h or 86400"
@@ -181,6 +191,29 @@ def add_generate_command(actions: Any, guarded: Any) -> None:
         default=None,
         metavar="PROVIDER=SHARE,...",
         help="share of a provider's runs that hit its account quota (the account rests)",
+    )
+    parser.add_argument(
+        "--failures",
+        default=None,
+        metavar="CLASS=SHARE,...",
+        help="shares of runs that end with a failure class: " + ", ".join(FAILURE_CLASSES),
+    )
+    parser.add_argument(
+        "--tokens",
+        action="append",
+        default=[],
+        metavar="PROVIDER=KIND:MEAN,...[,sigma:S]",
+        help="mean tokens per run of each kind (input, cache_read, cache_write, output),"
+        " e.g. claude=input:20k,output:8k; a run spends in proportion to its duration"
+        " (repeatable, one per provider)",
+    )
+    parser.add_argument(
+        "--token-prices",
+        action="append",
+        default=[],
+        metavar="PROVIDER=KIND:USD,...",
+        help="US dollars per million tokens of each kind, e.g. claude=input:3,output:15"
+        " (repeatable, one per provider with --tokens)",
     )
     parser.add_argument(
         "-c",

@@ -15,6 +15,12 @@
   that same time.
 * **usage_limited**: ``usage_limit`` events (each rests an account);
   **timeouts**: runs that ended ``timed_out``.
+* **spend** — what the agents burn, as the finish events' ``spend`` says
+  (a workload with a spend model, docs/simulator.md), not what
+  ``--cost`` prices (the configuration): **tokens_per_day** and
+  **spend_per_day** (US dollars), over the same time as throughput in days,
+  but at least one (a workload shorter than a day spends its all in its
+  day); **tokens_per_run** and **spend_per_run**, over the runs that ended.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import attrs
 
 from herdsman.trace import read_trace_text
 
-__all__ = ["METRICS", "Metrics", "figures", "measure", "percentile", "slots_of"]
+__all__ = ["METRICS", "SPEND_METRICS", "Metrics", "figures", "measure", "percentile", "slots_of"]
 
 #: Metric names, in the order tables show them, and their units.
 METRICS: Mapping[str, str] = {
@@ -40,7 +46,14 @@ METRICS: Mapping[str, str] = {
     "usage_limited": "",
     "timeouts": "",
     "unstarted": "",
+    "spend_per_day": "$/day",
+    "tokens_per_day": "tokens/day",
+    "spend_per_run": "$/run",
+    "tokens_per_run": "tokens/run",
 }
+
+#: The metrics of what the agents spent (all 0 for a workload without a spend model).
+SPEND_METRICS = ("spend_per_day", "tokens_per_day", "spend_per_run", "tokens_per_run")
 
 
 @attrs.frozen
@@ -56,6 +69,10 @@ class Metrics:
     usage_limited: float
     timeouts: float
     unstarted: float
+    tokens_per_day: float = 0.0
+    spend_per_day: float = 0.0
+    tokens_per_run: float = 0.0
+    spend_per_run: float = 0.0
 
     def get(self, name: str) -> float:
         """The metric called ``name`` (one of :data:`METRICS`)."""
@@ -91,8 +108,8 @@ def measure(trace: str) -> Metrics:
     waited: dict[str, float] = {}
     running: dict[str, float] = {}
     busy = 0.0
-    ended = timeouts = limits = 0
-    end = 0.0
+    ended = timeouts = limits = tokens = 0
+    usd = end = 0.0
     for event in events:
         end = event.t
         fields = event.fields
@@ -115,6 +132,12 @@ def measure(trace: str) -> Metrics:
             else:
                 ended += 1
                 timeouts += fields["outcome"] == "timed_out"
+            spend = fields.get("spend")
+            if spend is not None:
+                if spend["tokens"] is not None:
+                    tokens += spend["tokens"]["total"]
+                if spend["cost_usd"] is not None:
+                    usd += spend["cost_usd"]
         elif event.event == "cancel":  # withdrawn while queued: not left unstarted
             cancelled.add(fields["run_id"])
         elif event.event == "usage_limit":
@@ -129,6 +152,8 @@ def measure(trace: str) -> Metrics:
         usage_limited=limits,
         timeouts=timeouts,
         unstarted=unstarted,
+        tokens=tokens,
+        usd=usd,
     )
 
 
@@ -142,15 +167,22 @@ def figures(
     usage_limited: int,
     timeouts: int,
     unstarted: int,
+    tokens: int = 0,
+    usd: float = 0.0,
 ) -> Metrics:
     """The metrics from what a trace adds up to (see the module docstring).
 
     ``waits``: each started run's wait, in any order (sorted here);
     ``busy``: run-seconds spent running; ``end``: the last event's time;
-    ``ended``: runs that ended for good. :func:`measure` adds these up from
+    ``ended``: runs that ended for good; ``tokens`` and ``usd``: what their
+    finishes say the agents spent. :func:`measure` adds these up from
     a trace's text, the fast engine as it goes (``FastEngine.metrics``).
     """
     waits.sort()
+    # At least a day: a workload of one working day spends that day's spend
+    # in a day, not 24/8 of it (and a slower configuration's longer tail
+    # does not make a day of it cheaper).
+    days = max(1.0, end / 86400)
     return Metrics(
         p50_wait=percentile(waits, 50),
         p95_wait=percentile(waits, 95),
@@ -161,4 +193,8 @@ def figures(
         usage_limited=float(usage_limited),
         timeouts=float(timeouts),
         unstarted=float(unstarted),
+        tokens_per_day=tokens / days,
+        spend_per_day=usd / days,
+        tokens_per_run=tokens / ended if ended else 0.0,
+        spend_per_run=usd / ended if ended else 0.0,
     )

@@ -19,13 +19,17 @@ from typing import Any
 import attrs
 
 from herdsman.config.durations import parse_duration
+from herdsman.sim.spend import FAILURE_CLASSES, TOKEN_KINDS
 
 __all__ = [
+    "MAX_TOKEN_SIGMA",
     "OUTCOME_SHARES",
     "Arrivals",
     "Durations",
     "Model",
     "ModelError",
+    "PerKind",
+    "TokenModel",
     "model_from_json",
     "model_to_json",
     "parse_arrivals",
@@ -51,6 +55,29 @@ MAX_SIGMA = 10.0
 
 class ModelError(ValueError):
     """A flag of ``sim generate`` (or a model in a trace header) that is wrong."""
+
+
+#: The largest sigma of a run's token noise.
+MAX_TOKEN_SIGMA = 5.0
+
+
+@attrs.frozen
+class PerKind:
+    """A figure for each token kind: a mean count per run, or US dollars per million tokens."""
+
+    input: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+    output: float = 0.0
+
+
+@attrs.frozen
+class TokenModel:
+    """A provider's tokens per run: each kind's mean, and the lognormal noise's sigma
+    (``herdsman.sim.spend_model`` draws them)."""
+
+    means: PerKind
+    sigma: float = 0.0
 
 
 @attrs.frozen
@@ -92,6 +119,12 @@ class Model:
     #: Per provider, the share of runs whose first attempt hits the quota.
     usage_limited: tuple[tuple[str, float], ...] = ()
     started_at: str = "2026-11-30T00:00:00.000000Z"
+    #: Per provider, the tokens its runs spend (a provider left out: none said).
+    tokens: tuple[tuple[str, TokenModel], ...] = ()
+    #: Per provider, US dollars per million tokens of each kind (left out: no cost said).
+    prices: tuple[tuple[str, PerKind], ...] = ()
+    #: Share of runs ending with each failure class (``herdsman.sim.spend.FAILURE_CLASSES``).
+    failures: tuple[tuple[str, float], ...] = ()
 
 
 def parse_seconds(flag: str, text: str, *, positive: bool = True) -> float:
@@ -248,6 +281,9 @@ def model_to_json(model: Model) -> dict[str, Any]:
     value: dict[str, Any] = attrs.asdict(model, recurse=True)
     if value["week"] is None:
         del value["week"]  # a model without one reads as before it existed
+    for name in ("tokens", "prices", "failures"):  # so too a model without spend
+        if not value[name]:
+            del value[name]
     return value
 
 
@@ -270,6 +306,12 @@ def model_from_json(value: Mapping[str, Any], where: str) -> Model:
             outcomes=tuple((str(n), float(s)) for n, s in value["outcomes"]),
             usage_limited=tuple((str(n), float(s)) for n, s in value["usage_limited"]),
             started_at=str(value["started_at"]),
+            tokens=tuple(
+                (str(n), TokenModel(_per_kind(t["means"]), float(t["sigma"])))
+                for n, t in value.get("tokens", ())
+            ),
+            prices=tuple((str(n), _per_kind(p)) for n, p in value.get("prices", ())),
+            failures=tuple((str(n), float(s)) for n, s in value.get("failures", ())),
         )
     except (KeyError, TypeError, ValueError) as error:
         raise ModelError(f"{where}: generator.model: not a workload model ({error})") from None
@@ -325,4 +367,28 @@ def _model_problem(model: Model) -> str | None:
             return f"{name}: expected shares from 0 to 1"
     if sum(share for _, share in model.outcomes) > 1:
         return "outcomes: the shares add up to more than 1"
+    return _spend_problem(model, bad)
+
+
+def _per_kind(value: Mapping[str, Any]) -> PerKind:
+    return PerKind(**{kind: float(value[kind]) for kind in TOKEN_KINDS})
+
+
+def _spend_problem(model: Model, bad: Any) -> str | None:
+    """What is wrong with the spend part of a model read from a file, if anything."""
+    for name, tokens in model.tokens:
+        means = attrs.astuple(tokens.means)
+        if any(bad(v, 0) for v in means) or not any(means) or bad(tokens.sigma, 0, MAX_TOKEN_SIGMA):
+            return (
+                f"tokens: {name}: expected means >= 0, one > 0, and a sigma from 0 to"
+                f" {MAX_TOKEN_SIGMA:g}"
+            )
+    modelled = {name for name, _ in model.tokens}
+    for name, prices in model.prices:
+        if name not in modelled or any(bad(v, 0) for v in attrs.astuple(prices)):
+            return f"prices: {name}: expected prices >= 0, of a provider with tokens"
+    if any(name not in FAILURE_CLASSES or bad(share, 0, 1) for name, share in model.failures):
+        return f"failures: expected shares from 0 to 1 of {', '.join(FAILURE_CLASSES)}"
+    if sum(share for _, share in (*model.outcomes, *model.failures)) > 1:
+        return "outcomes and failures: the shares add up to more than 1"
     return None

@@ -40,7 +40,7 @@ from herdsman.config import LoadedConfig
 from herdsman.config.report import config_as_json
 from herdsman.sim.cost import Price, configuration_cost
 from herdsman.sim.generate import Samples, generate, load_samples, recorded_durations
-from herdsman.sim.metrics import METRICS, Metrics, measure
+from herdsman.sim.metrics import METRICS, SPEND_METRICS, Metrics, measure
 from herdsman.sim.model import Model, ModelError, model_from_json
 from herdsman.sim.slo import Slo, Verdict
 from herdsman.sim.stats import Estimate, estimate, replications_to_decide
@@ -253,6 +253,13 @@ class PlanResult:
     seed: int
     kind: str
     priced: bool = False
+
+    @property
+    def spent(self) -> tuple[str, ...]:
+        """The spend metrics some configuration measured (none: the workload has no spend)."""
+        return tuple(
+            name for name in SPEND_METRICS if any(row.estimates[name].high > 0 for row in self.rows)
+        )
 
 
 @attrs.frozen

@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from herdsman.cli_tables import duration_text
 from herdsman.config.overrides import parse_value_text
-from herdsman.sim.metrics import METRICS
+from herdsman.sim.metrics import METRICS, SPEND_METRICS
 from herdsman.sim.plan import PlanInput, PlanResult, Row
 from herdsman.sim.slo import Clause
 from herdsman.sim.stats import Estimate
+from herdsman.spend_text import tokens_short
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = [
@@ -38,6 +40,10 @@ _COLUMNS = {
     "usage_limited": "usage limits",
     "timeouts": "timeouts",
     "unstarted": "never started",
+    "spend_per_day": "spend/day",
+    "tokens_per_day": "tokens/day",
+    "spend_per_run": "spend/run",
+    "tokens_per_run": "tokens/run",
 }
 
 #: The table's word for each verdict.
@@ -49,11 +55,16 @@ class PlotError(Exception):
 
 
 def metric_text(name: str, value: float) -> str:
-    """A metric's value in its own unit: ``4m12s``, ``1h03m``, ``36%``, ``18.4``."""
+    """A metric's value in its own unit: ``4m12s``, ``1h03m``, ``36%``, ``18.4``,
+    ``3.1M`` (tokens), ``$12.40`` (spend)."""
     if name.endswith("_wait"):
         return duration_text(value)
     if name == "utilisation":
         return f"{value * 100:.0f}%"
+    if name.startswith("tokens_"):
+        return tokens_short(round(value))
+    if name.startswith("spend_"):
+        return f"${value:,.2f}" if value >= 1 or value == 0 else f"${value:.4f}"
     return f"{value:.1f}"
 
 
@@ -75,6 +86,8 @@ def _threshold(clause: Clause) -> str:
         return duration_text(clause.value)
     if clause.metric == "utilisation":
         return f"{clause.value * 100:g}%"
+    if clause.metric.startswith(("tokens_", "spend_")):
+        return metric_text(clause.metric, clause.value)
     return f"{clause.value:g}"
 
 
@@ -82,10 +95,13 @@ def plan_table(result: PlanResult) -> str:
     """The human-readable table, one configuration per line, the rule and the answer."""
     keys = [key for key, _ in result.rows[0].setting]
     # "never started" only when some configuration left runs unstarted.
+    # Spend only for a workload with a spend model: a table without it is as it was.
+    spent = result.spent
     columns = [
         name
         for name in _COLUMNS
-        if name != "unstarted" or any(r.estimates[name].high > 0 for r in result.rows)
+        if (name != "unstarted" or any(r.estimates[name].high > 0 for r in result.rows))
+        and (name not in SPEND_METRICS or name in spent)
     ]
     auto = result.replications.auto
     head = [
@@ -160,16 +176,36 @@ def _notes(result: PlanResult) -> list[str]:
             " distance from the mean to the threshold, if the mean and the spread s stay as"
             " measured)"
         )
+    if result.spent:
+        lines.append(
+            "spend: what the agents burn (tokens; US dollars where the workload prices them),"
+            " per day (of the simulated time, at least one) and per run that ended"
+            + ("; not cost/month, which is what --cost prices" if result.priced else "")
+        )
     if result.answer is None:
         lines.append(f"no configuration meets {result.slo.text}")
     elif result.priced:
         lines.append(
             f"cheapest configuration meeting {result.slo.text}: {_label(result.answer)},"
-            f" {_money(result.answer.cost or 0.0)} a month"
+            f" {_money(result.answer.cost or 0.0)} a month{_spending(result, result.answer)}"
         )
     else:
-        lines.append(f"smallest configuration meeting {result.slo.text}: {_label(result.answer)}")
+        lines.append(
+            f"smallest configuration meeting {result.slo.text}: {_label(result.answer)}"
+            + _spending(result, result.answer)
+        )
     return lines
+
+
+def _spending(result: PlanResult, row: Row) -> str:
+    """What the answer's agents spend a day (``$12.40/day``, ``3.1M tokens/day``), if measured."""
+    spent = result.spent
+    figures = [
+        f"{metric_text(name, row.estimates[name].mean)}{unit}"
+        for name, unit in (("spend_per_day", "/day"), ("tokens_per_day", " tokens/day"))
+        if name in spent
+    ]
+    return f"; its agents spend {' and '.join(figures)}" if figures else ""
 
 
 def _label(row: Row) -> str:
@@ -179,6 +215,7 @@ def _label(row: Row) -> str:
 def plan_json(result: PlanResult, source: PlanInput) -> dict[str, Any]:
     """The result for machines (``--json``)."""
     spec = result.replications
+    spent = result.spent
     return {
         "input": {"trace": str(source.path), "kind": result.kind},
         "replications": "auto" if spec.auto else spec.cap,
@@ -202,6 +239,8 @@ def plan_json(result: PlanResult, source: PlanInput) -> dict[str, Any]:
                         "values": list(row.estimates[name].values),
                     }
                     for name in METRICS
+                    # Spend only for a workload with a spend model (as the table).
+                    if name not in SPEND_METRICS or name in spent
                 },
             }
             for row in result.rows
@@ -252,12 +291,37 @@ def plan_figure(result: PlanResult) -> Figure:
     key is varied, and then the other wait percentiles drawn thin beside
     it); intervals clipped at zero; the SLO's thresholds dashed; each point
     marked as the table's "meets SLO" column says (:data:`MARKS`). Points
-    sharing an x are drawn side by side, so none hides another.
+    sharing an x are drawn side by side, so none hides another. For a
+    workload with a spend model, a second panel under it draws what the
+    agents spend: the metric of the SLO's first spend clause, else spend
+    (or, unpriced, tokens) per day.
     """
     from matplotlib.figure import Figure  # noqa: PLC0415 - an optional extra
-    from matplotlib.lines import Line2D  # noqa: PLC0415
 
     metric = result.slo.metric
+    spent = result.spent
+    # A workload with a spend model: what the agents spend, in a panel of its
+    # own under the SLO's metric (unless that is the SLO's metric already).
+    below = None
+    if spent and metric not in SPEND_METRICS:
+        clauses = [c.metric for c in result.slo.clauses if c.metric in spent]
+        below = next(iter([*clauses, *spent]))  # spend_per_day before tokens_per_day
+    if below is None:
+        figure = Figure(figsize=(8, 4.5))
+        _draw(figure.subplots(), result, metric)
+    else:
+        figure = Figure(figsize=(8, 8))
+        top, bottom = figure.subplots(2, 1, sharex=True)
+        _draw(top, result, metric)
+        _draw(bottom, result, below)
+    figure.tight_layout()
+    return figure
+
+
+def _draw(axes: Axes, result: PlanResult, metric: str) -> None:
+    """Draw ``metric`` per configuration on ``axes`` (see :func:`plan_figure`)."""
+    from matplotlib.lines import Line2D  # noqa: PLC0415 - an optional extra
+
     keys = [key for key, _ in result.rows[0].setting]
     xs, ticks, tick_labels = _positions(result.rows)
     groups: dict[tuple[tuple[str, str], ...], list[int]] = {}
@@ -278,8 +342,6 @@ def plan_figure(result: PlanResult) -> Figure:
             series.append((label or metric, metric, members, True))
     spacing = min((b - a for a, b in itertools.pairwise(ticks)), default=1.0)
     width = spacing * 0.16
-    figure = Figure(figsize=(8, 4.5))
-    axes = figure.subplots()
     for number, (label, name, members, marked) in enumerate(series):
         offset = (number - (len(series) - 1) / 2) * width / max(len(series) - 1, 1)
         x = [xs[i] + offset for i in members]
@@ -324,7 +386,7 @@ def plan_figure(result: PlanResult) -> Figure:
                 label=f"SLO {clause.text}",
                 zorder=1,
             )
-    if metric.endswith("_wait") or metric == "utilisation" or metric in ("timeouts",):
+    if metric.endswith("_wait") or metric in ("utilisation", "timeouts", *SPEND_METRICS):
         axes.set_ylim(bottom=0)
     axes.set_xticks(ticks, tick_labels)
     axes.set_xlabel(keys[0])
@@ -352,8 +414,6 @@ def plan_figure(result: PlanResult) -> Figure:
         fontsize="small",
         loc="best",
     )
-    figure.tight_layout()
-    return figure
 
 
 def _positions(rows: Sequence[Row]) -> tuple[list[float], list[float], list[str]]:
@@ -377,6 +437,15 @@ def _scale(metric: str, result: PlanResult) -> tuple[float, str]:
     """A divisor and unit that keep the metric's axis readable: waits in s, min or h."""
     if metric == "utilisation":
         return 0.01, "%"
+    if metric.startswith("spend_"):
+        return 1.0, "$/day" if metric == "spend_per_day" else "$/run"
+    if metric.startswith("tokens_"):
+        per = "/day" if metric == "tokens_per_day" else "/run"
+        top = max([c.value for c in result.slo.clauses if c.metric == metric] or [0.0])
+        top = max(top, *(row.estimates[metric].high for row in result.rows))
+        if top >= 2_000_000:
+            return 1e6, f"M tokens{per}"
+        return (1e3, f"k tokens{per}") if top >= 2_000 else (1.0, f"tokens{per}")
     if not metric.endswith("_wait"):
         return 1.0, "runs/h" if metric == "throughput" else ""
     # The SLO's threshold sets the unit, so the line a reader compares with

@@ -184,6 +184,8 @@ class Driver:
                 cancel._detach()
         if stopped:
             return _outcome(Attempt(0.0, "cancelled"), stopped[0])
+        if attempt.usage is not None or attempt.limit is not None:
+            return _outcome(attempt, None)  # its own: what its agent's stream said
         key = (attempt.outcome, attempt.exit_code, attempt.resets_at)
         ended = self._outcomes.get(key)
         if ended is None:
@@ -205,11 +207,12 @@ def _outcome(attempt: Attempt, reason: str | None) -> ProcessOutcome:
         status=status,
         exit_code=attempt.exit_code,
         reason=reason,
-        limit="timeout" if status is Outcome.TIMED_OUT else None,
+        limit=(attempt.limit or "timeout") if status is Outcome.TIMED_OUT else None,
         result="(simulated)" if status is Outcome.SUCCEEDED else None,
         session_id=None,
         excerpt="",
         usage_limit=limit,
+        usage=attempt.usage,
     )
 
 

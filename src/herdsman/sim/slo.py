@@ -4,7 +4,10 @@ An SLO is one or more clauses joined by ``,`` (all must hold), each
 ``METRIC OP VALUE``: OP is ``<=``, ``<``, ``>=`` or ``>``; METRIC is one of
 :data:`herdsman.sim.metrics.METRICS`. A wait takes seconds with an optional
 unit (``60``, ``60s``, ``1.5m``, ``2h``); utilisation a fraction or a
-percentage (``0.8``, ``80%``); throughput runs per hour; counts a number.
+percentage (``0.8``, ``80%``); throughput runs per hour; counts a number;
+tokens a count (``500000``, ``500k``, ``3.1M``); spend US dollars (``50``,
+``$50``, ``0.25``). Spend is what the agents burn (``spend_per_day``), not
+what ``--cost`` prices (the configuration's cost a month).
 
 A configuration meets a clause only when its whole confidence interval
 does: the interval's upper end for ``<=``/``<``, its lower end for
@@ -106,9 +109,8 @@ def parse_slo(text: str) -> Slo:
             )
         metric, op, value = match.groups()
         if metric not in METRICS:
-            raise SloError(
-                f"--slo: unknown metric {metric!r}; expected one of {', '.join(METRICS)}"
-            )
+            raise SloError(f"--slo: unknown metric {metric!r}; expected one of {', '.join(METRICS)}"
+                           + _spend_hint(metric))  # fmt: skip
         clauses.append(Clause(metric, op, _value(metric, value, part.strip()), part.strip()))
     return Slo(tuple(clauses), text)
 
@@ -131,10 +133,41 @@ def _value(metric: str, text: str, clause: str) -> float:
                 f"--slo: {clause}: expected a utilisation from 0 to 1 or 0% to 100%, got {text!r}"
             )
         return value
+    if metric.startswith("tokens_"):
+        match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG]?)", text)
+        if match is None:
+            raise SloError(
+                f"--slo: {clause}: expected a token count such as 500000, 500k or 3.1M,"
+                f" got {text!r}"
+            )
+        return float(Fraction(match[1]) * _TOKEN_UNITS[match[2].lower()])
+    if metric.startswith("spend_"):
+        number = _float(text.removeprefix("$"))
+        if number is None or number < 0:
+            raise SloError(
+                f"--slo: {clause}: expected US dollars >= 0 such as 50 or $12.5, got {text!r}"
+            )
+        return number
     number = _float(text)
     if number is None or number < 0:
         raise SloError(f"--slo: {clause}: expected a number >= 0, got {text!r}")
     return number
+
+
+_TOKEN_UNITS = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
+
+
+def _spend_hint(metric: str) -> str:
+    """For a metric named after cost or dollars: the spend metric meant, and what cost is."""
+    for prefix in ("cost_per_", "usd_per_", "dollars_per_"):
+        if metric.startswith(prefix):
+            meant = "spend_per_" + metric.removeprefix(prefix)
+            meant = meant if meant in METRICS else "spend_per_day"
+            return (
+                f" (what the agents spend in dollars is {meant};"
+                " --cost prices the configuration itself)"
+            )
+    return ""
 
 
 def _float(text: str) -> float | None:

@@ -21,6 +21,8 @@ import tomlkit
 
 from herdsman.config import ConfigError, LoadedConfig, load_config_text
 from herdsman.core.runs import DEFAULT_WORKSPACE, RunRequest
+from herdsman.runtime.runner.run_usage import RunUsage
+from herdsman.sim.spend import read_failure, usage_of
 from herdsman.trace import (
     OUTCOMES,
     TraceEvent,
@@ -64,6 +66,11 @@ class Attempt:
     exit_code: int | None = None
     #: For a usage-limited attempt: when the limit resets (unix seconds).
     resets_at: float | None = None
+    #: What the agent's stream says (a synthetic run's spend and failure
+    #: class, as the runner hands them on); None: nothing.
+    usage: RunUsage | None = None
+    #: The runner's word on a timed-out attempt: the limit that fired.
+    limit: str | None = None
 
     def end(self, now: float) -> float:
         """When the attempt ends if it starts at ``now`` (trace time); both engines ask."""
@@ -99,11 +106,14 @@ class RunPlan:
     """A run's recorded attempts, in order; ``index`` is its arrival order.
 
     ``synthetic``: the attempts came from the submit line, not a recording.
+    ``usage``: for a synthetic run whose first attempt hit a usage limit,
+    what the attempt that does its work says (the limited one spends nothing).
     """
 
     index: int
     attempts: list[Attempt] = attrs.field(factory=list)
     synthetic: bool = False
+    usage: RunUsage | None = None
 
 
 def _request_of(arrival: Arrival) -> RunRequest | None:
@@ -201,8 +211,8 @@ class Executions:
             return plan.attempts[count]
         if plan is not None and plan.synthetic and plan.attempts:
             # A synthetic run tried again (after a usage limit) does its work
-            # this time, in the time the workload gave it.
-            return Attempt(plan.attempts[-1].duration, "succeeded", 0)
+            # this time, in the time the workload gave it, spending what it gave.
+            return Attempt(plan.attempts[-1].duration, "succeeded", 0, usage=plan.usage)
         self._defaulted.add(run_id)
         return Attempt(DEFAULT_DURATION, "succeeded", 0)
 
@@ -268,9 +278,8 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
         if kind in ("submit", "skip"):
             run = fields["run"]
             submitted = plans.setdefault(run["id"], RunPlan(len(plans)))
-            if "duration" in fields or "outcome" in fields:
-                submitted.attempts.append(_synthetic(where, fields))
-                submitted.synthetic = True
+            if "duration" in fields or "outcome" in fields or _described(fields):
+                _add_synthetic(submitted, where, fields)
             arrivals.append(Arrival(event.t, kind, {"run": run}))
         elif kind == "start":
             started[fields["run_id"]] = _answered(cause, floor, event.t)
@@ -431,6 +440,21 @@ SYNTHETIC_EXIT_CODES: Mapping[str, int] = {
 }
 
 
+def _described(fields: Mapping[str, Any]) -> bool:
+    """Whether a submit line without a duration or outcome says how its run goes otherwise."""
+    return "spend" in fields or "failure" in fields
+
+
+def _add_synthetic(plan: RunPlan, where: str, fields: Mapping[str, Any]) -> None:
+    """Give ``plan`` the attempt its submit line describes."""
+    attempt = _synthetic(where, fields)
+    if attempt.outcome == "usage_limited" and attempt.usage is not None:
+        # Its work is done by the attempt after the limit: that one spends.
+        plan.usage, attempt = attempt.usage, attrs.evolve(attempt, usage=None)
+    plan.attempts.append(attempt)
+    plan.synthetic = True
+
+
 def _synthetic(where: str, fields: Mapping[str, Any]) -> Attempt:
     duration = fields.get("duration", 60.0)
     outcome = fields.get("outcome", "succeeded")
@@ -440,7 +464,13 @@ def _synthetic(where: str, fields: Mapping[str, Any]) -> Attempt:
         raise TraceFormatError(
             f"{where}: outcome: expected one of {', '.join(OUTCOMES)}, got {outcome!r}"
         )
-    return Attempt(float(duration), outcome, SYNTHETIC_EXIT_CODES[outcome])
+    if not _described(fields):  # the common line: nothing said of spend or failures
+        return Attempt(float(duration), outcome, SYNTHETIC_EXIT_CODES[outcome])
+    ending = read_failure(where, fields, outcome)
+    usage = usage_of(where, fields, ending)
+    if ending is not None:
+        return Attempt(float(duration), outcome, ending.exit_code, usage=usage, limit=ending.limit)
+    return Attempt(float(duration), outcome, SYNTHETIC_EXIT_CODES[outcome], usage=usage)
 
 
 def config_from_trace(

@@ -31,7 +31,7 @@ from supervisor_support import (
 )
 from test_accounts import limit, provider_block
 
-from herdsman import runtime_cli
+from herdsman import status_cli
 from herdsman.config import load_config_text
 from herdsman.core import RunState
 from herdsman.runtime.api import app
@@ -171,9 +171,9 @@ async def test_a_parked_run_frees_its_slot_at_once_for_a_run_on_a_free_lane(
     status = (await running.client.get("/v1/status")).json()
     assert (status["running"], status["queued"], status["parked"]) == (0, 0, 1), status
     assert status["parked_by_provider"] == {"demo": 1}
-    assert runtime_cli._counts_line(status).startswith("running: 0   queued: 0   parked: 1")
+    assert status_cli._counts_line(status).startswith("running: 0   queued: 0   parked: 1")
     none_parked = {**status, "parked": 0, "oldest_queued_age": None}
-    assert runtime_cli._counts_line(none_parked) == "running: 0   queued: 0"
+    assert status_cli._counts_line(none_parked) == "running: 0   queued: 0"
     await submit(running, "behind", "c1")  # behind "mine" on its lane
     await submit(running, "free", "c2")
     with trio.fail_after(10):  # a third of the poll
@@ -379,7 +379,7 @@ async def test_status_shows_every_member_of_the_fleet(
     assert (theirs["this"], theirs["host"], theirs["running"]) == (False, "other", 1)
     assert 0 < mine["lease_left"] <= 3  # this member's lease: 3 s
     assert 50 < theirs["lease_left"] <= 60
-    runtime_cli._print_fleet(fleet)
+    status_cli._print_fleet(fleet)
     table = capsys.readouterr().out
     assert "fleet: 2 member(s), 2 running" in table
     rows = {line.split()[0]: line.split()[1:] for line in table.splitlines()[3:]}

@@ -435,12 +435,12 @@ class Execution(Service):
         # Python-level calls (the trace writes only exact str values fast).
         text = str.__str__(status)
         spend = spent if requeue else final.spend
-        if self._trace is not None:
-            shown = None if spend is None else spend_json(spend)
-            self._trace.finish(final.id, text, exit_code, requeued=requeue, spend=shown)
+        if spend is not None:
+            self._report_spend(final, spend, text, exit_code, requeue=requeue)
+        elif self._trace is not None:
+            # The usual finish: its agent's stream said nothing of a spend.
+            self._trace.finish(final.id, text, exit_code, requeued=requeue)
         if self._counts_runs:
-            if spend is not None:
-                self.metrics.count_spend(final.provider, final.account, spend)
             if not requeue:  # a re-queued run has not finished
                 self.metrics.count_finish(final.provider, text)
             if final.started_at is not None and final.finished_at is not None:
@@ -448,6 +448,16 @@ class Execution(Service):
                 self.metrics.observe_duration(final.provider, max(0.0, duration))
         if final.callback_url and final.is_terminal and self._shared.callbacks is not None:
             self._shared.callbacks.start_soon(deliver_callback, final, name=f"callback {final.id}")
+
+    def _report_spend(
+        self, final: RunRecord, spend: Spend, text: str, exit_code: int | None, *, requeue: bool
+    ) -> None:
+        """Trace a finish with what its attempt spent, and count the spend."""
+        if self._trace is not None:
+            shown = spend_json(spend)
+            self._trace.finish(final.id, text, exit_code, requeued=requeue, spend=shown)
+        if self._counts_runs:
+            self.metrics.count_spend(final.provider, final.account, spend)
 
     def let_go(self, run_id: str, *, wake: bool = True) -> None:
         """The run's task is done with it: wake its waiters and the dispatcher.
