@@ -54,6 +54,7 @@ from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
     AccountLimit,
     AccountUse,
+    Attempt,
     NewRun,
     RunEnd,
     RunRecord,
@@ -106,6 +107,10 @@ class _Runs(MemoryStore):
     def records(self) -> list[RunRecord]:
         """Every run, in ``seq`` order."""
         return list(self._runs.values())
+
+    def keep_attempt(self, current: RunRecord, failure: str | None, retry_at: float | None) -> None:
+        """Keep the attempt ``current`` holds before a re-queue clears it."""
+        self._keep_attempt(current, failure, retry_at)
 
 
 class SimFleet:
@@ -341,7 +346,9 @@ class SimFleetStore:
 
         return self._atomic(body)
 
-    def requeue(self, run_id: str) -> RunRecord:
+    def requeue(
+        self, run_id: str, *, failure: str | None = None, retry_at: float | None = None
+    ) -> RunRecord:
         """Re-queue a usage_limited run, or record it ``cancelled`` if a cancel was asked.
 
         As ``FleetStore.requeue``: a cancel asked through another member while
@@ -353,6 +360,7 @@ class SimFleetStore:
             asked = self.fleet.cancel_requests.get(run_id)
             if asked is None or current.status is not RunStatus.USAGE_LIMITED:
                 record = requeued(current)
+                self.fleet.runs.keep_attempt(current, failure, retry_at)
             else:
                 record = attrs.evolve(current, status=RunStatus.CANCELLED, reason=asked)
             self._update_run(current, record)
@@ -364,6 +372,11 @@ class SimFleetStore:
         """See :meth:`Store.add_note`."""
         self._check_open()
         return self.fleet.runs.add_note(run_id, note)
+
+    def attempts(self, run_id: str) -> list[Attempt]:
+        """See :meth:`Store.attempts`."""
+        self._check_open()
+        return self.fleet.runs.attempts(run_id)
 
     def get(self, run_id: str) -> RunRecord | None:
         """See :meth:`Store.get`."""
