@@ -8,6 +8,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +92,24 @@ class Watched:
 
 
 def log_in(page: Page, herd: Herd) -> None:
+    """Log ``page`` in through the form, and wait until it follows the live stream."""
     page.goto(herd.url)
     page.get_by_label("API token").fill(herd.token)
     page.get_by_role("button", name="Log in").click()
     expect(page.locator("#live")).to_have_text("live")
+
+
+@contextmanager
+def logged_in_page(herd: Herd, browser: Browser) -> Iterator[Watched]:
+    """A fresh logged-in page at 1280 px; the block fails if the page logged an error."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    watched = Watched(context.new_page())
+    log_in(watched.page, herd)
+    try:
+        yield watched
+    finally:
+        context.close()
+    assert watched.errors == []
 
 
 AXE = Axe()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_support import Herd, Watched, focused, log_in, tab_to, violations
+from browser_support import Herd, Watched, focused, log_in, logged_in_page, tab_to, violations
 from dashboard_support import git_repository, open_gate
 from playwright.sync_api import Browser, Page, Route, ViewportSize, expect
 
@@ -72,12 +72,8 @@ def resting(herd: Herd) -> bool:
 @pytest.fixture
 def watched(herd: Herd, browser: Browser, busy: dict[str, str]) -> Iterator[Watched]:
     """A fresh logged-in page at 1280 px; the test fails if it logs an error."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    watched = Watched(context.new_page())
-    log_in(watched.page, herd)
-    yield watched
-    context.close()
-    assert watched.errors == []
+    with logged_in_page(herd, browser) as watched:
+        yield watched
 
 
 VIEWS = ["overview", "runs", "accounts", "worktrees", "timeline", "config"]

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser_support import Herd, Watched, focused, log_in, tab_to, violations
-from playwright.sync_api import Browser, Page, expect
+from browser_support import Herd, Watched, focused, log_in, logged_in_page, tab_to, violations
+from playwright.sync_api import Browser, expect
 
 AGENT = Path(__file__).parents[1] / "supervisor" / "spend_agent.py"
 PHONE_WIDTH = 390
@@ -75,17 +75,27 @@ def herd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Herd]:
 @pytest.fixture
 def watched(herd: Herd, browser: Browser) -> Iterator[Watched]:
     """A fresh logged-in page at 1280 px; the test fails if it logs an error."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    watched = Watched(context.new_page())
-    log_in(watched.page, herd)
-    yield watched
-    context.close()
-    assert watched.errors == []
+    with logged_in_page(herd, browser) as watched:
+        yield watched
 
 
 def finished(herd: Herd, run_id: str) -> dict[str, object]:
     run: dict[str, object] = herd.api.get(f"/v1/runs/{run_id}", params={"wait": 60}).json()
     return run
+
+
+def audit_on_a_phone(herd: Herd, browser: Browser) -> None:
+    """The accounts view on a phone: no sideways scroll of the page, no axe violation."""
+    phone = browser.new_context(viewport={"width": PHONE_WIDTH, "height": 844}, is_mobile=True)
+    try:
+        small = phone.new_page()
+        log_in(small, herd)
+        small.goto(f"{herd.url}/#accounts")
+        expect(small.locator('tr[data-account="agent/login"] .badge')).to_have_text("needs login")
+        assert small.evaluate("document.documentElement.scrollWidth") <= PHONE_WIDTH
+        assert violations(small) == Counter()
+    finally:
+        phone.close()
 
 
 def test_a_near_limit_and_a_needed_login_follow_real_runs_until_logged_in_again(
@@ -128,16 +138,7 @@ def test_a_near_limit_and_a_needed_login_follow_real_runs_until_logged_in_again(
     )
 
     # On a phone, in these states too.
-    phone = browser.new_context(viewport={"width": PHONE_WIDTH, "height": 844}, is_mobile=True)
-    try:
-        small = phone.new_page()
-        log_in(small, herd)
-        small.goto(f"{herd.url}/#accounts")
-        expect(small.locator('tr[data-account="agent/login"] .badge')).to_have_text("needs login")
-        assert small.evaluate("document.documentElement.scrollWidth") <= PHONE_WIDTH
-        assert violations(small) == Counter()
-    finally:
-        phone.close()
+    audit_on_a_phone(herd, browser)
 
     # Logged in again, said from the keyboard: the account takes runs again.
     replay(herd, "agent", "login", None)
@@ -162,7 +163,8 @@ def test_budgets_in_tokens_and_dollars_read_as_herdsman_accounts_says_them(
     page.goto(f"{herd.url}/#accounts")
     # One recorded success on each account: tok takes the first, usd (less used) the next.
     for prompt in ("tokens", "dollars"):
-        assert finished(herd, herd.submit(prompt, prompt, provider="spend"))["status"] == "succeeded"
+        run_id = herd.submit(prompt, prompt, provider="spend")
+        assert finished(herd, run_id)["status"] == "succeeded"
     usage = {
         name: page.locator(f'tr[data-account="spend/{name}"] td').nth(3) for name in ("tok", "usd")
     }
