@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import outcome
@@ -29,7 +29,7 @@ from herdsman.runtime.api.ledger_answers import not_recorded, unavailable
 from herdsman.runtime.api.limits import BodyLimits, client_hung_up
 from herdsman.runtime.intake import InvalidRequest, load_json, parse_batch, parse_submit
 from herdsman.runtime.ledger import LedgerBroken, LedgerClosed
-from herdsman.runtime.store import RunStatus, StoreConflict, StoreError
+from herdsman.runtime.store import RunRecord, RunStatus, StoreConflict, StoreError
 from herdsman.runtime.store.errors import RunNotFound as UnknownRun
 from herdsman.runtime.supervisor import (
     CancelNotRecorded,
@@ -149,7 +149,20 @@ class Api:
             raise
         except StoreError as exc:
             return JSONResponse(not_recorded([new.id], exc, batch=False), status_code=503)
-        return JSONResponse(run_view(record), status_code=201 if created else 200)
+        # A run just made has no earlier attempts: no need to ask the ledger.
+        view = run_view(record, ()) if created else await self._one_run(record)
+        return JSONResponse(view, status_code=201 if created else 200)
+
+    async def _one_run(self, record: RunRecord) -> Mapping[str, Any]:
+        """One run's view with its earlier attempts, as every single-run answer gives it."""
+        try:
+            attempts = await self.supervisor.attempts(record.id)
+        except StoreError:
+            # Answered as the supervisor stops, its ledger closing: the run
+            # as it stands, without its earlier attempts (the field is left
+            # out, not shown empty).
+            return run_view(record)
+        return run_view(record, attempts)
 
     async def submit_batch(self, request: Request) -> Response:
         """``POST /v1/runs/batch``: several runs, queued in the order given."""
@@ -182,15 +195,7 @@ class Api:
         run_id = request.path_params["run_id"]
         wait = number_param(request, "wait", 0.0, MAX_WAIT)
         if wait > 0:
-            record = await self.supervisor.wait(run_id, wait)
-            try:
-                attempts = await self.supervisor.attempts(run_id)
-            except StoreError:
-                # A long poll answered as the supervisor stops, its ledger
-                # closing: the run as it ended, without its earlier attempts
-                # (the field is left out, not shown empty).
-                return JSONResponse(run_view(record))
-            return JSONResponse(run_view(record, attempts))
+            return JSONResponse(await self._one_run(await self.supervisor.wait(run_id, wait)))
         found = await self.supervisor.get(run_id)
         if found is None:
             raise RunNotFound(run_id)
@@ -225,7 +230,8 @@ class Api:
             # the fleet member holding it); give the runner its kill grace to
             # record the outcome before answering.
             record = await self.supervisor.wait(run_id, CANCEL_WAIT)
-        return JSONResponse(run_view(record), status_code=200 if record.is_terminal else 202)
+        view = await self._one_run(record)
+        return JSONResponse(view, status_code=200 if record.is_terminal else 202)
 
     async def worktrees(self, request: Request) -> Response:
         """``GET /v1/worktrees``: every conversation's checkouts and their state."""
