@@ -59,7 +59,8 @@ from herdsman.runtime.requests import limits_of, run_request, trace_run
 from herdsman.runtime.runner import ProcessOutcome, RunCancel
 from herdsman.runtime.store import MemoryStore, NewRun
 from herdsman.runtime.supervisor import finish_fields
-from herdsman.sim.replay import ARRIVAL, Driver, _outcome, drive, replay
+from herdsman.sim.driver import ARRIVAL, Driver, _outcome, drive
+from herdsman.sim.replay import replay
 from herdsman.sim.workload import Attempt, Workload, config_from_trace, read_workload
 from herdsman.trace import TraceWriter
 from sim_replay import instructions_per_run, write_trace
