@@ -1,7 +1,9 @@
 """Take the screenshots of docs/dashboard.md: a real supervisor, a few runs, chromium.
 
 Starts ``herdsman run`` in a temporary folder with the demo agent (providers
-whose runs succeed quickly, take long or fail, two accounts with budgets),
+whose runs succeed quickly, take long or fail, two accounts with budgets;
+and one whose runs replay recorded Claude Code streams by account, so one
+account needs a login and the other is warned near its limit),
 submits runs so that some ended, some run and some wait, and saves each view
 at 1280 px wide, the overview at a phone's width, and the sample day's
 replay as ``herdsman sim view`` draws it, into this folder.
@@ -26,6 +28,14 @@ from playwright.sync_api import Page, sync_playwright
 from herdsman.runtime.dashboard.trace_view import view_html
 
 HERE = Path(__file__).parent
+#: The supervisor tests' stand-in for Claude Code: it replays a recorded stream
+#: named by the file ``stream`` in the account's CLAUDE_CONFIG_DIR.
+REPLAY_AGENT = HERE.parents[1] / "tests" / "integration" / "supervisor" / "spend_agent.py"
+#: The ``review`` provider's accounts: the stream each replays, its budget.
+REVIEW_ACCOUNTS = {
+    "team": ("claude-not-logged-in", 'window = "5h"\nbudget = 50000\nbudget_unit = "tokens"'),
+    "solo": ("claude-usage-warning", 'window = "5h"\nbudget = 1.00\nbudget_unit = "usd"'),
+}
 
 
 def free_port() -> int:
@@ -35,8 +45,25 @@ def free_port() -> int:
         return port
 
 
-def config(port: int) -> str:
+def review_accounts(directory: Path) -> str:
+    """The ``review`` provider's accounts, each home told which recorded stream to replay."""
+    lines = []
+    for name, (stream, budget) in REVIEW_ACCOUNTS.items():
+        home = directory / "homes" / name
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "stream").write_text(stream)
+        lines += [
+            "[[providers.review.accounts]]",
+            f'name = "{name}"',
+            f'env = {{ CLAUDE_CONFIG_DIR = "{home}" }}',
+            budget,
+        ]
+    return "\n".join(lines)
+
+
+def config(port: int, directory: Path) -> str:
     agent = [sys.executable, "-m", "herdsman.demo_agent", "--protocol", "claude"]
+    replay = [sys.executable, str(REPLAY_AGENT), str(directory / "replayed.jsonl")]
     return f"""\
 [supervisor]
 state_dir = "state"
@@ -68,6 +95,13 @@ exec = {[*agent, "--delay", "1"]!r}
 concurrency = 1
 protocol = "claude"
 
+[providers.review]
+exec = {replay!r}
+concurrency = 1
+protocol = "claude"
+
+{review_accounts(directory)}
+
 [api]
 listen = "127.0.0.1:{port}"
 """.replace("'", '"')
@@ -93,13 +127,15 @@ def take_screenshots(directory: Path, url: str, token: str, port: int) -> None:
         ("claude", "onboarding", "Add a section on running the tests"),
         ("claude", "bug-1432", "Fix the off-by-one in the pager"),
         ("claude", "onboarding", "Proofread the whole guide"),
+        # team refuses its login; the run moves to solo, which is warned near its limit.
+        ("review", "security", "Review the token handling"),
     ]
     for provider, conversation, prompt in prompts:
         body = {"provider": provider, "prompt": prompt, "conversation": conversation}
         api.post("/v1/runs", json=body).raise_for_status()
     time.sleep(8)  # the codex runs fail, the claude runs are under way
     (directory / "supervisor.toml").write_text(
-        config(port).replace("concurrency = 1", "concurrency = 0"), encoding="utf-8"
+        config(port, directory).replace("concurrency = 1", "concurrency = 0"), encoding="utf-8"
     )
     time.sleep(2)  # the file watcher rejects it
     with sync_playwright() as playwright:
@@ -140,7 +176,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         directory = Path(folder)
         port = free_port()
-        (directory / "supervisor.toml").write_text(config(port), encoding="utf-8")
+        (directory / "supervisor.toml").write_text(config(port, directory), encoding="utf-8")
         with (directory / "supervisor.log").open("w") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "herdsman", "run", "-c", "supervisor.toml"],

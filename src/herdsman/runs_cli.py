@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from herdsman.attempt_text import attempt_line
 from herdsman.cli_common import (
     TERMINAL,
     CommandError,
@@ -192,6 +193,10 @@ def _print_run(run: Mapping[str, Any]) -> None:
         elif key == "spend" and isinstance(value, dict):
             first, *models = spend_lines(value)
             shown = first + "".join(f"\n    {line}" for line in models)
+        elif key == "earlier_attempts" and isinstance(value, list):
+            if not value:
+                continue
+            shown = "".join(f"\n    {attempt_line(attempt)}" for attempt in value)
         elif key == "excerpt" and isinstance(value, str):
             shown = "\n    " + _readable(value).rstrip("\n").replace("\n", "\n    ")
         elif isinstance(value, str) and "\n" in value:

@@ -56,6 +56,8 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     # A submit that waits for a removal of its conversation's worktrees (a
     # sweep's): its ``submit`` follows once recorded (docs/trace-format.md).
     "removal_wait": frozenset({"run_id"}),
+    # A failed attempt tried again after a backoff: its finish (requeued) follows.
+    "retry": frozenset({"run_id", "attempt", "failure", "at"}),
     # A fleet member's part of the fleet (docs/trace-format.md, "Fleet
     # members"): a submit it took, a cancel it asked of the ledger, and a
     # poll that changed its queue.
@@ -734,6 +736,7 @@ _RUN_ID_EVENTS = frozenset(
         "needs_login",
         "fleet_cancel",
         "claim_refused",
+        "retry",
     }
 )
 

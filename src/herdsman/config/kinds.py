@@ -211,6 +211,42 @@ class Choice(Kind):
 
 
 @attrs.frozen
+class ChoiceList(Kind):
+    """A list of distinct strings, each one of a fixed set (empty allowed)."""
+
+    options: tuple[str, ...] = ()
+
+    @property
+    def expected(self) -> str:  # type: ignore[override]
+        return "a list of " + ", ".join(json.dumps(option) for option in self.options)
+
+    def check(self, raw: object, path: KeyPath, checker: Checker) -> tuple[str, ...]:
+        if not isinstance(raw, list):
+            raise self.fail(raw)
+        good = True
+        seen: set[str] = set()
+        for number, element in enumerate(raw):
+            if not isinstance(element, str) or element not in self.options:
+                quoted = [json.dumps(option) for option in self.options]
+                choices = ", ".join(quoted[:-1]) + f" or {quoted[-1]}"
+                checker.problem(
+                    (*path, number), f"must be one of {choices}, got {describe(element)}"
+                )
+                good = False
+            elif element in seen:
+                checker.problem((*path, number), f"{describe(element)} is listed twice")
+                good = False
+            else:
+                seen.add(element)
+        if not good:
+            raise Invalid("")  # already reported per element
+        return tuple(raw)
+
+    def to_toml(self, value: Any) -> Any:
+        return list(value)
+
+
+@attrs.frozen
 class Name(Kind):
     """A string matching ``pattern`` (names of accounts and repos)."""
 

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import attrs
 
 from herdsman.config import kinds
+from herdsman.config.durations import format_duration
+from herdsman.core.retry import DEFAULT_RETRY_ON, Failure
 
 if TYPE_CHECKING:
     from herdsman.config.keypath import KeyPath
@@ -33,6 +35,7 @@ __all__ = [
     "Provider",
     "Repo",
     "RetentionSettings",
+    "Retry",
     "SchedulingSettings",
     "StoreSettings",
     "SupervisorSettings",
@@ -330,6 +333,61 @@ class Account:
     )
 
 
+_FAILURES = tuple(failure.value for failure in Failure)
+
+
+def _retry_rules(
+    raw: Mapping[str, Any], out: dict[str, Any], path: KeyPath, checker: Checker
+) -> None:
+    on, after_work = out.get("on"), out.get("after_work")
+    if on is not None and after_work is not None:
+        for number, name in enumerate(after_work):
+            if name not in on:
+                checker.problem(
+                    (*path, "after_work", number),
+                    f'lists "{name}", which on does not retry: add it to on, or remove it here',
+                )
+    backoff, cap = out.get("backoff"), out.get("backoff_max")
+    if backoff is not None and cap is not None and cap < backoff:
+        checker.problem(
+            (*path, "backoff_max"),
+            f"must be at least backoff ({format_duration(backoff)}), got {format_duration(cap)}",
+        )
+
+
+@attrs.frozen(kw_only=True)
+class Retry:
+    """``[providers.NAME.retry]``: which failed attempts of a run are tried again, and when.
+
+    docs/operations.md ("Retries") says what each failure class is and when
+    the agent is taken to have done work.
+    """
+
+    attempts: int = setting(
+        kinds.WholeNumber(1, 20),
+        "attempts of a run at most, the first included; 1: no retry",
+        default=3,
+    )
+    on: tuple[str, ...] = setting(
+        kinds.ChoiceList(_FAILURES),
+        "failure classes that retry an attempt in which the agent did no work",
+        factory=lambda: tuple(f.value for f in Failure if f in DEFAULT_RETRY_ON),
+    )
+    after_work: tuple[str, ...] = setting(
+        kinds.ChoiceList(_FAILURES),
+        "classes of on that retry even after the agent may have done some work",
+        factory=tuple,
+    )
+    backoff: timedelta = setting(
+        kinds.Duration(positive=True),
+        "delay before the second attempt, doubled before each later one",
+        default=timedelta(seconds=30),
+    )
+    backoff_max: timedelta = setting(
+        kinds.Duration(positive=True), "cap on a delay", default=timedelta(minutes=10)
+    )
+
+
 @attrs.frozen(kw_only=True)
 class Provider:
     """``[providers.NAME]``: a command that reads a prompt on stdin."""
@@ -377,6 +435,11 @@ class Provider:
         ),
         "accounts this provider's runs can spend",
         factory=tuple,
+    )
+    retry: Retry = setting(
+        kinds.Table(Retry, _retry_rules),
+        "which failed attempts are tried again, and when",
+        factory=Retry,
     )
 
 

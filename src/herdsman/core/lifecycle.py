@@ -32,8 +32,13 @@ driver hands it with the time it happened, what becomes of the runs:
   **forget** a queued one that left the ledger's queue elsewhere;
 * **reconfigure** (a reload): caps, agent exclusivity, accounts added and
   removed, an account that comes back getting its rest and usage back;
+* **retry** an attempt that failed for a transient reason its provider's
+  :class:`~herdsman.core.retry.RetryPolicy` retries: the run is held (its
+  lanes kept, its slot and account given back) until its backoff ends, then
+  goes back to the head of its lanes at the first :meth:`Lifecycle.take_starts`
+  after that (:class:`Retry`);
 * **rests** reported, restored or ended by hand, and :meth:`Lifecycle.next_wakeup`,
-  when time alone frees an account a queued run waits for.
+  when time alone frees an account a queued run waits for, or a backoff ends.
 
 No trio, no I/O, no clock (every event carries its ``now``, unix seconds),
 no randomness: the production supervisor's dispatch and the fast simulation
@@ -63,6 +68,7 @@ from herdsman.core.accounts import (
     sticky_key,
 )
 from herdsman.core.outcome import AccountSignals, Outcome, RunOutcome, RunStatus
+from herdsman.core.retry import NO_RETRIES, Failure, RetryPolicy
 from herdsman.core.runs import RunRequest
 from herdsman.core.scheduler import CancelOutcome, Limits, RunState, Scheduler, StartGate
 
@@ -71,6 +77,7 @@ __all__ = [
     "Lifecycle",
     "LoginNeeded",
     "Rest",
+    "Retry",
     "Settings",
     "Settlement",
     "Use",
@@ -92,7 +99,9 @@ class Settings:
 
     ``accounts`` lists every provider's accounts in config order (an empty
     list: the ambient one); ``checkouts``: conversations get worktrees of
-    configured repositories, made before a run's process is spawned.
+    configured repositories, made before a run's process is spawned;
+    ``retries``: each provider's retry policy (a provider not named retries
+    nothing).
     """
 
     limits: Limits
@@ -101,6 +110,7 @@ class Settings:
         factory=dict, converter=_copy_accounts
     )
     checkouts: bool = False
+    retries: Mapping[str, RetryPolicy] = attrs.field(factory=dict)
 
 
 class Admission(enum.Enum):
@@ -150,6 +160,20 @@ class Rest:
 
 
 @attrs.frozen
+class Retry:
+    """A failed attempt tried again: attempt number ``attempt`` (from 1) failed with ``failure``.
+
+    The run waits until ``at`` (unix seconds), ``delay`` seconds after its
+    failure, holding its lanes; then it heads them again.
+    """
+
+    attempt: int
+    failure: Failure
+    at: float
+    delay: float
+
+
+@attrs.frozen
 class LoginNeeded:
     """A run failed to authenticate on an account: it takes no run until a reload or end-rest."""
 
@@ -167,6 +191,9 @@ class LoginNeeded:
 class Settlement:
     """How a finish settles a run: what to record, and what follows.
 
+    ``retry``: the attempt failed and is tried again (the driver records
+    the attempt and re-queues the run in the ledger with the finish); its
+    slot and account are given back now, its lanes kept until then.
     ``freed``: the run's slot, lanes and account are given back already; if
     not (a usage limit or a needed login to act on), they are once the
     driver has recorded the finish and calls :meth:`Lifecycle.settle`, which
@@ -182,6 +209,7 @@ class Settlement:
     requeue: bool = False
     rest: Rest | None = None
     freed: bool = True
+    retry: Retry | None = None
     login: LoginNeeded | None = None
 
 
@@ -267,6 +295,11 @@ class Lifecycle:
         # Running runs a cancel asked to stop: never re-queued.
         self._stopping: set[str] = set()
         self._pending: dict[str, _Pending] = {}
+        # Starts made before the current attempt, for runs with any (a retry
+        # counts attempts by them); absent: none.
+        self._starts: dict[str, int] = {}
+        # Runs held until their backoff ends (unix seconds).
+        self._backoff: dict[str, float] = {}
         # One settlement per (status, spawned) for plain finishes, made once.
         self._plain: dict[tuple[Outcome, bool], Settlement] = {}
 
@@ -295,6 +328,25 @@ class Lifecycle:
         """Whether a queued or running run shares ``run``'s conversation or agent."""
         return self.scheduler.is_busy(run)
 
+    @property
+    def waiting(self) -> bool:
+        """Whether any run waits to start: queued, or held until its backoff ends."""
+        return bool(self.scheduler.queued_count or self._backoff)
+
+    @property
+    def may_wake_in_time(self) -> bool:
+        """Whether time alone may let a run start: a backoff ends, or an account frees for one.
+
+        False: :meth:`next_wakeup` is None, so a driver need not read the time.
+        """
+        return bool(self._backoff) or bool(
+            self.book.may_free_in_time and self.scheduler.queued_count
+        )
+
+    def backoff_of(self, run_id: str) -> float | None:
+        """When ``run_id``'s backoff ends (unix seconds), if it waits out one."""
+        return self._backoff.get(run_id)
+
     def started_before(self, run_id: str) -> bool:
         """Whether ``run_id`` started before this attempt: a usage limit no longer re-queues it."""
         return run_id in self._again
@@ -304,12 +356,13 @@ class Lifecycle:
 
         Only providers with queued runs and no account available now count:
         the earliest moment one of their accounts' rest ends or usage leaves
-        its window. None: only an event (a finish, a reload) can free one.
+        its window. The end of a backoff counts too. None: only an event (a
+        finish, a reload) can free one.
         """
         book, scheduler = self.book, self.scheduler
+        soonest: float | None = min(self._backoff.values()) if self._backoff else None
         if not (book.may_free_in_time and scheduler.queued_count):
-            return None  # nothing waits, or time alone frees no account
-        soonest: float | None = None
+            return soonest  # nothing waits, or time alone frees no account
         for provider in book.providers:
             if scheduler.queued_for(provider) and not book.available(provider, now):
                 at = book.next_change(provider, now)
@@ -349,6 +402,7 @@ class Lifecycle:
         self.scheduler.submit(run, seq=seq)
         if attempts:
             self._again.add(run.id)
+            self._starts[run.id] = attempts
         return _QUEUED
 
     def adopt(self, run: RunRequest, *, seq: int | None = None, attempts: int = 0) -> bool:
@@ -369,6 +423,7 @@ class Lifecycle:
         self.scheduler.submit(run, seq=seq)
         if attempts:
             self._again.add(run.id)
+            self._starts[run.id] = attempts
         return True
 
     def forget(self, run_id: str) -> bool:
@@ -382,6 +437,7 @@ class Lifecycle:
             return False
         self.scheduler.cancel(run_id)
         self._again.discard(run_id)
+        self._starts.pop(run_id, None)
         return True
 
     def pin(self, run_id: str, account: str | None) -> None:
@@ -402,6 +458,8 @@ class Lifecycle:
         the account gate.
         """
         scheduler = self.scheduler
+        if self._backoff and self.admitting:
+            self._end_backoffs(now)
         if not (self.admitting and scheduler.queued_count):
             return _NO_STARTS
         accounts = AccountGate(self.book, now)
@@ -435,10 +493,19 @@ class Lifecycle:
         self._stopping.discard(run_id)
 
     def requeue_held(self) -> None:
-        """Every held run goes back to its place in the queue."""
-        scheduler = self.scheduler
+        """Every held run goes back to its place in the queue, but those waiting out a backoff."""
+        scheduler, backoff = self.scheduler, self._backoff
         for run in list(scheduler.held_runs()):
-            scheduler.requeue(run.id)
+            if run.id not in backoff:
+                scheduler.requeue(run.id)
+
+    def _end_backoffs(self, now: float) -> None:
+        """Runs whose backoff ended by ``now`` go back to their place at the head of their lanes."""
+        backoff = self._backoff
+        # Sorted, so the order never depends on the order the runs failed in.
+        for run_id in sorted(run_id for run_id, at in backoff.items() if at <= now):
+            del backoff[run_id]
+            self.scheduler.requeue(run_id)
 
     # -- finish ------------------------------------------------------------
 
@@ -466,8 +533,13 @@ class Lifecycle:
             limited = self._limit_hit(run_id, outcome, now)
             if limited is not None:
                 return limited
-        elif self._stopping:
-            self._stopping.discard(run_id)
+        else:
+            if outcome.failure is not None and outcome.status is not _SUCCEEDED:
+                retried = self._retry(run_id, outcome, outcome.failure, now)
+                if retried is not None:
+                    return retried
+            if self._stopping:
+                self._stopping.discard(run_id)
         if outcome.session:
             self._stick(run_id)
         spawned = outcome.exit_code is not None
@@ -475,12 +547,43 @@ class Lifecycle:
         self.book.finish(run_id, now, spawned=spawned, charge=_charge_of(signals))
         if self._again:
             self._again.discard(run_id)
+            self._starts.pop(run_id, None)
         plain = self._plain.get((outcome.status, spawned))
         if plain is None:
             plain = self._plain[outcome.status, spawned] = Settlement(
                 RunStatus(outcome.status), spawned
             )
         return plain
+
+    def _retry(
+        self, run_id: str, outcome: RunOutcome, failure: Failure, now: float
+    ) -> Settlement | None:
+        """:meth:`finish` of a failed attempt its provider's policy tries again; None if not.
+
+        Never a run a cancel asked to stop, nor one whose provider left the
+        configuration.
+        """
+        if run_id in self._stopping:
+            return None
+        request = self.scheduler.request_of(run_id)
+        if request is None:
+            raise ValueError(f"run {run_id!r} is not running")
+        policy = self._settings.retries.get(request.provider, NO_RETRIES)
+        attempt = self._starts.get(run_id, 0) + 1
+        if not policy.retries(failure, attempt, worked=outcome.worked):
+            return None
+        delay = policy.delay(run_id, attempt)
+        if outcome.session:
+            self._stick(run_id)
+        # Its account spent the attempt; its lanes stay held, so no later
+        # run of its conversation or agent starts before it.
+        self.book.finish(run_id, now, spawned=outcome.spawned, charge=_charge_of(outcome.account))
+        self.scheduler.hold(run_id)
+        self._backoff[run_id] = now + delay
+        self._starts[run_id] = attempt
+        self._again.add(run_id)
+        retry = Retry(attempt, failure, now + delay, delay)
+        return Settlement(RunStatus(outcome.status), outcome.spawned, retry=retry)
 
     def _account_signals(
         self, run_id: str, outcome: RunOutcome, signals: AccountSignals, now: float
@@ -517,6 +620,7 @@ class Lifecycle:
             self.scheduler.finish(run_id)
             book.finish(run_id, now, spawned=spawned, charge=_charge_of(signals))
             self._again.discard(run_id)
+            self._starts.pop(run_id, None)
             return Settlement(RunStatus(outcome.status), spawned, login=login)
         sticks = None
         if outcome.session and request.conversation is not None:
@@ -564,10 +668,12 @@ class Lifecycle:
             # it spent is not charged, as the ledger keeps no spend of it.
             self.book.finish(run_id, now)
             self._again.add(run_id)
+            self._starts[run_id] = self._starts.get(run_id, 0) + 1
         else:
             self.scheduler.finish(run_id)
             self.book.finish(run_id, now, spawned=pending.spawned, charge=pending.charge)
             self._again.discard(run_id)
+            self._starts.pop(run_id, None)
         rest = pending.rest
         if rest is not None:
             self.book.rest(rest.provider, rest.account, rest.until, rest.message)
@@ -588,6 +694,9 @@ class Lifecycle:
         withdrawn = self.scheduler.cancel(run_id)
         if withdrawn is CancelOutcome.REMOVED:
             self._again.discard(run_id)
+            self._starts.pop(run_id, None)
+            # Withdrawn while it waited out a backoff: the backoff ends with it.
+            self._backoff.pop(run_id, None)
             # Asked to stop as it ran, then re-queued: the stop was its attempt's.
             self._stopping.discard(run_id)
             return Withdrawal.WITHDRAWN
@@ -608,6 +717,8 @@ class Lifecycle:
         self._stopping.discard(run_id)
         self._again.discard(run_id)
         self._pending.pop(run_id, None)
+        self._starts.pop(run_id, None)
+        self._backoff.pop(run_id, None)
         state = scheduler.state_of(run_id)
         if state is None:
             return False

@@ -14,6 +14,8 @@ import enum
 
 import attrs
 
+from herdsman.core.retry import Failure
+
 __all__ = ["AccountSignals", "Outcome", "RunOutcome", "RunStatus", "UsageLimit"]
 
 
@@ -79,7 +81,10 @@ class RunOutcome:
     account's budget. ``usage_limit``: the provider said the account is out
     of quota. ``session``: the run reported a resumable session, which lives
     under the account it ran on, so its conversation sticks to that account.
-    ``account``: what the attempt spent and said of its account (None:
+    ``failure``: the class of a failure a retry policy may try again (None:
+    none such); ``worked``: the agent may have done some of its work before
+    it ended (it called a tool or finished a turn), which only some classes
+    retry. ``account``: what the attempt spent and said of its account (None:
     nothing). An engine makes one per distinct ending and hands it to every
     run that ends alike: it holds nothing of the run itself but ``account``.
     """
@@ -89,6 +94,8 @@ class RunOutcome:
     usage_limit: UsageLimit | None = None
     session: bool = False
     account: AccountSignals | None = None
+    failure: Failure | None = None
+    worked: bool = False
 
     @property
     def spawned(self) -> bool:

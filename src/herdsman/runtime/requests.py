@@ -11,13 +11,16 @@ from json.encoder import encode_basestring as _encode_string
 from typing import Any
 
 from herdsman.config import Config
+from herdsman.config.model import Retry
 from herdsman.core import Limits, RunRequest
 from herdsman.core.lifecycle import Settings
+from herdsman.core.retry import Failure, RetryPolicy
 from herdsman.runtime.accounts import account_specs
 from herdsman.runtime.store import NewRun, RunRecord
 
 __all__ = [
     "limits_of",
+    "retry_policy",
     "run_request",
     "settings_of",
     "trace_run",
@@ -40,6 +43,22 @@ def settings_of(config: Config) -> Settings:
         agent_exclusive=config.scheduling.agent_exclusive,
         accounts={name: tuple(account_specs(p)) for name, p in config.providers.items()},
         checkouts=bool(config.repos),
+        # A fleet member retries nothing yet: the ledger would let another
+        # member start the run before its backoff ends (docs/operations.md).
+        retries={}
+        if config.fleet.enabled
+        else {name: retry_policy(p.retry) for name, p in config.providers.items()},
+    )
+
+
+def retry_policy(retry: Retry) -> RetryPolicy:
+    """A provider's ``[retry]`` table as the lifecycle core takes it."""
+    return RetryPolicy(
+        retry.attempts,
+        frozenset(Failure(name) for name in retry.on),
+        frozenset(Failure(name) for name in retry.after_work),
+        retry.backoff.total_seconds(),
+        retry.backoff_max.total_seconds(),
     )
 
 

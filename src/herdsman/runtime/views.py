@@ -2,16 +2,37 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from herdsman.runtime.store import RunRecord
+from herdsman.runtime.store import Attempt, RunRecord
 from herdsman.runtime.store.records import spend_json
 
 
-def run_view(record: RunRecord) -> Mapping[str, Any]:
-    """The JSON shape of a run in the API and CLI."""
+def attempt_view(attempt: Attempt) -> Mapping[str, Any]:
+    """The JSON shape of an earlier attempt of a run (``earlier_attempts``)."""
     return {
+        "attempt": attempt.attempt,
+        "status": attempt.status.value,
+        "account": attempt.account,
+        "started_at": attempt.started_at,
+        "finished_at": attempt.finished_at,
+        "exit_code": attempt.exit_code,
+        "reason": attempt.reason,
+        # The failure class it was retried for; null: a usage limit's re-queue.
+        "failure": attempt.failure,
+        "retry_at": attempt.retry_at,
+        "spend": None if attempt.spend is None else spend_json(attempt.spend),
+    }
+
+
+def run_view(record: RunRecord, attempts: Sequence[Attempt] | None = None) -> Mapping[str, Any]:
+    """The JSON shape of a run in the API and CLI.
+
+    ``attempts``: its earlier attempts, shown as ``earlier_attempts`` when
+    given (a single run's view; listings leave them out).
+    """
+    view: dict[str, Any] = {
         "id": record.id,
         "status": record.status.value,
         "provider": record.provider,
@@ -38,3 +59,6 @@ def run_view(record: RunRecord) -> Mapping[str, Any]:
         # What its last attempt spent: null where the stream said nothing.
         "spend": None if record.spend is None else spend_json(record.spend),
     }
+    if attempts is not None:
+        view["earlier_attempts"] = [attempt_view(attempt) for attempt in attempts]
+    return view

@@ -52,6 +52,10 @@ class _Runs(MemoryStore):
         """Every run, in ``seq`` order."""
         return list(self._runs.values())
 
+    def keep_attempt(self, current: RunRecord, failure: str | None, retry_at: float | None) -> None:
+        """Keep the attempt ``current`` holds before a re-queue clears it."""
+        self._keep_attempt(current, failure, retry_at)
+
 
 class SimFleet:
     """The ledger a simulated fleet shares: runs, members, holders, requests, marks, clock.

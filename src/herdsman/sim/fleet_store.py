@@ -59,6 +59,7 @@ from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
     AccountLimit,
     AccountUse,
+    Attempt,
     NewRun,
     RunEnd,
     RunRecord,
@@ -234,7 +235,9 @@ class SimFleetStore:
 
         return self._atomic(body)
 
-    def requeue(self, run_id: str) -> RunRecord:
+    def requeue(
+        self, run_id: str, *, failure: str | None = None, retry_at: float | None = None
+    ) -> RunRecord:
         """Re-queue a usage_limited run, or record it ``cancelled`` if a cancel was asked.
 
         As ``FleetStore.requeue``: a cancel asked through another member while
@@ -246,6 +249,7 @@ class SimFleetStore:
             asked = self.fleet.cancel_requests.get(run_id)
             if asked is None or current.status is not RunStatus.USAGE_LIMITED:
                 record = requeued(current)
+                self.fleet.runs.keep_attempt(current, failure, retry_at)
             else:
                 record = attrs.evolve(current, status=RunStatus.CANCELLED, reason=asked)
             self._update_run(current, record)
@@ -257,6 +261,11 @@ class SimFleetStore:
         """See :meth:`Store.add_note`."""
         self._check_open()
         return self.fleet.runs.add_note(run_id, note)
+
+    def attempts(self, run_id: str) -> list[Attempt]:
+        """See :meth:`Store.attempts`."""
+        self._check_open()
+        return self.fleet.runs.attempts(run_id)
 
     def get(self, run_id: str) -> RunRecord | None:
         """See :meth:`Store.get`."""

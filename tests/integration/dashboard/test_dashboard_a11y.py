@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from axe_playwright_python.sync_playwright import Axe
-from browser_support import Herd, Watched
+from browser_support import Herd, Watched, focused, log_in, logged_in_page, tab_to, violations
 from dashboard_support import git_repository, open_gate
 from playwright.sync_api import Browser, Page, Route, ViewportSize, expect
 
@@ -38,23 +37,6 @@ usage_limit_pattern = "usage limit reached"
 
 PHONE: ViewportSize = {"width": 390, "height": 844}
 
-AXE = Axe()
-
-
-def violations(page: Page) -> Counter[str]:
-    """axe-core's violations on the page as shown, as the number of elements by rule.
-
-    Its default rules, and WCAG 2.2's target size (24 px, or spaced apart), which
-    axe leaves off by default: a phone's finger needs it.
-    """
-    options = {"resultTypes": ["violations"], "rules": {"target-size": {"enabled": True}}}
-    results = AXE.run(page, options=options)
-    found: Counter[str] = Counter()
-    for violation in results.response["violations"]:
-        found[violation["id"]] += len(violation["nodes"])
-    assert not found, f"{dict(found)}\n{results.generate_report()}"
-    return found
-
 
 @pytest.fixture(scope="module")
 def herd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Herd]:
@@ -63,13 +45,6 @@ def herd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Herd]:
     herd = Herd(directory, extra=f'{LIMITED}\n[[repos]]\nname = "app"\npath = "{repo}"\n')
     yield herd
     herd.close()
-
-
-def log_in(page: Page, herd: Herd) -> None:
-    page.goto(herd.url)
-    page.get_by_label("API token").fill(herd.token)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.locator("#live")).to_have_text("live")
 
 
 @pytest.fixture(scope="module")
@@ -97,12 +72,8 @@ def resting(herd: Herd) -> bool:
 @pytest.fixture
 def watched(herd: Herd, browser: Browser, busy: dict[str, str]) -> Iterator[Watched]:
     """A fresh logged-in page at 1280 px; the test fails if it logs an error."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    watched = Watched(context.new_page())
-    log_in(watched.page, herd)
-    yield watched
-    context.close()
-    assert watched.errors == []
+    with logged_in_page(herd, browser) as watched:
+        yield watched
 
 
 VIEWS = ["overview", "runs", "accounts", "worktrees", "timeline", "config"]
@@ -204,37 +175,6 @@ def test_a_phone_sees_each_view_without_scrolling_the_page_sideways(
 
 
 # -- the keyboard alone ---------------------------------------------------------
-
-
-def focused(page: Page) -> dict[str, Any]:
-    """What has the focus: its tag, accessible name's parts, and whether it is marked."""
-    found: dict[str, Any] = page.evaluate(
-        """() => {
-          const e = document.activeElement;
-          const style = getComputedStyle(e);
-          return {
-            tag: e.tagName.toLowerCase(),
-            label: e.getAttribute("aria-label") || e.textContent.trim().slice(0, 60),
-            href: e.getAttribute("href"),
-            outline: style.outlineStyle !== "none" && parseFloat(style.outlineWidth) >= 2,
-          };
-        }"""
-    )
-    return found
-
-
-def tab_to(page: Page, label: str, *, key: str = "Tab", limit: int = 80) -> list[dict[str, Any]]:
-    """Press ``key`` until the control named ``label`` has the focus; the stops on the way."""
-    stops = []
-    for _ in range(limit):
-        page.keyboard.press(key)
-        stop = focused(page)
-        stops.append(stop)
-        assert stop["tag"] != "body", f"the focus fell out of the page before {label!r}: {stops}"
-        assert stop["outline"], f"no visible focus on {stop}"
-        if stop["label"] == label:
-            return stops
-    raise AssertionError(f"{label!r} was not reached in {limit} presses of Tab: {stops}")
 
 
 def test_logging_in_with_the_keyboard(herd: Herd, browser: Browser) -> None:

@@ -6,8 +6,11 @@ stated each dialect's DDL by hand: ``ledger-v6.db`` is the SQLite file its
 ``PostgresStore`` ran on an empty schema, then the rows it wrote (read back
 from the server). Each test compares the catalog (columns, types, keys,
 indexes) of an upgraded ledger with one the current code creates anew:
-version 7 (a run's spend) is the first version added since, and a
-hypothetical version 8 checks that the next one will upgrade alike.
+versions 7 (a run's spend) and 8 (run_attempts) were added since, and a
+hypothetical version 9 checks that the next one will upgrade alike. A
+version 7 ledger, made by this code's own declaration of version 7 (the
+schema is declared once, with the version each part came in), upgrades to
+version 8 and keeps the attempts of its runs from then on.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ AHEAD = SCHEMA.version + 1
 
 
 def one_version_ahead() -> Schema:
-    """The schema with a version 8 that adds a run column and an index on it, written once."""
+    """The schema with a next version that adds a run column and an index on it, written once."""
     runs = SCHEMA.table("runs")
     runs = attrs.evolve(
         runs,
@@ -122,7 +125,7 @@ def fresh_sqlite(tmp_path: Path) -> Path:
 def test_a_version_6_sqlite_ledger_has_the_declared_schema(sqlite_v6: Path, tmp_path: Path) -> None:
     store = SqliteStore(sqlite_v6)
     try:
-        assert store.schema_version == SCHEMA.version == 7
+        assert store.schema_version == SCHEMA.version == 8
         assert_fixture_rows(store)
         assert_spend_recorded(store)
     finally:
@@ -217,7 +220,7 @@ def test_a_version_6_postgres_ledger_has_the_declared_schema(
 ) -> None:
     store = PostgresStore(postgres_v6)
     try:
-        assert store.schema_version == SCHEMA.version == 7
+        assert store.schema_version == SCHEMA.version == 8
         assert_fixture_rows(store)
         assert_spend_recorded(store)
     finally:
@@ -259,6 +262,81 @@ def test_a_version_6_postgres_ledger_upgrades_to_a_declared_new_version(
     with psycopg.connect(postgres_v6, autocommit=True) as conn:
         rows = conn.execute("SELECT id, budget_tokens, budget FROM runs ORDER BY seq").fetchall()
     assert rows[:2] == [("done", None, 0.0), ("waiting", None, 0.0)]
+
+
+# --- version 7 to 8: run_attempts ---------------------------------------------
+
+
+def at_version_7(monkeypatch: pytest.MonkeyPatch, module: Any, dialect: Dialect) -> None:
+    """Make ``module``'s store write the schema as it was at version 7."""
+    monkeypatch.setattr(module, "MIGRATIONS", SCHEMA.migrations(dialect)[:7])
+    monkeypatch.setattr(module, "SCHEMA_VERSION", 7)
+
+
+def write_v7_rows(store: SqliteStore | PostgresStore) -> None:
+    """A usage-limited run, finished with its spend, still to be re-queued."""
+    assert store.schema_version == 7
+    store.submit(fixture_run("limited"), T0)
+    store.mark_running("limited", T0 + 1, "acct")
+    store.finish("limited", RunEnd(RunStatus.USAGE_LIMITED, exit_code=1, usage=SEVEN), T0 + 2)
+
+
+SEVEN = RunUsage(tokens=Tokens(input=7, output=1), turns=1)
+
+
+def assert_attempts_kept(store: SqliteStore | PostgresStore) -> None:
+    """The version 7 run, re-queued after the upgrade, keeps its attempt and its spend."""
+    assert store.schema_version == SCHEMA.version == 8
+    store.requeue("limited")
+    [kept] = store.attempts("limited")
+    assert (kept.attempt, kept.status, kept.account, kept.finished_at) == (
+        1,
+        RunStatus.USAGE_LIMITED,
+        "acct",
+        T0 + 2,
+    )
+    assert kept.spend == Spend(SEVEN.tokens, None, (), 1, None)
+
+
+def test_a_version_7_sqlite_ledger_upgrades_to_version_8_and_keeps_attempts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old" / "herdsman.db"
+    path.parent.mkdir()
+    with monkeypatch.context() as patched:
+        at_version_7(patched, sqlite_store, Dialect.SQLITE)
+        old = SqliteStore(path)
+        try:
+            write_v7_rows(old)
+        finally:
+            old.close()
+    assert "run_attempts" not in sqlite_catalog(path)
+    store = SqliteStore(path)
+    try:
+        assert_attempts_kept(store)
+    finally:
+        store.close()
+    assert sqlite_catalog(path) == sqlite_catalog(fresh_sqlite(tmp_path))
+
+
+def test_a_version_7_postgres_ledger_upgrades_to_version_8_and_keeps_attempts(
+    postgres_url: str, other_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patched:
+        at_version_7(patched, postgres_store, Dialect.POSTGRES)
+        old = PostgresStore(postgres_url)
+        try:
+            write_v7_rows(old)
+        finally:
+            old.close()
+    assert not any(c[0] == "run_attempts" for c in postgres_catalog(postgres_url)["columns"])
+    store = PostgresStore(postgres_url)
+    try:
+        assert_attempts_kept(store)
+    finally:
+        store.close()
+    PostgresStore(other_schema).close()
+    assert postgres_catalog(postgres_url) == postgres_catalog(other_schema)
 
 
 # --- what both fixtures hold -------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from herdsman.runtime.store import (
     LOST_ON_RESTART,
     AccountLimit,
     AccountUse,
+    Attempt,
     MemoryStore,
     NewRun,
     RunEnd,
@@ -53,6 +55,9 @@ EXPECTED_LEGAL = {
     (R, RunStatus.LOST),
     (R, UL),
     (UL, Q),
+    # A retry of a transient failure.
+    (RunStatus.FAILED, Q),
+    (RunStatus.TIMED_OUT, Q),
 }
 # What a Claude Code run's stream says it spent, and what the ledger keeps of it.
 SPENDING = RunUsage(
@@ -1321,6 +1326,45 @@ def test_a_requeue_clears_the_attempts_spend(store: Store) -> None:
     assert requeued is not None
     assert requeued.status is RunStatus.QUEUED
     assert requeued.spend is None
+
+
+def test_a_requeue_keeps_the_attempt_it_clears_with_its_spend(store: Store) -> None:
+    store.submit(new("r"), T0)
+    store.mark_running("r", T0, "acct")
+    end = RunEnd(UL, exit_code=1, reason="limit", usage=SPENDING)
+    store.apply([lambda s: (s.finish("r", end, T0 + 1), s.requeue("r"))])
+    assert store.attempts("r") == [
+        Attempt("r", 1, UL, "acct", T0, T0 + 1, 1, "limit", None, None, SPENT)
+    ]
+    assert store.attempts("other") == []
+
+
+def finish_and_retry(store: Store, *, end: RunEnd, at: float) -> None:
+    """Record an attempt's failure and re-queue it for a retry, as one operation."""
+    store.finish("r", end, at + 1)
+    store.requeue("r", failure="crash", retry_at=at + 5)
+
+
+def test_each_retry_keeps_its_attempt_in_order_and_prune_takes_them_with_the_run(
+    store: Store,
+) -> None:
+    store.submit(new("r"), T0)
+    for number, status in enumerate((RunStatus.FAILED, RunStatus.TIMED_OUT), start=1):
+        at = T0 + 10 * number
+        store.mark_running("r", at, f"acct-{number}")
+        end = RunEnd(status, exit_code=1, reason=f"try {number}")
+        store.apply([partial(finish_and_retry, end=end, at=at)])
+    record = store.mark_running("r", T0 + 40, None)
+    assert record.attempts == 3
+    store.finish("r", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 41)
+    assert store.attempts("r") == [
+        Attempt("r", 1, RunStatus.FAILED, "acct-1", T0 + 10, T0 + 11, 1, "try 1", "crash", T0 + 15),
+        Attempt(
+            "r", 2, RunStatus.TIMED_OUT, "acct-2", T0 + 20, T0 + 21, 1, "try 2", "crash", T0 + 25
+        ),
+    ]
+    assert store.prune(T0 + 42) == 1
+    assert store.attempts("r") == []
 
 
 def codex(total_input: int, total_output: int) -> RunUsage:

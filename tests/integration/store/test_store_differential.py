@@ -374,7 +374,10 @@ def test_postgres_and_memory_agree(postgres_url: str) -> None:
     def open_postgres(resources: ExitStack) -> Store:
         # Emptied, not made anew: a schema and its migration cost 30 times as much.
         with psycopg.connect(postgres_url, autocommit=True) as conn:
-            conn.execute("TRUNCATE runs, conversation_sessions, account_limits RESTART IDENTITY")
+            conn.execute(
+                "TRUNCATE runs, run_attempts, conversation_sessions, account_limits"
+                " RESTART IDENTITY"
+            )
         return PostgresStore(postgres_url)
 
     class PostgresAgrees(StoresAgree):

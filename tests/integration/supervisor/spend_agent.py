@@ -11,6 +11,9 @@ not end by itself (``claude-standin-unauthorized`` was stopped in the middle
 of its retries) is left running, as the real CLI would go on retrying: only
 herdsman stops it. Every run appends the account's home, its run id and its
 argv as one JSON line to ``RECORDS``.
+
+The dashboard's tests (tests/integration/dashboard/test_dashboard_accounts.py)
+and docs/images/dashboard_screenshots.py run it too.
 """
 
 from __future__ import annotations

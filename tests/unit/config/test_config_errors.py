@@ -213,6 +213,46 @@ def test_all_errors_reported_at_once_in_file_order(errors: Errors) -> None:
             '[providers.claude] with exec = ["claude", "-p"]',
         ),
         (
+            MINIMAL + "[providers.claude.retry]\nattempts = 0\n",
+            "supervisor.toml:4:12: providers.claude.retry.attempts: must be a whole number from 1 "
+            "to 20, got 0",
+        ),
+        (
+            MINIMAL + '[providers.claude.retry]\non = ["overloaded", "529"]\n',
+            "supervisor.toml:4:21: providers.claude.retry.on[1]: must be one of "
+            '"overloaded", "server_error", "rate_limit", "connection", "api_error", '
+            '"idle_timeout" or "crash", got "529"',
+        ),
+        (
+            MINIMAL + '[providers.claude.retry]\non = "crash"\n',
+            "supervisor.toml:4:6: providers.claude.retry.on: must be a list of "
+            '"overloaded", "server_error", "rate_limit", "connection", "api_error", '
+            '"idle_timeout", "crash", got "crash"',
+        ),
+        (
+            MINIMAL + '[providers.claude.retry]\non = ["crash", "crash"]\n',
+            'supervisor.toml:4:16: providers.claude.retry.on[1]: "crash" is listed twice',
+        ),
+        (
+            MINIMAL + '[providers.claude.retry]\nafter_work = ["crash"]\n',
+            'supervisor.toml:4:15: providers.claude.retry.after_work[0]: lists "crash", which on '
+            "does not retry: add it to on, or remove it here",
+        ),
+        (
+            MINIMAL + '[providers.claude.retry]\nbackoff = "0"\n',
+            f'supervisor.toml:4:11: providers.claude.retry.backoff: must be {POSITIVE}, got "0"',
+        ),
+        (
+            MINIMAL + '[providers.claude.retry]\nbackoff = "2m"\nbackoff_max = "1m"\n',
+            "supervisor.toml:5:15: providers.claude.retry.backoff_max: must be at least backoff "
+            "(2m), got 1m",
+        ),
+        (
+            MINIMAL + "[providers.claude.retry]\nattempt = 3\n",
+            "supervisor.toml:4:1: providers.claude.retry.attempt: unknown key; did you mean "
+            "'attempts'?",
+        ),
+        (
             MINIMAL + 'env = { "" = "x" }\n',
             'supervisor.toml:3:9: providers.claude.env."": must be an environment variable name '
             "(no '=', not empty)",

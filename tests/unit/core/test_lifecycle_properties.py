@@ -15,6 +15,11 @@ accounts as plain records, and scans. It knows:
   at their mean): the conversation's last one if it can, else one not near
   its limit, then the fewest running, then the least share of its budget
   used, then config order; a run that never spawned gives its start back;
+* retries: a failed attempt whose class its provider's policy retries (at
+  most ``attempts`` attempts; a class not in ``after_work`` only if the
+  agent did no work; never one asked to stop) is held, keeping its lanes,
+  until its backoff ends (``backoff * 2**(n-1)``, capped, jittered to half
+  or more), then heads its lanes again; the next wake-up includes it;
 * finishes: a usage limit reported by a run that did not succeed rests its
   account until the reported reset (else its window, else an hour); a plain
   failure then counts as ``usage_limited`` and, at its first attempt and not
@@ -59,6 +64,7 @@ from herdsman.core import Limits, RunRequest, busy_keys, exclusion_keys
 from herdsman.core.accounts import DEFAULT_REST, MAX_REST, AccountSpec, Elsewhere, sticky_key
 from herdsman.core.lifecycle import Admission, Lifecycle, Settings, Settlement, Withdrawal
 from herdsman.core.outcome import AccountSignals, Outcome, RunOutcome, RunStatus, UsageLimit
+from herdsman.core.retry import Failure, RetryPolicy
 
 PROVIDERS = ("p0", "p1", "px")  # px is never given slots
 WORKSPACES = ("default", "w1")
@@ -96,11 +102,26 @@ limits_st = st.builds(
     provider_caps=st.fixed_dictionaries({"p0": caps_st, "p1": caps_st}),
     global_cap=st.sampled_from((None, 3, 2, 1, 4)),
 )
+#: Retry policies a reload switches between: p1 and px never retry.
+RETRIES: tuple[dict[str, RetryPolicy], ...] = (
+    {},
+    {
+        "p0": RetryPolicy(
+            3,
+            frozenset({Failure.OVERLOADED, Failure.CRASH}),
+            frozenset({Failure.CRASH}),
+            10.0,
+            25.0,
+        )
+    },
+    {"p0": RetryPolicy(2, frozenset({Failure.RATE_LIMIT, Failure.OVERLOADED}), frozenset(), 60.0)},
+)
 settings_st = st.builds(
     Settings,
     limits_st,
     agent_exclusive=st.booleans(),
     accounts=st.sampled_from(ACCOUNTS),
+    retries=st.sampled_from(RETRIES),
 )
 run_st = st.fixed_dictionaries(
     {
@@ -125,13 +146,19 @@ signals_st = st.tuples(
 # (None, or when it resets: None for not said, in seconds from now), a
 # session, and what the stream said of the account (None: nothing).
 # Usage limits are made common: re-queueing once needs two in a row.
-Ending = tuple[Outcome, bool, tuple[float | None] | None, bool, Signals | None]
+# Then the class of its failure (a retry policy's), and whether the agent
+# may have done some work.
+Ending = tuple[
+    Outcome, bool, tuple[float | None] | None, bool, Signals | None, Failure | None, bool
+]
 ending_st = st.tuples(
     st.sampled_from((Outcome.FAILED, Outcome.SUCCEEDED, Outcome.TIMED_OUT, Outcome.CANCELLED)),
     st.booleans(),
     st.tuples(st.sampled_from((30.0, None, -5.0, 500.0, 1e9))) | st.none(),
     st.booleans(),
     st.none() | signals_st,
+    st.sampled_from((None, Failure.OVERLOADED, Failure.CRASH, Failure.RATE_LIMIT)),
+    st.booleans(),
 )
 #: Names a fleet's ledger may give: configured here or not, by some set-up.
 LEDGER_PROVIDERS = ("p0", "p1", "px", "p9")
@@ -237,6 +264,10 @@ class Model:
     holds: dict[str, tuple[tuple[str, str | None], float]] = field(default_factory=dict)
     last: dict[tuple[str, str], str | None] = field(default_factory=dict)
     started_before: set[str] = field(default_factory=set)  # re-queued after a limit
+    # Held runs waiting out a backoff: id -> when it ends.
+    backoff: dict[str, float] = field(default_factory=dict)
+    # Starts before the current attempt, for runs with any.
+    attempts: dict[str, int] = field(default_factory=dict)
     stopping: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -332,6 +363,21 @@ class Model:
         if not any(a.available(now) for a in self.configured(run.provider)):
             return "no account of its provider is available"
         return None
+
+    def end_backoffs(self, now: float) -> None:
+        """Runs whose backoff is over go back to their place (while admitting)."""
+        if not self.admitting:
+            return
+        for run in list(self.held):
+            at = self.backoff.get(run.id)
+            if at is not None and at <= now:
+                del self.backoff[run.id]
+                self.held.remove(run)
+                self.requeue(run)
+
+    def forget_attempts(self, run_id: str) -> None:
+        self.attempts.pop(run_id, None)
+        self.backoff.pop(run_id, None)
 
     def free(self, now: float) -> list[RunRequest]:
         if not self.admitting:
@@ -464,6 +510,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def take(self) -> None:
         """Take the starts as a driver does after every event, checking each rule on each."""
         model, now = self.model, self.now
+        model.end_backoffs(now)
         for run_id, pick in self.life.take_starts(now).items():
             # At most once per attempt: a second start only after a re-queue.
             self.starts[run_id] = self.starts.get(run_id, 0) + 1
@@ -548,7 +595,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         cancel asked it to stop while its finish was being recorded.
         """
         model, now = self.model, self.now
-        status, spawned, limit, session, said = ending
+        status, spawned, limit, session, said, failure, worked = ending
         resets_at = None if limit is None or limit[0] is None else now + limit[0]
         signals = signals_of(said, now)
         outcome = RunOutcome(
@@ -557,6 +604,8 @@ class LifecycleMachine(RuleBasedStateMachine):
             None if limit is None else UsageLimit(resets_at, "out of quota"),
             session,
             signals,
+            failure,
+            worked,
         )
         settled = self.life.finish(run.id, outcome, now)
         if settled.requeue and recorded:  # at most once per run, whatever the model says
@@ -576,6 +625,8 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.moved_for_login(
                 run, ending, settled, stopped=stopped, recorded=recorded, late_stop=late_stop
             )
+            return
+        if not hit and self.retried(run, outcome, settled, stopped=stopped, spent=spent):
             return
         if hit:
             event(
@@ -599,10 +650,12 @@ class LifecycleMachine(RuleBasedStateMachine):
             account.resting_until, account.message = until, "out of quota"
             if requeue:
                 model.started_before.add(run.id)
+                model.attempts[run.id] = model.attempts.get(run.id, 0) + 1
                 model.give_back(run.id, spawned=True, now=now)  # re-queued: nothing charged
                 model.requeue(run)
             else:
                 model.started_before.discard(run.id)  # it ended: adopted again, it is new
+                model.forget_attempts(run.id)
                 model.give_back(run.id, spawned=spawned, now=now, spent=spent)
         else:
             assert (settled.status, settled.requeue, settled.freed) == (
@@ -611,6 +664,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 True,
             )
             model.started_before.discard(run.id)
+            model.forget_attempts(run.id)
             model.give_back(run.id, spawned=spawned, now=now, spent=spent)
         if session and conversation is not None:  # recorded: its session sticks
             model.last[run.provider, conversation] = key[1]
@@ -630,6 +684,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert self.life.lost(run.id, now)
         model.give_back(run.id, spawned=True, now=now)
         model.started_before.discard(run.id)
+        model.forget_attempts(run.id)
         return False
 
     def marks(
@@ -661,7 +716,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     ) -> None:
         """:meth:`end` of a run refused its login: its account needs one; it moves, once."""
         model, now = self.model, self.now
-        status, spawned, _, session, said = ending
+        status, spawned, _, session, said, _, _ = ending
         spent = (None, None) if said is None else (said[0], said[1])
         key, _ = model.holds[run.id]
         conversation = conversation_key(run)
@@ -677,16 +732,72 @@ class LifecycleMachine(RuleBasedStateMachine):
             if session and conversation is not None:
                 model.last[run.provider, conversation] = key[1]
             model.started_before.discard(run.id)
+            model.forget_attempts(run.id)
             model.give_back(run.id, spawned=spawned, now=now, spent=spent)
             return
         if not self.settles(run, recorded=recorded, late_stop=late_stop):
             return
         self.life.settle(run.id, now, requeued=True)
+        model.attempts[run.id] = model.attempts.get(run.id, 0) + 1
         model.started_before.add(run.id)
         model.give_back(run.id, spawned=True, now=now)  # re-queued: nothing charged
         model.requeue(run)
         if session and conversation is not None:
             model.last[run.provider, conversation] = key[1]
+
+    def retried(
+        self,
+        run: RunRequest,
+        outcome: RunOutcome,
+        settled: Settlement,
+        *,
+        stopped: bool,
+        spent: tuple[int | None, float | None],
+    ) -> bool:
+        """Whether the model retries the attempt, checking the settlement's word on it."""
+        model, now = self.model, self.now
+        policy = model.settings.retries.get(run.provider)
+        attempt = model.attempts.get(run.id, 0) + 1
+        failure = outcome.failure
+        retries = (
+            outcome.status is not Outcome.SUCCEEDED
+            and failure is not None
+            and policy is not None
+            and attempt < policy.attempts
+            and failure in policy.on
+            and (not outcome.worked or failure in policy.after_work)
+            and not stopped
+        )
+        if not retries:
+            assert settled.retry is None, f"{run.id} retried"
+            return False
+        assert policy is not None
+        assert failure is not None
+        event("retried")
+        retry = settled.retry
+        assert retry is not None, f"{run.id} not retried"
+        base = min(policy.backoff_max, policy.backoff * 2 ** (attempt - 1))
+        assert (retry.attempt, retry.failure) == (attempt, failure)
+        assert base / 2 <= retry.delay <= base
+        assert retry.at == now + retry.delay
+        # Deterministic: the same run and attempt wait the same.
+        assert retry.delay == policy.delay(run.id, attempt)
+        assert (settled.status, settled.freed, settled.requeue) == (
+            RunStatus(outcome.status),
+            True,
+            False,
+        )
+        self.requeues[run.id] = self.requeues.get(run.id, 0) + 1
+        key, _ = model.holds[run.id]
+        conversation = conversation_key(run)
+        if outcome.session and conversation is not None:
+            model.last[run.provider, conversation] = key[1]
+        model.give_back(run.id, spawned=outcome.spawned, now=now, spent=spent)
+        model.held.append(run)
+        model.backoff[run.id] = retry.at
+        model.attempts[run.id] = attempt
+        model.started_before.add(run.id)
+        return True
 
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
@@ -699,6 +810,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             model.queued = [r for r in model.queued if r.id != run_id]
             model.held = [r for r in model.held if r.id != run_id]
             model.started_before.discard(run_id)  # adopted again: as its ledger record says
+            model.forget_attempts(run_id)
         elif any(r.id == run_id for r in model.running):
             assert withdrawal is Withdrawal.STOP
             model.stopping.add(run_id)
@@ -737,6 +849,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             model.held.remove(run)
         model.stopping.discard(run.id)
         model.started_before.discard(run.id)
+        model.forget_attempts(run.id)
         self.take()
 
     @precondition(lambda self: self.requests)
@@ -762,6 +875,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             model.requeue(run)
             if again:
                 model.started_before.add(run_id)
+                model.attempts[run_id] = 1
             # A new life as far as this lifecycle knows: the ledger counts its attempts.
             self.starts.pop(run_id, None)
             self.requeues.pop(run_id, None)
@@ -778,6 +892,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         if queued:
             model.queued = [r for r in model.queued if r.id != run_id]
             model.started_before.discard(run_id)
+            model.forget_attempts(run_id)
         self.take()
 
     @precondition(lambda self: self.model.held)
@@ -785,8 +900,9 @@ class LifecycleMachine(RuleBasedStateMachine):
     def requeue_held(self) -> None:
         self.life.requeue_held()
         for run in list(self.model.held):
-            self.model.held.remove(run)
-            self.model.requeue(run)
+            if run.id not in self.model.backoff:  # a backoff holds it until it ends
+                self.model.held.remove(run)
+                self.model.requeue(run)
         self.take()
 
     @rule(config=settings_st)
@@ -946,6 +1062,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                         frees.append(min(inside) + window)
                 if frees:
                     times.append(max(frees))
+        times.extend(model.backoff.values())
         assert self.life.next_wakeup(now) == (min(times) if times else None)
 
 

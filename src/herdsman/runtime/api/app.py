@@ -182,11 +182,19 @@ class Api:
         run_id = request.path_params["run_id"]
         wait = number_param(request, "wait", 0.0, MAX_WAIT)
         if wait > 0:
-            return JSONResponse(run_view(await self.supervisor.wait(run_id, wait)))
-        record = await self.supervisor.get(run_id)
-        if record is None:
+            record = await self.supervisor.wait(run_id, wait)
+            try:
+                attempts = await self.supervisor.attempts(run_id)
+            except StoreError:
+                # A long poll answered as the supervisor stops, its ledger
+                # closing: the run as it ended, without its earlier attempts
+                # (the field is left out, not shown empty).
+                return JSONResponse(run_view(record))
+            return JSONResponse(run_view(record, attempts))
+        found = await self.supervisor.get(run_id)
+        if found is None:
             raise RunNotFound(run_id)
-        return JSONResponse(run_view(record))
+        return JSONResponse(run_view(found, await self.supervisor.attempts(run_id)))
 
     async def list_runs(self, request: Request) -> Response:
         """``GET /v1/runs`` with filters, newest first."""

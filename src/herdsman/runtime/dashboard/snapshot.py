@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from herdsman.account_text import usage_text
 from herdsman.runtime.api.ledger_answers import unavailable
 from herdsman.runtime.changes import Changes
 from herdsman.runtime.dashboard.logs import last_output
@@ -63,6 +64,10 @@ async def read_state(supervisor: Supervisor) -> dict[str, Any]:
     ``ledger_error``: the counts, accounts and configuration are still shown.
     """
     status = supervisor.status()
+    for account in status["accounts"]:
+        # Worded as `herdsman accounts` words it, by the same code: the page
+        # shows this text rather than repeat the CLI's rules for each unit.
+        account["usage_text"] = usage_text(account)
     fleet = await supervisor.fleet_status()
     ledger_error = None
     try:

@@ -232,6 +232,7 @@ async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]
             excerpt=excerpt.text(),
             usage_limit=adapter.usage_limit,
             usage=adapter.usage,
+            worked=adapter.worked,
         )
     verdict = adapter.verdict(exit_code)
     return ProcessOutcome(
@@ -244,4 +245,5 @@ async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]
         excerpt=excerpt.text(),
         usage_limit=verdict.usage_limit,
         usage=adapter.usage,
+        worked=adapter.worked,
     )

@@ -138,6 +138,9 @@ class ProcessOutcome:
     ``usage`` is what the run spent and what its provider said, as read from
     the agent's stream (``run_usage.py``), for runs stopped early too; None
     when the stream said nothing of it. It has no part in the status.
+    ``worked``: the agent may have done some of its work (it called a tool,
+    finished a turn; a plain CLI printed anything), which only some failure
+    classes retry.
     """
 
     status: Outcome
@@ -149,6 +152,7 @@ class ProcessOutcome:
     excerpt: str
     usage_limit: UsageLimit | None
     usage: RunUsage | None = None
+    worked: bool = False
 
 
 def not_started(status: Outcome, reason: str | None) -> ProcessOutcome:

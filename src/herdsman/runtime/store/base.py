@@ -10,6 +10,7 @@ import outcome
 from herdsman.runtime.store.records import (
     AccountLimit,
     AccountUse,
+    Attempt,
     NewRun,
     RunEnd,
     RunRecord,
@@ -124,16 +125,25 @@ class Store(Protocol):
         """
         ...
 
-    def requeue(self, run_id: str) -> RunRecord:
-        """Put a usage_limited run back in the queue, keeping its ``seq`` and ``attempts``.
+    def requeue(
+        self, run_id: str, *, failure: str | None = None, retry_at: float | None = None
+    ) -> RunRecord:
+        """Put a usage_limited (or, for a retry, failed or timed_out) run back in the queue.
 
-        The attempt's outcome fields (account, times, exit code, reason,
-        result, excerpt, log path) are cleared; ``session_id`` is kept.
-        The store allows this from usage_limited at any time, but the
+        Its ``seq`` and ``attempts`` stay. The attempt's outcome fields
+        (account, times, exit code, reason, result, excerpt, log path,
+        spend) are cleared from the run, after they are kept as an
+        :class:`~herdsman.runtime.store.records.Attempt` (:meth:`attempts`),
+        with ``failure`` (the class a retry is made for) and ``retry_at``;
+        ``session_id`` is kept. The store allows this at any time, but the
         supervisor calls it only in the :meth:`apply` batch whose
-        :meth:`finish` recorded usage_limited, so waiters and :meth:`prune`
-        may treat a usage_limited run that stays as final.
+        :meth:`finish` recorded the attempt, so waiters and :meth:`prune`
+        may treat such a run that stays as final.
         """
+        ...
+
+    def attempts(self, run_id: str) -> list[Attempt]:
+        """The run's earlier attempts that :meth:`requeue` kept, oldest first."""
         ...
 
     def add_note(self, run_id: str, note: str) -> RunRecord:

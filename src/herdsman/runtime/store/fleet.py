@@ -39,9 +39,11 @@ from herdsman.runtime.store.queries import (
     BUDGET_TOKENS,
     CHARGED,
     CHARGED_END,
+    INSERT_ATTEMPT,
     RUN_COLUMNS,
     SELECT_RUNS,
     Cursor,
+    attempt_values,
     check_updated,
     existing_run,
     fetch_run,
@@ -57,6 +59,7 @@ from herdsman.runtime.store.records import (
     NewRun,
     RunRecord,
     RunStatus,
+    attempt_of,
     check_now,
     check_text,
     ended,
@@ -625,7 +628,9 @@ class FleetStore(PostgresStore):
             self._check_live(cur)
         return ClaimResult(claimed, refused)
 
-    def requeue(self, run_id: str) -> RunRecord:
+    def requeue(
+        self, run_id: str, *, failure: str | None = None, retry_at: float | None = None
+    ) -> RunRecord:
         """Re-queue a usage_limited run, or record it ``cancelled`` if a cancel was asked.
 
         A cancel asked through another member while the holder ran the run
@@ -640,6 +645,7 @@ class FleetStore(PostgresStore):
             asked = _cancel_request(cur, run_id)
             if asked is None or current.status is not RunStatus.USAGE_LIMITED:
                 record = requeued(current)
+                cur.execute(INSERT_ATTEMPT, attempt_values(attempt_of(current, failure, retry_at)))
             else:
                 record = attrs.evolve(current, status=RunStatus.CANCELLED, reason=asked)
             self._update_run(cur, current, record)

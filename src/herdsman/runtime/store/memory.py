@@ -21,11 +21,13 @@ from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
     AccountLimit,
     AccountUse,
+    Attempt,
     NewRun,
     RunEnd,
     RunRecord,
     RunStatus,
     Session,
+    attempt_of,
     budget_charge,
     check_limit,
     check_limit_text,
@@ -82,6 +84,8 @@ class MemoryStore:
         self._runs: dict[str, RunRecord] = {}
         self._sessions: dict[tuple[str, str, str], Session] = {}
         self._limits: dict[tuple[str, str | None], AccountLimit] = {}
+        # The earlier attempts of runs that went back to the queue, by run id.
+        self._attempts: dict[str, tuple[Attempt, ...]] = {}
         self._last_seq = 0
         # (finished_at, run id) of every record put with an end, a heap:
         # what prune looks at. Every run whose record has an end has an
@@ -195,12 +199,33 @@ class MemoryStore:
         self._ended(record)  # a note keeps the end a record has
         return record
 
-    def requeue(self, run_id: str) -> RunRecord:
+    def requeue(
+        self, run_id: str, *, failure: str | None = None, retry_at: float | None = None
+    ) -> RunRecord:
         """See :meth:`Store.requeue`."""
         self._check_open()
-        record = requeued(self._existing(run_id))
+        current = self._existing(run_id)
+        record = requeued(current)
+        self._keep_attempt(current, failure, retry_at)
         self._put(record)
         return record
+
+    def _keep_attempt(
+        self, current: RunRecord, failure: str | None, retry_at: float | None
+    ) -> None:
+        """Keep the attempt ``current`` holds before a re-queue clears it (undone with its call)."""
+        attempts = self._attempts
+        if self._undo is not None:
+            self._undo.keep(attempts, current.id)
+        attempts[current.id] = (
+            *attempts.get(current.id, ()),
+            attempt_of(current, failure, retry_at),
+        )
+
+    def attempts(self, run_id: str) -> list[Attempt]:
+        """See :meth:`Store.attempts`."""
+        self._check_open()
+        return list(self._attempts.get(run_id, ()))
 
     def apply(
         self, operations: Sequence[Callable[[Store], Any]], *, durable: bool = False
@@ -328,6 +353,12 @@ class MemoryStore:
             ):
                 del runs[run_id]
                 doomed.append(record)
+        attempts = self._attempts
+        for record in doomed:
+            if record.id in attempts:
+                if self._undo is not None:
+                    self._undo.keep(attempts, record.id)
+                del attempts[record.id]
         if doomed and self._undo is not None:
             self._undo.append((self._unprune, doomed))
         return len(doomed)

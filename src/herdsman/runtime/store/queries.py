@@ -22,6 +22,7 @@ import attrs
 from herdsman.runtime.runner.run_usage import ModelUsage, Tokens
 from herdsman.runtime.store.errors import StoreConflict
 from herdsman.runtime.store.records import (
+    Attempt,
     NewRun,
     RunRecord,
     RunStatus,
@@ -37,12 +38,17 @@ __all__ = [
     "BUDGET_TOKENS",
     "CHARGED",
     "CHARGED_END",
+    "INSERT_ATTEMPT",
     "LIFE_COLUMNS",
+    "PRUNE_ATTEMPTS",
     "RECORD_NAMES",
     "RUN_COLUMNS",
+    "SELECT_ATTEMPTS",
     "SELECT_RUNS",
     "SPEND_COLUMNS",
     "Cursor",
+    "attempt_from_row",
+    "attempt_values",
     "check_updated",
     "existing_run",
     "fetch_run",
@@ -375,3 +381,56 @@ _MODELS = len(RECORD_NAMES) + len(SPEND_COLUMNS) - 1
 _FIELD_METADATA, _FIELD_STATUS, _FIELD_NOTES = (
     list(_FIELDS).index(name) for name in ("metadata", "status", "notes")
 )
+
+
+_ATTEMPTS = SCHEMA.table("run_attempts")
+#: The run_attempts columns an :class:`Attempt` holds before its spend, in its order.
+_ATTEMPT_NAMES: tuple[str, ...] = tuple(
+    c.name for c in _ATTEMPTS.columns if c.name not in SPEND_COLUMNS
+)
+_ATTEMPT_COLUMNS = ", ".join((*_ATTEMPT_NAMES, *SPEND_COLUMNS))
+INSERT_ATTEMPT = (
+    f"INSERT INTO run_attempts ({_ATTEMPT_COLUMNS})"
+    f" VALUES ({', '.join('?' * (len(_ATTEMPT_NAMES) + len(SPEND_COLUMNS)))})"
+)
+#: A run's attempts, oldest first; parameter: the run's id.
+SELECT_ATTEMPTS = f"SELECT {_ATTEMPT_COLUMNS} FROM run_attempts WHERE run_id = ? ORDER BY attempt"
+#: Attempts whose run is gone (pruned): deleted with it.
+PRUNE_ATTEMPTS = "DELETE FROM run_attempts WHERE run_id NOT IN (SELECT id FROM runs)"
+
+
+def attempt_values(attempt: Attempt) -> tuple[Any, ...]:
+    """``attempt`` as the parameters of :data:`INSERT_ATTEMPT`."""
+    return (
+        attempt.run_id,
+        attempt.attempt,
+        attempt.status.value,
+        attempt.account,
+        attempt.started_at,
+        attempt.finished_at,
+        attempt.exit_code,
+        attempt.reason,
+        attempt.failure,
+        attempt.retry_at,
+        *spend_values(attempt.spend),
+    )
+
+
+def attempt_from_row(row: Sequence[Any]) -> Attempt:
+    """The :class:`Attempt` a row of :data:`SELECT_ATTEMPTS` holds."""
+    run_id, attempt, status, account, started, finished, code, reason, failure, retry_at = row[
+        : len(_ATTEMPT_NAMES)
+    ]
+    return Attempt(
+        run_id,
+        attempt,
+        RunStatus(status),
+        account,
+        started,
+        finished,
+        code,
+        reason,
+        failure,
+        retry_at,
+        spend_from_row(row[len(_ATTEMPT_NAMES) :]),
+    )

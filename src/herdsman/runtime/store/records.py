@@ -61,6 +61,9 @@ LEGAL_TRANSITIONS: Mapping[RunStatus, frozenset[RunStatus]] = {
         }
     ),
     RunStatus.USAGE_LIMITED: frozenset({RunStatus.QUEUED}),
+    # A failed attempt its provider's retry policy tries again (docs/operations.md, "Retries").
+    RunStatus.FAILED: frozenset({RunStatus.QUEUED}),
+    RunStatus.TIMED_OUT: frozenset({RunStatus.QUEUED}),
 }
 """From each status, the statuses a run may move to next (the lifecycle table)."""
 
@@ -437,6 +440,48 @@ class RunEnd:
 
 
 @attrs.frozen(slots=True)
+class Attempt:
+    """An earlier attempt of a run, kept when the run went back to the queue.
+
+    A run re-queued after a usage limit or retried after a transient failure
+    loses its attempt's outcome from its own record (:func:`requeued`); the
+    ledger keeps it here first. ``attempt`` counts from 1; ``failure`` is
+    the class a retry was made for (None: a usage limit's re-queue);
+    ``retry_at`` when the retry was due (unix seconds); ``spend`` what the
+    attempt spent. The run's last attempt is the run's own record.
+    """
+
+    run_id: str
+    attempt: int
+    status: RunStatus
+    account: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    failure: str | None = None
+    retry_at: float | None = None
+    spend: Spend | None = None
+
+
+def attempt_of(record: RunRecord, failure: str | None, retry_at: float | None) -> Attempt:
+    """The attempt a finished ``record`` holds, as :class:`Attempt` keeps it."""
+    return Attempt(
+        record.id,
+        record.attempts,
+        record.status,
+        record.account,
+        record.started_at,
+        record.finished_at,
+        record.exit_code,
+        record.reason,
+        failure,
+        retry_at,
+        record.spend,
+    )
+
+
+@attrs.frozen(slots=True)
 class Session:
     """The provider session a conversation resumes, and where it lives.
 
@@ -645,11 +690,12 @@ def ended(record: RunRecord, status: RunStatus, now: float, reason: str) -> RunR
 
 
 def requeued(record: RunRecord) -> RunRecord:
-    """``record`` moved from usage_limited back to queued.
+    """``record`` moved from usage_limited (or failed, timed_out: a retry) back to queued.
 
-    The attempt's outcome is cleared; ``seq`` (its place in submission
-    order), ``attempts`` and ``session_id`` (to resume the conversation) stay.
-    Legal whenever the run is usage_limited; that it happens only in the
+    The attempt's outcome is cleared (a store keeps it as an
+    :class:`Attempt`); ``seq`` (its place in submission order), ``attempts``
+    and ``session_id`` (to resume the conversation) stay. Legal whenever
+    the run is usage_limited (failed, timed_out); that it happens only in the
     batch that recorded usage_limited is the supervisor's rule (see
     :data:`TERMINAL_STATUSES`).
     """

@@ -258,6 +258,7 @@ SCHEMA = Schema(
         "fleet coordination: runs.held_by, supervisors (docs/fleet.md)",
         "fleet requests: runs.cancel_request, runs.requeue_mark (docs/fleet.md)",
         "a run's spend: tokens by kind, cost_usd, turns, api_time, models (docs/store.md)",
+        "run_attempts: the earlier attempts of re-queued and retried runs (docs/store.md)",
     ),
     tables=(
         Table(
@@ -400,6 +401,37 @@ SCHEMA = Schema(
             ),
             key=("id",),
             since=5,
+        ),
+        Table(
+            "run_attempts",
+            (
+                # An earlier attempt of a run that went back to the queue (a
+                # usage limit's re-queue, a retry), kept as it ended: the
+                # run's own row then holds only its newest attempt.
+                Column("run_id", Type.TEXT, not_null=True),
+                Column("attempt", Type.INTEGER, not_null=True),
+                Column("status", Type.TEXT, not_null=True),
+                Column("account", Type.TEXT),
+                Column("started_at", Type.REAL),
+                Column("finished_at", Type.REAL),
+                Column("exit_code", Type.INTEGER),
+                Column("reason", Type.TEXT),
+                # The failure class a retry was made for; NULL: a usage limit.
+                Column("failure", Type.TEXT),
+                Column("retry_at", Type.REAL),
+                # What the attempt spent, as the runs table's spend columns.
+                Column("input_tokens", Type.BIGINT),
+                Column("cache_read_tokens", Type.BIGINT),
+                Column("cache_write_tokens", Type.BIGINT),
+                Column("output_tokens", Type.BIGINT),
+                Column("reasoning_tokens", Type.BIGINT),
+                Column("cost_usd", Type.REAL),
+                Column("turns", Type.INTEGER),
+                Column("api_time", Type.REAL),
+                Column("models", Type.TEXT),
+            ),
+            key=("run_id", "attempt"),
+            since=8,
         ),
     ),
 )

@@ -27,9 +27,14 @@ from herdsman.runtime.store.errors import (
 )
 from herdsman.runtime.store.queries import (
     ACCOUNT_USAGE,
+    INSERT_ATTEMPT,
+    PRUNE_ATTEMPTS,
+    SELECT_ATTEMPTS,
     SELECT_RUNS,
     SPEND_COLUMNS,
     Cursor,
+    attempt_from_row,
+    attempt_values,
     existing_run,
     fetch_run,
     insert_new,
@@ -44,11 +49,13 @@ from herdsman.runtime.store.records import (
     TERMINAL_STATUSES,
     AccountLimit,
     AccountUse,
+    Attempt,
     NewRun,
     RunEnd,
     RunRecord,
     RunStatus,
     Session,
+    attempt_of,
     check_limit,
     check_limit_text,
     check_now,
@@ -468,13 +475,21 @@ class SqlStore:
             self._update_run(cur, current, record)
             return record
 
-    def requeue(self, run_id: str) -> RunRecord:
+    def requeue(
+        self, run_id: str, *, failure: str | None = None, retry_at: float | None = None
+    ) -> RunRecord:
         """See :meth:`Store.requeue`."""
         with self._transaction() as cur:
             current = existing_run(cur, run_id)
             record = requeued(current)
+            cur.execute(INSERT_ATTEMPT, attempt_values(attempt_of(current, failure, retry_at)))
             self._update_run(cur, current, record)
             return record
+
+    def attempts(self, run_id: str) -> list[Attempt]:
+        """See :meth:`Store.attempts`."""
+        with self._reading() as cur:
+            return [attempt_from_row(row) for row in cur.execute(SELECT_ATTEMPTS, (run_id,))]
 
     def add_note(self, run_id: str, note: str) -> RunRecord:
         """See :meth:`Store.add_note`."""
@@ -560,7 +575,10 @@ class SqlStore:
                 f"DELETE FROM runs WHERE finished_at < ? AND status IN ({marks})",
                 (finished_before, *_TERMINAL),
             )
-            return cur.rowcount
+            pruned: int = cur.rowcount
+            if pruned:
+                cur.execute(PRUNE_ATTEMPTS)
+            return pruned
 
     # --- sessions and accounts -----------------------------------------------
 

@@ -93,9 +93,9 @@ class Dispatcher(Service):
     def _until_an_account_frees(self) -> float:
         """Seconds until time alone frees an account some queued run waits for."""
         life = self._life
-        if not (life.book.may_free_in_time and life.scheduler.queued_count):
-            # Nothing waits, or no account has a budget window or has rested:
-            # time alone frees none. No time to read.
+        if not life.may_wake_in_time:
+            # Nothing waits, or no account has a budget window or has rested
+            # and no run waits out a backoff: time alone frees none. No time to read.
             return math.inf
         now = self._wall()
         at = life.next_wakeup(now)
@@ -114,7 +114,7 @@ class Dispatcher(Service):
         Synchronous: the start joins whatever is queued in the ledger right
         now, and commits in the same transaction (see ``Execution._record_finish``).
         """
-        if not self._life.scheduler.queued_count:
+        if not self._life.waiting:
             # Nothing waits (most finishes, unless there is a backlog): no
             # time to read, no gate to build, no queue to look through.
             return None
@@ -248,15 +248,14 @@ class Dispatcher(Service):
         # Twice a run: the cheap tests of _queue_starts and
         # _until_an_account_frees first, without their calls.
         life = self._life
-        starts = self._queue_starts() if life.scheduler.queued_count else None
+        starts = self._queue_starts() if life.waiting else None
         # The starts' time, read a moment ago, if they read it: time passing
         # only frees accounts, so an earlier time can only wake the
         # dispatcher when it need not, which costs nothing but the wake.
         if self._fleet is None and (
             self.account_recheck_at is not None
             or (
-                life.book.may_free_in_time
-                and life.scheduler.queued_count
+                life.may_wake_in_time
                 and life.next_wakeup(self._wall() if starts is None else starts.now) is not None
             )
         ):

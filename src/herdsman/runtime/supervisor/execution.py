@@ -20,7 +20,9 @@ import trio
 
 from herdsman.config import Config
 from herdsman.core.accounts import Pick
+from herdsman.core.lifecycle import Retry
 from herdsman.core.outcome import RunOutcome, UsageLimit
+from herdsman.core.retry import Failure
 from herdsman.runtime.callbacks import deliver_callback
 from herdsman.runtime.runner import (
     Outcome,
@@ -29,6 +31,7 @@ from herdsman.runtime.runner import (
     RunCancel,
     not_started,
 )
+from herdsman.runtime.runner.failure_class import failure_of
 from herdsman.runtime.runner.spawn_failure import why_not_spawned
 from herdsman.runtime.stop_order import StopOrder
 from herdsman.runtime.store import RunEnd, RunRecord, RunStatus, Store, StoreError
@@ -43,6 +46,7 @@ from herdsman.runtime.supervisor.outcomes import (
     charged_once_recorded,
     finish_fields,
     refused_for_good,
+    requeue_for_retry,
     requeue_note,
 )
 from herdsman.runtime.supervisor.preparation import Preparation
@@ -64,6 +68,10 @@ RETRYING_IN_FLEET = "trying again until the ledger records it; its lanes stay he
 #: The first wait before recording a finish again, then doubled up to the most.
 FINISH_RETRY_FIRST = 0.5
 FINISH_RETRY_MAX = 30.0
+
+
+#: A run's ending as far as its settlement goes: status, exit code, session, failure, work.
+_Ending = tuple[Outcome, int | None, bool, Failure | None, bool]
 
 
 class Execute(Protocol):
@@ -100,7 +108,7 @@ class Execution(Service):
         self._prep = prep
         self._tracker = tracker
         # How runs end, one value per distinct ending (RunOutcome holds nothing of a run).
-        self._outcomes: dict[tuple[Outcome, int | None, bool], RunOutcome] = {}
+        self._outcomes: dict[_Ending, RunOutcome] = {}
 
     async def execute_run(self, record: RunRecord, pick: Pick | None, config: Config) -> None:
         handle = self._handles[record.id]
@@ -168,13 +176,29 @@ class Execution(Service):
         if signals is not None:
             if limit is not None:
                 limit = UsageLimit(limit.resets_at, as_text(limit.message) or "")
-            return RunOutcome(ended.status, ended.exit_code, limit, session, signals)
+            return RunOutcome(
+                ended.status,
+                ended.exit_code,
+                limit,
+                session,
+                signals,
+                failure=failure_of(ended),
+                worked=ended.worked,
+            )
         if limit is None:
             # One value per distinct ending, shared by every run that ends alike.
-            key = (ended.status, ended.exit_code, session)
+            failure = failure_of(ended)
+            key = (ended.status, ended.exit_code, session, failure, ended.worked)
             plain = self._outcomes.get(key)
             if plain is None:
-                plain = RunOutcome(ended.status, ended.exit_code, None, session)
+                plain = RunOutcome(
+                    ended.status,
+                    ended.exit_code,
+                    None,
+                    session,
+                    failure=failure,
+                    worked=ended.worked,
+                )
                 self._outcomes[key] = plain
             return plain
         message = as_text(limit.message) or ""
@@ -194,6 +218,10 @@ class Execution(Service):
         # in between), and whether the slot, lanes and account are free now.
         settled = self._life.finish(record.id, self._outcome_of(ended, bool(session_id)), now)
         status, hit, requeue = settled.status, settled.rest, settled.requeue
+        # A retry (Settlement.retry): the attempt is kept and the run re-queued
+        # in the finish's own transaction, as a usage limit's re-queue is.
+        retry = settled.retry
+        spent: list[Spend | None] = []
         # The usual end (no usage limit to act on) frees the slot, the lanes
         # and the account now, before the finish commits, and queues the
         # starts that frees right behind it: both commit in one transaction,
@@ -209,7 +237,7 @@ class Execution(Service):
         recorded = end if end.status is status else attrs.evolve(end, status=status)
 
         def finish(store: Store) -> RunRecord:
-            final = store.finish(record.id, recorded, now)
+            final = requeue_for_retry(store, store.finish(record.id, recorded, now), retry, spent)
             if hit is not None:
                 store.set_account_limit(hit.provider, hit.account, hit.until, hit.message)
             if requeue:
@@ -226,7 +254,8 @@ class Execution(Service):
 
         def finished(final: RunRecord) -> None:
             # What the ledger did, not what was asked: it may have cancelled it.
-            requeued = requeue and final.status is RunStatus.QUEUED
+            requeued = (requeue or retry is not None) and final.status is RunStatus.QUEUED
+            self._retried(final, retry)
             if early:
                 # When this task takes the starts the finish frees (below), the
                 # dispatcher has nothing to look at for it: take_starts wakes
@@ -234,7 +263,9 @@ class Execution(Service):
                 # turned false since: then it is woken, to no harm.)
                 self.let_go(
                     record.id,
-                    wake=not (may_start and self._life.admitting and self._fleet is None),
+                    # A retry's backoff is the dispatcher's to wait out.
+                    wake=retry is not None
+                    or not (may_start and self._life.admitting and self._fleet is None),
                 )
             else:
                 # The slot and lanes first: nothing below may keep them held.
@@ -250,6 +281,7 @@ class Execution(Service):
                 status if requeued else final.status,
                 end.exit_code,
                 requeue=requeued,
+                spent=spent[0] if requeued and spent else None,
             )
 
         starts: QueuedStarts | None = None
@@ -363,15 +395,46 @@ class Execution(Service):
                 del self._finish_retries[run_id]
         return last  # a forced stop gave up on it
 
+    def _retried(self, final: RunRecord, retry: Retry | None) -> None:
+        """A failed attempt is tried again (``retry``): say so in the log and the trace."""
+        if retry is None:
+            return
+        self._submitted_at[final.id] = final.submitted_at
+        log.info(
+            "run %s: attempt %d failed (%s); retrying in %.0fs",
+            final.id,
+            retry.attempt,
+            retry.failure.value,
+            retry.delay,
+        )
+        if self._trace is not None:
+            self._trace.event(
+                "retry",
+                run_id=final.id,
+                attempt=retry.attempt,
+                failure=retry.failure.value,
+                at=retry.at,
+                delay=round(retry.delay, 6),
+            )
+
     def _report_finish(
-        self, final: RunRecord, status: RunStatus, exit_code: int | None, *, requeue: bool
+        self,
+        final: RunRecord,
+        status: RunStatus,
+        exit_code: int | None,
+        *,
+        requeue: bool,
+        spent: Spend | None = None,
     ) -> None:
-        """Trace and count a finish just recorded; deliver its completion callback."""
+        """Trace and count a finish just recorded; deliver its completion callback.
+
+        ``spent``: what a re-queued attempt spent (its run's record no longer says).
+        """
         # The status's text as a plain str: a StrEnum member's value is its
         # own text, which str.__str__ copies in C where .value is two
         # Python-level calls (the trace writes only exact str values fast).
         text = str.__str__(status)
-        spend = final.spend  # None on a re-queue, which clears it: its attempt is not counted
+        spend = spent if requeue else final.spend
         if spend is not None:
             self._report_spend(final, spend, text, exit_code, requeue=requeue)
         elif self._trace is not None:

@@ -55,6 +55,7 @@ from herdsman.runtime.reload import (
 from herdsman.runtime.requests import settings_of
 from herdsman.runtime.runner import execute
 from herdsman.runtime.store import (
+    Attempt,
     NewRun,
     RunRecord,
     Store,
@@ -356,6 +357,10 @@ class Supervisor:
     async def get(self, run_id: str) -> RunRecord | None:
         """The run's record, or ``None``."""
         return await self._intake.get(run_id)
+
+    async def attempts(self, run_id: str) -> list[Attempt]:
+        """The run's earlier attempts (re-queued or retried), oldest first."""
+        return await self._intake.attempts(run_id)
 
     async def list_runs(self, **filters: Any) -> list[RunRecord]:
         """Runs matching the store's ``list_runs`` filters."""

@@ -23,6 +23,7 @@ from herdsman.core import RunRequest, RunState, busy_keys
 from herdsman.core.lifecycle import Admission, Withdrawal
 from herdsman.runtime.requests import run_request, trace_run, trace_run_text
 from herdsman.runtime.store import (
+    Attempt,
     NewRun,
     RunRecord,
     RunStatus,
@@ -456,6 +457,11 @@ class Intake(Service):
         """The run's record, or ``None``."""
         await self._shared.ready.wait()
         return await self.ledger.call(lambda s: s.get(run_id))
+
+    async def attempts(self, run_id: str) -> list[Attempt]:
+        """The run's earlier attempts (re-queued or retried), oldest first."""
+        await self._shared.ready.wait()
+        return await self.ledger.call(lambda s: s.attempts(run_id))
 
     async def list_runs(self, **filters: Any) -> list[RunRecord]:
         """Runs matching the store's ``list_runs`` filters."""

@@ -6,13 +6,21 @@ tasks: the simulator's floor benchmark and the tests use them as they are.
 
 from __future__ import annotations
 
-from herdsman.core.lifecycle import Rest, Settlement
+from herdsman.core.lifecycle import Rest, Retry, Settlement
 from herdsman.core.outcome import AccountSignals, Outcome, RunOutcome
 from herdsman.runtime.runner import ProcessOutcome
 from herdsman.runtime.runner.protocols.base import one_line
-from herdsman.runtime.store import RunEnd, RunRecord, RunStatus, StoreConflict, StoreError
+from herdsman.runtime.store import (
+    RunEnd,
+    RunRecord,
+    RunStatus,
+    Store,
+    StoreConflict,
+    StoreError,
+)
 from herdsman.runtime.store.errors import LeaseExpired
 from herdsman.runtime.store.errors import RunNotFound as UnknownRun
+from herdsman.runtime.store.records import Spend
 
 __all__ = [
     "SHUT_DOWN",
@@ -22,6 +30,7 @@ __all__ = [
     "finish_fields",
     "limit_note",
     "refused_for_good",
+    "requeue_for_retry",
     "requeue_note",
 ]
 
@@ -50,6 +59,26 @@ def limit_note(record: RunRecord, hit: Rest, again: RunRecord) -> str:
         f"attempt {record.attempts} stopped at the usage limit of {hit.label}"
         f" ({hit.message}); {done}"
     )
+
+
+def requeue_for_retry(
+    store: Store, final: RunRecord, retry: Retry | None, spent: list[Spend | None]
+) -> RunRecord:
+    """Re-queue a run whose failed attempt (``final``) was just recorded, if ``retry`` says so.
+
+    The attempt is kept by the ledger and what it spent put in ``spent``
+    (the re-queue clears it from the run); the run gets a note.
+    """
+    spent[:] = [final.spend]
+    if retry is None:
+        return final
+    run_id = final.id
+    again = store.requeue(run_id, failure=retry.failure.value, retry_at=retry.at)
+    note = (
+        f"attempt {again.attempts} failed ({retry.failure.value});"
+        f" retried after a backoff of {retry.delay:.0f}s"
+    )
+    return store.add_note(run_id, note)
 
 
 def requeue_note(record: RunRecord, settled: Settlement, again: RunRecord) -> str:

@@ -262,7 +262,8 @@
   function renderAccounts() {
     fill("accounts", state.status.accounts.map((a) => {
       const near = a.budget && a.usage >= 0.8 * a.budget;
-      const usage = a.budget ? `${a.usage} / ${a.budget} ${a.unit}` : `${a.usage} ${a.unit || ""}`;
+      // The server words the usage as `herdsman accounts` does (3.3k tokens of 5.0k, $0.02 of $0.05).
+      const usage = a.usage_text;
       const shown = accountState(a);
       const label = a.account || "(ambient)";
       // Ending the rest also clears a needed login: the user says it is logged in again.
@@ -387,6 +388,8 @@
     const facts = [["status", run.status], ["provider", run.provider], ["conversation", conversationName(run)],
       ["account", (run.account || "(ambient)") + accountMarks(run)], ["submitted", when(run.submitted_at)], ["started", when(run.started_at)],
       ["finished", when(run.finished_at)], ["exit code", run.exit_code], ["reason", run.reason], ["attempts", run.attempts],
+      // Where a re-queued attempt went, and why (a refused login, a usage limit), one line each.
+      ["notes", (run.notes || []).join("\n")],
       ["prompt", run.prompt], ["result", run.result]];
     $("run-facts").replaceChildren(...facts.filter(([, v]) => v !== null && v !== undefined && v !== "")
       .flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { "data-fact": k, text: String(v) })]));

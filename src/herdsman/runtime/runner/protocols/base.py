@@ -116,6 +116,7 @@ class ProtocolAdapter:
         self._last_stderr: str | None = None
         # The last error the stream itself reported (set by the adapters that read one).
         self._stream_error: str | None = None
+        self._worked = False
         #: Set, in the stream's words, once the stream shows that the account
         #: is not logged in for good: the agent gave up, or kept retrying a
         #: refused login (:data:`AUTH_RETRIES_BEFORE_STOP`). The runner stops
@@ -161,6 +162,16 @@ class ProtocolAdapter:
     def session_id(self) -> str | None:
         """The session id seen so far (also useful when the run is stopped)."""
         return None
+
+    @property
+    def worked(self) -> bool:
+        """Whether the agent may have done some of its work, as far as the stream went.
+
+        What decides whether a failure of a class that retries only an
+        attempt that did nothing is retried (docs/operations.md, "Retries"):
+        each adapter says what counts.
+        """
+        return self._worked
 
     @property
     def usage_limit(self) -> UsageLimit | None:

@@ -112,6 +112,8 @@ class ClaudeAdapter(ProtocolAdapter):
             self._on_agent_error(event)
         elif kind == "assistant":
             self._spend.on_assistant(event, None, None)
+            if not self._worked:
+                self._worked = _calls_a_tool(event.get("message"))
         elif kind == "system" and event.get("subtype") == "api_retry":
             self._stream_error = _retry_text(event)
             self._auth_retried(self._spend.on_retry(event))
@@ -196,6 +198,14 @@ class ClaudeAdapter(ProtocolAdapter):
             error=error,
             usage_limit=self._usage_limit,
         )
+
+
+def _calls_a_tool(message: object) -> bool:
+    """Whether an assistant message calls a tool: work that retrying may repeat."""
+    blocks = message.get("content") if isinstance(message, dict) else None
+    return isinstance(blocks, list) and any(
+        isinstance(block, dict) and block.get("type") == "tool_use" for block in blocks
+    )
 
 
 def _message_text(message: object) -> str | None:

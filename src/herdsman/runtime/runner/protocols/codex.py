@@ -54,6 +54,10 @@ EVENT_TYPES = frozenset(
 """The ``type`` values of Codex's stream (how ``herdsman logs`` knows one)."""
 
 
+#: The items that act on the world: an attempt that began one may have done its work.
+_WORK = frozenset({"command_execution", "file_change", "mcp_tool_call"})
+
+
 def _item(event: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     item = event.get("item")
     if not isinstance(item, dict):
@@ -103,12 +107,17 @@ class CodexAdapter(ProtocolAdapter):
             thread = event.get("thread_id")
             if isinstance(thread, str) and thread:
                 self._session_id = thread
+        elif kind == "item.started" and not self._worked:
+            self._worked = _item(event)[0] in _WORK
         elif kind == "item.completed":
             item_kind, item = _item(event)
+            if item_kind in _WORK:
+                self._worked = True
             text = item.get("text")
             if item_kind in ("agent_message", "assistant_message") and isinstance(text, str):
                 self._reply = text
         elif kind == "turn.completed":
+            self._worked = True
             self._completed = True
             self._pending_error = None
             self._spend.on_turn_completed(event.get("usage"))

@@ -32,7 +32,13 @@ class PlainAdapter(ProtocolAdapter):
         self._usage_limit: UsageLimit | None = None
 
     def feed_line(self, line: bytes) -> None:
-        """Keep the line as part of the reply (within the bound)."""
+        """Keep the line as part of the reply (within the bound).
+
+        Any output of a plain CLI may be the trace of work done: it counts
+        as having worked (:attr:`worked`).
+        """
+        if not self._worked and line.strip():
+            self._worked = True
         self._total += len(line)
         room = PLAIN_REPLY_LIMIT - len(self._reply)
         if room > 0:
