@@ -16,12 +16,14 @@ from hypothesis import strategies as st
 from herdsman.config import LoadedConfig, load_config_text
 from herdsman.config.report import config_as_json
 from herdsman.runtime.runner.api_failure import ApiFailure
-from herdsman.runtime.runner.run_usage import RunUsage, Tokens
+from herdsman.runtime.runner.run_usage import RateLimitWarning, RunUsage, Tokens
 from herdsman.sim.workload import Arrival, Attempt, RunPlan, Workload, config_from_trace
 from herdsman.trace import TraceHeader, format_time
 
 STARTED_AT = 1_795_000_000.0  # a whole second: sums with the grid stay exact
 PROVIDERS = ("claude", "codex", "local")
+#: The budget units a provider's stream lets it use besides runs and run minutes.
+SPEND_UNITS = {"claude": ("tokens", "usd"), "codex": ("tokens",)}
 OUTCOMES = ("succeeded",) * 5 + ("failed", "timed_out", "usage_limited", "usage_limited")
 
 # Mostly whole seconds, so ends, arrivals and rests ending often fall on one
@@ -39,8 +41,19 @@ def accounts(draw: st.DrawFn, provider: str) -> list[str]:
             lines.append(f"concurrency = {draw(st.integers(1, 2))}")
         if draw(st.booleans()):
             lines.append(f'window = "{draw(st.sampled_from([4, 10, 30]))}s"')
-            lines.append(f"budget = {draw(st.integers(1, 4))}")
-            lines.append(f'budget_unit = "{draw(st.sampled_from(["runs", "run_minutes"]))}"')
+            # Only a stream that states spend may be budgeted by it (claude: tokens
+            # and dollars; codex: tokens).
+            units = ["runs", "run_minutes", *SPEND_UNITS.get(provider, ())]
+            unit = draw(st.sampled_from(units))
+            # Budgets on the scale of what usages() spends: a few runs' worth.
+            budget = {
+                "runs": st.integers(1, 4),
+                "run_minutes": st.integers(1, 4),
+                "tokens": st.sampled_from([1, 500_000, 2_000_000]),
+                "usd": st.sampled_from([0.01, 1, 3]),
+            }[unit]
+            lines.append(f"budget = {draw(budget)}")
+            lines.append(f'budget_unit = "{unit}"')
         out.append("\n".join(lines))
     return out
 
@@ -61,6 +74,21 @@ def configs(draw: st.DrawFn) -> str:
             f'exec = ["{provider}"]',
             f"concurrency = {draw(st.integers(1, 3))}",
         ]
+        if provider in SPEND_UNITS:
+            lines.append(f'protocol = "{provider}"')
+        if draw(st.booleans()):
+            # A retry policy: the classes usages() fails with, before and after work.
+            classes = ["overloaded", "rate_limit", "server_error", "connection"]
+            on = draw(st.lists(st.sampled_from(classes), unique=True))
+            after = draw(st.lists(st.sampled_from(on), unique=True)) if on else []
+            lines += [
+                f"[providers.{provider}.retry]",
+                f"attempts = {draw(st.integers(1, 3))}",
+                "on = [" + ", ".join(f'"{c}"' for c in on) + "]",
+                "after_work = [" + ", ".join(f'"{c}"' for c in after) + "]",
+                f'backoff = "{draw(st.sampled_from([1, 2, 4]))}s"',
+                'backoff_max = "8s"',
+            ]
         lines += draw(accounts(provider))
     return "\n".join(lines) + "\n"
 
@@ -98,8 +126,24 @@ def usages(draw: st.DrawFn) -> RunUsage | None:
         )
     )
     cost = draw(st.sampled_from([None, 0.0, 0.015, 1.25]))
-    failure = draw(st.sampled_from([None, ApiFailure.OVERLOADED, ApiFailure.RATE_LIMIT]))
-    return RunUsage(tokens=tokens, cost_usd=cost, failure=failure)
+    failure = draw(
+        st.sampled_from(
+            [
+                None,
+                ApiFailure.OVERLOADED,
+                ApiFailure.RATE_LIMIT,
+                ApiFailure.SERVER_ERROR,
+                ApiFailure.CONNECTION,
+                ApiFailure.AUTHENTICATION,  # a refused login: the run moves
+            ]
+        )
+    )
+    near = None
+    if draw(st.booleans()):
+        # The provider warned the account is near its limit: until a reset, or its window.
+        resets = draw(st.sampled_from([None, 2.0, 5.0, 12.0]))
+        near = RateLimitWarning(None if resets is None else STARTED_AT + resets, "five_hour")
+    return RunUsage(tokens=tokens, cost_usd=cost, failure=failure, near_limit=near)
 
 
 @st.composite

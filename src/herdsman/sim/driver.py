@@ -17,12 +17,11 @@ import trio
 import trio.testing
 
 from herdsman.runtime.runner import (
-    Outcome,
     ProcessOutcome,
     ProcessSpec,
     RunCancel,
-    UsageLimit,
 )
+from herdsman.sim.fake_end import fake_end
 from herdsman.sim.trio_internals import (
     any_woken,
     checkpoints,
@@ -108,7 +107,7 @@ class Driver:
         stopped: list[str] = []
         if cancel is not None:
             if cancel.cancelled:
-                return _outcome(Attempt(0.0, "cancelled"), cancel.reason)
+                return fake_end(Attempt(0.0, "cancelled"), cancel.reason)
 
             def on_cancel(reason: str) -> None:
                 stopped.append(reason)
@@ -133,37 +132,14 @@ class Driver:
             if cancel is not None:
                 cancel._detach()
         if stopped:
-            return _outcome(Attempt(0.0, "cancelled"), stopped[0])
+            return fake_end(Attempt(0.0, "cancelled"), stopped[0])
         if attempt.usage is not None or attempt.limit is not None:
-            return _outcome(attempt, None)  # its own: what its agent's stream said
+            return fake_end(attempt, None)  # its own: what its agent's stream said
         key = (attempt.outcome, attempt.exit_code, attempt.resets_at)
         ended = self._outcomes.get(key)
         if ended is None:
-            ended = self._outcomes[key] = _outcome(attempt, None)
+            ended = self._outcomes[key] = fake_end(attempt, None)
         return ended
-
-
-def _outcome(attempt: Attempt, reason: str | None) -> ProcessOutcome:
-    limit = None
-    status = Outcome.SUCCEEDED
-    if attempt.outcome == "usage_limited":
-        status = Outcome.FAILED
-        limit = UsageLimit(attempt.resets_at, "usage limit (recorded)")
-    elif attempt.outcome != "succeeded":
-        status = Outcome(attempt.outcome)
-    if status is not Outcome.SUCCEEDED and reason is None:
-        reason = f"{attempt.outcome} (recorded)"
-    return ProcessOutcome(
-        status=status,
-        exit_code=attempt.exit_code,
-        reason=reason,
-        limit=(attempt.limit or "timeout") if status is Outcome.TIMED_OUT else None,
-        result="(simulated)" if status is Outcome.SUCCEEDED else None,
-        session_id=None,
-        excerpt="",
-        usage_limit=limit,
-        usage=attempt.usage,
-    )
 
 
 class Driven(Protocol):

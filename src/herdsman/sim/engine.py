@@ -46,14 +46,16 @@ from typing import Any
 from herdsman.config import Config, LoadedConfig
 from herdsman.config.report import config_as_json
 from herdsman.core import RunRequest, RunState, busy_keys
-from herdsman.core.lifecycle import Admission, Lifecycle, Settlement, Withdrawal
-from herdsman.core.outcome import Outcome, RunOutcome, UsageLimit
+from herdsman.core.lifecycle import Admission, Lifecycle, LoginNeeded, Settlement, Withdrawal
+from herdsman.core.outcome import Outcome, RunOutcome
 from herdsman.runtime.accounts import longest_window
 from herdsman.runtime.reload import given_config
 from herdsman.runtime.requests import settings_of, trace_run
 from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.runtime.store import NewRun
 from herdsman.runtime.store.records import spend_json, spend_of
+from herdsman.runtime.supervisor.outcomes import run_outcome
+from herdsman.sim.fake_end import fake_end
 from herdsman.sim.metrics import Metrics, figures, slots_of
 from herdsman.sim.result import ReplayResult
 from herdsman.sim.workload import (
@@ -72,9 +74,6 @@ __all__ = ["FastEngine", "fast_replay"]
 # Read for every run submitted, bound once (an enum member read through its
 # class costs five times a module global: see core/lifecycle.py).
 _QUEUED, _SKIPPED = Admission.QUEUED, Admission.SKIPPED
-
-#: What a recorded usage limit says, as the trio replay's fake runner says it.
-LIMIT_MESSAGE = "usage limit (recorded)"
 
 
 class _Run:
@@ -333,7 +332,7 @@ class FastEngine:
                 if run is not None and run.execution == execution:  # else cancelled before
                     assert run.outcome is not None
                     self._settle(run, run.outcome)
-                    if scheduler.queued_count:
+                    if scheduler.queued_count or life.waiting:  # queued, or a backoff
                         self._dispatch()
                     elif life.admitting:
                         self._timer = None  # nothing waits, for an account or else
@@ -384,8 +383,8 @@ class FastEngine:
         # When the supervisor's dispatcher looks at resting accounts again.
         # (It also looks every minute; those looks find nothing new, since
         # only time frees an account and this is when, so they are left out.)
-        # Not even asked while no account can be freed by time alone.
-        at = life.next_wakeup(now) if life.book.may_free_in_time else None
+        # Not even asked while time alone frees no account and ends no backoff.
+        at = life.next_wakeup(now) if life.may_wake_in_time else None
         self._timer = None if at is None else self._now + max(0.0, at - now)
 
     def _start(self, run_id: str, account: str | None, now: float) -> None:
@@ -410,10 +409,14 @@ class FastEngine:
         attempt = self._executions.attempt(run_id, run.plan, run.execution - 1)
         # How the fake runner will report its end: one outcome per distinct
         # ending, as the trio replay's fake runner hands them out.
-        key = (attempt.outcome, attempt.exit_code, attempt.resets_at)
-        outcome = self._outcomes.get(key)
-        if outcome is None:
-            outcome = self._outcomes[key] = _outcome(attempt)
+        if attempt.usage is not None or attempt.limit is not None:
+            outcome = _outcome(attempt)  # its own: what its agent's stream said
+        else:
+            key = (attempt.outcome, attempt.exit_code, attempt.resets_at)
+            shared = self._outcomes.get(key)
+            if shared is None:
+                shared = self._outcomes[key] = _outcome(attempt)
+            outcome = shared
         run.outcome = outcome
         run.usage = attempt.usage
         self._pushes += 1
@@ -430,12 +433,16 @@ class FastEngine:
         now = self._origin + self._now  # _wall()
         life = self._life
         settled = life.finish(run_id, outcome, now)
-        if settled.freed:
+        if settled.retry is not None:
+            self._retried(run, outcome, settled, now)
+        elif settled.freed:
             del self._runs[run_id]
             if self._ledger is not None:
                 self._ledger.finished(run_id, now, spawned=settled.spawned)
             if self._measuring:
                 self._measure_finish(run, settled.status, requeued=False)
+            if settled.login is not None:
+                self._login(run_id, settled.login)
             if run.usage is not None:
                 self._spent(run.usage, run_id, settled.status.value, outcome.exit_code)
             elif self._trace is not None:
@@ -465,33 +472,81 @@ class FastEngine:
         if not requeue:
             del self._runs[run_id]
         rest = settled.rest
-        assert rest is not None
-        self._limits += 1
-        if ledger is not None:
-            ledger.limits[(rest.provider, rest.account)] = (rest.until, rest.message)
-        self._emit(
-            "usage_limit",
-            run_id=run_id,
-            provider=rest.provider,
-            account=rest.account,
-            until=rest.until,
-        )
+        if rest is not None:
+            self._limits += 1
+            if ledger is not None:
+                ledger.limits[(rest.provider, rest.account)] = (rest.until, rest.message)
+            self._emit(
+                "usage_limit",
+                run_id=run_id,
+                provider=rest.provider,
+                account=rest.account,
+                until=rest.until,
+            )
+        if settled.login is not None:
+            self._login(run_id, settled.login)
         status = settled.status.value
         if self._measuring:
             self._measure_finish(run, status, requeued=requeue)
         if requeue:
-            if self._trace is not None:
-                self._emit(
-                    "finish",
-                    run_id=run_id,
-                    outcome=status,
-                    exit_code=outcome.exit_code,
-                    requeued=True,
-                )
+            self._requeued(run, run_id, status, outcome.exit_code)
         elif run.usage is not None:
             self._spent(run.usage, run_id, status, outcome.exit_code)
         elif self._trace is not None:
             self._emit("finish", run_id=run_id, outcome=status, exit_code=outcome.exit_code)
+
+    def _retried(self, run: _Run, outcome: RunOutcome, settled: Settlement, now: float) -> None:
+        """A failed attempt its provider's policy tries again: traced, and re-queued as the
+        supervisor does (``Execution._retried``, then the finish with what it spent)."""
+        retry = settled.retry
+        assert retry is not None
+        run_id = run.request.id
+        if self._ledger is not None:
+            self._ledger.requeued(run_id)
+        if self._measuring:
+            self._measure_finish(run, settled.status, requeued=True)
+        if self._trace is not None:
+            self._trace.event(
+                "retry",
+                run_id=run_id,
+                attempt=retry.attempt,
+                failure=retry.failure.value,
+                at=retry.at,
+                delay=round(retry.delay, 6),
+            )
+        self._requeued(run, run_id, settled.status.value, outcome.exit_code)
+
+    def _requeued(self, run: _Run, run_id: str, status: str, exit_code: int | None) -> None:
+        """The finish of an attempt whose run is queued again, with what the attempt spent:
+        the supervisor reports a re-queued attempt's spend with it (the ledger then clears it)."""
+        spend = None if run.usage is None else spend_of(run.usage)
+        if spend is None:
+            self._emit("finish", run_id=run_id, outcome=status, exit_code=exit_code, requeued=True)
+            return
+        if self._measuring:
+            # A re-queued attempt's spend counts, as measure() counts every finish's.
+            if spend.tokens is not None:
+                self._tokens += spend.tokens.total
+            if spend.cost_usd is not None:
+                self._usd += spend.cost_usd
+        self._emit(
+            "finish",
+            run_id=run_id,
+            outcome=status,
+            exit_code=exit_code,
+            requeued=True,
+            spend=spend_json(spend),
+        )
+
+    def _login(self, run_id: str, login: LoginNeeded) -> None:
+        """The run's account needs a login: traced as the supervisor's tracker does."""
+        self._emit(
+            "needs_login",
+            run_id=run_id,
+            provider=login.provider,
+            account=login.account,
+            message=login.message,
+        )
 
     def _spent(self, usage: RunUsage, run_id: str, status: str, exit_code: int | None) -> None:
         """A finish for good whose agent said what it spent: the spend the ledger records.
@@ -699,11 +754,9 @@ STOPPED = RunOutcome(Outcome.CANCELLED)
 
 
 def _outcome(attempt: Attempt) -> RunOutcome:
-    """The outcome the trio replay's fake runner reports for ``attempt``."""
-    if attempt.outcome == "usage_limited":
-        limit = UsageLimit(attempt.resets_at, LIMIT_MESSAGE)
-        return RunOutcome(Outcome.FAILED, attempt.exit_code, limit)
-    return RunOutcome(Outcome(attempt.outcome), attempt.exit_code)
+    """What the supervisor makes of the end the trio replay's fake runner reports for
+    ``attempt``: its failure class, spend and account signals, read as production reads them."""
+    return run_outcome(fake_end(attempt, None), False)
 
 
 def fast_replay(workload: Workload, loaded: LoadedConfig) -> ReplayResult:

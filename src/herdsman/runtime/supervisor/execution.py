@@ -21,7 +21,7 @@ import trio
 from herdsman.config import Config
 from herdsman.core.accounts import Pick
 from herdsman.core.lifecycle import Retry
-from herdsman.core.outcome import RunOutcome, UsageLimit
+from herdsman.core.outcome import RunOutcome
 from herdsman.core.retry import Failure
 from herdsman.runtime.callbacks import deliver_callback
 from herdsman.runtime.runner import (
@@ -42,12 +42,12 @@ from herdsman.runtime.supervisor.dispatch import Dispatcher, QueuedStarts
 from herdsman.runtime.supervisor.outcomes import (
     SHUT_DOWN,
     account_signals,
-    as_text,
     charged_once_recorded,
     finish_fields,
     refused_for_good,
     requeue_for_retry,
     requeue_note,
+    run_outcome,
 )
 from herdsman.runtime.supervisor.preparation import Preparation
 from herdsman.runtime.supervisor.shared import Service, Shared
@@ -171,40 +171,14 @@ class Execution(Service):
         """How the run's attempt ended, as the lifecycle settles it."""
         if ended is None:  # the task was cancelled before an outcome existed
             return SHUT_DOWN
-        limit = ended.usage_limit
-        signals = account_signals(ended)
-        if signals is not None:
-            if limit is not None:
-                limit = UsageLimit(limit.resets_at, as_text(limit.message) or "")
-            return RunOutcome(
-                ended.status,
-                ended.exit_code,
-                limit,
-                session,
-                signals,
-                failure=failure_of(ended),
-                worked=ended.worked,
-            )
-        if limit is None:
+        if ended.usage_limit is None and account_signals(ended) is None:
             # One value per distinct ending, shared by every run that ends alike.
-            failure = failure_of(ended)
-            key = (ended.status, ended.exit_code, session, failure, ended.worked)
+            key = (ended.status, ended.exit_code, session, failure_of(ended), ended.worked)
             plain = self._outcomes.get(key)
             if plain is None:
-                plain = RunOutcome(
-                    ended.status,
-                    ended.exit_code,
-                    None,
-                    session,
-                    failure=failure,
-                    worked=ended.worked,
-                )
-                self._outcomes[key] = plain
+                plain = self._outcomes[key] = run_outcome(ended, session)
             return plain
-        message = as_text(limit.message) or ""
-        if message != limit.message:  # the rest's message is stored text too
-            limit = UsageLimit(limit.resets_at, message)
-        return RunOutcome(ended.status, ended.exit_code, limit, session)
+        return run_outcome(ended, session)
 
     async def _record_finish(
         self, record: RunRecord, ended: ProcessOutcome | None, *, may_start: bool

@@ -7,8 +7,9 @@ tasks: the simulator's floor benchmark and the tests use them as they are.
 from __future__ import annotations
 
 from herdsman.core.lifecycle import Rest, Retry, Settlement
-from herdsman.core.outcome import AccountSignals, Outcome, RunOutcome
+from herdsman.core.outcome import AccountSignals, Outcome, RunOutcome, UsageLimit
 from herdsman.runtime.runner import ProcessOutcome
+from herdsman.runtime.runner.failure_class import failure_of
 from herdsman.runtime.runner.protocols.base import one_line
 from herdsman.runtime.store import (
     RunEnd,
@@ -32,6 +33,7 @@ __all__ = [
     "refused_for_good",
     "requeue_for_retry",
     "requeue_note",
+    "run_outcome",
 ]
 
 #: How a run ends whose task was cancelled before its process reported (a forced stop).
@@ -132,6 +134,32 @@ def account_signals(ended: ProcessOutcome) -> AccountSignals | None:
         near_limit=near is not None,
         near_limit_until=None if near is None else near.resets_at,
         needs_login=login,
+    )
+
+
+def run_outcome(ended: ProcessOutcome, session: bool) -> RunOutcome:
+    """How a process's end is settled by the lifecycle (``session``: it reported one).
+
+    Its account's signals (spend, a warning, a refused login), its usage
+    limit (its message as stored text) and its retry class: the one reading
+    the supervisor and the simulator's engines share.
+    """
+    limit = ended.usage_limit
+    signals = account_signals(ended)
+    if limit is not None:
+        message = as_text(limit.message) or ""
+        if message != limit.message:  # the rest's message is stored text too
+            limit = UsageLimit(limit.resets_at, message)
+        if signals is None:
+            return RunOutcome(ended.status, ended.exit_code, limit, session)
+    return RunOutcome(
+        ended.status,
+        ended.exit_code,
+        limit,
+        session,
+        signals,
+        failure=failure_of(ended),
+        worked=ended.worked,
     )
 
 
