@@ -59,7 +59,9 @@ from herdsman.runtime.requests import limits_of, run_request, trace_run
 from herdsman.runtime.runner import ProcessOutcome, RunCancel
 from herdsman.runtime.store import MemoryStore, NewRun
 from herdsman.runtime.supervisor import finish_fields
-from herdsman.sim.replay import ARRIVAL, Driver, _outcome, drive, replay
+from herdsman.sim.driver import ARRIVAL, Driver, drive
+from herdsman.sim.fake_end import fake_end
+from herdsman.sim.replay import replay
 from herdsman.sim.workload import Attempt, Workload, config_from_trace, read_workload
 from herdsman.trace import TraceWriter
 from sim_replay import instructions_per_run, write_trace
@@ -70,7 +72,7 @@ PIECES = ("trace", "scheduler", "ledger", "accounts", "task", "driver", "fakefs"
 SPECIAL = ("setup", "bare", "all", "replay")
 
 # The replay's fake-runner outcome for every run (the workload's runs all succeed).
-SUCCEEDED = _outcome(Attempt(0.0, "succeeded", 0), None)
+SUCCEEDED = fake_end(Attempt(0.0, "succeeded", 0), None)
 
 
 class Floor:

@@ -34,18 +34,27 @@ iteration is over config order or explicit sorted keys, never hash order.
 from __future__ import annotations
 
 import math
-from bisect import insort
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal, NamedTuple
 
 import attrs
 
+from herdsman.core.account_usage import (
+    NO_CHARGE,
+    AccountSpec,
+    BudgetUnit,
+    Charge,
+    Elsewhere,
+    _Account,
+    _Usage,
+    amount_text,
+    spent_with_estimate,
+)
 from herdsman.core.runs import RunRequest
 
 __all__ = [
     "DEFAULT_REST",
     "MAX_REST",
+    "NO_CHARGE",
     "AccountBook",
     "AccountGate",
     "AccountSpec",
@@ -61,52 +70,12 @@ __all__ = [
     "sticky_key",
 ]
 
-BudgetUnit = Literal["runs", "run_minutes", "tokens", "usd"]
-
 #: How long an account rests after a usage limit that named no reset time,
 #: when the account has no window to wait out either.
 DEFAULT_REST = 3600.0
 #: The furthest ahead a reported reset is believed: beyond any quota period
 #: providers use (weekly limits), so anything later is a misread.
 MAX_REST = 31 * 86400.0
-
-
-@attrs.frozen
-class AccountSpec:
-    """One account as configured. ``name`` ``None`` is the ambient environment."""
-
-    name: str | None
-    window: float | None = None
-    #: Runs, run-minutes or tokens (whole numbers), or US dollars, per window.
-    budget: float | None = None
-    unit: BudgetUnit = "runs"
-    concurrency: int | None = None
-
-
-@attrs.frozen
-class Charge:
-    """What one attempt spent, as a ``tokens`` or ``usd`` budget counts it.
-
-    ``tokens``: the tokens the budget counts (``None``: the stream stated no
-    counts); ``usd``: the provider's cost (``None``: none stated). A run
-    without a figure counts as nothing, and stays out of the mean that
-    running runs are estimated at.
-    """
-
-    tokens: int | None = None
-    usd: float | None = None
-
-
-#: What an attempt that stated nothing spent.
-NO_CHARGE = Charge()
-
-
-def amount_text(amount: float, unit: BudgetUnit) -> str:
-    """``12 runs``, ``300 run-minutes``, ``5,000,000 tokens``, ``$20.00``: an amount in its unit."""
-    if unit == "usd":
-        return f"${amount:,.2f}"
-    label = {"runs": "runs", "run_minutes": "run-minutes", "tokens": "tokens"}[unit]
-    return f"{amount:,.{0 if float(amount).is_integer() else 1}f} {label}"
 
 
 @attrs.frozen
@@ -150,23 +119,6 @@ class AccountStatus:
     needs_login: str | None = None
 
 
-class Elsewhere(NamedTuple):
-    """A run another fleet member charged to an account: its start, and its end if it ended.
-
-    ``finished_at`` is None while it runs; a run that spent no run-minutes
-    (lost) ends when it started. ``tokens`` and ``usd``: what it spent, as
-    :class:`Charge` (None: not stated, or still running). A tuple: a poll
-    hands over thousands.
-    """
-
-    provider: str
-    account: str
-    started_at: float
-    finished_at: float | None
-    tokens: int | None = None
-    usd: float | None = None
-
-
 @attrs.frozen
 class Blocked:
     """A provider none of whose accounts can take a run: why, and until when."""
@@ -176,282 +128,6 @@ class Blocked:
     #: When time alone makes an account available again (None: only a run
     #: ending, or a reload, can).
     until: float | None
-
-
-class _Ended:
-    """Runs that ended in a window, by end: their run time, tokens and dollars, summed.
-
-    Kept apart from the starts so that a reload may change an account's unit
-    and find every figure there.
-    """
-
-    __slots__ = ("entries", "seconds", "tokens", "tokens_runs", "usd", "usd_runs")
-
-    def __init__(self) -> None:
-        # (end, seconds, tokens, usd), in end order.
-        self.entries: deque[tuple[float, float, int | None, float | None]] = deque()
-        self.seconds = 0.0
-        self.tokens = 0
-        self.usd = 0.0
-        # How many ended runs stated the figure (the mean's divisor).
-        self.tokens_runs = 0
-        self.usd_runs = 0
-
-    def add(self, end: float, seconds: float, charge: Charge) -> None:
-        """A run that ended at ``end``, kept in end order.
-
-        Runs end in order as they happen; runs restored after a restart come
-        in start order, and a long one must not hold shorter ones in the
-        window past their time.
-        """
-        tokens, usd = charge.tokens, charge.usd
-        entries = self.entries
-        if not entries or entries[-1][0] <= end:
-            entries.append((end, seconds, tokens, usd))
-        else:
-            # Ties on end time sort by the rest, whatever they are: None never compares.
-            insort(entries, (end, seconds, tokens, usd), key=lambda entry: entry[0])
-        self.seconds += seconds
-        if tokens is not None:
-            self.tokens += tokens
-            self.tokens_runs += 1
-        if usd is not None:
-            self.usd += usd
-            self.usd_runs += 1
-
-    def expire(self, horizon: float) -> None:
-        """Drop the runs that ended at or before ``horizon``."""
-        entries = self.entries
-        while entries and entries[0][0] <= horizon:
-            _, seconds, tokens, usd = entries.popleft()
-            self.seconds -= seconds
-            if tokens is not None:
-                self.tokens -= tokens
-                self.tokens_runs -= 1
-            if usd is not None:
-                self.usd -= usd
-                self.usd_runs -= 1
-        if not entries:  # no float drift left over
-            self.seconds = self.usd = 0.0
-
-    def spent(self, unit: BudgetUnit) -> tuple[float, int]:
-        """What the runs spent in ``unit`` (tokens or usd), and how many stated it."""
-        if unit == "tokens":
-            return float(self.tokens), self.tokens_runs
-        return self.usd, self.usd_runs
-
-
-def spent_with_estimate(total: float, stated: int, running: int) -> float:
-    """A ``tokens`` or ``usd`` budget's usage: ended runs' spend, each running run at their mean.
-
-    ``total`` is what the runs that ended in the window spent, ``stated``
-    how many of them stated the figure, ``running`` how many runs run. A
-    run's spend is known only at its end. Counting a running run as nothing
-    would let an account start run after run while the first ones have not
-    ended; counting it at the mean of the runs that ended in the window
-    holds the budget as well as what is known allows. With no such run
-    yet, a running run counts nothing. The fleet's claims count the same.
-    """
-    if running and stated:
-        return total + running * (total / stated)
-    return total
-
-
-def _spent_with_estimate(unit: BudgetUnit, ended: Sequence[_Ended], running: int) -> float:
-    """:func:`spent_with_estimate` over this member's and other members' ended runs."""
-    total, stated = 0.0, 0
-    for part in ended:
-        spent, runs = part.spent(unit)
-        total += spent
-        stated += runs
-    return spent_with_estimate(total, stated, running)
-
-
-class _Account:
-    __slots__ = (
-        "elsewhere",
-        "ended",
-        "exhausted_until",
-        "message",
-        "near_until",
-        "needs_login",
-        "running",
-        "runs_started",
-        "spec",
-        "starts",
-    )
-
-    def __init__(self, spec: AccountSpec) -> None:
-        self.spec = spec
-        self.running: dict[str, float] = {}  # run id -> start time
-        # Start times in the window, oldest first (only with a window).
-        self.starts: deque[float] = deque()
-        # Runs that ended in the window (only with a window).
-        self.ended = _Ended()
-        self.exhausted_until: float | None = None
-        self.message: str | None = None
-        # Near its limit until then (a provider's warning); None: no warning.
-        self.near_until: float | None = None
-        # What a run met that said the account is not logged in; None: it is.
-        self.needs_login: str | None = None
-        self.runs_started = 0
-        # Other fleet members' usage (None outside a fleet): replaced whole at each poll.
-        self.elsewhere: _Usage | None = None
-
-    def _expire(self, now: float) -> None:
-        window = self.spec.window
-        if window is None:
-            return
-        _expire(self.starts, self.ended, now - window)
-
-    def usage(self, now: float) -> float:
-        """Usage in the current window, in the account's unit (the fleet's, in a fleet)."""
-        window = self.spec.window
-        unit = self.spec.unit
-        if window is None:
-            if unit == "runs":
-                # Starts are counted only in a window: any left here are from
-                # before a reload took the window away.
-                return 0.0
-            horizon = -math.inf
-            elsewhere = None  # nothing is counted without a window, here or elsewhere
-        else:
-            horizon = now - window
-            _expire(self.starts, self.ended, horizon)
-            elsewhere = self.elsewhere
-        if unit == "runs":
-            if elsewhere is None:
-                return float(len(self.starts))
-            return float(len(self.starts) + elsewhere.starts_after(horizon))
-        if unit != "run_minutes":
-            if elsewhere is None:
-                return _spent_with_estimate(unit, (self.ended,), len(self.running))
-            elsewhere.expire(horizon)
-            return _spent_with_estimate(
-                unit, (self.ended, elsewhere.ended), len(self.running) + len(elsewhere.running)
-            )
-        seconds = self.ended.seconds + sum(
-            now - max(start, horizon) for start in self.running.values()
-        )
-        if elsewhere is not None:
-            seconds += elsewhere.seconds_at(now, horizon)
-        return seconds / 60.0
-
-    def oldest_use(self) -> float | None:
-        """When the oldest usage counted toward the budget happened: a start, or an end.
-
-        Call after :meth:`usage` at the same time, which drops what left the window.
-        """
-        sources: list[_Account | _Usage] = [self]
-        if self.elsewhere is not None:
-            sources.append(self.elsewhere)
-        if self.spec.unit == "runs":
-            times = [source.starts[0] for source in sources if source.starts]
-        else:
-            times = [source.ended.entries[0][0] for source in sources if source.ended.entries]
-        return min(times) if times else None
-
-    def why_not(self, now: float) -> str | None:
-        """Why the account cannot take a run now, or None if it can."""
-        if self.exhausted_until is not None:
-            if self.exhausted_until > now:
-                return "usage limit reached"
-            self.exhausted_until = self.message = None
-        if self.needs_login is not None:
-            return f"needs login ({self.needs_login})"
-        spec = self.spec
-        if spec.concurrency is not None and len(self.running) >= spec.concurrency:
-            return f"at its concurrency cap ({spec.concurrency})"
-        if spec.budget is not None and self.usage(now) >= spec.budget:
-            return f"budget of {amount_text(spec.budget, spec.unit)} per window spent"
-        return None
-
-    def near(self, now: float) -> bool:
-        """Whether a provider's warning that the account is near its limit still holds."""
-        until = self.near_until
-        if until is None:
-            return False
-        if until > now:
-            return True
-        self.near_until = None
-        return False
-
-    def share_used(self, now: float) -> float:
-        budget = self.spec.budget
-        return 0.0 if budget is None else self.usage(now) / budget
-
-    def free_at(self, now: float) -> float | None:
-        """When time alone lifts what blocks the account (None: time alone never does)."""
-        if self.needs_login is not None:
-            return None  # only a reload, or an end of its rest, does
-        times: list[float] = []
-        if self.exhausted_until is not None and self.exhausted_until > now:
-            times.append(self.exhausted_until)
-        spec = self.spec
-        if spec.budget is not None and spec.window is not None and self.usage(now) >= spec.budget:
-            # The oldest usage leaving the window is the first chance to drop
-            # below the budget; a spurious wake-up then is harmless.
-            oldest = self.oldest_use()
-            if oldest is None:
-                # Only running runs use it up: their end will tell (another
-                # member's, at the poll that sees it end).
-                return None
-            times.append(oldest + spec.window)
-        if not times:
-            return None
-        return max(times)
-
-    def record(self, start: float, end: float | None, charge: Charge = NO_CHARGE) -> None:
-        """Count a run's usage (``end`` None: the run is still running)."""
-        if self.spec.window is None:
-            return
-        insort(self.starts, start)
-        if end is not None:
-            self.ended.add(end, max(0.0, end - start), charge)
-
-
-def _expire(starts: deque[float], ended: _Ended, horizon: float) -> None:
-    """Drop usage at or before ``horizon``."""
-    while starts and starts[0] <= horizon:
-        starts.popleft()
-    ended.expire(horizon)
-
-
-class _Usage:
-    """Other fleet members' runs on one account, as the last poll of the ledger saw them."""
-
-    __slots__ = ("ended", "running", "starts")
-
-    def __init__(self, uses: Iterable[Elsewhere]) -> None:
-        starts: list[float] = []
-        ended: list[tuple[float, float, Charge]] = []
-        self.running: list[float] = []  # start times of runs still running
-        for _, _, start, end, tokens, usd in uses:
-            starts.append(start)
-            if end is None:
-                self.running.append(start)
-            else:
-                ended.append((end, max(0.0, end - start), Charge(tokens, usd)))
-        # Sorted, so the same snapshot counts the same whatever order it came in.
-        self.starts = deque(sorted(starts))
-        self.ended = _Ended()
-        ended.sort(key=lambda entry: (entry[0], entry[1]))
-        for end, seconds, charge in ended:
-            self.ended.add(end, seconds, charge)
-
-    def starts_after(self, horizon: float) -> int:
-        """Runs started after ``horizon`` (in the window)."""
-        _expire(self.starts, self.ended, horizon)
-        return len(self.starts)
-
-    def expire(self, horizon: float) -> None:
-        """Drop what is no longer in the window that reaches back to ``horizon``."""
-        _expire(self.starts, self.ended, horizon)
-
-    def seconds_at(self, now: float, horizon: float) -> float:
-        """Seconds of runs that ended after ``horizon``, plus those running have run so far."""
-        _expire(self.starts, self.ended, horizon)
-        return self.ended.seconds + sum(now - max(start, horizon) for start in self.running)
 
 
 def sticky_key(workspace: str, conversation: str) -> str:

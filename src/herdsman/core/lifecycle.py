@@ -1,5 +1,10 @@
 """The sans-IO run lifecycle: every rule of a run's life, as events in and effects out.
 
+Why this module is long: it is the one home of every rule of a run's life
+(the point of the module), and the rules read best together, each event
+beside the ones it interacts with; the fast engine calls it per event, so
+its handlers stay in one class without a layer of indirection.
+
 One :class:`Lifecycle` owns the :class:`~herdsman.core.Scheduler` and the
 :class:`~herdsman.core.accounts.AccountBook` and decides, for each event a
 driver hands it with the time it happened, what becomes of the runs:

@@ -1,5 +1,10 @@
 """The sans-IO scheduling core: which queued run may start now.
 
+Why this module is long: the lanes, their FIFOs and the ready heaps are one
+data structure whose invariants every operation keeps (below), on the hot
+path of every submit, start and finish; split, the invariants would be read
+across files and each call would pay another lookup.
+
 The contract (see docs/scheduling.md) in one paragraph: a run may start when
 its provider and the global cap have a free slot, no running run shares one of
 its exclusion keys, and no earlier-submitted queued run shares one of its keys.

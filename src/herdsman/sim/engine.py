@@ -1,5 +1,10 @@
 """The fast simulation engine: the run lifecycle on a plain heap loop and a virtual clock.
 
+Why this module is long: :class:`FastEngine` is one hot loop (every event of
+every planning run goes through it), and its handlers read best beside the
+loop that calls them; splitting them would add a call per event to the figure
+``herdsman sim plan`` users wait on.
+
 The trio replay (``herdsman.sim.replay``) runs the whole supervisor; this
 engine drives only what decides — :class:`~herdsman.core.lifecycle.Lifecycle`,
 the one home of every rule of a run's life (starts with their accounts,

@@ -1,5 +1,10 @@
 """A fleet's shared ledger in memory: several simulated members on one queue, in one trio run.
 
+Why this module is long: :class:`SimFleetStore` answers every call of
+``FleetStore`` (claims, polls, leases, cancels, usage by member), and the
+shared contract tests hold the two to the same answers call by call; the
+ledger it connects to lives in :mod:`herdsman.sim.fleet_ledger`.
+
 The PostgreSQL :class:`~herdsman.runtime.store.fleet.FleetStore` is one
 member's connection to the fleet's ledger. Here :class:`SimFleet` is the
 ledger itself (the database: runs, members and their leases, who holds what,
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -36,7 +41,7 @@ import outcome
 
 from herdsman.core.accounts import spent_with_estimate
 from herdsman.runtime.store.base import Store
-from herdsman.runtime.store.errors import LeaseExpired, StoreConflict, StoreError
+from herdsman.runtime.store.errors import LeaseExpired, StoreError
 from herdsman.runtime.store.fleet import (
     FENCE_MARGIN,
     AccountBudget,
@@ -49,7 +54,7 @@ from herdsman.runtime.store.fleet import (
     UsageByMember,
     lease_expired_reason,
 )
-from herdsman.runtime.store.memory import MemoryStore, OperationFailed
+from herdsman.runtime.store.memory import OperationFailed
 from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
     AccountLimit,
@@ -73,129 +78,13 @@ from herdsman.runtime.store.records import (
     started,
 )
 from herdsman.runtime.store.usage import UsageBy, UsageTotal
+from herdsman.sim.fleet_ledger import SimFleet
 
 __all__ = ["SimFleet", "SimFleetStore"]
 
 _T = TypeVar("_T")
 _RUNNING: Final = RunStatus.RUNNING
 _QUEUED: Final = RunStatus.QUEUED
-
-
-class _Runs(MemoryStore):
-    """The fleet's runs: a :class:`MemoryStore` whose undo log the fleet's tables share."""
-
-    def keep(self, mapping: MutableMapping[Any, Any], key: Any) -> None:
-        """Remember ``mapping[key]`` before a change, to put it back if the call fails."""
-        if self._undo is not None:
-            self._undo.keep(mapping, key)
-
-    @property
-    def in_operation(self) -> bool:
-        """Whether an operation (a call made all or nothing) is applying now."""
-        return self._undo is not None
-
-    def draw_mark(self) -> int:
-        """The next number of ``seq``'s counter, for a re-queue mark (see ``FleetStore.poll``)."""
-        self._last_seq += 1
-        return self._last_seq
-
-    def put(self, record: RunRecord) -> None:
-        """Store ``record`` over the run's last one (undone with the call that made it)."""
-        self._put(record)
-        self._ended(record)
-
-    def records(self) -> list[RunRecord]:
-        """Every run, in ``seq`` order."""
-        return list(self._runs.values())
-
-    def keep_attempt(self, current: RunRecord, failure: str | None, retry_at: float | None) -> None:
-        """Keep the attempt ``current`` holds before a re-queue clears it."""
-        self._keep_attempt(current, failure, retry_at)
-
-
-class SimFleet:
-    """The ledger a simulated fleet shares: runs, members, holders, requests, marks, clock.
-
-    ``clock`` is the ledger server's clock (unix seconds), the one lease
-    times are on; ``local_clock`` the clock a member's fence reads
-    (``fence_clock`` in production). Under the simulator both follow trio's
-    clock, so a member's local lease end is exactly the ledger's.
-    """
-
-    def __init__(
-        self, clock: Callable[[], float], local_clock: Callable[[], float] | None = None
-    ) -> None:
-        """An empty ledger whose leases are on ``clock``."""
-        self.clock = clock
-        self.local_clock = local_clock if local_clock is not None else clock
-        self.runs = _Runs()
-        self.members: dict[str, Member] = {}
-        #: The member that last claimed each run (kept after it ends, as ``held_by``).
-        self.holders: dict[str, str] = {}
-        #: ``cancel_request``: the first reason a cancel was asked of the holder with.
-        self.cancel_requests: dict[str, str] = {}
-        #: ``requeue_mark``: drawn from ``seq``'s counter when a run is re-queued.
-        self.marks: dict[str, int] = {}
-
-    def join(
-        self,
-        member_id: str,
-        *,
-        host: str,
-        pid: int,
-        lease: float,
-        margin: float = FENCE_MARGIN,
-    ) -> SimFleetStore:
-        """A member's connection: the member joins with a lease of ``lease`` seconds."""
-        return SimFleetStore(
-            self, member_id=member_id, host=host, pid=pid, lease=lease, margin=margin
-        )
-
-    def held(self, run: RunRecord) -> str | None:
-        """``held_by`` of ``run`` while it runs."""
-        return self.holders.get(run.id) if run.status is _RUNNING else None
-
-    def write(self, current: RunRecord, record: RunRecord, *, held_by: str | None) -> None:
-        """``FleetStore``'s ``_write``: a running run changes only by its holder."""
-        runs = self.runs
-        if current.status is _RUNNING:
-            if self.holders.get(current.id) != held_by:
-                raise StoreConflict(
-                    f"run {current.id!r} is no longer {current.status.value} on this"
-                    f" supervisor; it cannot become {record.status.value} (another writer"
-                    " changed it first)"
-                )
-        else:
-            runs.keep(self.holders, current.id)
-            if held_by is None:
-                self.holders.pop(current.id, None)
-            else:
-                self.holders[current.id] = held_by
-        runs.put(record)
-
-    def live_on_lane(
-        self, workspace: str, lane: str, key: str, *, before: int | None = None
-    ) -> RunStatus | None:
-        """``running`` if a run runs on the lane, else ``queued`` if one waits on it, else None."""
-        found: RunStatus | None = None
-        for run in self.runs.records():
-            if run.workspace != workspace or getattr(run, lane) != key:
-                continue
-            if run.status is _RUNNING:
-                return _RUNNING
-            if run.status is _QUEUED and (before is None or run.seq < before):
-                found = _QUEUED
-        return found
-
-    def running_count(self, provider: str, account: str | None = None, *, of_account: bool) -> int:
-        """Running runs of ``provider`` (and, ``of_account``, spending ``account``)."""
-        return sum(
-            1
-            for run in self.runs.records()
-            if run.status is _RUNNING
-            and run.provider == provider
-            and (not of_account or run.account == account)
-        )
 
 
 class SimFleetStore:

@@ -22,21 +22,38 @@ clock may be off by more than a short lease.
 
 from __future__ import annotations
 
-import enum
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
 
 import attrs
 
-from herdsman.core.accounts import BudgetUnit, spent_with_estimate
 from herdsman.runtime.fence_keeper import fence_clock
 from herdsman.runtime.store.errors import LeaseExpired, StoreError
+from herdsman.runtime.store.fleet_checks import (
+    _cancel_asked,
+    _cancel_request,
+    _lanes,
+    _left_queue,
+    _live_on_lane,
+    _refusal,
+    _write,
+)
+from herdsman.runtime.store.fleet_values import (
+    FENCE_MARGIN,
+    AccountBudget,
+    ClaimResult,
+    ClaimRules,
+    FleetView,
+    Member,
+    Poll,
+    Refusal,
+    UsageByMember,
+    lease_expired_reason,
+)
 from herdsman.runtime.store.postgres import SOLE_SUPERVISOR_LOCK, PostgresStore
 from herdsman.runtime.store.queries import (
     ACCOUNT_USAGE_WHERE,
-    BUDGET_TOKENS,
     CHARGED,
     CHARGED_END,
     INSERT_ATTEMPT,
@@ -44,14 +61,10 @@ from herdsman.runtime.store.queries import (
     SELECT_RUNS,
     Cursor,
     attempt_values,
-    check_updated,
     existing_run,
     fetch_run,
     insert_new,
-    life_values,
-    limit_key,
     run_from_row,
-    update_life,
 )
 from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
@@ -68,6 +81,7 @@ from herdsman.runtime.store.records import (
 )
 
 __all__ = [
+    "FENCE_MARGIN",
     "AccountBudget",
     "ClaimResult",
     "ClaimRules",
@@ -78,6 +92,7 @@ __all__ = [
     "Poll",
     "Refusal",
     "UsageByMember",
+    "lease_expired_reason",
 ]
 
 # Serialises claims and expiries fleet-wide (pg_advisory_xact_lock: released
@@ -88,169 +103,10 @@ _FLEET_LOCK = 0x68726466
 # The server's clock in unix seconds, read at the moment of the statement
 # (now() would be the transaction's start, before any lock wait).
 _CLOCK = "extract(epoch FROM clock_timestamp())::double precision"
-_UPDATE = update_life()
-_UPDATE_HELD = update_life("held_by")
 # seq's own counter: a re-queued run's mark and a new run's seq are drawn,
 # under the fleet lock, from one increasing series, so one poll cursor
 # covers both (see FleetStore.poll).
 _NEXT_MARK = "nextval(pg_get_serial_sequence('runs', 'seq'))"
-
-#: Seconds a member's lease must have been over, by the server's clock,
-#: before another member expires it and declares its runs lost: the time its
-#: fence keeper may take to kill its agents once the lease is over
-#: (fence_keeper.py, docs/fleet.md), with room for the member's clock to
-#: run up to 500 ppm slower than the server's over the longest lease (1 h).
-FENCE_MARGIN = 2.0
-
-
-class Refusal(enum.StrEnum):
-    """Why a claim was refused (the run stays as it was)."""
-
-    #: The run is not queued any more: claimed by another member, or cancelled.
-    GONE = "gone"
-    #: A running run, anywhere in the fleet, shares its conversation or agent key.
-    LANE_BUSY = "lane_busy"
-    #: An earlier-submitted queued run shares one of its keys (FIFO per key).
-    EARLIER_QUEUED = "earlier_queued"
-    #: Its provider's fleet-wide cap is reached.
-    PROVIDER_CAP = "provider_cap"
-    #: The fleet-wide cap of the account it would spend is reached.
-    ACCOUNT_CAP = "account_cap"
-    #: The account it would spend rests after a usage limit (``account_limits``).
-    ACCOUNT_RESTING = "account_resting"
-    #: The account's budget for its window is spent, counting every member's runs.
-    ACCOUNT_BUDGET = "account_budget"
-
-
-def _copy_caps(caps: Mapping[Any, int]) -> dict[Any, int]:
-    for key, cap in caps.items():
-        if cap < 0:
-            raise ValueError(f"fleet cap of {key!r} must be >= 0, got {cap}")
-    return dict(caps)
-
-
-def _positive(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"an account budget's {attribute.name} must be > 0, got {value!r}")
-
-
-@attrs.frozen
-class AccountBudget:
-    """An account's quota budget: ``budget`` runs, run-minutes, tokens or dollars per ``window``.
-
-    Counted as the account core counts it (docs/accounts.md): ``runs``, the
-    runs started after ``now - window`` that got a process (or still run, or
-    were lost); ``run_minutes``, the minutes of such runs that ended after
-    ``now - window`` (a lost run: none) plus the minutes running ones have
-    run so far within the window; ``tokens`` and ``usd``, what the runs that
-    ended after ``now - window`` spent, plus each running run at the mean of
-    those that stated the figure (``spent_with_estimate``).
-    """
-
-    window: float = attrs.field(validator=_positive)
-    budget: float = attrs.field(validator=_positive)
-    unit: BudgetUnit = "runs"
-
-
-def _copy_budgets(
-    budgets: Mapping[tuple[str, str], AccountBudget],
-) -> dict[tuple[str, str], AccountBudget]:
-    return dict(budgets)
-
-
-@attrs.frozen
-class ClaimRules:
-    """What a claim checks beyond the run being queued.
-
-    ``agent_exclusive``: the agent key is a lane (as ``[scheduling]
-    agent_exclusive``; every member must agree). ``provider_caps``: at most
-    this many runs of a provider run fleet-wide. ``account_caps``: at most
-    this many runs spend ``(provider, account)`` fleet-wide. A provider or
-    account not named has no fleet-wide cap (each member's own caps still
-    apply in its local scheduler). ``account_budgets``: a run may spend
-    ``(provider, account)`` only while that account's usage in its window,
-    counting the runs of every member, is below its budget. Whatever the
-    rules, no run is claimed on an account resting in ``account_limits``.
-    """
-
-    agent_exclusive: bool = True
-    provider_caps: Mapping[str, int] = attrs.field(factory=dict, converter=_copy_caps)
-    account_caps: Mapping[tuple[str, str], int] = attrs.field(factory=dict, converter=_copy_caps)
-    account_budgets: Mapping[tuple[str, str], AccountBudget] = attrs.field(
-        factory=dict, converter=_copy_budgets
-    )
-
-
-@attrs.frozen
-class UsageByMember:
-    """Runs counting toward quota windows (as ``account_usage``), this member's apart."""
-
-    #: Runs this member started.
-    mine: list[AccountUse]
-    #: Runs every other member, or an earlier supervisor, started; a lost
-    #: one charged no run-minutes (``finished_at`` is its ``started_at``).
-    elsewhere: list[AccountUse]
-
-
-@attrs.frozen
-class ClaimResult:
-    """Runs claimed (now running, held by the claimant) and runs refused, each in item order."""
-
-    claimed: list[RunRecord]
-    refused: list[tuple[str, Refusal]]
-
-
-@attrs.frozen
-class Member:
-    """One supervisor of the fleet, as the ledger knows it."""
-
-    id: str
-    host: str
-    pid: int
-    joined_at: float
-    lease_until: float
-
-    @property
-    def label(self) -> str:
-        """The member as messages name it: ``host:pid``."""
-        return f"{self.host}:{self.pid}"
-
-
-@attrs.frozen
-class Poll:
-    """What a member's poll read: queued runs it has not seen, runs that left, cancels.
-
-    ``runs``: queued runs submitted, or re-queued by a member, after the
-    cursor polled with, by ``seq``; ``cursor``: where the next poll starts;
-    ``cancels``: ``(run_id, reason)`` of the runs this member holds that
-    another member asked it to cancel, by ``seq``; ``left``: the runs the
-    member said it holds queued that are no longer queued in the ledger
-    (claimed, cancelled, skipped, ended or pruned), in the order it gave them.
-    """
-
-    runs: list[RunRecord]
-    cursor: int
-    cancels: list[tuple[str, str]]
-    left: list[str] = attrs.field(factory=list)
-
-
-@attrs.frozen
-class FleetView:
-    """The fleet as the ledger knows it, for a status page.
-
-    ``clock``: the server's clock when read (leases are on it);
-    ``running``: running runs per ``(holder, provider)``, holder ``None``
-    for runs no member holds (left by a sole supervisor, until expired).
-    """
-
-    clock: float
-    members: list[Member]
-    running: dict[tuple[str | None, str], int]
-
-
-def lease_expired_reason(member: Member) -> str:
-    """The ``reason`` a run of an expired member is recorded ``lost`` with."""
-    return f"supervisor {member.label} lease expired"
 
 
 class FleetStore(PostgresStore):
@@ -709,186 +565,3 @@ class FleetStore(PostgresStore):
             " expired: other members may have declared its running runs lost; it starts"
             " nothing more"
         )
-
-
-def _refusal(
-    cur: Cursor, run: RunRecord, account: str | None, rules: ClaimRules, now: float
-) -> Refusal | None:
-    """Why ``run`` may not be claimed at ``now``, or ``None`` if it may."""
-    if run.status is not RunStatus.QUEUED:
-        return Refusal.GONE
-    found: set[str] = set()
-    for column, key in _lanes(run.conversation, run.agent, rules.agent_exclusive):
-        status = _live_on_lane(cur, run.workspace, column, key, before=run.seq)
-        if status is not None:
-            found.add(status)
-    if RunStatus.RUNNING.value in found:
-        return Refusal.LANE_BUSY
-    if found:
-        return Refusal.EARLIER_QUEUED
-    cap = rules.provider_caps.get(run.provider)
-    if cap is not None and _running(cur, "provider = ?", (run.provider,)) >= cap:
-        return Refusal.PROVIDER_CAP
-    if account is not None:
-        cap = rules.account_caps.get((run.provider, account))
-        if (
-            cap is not None
-            and _running(cur, "provider = ? AND account = ?", (run.provider, account)) >= cap
-        ):
-            return Refusal.ACCOUNT_CAP
-    return _account_refusal(cur, run.provider, account, rules, now)
-
-
-def _account_refusal(
-    cur: Cursor, provider: str, account: str | None, rules: ClaimRules, now: float
-) -> Refusal | None:
-    """Whether the account rests, or its budget is spent fleet-wide, at ``now``."""
-    resting = cur.execute(
-        "SELECT 1 FROM account_limits WHERE provider = ? AND account = ? AND until > ?",
-        (provider, limit_key(account), now),
-    ).fetchone()
-    if resting is not None:
-        return Refusal.ACCOUNT_RESTING
-    budget = None if account is None else rules.account_budgets.get((provider, account))
-    if budget is not None and _usage(cur, provider, account, budget, now) >= budget.budget:
-        return Refusal.ACCOUNT_BUDGET
-    return None
-
-
-def _lanes(
-    conversation: str | None, agent: str | None, agent_exclusive: bool
-) -> list[tuple[str, str]]:
-    """A run's lanes checked fleet-wide, as ``(column, key)``: its conversation, its agent."""
-    lanes = [("conversation", conversation)]
-    if agent_exclusive:
-        lanes.append(("agent", agent))
-    return [(column, key) for column, key in lanes if key is not None]
-
-
-def _live_on_lane(
-    cur: Cursor, workspace: str, column: str, key: str, *, before: int | None = None
-) -> str | None:
-    """``running`` if a run runs on the lane, else ``queued`` if one waits on it, else ``None``.
-
-    With ``before``, only queued runs submitted before that ``seq`` count.
-    """
-    # The live-lane partial indexes (migration 5) answer this in a probe per
-    # lane: only the lane's queued and running runs are read. 'running'
-    # sorts after 'queued': a running one is found first.
-    earlier = "" if before is None else " AND (status = 'running' OR seq < ?)"
-    params = (workspace, key) if before is None else (workspace, key, before)
-    row = cur.execute(
-        "SELECT status FROM runs WHERE status IN ('queued', 'running')"
-        f" AND workspace = ? AND {column} = ?{earlier} ORDER BY status DESC LIMIT 1",
-        params,
-    ).fetchone()
-    return None if row is None else str(row[0])
-
-
-def _usage(
-    cur: Cursor, provider: str, account: str | None, budget: AccountBudget, now: float
-) -> float:
-    """The account's usage in its window at ``now``, in ``budget.unit``, every member's runs."""
-    horizon = now - budget.window
-    running, lost = RunStatus.RUNNING.value, RunStatus.LOST.value
-    if budget.unit in ("tokens", "usd"):
-        spent = BUDGET_TOKENS if budget.unit == "tokens" else "cost_usd"
-        ended = f"CASE WHEN status <> ? THEN {spent} END"
-        row = cur.execute(
-            f"SELECT coalesce(sum({ended}), 0), count({ended}),"
-            " count(CASE WHEN status = ? THEN 1 END) FROM runs"
-            " WHERE provider = ? AND account = ? AND started_at IS NOT NULL"
-            # As for run-minutes: charged when they end, if they got a process.
-            " AND (status = ? OR (finished_at > ? AND exit_code IS NOT NULL AND status <> ?))",
-            (running, running, running, provider, account, running, horizon, lost),
-        ).fetchone()
-        return spent_with_estimate(float(row[0]), int(row[1]), int(row[2]))
-    if budget.unit == "runs":
-        row = cur.execute(
-            "SELECT count(*) FROM runs WHERE started_at > ? AND provider = ? AND account = ?"
-            # A run that never got a process spent nothing (as account_usage).
-            " AND (exit_code IS NOT NULL OR status IN (?, ?))",
-            (horizon, provider, account, running, lost),
-        ).fetchone()
-        return float(row[0])
-    row = cur.execute(
-        "SELECT coalesce(sum(CASE WHEN status = ? THEN ? - greatest(started_at, ?)"
-        " ELSE greatest(0, finished_at - started_at) END), 0) FROM runs"
-        " WHERE provider = ? AND account = ? AND started_at IS NOT NULL"
-        # Charged when they end, and only if they got a process; a lost one never.
-        " AND (status = ? OR (finished_at > ? AND exit_code IS NOT NULL AND status <> ?))",
-        (running, now, horizon, provider, account, running, horizon, lost),
-    ).fetchone()
-    return float(row[0]) / 60.0
-
-
-def _cancel_asked(cur: Cursor, run: RunRecord, now: float) -> bool:
-    """Cancel a queued run someone asked to cancel while it ran; whether it was asked.
-
-    A cancel can be asked of a run's holder just as the holder re-queues it
-    after a usage limit: the request then outlives the run's holding, and is
-    carried out by the first claim of it, whoever claims it.
-    """
-    if run.status is not RunStatus.QUEUED:
-        return False
-    asked = _cancel_request(cur, run.id)
-    if asked is None:
-        return False
-    _write(cur, run, ended(run, RunStatus.CANCELLED, now, asked), held_by=None)
-    return True
-
-
-def _cancel_request(cur: Cursor, run_id: str) -> str | None:
-    """The reason of the cancel asked of ``run_id`` through a member, if one was asked."""
-    row = cur.execute(
-        "SELECT cancel_request FROM runs WHERE id = ? AND cancel_request IS NOT NULL",
-        (run_id,),
-    ).fetchone()
-    return None if row is None else str(row[0])
-
-
-def _left_queue(cur: Cursor, run_ids: Sequence[str]) -> list[str]:
-    """Which of ``run_ids`` are not queued (or unknown), in their order: one statement."""
-    if not run_ids:
-        return []
-    # One array parameter, however many ids, and only the ids that left come
-    # back. A probe per id on the unique index of id (COLLATE "C", the
-    # column's, lets it be used), as a subplan the planner cannot turn into
-    # a join: a join planned on the statistics of a queue just filled
-    # compared every id with every queued run (45 ms for 1,000 ids).
-    rows = cur.execute(
-        "SELECT given.id FROM unnest(?::text[]) WITH ORDINALITY AS given(id, n)"
-        ' WHERE (SELECT status FROM runs WHERE runs.id = given.id COLLATE "C")'
-        " IS DISTINCT FROM ? ORDER BY given.n",
-        (list(run_ids), RunStatus.QUEUED.value),
-    ).fetchall()
-    return [str(row[0]) for row in rows]
-
-
-def _running(cur: Cursor, where: str, params: tuple[Any, ...]) -> int:
-    row = cur.execute(
-        f"SELECT count(*) FROM runs WHERE status = ? AND {where}",
-        (RunStatus.RUNNING.value, *params),
-    ).fetchone()
-    return int(row[0])
-
-
-def _write(cur: Cursor, current: RunRecord, record: RunRecord, *, held_by: str | None) -> None:
-    """Update the run as :func:`update_life` does, and its holder; a held run only by its holder.
-
-    ``held_by`` is the holder to record (the claimant, or ``None`` for a run
-    not running) or, for a run leaving ``running``, the holder it must still
-    have: the update matches nothing if another member holds it, and raises
-    :class:`StoreConflict`.
-    """
-    values = life_values(record)
-    if current.status is RunStatus.RUNNING:
-        # NOT DISTINCT: a run left by a supervisor that held the ledger alone has no holder.
-        cur.execute(
-            _UPDATE + " AND held_by IS NOT DISTINCT FROM ?",
-            (*values, current.id, current.status.value, held_by),
-        )
-        check_updated(cur, current, record, " on this supervisor")
-    else:
-        cur.execute(_UPDATE_HELD, (*values, held_by, current.id, current.status.value))
-        check_updated(cur, current, record)

@@ -7,8 +7,6 @@ exactly once and the implementations cannot drift apart.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterable, Mapping
 from typing import Final, TypeAlias
 
@@ -17,8 +15,23 @@ import attrs
 # Defined in the core, where the lifecycle decides with it; re-exported here.
 from herdsman.core.outcome import RunStatus as RunStatus  # noqa: PLC0414
 from herdsman.core.runs import DEFAULT_WORKSPACE
-from herdsman.runtime.runner.run_usage import ModelUsage, RunUsage, Tokens
+from herdsman.runtime.runner.run_usage import RunUsage, Tokens
+
+# Moved out; re-exported here, where every store imports them from.
+from herdsman.runtime.store.checks import _plain
+from herdsman.runtime.store.checks import check_limit as check_limit  # noqa: PLC0414
+from herdsman.runtime.store.checks import check_limit_text as check_limit_text  # noqa: PLC0414
+from herdsman.runtime.store.checks import check_now as check_now  # noqa: PLC0414
+from herdsman.runtime.store.checks import check_text as check_text  # noqa: PLC0414
+from herdsman.runtime.store.checks import check_texts as check_texts  # noqa: PLC0414
+from herdsman.runtime.store.checks import normalise_metadata as normalise_metadata  # noqa: PLC0414
 from herdsman.runtime.store.errors import RunNotFound, StoreConflict, StoreError
+from herdsman.runtime.store.spend import Spend as Spend  # noqa: PLC0414
+from herdsman.runtime.store.spend import budget_charge as budget_charge  # noqa: PLC0414
+from herdsman.runtime.store.spend import own_spend as own_spend  # noqa: PLC0414
+from herdsman.runtime.store.spend import spend_json as spend_json  # noqa: PLC0414
+from herdsman.runtime.store.spend import spend_of as spend_of  # noqa: PLC0414
+from herdsman.runtime.store.spend import tokens_json as tokens_json  # noqa: PLC0414
 
 JSON: TypeAlias = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | None
 
@@ -109,194 +122,6 @@ def not_queued(record: RunRecord) -> StoreConflict:
     return StoreConflict(
         f"run {record.id!r} is {record.status.value}; it cannot become cancelled this way:"
         " only a queued run can be (stop a running run's process, then record it with finish())"
-    )
-
-
-def check_limit(limit: int) -> None:
-    """Refuse a negative listing limit (SQLite would read it as "no limit")."""
-    if limit < 0:
-        raise StoreError(f"limit must be 0 or more, got {limit}")
-
-
-def check_now(now: float) -> float:
-    """Return ``now`` as a float; refuse NaN and infinities.
-
-    Both stores normalise to float so an ``int`` timestamp reads back as the
-    same type from SQLite (which would otherwise keep it an INTEGER) and from
-    memory.
-    """
-    value = float(now)
-    if not math.isfinite(value):
-        raise StoreError(f"timestamp must be a finite number of seconds, got {now!r}")
-    return value
-
-
-def normalise_metadata(run_id: str, metadata: Mapping[str, JSON]) -> dict[str, JSON]:
-    """Return a private copy of ``metadata`` exactly as it reads back from JSON text.
-
-    SQLite persists metadata as JSON text; the in-memory store round-trips it
-    the same way so both return equal values (tuples become lists, keys
-    become strings) and both refuse what JSON cannot hold (NaN, sets, ...).
-    """
-    if not metadata:  # most runs carry none: skip the round trip
-        return {}
-    try:
-        text = json.dumps(metadata, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise StoreError(f"metadata of run {run_id!r} is not JSON: {exc}") from exc
-    value: dict[str, JSON] = json.loads(text)
-    return value
-
-
-def check_text(run_id: str, **fields: str | None) -> None:
-    """Refuse strings a ledger cannot store: lone surrogates and NUL characters.
-
-    They do reach us: JSON may carry ``"\\ud800"`` or ``"\\u0000"``, and
-    process output decoded with ``surrogateescape`` holds surrogates. SQLite
-    cannot store surrogates and PostgreSQL cannot store NUL in text; every
-    store (the in-memory one too) refuses both, so the simulator cannot
-    accept what production would reject and a ledger reads the same on
-    either database.
-    """
-    check_texts(run_id, fields)
-
-
-def check_texts(run_id: str, fields: Mapping[str, str | None]) -> None:
-    """:func:`check_text` with the fields given as a mapping (no keyword call to pack them)."""
-    _check_utf8(fields, "run {!r}", run_id)
-
-
-def _plain(*texts: str | None) -> bool:
-    """Whether every one of ``texts`` is plain: ASCII without NUL, or ``None``.
-
-    Every ledger stores plain text, so a record's texts that all are need
-    no further check. The usual case, checked over the values alone: the
-    field names (a mapping built at every state change) are needed only
-    to name a field in an error, by :func:`check_texts`. A value that is
-    not text fails here as it fails there.
-    """
-    for text in texts:
-        if text is not None and (not text.isascii() or "\0" in text):
-            return False
-    return True
-
-
-def check_limit_text(provider: str, account: str | None, **fields: str | None) -> None:
-    """:func:`check_text` for an account limit; also refuse ``""`` as an account name.
-
-    SQLite keys the ambient environment (``account=None``) as ``""``, so an
-    account really named ``""`` would read back as ``None``; configured
-    account names are never empty, and both stores refuse it alike.
-    """
-    owner = "the account limit of {!r}/{!r}"
-    if account == "":
-        raise StoreError(
-            f"{owner.format(provider, account)}: an account name must not be empty"
-            " (None means ambient)"
-        )
-    _check_utf8({"provider": provider, "account": account, **fields}, owner, provider, account)
-
-
-def _check_utf8(fields: Mapping[str, str | None], owner: str, *names: str | None) -> None:
-    """Check ``fields``; an error names its owner, ``owner.format(*names)``.
-
-    The owner is formatted only for an error: this runs on every state
-    change of every run, and building the name each time was most of its cost.
-    """
-    for name, value in fields.items():
-        if value is None:
-            continue
-        # ASCII always encodes; only other text may hold lone surrogates.
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise StoreError(
-                    f"{name} of {owner.format(*names)} is not valid UTF-8 text: {exc}"
-                ) from None
-        if "\0" in value:
-            raise StoreError(
-                f"{name} of {owner.format(*names)} contains a NUL character"
-                f" (at index {value.index(chr(0))}), which the ledger cannot store"
-            )
-
-
-@attrs.frozen(slots=True)
-class Spend:
-    """What the ledger keeps of a run's usage (:class:`RunUsage`): what it spent.
-
-    ``tokens`` by kind (None: the stream gave no counts), ``cost_usd`` the
-    provider's own figure (None: the stream gave none), ``models`` the same
-    per model, sorted by name, ``turns`` and ``api_time`` (seconds) as the
-    agent counted them. For a provider that reports a session's running
-    totals (Codex), the figures are the run's own: what earlier runs of the
-    same session spent is taken off when the run is recorded
-    (:func:`own_spend`).
-    """
-
-    tokens: Tokens | None = None
-    cost_usd: float | None = None
-    models: tuple[ModelUsage, ...] = ()
-    turns: int | None = None
-    api_time: float | None = None
-
-
-def tokens_json(tokens: Tokens) -> dict[str, JSON]:
-    """Tokens by kind as JSON, with their ``total`` (reasoning is part of output)."""
-    return {
-        "input": tokens.input,
-        "cache_read": tokens.cache_read,
-        "cache_write": tokens.cache_write,
-        "output": tokens.output,
-        "reasoning": tokens.reasoning,
-        "total": tokens.total,
-    }
-
-
-def spend_json(spend: Spend) -> dict[str, JSON]:
-    """A run's spend as the API, the CLI and the trace show it (docs/operations.md)."""
-    return {
-        "tokens": None if spend.tokens is None else tokens_json(spend.tokens),
-        "cost_usd": spend.cost_usd,
-        "turns": spend.turns,
-        "api_time": spend.api_time,
-        "models": [
-            {"model": m.model, "tokens": tokens_json(m.tokens), "cost_usd": m.cost_usd}
-            for m in spend.models
-        ],
-    }
-
-
-def spend_of(usage: RunUsage | None, before: Tokens | None = None) -> Spend | None:
-    """What the ledger keeps of ``usage``; None when the stream said nothing of it.
-
-    ``before``: what the earlier runs of the same session spent, taken off
-    the counts of a stream that reports session totals (see :func:`own_spend`).
-    """
-    if usage is None:
-        return None
-    tokens = usage.tokens
-    if tokens is not None and usage.session_totals and before is not None:
-        tokens = own_spend(tokens, before)
-    spend = Spend(tokens, usage.cost_usd, usage.models, usage.turns, usage.api_time)
-    return None if spend == _NO_SPEND else spend
-
-
-_NO_SPEND: Final = Spend()
-
-
-def own_spend(totals: Tokens, before: Tokens) -> Tokens:
-    """A resumed session's run's own tokens: its session totals less what earlier runs spent.
-
-    Each kind is floored at zero: a session whose totals went down (its
-    provider restarted the count) is not credited tokens back.
-    """
-    return Tokens(
-        input=max(0, totals.input - before.input),
-        cache_read=max(0, totals.cache_read - before.cache_read),
-        cache_write=max(0, totals.cache_write - before.cache_write),
-        output=max(0, totals.output - before.output),
-        reasoning=max(0, totals.reasoning - before.reasoning),
     )
 
 
@@ -526,13 +351,6 @@ class AccountUse:
     finished_at: float | None
     tokens: int | None = None
     usd: float | None = None
-
-
-def budget_charge(spend: Spend | None) -> tuple[int | None, float | None]:
-    """What ``spend`` counts toward ``tokens`` and ``usd`` budgets (``Tokens.budgeted``, cost)."""
-    if spend is None:
-        return None, None
-    return (None if spend.tokens is None else spend.tokens.budgeted), spend.cost_usd
 
 
 def new_record(

@@ -1,5 +1,10 @@
 """The run ledger over SQL: every store method, shared by SQLite and PostgreSQL.
 
+Why this module is long: :class:`SqlStore` is every method of the ledger
+port over SQL, each under the one transaction discipline, and keeping them in
+one class is what makes SQLite and PostgreSQL answer alike; its values and
+checks live in :mod:`~herdsman.runtime.store.records`.
+
 :class:`SqlStore` holds the store methods' queries and the transaction
 discipline, on the runs queries of :mod:`herdsman.runtime.store.queries`; a
 subclass brings the connection (opening it, migrating its schema, beginning

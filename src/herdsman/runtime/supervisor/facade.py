@@ -16,7 +16,7 @@ everything: starts are taken by a separate dispatch task that the callbacks
 wake, so when a start and another event are ready together, trio's wake-up
 order decides which comes first. Harmless in production; the simulator stays
 deterministic by delivering one event at a time and letting everything it
-sets off settle before the next (sim/replay.py). Events that change what may
+sets off settle before the next (sim/driver.py). Events that change what may
 start (a reload, a shutdown) are traced in ledger order, after every start
 decided before them.
 

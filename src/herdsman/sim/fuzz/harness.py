@@ -1,5 +1,11 @@
 """Run one fuzz scenario through the whole supervisor, faults and all, checking as it goes.
 
+Why this module is long: ``_Fuzz`` is one scenario's run, and its faults
+(crash, restart, disk full, bad reload) act on the same supervisor lives,
+clock and checker as its event loop; the stand-ins it drives live in
+:mod:`~herdsman.sim.fuzz.stand_ins`, its client and spin watch in
+:mod:`~herdsman.sim.fuzz.client`.
+
 This is the full-fidelity replay (``herdsman.sim.replay``): the real
 :class:`~herdsman.runtime.supervisor.Supervisor` on a ``MockClock``, inside a
 pyfakefs filesystem, with the in-memory ledger, the fake git and the
@@ -21,10 +27,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as dt
-import io
-import itertools
 import json
-import math
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -40,21 +43,21 @@ from pyfakefs.fake_filesystem_unittest import Patcher
 from herdsman.config import ConfigError, load_config_text
 from herdsman.config.report import config_as_json
 from herdsman.runtime.git import GitError
-from herdsman.runtime.git.fake import FakeGit, Operation
+from herdsman.runtime.git.fake import Operation
 from herdsman.runtime.ledger import Inline
 from herdsman.runtime.reload import ConfigSource
-from herdsman.runtime.runner import ProcessOutcome, ProcessSpec
 from herdsman.runtime.store import MemoryStore, NewRun
 from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
 from herdsman.runtime.worktrees.manager import METADATA
 from herdsman.runtime.worktrees.slug import conversation_slug
 from herdsman.sim.bounds import STEPS_AT_ONE_INSTANT, STOP_GRACE, WALL_LIMIT, InThread
+from herdsman.sim.fuzz.client import _Client, _describe, _SpinWatch
 from herdsman.sim.fuzz.invariants import Checker, Violation
 from herdsman.sim.fuzz.links import LINK_FAULTS, LinkFaults
-from herdsman.sim.fuzz.removal_waits import RemovalWaits
 from herdsman.sim.fuzz.scenario import Scenario, ScenarioError
-from herdsman.sim.replay import ARRIVAL, Driver, drive
-from herdsman.sim.trio_internals import mock_time, shuffle_trio
+from herdsman.sim.fuzz.stand_ins import _CheckedGit, _Life, _Runner, _Sink
+from herdsman.sim.replay import ARRIVAL, drive
+from herdsman.sim.trio_internals import shuffle_trio
 from herdsman.sim.workload import SYNTHETIC_EXIT_CODES, Attempt, RunPlan, Workload
 from herdsman.trace import TraceHeader, TraceWriter, format_time
 
@@ -73,18 +76,12 @@ CONFIG_PATH = Path("/herdsman-sim/supervisor.toml")
 #: How long a usage limit without a reset time, or a quota window, may hold runs.
 _LONGEST_REST = 3600.0
 _AGENT_FILE = "agent-notes-{run}.txt"
-#: How long (simulated) a client's request may take to return: a submit may
-#: wait out the removal of its conversation's worktrees (a few slow git
-#: calls), never this long.
-REQUEST_BOUND = STOP_GRACE
 #: What the clients send (a request may wait for simulated time to pass);
 #: the other events are the world's doing, delivered by the driver itself.
 CLIENT_KINDS = frozenset({"submit", "cancel", "reload"})
 #: How long (wall-clock seconds) every task must have waited before the
 #: time keeper looks: longer than the driver's own wait (none), which comes first.
 _KEEPER_CUSHION = 0.001
-#: How long (wall-clock seconds) the driver waits between looks at a thread at work.
-_THREAD_CUSHION = 0.0002
 
 
 @attrs.frozen
@@ -188,109 +185,6 @@ def deadline_after_faults(scenario: Scenario) -> float:
         elif event["kind"] == "disk_full":
             work += float(event["seconds"])
     return last + work + rests + 300.0 * runs + 120.0
-
-
-class _Sink(io.StringIO):
-    """A trace file's stand-in: keeps the text and shows each line to the checker."""
-
-    def __init__(self, checker: Checker) -> None:
-        super().__init__()
-        self._checker = checker
-        self._pending = ""
-        self.text = ""
-        #: False once its supervisor has crashed: what it writes while dying is lost.
-        self.live = True
-
-    def write(self, text: str) -> int:
-        if not self.live:
-            return len(text)
-        self.text += text
-        self._pending += text
-        *lines, self._pending = self._pending.split("\n")
-        for line in lines:
-            obj = json.loads(line)
-            if "herdsman_trace" in obj:
-                self._checker.header(obj["config"])
-            else:
-                self._checker.event(obj.pop("event"), obj)
-        return len(text)
-
-
-class _CheckedGit(FakeGit):
-    """The fake git, slowed down, telling the checker of every worktree removal.
-
-    Each call takes ``latency`` seconds plus a microsecond per call before
-    it: two calls never end at one instant, where trio's timer order (by
-    object id) would decide which goes first.
-    """
-
-    def __init__(
-        self,
-        on_remove: Callable[[Path], None],
-        latency: float,
-        removals: RemovalWaits,
-        on_begin: Callable[[Path], None],
-    ) -> None:
-        calls = itertools.count()
-        super().__init__(latency=(lambda _: latency + next(calls) * 1e-6) if latency else None)
-        self._on_remove = on_remove
-        self._removals = removals
-        self._on_begin = on_begin
-
-    async def remove_worktree(self, repo: Path, path: Path) -> None:
-        # Before and after: a run of its conversation may not be recorded
-        # while the removal is under way either.
-        self._on_remove(path)
-        self._removals.began(path)
-        self._on_begin(path)
-        try:
-            await super().remove_worktree(repo, path)
-        finally:
-            self._removals.ended(path)
-        self._on_remove(path)
-
-
-class _Runner(Driver):
-    """The replay's fake runner, plus what agents do that faults are made of.
-
-    It tells the checker of each spawn, leaves files in the worktrees of a
-    run marked ``dirty`` (what an agent's edits look like to git), and puts
-    the reset time on a usage limit.
-    """
-
-    def __init__(self, workload: Workload, fuzz: _Fuzz) -> None:
-        super().__init__(workload)
-        self._fuzz = fuzz
-        self._tries: dict[str, int] = {}
-
-    async def execute(self, spec: ProcessSpec, **options: Any) -> ProcessOutcome:
-        """The replay's fake run (``options``: its cancel handle and task status), plus faults."""
-        run_id = spec.env["HERDSMAN_RUN_ID"]
-        fuzz = self._fuzz
-        fuzz.checker.spawned(run_id)
-        tries = self._tries.get(run_id, 0)
-        self._tries[run_id] = tries + 1
-        submit = fuzz.submits.get(run_id, {})
-        repos = spec.env.get("HERDSMAN_REPOS")
-        if submit.get("dirty") and repos is not None:
-            fuzz.leave_files(Path(repos), run_id)
-        ended = await super().execute(spec, **options)
-        attempts = submit.get("attempts", [])
-        resets_in = attempts[tries].get("resets_in") if tries < len(attempts) else None
-        if ended.usage_limit is not None and resets_in is not None:
-            limit = attrs.evolve(ended.usage_limit, resets_at=fuzz.wall() + float(resets_in))
-            ended = attrs.evolve(ended, usage_limit=limit)
-        return ended
-
-
-@attrs.define
-class _Life:
-    """One life of the supervisor: it, its ledger, its trace, the scope that ends it."""
-
-    supervisor: Supervisor
-    store: MemoryStore
-    sink: _Sink
-    scope: trio.CancelScope
 
 
 class _Fuzz:
@@ -819,127 +713,6 @@ class _Fuzz:
                 checker.drained("at the bound after the last fault")
             return True
         return bool(checker.violations)
-
-
-def _describe(event: Mapping[str, Any]) -> str:
-    """An event in a few words, with its time: what a liveness violation names."""
-    kind = event["kind"]
-    if kind == "submit":
-        what = f"the submit of {event['run']['id']}" + (" sent again" if event.get("again") else "")
-    elif kind == "cancel":
-        what = f"the cancel of {', '.join(event['run_ids'])}"
-    elif kind == "git_failure":
-        what = f"the git failure of {event['operation']}"
-    else:
-        what = f"the {kind.replace('_', ' ')}"
-    return f"{what} at t={float(event['t']):.3f}"
-
-
-class _Client:
-    """The clients' requests (submits, cancels, reloads), sent in order, each once the one
-    before has returned: as from one connection.
-
-    The driver hands a request over and goes on moving the clock, so a
-    request that waits for simulated time (a submit waiting out its
-    conversation's worktree removal under slow git) gets it. One at a time
-    and in order: which of two requests goes first never depends on
-    trio's wake-up order.
-    """
-
-    def __init__(self, fuzz: _Fuzz) -> None:
-        self._fuzz = fuzz
-        channel = trio.open_memory_channel[tuple[str, Callable[[], Awaitable[None]]]]
-        self._send, self._receive = channel(math.inf)
-        #: Requests sent and not yet returned (or dropped by a crash).
-        self._waiting: list[str] = []
-        self._scope: trio.CancelScope | None = None
-        #: When the request under way was made (simulated), if one is.
-        self._since: float | None = None
-
-    @property
-    def busy(self) -> bool:
-        """Whether a request is under way or waiting its turn."""
-        return bool(self._waiting)
-
-    async def hand_over(self, what: str, request: Callable[[], Awaitable[None]]) -> None:
-        """Send ``request`` (``what`` names it) after those sent before it.
-
-        Back once every task waits and no thread of trio's is at work: a
-        reload reads the file in a thread, and while it does nothing may
-        move on (not the clock, not the next event), or the thread's speed
-        would decide what happens next.
-        """
-        self.send(what, request)
-        await trio.testing.wait_all_tasks_blocked()
-        threads = trio.to_thread.current_default_thread_limiter()
-        while threads.statistics().borrowed_tokens:
-            await trio.testing.wait_all_tasks_blocked(_THREAD_CUSHION)
-
-    def send(self, what: str, request: Callable[[], Awaitable[None]]) -> None:
-        """Send ``request`` after those sent before it, and go on at once."""
-        self._waiting.append(what)
-        self._send.send_nowait((what, request))
-
-    async def serve(self) -> None:
-        """Make the requests, one at a time, each while a supervisor is up."""
-        async for _, request in self._receive:
-            await self._fuzz.up.wait()
-            self._since = trio.current_time()
-            with trio.CancelScope() as self._scope:
-                await request()
-            self._scope = self._since = None
-            self._waiting.pop(0)
-
-    def drop(self) -> None:
-        """The supervisor died: the request under way gets no answer."""
-        if self._scope is not None:
-            self._scope.cancel()
-
-    def answered(self, *, by_now: bool = True) -> None:
-        """A liveness violation if a request has not returned: by now (the events
-        are over), or else within REQUEST_BOUND of being made."""
-        if not self._waiting:
-            return
-        late = self._since is not None and trio.current_time() - self._since > REQUEST_BOUND
-        if by_now or late:
-            notes = []
-            if self._since is not None and not self._waiting[0].endswith(f"t={self._since:.3f}"):
-                notes.append(f"made at t={self._since:.3f}, after those before it")
-            if len(self._waiting) > 1:
-                notes.append(f"{len(self._waiting) - 1} more behind it")
-            more = f" ({'; '.join(notes)})" if notes else ""
-            self._fuzz.checker.fail("liveness", f"{self._waiting[0]} never returned{more}")
-
-
-class _SpinWatch(trio.abc.Instrument):
-    """Counts task steps at one simulated instant: a run whose clock never moves is stopped.
-
-    A loop that yields but never waits (tasks that keep waking each other)
-    keeps every wait for blocked tasks, the driver's among them, from
-    returning: the clock stays put for ever, with the CPU busy. Steps are
-    counted, not seconds: the same seed stops at the same step.
-    """
-
-    def __init__(self, fuzz: _Fuzz, clock: trio.testing.MockClock) -> None:
-        self._fuzz = fuzz
-        self._now = mock_time(clock)
-        self._at = -1.0
-        self._steps = 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if self._fuzz.bound.freeze:
-            self._fuzz.abandon()
-        now = self._now()
-        if now != self._at:
-            self._at, self._steps = now, 0
-            return
-        self._steps += 1
-        if self._steps % STEPS_AT_ONE_INSTANT == 0:
-            # Between steps, not inside one: a cancellation is safe there.
-            trio.lowlevel.current_trio_token().run_sync_soon(
-                self._fuzz.stall,
-                f"{self._steps} task steps at t={now:.3f} and the clock never moved",
-            )
 
 
 class _Current:
