@@ -29,6 +29,11 @@ The model (docs/accounts.md has the long form):
 
 No clock, no I/O, no randomness: every call takes ``now`` (unix seconds), and
 iteration is over config order or explicit sorted keys, never hash order.
+
+Why this module is a little over 600 lines: the budget arithmetic of one
+account lives in ``account_usage.py``; what is left — the book of every
+provider's accounts and the gate a burst of starts goes through — shares
+the per-account state on the pick path every start takes.
 """
 
 from __future__ import annotations
