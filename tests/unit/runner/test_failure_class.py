@@ -9,6 +9,7 @@ import pytest
 from herdsman.core.outcome import Outcome
 from herdsman.core.retry import Failure
 from herdsman.runtime.runner.failure_class import failure_of
+from herdsman.runtime.runner.process import ended_by_itself
 from herdsman.runtime.runner.protocols.base import ProtocolAdapter
 from herdsman.runtime.runner.protocols.claude import ClaudeAdapter
 from herdsman.runtime.runner.protocols.codex import CodexAdapter
@@ -27,19 +28,7 @@ def read(name: str, exit_code: int) -> ProcessOutcome:
     if stderr.exists():
         for line in stderr.read_bytes().splitlines(keepends=True):
             adapter.feed_stderr_line(line)
-    verdict = adapter.verdict(exit_code)
-    return ProcessOutcome(
-        status=verdict.status,
-        exit_code=exit_code,
-        reason=verdict.error,
-        limit=None,
-        result=verdict.result,
-        session_id=verdict.session_id,
-        excerpt="",
-        usage_limit=verdict.usage_limit,
-        usage=adapter.usage,
-        worked=adapter.worked,
-    )
+    return ended_by_itself(adapter, exit_code, "")
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,7 @@ from herdsman.runtime.runner.excerpt import ExcerptBuilder
 from herdsman.runtime.runner.group import stop_at_once, stop_group
 from herdsman.runtime.runner.output import Output
 from herdsman.runtime.runner.protocols import make_adapter
+from herdsman.runtime.runner.protocols.base import ProtocolAdapter
 from herdsman.runtime.runner.spawn import spawner
 from herdsman.runtime.runner.spec import Outcome, ProcessOutcome, ProcessSpec, not_started
 
@@ -234,6 +235,11 @@ async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]
             usage=adapter.usage,
             worked=adapter.worked,
         )
+    return ended_by_itself(adapter, exit_code, excerpt.text())
+
+
+def ended_by_itself(adapter: ProtocolAdapter, exit_code: int, excerpt: str) -> ProcessOutcome:
+    """The outcome of a process that exited by itself, as its protocol adapter read its output."""
     verdict = adapter.verdict(exit_code)
     return ProcessOutcome(
         status=verdict.status,
@@ -242,7 +248,7 @@ async def _run(spec: ProcessSpec, stop: _Stop, task_status: trio.TaskStatus[int]
         limit=None,
         result=verdict.result,
         session_id=verdict.session_id,
-        excerpt=excerpt.text(),
+        excerpt=excerpt,
         usage_limit=verdict.usage_limit,
         usage=adapter.usage,
         worked=adapter.worked,
