@@ -10,12 +10,15 @@ what the agent got.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from supervisor_support import Running, Start, config_at, write_config
 
@@ -73,8 +76,9 @@ def herdsman_in(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_a_fan_out_lost_to_529_and_429_is_retried_by_default_and_succeeds(
-    start: Start, tmp_path: Path
+    start: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="herdsman.supervisor")
     running = await serve(start, tmp_path, concurrency=2)
     overloaded = await submit(running, "overloaded,success")
     limited = await submit(running, "rate_limited,success")
@@ -104,6 +108,16 @@ async def test_a_fan_out_lost_to_529_and_429_is_retried_by_default_and_succeeds(
             (crashed, "crash"),
         ]
     )
+
+    # The log and the note say the delay the run really waited, as jittered
+    # (between 0.5s and 1s here), and when its wait ended: not the 1s backoff.
+    overloaded_attempt = done[overloaded]["earlier_attempts"][0]
+    waited = overloaded_attempt["retry_at"] - overloaded_attempt["finished_at"]
+    said = f"attempt 1 failed (overloaded); retrying in {waited:.2f}s, at "
+    assert any(said in message for message in caplog.messages), caplog.messages
+    ends = time.strftime("%H:%M:%S", time.localtime(overloaded_attempt["retry_at"]))
+    assert any(said + time.strftime("%Y-%m-%d ") in m and ends in m for m in caplog.messages)
+    assert f"retried in {waited:.2f}s, at " in done[overloaded]["notes"][0]
 
     # `herdsman runs ID` shows the earlier attempt.
     shown = await trio.to_thread.run_sync(partial(herdsman_in, tmp_path, "runs", overloaded))
