@@ -206,6 +206,22 @@ async def test_a_cancel_during_the_backoff_withdraws_the_run_and_frees_its_lane(
     later = await submit(running, "success", conversation="c")
     assert (await running.client.get(f"/v1/runs/{later}")).json()["status"] == "queued"
 
+    # Status counts the run waiting to retry as queued, says it apart, and
+    # does not call it parked (a fleet member's refused claim).
+    status = (await running.client.get("/v1/status")).json()
+    assert (status["queued"], status["retrying"], status["parked"]) == (2, 1, 0), status
+    assert status["queued_by_provider"] == {"agent": 2}
+    assert (status["retrying_by_provider"], status["parked_by_provider"]) == ({"agent": 1}, {})
+    earlier = waiting["earlier_attempts"][0]
+    assert status["next_retry_at"] == earlier["retry_at"]
+    shown = await trio.to_thread.run_sync(partial(herdsman_in, tmp_path, "status"))
+    assert shown.returncode == 0, shown.stderr
+    due = time.strftime("%H:%M:%S", time.localtime(earlier["retry_at"]))
+    assert f"queued: 2 (1 waiting to retry, the first at {due})" in shown.stdout, shown.stdout
+    assert "parked" not in shown.stdout
+    [agent_row] = [line for line in shown.stdout.splitlines() if line.startswith("agent ")]
+    assert agent_row.split()[-3:] == ["2", "(1", "retrying)"], shown.stdout
+
     cancelled = await running.client.post(f"/v1/runs/{first}/cancel")
     assert cancelled.json()["status"] == "cancelled", cancelled.text
     assert (await running.wait(later, 30))["status"] == "succeeded"
