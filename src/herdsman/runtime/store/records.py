@@ -18,7 +18,7 @@ from herdsman.core.runs import DEFAULT_WORKSPACE
 from herdsman.runtime.runner.run_usage import RunUsage, Tokens
 
 # Moved out; re-exported here, where every store imports them from.
-from herdsman.runtime.store.checks import _plain
+from herdsman.runtime.store.checks import all_plain
 from herdsman.runtime.store.checks import check_limit as check_limit  # noqa: PLC0414
 from herdsman.runtime.store.checks import check_limit_text as check_limit_text  # noqa: PLC0414
 from herdsman.runtime.store.checks import check_now as check_now  # noqa: PLC0414
@@ -357,7 +357,7 @@ def new_record(
     new: NewRun, seq: int, now: float, status: RunStatus, reason: str | None = None
 ) -> RunRecord:
     """The record a store creates for ``new`` (queued, or skipped straight away)."""
-    if not _plain(
+    if not all_plain(
         new.id,
         new.provider,
         new.prompt,
@@ -405,7 +405,7 @@ def started(record: RunRecord, now: float, account: str | None) -> RunRecord:
     """``record`` moved from queued to running."""
     if _RUNNING not in LEGAL_TRANSITIONS[record.status]:  # check_transition's test
         check_transition(record.id, record.status, _RUNNING)
-    if account is not None and (not account.isascii() or "\0" in account):  # as _plain
+    if account is not None and (not account.isascii() or "\0" in account):  # as all_plain
         check_text(record.id, account=account)
     return _evolved(
         record,
@@ -443,7 +443,7 @@ def finished(record: RunRecord, end: RunEnd, now: float, before: Tokens | None =
         "log_path": end.log_path,
         "spend": None if end.usage is None else spend_of(end.usage, before),
     }
-    if not _plain(end.reason, end.result, end.session_id, end.excerpt, end.log_path):
+    if not all_plain(end.reason, end.result, end.session_id, end.excerpt, end.log_path):
         check_texts(
             record.id,
             {
