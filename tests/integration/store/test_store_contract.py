@@ -1395,6 +1395,39 @@ def test_a_resumed_session_records_its_own_spend_not_the_sessions_total(store: S
     assert tokens_of(elsewhere) == Tokens(input=70, output=7)
 
 
+def test_a_retried_attempt_in_the_same_session_records_only_what_it_spent(store: Store) -> None:
+    """A retry resumes its failed attempt's session: Codex's totals count that attempt again."""
+    from herdsman.runtime.store import UsageBy
+
+    spent_run(store, "a", codex(40, 4), T0, session_id="s1", conversation="c")
+    store.submit(new("r", conversation="c"), T0 + 1)
+    store.mark_running("r", T0 + 1, "acct")
+    failed = RunEnd(RunStatus.FAILED, exit_code=1, session_id="s1", usage=codex(100, 10))
+    store.apply([partial(finish_and_retry, end=failed, at=T0 + 1)])
+    [earlier] = store.attempts("r")
+    assert earlier.spend is not None
+    assert earlier.spend.tokens == Tokens(input=60, output=6)
+    store.mark_running("r", T0 + 10, "acct")
+    done = RunEnd(RunStatus.SUCCEEDED, exit_code=0, session_id="s1", usage=codex(250, 30))
+    assert tokens_of(store.finish("r", done, T0 + 11)) == Tokens(input=150, output=20)
+    # Every attempt summed is the session's total, counted once.
+    [total] = store.usage(UsageBy.PROVIDER)
+    assert (total.attempts, total.tokens) == (3, Tokens(input=250, output=30))
+
+
+def test_a_retry_in_a_fresh_session_or_on_another_account_takes_nothing_off(
+    store: Store,
+) -> None:
+    for run_id, account, session in (("x", "other", "s1"), ("y", "acct", "s2")):
+        store.submit(new(run_id, conversation=run_id), T0)
+        store.mark_running(run_id, T0, "acct")
+        failed = RunEnd(RunStatus.FAILED, exit_code=1, session_id="s1", usage=codex(100, 10))
+        store.apply([partial(finish_and_retry_run, run_id=run_id, end=failed, at=T0)])
+        store.mark_running(run_id, T0 + 10, account)
+        done = RunEnd(RunStatus.SUCCEEDED, exit_code=0, session_id=session, usage=codex(30, 3))
+        assert tokens_of(store.finish(run_id, done, T0 + 11)) == Tokens(input=30, output=3)
+
+
 def test_a_session_whose_totals_went_down_is_credited_nothing(store: Store) -> None:
     spent_run(store, "a", codex(100, 10), T0, session_id="s", conversation="c")
     fewer = spent_run(store, "b", codex(50, 20), T0 + 5, session_id="s", conversation="c")

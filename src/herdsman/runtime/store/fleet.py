@@ -35,8 +35,8 @@ from herdsman.runtime.store.fleet_checks import (
     cancel_reason,
     claim_refusal,
     fleet_lanes,
+    ids_not_queued,
     live_on_lane,
-    not_queued,
     write_held,
 )
 from herdsman.runtime.store.fleet_values import (
@@ -392,7 +392,7 @@ class FleetStore(PostgresStore):
                 " AND cancel_request IS NOT NULL ORDER BY seq",
                 (RunStatus.RUNNING.value, self.member_id),
             ).fetchall()
-            left = not_queued(cur, queued)
+            left = ids_not_queued(cur, queued)
         runs = []
         for *columns, mark in rows:
             record = run_from_row(tuple(columns))
@@ -403,7 +403,7 @@ class FleetStore(PostgresStore):
     def left_queue(self, run_ids: Sequence[str]) -> list[str]:
         """Which of ``run_ids`` are not queued in the ledger (or not in it), in the given order."""
         with self._reading() as cur:
-            return not_queued(cur, run_ids)
+            return ids_not_queued(cur, run_ids)
 
     def request_cancel(self, run_id: str, now: float, reason: str) -> tuple[RunRecord, bool]:
         """Ask the member holding ``run_id`` to cancel it; the run as it stands, cancelled now?

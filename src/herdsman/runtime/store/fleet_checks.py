@@ -27,8 +27,8 @@ __all__ = [
     "cancel_reason",
     "claim_refusal",
     "fleet_lanes",
+    "ids_not_queued",
     "live_on_lane",
-    "not_queued",
     "write_held",
 ]
 
@@ -172,7 +172,7 @@ def cancel_reason(cur: Cursor, run_id: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def not_queued(cur: Cursor, run_ids: Sequence[str]) -> list[str]:
+def ids_not_queued(cur: Cursor, run_ids: Sequence[str]) -> list[str]:
     """Which of ``run_ids`` are not queued (or unknown), in their order: one statement."""
     if not run_ids:
         return []

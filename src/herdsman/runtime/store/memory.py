@@ -170,7 +170,7 @@ class MemoryStore:
         if current is None:
             raise not_found(run_id)
         before = (
-            session_before(self._runs.values(), current, end)
+            session_before(self._runs.values(), current, end, self._attempts.get(run_id, ()))
             if end.usage is not None and needs_before(end)
             else None
         )

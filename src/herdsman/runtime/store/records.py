@@ -474,16 +474,22 @@ def needs_before(end: RunEnd) -> bool:
     )
 
 
-def session_before(runs: Iterable[RunRecord], current: RunRecord, end: RunEnd) -> Tokens | None:
+def session_before(
+    runs: Iterable[RunRecord],
+    current: RunRecord,
+    end: RunEnd,
+    attempts: Iterable[Attempt] = (),
+) -> Tokens | None:
     """What the runs of ``end``'s session before ``current`` spent, among ``runs``.
 
     The in-memory stores' answer to :func:`needs_before` (the SQL stores
     ask the same of the database): the tokens of the earlier runs of the
-    same provider, workspace, conversation and session, summed.
+    same provider, workspace, conversation and session, summed, and those
+    of ``current``'s own earlier ``attempts`` in it (:func:`attempts_in_session`).
     """
     if current.conversation is None:
         return None
-    total: Tokens | None = None
+    total: Tokens | None = attempts_in_session(current, end, attempts)
     for r in runs:
         spent = r.spend
         if (
@@ -539,3 +545,26 @@ def noted(record: RunRecord, note: str) -> RunRecord:
     """``record`` with ``note`` appended to its notes (any status)."""
     check_text(record.id, note=note)
     return _evolved(record, {"notes": (*record.notes, note)})
+
+
+def attempts_in_session(
+    current: RunRecord, end: RunEnd, attempts: Iterable[Attempt]
+) -> Tokens | None:
+    """What ``current``'s earlier ``attempts`` spent in the session ``end`` reports, summed.
+
+    A retry resumes the session its failed attempt reported, on the account
+    that session lives under; a stream that reports session totals (Codex)
+    then counts the failed attempt's tokens again. The ledger keeps no
+    session per attempt, so the attempts counted are those on the current
+    attempt's account, when the current attempt continued the session the
+    last one reported (``current.session_id``, which a re-queue keeps);
+    None when there are none.
+    """
+    if end.session_id is None or end.session_id != current.session_id:
+        return None
+    total: Tokens | None = None
+    for attempt in attempts:
+        spent = attempt.spend
+        if spent is not None and spent.tokens is not None and attempt.account == current.account:
+            total = spent.tokens if total is None else total + spent.tokens
+    return total

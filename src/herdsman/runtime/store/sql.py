@@ -61,6 +61,7 @@ from herdsman.runtime.store.records import (
     RunStatus,
     Session,
     attempt_of,
+    attempts_in_session,
     check_limit,
     check_limit_text,
     check_now,
@@ -751,7 +752,12 @@ _SESSION_SPENT = (
 
 
 def _session_before(cur: Cursor, current: RunRecord, end: RunEnd) -> Tokens | None:
-    """What the runs of ``end``'s session before ``current`` spent (see :meth:`Store.finish`)."""
+    """What the runs of ``end``'s session before ``current`` spent (see :meth:`Store.finish`).
+
+    With what ``current``'s own earlier attempts spent in it
+    (:func:`attempts_in_session`); a run that never went back to the queue
+    costs no read of ``run_attempts``.
+    """
     if current.conversation is None or unstorable(end.session_id):
         return None
     row = cur.execute(
@@ -759,4 +765,11 @@ def _session_before(cur: Cursor, current: RunRecord, end: RunEnd) -> Tokens | No
         (current.conversation, current.seq, current.provider, current.workspace, end.session_id),
     ).fetchone()
     # PostgreSQL sums BIGINTs as NUMERIC.
-    return None if row is None or row[0] is None else Tokens(*(int(value) for value in row))
+    runs = None if row is None or row[0] is None else Tokens(*(int(value) for value in row))
+    if current.attempts < 2 or end.session_id != current.session_id:
+        return runs
+    earlier = [attempt_from_row(r) for r in cur.execute(SELECT_ATTEMPTS, (current.id,))]
+    own = attempts_in_session(current, end, earlier)
+    if own is None or runs is None:
+        return own or runs
+    return runs + own
