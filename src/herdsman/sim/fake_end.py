@@ -7,11 +7,15 @@ and its account's signals: ``herdsman.runtime.supervisor.outcomes.run_outcome``)
 
 from __future__ import annotations
 
-from herdsman.core.outcome import Outcome, UsageLimit
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+from herdsman.core.outcome import Outcome, RunOutcome, UsageLimit
 from herdsman.runtime.runner import ProcessOutcome
 from herdsman.sim.workload import Attempt
 
-__all__ = ["LIMIT_MESSAGE", "fake_end"]
+__all__ = ["LIMIT_MESSAGE", "NO_ENDING", "fake_end", "finish_ending"]
 
 #: What a recorded usage limit says, as the fake runner says it.
 LIMIT_MESSAGE = "usage limit (recorded)"
@@ -27,7 +31,7 @@ def fake_end(attempt: Attempt, reason: str | None) -> ProcessOutcome:
     elif attempt.outcome != "succeeded":
         status = Outcome(attempt.outcome)
     if status is not Outcome.SUCCEEDED and reason is None:
-        reason = f"{attempt.outcome} (recorded)"
+        reason = attempt.reason or f"{attempt.outcome} (recorded)"
     return ProcessOutcome(
         status=status,
         exit_code=attempt.exit_code,
@@ -38,4 +42,24 @@ def fake_end(attempt: Attempt, reason: str | None) -> ProcessOutcome:
         excerpt="",
         usage_limit=limit,
         usage=attempt.usage,
+        worked=attempt.worked,
     )
+
+
+#: The fields a finish without a failure class adds: none.
+NO_ENDING: Final[Mapping[str, Any]] = MappingProxyType({})
+
+
+def finish_ending(outcome: RunOutcome) -> Mapping[str, Any]:
+    """What a finish event says of how ``outcome``'s attempt failed, as the supervisor writes it.
+
+    Its retry class (``failure``), and ``worked`` with it when the agent
+    may have done work (``TraceWriter.finish``): the fast engine's finishes
+    carry the same fields as the supervisor's.
+    """
+    failure = outcome.failure
+    if failure is None:
+        return NO_ENDING
+    if outcome.worked:
+        return {"failure": failure.value, "worked": True}
+    return {"failure": failure.value}

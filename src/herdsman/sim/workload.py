@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import tomlkit
@@ -22,6 +22,7 @@ import tomlkit
 from herdsman.config import ConfigError, LoadedConfig, load_config_text
 from herdsman.core.runs import DEFAULT_WORKSPACE, RunRequest
 from herdsman.runtime.runner.run_usage import RunUsage
+from herdsman.sim.recorded_end import Signals, recorded_end
 from herdsman.sim.spend import read_failure, usage_of
 from herdsman.trace import (
     OUTCOMES,
@@ -71,10 +72,31 @@ class Attempt:
     usage: RunUsage | None = None
     #: The runner's word on a timed-out attempt: the limit that fired.
     limit: str | None = None
+    #: The agent may have done some of its work before it failed (a retry
+    #: policy's ``after_work`` decides whether such an attempt is retried).
+    worked: bool = False
+    #: Why it failed, as the runner said it (a refused login's message); None:
+    #: the fake runner's own words.
+    reason: str | None = None
 
     def end(self, now: float) -> float:
         """When the attempt ends if it starts at ``now`` (trace time); both engines ask."""
         return now + self.duration
+
+    @property
+    def own_end(self) -> bool:
+        """Whether its end is its own, not one shared by every attempt ending alike.
+
+        The fake runner shares one outcome between attempts that end with the
+        same outcome, exit code and reset (most of them); one whose stream
+        said more (a spend, a failure class, work done, a message) gets its own.
+        """
+        return (
+            self.usage is not None
+            or self.limit is not None
+            or self.worked
+            or self.reason is not None
+        )
 
 
 @attrs.frozen
@@ -181,6 +203,9 @@ class Workload:
     #: replay, with when they began to wait: another submit to their
     #: conversation came meanwhile (see ``_waits_with_their_runs``).
     unheld: tuple[tuple[str, float], ...] = ()
+    #: Cancelled attempts whose finish records a spend, with its time: a
+    #: replay's cancel ends an attempt with nothing spent (see ``summary``).
+    unspent: tuple[tuple[str, float], ...] = ()
 
 
 class Executions:
@@ -247,7 +272,9 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
     plans: dict[str, RunPlan] = {}
     # run id -> (origin of its duration, the moments its start answers)
     started: dict[str, tuple[float, float, float]] = {}
-    resets: dict[str, float] = {}
+    # What the events just before a run's finish said of its attempt.
+    signals: dict[str, Signals] = {}
+    unspent: list[tuple[str, float]] = []
     # The time of the last event a start can be a response to, and of the
     # last start before that event (see _answered).
     cause, floor, last_start = 0.0, -math.inf, -math.inf
@@ -285,19 +312,35 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
             started[fields["run_id"]] = _answered(cause, floor, event.t)
             last_start = event.t
         elif kind == "usage_limit":
-            resets[fields["run_id"]] = float(fields["until"])
+            signals.setdefault(fields["run_id"], Signals()).resets_at = float(fields["until"])
+        elif kind == "near_limit":
+            signals.setdefault(fields["run_id"], Signals()).warned_until = float(fields["until"])
+        elif kind == "needs_login":
+            signals.setdefault(fields["run_id"], Signals()).login = str(fields["message"])
+        elif kind == "retry":
+            signals.setdefault(fields["run_id"], Signals()).retried = fields["failure"]
         elif kind == "finish":
             run_id = fields["run_id"]
             began = started.pop(run_id, None)
             recorded = plans.get(run_id)
+            said = signals.pop(run_id, _NO_SIGNALS)
             if began is not None and recorded is not None:
                 origin, after, by = began
+                ended = None
+                if said.more or fields["outcome"] == "failed" or not _PLAIN.issuperset(fields):
+                    ended = recorded_end(where, fields, said)
+                if fields["outcome"] == "cancelled" and "spend" in fields:
+                    unspent.append((run_id, event.t))
                 recorded.attempts.append(
                     RecordedAttempt(
                         round(event.t - origin, 6),
-                        fields["outcome"],
+                        fields["outcome"] if ended is None else ended.outcome,
                         fields.get("exit_code"),
-                        resets.pop(run_id, None),
+                        said.resets_at,
+                        None if ended is None else ended.usage,
+                        None if ended is None else ended.limit,
+                        ended is not None and ended.worked,
+                        None if ended is None else ended.reason,
                         ends_at=event.t,
                         answers_after=after,
                         answers_by=by,
@@ -319,9 +362,23 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
     cut_at = _still_running(started, plans, rotated_at, arrivals, last_t)
     return _waits_with_their_runs(
         Workload(
-            header, header_time(header), tuple(arrivals), plans, rotated_at, tuple(lost), cut_at
+            header,
+            header_time(header),
+            tuple(arrivals),
+            plans,
+            rotated_at,
+            tuple(lost),
+            cut_at,
+            unspent=tuple(unspent),
         )
     )
+
+
+#: A finish's fields that say nothing of how its attempt failed or what it spent.
+_PLAIN: Final = frozenset({"run_id", "outcome", "exit_code", "requeued"})
+
+#: No event before a finish said anything of its attempt.
+_NO_SIGNALS: Final = Signals()
 
 
 def _waits_with_their_runs(workload: Workload) -> Workload:
