@@ -361,6 +361,7 @@ class TraceWriter:
         spend: Mapping[str, Any] | None = None,
         failure: str | None = None,
         worked: bool = False,
+        session: bool = False,
     ) -> None:
         """A finish event: its run, outcome and exit code, ``"requeued": true`` if so.
 
@@ -369,7 +370,8 @@ class TraceWriter:
         said nothing of it reads as it did before. ``failure``: a failed
         attempt's retry class, and ``worked`` (written only with it) that
         its agent may have done work: what a replay needs to decide its
-        retry again.
+        retry again. ``session``: the attempt's agent reported a session (its
+        conversation sticks to the account it ran on).
         """
         if (
             type(run_id) is str
@@ -382,6 +384,7 @@ class TraceWriter:
                 f"{'null' if exit_code is None else int.__repr__(exit_code)}"
                 + ("" if failure is None else ',"failure":' + _encode_string(str(failure)))
                 + (',"worked":true' if worked and failure is not None else "")
+                + (',"session":true' if session else "")
                 + (',"requeued":true' if requeued else "")
                 + ("" if spend is None else ',"spend":' + _ENCODER.encode(spend)),
             )
@@ -394,6 +397,8 @@ class TraceWriter:
             fields["failure"] = str(failure)
             if worked:
                 fields["worked"] = True
+        if session:
+            fields["session"] = True
         if requeued:
             fields["requeued"] = True
         if spend is not None:

@@ -38,7 +38,7 @@ BUDGET = 0.02
 
 
 def budgeted(spent: bool) -> str:
-    """The recorded demo with a usd budget on account ``a``; with ``spent``, a spend on each finish."""
+    """The recorded demo, a usd budget on account ``a``; ``spent``: a spend on each finish."""
     header, *events = RECORDED.read_text().splitlines()
     head: dict[str, Any] = json.loads(header)
     second = head["config"]["providers"]["second"]
@@ -63,7 +63,8 @@ def test_a_recorded_spend_is_charged_to_a_usd_budget_in_the_replay(tmp_path: Pat
     assert accounts_started(RECORDED).count("a") == 3
     for name, spent in (("spent", True), ("plain", False)):
         (tmp_path / f"{name}.jsonl").write_text(budgeted(spent))
-        done = herdsman("sim", "replay", f"{name}.jsonl", "--out", f"{name}-out.jsonl", cwd=tmp_path)
+        out = f"{name}-out.jsonl"
+        done = herdsman("sim", "replay", f"{name}.jsonl", "--out", out, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
 
     # Nothing reported spent: the budget counts nothing, a takes its three runs.

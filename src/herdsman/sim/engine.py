@@ -537,7 +537,12 @@ class FastEngine:
         spend = None if run.usage is None else spend_of(run.usage)
         if spend is None:
             self._emit(
-                "finish", run_id=run_id, outcome=status, exit_code=exit_code, **ending, requeued=True
+                "finish",
+                run_id=run_id,
+                outcome=status,
+                exit_code=exit_code,
+                **ending,
+                requeued=True,
             )
             return
         if self._measuring:
@@ -790,7 +795,8 @@ STOPPED = RunOutcome(Outcome.CANCELLED)
 def _outcome(attempt: Attempt) -> RunOutcome:
     """What the supervisor makes of the end the trio replay's fake runner reports for
     ``attempt``: its failure class, spend and account signals, read as production reads them."""
-    return run_outcome(fake_end(attempt, None), False)
+    ended = fake_end(attempt, None)
+    return run_outcome(ended, ended.session_id is not None)
 
 
 def fast_replay(workload: Workload, loaded: LoadedConfig) -> ReplayResult:

@@ -15,10 +15,13 @@ from herdsman.core.outcome import Outcome, RunOutcome, UsageLimit
 from herdsman.runtime.runner import ProcessOutcome
 from herdsman.sim.workload import Attempt
 
-__all__ = ["LIMIT_MESSAGE", "NO_ENDING", "fake_end", "finish_ending"]
+__all__ = ["LIMIT_MESSAGE", "NO_ENDING", "RECORDED_SESSION", "fake_end", "finish_ending"]
 
 #: What a recorded usage limit says, as the fake runner says it.
 LIMIT_MESSAGE = "usage limit (recorded)"
+
+#: The session an attempt that reported one reports (the trace keeps no id).
+RECORDED_SESSION = "(recorded session)"
 
 
 def fake_end(attempt: Attempt, reason: str | None) -> ProcessOutcome:
@@ -38,7 +41,7 @@ def fake_end(attempt: Attempt, reason: str | None) -> ProcessOutcome:
         reason=reason,
         limit=(attempt.limit or "timeout") if status is Outcome.TIMED_OUT else None,
         result="(simulated)" if status is Outcome.SUCCEEDED else None,
-        session_id=None,
+        session_id=RECORDED_SESSION if attempt.session else None,
         excerpt="",
         usage_limit=limit,
         usage=attempt.usage,
@@ -54,12 +57,19 @@ def finish_ending(outcome: RunOutcome) -> Mapping[str, Any]:
     """What a finish event says of how ``outcome``'s attempt failed, as the supervisor writes it.
 
     Its retry class (``failure``), and ``worked`` with it when the agent
-    may have done work (``TraceWriter.finish``): the fast engine's finishes
-    carry the same fields as the supervisor's.
+    may have done work, and ``session`` when it reported a session
+    (``TraceWriter.finish``): the fast engine's finishes carry the same
+    fields as the supervisor's.
     """
     failure = outcome.failure
     if failure is None:
-        return NO_ENDING
+        return _SESSION if outcome.session else NO_ENDING
+    fields: dict[str, Any] = {"failure": failure.value}
     if outcome.worked:
-        return {"failure": failure.value, "worked": True}
-    return {"failure": failure.value}
+        fields["worked"] = True
+    if outcome.session:
+        fields["session"] = True
+    return fields
+
+
+_SESSION: Final[Mapping[str, Any]] = MappingProxyType({"session": True})

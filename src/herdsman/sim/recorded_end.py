@@ -7,9 +7,12 @@ whether the agent did work (``failure``, ``worked``), a warning that its
 account is near its limit (``near_limit``, just before the finish), a
 refused login (``needs_login``) and a retry (``retry``). A replay hands
 these back to the supervisor as the agent's stream would have, in the
-run's usage (:class:`~herdsman.runtime.runner.run_usage.RunUsage`), so
+run's usage (:class:`~herdsman.runtime.runner.run_usage.RunUsage`) and,
+where the finish says its agent reported a session (``session``), a
+session of its own (its conversation sticks to the account), so
 production's own reading (``run_outcome``, ``failure_of``) decides the
-retry, the move, the mark and the budget's charge again.
+retry, the move, the mark, the budget's charge and the account a
+conversation keeps again.
 """
 
 from __future__ import annotations
@@ -31,7 +34,15 @@ from herdsman.runtime.runner.run_usage import (
 )
 from herdsman.trace import TraceFormatError
 
-__all__ = ["API_OF_CLASS", "RecordedEnd", "Signals", "recorded_end"]
+__all__ = [
+    "API_OF_CLASS",
+    "SIGNALS",
+    "RecordedEnd",
+    "Signals",
+    "after_finish",
+    "note",
+    "recorded_end",
+]
 
 #: Each retry class a finish may name, and the API failure its agent's stream
 #: reported: none for a crash (the process died with nothing in its stream)
@@ -65,6 +76,11 @@ class Signals:
     login: str | None = None
     #: The attempt was retried, its failure of this class (``retry``'s ``failure``).
     retried: str | None = None
+    #: ... after this many seconds (``retry``'s ``delay``).
+    delay: float | None = None
+    #: For the run's next attempt: when the backoff after the last one ended
+    #: (its finish plus the retry's delay), which its start may answer.
+    backoff_until: float | None = None
 
     @property
     def more(self) -> bool:
@@ -81,6 +97,39 @@ class RecordedEnd:
     limit: str | None
     worked: bool
     reason: str | None
+    session: bool
+
+
+#: The events traced just before a finish that say something of its attempt.
+SIGNALS: Final = frozenset({"usage_limit", "near_limit", "needs_login", "retry"})
+
+
+def note(signals: Signals, kind: str, fields: Mapping[str, Any]) -> None:
+    """Keep what an event of :data:`SIGNALS` says of the attempt whose finish follows."""
+    if kind == "usage_limit":
+        signals.resets_at = float(fields["until"])
+    elif kind == "near_limit":
+        signals.warned_until = float(fields["until"])
+    elif kind == "needs_login":
+        signals.login = str(fields["message"])
+    else:
+        signals.retried = fields["failure"]
+        signals.delay = float(fields.get("delay", 0.0))
+
+
+def after_finish(signals: dict[str, Signals], run_id: str, t: float) -> Signals:
+    """What was said of the attempt of ``run_id`` that finished at ``t``; taken out of ``signals``.
+
+    A retried attempt leaves the end of its backoff behind, for its run's next start.
+    """
+    said = signals.pop(run_id, _NO_SIGNALS)
+    if said.retried is not None and said.delay is not None:
+        signals[run_id] = Signals(backoff_until=t + said.delay)
+    return said
+
+
+#: Nothing was said.
+_NO_SIGNALS: Final = Signals()
 
 
 def recorded_end(where: str, fields: Mapping[str, Any], signals: Signals) -> RecordedEnd:
@@ -124,6 +173,7 @@ def recorded_end(where: str, fields: Mapping[str, Any], signals: Signals) -> Rec
         limit,
         fields.get("worked") is True,
         signals.login,
+        fields.get("session") is True,
     )
 
 

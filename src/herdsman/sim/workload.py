@@ -22,7 +22,8 @@ import tomlkit
 from herdsman.config import ConfigError, LoadedConfig, load_config_text
 from herdsman.core.runs import DEFAULT_WORKSPACE, RunRequest
 from herdsman.runtime.runner.run_usage import RunUsage
-from herdsman.sim.recorded_end import Signals, recorded_end
+from herdsman.sim.recorded_end import SIGNALS as _SIGNALS
+from herdsman.sim.recorded_end import Signals, after_finish, note, recorded_end
 from herdsman.sim.spend import read_failure, usage_of
 from herdsman.trace import (
     OUTCOMES,
@@ -78,6 +79,9 @@ class Attempt:
     #: Why it failed, as the runner said it (a refused login's message); None:
     #: the fake runner's own words.
     reason: str | None = None
+    #: Its agent reported a session (its conversation's session lives on the
+    #: account from then on: the conversation sticks to it).
+    session: bool = False
 
     def end(self, now: float) -> float:
         """When the attempt ends if it starts at ``now`` (trace time); both engines ask."""
@@ -96,6 +100,7 @@ class Attempt:
             or self.limit is not None
             or self.worked
             or self.reason is not None
+            or self.session
         )
 
 
@@ -274,7 +279,6 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
     started: dict[str, tuple[float, float, float]] = {}
     # What the events just before a run's finish said of its attempt.
     signals: dict[str, Signals] = {}
-    unspent: list[tuple[str, float]] = []
     # The time of the last event a start can be a response to, and of the
     # last start before that event (see _answered).
     cause, floor, last_start = 0.0, -math.inf, -math.inf
@@ -309,43 +313,18 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
                 _add_synthetic(submitted, where, fields)
             arrivals.append(Arrival(event.t, kind, {"run": run}))
         elif kind == "start":
-            started[fields["run_id"]] = _answered(cause, floor, event.t)
+            backoff = signals.get(fields["run_id"], _NO_SIGNALS).backoff_until
+            started[fields["run_id"]] = _answered(cause, floor, event.t, backoff)
             last_start = event.t
-        elif kind == "usage_limit":
-            signals.setdefault(fields["run_id"], Signals()).resets_at = float(fields["until"])
-        elif kind == "near_limit":
-            signals.setdefault(fields["run_id"], Signals()).warned_until = float(fields["until"])
-        elif kind == "needs_login":
-            signals.setdefault(fields["run_id"], Signals()).login = str(fields["message"])
-        elif kind == "retry":
-            signals.setdefault(fields["run_id"], Signals()).retried = fields["failure"]
+        elif kind in _SIGNALS:
+            note(signals.setdefault(fields["run_id"], Signals()), kind, fields)
         elif kind == "finish":
             run_id = fields["run_id"]
             began = started.pop(run_id, None)
             recorded = plans.get(run_id)
-            said = signals.pop(run_id, _NO_SIGNALS)
+            said = after_finish(signals, run_id, event.t)
             if began is not None and recorded is not None:
-                origin, after, by = began
-                ended = None
-                if said.more or fields["outcome"] == "failed" or not _PLAIN.issuperset(fields):
-                    ended = recorded_end(where, fields, said)
-                if fields["outcome"] == "cancelled" and "spend" in fields:
-                    unspent.append((run_id, event.t))
-                recorded.attempts.append(
-                    RecordedAttempt(
-                        round(event.t - origin, 6),
-                        fields["outcome"] if ended is None else ended.outcome,
-                        fields.get("exit_code"),
-                        said.resets_at,
-                        None if ended is None else ended.usage,
-                        None if ended is None else ended.limit,
-                        ended is not None and ended.worked,
-                        None if ended is None else ended.reason,
-                        ends_at=event.t,
-                        answers_after=after,
-                        answers_by=by,
-                    )
-                )
+                recorded.attempts.append(_recorded(where, event.t, fields, said, began))
         elif kind == "reload":
             # Checked now, so a bad one is an error naming its line, not a
             # failure half way through the replay.
@@ -369,9 +348,59 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
             rotated_at,
             tuple(lost),
             cut_at,
-            unspent=tuple(unspent),
+            unspent=_unspent(plans),
         )
     )
+
+
+def _recorded(
+    where: str,
+    t: float,
+    fields: Mapping[str, Any],
+    said: Signals,
+    began: tuple[float, float, float],
+) -> RecordedAttempt:
+    """The attempt a ``finish`` at ``t`` ended, begun as ``began`` says (:func:`_answered`)."""
+    origin, after, by = began
+    if said.more or fields["outcome"] == "failed" or not _PLAIN.issuperset(fields):
+        ended = recorded_end(where, fields, said)
+        return RecordedAttempt(
+            round(t - origin, 6),
+            ended.outcome,
+            fields.get("exit_code"),
+            said.resets_at,
+            ended.usage,
+            ended.limit,
+            ended.worked,
+            ended.reason,
+            ended.session,
+            ends_at=t,
+            answers_after=after,
+            answers_by=by,
+        )
+    return RecordedAttempt(
+        round(t - origin, 6),
+        fields["outcome"],
+        fields.get("exit_code"),
+        said.resets_at,
+        ends_at=t,
+        answers_after=after,
+        answers_by=by,
+    )
+
+
+def _unspent(plans: Mapping[str, RunPlan]) -> tuple[tuple[str, float], ...]:
+    """Cancelled recorded attempts that spent something, with their finish's time, in time order."""
+    found = [
+        (attempt.ends_at, run_id)
+        for run_id, plan in plans.items()
+        for attempt in plan.attempts
+        if isinstance(attempt, RecordedAttempt)
+        and attempt.outcome == "cancelled"
+        and attempt.usage is not None
+        and (attempt.usage.tokens is not None or attempt.usage.cost_usd is not None)
+    ]
+    return tuple((run_id, t) for t, run_id in sorted(found))
 
 
 #: A finish's fields that say nothing of how its attempt failed or what it spent.
@@ -462,8 +491,23 @@ def _still_running(
     return last_t if rotated_at is None else None
 
 
-def _answered(cause: float, floor: float, t: float) -> tuple[float, float, float]:
+#: How far a replay's end of a backoff may lie from the recorded finish plus
+#: its delay: both are traced to the microsecond.
+BACKOFF_SLACK = 1e-5
+
+
+def _answered(
+    cause: float, floor: float, t: float, backoff: float | None = None
+) -> tuple[float, float, float]:
     """A start at ``t``: the origin of its duration, and the window of moments it answers.
+
+    ``backoff``: when the run's backoff ended, for a retry's start (its
+    recorded finish plus the retry's delay). A replay starts it at that
+    moment (if a slot is free) — which may come after the recorded start:
+    the supervisor reads the time a little before it traces the finish, and
+    the backoff runs from that reading. The window takes that moment in,
+    and the attempt's duration runs from its own start (no traced event
+    caused it).
 
     ``cause`` is the time of the last event before it other than a start,
     ``floor`` that of the last start before that event. A recorded start
@@ -480,6 +524,9 @@ def _answered(cause: float, floor: float, t: float) -> tuple[float, float, float
     one decision are traced together, after ``floor``), and at most
     ``START_LATENCY`` before it (see :class:`RecordedAttempt`).
     """
+    if backoff is not None:
+        after = min(max(floor, t - START_LATENCY), backoff - BACKOFF_SLACK)
+        return t, after, max(t, backoff + BACKOFF_SLACK)
     # Longer after the last event than a start takes, it answered something
     # untraced (an account's rest ending): time it from itself.
     origin = cause if t - cause <= START_LATENCY else t

@@ -230,9 +230,7 @@ class Execution(Service):
         def finished(final: RunRecord) -> None:
             # What the ledger did, not what was asked: it may have cancelled it.
             requeued = (requeue or retry is not None) and final.status is RunStatus.QUEUED
-            signals = outcome.account
-            if signals is not None and signals.near_limit:
-                self._tracker.warned(record.id, record.provider, record.account, now)
+            self._tracker.warned(record.id, record.provider, record.account, outcome.account, now)
             self._retried(final, retry)
             if early:
                 # When this task takes the starts the finish frees (below), the
@@ -415,6 +413,7 @@ class Execution(Service):
         """
         failure = None if ending is None else ending.failure
         worked = failure is not None and ending is not None and ending.worked
+        session = ending is not None and ending.session
         # The status's text as a plain str: a StrEnum member's value is its
         # own text, which str.__str__ copies in C where .value is two
         # Python-level calls (the trace writes only exact str values fast).
@@ -422,12 +421,25 @@ class Execution(Service):
         spend = spent if requeue else final.spend
         if spend is not None:
             self._report_spend(
-                final, spend, text, exit_code, requeue=requeue, failure=failure, worked=worked
+                final,
+                spend,
+                text,
+                exit_code,
+                requeue=requeue,
+                failure=failure,
+                worked=worked,
+                session=session,
             )
         elif self._trace is not None:
             # The usual finish: its agent's stream said nothing of a spend.
             self._trace.finish(
-                final.id, text, exit_code, requeued=requeue, failure=failure, worked=worked
+                final.id,
+                text,
+                exit_code,
+                requeued=requeue,
+                failure=failure,
+                worked=worked,
+                session=session,
             )
         if self._counts_runs:
             if not requeue:  # a re-queued run has not finished
@@ -448,6 +460,7 @@ class Execution(Service):
         requeue: bool,
         failure: Failure | None,
         worked: bool,
+        session: bool,
     ) -> None:
         """Trace a finish with what its attempt spent, and count the spend."""
         if self._trace is not None:
@@ -460,6 +473,7 @@ class Execution(Service):
                 spend=shown,
                 failure=failure,
                 worked=worked,
+                session=session,
             )
         if self._counts_runs:
             self.metrics.count_spend(final.provider, final.account, spend)

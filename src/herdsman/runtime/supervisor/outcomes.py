@@ -139,7 +139,9 @@ def account_signals(ended: ProcessOutcome) -> AccountSignals | None:
     )
 
 
-def near_limit_mark(book: AccountBook, provider: str, account: str | None, now: float) -> float | None:
+def near_limit_mark(
+    book: AccountBook, provider: str, account: str | None, now: float
+) -> float | None:
     """Until when ``book`` holds ``account`` near its limit at ``now``; None if it does not.
 
     What a provider's warning made of the account at the finish that
