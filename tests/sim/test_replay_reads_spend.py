@@ -61,8 +61,8 @@ def accounts_started(path: Path) -> list[object]:
 
 def test_a_recorded_spend_is_charged_to_a_usd_budget_in_the_replay(tmp_path: Path) -> None:
     assert accounts_started(RECORDED).count("a") == 3
-    for name, spent in (("spent", True), ("plain", False)):
-        (tmp_path / f"{name}.jsonl").write_text(budgeted(spent))
+    for name, with_spend in (("spent", True), ("plain", False)):
+        (tmp_path / f"{name}.jsonl").write_text(budgeted(with_spend))
         out = f"{name}-out.jsonl"
         done = herdsman("sim", "replay", f"{name}.jsonl", "--out", out, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
