@@ -496,12 +496,15 @@ class FastEngine:
         status = settled.status.value
         if self._measuring:
             self._measure_finish(run, status, requeued=requeue)
+        ending = finish_ending(outcome)
         if requeue:
-            self._requeued(run, run_id, status, outcome.exit_code)
+            self._requeued(run, run_id, status, outcome.exit_code, ending)
         elif run.usage is not None:
-            self._spent(run.usage, run_id, status, outcome.exit_code)
+            self._spent(run.usage, run_id, status, outcome.exit_code, ending)
         elif self._trace is not None:
-            self._emit("finish", run_id=run_id, outcome=status, exit_code=outcome.exit_code)
+            self._emit(
+                "finish", run_id=run_id, outcome=status, exit_code=outcome.exit_code, **ending
+            )
 
     def _retried(self, run: _Run, outcome: RunOutcome, settled: Settlement, now: float) -> None:
         """A failed attempt its provider's policy tries again: traced, and re-queued as the
