@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from herdsman.sim.chrome import chrome_trace
 from herdsman.sim.decisions import read_decisions, timeline_of
 from herdsman.sim.diff import first_divergence
 from herdsman.sim.engine import fast_replay
@@ -139,3 +140,14 @@ def test_the_recorded_faults_are_retried_by_the_replay_s_own_policy() -> None:
         ended = [e.fields for e in events if e.event == "finish" and e.fields["run_id"] in agent]
         assert len(ended) == 4
         assert all(f["outcome"] == "failed" for f in ended)
+
+
+def test_the_chrome_timeline_marks_the_recorded_retries_warning_and_refused_login() -> None:
+    timeline = chrome_trace(read_decisions(SIM / "faults-recorded.golden.jsonl"))
+    marks = [e for e in timeline["traceEvents"] if e["ph"] == "i"]
+    kinds = [e["name"].split()[0] for e in marks]
+    assert sorted(set(kinds)) == ["near_limit", "needs_login", "retry"]
+    assert kinds.count("retry") >= 4
+    [login] = [e for e in marks if e["name"].startswith("needs_login")]
+    assert login["args"] == {"account": "login"}
+    assert all(e["s"] == "p" and e["ts"] >= 0 for e in marks)
