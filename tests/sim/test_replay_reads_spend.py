@@ -80,3 +80,26 @@ def test_a_recorded_spend_is_charged_to_a_usd_budget_in_the_replay(tmp_path: Pat
     ]
     assert len(finishes) == 14
     assert all(finish["spend"] == SPEND for finish in finishes)
+
+
+def test_a_cancelled_attempt_s_spend_is_named_as_not_charged(tmp_path: Path) -> None:
+    """A replay's cancel ends an attempt with nothing spent: the summary says which were."""
+    recorded = RECORDED.with_name("stop-forced.jsonl")
+    header, *events = recorded.read_text().splitlines()
+    lines, cancelled = [header], []
+    for line in events:
+        event = json.loads(line)
+        if event["event"] == "finish" and event["outcome"] == "cancelled":
+            event["spend"] = SPEND
+            cancelled.append((event["run_id"], event["t"]))
+        lines.append(json.dumps(event, separators=(",", ":"), ensure_ascii=False))
+    (tmp_path / "spent.jsonl").write_text("\n".join(lines) + "\n")
+    done = herdsman("sim", "replay", "spent.jsonl", "--out", "out.jsonl", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run_id, at = cancelled[0]
+    assert (
+        f"; {len(cancelled)} cancelled attempt(s) spent what their finish records"
+        f" (the first: {run_id}'s at t={at:g}), which the replay does not charge"
+    ) in done.stderr
+    plain = herdsman("sim", "replay", str(recorded), "--out", "plain.jsonl", cwd=tmp_path)
+    assert "cancelled attempt(s) spent" not in plain.stderr
