@@ -408,8 +408,9 @@ class Execution(Service):
 
         ``spent``: what a re-queued attempt spent (its run's record no longer says).
         ``ending``: how the attempt ended, as the lifecycle settled it: a
-        failure's retry class, and whether the agent did work, are traced
-        (a replay reads them back: docs/trace-format.md).
+        failure's retry class, whether the agent did work and whether it
+        reported a session are traced (a replay reads them back:
+        docs/trace-format.md).
         """
         failure = None if ending is None else ending.failure
         worked = failure is not None and ending is not None and ending.worked
