@@ -139,9 +139,7 @@ def test_a_traced_end_reads_back_to_the_same_reading(  # noqa: PLR0917 (hypothes
         fields["exit_code"],
         usage=back.usage,
         limit=back.limit,
-        worked=back.worked,
-        reason=back.reason,
-        session=back.session,
+        reported=back.reported,
     )
     replayed = fake_end(attempt, None)
     again = run_outcome(replayed, replayed.session_id is not None)

@@ -33,19 +33,21 @@ def fake_end(attempt: Attempt, reason: str | None) -> ProcessOutcome:
         limit = UsageLimit(attempt.resets_at, LIMIT_MESSAGE)
     elif attempt.outcome != "succeeded":
         status = Outcome(attempt.outcome)
+    reported = attempt.reported
     if status is not Outcome.SUCCEEDED and reason is None:
-        reason = attempt.reason or f"{attempt.outcome} (recorded)"
+        said = None if reported is None else reported.reason
+        reason = said or f"{attempt.outcome} (recorded)"
     return ProcessOutcome(
         status=status,
         exit_code=attempt.exit_code,
         reason=reason,
         limit=(attempt.limit or "timeout") if status is Outcome.TIMED_OUT else None,
         result="(simulated)" if status is Outcome.SUCCEEDED else None,
-        session_id=RECORDED_SESSION if attempt.session else None,
+        session_id=RECORDED_SESSION if reported is not None and reported.session else None,
         excerpt="",
         usage_limit=limit,
         usage=attempt.usage,
-        worked=attempt.worked,
+        worked=reported is not None and reported.worked,
     )
 
 

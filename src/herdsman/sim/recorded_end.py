@@ -38,6 +38,7 @@ __all__ = [
     "API_OF_CLASS",
     "SIGNALS",
     "RecordedEnd",
+    "Reported",
     "Signals",
     "after_finish",
     "note",
@@ -89,15 +90,27 @@ class Signals:
 
 
 @attrs.frozen
+class Reported:
+    """What a recorded attempt's agent did beyond its spend and failure: a run's ``reported``.
+
+    ``worked``: it may have done work before it failed; ``reason``: why it
+    failed, in the runner's words (a refused login's message; None: the
+    fake runner's own); ``session``: it reported a session.
+    """
+
+    worked: bool = False
+    reason: str | None = None
+    session: bool = False
+
+
+@attrs.frozen
 class RecordedEnd:
     """The attempt's end as the fake runner reports it: the :class:`Attempt` fields it sets."""
 
     outcome: str
     usage: RunUsage | None
     limit: str | None
-    worked: bool
-    reason: str | None
-    session: bool
+    reported: Reported | None
 
 
 #: The events traced just before a finish that say something of its attempt.
@@ -167,14 +180,11 @@ def recorded_end(where: str, fields: Mapping[str, Any], signals: Signals) -> Rec
         near_limit=warning,
         failure=api,
     )
-    return RecordedEnd(
-        outcome,
-        None if usage.empty else usage,
-        limit,
-        fields.get("worked") is True,
-        signals.login,
-        fields.get("session") is True,
-    )
+    worked, session = fields.get("worked") is True, fields.get("session") is True
+    reported = None
+    if worked or session or signals.login is not None:
+        reported = Reported(worked, signals.login, session)
+    return RecordedEnd(outcome, None if usage.empty else usage, limit, reported)
 
 
 _NONE: Final[tuple[None, None, tuple[ModelUsage, ...], None, None]] = (None, None, (), None, None)

@@ -23,7 +23,7 @@ from herdsman.config import ConfigError, LoadedConfig, load_config_text
 from herdsman.core.runs import DEFAULT_WORKSPACE, RunRequest
 from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.sim.recorded_end import SIGNALS as _SIGNALS
-from herdsman.sim.recorded_end import Signals, after_finish, note, recorded_end
+from herdsman.sim.recorded_end import Reported, Signals, after_finish, note, recorded_end
 from herdsman.sim.spend import read_failure, usage_of
 from herdsman.trace import (
     OUTCOMES,
@@ -73,15 +73,11 @@ class Attempt:
     usage: RunUsage | None = None
     #: The runner's word on a timed-out attempt: the limit that fired.
     limit: str | None = None
-    #: The agent may have done some of its work before it failed (a retry
-    #: policy's ``after_work`` decides whether such an attempt is retried).
-    worked: bool = False
-    #: Why it failed, as the runner said it (a refused login's message); None:
-    #: the fake runner's own words.
-    reason: str | None = None
-    #: Its agent reported a session (its conversation's session lives on the
-    #: account from then on: the conversation sticks to it).
-    session: bool = False
+    #: What a recorded attempt's agent did beyond that: work before it
+    #: failed (a retry policy's ``after_work`` decides whether such an attempt
+    #: is retried), the runner's reason (a refused login's message), a
+    #: session (its conversation sticks to the account); None: none of it.
+    reported: Reported | None = None
 
     def end(self, now: float) -> float:
         """When the attempt ends if it starts at ``now`` (trace time); both engines ask."""
@@ -95,13 +91,7 @@ class Attempt:
         same outcome, exit code and reset (most of them); one whose stream
         said more (a spend, a failure class, work done, a message) gets its own.
         """
-        return (
-            self.usage is not None
-            or self.limit is not None
-            or self.worked
-            or self.reason is not None
-            or self.session
-        )
+        return self.usage is not None or self.limit is not None or self.reported is not None
 
 
 @attrs.frozen
@@ -285,21 +275,8 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
     rotated_at = None
     lost: list[str] = []  # runs the recorded supervisor found lost as it started
     last_t = 0.0
-    # A rotated file restates what was running and queued when it began:
-    # they arrive first, the running ones before the rest (they held their
-    # slots already), each taken to start at the file's beginning.
-    carry = header.carry or {}
-    for rest in carry.get("rests", []):
-        arrivals.append(Arrival(0.0, "rest", dict(rest)))
-    for held in carry.get("running", []):
-        run = held["run"]
-        plans.setdefault(run["id"], RunPlan(len(plans)))
-        # Back on the account it was running on, if that one can take it.
-        arrivals.append(Arrival(0.0, "submit", {"run": run, "account": held.get("account")}))
-        started[run["id"]] = (0.0, -START_LATENCY, 0.0)
-    for run in carry.get("queued", []):
-        plans.setdefault(run["id"], RunPlan(len(plans)))
-        arrivals.append(Arrival(0.0, "submit", {"run": run}))
+    unspent: list[tuple[str, float]] = []  # see Workload.unspent
+    _carried(header, arrivals, plans, started)
     for event in events:
         kind, fields = event.event, event.fields
         where = f"{path}:{event.line}"
@@ -313,8 +290,11 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
                 _add_synthetic(submitted, where, fields)
             arrivals.append(Arrival(event.t, kind, {"run": run}))
         elif kind == "start":
-            backoff = signals.get(fields["run_id"], _NO_SIGNALS).backoff_until
-            started[fields["run_id"]] = _answered(cause, floor, event.t, backoff)
+            run_id = fields["run_id"]
+            # A retried run's next start may answer the end of its backoff.
+            started[run_id] = _answered(
+                cause, floor, event.t, signals[run_id].backoff_until if run_id in signals else None
+            )
             last_start = event.t
         elif kind in _SIGNALS:
             note(signals.setdefault(fields["run_id"], Signals()), kind, fields)
@@ -322,9 +302,11 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
             run_id = fields["run_id"]
             began = started.pop(run_id, None)
             recorded = plans.get(run_id)
-            said = after_finish(signals, run_id, event.t)
+            said = after_finish(signals, run_id, event.t) if signals else _NO_SIGNALS
             if began is not None and recorded is not None:
                 recorded.attempts.append(_recorded(where, event.t, fields, said, began))
+                if fields["outcome"] == "cancelled" and fields.get("spend") is not None:
+                    unspent.append((run_id, event.t))
         elif kind == "reload":
             # Checked now, so a bad one is an error naming its line, not a
             # failure half way through the replay.
@@ -348,7 +330,7 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
             rotated_at,
             tuple(lost),
             cut_at,
-            unspent=_unspent(plans),
+            unspent=tuple(unspent),
         )
     )
 
@@ -371,9 +353,7 @@ def _recorded(
             said.resets_at,
             ended.usage,
             ended.limit,
-            ended.worked,
-            ended.reason,
-            ended.session,
+            ended.reported,
             ends_at=t,
             answers_after=after,
             answers_by=by,
@@ -389,18 +369,30 @@ def _recorded(
     )
 
 
-def _unspent(plans: Mapping[str, RunPlan]) -> tuple[tuple[str, float], ...]:
-    """Cancelled recorded attempts that spent something, with their finish's time, in time order."""
-    found = [
-        (attempt.ends_at, run_id)
-        for run_id, plan in plans.items()
-        for attempt in plan.attempts
-        if isinstance(attempt, RecordedAttempt)
-        and attempt.outcome == "cancelled"
-        and attempt.usage is not None
-        and (attempt.usage.tokens is not None or attempt.usage.cost_usd is not None)
-    ]
-    return tuple((run_id, t) for t, run_id in sorted(found))
+def _carried(
+    header: TraceHeader,
+    arrivals: list[Arrival],
+    plans: dict[str, RunPlan],
+    started: dict[str, tuple[float, float, float]],
+) -> None:
+    """What a rotated file's header restates, put first in ``arrivals``, ``plans`` and ``started``.
+
+    What was running and queued when the file began: they arrive first, the
+    running ones before the rest (they held their slots already), each taken
+    to start at the file's beginning.
+    """
+    carry = header.carry or {}
+    for rest in carry.get("rests", []):
+        arrivals.append(Arrival(0.0, "rest", dict(rest)))
+    for held in carry.get("running", []):
+        run = held["run"]
+        plans.setdefault(run["id"], RunPlan(len(plans)))
+        # Back on the account it was running on, if that one can take it.
+        arrivals.append(Arrival(0.0, "submit", {"run": run, "account": held.get("account")}))
+        started[run["id"]] = (0.0, -START_LATENCY, 0.0)
+    for run in carry.get("queued", []):
+        plans.setdefault(run["id"], RunPlan(len(plans)))
+        arrivals.append(Arrival(0.0, "submit", {"run": run}))
 
 
 #: A finish's fields that say nothing of how its attempt failed or what it spent.
