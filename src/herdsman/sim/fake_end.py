@@ -38,4 +38,5 @@ def fake_end(attempt: Attempt, reason: str | None) -> ProcessOutcome:
         excerpt="",
         usage_limit=limit,
         usage=attempt.usage,
+        worked=attempt.worked,
     )

@@ -71,6 +71,10 @@ class Attempt:
     usage: RunUsage | None = None
     #: The runner's word on a timed-out attempt: the limit that fired.
     limit: str | None = None
+    #: Whether the agent may have done some of its work before the attempt
+    #: ended (called a tool): a failure after work retries only if its class
+    #: is in the policy's ``after_work``.
+    worked: bool = False
 
     def end(self, now: float) -> float:
         """When the attempt ends if it starts at ``now`` (trace time); both engines ask."""

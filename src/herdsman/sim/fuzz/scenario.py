@@ -46,6 +46,12 @@ from typing import Any, TypeGuard
 
 import attrs
 
+from herdsman.sim.fuzz.agent_faults import (
+    attempt_problem,
+    dress_config,
+    dress_submit,
+    draw_dress,
+)
 from herdsman.sim.fuzz.removal_waits import draw_follow_up_on_removal
 from herdsman.trace import OUTCOMES
 
@@ -165,6 +171,10 @@ def _problem(event: Mapping[str, Any]) -> str | None:
             for a in attempts
         ):
             return f"attempts: expected a list of {{duration, outcome}}, outcome one of {OUTCOMES}"
+        for n, attempt in enumerate(attempts):
+            problem = attempt_problem(attempt)
+            if problem is not None:
+                return f"attempts[{n}].{problem}"
         if not isinstance(event.get("on_removal", False), bool):
             return "on_removal: expected true or false"
     elif kind == "cancel" and not (
@@ -224,9 +234,21 @@ def draw_scenario(seed: int) -> Scenario:
     events += stop
     events += _draw_link_faults(seed, end, layout)
     draw_follow_up_on_removal(seed, events, len(layout.repos), latency)
+    dress = draw_dress(seed, layout.providers)
+    config = dress_config(config, dress)
+    events = [_dressed(seed, event, dress) for event in events]
     # Stable: a fault drawn for the same instant as a submit stays after it.
     events.sort(key=lambda event: event["t"])
     return Scenario(seed, config, tuple(events), latency)
+
+
+def _dressed(seed: int, event: dict[str, Any], dress: Mapping[str, Any]) -> dict[str, Any]:
+    """``event`` with what agents say (a submit) or the seed's policies and budgets (a reload)."""
+    if event["kind"] == "submit":
+        return dress_submit(seed, event)
+    if event["kind"] == "reload":
+        return {**event, "toml": dress_config(event["toml"], dress)}
+    return event
 
 
 def _draw_shutdown(seed: int, config: str, end: float) -> tuple[str, list[dict[str, Any]]]:
