@@ -409,7 +409,7 @@ class FastEngine:
         attempt = self._executions.attempt(run_id, run.plan, run.execution - 1)
         # How the fake runner will report its end: one outcome per distinct
         # ending, as the trio replay's fake runner hands them out.
-        if attempt.usage is not None or attempt.limit is not None:
+        if attempt.usage is not None or attempt.limit is not None or attempt.worked:
             outcome = _outcome(attempt)  # its own: what its agent's stream said
         else:
             key = (attempt.outcome, attempt.exit_code, attempt.resets_at)

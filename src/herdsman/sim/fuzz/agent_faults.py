@@ -83,12 +83,15 @@ def draw_dress(seed: int, providers: tuple[str, ...]) -> dict[str, Any]:
     budgets: dict[str, list[str]] = {}
     for provider in providers:
         if rng.random() < 0.8:
-            on = sorted(rng.sample(RETRY_CLASSES, rng.randint(0, len(RETRY_CLASSES))))
+            if rng.random() < 0.6:  # the transient classes, and perhaps more
+                on = sorted({*_TRANSIENT, *rng.sample(RETRY_CLASSES, rng.randint(0, 3))})
+            else:
+                on = sorted(rng.sample(RETRY_CLASSES, rng.randint(0, len(RETRY_CLASSES))))
             after = sorted(c for c in on if rng.random() < 0.3)
             backoff = rng.choice([1, 10, 30])
             retry[provider] = [
                 f"[providers.{provider}.retry]",
-                f"attempts = {rng.randint(1, 4)}",
+                f"attempts = {rng.choice([1, 2, 3, 3, 4])}",
                 "on = [" + ", ".join(f'"{c}"' for c in on) + "]",
                 "after_work = [" + ", ".join(f'"{c}"' for c in after) + "]",
                 f'backoff = "{backoff}s"',
@@ -157,7 +160,7 @@ def dress_submit(seed: int, event: Mapping[str, Any]) -> dict[str, Any]:
         outcome = attempt["outcome"]
         if outcome == "succeeded" and provider != "local" and rng.random() < 0.25:
             outcome = attempt["outcome"] = "failed"
-            attempt["failure"] = rng.choice(_TRANSIENT)
+            attempt["failure"] = rng.choice((*_TRANSIENT, "authentication_failed"))
         elif outcome == "failed":
             attempt["failure"] = rng.choice(_API_FAILURES) if provider != "local" else "crash"
         elif outcome == "timed_out":
