@@ -211,7 +211,10 @@ class AccountChecks:
         uses = self._uses.setdefault(key, [])
         if budget is not None:
             used = self._usage(uses, budget, t)
-            if used >= budget.budget + _DRIFT * max(1.0, budget.budget):
+            # Runs and tokens are whole numbers, summed exactly; minutes and
+            # dollars are float sums the supervisor adds up in another order.
+            drift = 0.0 if budget.unit in ("runs", "tokens") else _DRIFT * budget.budget
+            if used >= budget.budget + drift:
                 self._fail(
                     "budget",
                     f"{run_id} started on {provider}/{account} with {used:g} {budget.unit}"
