@@ -89,7 +89,9 @@ def test_transient_failures_retry_as_the_policy_says_before_and_after_work() -> 
         _submit(0.0, "refused", _failed("server_error"), _ok()),
         _submit(0.0, "thrice", *[_failed("overloaded")] * 3, _ok()),
     )
-    retries = [(e["run_id"], e["attempt"], e["failure"]) for e in _events(verdict) if e["event"] == "retry"]
+    retries = [
+        (e["run_id"], e["attempt"], e["failure"]) for e in _events(verdict) if e["event"] == "retry"
+    ]
     assert sorted(retries) == [
         ("crashed", 1, "crash"),  # after work, but crash is in after_work
         ("idle", 1, "overloaded"),
@@ -163,7 +165,7 @@ def test_a_tokens_budget_holds_the_next_start_until_the_spend_leaves_the_window(
 def test_a_backoff_due_while_draining_does_not_spin_the_dispatcher() -> None:
     # Found by sim fuzz (seed 55): draining, nothing starts, so a backoff
     # that ended stayed due and the dispatcher woke at once, for ever.
-    config = CONFIG.replace('[supervisor]\n', '[supervisor]\nshutdown_grace = "10m"\n')
+    config = CONFIG.replace("[supervisor]\n", '[supervisor]\nshutdown_grace = "10m"\n')
     verdict = _run(
         _submit(0.0, "long", _ok(duration=200.0)),
         _submit(0.0, "fails", _failed("overloaded", duration=50.0), _ok()),
@@ -202,7 +204,8 @@ def _checks(config: Mapping[str, Any]) -> tuple[AccountChecks, list[str]]:
 
 def _config(unit: str, budget: float) -> dict[str, Any]:
     account = {"name": "a", "window": "100s", "budget": budget, "budget_unit": unit}
-    return {"providers": {"claude": {"accounts": [account]}}}
+    retry = {"attempts": 3, "on": ["overloaded"], "after_work": []}
+    return {"providers": {"claude": {"accounts": [account], "retry": retry}}}
 
 
 def test_a_running_run_counts_at_the_mean_of_those_that_ended() -> None:

@@ -67,7 +67,10 @@ def _retried(text: str) -> dict[str, list[str]]:
     workload = read_workload_text(text, "w")
     loaded = config_from_trace(workload.header.config, "w")
     out = {}
-    for name, result in (("trio", replay(workload, loaded)), ("fast", fast_replay(workload, loaded))):
+    for name, result in (
+        ("trio", replay(workload, loaded)),
+        ("fast", fast_replay(workload, loaded)),
+    ):
         _, events = read_trace_text(result.trace, name)
         out[name] = sorted({e.fields["run_id"] for e in events if e.event == "retry"})
     return out

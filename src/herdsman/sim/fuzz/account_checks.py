@@ -103,10 +103,8 @@ class _Policy:
     after_work: frozenset[str]
 
 
-#: A provider with no ``retry`` table: the configuration's defaults.
-_DEFAULT_POLICY = _Policy(
-    3, frozenset({"overloaded", "server_error", "rate_limit", "connection"}), frozenset()
-)
+#: The policy of a provider no longer configured: it retries nothing.
+_NO_RETRIES = _Policy(1, frozenset(), frozenset())
 
 
 def _seconds(text: str) -> float:
@@ -140,13 +138,9 @@ class AccountChecks:
         """
         budgets, policies, configured = {}, {}, set()
         for provider, settings in config["providers"].items():
-            retry = settings.get("retry")
-            policies[provider] = (
-                _DEFAULT_POLICY
-                if retry is None
-                else _Policy(
-                    int(retry["attempts"]), frozenset(retry["on"]), frozenset(retry["after_work"])
-                )
+            retry = settings["retry"]  # the defaults, when the file has no table
+            policies[provider] = _Policy(
+                int(retry["attempts"]), frozenset(retry["on"]), frozenset(retry["after_work"])
             )
             for account in settings.get("accounts") or ():
                 key = (provider, account["name"])
@@ -228,7 +222,7 @@ class AccountChecks:
         """A ``retry`` event: the failed attempt of ``run_id`` is to be tried again."""
         self._retried.add(run_id)
         self.backoff.add(run_id)
-        policy = self._policies.get(provider, _DEFAULT_POLICY)
+        policy = self._policies.get(provider, _NO_RETRIES)
         attempt, failure = fields["attempt"], fields["failure"]
         starts = self._starts.get(run_id, 0)
         if attempt != starts or attempt >= policy.attempts:
@@ -304,9 +298,7 @@ class AccountChecks:
         running = [u for u in uses if u.end is None]
         ended = [u for u in uses if u.end is not None and u.spawned and u.end > horizon]
         if budget.unit == "runs":
-            return float(
-                sum(1 for u in uses if u.start > horizon and (u.end is None or u.spawned))
-            )
+            return float(sum(1 for u in uses if u.start > horizon and (u.end is None or u.spawned)))
         if budget.unit == "run_minutes":
             seconds = sum(max(0.0, u.end - u.start) for u in ended if u.end is not None)
             seconds += sum(max(0.0, now - max(u.start, horizon)) for u in running)

@@ -33,6 +33,7 @@ from typing import Any, Final
 
 import attrs
 
+from herdsman.core.retry import Failure
 from herdsman.runtime.runner.run_usage import RateLimitWarning, RunUsage
 from herdsman.sim.fuzz.account_checks import AgentEnd
 from herdsman.sim.spend import ENDINGS, read_failure, usage_of
@@ -44,21 +45,13 @@ __all__ = [
     "agent_end",
     "attempt_of",
     "attempt_problem",
+    "draw_dress",
     "dress_config",
     "dress_submit",
-    "draw_dress",
 ]
 
-#: The classes a retry policy may name (``herdsman.core.retry.Failure``).
-RETRY_CLASSES: Final = (
-    "overloaded",
-    "server_error",
-    "rate_limit",
-    "connection",
-    "api_error",
-    "idle_timeout",
-    "crash",
-)
+#: The classes a retry policy may name.
+RETRY_CLASSES: Final = tuple(failure.value for failure in Failure)
 #: What an API provider's agent may fail of (its stream names the class).
 _API_FAILURES: Final = (
     "overloaded",
@@ -136,7 +129,7 @@ def dress_config(text: str, dress: Mapping[str, Any]) -> str:
             provider, in_account = None, False
             if section is not None:
                 provider, in_account = section.group(1), section.group(2) is not None
-        if in_account and (line.startswith("window = ") or line.startswith("budget = ")):
+        if in_account and line.startswith(("window = ", "budget = ")):
             continue
         out.append(line)
         if section is not None and not in_account and provider in _PROTOCOLS:
@@ -221,7 +214,7 @@ def attempt_of(attempt: Mapping[str, Any]) -> Attempt:
     if "warning" in attempt:
         # Its reset is put on at the attempt's end (the stand-in runner's).
         near = RateLimitWarning(resets_at=None, limit_type="five_hour", utilization=0.9)
-        usage = near_limit(usage, near)
+        usage = _near_limit(usage, near)
     exit_code = attempt.get(
         "exit_code", SYNTHETIC_EXIT_CODES[outcome] if ending is None else ending.exit_code
     )
@@ -236,7 +229,7 @@ def attempt_of(attempt: Mapping[str, Any]) -> Attempt:
     )
 
 
-def near_limit(usage: RunUsage | None, near: RateLimitWarning) -> RunUsage:
+def _near_limit(usage: RunUsage | None, near: RateLimitWarning) -> RunUsage:
     """``usage`` (or nothing) with the provider's warning that the account is near its limit."""
     return attrs.evolve(usage or RunUsage(), near_limit=near)
 

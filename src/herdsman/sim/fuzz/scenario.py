@@ -48,9 +48,9 @@ import attrs
 
 from herdsman.sim.fuzz.agent_faults import (
     attempt_problem,
+    draw_dress,
     dress_config,
     dress_submit,
-    draw_dress,
 )
 from herdsman.sim.fuzz.removal_waits import draw_follow_up_on_removal
 from herdsman.trace import OUTCOMES
