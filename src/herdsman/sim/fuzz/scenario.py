@@ -13,7 +13,9 @@ minimiser may drop any of them):
   attempts go (``attempts``: duration, outcome —
   ``failed`` is a provider crash, ``timed_out`` a hang until the idle
   timeout, ``usage_limited`` a usage limit that resets ``resets_in``
-  seconds after it is hit), whether the agent leaves files in its
+  seconds after it is hit; and what its agent's stream says: ``failure``,
+  ``worked``, ``spend``, ``warning``, :mod:`herdsman.sim.fuzz.agent_faults`),
+  whether the agent leaves files in its
   worktrees (``dirty``), and ``on_busy``; ``on_removal``: sent only once a
   removal of its conversation's worktrees begins (``removal_waits``);
 * ``cancel`` — cancel runs (``run_ids``; several at once is a storm);
@@ -32,10 +34,12 @@ minimiser may drop any of them):
 * ``plant_link`` — a link to a folder outside the state dir is planted where
   that conversation's folder would be made (see ``herdsman.sim.fuzz.links``).
 
-The link faults, the shutdown and the follow-up sent during a removal are
+The link faults, the shutdown, the follow-up sent during a removal and
+what agents say (with the retry policies and budgets that act on it) are
 drawn from streams of their own (``Random("links:SEED")``,
-``Random("shutdown SEED")``, ``Random("on removal:SEED")``), so adding them left
-every other draw of a seed as it was.
+``Random("shutdown SEED")``, ``Random("on removal:SEED")``,
+``Random("agents:SEED")``), so adding them left every other draw of a seed
+as it was.
 """
 
 from __future__ import annotations
