@@ -8,11 +8,11 @@ tokens; and :class:`AccountChecks`' own arithmetic.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from test_fuzz_faults import _events
 
 from herdsman.sim.fuzz.account_checks import AccountChecks, AgentEnd
 from herdsman.sim.fuzz.harness import LOGIN_AFTER, Verdict, run_scenario
@@ -64,15 +64,6 @@ def _ok(duration: float = 30.0, **said: Any) -> dict[str, Any]:
 def _failed(failure: str, *, worked: bool = False, duration: float = 5.0) -> dict[str, Any]:
     outcome = "timed_out" if failure == "idle_timeout" else "failed"
     return {"duration": duration, "outcome": outcome, "failure": failure, "worked": worked}
-
-
-def _events(verdict: Verdict) -> list[Mapping[str, Any]]:
-    return [
-        json.loads(line)
-        for text in verdict.traces
-        for line in text.splitlines()
-        if '"herdsman_trace"' not in line
-    ]
 
 
 def _run(*events: Mapping[str, Any], config: str = CONFIG) -> Verdict:
