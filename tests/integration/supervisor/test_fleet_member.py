@@ -878,7 +878,11 @@ async def test_a_cancel_whose_refused_claim_meets_a_claim_elsewhere_asks_its_hol
             nursery.start_soon(cancel)
             await trio.sleep(0.3)  # the cancel waits behind the claim here
             nursery.start_soon(claim)  # and the other member's claim behind it
-            await trio.sleep(0.3)
+            waiting = fleet_lock_waiters(other._fleet_lock)
+            with psycopg.connect(postgres_url) as watch, trio.fail_after(10):
+                # Both claims wait for the lock (this member's came first).
+                while watch.execute(waiting).fetchone() != (2,):
+                    await trio.sleep(0.05)
             # The claim here is refused (the cap), the other member's takes the
             # run, and only then does this member's cancel of it reach the ledger.
             conn.rollback()
