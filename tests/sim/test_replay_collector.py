@@ -14,7 +14,8 @@ import pytest
 from sim_workloads import busy_trace
 
 from herdsman.runtime.store import MemoryStore, NewRun, RunRecord
-from herdsman.sim.replay import YOUNG_COLLECTIONS_RARER, replay, young_collections_rarer
+from herdsman.sim.collector import YOUNG_COLLECTIONS_RARER, young_collections_rarer
+from herdsman.sim.replay import replay
 from herdsman.sim.workload import config_from_trace, read_workload
 
 
