@@ -9,21 +9,25 @@ each worker can have one and the rest dealt out.
 from __future__ import annotations
 
 import gc
+import json
+import pickle
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim_workloads import config_json
+from sim_workloads import busy_trace, config_json
 
+from herdsman.cli import main
 from herdsman.config import LoadedConfig
 from herdsman.sim.collector import YOUNG_COLLECTIONS_RARER
 from herdsman.sim.generate import Samples, generate, generate_workload
 from herdsman.sim.metrics import Metrics
 from herdsman.sim.model import Arrivals, Durations, Model, PerKind, TokenModel
-from herdsman.sim.plan import _tasks, fast_engine, plan, read_input
+from herdsman.sim.plan import PlanInput, _Job, _tasks, _Worker, fast_engine, plan, read_input
 from herdsman.sim.slo import parse_slo
 from herdsman.sim.sweep import parse_vary
 from herdsman.sim.workload import Workload, read_workload_text
@@ -183,3 +187,47 @@ def test_tasks_cover_every_simulation_once_and_deal_out_only_the_last(
         assert pieces[number] == min(workers, len(batch[number]))
         sizes = [len(configs) for n, configs in tasks if n == number]
         assert max(sizes) - min(sizes) <= 1
+
+
+def test_workers_are_given_the_input_as_text_not_as_the_workload_read_from_it(
+    tmp_path: Path,
+) -> None:
+    source = read_input(generated(tmp_path))
+    job = _Job.of(source, ({},), 0, fast_engine)
+    sent = attrs.astuple(job, recurse=False)
+    assert source.text in sent
+    assert not any(isinstance(part, (Workload, PlanInput)) for part in sent)
+    assert pickle.loads(pickle.dumps(job)) == job
+    # What a worker reads from the text is what the plan's process read.
+    assert _Worker(job)._replication(0) == source.workload
+
+
+def test_a_recorded_trace_with_odd_characters_plans_the_same_on_any_number_of_workers(
+    tmp_path: Path,
+) -> None:
+    # Each worker reads the trace from its text: a U+2028 in a prompt must
+    # not split a line there (it did for text, never for a file).
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=30)
+    lines = trace.read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[1])
+    first["run"]["prompt"] = "look\u2028here\x85too"
+    trace.write_text(
+        "\n".join([lines[0], json.dumps(first, ensure_ascii=False), *lines[2:]]) + "\n"
+    )
+    source = read_input(trace)
+    varies = [parse_vary("supervisor.max_concurrency=1..2")]
+    slo = parse_slo("p95_wait<=10m")
+    one = plan(source, varies, slo, replications=2, workers=1)
+    assert plan(source, varies, slo, replications=2, workers=2) == one
+
+
+def test_an_input_that_is_not_text_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    binary = tmp_path / "trace.jsonl.gz"
+    binary.write_bytes(b"\x1f\x8b\x08\x00\xff\xfe")
+    argv = ["sim", "plan", str(binary), "--vary", "supervisor.max_concurrency=1"]
+    assert main([*argv, "--slo", "p95_wait<=1m"]) == 2
+    assert capsys.readouterr().err == (
+        f"herdsman: {binary}: not UTF-8 text (byte 1 cannot be decoded): not a trace\n"
+    )
