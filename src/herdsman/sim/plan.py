@@ -117,7 +117,7 @@ class PlanInput:
     seed: int | None
     samples: Samples
     #: The file's text, which ``workload`` was read from: what a worker process is given.
-    text: str = attrs.field(default="", eq=False, repr=False)
+    text: str = attrs.field(eq=False, repr=False)
 
     @property
     def kind(self) -> str:
@@ -397,8 +397,7 @@ def _tasks(batch: Mapping[int, Sequence[int]], workers: int) -> list[tuple[int, 
     configuration in ``workers`` each, so no worker waits a whole replication
     for the last one to finish. Dealt, not cut in runs, since neighbouring
     configurations of a sweep cost about the same. Each worker builds such a
-    replication for itself; that costs less than a fraction of a
-    simulation under each configuration.
+    replication for itself, which costs less than one simulation on it.
     """
     numbers = [number for number in sorted(batch) if batch[number]]
     whole = len(numbers) - len(numbers) % workers
