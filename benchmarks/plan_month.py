@@ -17,7 +17,7 @@ the same (the result does not depend on the number of workers).
 
 ``--breakdown`` says where a plan's time goes, in CPU seconds of this one
 process (so the machine's other load barely moves it): reading the
-workload, building one replication (drawing it and parsing it), and one
+workload, building one replication (drawing it, as a worker does), and one
 simulation of each configuration on it; then what a plan of that size
 costs in all, and its floor on two cores.
 
