@@ -4,7 +4,7 @@ What an account spends (:class:`AccountSpec`'s ``budget`` in ``runs``,
 ``run_minutes``, ``tokens`` or ``usd``), counted from its starts and the runs
 that ended in the window, plus what other fleet members ran on it
 (:class:`Elsewhere`). :class:`~herdsman.core.accounts.AccountBook` keeps one
-``_Account`` per configured account and picks among them; docs/accounts.md
+``AccountState`` per configured account and picks among them; docs/accounts.md
 has the model. No clock, no I/O: every call takes ``now``.
 """
 
@@ -21,9 +21,11 @@ import attrs
 __all__ = [
     "NO_CHARGE",
     "AccountSpec",
+    "AccountState",
     "BudgetUnit",
     "Charge",
     "Elsewhere",
+    "FleetUsage",
     "amount_text",
     "spent_with_estimate",
 ]
@@ -175,7 +177,15 @@ def _spent_with_estimate(unit: BudgetUnit, ended: Sequence[_Ended], running: int
     return spent_with_estimate(total, stated, running)
 
 
-class _Account:
+class AccountState:
+    """One configured account's live state, as the account book keeps it.
+
+    Its runs running now, its starts and the runs that ended in its rolling
+    window (what its budget counts), its rest after a usage limit, a
+    provider's near-limit warning, a needed login, and what other fleet
+    members ran on it (``elsewhere``, a :class:`FleetUsage`).
+    """
+
     __slots__ = (
         "elsewhere",
         "ended",
@@ -204,9 +214,10 @@ class _Account:
         self.needs_login: str | None = None
         self.runs_started = 0
         # Other fleet members' usage (None outside a fleet): replaced whole at each poll.
-        self.elsewhere: _Usage | None = None
+        self.elsewhere: FleetUsage | None = None
 
-    def _expire(self, now: float) -> None:
+    def expire(self, now: float) -> None:
+        """Forget the starts and ends that left the window by ``now`` (none without a window)."""
         window = self.spec.window
         if window is None:
             return
@@ -250,7 +261,7 @@ class _Account:
 
         Call after :meth:`usage` at the same time, which drops what left the window.
         """
-        sources: list[_Account | _Usage] = [self]
+        sources: list[AccountState | FleetUsage] = [self]
         if self.elsewhere is not None:
             sources.append(self.elsewhere)
         if self.spec.unit == "runs":
@@ -325,7 +336,7 @@ def _expire(starts: deque[float], ended: _Ended, horizon: float) -> None:
     ended.expire(horizon)
 
 
-class _Usage:
+class FleetUsage:
     """Other fleet members' runs on one account, as the last poll of the ledger saw them."""
 
     __slots__ = ("ended", "running", "starts")

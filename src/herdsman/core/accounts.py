@@ -46,11 +46,11 @@ import attrs
 from herdsman.core.account_usage import (
     NO_CHARGE,
     AccountSpec,
+    AccountState,
     BudgetUnit,
     Charge,
     Elsewhere,
-    _Account,
-    _Usage,
+    FleetUsage,
     amount_text,
     spent_with_estimate,
 )
@@ -157,10 +157,10 @@ class AccountBook:
     """
 
     def __init__(self, providers: Mapping[str, Sequence[AccountSpec]] | None = None) -> None:
-        self._accounts: dict[str, list[_Account]] = {}
+        self._accounts: dict[str, list[AccountState]] = {}
         # Accounts a reload removed while runs still held them: counted, never picked.
-        self._retired: dict[tuple[str, str | None], _Account] = {}
-        self._holders: dict[str, tuple[str, _Account]] = {}  # run id -> (provider, account)
+        self._retired: dict[tuple[str, str | None], AccountState] = {}
+        self._holders: dict[str, tuple[str, AccountState]] = {}  # run id -> (provider, account)
         self._last: dict[tuple[str, str], str | None] = {}  # (provider, conversation)
         # Accounts given runs ahead of their start: run id -> account name.
         self._pins: dict[str, str | None] = {}
@@ -194,7 +194,7 @@ class AccountBook:
         for spec in specs:
             account = old.pop(spec.name, None) or self._retired.pop((provider, spec.name), None)
             if account is None:
-                account = _Account(spec)
+                account = AccountState(spec)
             account.spec = spec
             accounts.append(account)
         self._accounts[provider] = accounts
@@ -234,12 +234,12 @@ class AccountBook:
 
     def _choose(
         self, provider: str, conversation: str | None, now: float
-    ) -> tuple[Pick, _Account] | None:
+    ) -> tuple[Pick, AccountState] | None:
         """:meth:`pick`, with the account it picked."""
         accounts = self._accounts.get(provider, ())
         has_last = conversation is not None and (provider, conversation) in self._last
         last = self._last[provider, conversation] if conversation is not None and has_last else None
-        best: _Account | None = None
+        best: AccountState | None = None
         if len(accounts) == 1:
             # One account (the ambient one, as a rule): nothing to rank, and a
             # start asks this every time.
@@ -289,7 +289,7 @@ class AccountBook:
         """
         self._pins[run_id] = account
 
-    def _pinned(self, run_id: str, provider: str, now: float) -> tuple[Pick, _Account] | None:
+    def _pinned(self, run_id: str, provider: str, now: float) -> tuple[Pick, AccountState] | None:
         if run_id not in self._pins:
             return None
         name = self._pins.pop(run_id)
@@ -318,12 +318,12 @@ class AccountBook:
             raise ValueError(f"provider {provider!r} has no account {account!r}")
         self._hold(run_id, provider, held, now)
 
-    def _hold(self, run_id: str, provider: str, held: _Account, now: float) -> None:
+    def _hold(self, run_id: str, provider: str, held: AccountState, now: float) -> None:
         """:meth:`start` on an account already found."""
         held.running[run_id] = now
         held.runs_started += 1
         if held.spec.window is not None:
-            held._expire(now)
+            held.expire(now)
             held.starts.append(now)
         self._holders[run_id] = (provider, held)
 
@@ -460,7 +460,7 @@ class AccountBook:
         for use in uses:
             found.setdefault(use[:2], []).append(use)
         for provider, account, _ in self._every_account():
-            account.elsewhere = _Usage(found.get((provider, account.spec.name), ()))
+            account.elsewhere = FleetUsage(found.get((provider, account.spec.name), ()))
 
     def sync_rests(
         self, limits: Iterable[tuple[str, str | None, float, str]], now: float
@@ -490,7 +490,7 @@ class AccountBook:
                 account.exhausted_until = account.message = None
         return changes
 
-    def _every_account(self) -> list[tuple[str, _Account, bool]]:
+    def _every_account(self) -> list[tuple[str, AccountState, bool]]:
         """``(provider, account, retired)``: configured ones in config order, then retired ones."""
         out = [
             (provider, account, False)
@@ -554,7 +554,7 @@ class AccountBook:
         ]
 
     def _status(
-        self, provider: str, account: _Account, now: float, *, retired: bool
+        self, provider: str, account: AccountState, now: float, *, retired: bool
     ) -> AccountStatus:
         spec = account.spec
         why = "removed from the configuration" if retired else account.why_not(now)
@@ -577,7 +577,7 @@ class AccountBook:
             needs_login=account.needs_login,
         )
 
-    def _find(self, provider: str, name: str | None) -> _Account | None:
+    def _find(self, provider: str, name: str | None) -> AccountState | None:
         for account in self._accounts.get(provider, ()):
             if account.spec.name == name:
                 return account

@@ -548,7 +548,7 @@ SYNTHETIC_EXIT_CODES: Mapping[str, int] = {
 
 def _described(fields: Mapping[str, Any]) -> bool:
     """Whether a submit line without a duration or outcome says how its run goes otherwise."""
-    return "spend" in fields or "failure" in fields
+    return "spend" in fields or "failure" in fields or "worked" in fields
 
 
 def _add_synthetic(plan: RunPlan, where: str, fields: Mapping[str, Any]) -> None:
@@ -574,9 +574,23 @@ def _synthetic(where: str, fields: Mapping[str, Any]) -> Attempt:
         return Attempt(float(duration), outcome, SYNTHETIC_EXIT_CODES[outcome])
     ending = read_failure(where, fields, outcome)
     usage = usage_of(where, fields, ending)
+    worked = fields.get("worked", False)
+    if not isinstance(worked, bool):
+        raise TraceFormatError(f"{where}: worked: expected true or false, got {worked!r}")
+    # Work done is said as a recorded attempt's agent says it.
+    reported = Reported(worked=True) if worked else None
     if ending is not None:
-        return Attempt(float(duration), outcome, ending.exit_code, usage=usage, limit=ending.limit)
-    return Attempt(float(duration), outcome, SYNTHETIC_EXIT_CODES[outcome], usage=usage)
+        return Attempt(
+            float(duration),
+            outcome,
+            ending.exit_code,
+            usage=usage,
+            limit=ending.limit,
+            reported=reported,
+        )
+    return Attempt(
+        float(duration), outcome, SYNTHETIC_EXIT_CODES[outcome], usage=usage, reported=reported
+    )
 
 
 def config_from_trace(

@@ -42,6 +42,7 @@ from herdsman.runtime.supervisor.dispatch import Dispatcher, QueuedStarts
 from herdsman.runtime.supervisor.outcomes import (
     SHUT_DOWN,
     account_signals,
+    backoff_text,
     charged_once_recorded,
     finish_fields,
     refused_for_good,
@@ -378,11 +379,11 @@ class Execution(Service):
             return
         self._submitted_at[final.id] = final.submitted_at
         log.info(
-            "run %s: attempt %d failed (%s); retrying in %.0fs",
+            "run %s: attempt %d failed (%s); retrying %s",
             final.id,
             retry.attempt,
             retry.failure.value,
-            retry.delay,
+            backoff_text(retry),
         )
         if self._trace is not None:
             self._trace.event(

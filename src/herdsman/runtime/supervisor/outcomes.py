@@ -6,6 +6,8 @@ tasks: the simulator's floor benchmark and the tests use them as they are.
 
 from __future__ import annotations
 
+import time
+
 from herdsman.core.accounts import AccountBook
 from herdsman.core.lifecycle import Rest, Retry, Settlement
 from herdsman.core.outcome import AccountSignals, Outcome, RunOutcome, UsageLimit
@@ -28,6 +30,7 @@ __all__ = [
     "SHUT_DOWN",
     "account_signals",
     "as_text",
+    "backoff_text",
     "charged_once_recorded",
     "finish_fields",
     "limit_note",
@@ -78,11 +81,23 @@ def requeue_for_retry(
         return final
     run_id = final.id
     again = store.requeue(run_id, failure=retry.failure.value, retry_at=retry.at)
-    note = (
-        f"attempt {again.attempts} failed ({retry.failure.value});"
-        f" retried after a backoff of {retry.delay:.0f}s"
-    )
+    note = f"attempt {again.attempts} failed ({retry.failure.value}); retried {backoff_text(retry)}"
     return store.add_note(run_id, note)
+
+
+def backoff_text(retry: Retry) -> str:
+    """``in 0.73s, at 2026-12-01 15:20:03.412 CET``: the backoff a retry waits, as jittered.
+
+    The delay the run really waits (the policy's backoff jittered down, see
+    docs/operations.md, "Retries"), to the hundredth of a second: whole
+    seconds would show a 1s backoff jittered to 0.6s as "1s".
+    """
+    local = time.localtime(retry.at)
+    millis = min(999, int((retry.at % 1) * 1000))
+    when = (
+        time.strftime("%Y-%m-%d %H:%M:%S", local) + f".{millis:03d} " + time.strftime("%Z", local)
+    )
+    return f"in {retry.delay:.2f}s, at {when}"
 
 
 def requeue_note(record: RunRecord, settled: Settlement, again: RunRecord) -> str:
