@@ -165,6 +165,11 @@ class AccountBook:
         # Accounts given runs ahead of their start: run id -> account name.
         self._pins: dict[str, str | None] = {}
         self._plain_picks: dict[str | None, Pick] = {}
+        # Providers none of whose accounts can take a run: (since, until), as
+        # blocked_until found at ``since``. Every change to one of a provider's
+        # accounts forgets its entry (_changed); time alone changes nothing
+        # before ``until``.
+        self._blocked: dict[str, tuple[float, float]] = {}
         #: Whether time alone may ever make an account available again (see
         #: :meth:`next_change`): some account has a budget over a window, or
         #: some account has rested. False means :meth:`next_change` is None for
@@ -195,15 +200,17 @@ class AccountBook:
             account = old.pop(spec.name, None) or self._retired.pop((provider, spec.name), None)
             if account is None:
                 account = _Account(spec)
-            account.spec = spec
+            account.configure(spec)
             accounts.append(account)
         self._accounts[provider] = accounts
+        self._changed(provider)
         for name, account in old.items():
             if account.running:
                 self._retired[(provider, name)] = account
 
     def remove_provider(self, provider: str) -> None:
         """Forget a provider; its running runs keep their accounts until they end."""
+        self._changed(provider)
         for account in self._accounts.pop(provider, ()):
             if account.running:
                 self._retired[(provider, account.spec.name)] = account
@@ -221,11 +228,44 @@ class AccountBook:
 
     def available(self, provider: str, now: float) -> bool:
         """Whether some account of ``provider`` can take a run now."""
+        return self.blocked_until(provider, now) is None
+
+    def blocked_until(self, provider: str, now: float) -> float | None:
+        """None if some account of ``provider`` can take a run now; else until when none can.
+
+        That is the first moment time alone may free one (:meth:`next_change`),
+        or ``math.inf`` if only an event can (a run's end, a reload). Asked
+        before every start and whenever runs wait, it is remembered until that
+        moment: only a change to one of the provider's accounts (a start, an
+        end, a rest, a reload...) can free one sooner, and each forgets it.
+        """
+        known = self._blocked.get(provider)
+        if known is not None and known[0] <= now < known[1]:
+            return known[1]
+        accounts = self._accounts.get(provider, ())
         # A plain loop: asked before every start, where any() over a generator costs twice.
-        for account in self._accounts.get(provider, ()):
-            if account.why_not(now) is None:
-                return True
-        return False
+        for account in accounts:
+            spec = account.spec
+            # A free account only a rest can stop (the ambient one, as a rule)
+            # needs no call of can_take.
+            if (
+                account.exhausted_until is None
+                and account.needs_login is None
+                and spec.concurrency is None
+                and spec.budget is None
+            ) or account.can_take(now):
+                return None
+        until = math.inf
+        for account in accounts:
+            free_at = account.free_at(now)
+            if free_at is not None and free_at < until:
+                until = free_at
+        self._blocked[provider] = (now, until)
+        return until
+
+    def _changed(self, provider: str) -> None:
+        """One of ``provider``'s accounts changed: whether it is blocked is found again."""
+        self._blocked.pop(provider, None)
 
     def pick(self, provider: str, conversation: str | None, now: float) -> Pick | None:
         """The account a run of ``conversation`` should spend, or None if none can."""
@@ -245,19 +285,19 @@ class AccountBook:
             # start asks this every time.
             best = accounts[0]
             spec = best.spec
-            # why_not, without its call, for an account only a rest can stop
+            # can_take, without its call, for an account only a rest can stop
             # (no cap, no budget: the ambient one, as a rule) that is not resting.
             if not (
                 best.exhausted_until is None
                 and best.needs_login is None
                 and spec.concurrency is None
                 and spec.budget is None
-            ) and (best.why_not(now) is not None):
+            ) and not best.can_take(now):
                 return None
         else:
             best_key: tuple[bool, int, float, int] | None = None
             for index, account in enumerate(accounts):
-                if account.why_not(now) is not None:
+                if not account.can_take(now):
                     continue
                 if has_last and account.spec.name == last:
                     # Near its limit or not: the conversation's session lives there.
@@ -294,7 +334,7 @@ class AccountBook:
             return None
         name = self._pins.pop(run_id)
         for held in self._accounts.get(provider, ()):  # configured ones only
-            if held.spec.name == name and held.why_not(now) is None:
+            if held.spec.name == name and held.can_take(now):
                 return Pick(name), held
         return None
 
@@ -320,12 +360,9 @@ class AccountBook:
 
     def _hold(self, run_id: str, provider: str, held: _Account, now: float) -> None:
         """:meth:`start` on an account already found."""
-        held.running[run_id] = now
-        held.runs_started += 1
-        if held.spec.window is not None:
-            held._expire(now)
-            held.starts.append(now)
+        held.begin(run_id, now)
         self._holders[run_id] = (provider, held)
+        self._changed(provider)
 
     def finish(
         self, run_id: str, now: float, *, spawned: bool = True, charge: Charge = NO_CHARGE
@@ -341,13 +378,8 @@ class AccountBook:
         if holder is None:
             return  # a run that started before accounts were known to the book
         provider, account = holder
-        start = account.running.pop(run_id)
-        if not spawned:
-            account.runs_started -= 1
-            if start in account.starts:
-                account.starts.remove(start)
-        elif account.spec.window is not None:
-            account.ended.add(now, max(0.0, now - start), charge)
+        account.end(run_id, now, spawned, charge)
+        self._changed(provider)
         if not account.running and self._retired.get((provider, account.spec.name)) is account:
             del self._retired[(provider, account.spec.name)]
 
@@ -399,6 +431,7 @@ class AccountBook:
             self.may_free_in_time = True
             held.exhausted_until = until
             held.message = message
+            self._changed(provider)
 
     def wake(self, provider: str, account: str | None) -> bool:
         """End ``account``'s rest now (an operator knows better); False if unknown.
@@ -410,6 +443,7 @@ class AccountBook:
             return False
         held.exhausted_until = held.message = None
         held.needs_login = held.near_until = None
+        self._changed(provider)
         return True
 
     def charge(self, provider: str, account: str | None, end: float, charge: Charge) -> None:
@@ -419,8 +453,9 @@ class AccountBook:
         itself was counted at its finish, without them).
         """
         held = self._find(provider, account)
-        if held is not None and held.spec.window is not None:
-            held.ended.add(end, 0.0, charge)
+        if held is not None:
+            held.charge(end, charge)
+            self._changed(provider)
 
     def warn(self, provider: str, account: str | None, until: float) -> None:
         """The provider warned that ``account`` is near its limit: prefer others until ``until``.
@@ -430,12 +465,14 @@ class AccountBook:
         held = self._find(provider, account)
         if held is not None:
             held.near_until = until
+            self._changed(provider)
 
     def need_login(self, provider: str, account: str | None, message: str) -> None:
         """A run on ``account`` failed to authenticate: it takes no run until :meth:`logged_in`."""
         held = self._find(provider, account)
         if held is not None:
             held.needs_login = message
+            self._changed(provider)
 
     def logged_in(self) -> list[tuple[str, str | None]]:
         """Every account that needed a login may take runs again (a reload); which did."""
@@ -444,6 +481,7 @@ class AccountBook:
             if account.needs_login is not None:
                 account.needs_login = None
                 cleared.append((provider, account.spec.name))
+                self._changed(provider)
         return cleared
 
     # -- the rest of a fleet ----------------------------------------------
@@ -460,7 +498,8 @@ class AccountBook:
         for use in uses:
             found.setdefault(use[:2], []).append(use)
         for provider, account, _ in self._every_account():
-            account.elsewhere = _Usage(found.get((provider, account.spec.name), ()))
+            account.set_elsewhere(_Usage(found.get((provider, account.spec.name), ())))
+            self._changed(provider)
 
     def sync_rests(
         self, limits: Iterable[tuple[str, str | None, float, str]], now: float
@@ -484,10 +523,12 @@ class AccountBook:
                     self.may_free_in_time = True
                     account.exhausted_until, account.message = rest
                     changes.append((provider, account.spec.name, rest[0]))
+                    self._changed(provider)
             elif account.exhausted_until is not None:
                 if account.exhausted_until > now:
                     changes.append((provider, account.spec.name, None))
                 account.exhausted_until = account.message = None
+                self._changed(provider)
         return changes
 
     def _every_account(self) -> list[tuple[str, _Account, bool]]:
@@ -515,6 +556,7 @@ class AccountBook:
         held = self._find(provider, account)
         if held is not None:
             held.record(started_at, finished_at, charge)
+            self._changed(provider)
 
     def remember(self, provider: str, conversation: str, account: str | None) -> None:
         """The account ``conversation`` used last (its session lives there)."""
@@ -528,7 +570,11 @@ class AccountBook:
         return None if holder is None else holder[1].spec.name
 
     def next_change(self, provider: str, now: float) -> float | None:
-        """When time alone may make an account of ``provider`` available again."""
+        """When time alone may make an account of ``provider`` available again.
+
+        With none available now, :meth:`blocked_until` (``math.inf`` there
+        is None here).
+        """
         times = [t for account in self._accounts.get(provider, ()) if (t := account.free_at(now))]
         return min(times) if times else None
 
@@ -598,20 +644,7 @@ class AccountGate:
 
     def can_start(self, provider: str) -> bool:
         """Whether some account of ``provider`` can take a run now."""
-        # AccountBook.available's loop, one call less: asked before every start.
-        now = self._now
-        for account in self._book._accounts.get(provider, ()):
-            spec = account.spec
-            # As in AccountBook._choose: a free account only a rest can stop
-            # needs no call of why_not.
-            if (
-                account.exhausted_until is None
-                and account.needs_login is None
-                and spec.concurrency is None
-                and spec.budget is None
-            ) or account.why_not(now) is None:
-                return True
-        return False
+        return self._book.blocked_until(provider, self._now) is None
 
     def started(self, run: RunRequest) -> None:
         """Give ``run`` its account."""
