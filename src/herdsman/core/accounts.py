@@ -295,16 +295,26 @@ class AccountBook:
             ) and not best.can_take(now):
                 return None
         else:
-            best_key: tuple[bool, int, float, int] | None = None
-            for index, account in enumerate(accounts):
+            # Not near its limit first, then the fewest running runs, then the
+            # smallest share of its budget used, then config order (the first
+            # kept). The share is worked out only to break a tie.
+            best_rank: tuple[bool, int] | None = None
+            best_share: float | None = None
+            for account in accounts:
                 if not account.can_take(now):
                     continue
                 if has_last and account.spec.name == last:
                     # Near its limit or not: the conversation's session lives there.
                     return self._plain_pick(last), account
-                key = (account.near(now), len(account.running), account.share_used(now), index)
-                if best_key is None or key < best_key:
-                    best, best_key = account, key
+                rank = (account.near(now), len(account.running))
+                if best is None or best_rank is None or rank < best_rank:
+                    best, best_rank, best_share = account, rank, None
+                elif rank == best_rank:
+                    if best_share is None:
+                        best_share = best.share_used(now)
+                    share = account.share_used(now)
+                    if share < best_share:
+                        best, best_share = account, share
             if best is None:
                 return None
         name = best.spec.name

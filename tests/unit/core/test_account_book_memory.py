@@ -219,7 +219,26 @@ class RememberingBook(RuleBasedStateMachine):
                 assert self.book.pick(provider, conversation, now) == fresh.pick(
                     provider, conversation, now
                 )
-        assert self.book.statuses(now) == fresh.statuses(now)
+        statuses = fresh.statuses(now)
+        assert self.book.statuses(now) == statuses
+        for provider in PROVIDERS:
+            # The documented ranking, from the statuses: not near its limit,
+            # fewest running, smallest share of its budget used, config order.
+            configured = [s for s in statuses if s.provider == provider and not s.retired]
+            ranks = [
+                (
+                    s.near_limit_until is not None,
+                    s.running,
+                    s.usage / s.budget if s.budget else 0.0,
+                    i,
+                )
+                for i, s in enumerate(configured)
+                if s.available
+            ]
+            pick = self.book.pick(provider, None, now)
+            expected = configured[min(ranks)[-1]].account if ranks else None
+            assert (pick is None) == (not ranks)
+            assert pick is None or pick.account == expected
 
 
 RememberingBook.TestCase.settings = settings(
