@@ -6,7 +6,8 @@ a process was started with survives pid reuse and tells apart supervisors
 on other state directories. Used at a restart (orphans.py, orphan_watch.py)
 and by a fleet member's fence keeper (fence_keeper.py), which must start
 fast and so imports nothing heavy. Also which members of process groups
-still run (runner/group.py, fence_keeper.py).
+still run (runner/group.py, fence_keeper.py), and whether a fence keeper
+is stopped (fence.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
-__all__ = ["agents_under", "running_in", "running_members"]
+__all__ = ["agents_under", "is_stopped", "running_in", "running_members"]
 
 _RUN_ID = b"HERDSMAN_RUN_ID="
 
@@ -58,6 +59,15 @@ def _state_and_group(pid: int | str) -> tuple[bytes, int] | None:
     if len(fields) < 3:
         return None
     return fields[0], int(fields[2])
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (SIGSTOP, or a tracer holds it): it runs no code until continued.
+
+    False for a process that runs, sleeps, has gone, or where there is no ``/proc``.
+    """
+    found = _state_and_group(pid)
+    return found is not None and found[0] in (b"T", b"t")
 
 
 def running_in(groups: Collection[int]) -> Iterator[int]:

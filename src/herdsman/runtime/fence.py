@@ -5,9 +5,9 @@ guarantees a fleet member, docs/operations.md a sole supervisor. Here the
 supervisor starts it (:meth:`Fence.start`); a fleet member tells it each
 new deadline after a renewal (:meth:`Fence.extend`) and learns when the
 fence has fallen — the deadline passed before an extension, or the keeper
-died — (:meth:`Fence.wait_fallen`); a sole supervisor has no deadline, so
-its fence falls only when its keeper dies (sole_fence.py). Either closes it
-at the end (:meth:`Fence.close`).
+died or is stopped — (:meth:`Fence.wait_fallen`); a sole supervisor has no
+deadline, so its fence falls only when its keeper dies or is stopped
+(sole_fence.py). Either closes it at the end (:meth:`Fence.close`).
 """
 
 from __future__ import annotations
@@ -16,18 +16,36 @@ import itertools
 import logging
 import math
 import os
+import signal
 import sys
 from pathlib import Path
+from typing import Final
 
 import trio
 
+from herdsman.runtime.agent_scan import is_stopped
 from herdsman.runtime.fence_keeper import GONE_WAIT, fence_clock, in_time
 
-__all__ = ["Fence", "earlier_keepers", "fence_clock", "wait_for_earlier_keepers"]
+__all__ = [
+    "STOPPED_CHECK",
+    "Fence",
+    "earlier_keepers",
+    "fence_clock",
+    "wait_for_earlier_keepers",
+]
 
 log = logging.getLogger("herdsman")
 
 _KEEPER = b"herdsman.runtime.fence_keeper"
+
+STOPPED_CHECK: Final = 0.5
+"""Seconds between two looks at whether the keeper is stopped.
+
+A keeper stopped (SIGSTOP, a debugger holding it) kills nothing until it is
+continued, so it is as good as gone; it counts as such once seen stopped at
+two looks in a row, so a passing stop (a profiler's sample) is not taken for
+one. A stopped keeper is thus noticed within about a second.
+"""
 
 
 def earlier_keepers(state_dir: Path) -> list[int]:
@@ -170,8 +188,21 @@ class Fence:
         return self.fallen
 
     async def _watch_keeper(self) -> None:
-        code = await self._process.wait()
-        self._fall(f"the fence keeper (pid {self.pid}) exited with status {code}")
+        seen_stopped = False
+        while True:
+            with trio.move_on_after(STOPPED_CHECK):
+                code = await self._process.wait()
+                self._fall(f"the fence keeper (pid {self.pid}) exited with status {code}")
+                return
+            # One read of /proc/PID/stat: short enough for the event loop.
+            stopped = is_stopped(self.pid)
+            if stopped and seen_stopped:
+                self._fall(
+                    f"the fence keeper (pid {self.pid}) is stopped (SIGSTOP, or a debugger"
+                    " holds it): it kills nothing until it is continued"
+                )
+                return
+            seen_stopped = stopped
 
     def _fall(self, why: str) -> None:
         if self.fallen is None:
@@ -186,14 +217,32 @@ class Fence:
         """Close the pipe: the keeper kills any agent left under the state directory and exits.
 
         Waits for it up to ``timeout`` seconds, shielded (it is called while
-        the member shuts down), then kills it.
+        the member shuts down), then kills it. A keeper that is stopped is
+        continued first: this is its last task, and the supervisor is done
+        with its agents.
         """
         if self._write_fd is not None:
             os.close(self._write_fd)
             self._write_fd = None
+        if is_stopped(self.pid):
+            self._process.send_signal(signal.SIGCONT)
         with trio.CancelScope(shield=True):
             with trio.move_on_after(timeout):
                 await self._process.wait()
             if self._process.returncode is None:
                 self._process.kill()
                 await self._process.wait()
+
+    async def discard(self) -> None:
+        """Kill the keeper without letting it act, and close its pipe: it is being replaced.
+
+        For a keeper that fell while its supervisor goes on (sole_fence.py):
+        closed, a stopped keeper continued later would kill the agents of a
+        supervisor still running them. Nothing happens to one that has exited.
+        """
+        with trio.CancelScope(shield=True):
+            self._process.kill()
+            await self._process.wait()
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+            self._write_fd = None

@@ -247,9 +247,8 @@ class FleetMember:
     async def _watch_fence(self, fence: FenceLine, expired: Callable[[str], None]) -> None:
         why = await fence.wait_fallen()
         expired(
-            f"the fence of this fleet member ({self.store.member_id}) fell: {why}; its fence"
-            f" keeper kills its agents, and other members may declare its runs lost; it"
-            " starts nothing more"
+            f"the fence of this fleet member ({self.store.member_id}) fell: {why}; it stops"
+            " its agents and starts nothing more, and other members may declare its runs lost"
         )
 
     async def _renew_loop(

@@ -10,8 +10,9 @@ fleet members (fence_keeper.py), without a deadline: it kills the agents
 under the state directory when its pipe closes, that is when the
 supervisor has exited, however. One mechanism for both.
 
-A fleet member whose keeper dies stops (its agents could outlive its lease
-and overlap runs on other machines). A sole supervisor does not: while it
+A fleet member whose keeper dies or is stopped (it kills nothing then)
+stops (its agents could outlive its lease and overlap runs on other
+machines). A sole supervisor does not: while it
 runs, it stops its own agents and nothing else runs its conversations, so
 its keeper is only the backstop for its own death. Stopping would cancel
 every running run to guard against a death that may never come; it logs an
@@ -55,10 +56,10 @@ class SoleFence:
         return cls(state_dir, await Fence.start(state_dir))
 
     async def keep(self) -> None:
-        """Until cancelled: when the keeper dies, log an error and start another."""
+        """Until cancelled: when the keeper dies or is stopped, log an error and start another."""
         while True:
             why = await self.fence.wait_fallen()
-            await self.fence.close()  # reaped, its pipe closed
+            await self.fence.discard()  # reaped, its pipe closed
             log.error(
                 "%s; until a new one runs, this supervisor's agents would outlive it if it were"
                 " killed; starting a new fence keeper",

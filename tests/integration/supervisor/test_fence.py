@@ -22,6 +22,7 @@ import pytest
 import trio
 from cli_support import process_alive, processes_with_env
 
+from herdsman.runtime import fence as fence_module
 from herdsman.runtime.fence import Fence, earlier_keepers
 from herdsman.runtime.fence_keeper import fence_clock
 
@@ -171,6 +172,48 @@ async def test_the_fence_falls_when_its_keeper_dies(tmp_path: Path) -> None:
         with trio.fail_after(10):
             why = await fence.wait_fallen()
         assert why == f"the fence keeper (pid {fence.pid}) exited with status -9"
+    finally:
+        await fence.close()
+
+
+async def test_the_fence_falls_when_its_keeper_is_stopped_and_close_lets_it_kill_the_agents(
+    tmp_path: Path, agents: Agents
+) -> None:
+    # A stopped keeper kills nothing: as good as dead for the fence.
+    fenced = await trio.to_thread.run_sync(agents.start, tmp_path, "r1")
+    fence = await Fence.start(tmp_path, fence_clock() + 60)
+    try:
+        os.kill(fence.pid, signal.SIGSTOP)
+        with trio.fail_after(10):
+            why = await fence.wait_fallen()
+        assert why.startswith(f"the fence keeper (pid {fence.pid}) is stopped")
+        assert len(await trio.to_thread.run_sync(agents.alive, fenced)) == 2
+    finally:
+        # Closing continues it for its last task: without that, it would be
+        # killed after the close's timeout with the agents still alive.
+        await fence.close()
+    assert not agents.alive(fenced)
+
+
+async def test_a_keeper_stopped_at_one_look_only_is_not_taken_for_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A passing stop (a profiler's sample) seen at single looks never fells
+    # the fence; seen at two looks in a row, it does.
+    looks = iter([True, False, True, False, True, True])
+    seen: list[int] = []
+
+    def is_stopped(pid: int) -> bool:
+        seen.append(pid)
+        return next(looks, False)
+
+    monkeypatch.setattr(fence_module, "is_stopped", is_stopped)
+    fence = await Fence.start(tmp_path, fence_clock() + 60)
+    try:
+        with trio.fail_after(20):
+            why = await fence.wait_fallen()
+        assert why.startswith(f"the fence keeper (pid {fence.pid}) is stopped")
+        assert seen == [fence.pid] * 6
     finally:
         await fence.close()
 

@@ -6,6 +6,7 @@ the supervisor must wait for, and it can make the supervisor's lease lapse.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -492,6 +493,27 @@ async def test_a_member_whose_fence_keeper_dies_stops(
     assert report is not None
     assert report.fatal is not None
     assert f"the fence keeper (pid {fence.pid}) exited with status -9" in report.fatal
+    assert not running.supervisor.admitting
+
+
+async def test_a_member_whose_fence_keeper_is_stopped_stops(
+    start: Start, tmp_path: Path, member_url: str
+) -> None:
+    # A stopped keeper kills nothing: as good as dead.
+    running = await start(fleet_config(tmp_path, member_url))
+    fence = fleet_of(running).fence
+    assert fence is not None
+    os.kill(fence.pid, signal.SIGSTOP)
+    try:
+        with trio.fail_after(10):
+            await running.stopped.wait()
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # never left stopped
+            os.kill(fence.pid, signal.SIGCONT)
+    report = running.supervisor.report
+    assert report is not None
+    assert report.fatal is not None
+    assert f"the fence keeper (pid {fence.pid}) is stopped" in report.fatal
     assert not running.supervisor.admitting
 
 

@@ -188,6 +188,31 @@ def test_a_killed_keeper_is_reported_and_replaced_and_the_agents_still_die_with_
         sup.close()
 
 
+def test_a_stopped_keeper_is_replaced_without_its_agents_being_killed(tmp_path: Path) -> None:
+    # Stopped, it would kill nothing should the supervisor die. Replaced, it
+    # is killed, not continued: continued with its pipe closed, it would
+    # kill the agents of the supervisor still running them.
+    sup, _ = running(tmp_path, "long", 60)
+    try:
+        [keeper] = fence_keepers_of(sup.process.pid)
+        agents = agents_of(tmp_path)
+        os.kill(keeper, signal.SIGSTOP)
+        wait_for(lambda: "started a new fence keeper" in sup.output(), 20, sup.output)
+        assert f"the fence keeper (pid {keeper}) is stopped" in sup.output()
+        assert not process_alive(keeper)
+        [replacement] = fence_keepers_of(sup.process.pid)
+        assert replacement != keeper
+        assert all(process_alive(pid) for pid in agents)
+        assert sup.process.poll() is None
+        sup.process.kill()
+        sup.process.wait()
+        wait_for(lambda: not any(process_alive(pid) for pid in agents), GONE_WITHIN, sup.output)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # never left stopped
+            os.kill(keeper, signal.SIGCONT)
+        sup.close()
+
+
 def test_a_supervisor_started_again_waits_for_its_predecessor_s_keeper(tmp_path: Path) -> None:
     sup, stamps = running(tmp_path, "long", 60)
     agents = agents_of(tmp_path)
