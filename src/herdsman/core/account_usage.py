@@ -176,6 +176,10 @@ def _spent_with_estimate(unit: BudgetUnit, ended: Sequence[_Ended], running: int
     return spent_with_estimate(total, stated, running)
 
 
+#: ``_Account._used_at`` when nothing is remembered: no moment is at or after it.
+_FORGOTTEN = math.inf
+
+
 class _Account:
     """One configured account: its spec, its runs, its usage in the window, and its rest.
 
@@ -221,24 +225,21 @@ class _Account:
         # used(): the usage last worked out, at _used_at; it holds up to _used_last
         # while the window's horizon stays before _oldest, the oldest use counted.
         self._used = 0.0
-        self._used_at = math.inf  # inf: nothing remembered
+        self._used_at = _FORGOTTEN
         self._used_last = math.inf
         self._oldest = math.inf
 
     # -- changes (each forgets the usage remembered) -------------------------
 
-    def _forget(self) -> None:
-        self._used_at = math.inf
-
     def configure(self, spec: AccountSpec) -> None:
         """New limits (a reload): its window, budget and unit may change what counts."""
         self.spec = spec
-        self._forget()
+        self._used_at = _FORGOTTEN
 
     def set_elsewhere(self, elsewhere: _Usage | None) -> None:
         """Other fleet members' runs on the account, as the last poll saw them."""
         self.elsewhere = elsewhere
-        self._forget()
+        self._used_at = _FORGOTTEN
 
     def begin(self, run_id: str, now: float) -> None:
         """``run_id`` started on the account at ``now``."""
@@ -247,7 +248,7 @@ class _Account:
         if self.spec.window is not None:
             self._expire(now)
             self.starts.append(now)
-        self._forget()
+        self._used_at = _FORGOTTEN
 
     def end(self, run_id: str, now: float, spawned: bool, charge: Charge) -> None:
         """``run_id`` ended at ``now``; never spawned, its start is taken back."""
@@ -258,13 +259,13 @@ class _Account:
                 self.starts.remove(start)
         elif self.spec.window is not None:
             self.ended.add(now, max(0.0, now - start), charge)
-        self._forget()
+        self._used_at = _FORGOTTEN
 
     def charge(self, end: float, charge: Charge) -> None:
         """What a run that ended at ``end`` spent, known after its end was counted."""
         if self.spec.window is not None:
             self.ended.add(end, 0.0, charge)
-            self._forget()
+            self._used_at = _FORGOTTEN
 
     def record(self, start: float, end: float | None, charge: Charge = NO_CHARGE) -> None:
         """Count a run's usage (``end`` None: the run is still running)."""
@@ -273,7 +274,7 @@ class _Account:
         insort(self.starts, start)
         if end is not None:
             self.ended.add(end, max(0.0, end - start), charge)
-        self._forget()
+        self._used_at = _FORGOTTEN
 
     # -- usage -----------------------------------------------------------------
 

@@ -167,8 +167,7 @@ class AccountBook:
         self._plain_picks: dict[str | None, Pick] = {}
         # Providers none of whose accounts can take a run: (since, until), as
         # blocked_until found at ``since``. Every change to one of a provider's
-        # accounts forgets its entry (_changed); time alone changes nothing
-        # before ``until``.
+        # accounts pops its entry; time alone changes nothing before ``until``.
         self._blocked: dict[str, tuple[float, float]] = {}
         #: Whether time alone may ever make an account available again (see
         #: :meth:`next_change`): some account has a budget over a window, or
@@ -203,14 +202,14 @@ class AccountBook:
             account.configure(spec)
             accounts.append(account)
         self._accounts[provider] = accounts
-        self._changed(provider)
+        self._blocked.pop(provider, None)
         for name, account in old.items():
             if account.running:
                 self._retired[(provider, name)] = account
 
     def remove_provider(self, provider: str) -> None:
         """Forget a provider; its running runs keep their accounts until they end."""
-        self._changed(provider)
+        self._blocked.pop(provider, None)
         for account in self._accounts.pop(provider, ()):
             if account.running:
                 self._retired[(provider, account.spec.name)] = account
@@ -262,10 +261,6 @@ class AccountBook:
                 until = free_at
         self._blocked[provider] = (now, until)
         return until
-
-    def _changed(self, provider: str) -> None:
-        """One of ``provider``'s accounts changed: whether it is blocked is found again."""
-        self._blocked.pop(provider, None)
 
     def pick(self, provider: str, conversation: str | None, now: float) -> Pick | None:
         """The account a run of ``conversation`` should spend, or None if none can."""
@@ -372,7 +367,7 @@ class AccountBook:
         """:meth:`start` on an account already found."""
         held.begin(run_id, now)
         self._holders[run_id] = (provider, held)
-        self._changed(provider)
+        self._blocked.pop(provider, None)
 
     def finish(
         self, run_id: str, now: float, *, spawned: bool = True, charge: Charge = NO_CHARGE
@@ -389,7 +384,7 @@ class AccountBook:
             return  # a run that started before accounts were known to the book
         provider, account = holder
         account.end(run_id, now, spawned, charge)
-        self._changed(provider)
+        self._blocked.pop(provider, None)
         if not account.running and self._retired.get((provider, account.spec.name)) is account:
             del self._retired[(provider, account.spec.name)]
 
@@ -441,7 +436,7 @@ class AccountBook:
             self.may_free_in_time = True
             held.exhausted_until = until
             held.message = message
-            self._changed(provider)
+            self._blocked.pop(provider, None)
 
     def wake(self, provider: str, account: str | None) -> bool:
         """End ``account``'s rest now (an operator knows better); False if unknown.
@@ -453,7 +448,7 @@ class AccountBook:
             return False
         held.exhausted_until = held.message = None
         held.needs_login = held.near_until = None
-        self._changed(provider)
+        self._blocked.pop(provider, None)
         return True
 
     def charge(self, provider: str, account: str | None, end: float, charge: Charge) -> None:
@@ -465,7 +460,7 @@ class AccountBook:
         held = self._find(provider, account)
         if held is not None:
             held.charge(end, charge)
-            self._changed(provider)
+            self._blocked.pop(provider, None)
 
     def warn(self, provider: str, account: str | None, until: float) -> None:
         """The provider warned that ``account`` is near its limit: prefer others until ``until``.
@@ -475,14 +470,14 @@ class AccountBook:
         held = self._find(provider, account)
         if held is not None:
             held.near_until = until
-            self._changed(provider)
+            self._blocked.pop(provider, None)
 
     def need_login(self, provider: str, account: str | None, message: str) -> None:
         """A run on ``account`` failed to authenticate: it takes no run until :meth:`logged_in`."""
         held = self._find(provider, account)
         if held is not None:
             held.needs_login = message
-            self._changed(provider)
+            self._blocked.pop(provider, None)
 
     def logged_in(self) -> list[tuple[str, str | None]]:
         """Every account that needed a login may take runs again (a reload); which did."""
@@ -491,7 +486,7 @@ class AccountBook:
             if account.needs_login is not None:
                 account.needs_login = None
                 cleared.append((provider, account.spec.name))
-                self._changed(provider)
+                self._blocked.pop(provider, None)
         return cleared
 
     # -- the rest of a fleet ----------------------------------------------
@@ -509,7 +504,7 @@ class AccountBook:
             found.setdefault(use[:2], []).append(use)
         for provider, account, _ in self._every_account():
             account.set_elsewhere(_Usage(found.get((provider, account.spec.name), ())))
-            self._changed(provider)
+            self._blocked.pop(provider, None)
 
     def sync_rests(
         self, limits: Iterable[tuple[str, str | None, float, str]], now: float
@@ -533,12 +528,12 @@ class AccountBook:
                     self.may_free_in_time = True
                     account.exhausted_until, account.message = rest
                     changes.append((provider, account.spec.name, rest[0]))
-                    self._changed(provider)
+                    self._blocked.pop(provider, None)
             elif account.exhausted_until is not None:
                 if account.exhausted_until > now:
                     changes.append((provider, account.spec.name, None))
                 account.exhausted_until = account.message = None
-                self._changed(provider)
+                self._blocked.pop(provider, None)
         return changes
 
     def _every_account(self) -> list[tuple[str, _Account, bool]]:
@@ -566,7 +561,7 @@ class AccountBook:
         held = self._find(provider, account)
         if held is not None:
             held.record(started_at, finished_at, charge)
-            self._changed(provider)
+            self._blocked.pop(provider, None)
 
     def remember(self, provider: str, conversation: str, account: str | None) -> None:
         """The account ``conversation`` used last (its session lives there)."""
