@@ -38,7 +38,6 @@ import datetime as dt
 import heapq
 import io
 import math
-import operator
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -71,8 +70,6 @@ from herdsman.sim.workload import (
 from herdsman.trace import TraceWriter
 
 __all__ = ["FastEngine", "fast_replay"]
-
-_KIND = operator.attrgetter("kind")
 
 # Read for every run submitted, bound once (an enum member read through its
 # class costs five times a module global: see core/lifecycle.py).
@@ -216,10 +213,7 @@ class FastEngine:
         # What the fake runner reports, one per distinct ending (as the trio
         # replay's fake runner hands one outcome to every run that ends alike).
         self._outcomes: dict[tuple[str, int | None, float | None], RunOutcome] = {}
-        # A look at every arrival, per simulation: map() over a C attrgetter
-        # costs a fraction of a generator's step per arrival.
-        reloads = "reload" in map(_KIND, workload.arrivals)
-        self._ledger = _Ledger() if reloads else None
+        self._ledger = _Ledger() if any(a.kind == "reload" for a in workload.arrivals) else None
         self._out: io.StringIO | None = None
         self._trace: TraceWriter | None = None
         if trace:
