@@ -6,6 +6,7 @@ tasks: the simulator's floor benchmark and the tests use them as they are.
 
 from __future__ import annotations
 
+from herdsman.core.accounts import AccountBook
 from herdsman.core.lifecycle import Rest, Retry, Settlement
 from herdsman.core.outcome import AccountSignals, Outcome, RunOutcome, UsageLimit
 from herdsman.runtime.runner import ProcessOutcome
@@ -30,6 +31,7 @@ __all__ = [
     "charged_once_recorded",
     "finish_fields",
     "limit_note",
+    "near_limit_mark",
     "refused_for_good",
     "requeue_for_retry",
     "requeue_note",
@@ -135,6 +137,22 @@ def account_signals(ended: ProcessOutcome) -> AccountSignals | None:
         near_limit_until=None if near is None else near.resets_at,
         needs_login=login,
     )
+
+
+def near_limit_mark(
+    book: AccountBook, provider: str, account: str | None, now: float
+) -> float | None:
+    """Until when ``book`` holds ``account`` near its limit at ``now``; None if it does not.
+
+    What a provider's warning made of the account at the finish that
+    reported it (the supervisor traces it as ``near_limit``; the
+    simulator's fast engine reads it the same way). Rare: one warned run
+    in many, so the statuses are built whole rather than kept indexed.
+    """
+    for status in book.statuses(now):
+        if status.provider == provider and status.account == account and not status.retired:
+            return status.near_limit_until
+    return None
 
 
 def run_outcome(ended: ProcessOutcome, session: bool) -> RunOutcome:
