@@ -23,6 +23,7 @@ INPUTS = (
     "stop-killed",
     "stop-restarted",
     "sweeps-recorded",
+    "faults-recorded",
 )
 #: A fleet's members' traces, replayed together (``sim replay A B C --out-dir``).
 FLEETS = (("fleet-m0", "fleet-m1", "fleet-m2"),)

@@ -1,7 +1,7 @@
 """A stand-in agent CLI: reads a prompt on stdin, waits, replies.
 
 ``python -m herdsman.demo_agent [--delay SECONDS] [--protocol plain|claude]
-[--fail] [--spawn-grandchild] [--rate-limit-warning]``
+[--fail] [--overloaded N] [--spawn-grandchild] [--rate-limit-warning]``
 
 It lets the example config, the tests and a first try of herdsman run
 without any real agent CLI installed. The delay defaults to 1 second, or to
@@ -12,9 +12,14 @@ session id, then a ``result`` line with what the run spent, as Claude Code
 reports it (tokens from the prompt's and the reply's length, at a made-up
 price). ``--rate-limit-warning`` adds a ``rate_limit_event`` saying the
 account is near its five-hour limit. ``--fail`` makes it exit with code 1
-after reporting an error. ``--spawn-grandchild`` first starts a process that sleeps
-for an hour holding stdout and stderr open, and prints its pid on stderr, so
-tests can check that the whole process group is stopped.
+after reporting an error. ``--overloaded N`` (with ``--protocol claude``)
+fails a run's first N attempts as Claude Code fails when the API answers
+every request 529 (overloaded): its ``api_retry`` lines, its
+``server_error`` message and an ``is_error`` result, exit code 1; the
+attempt number is ``HERDSMAN_ATTEMPT``, which herdsman sets (1 when unset).
+``--spawn-grandchild`` first starts a process that sleeps for an hour
+holding stdout and stderr open, and prints its pid on stderr, so tests can
+check that the whole process group is stopped.
 
 It imports only the standard library's light modules, so it starts fast.
 """
@@ -28,6 +33,12 @@ import sys
 import time
 
 DELAY_ENV = "HERDSMAN_DEMO_DELAY"
+ATTEMPT_ENV = "HERDSMAN_ATTEMPT"
+#: What Claude Code says when the API stayed overloaded through its own retries.
+OVERLOADED = (
+    "API Error: Repeated 529 Overloaded errors. The API is at capacity — this is usually"
+    " temporary. Try again in a moment."
+)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -51,6 +62,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--fail", action="store_true", help="report an error and exit 1")
     parser.add_argument(
+        "--overloaded",
+        type=_attempts,
+        default=0,
+        metavar="N",
+        help="with --protocol claude: fail the first N attempts of a run (HERDSMAN_ATTEMPT)"
+        " as Claude Code does when the API is overloaded (HTTP 529), so retries can be tried",
+    )
+    parser.add_argument(
         "--spawn-grandchild", action="store_true", help="start a long-sleeping grandchild"
     )
     parser.add_argument(
@@ -59,6 +78,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         help="with --protocol claude: say the account is near its limit",
     )
     args = parser.parse_args(argv)
+    if args.overloaded and args.protocol != "claude":
+        parser.error("--overloaded needs --protocol claude: only that stream can say it")
     if args.delay is None:
         written = os.environ.get(DELAY_ENV, "1")
         try:
@@ -66,6 +87,24 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         except ValueError:
             parser.error(f"${DELAY_ENV} must be a number of seconds, got {written!r}")
     return args
+
+
+def _attempts(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of attempts, 0 or more, got {text!r}")
+    return value
+
+
+def _attempt() -> int:
+    """Which attempt of its run this is: ``HERDSMAN_ATTEMPT``, else 1 (run by hand)."""
+    try:
+        return max(1, int(os.environ.get(ATTEMPT_ENV, "1")))
+    except ValueError:
+        return 1
 
 
 def _spawn_grandchild() -> int:
@@ -119,6 +158,52 @@ def _rate_limit_warning(session_id: str) -> dict[str, object]:
     return {"type": "rate_limit_event", "rate_limit_info": info, "session_id": session_id}
 
 
+def _overloaded(session_id: str, spent: dict[str, object]) -> int:
+    """Print what Claude Code prints when every API request is answered 529; its exit code.
+
+    The shapes are those of a recorded Claude Code 2.1 stream: two
+    ``api_retry`` lines (``error: "overloaded"``, ``error_status: 529``),
+    an assistant message carrying ``error: "server_error"``, then an
+    ``is_error`` result whose ``subtype`` still says ``success``.
+    """
+    for attempt, delay_ms in ((1, 564.8), (2, 1157.8)):
+        retry = {
+            "type": "system",
+            "subtype": "api_retry",
+            "attempt": attempt,
+            "max_retries": 10,
+            "retry_delay_ms": delay_ms,
+            "error_status": 529,
+            "error": "overloaded",
+            "session_id": session_id,
+        }
+        _emit(json.dumps(retry))
+    message = {
+        "model": "<synthetic>",
+        "role": "assistant",
+        "type": "message",
+        "content": [{"type": "text", "text": OVERLOADED}],
+    }
+    assistant = {
+        "type": "assistant",
+        "message": message,
+        "session_id": session_id,
+        "error": "server_error",
+    }
+    _emit(json.dumps(assistant))
+    result = {
+        "type": "result",
+        "subtype": "success",
+        "is_error": True,
+        "result": OVERLOADED,
+        "session_id": session_id,
+        "num_turns": 1,
+        **spent,
+    }
+    _emit(json.dumps(result))
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the demo agent; returns the exit code."""
     args = _parse(sys.argv[1:] if argv is None else argv)
@@ -144,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     time.sleep(max(delay, 0.0))
+    if args.protocol == "claude" and _attempt() <= args.overloaded:
+        # What the attempt spent before the API failed: the prompt read, no reply.
+        return _overloaded(session_id, _spent(prompt, "", delay))
     reply = f"demo reply: {last_line}"
     error = "demo agent: failing as asked (--fail)"
     if args.protocol == "claude":

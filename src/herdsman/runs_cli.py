@@ -190,9 +190,11 @@ def _print_run(run: Mapping[str, Any]) -> None:
     for key, value in run.items():
         if key.endswith("_at") and isinstance(value, int | float):
             shown = local_time_text(value)
-        elif key == "spend" and isinstance(value, dict):
+        elif key in ("spend", "total_spend") and isinstance(value, dict):
+            if key == "total_spend" and not run.get("earlier_attempts"):
+                continue  # one attempt: its spend is the total
             first, *models = spend_lines(value)
-            shown = first + "".join(f"\n    {line}" for line in models)
+            shown = first + _spend_scope(run, key) + "".join(f"\n    {line}" for line in models)
         elif key == "earlier_attempts" and isinstance(value, list):
             if not value:
                 continue
@@ -206,6 +208,14 @@ def _print_run(run: Mapping[str, Any]) -> None:
         else:
             shown = str(value)
         print(f"{key + ':':<14}{shown}")
+
+
+def _spend_scope(run: Mapping[str, Any], key: str) -> str:
+    """Which attempts a spend line covers, for a run that was tried more than once."""
+    if not run.get("earlier_attempts"):
+        return ""
+    attempts = run["attempts"]  # its starts: one more than the earlier attempts once started
+    return f" — all {attempts} attempts" if key == "total_spend" else f" — attempt {attempts} only"
 
 
 def _readable(excerpt: str) -> str:

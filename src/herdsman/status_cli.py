@@ -42,7 +42,7 @@ def _status(args: argparse.Namespace) -> int:
                 provider,
                 str(cap),
                 str(status["running_by_provider"].get(provider, 0)),
-                str(status["queued_by_provider"].get(provider, 0)),
+                _queued_cell(status, provider),
             ]
             for provider, cap in sorted(limits["providers"].items())
         ],
@@ -81,12 +81,28 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _counts_line(status: dict[str, Any]) -> str:
-    """Running, queued, parked (a fleet member's refused claims, shown when any), oldest wait."""
+    """Running, queued, parked (a fleet member's refused claims, shown when any), oldest wait.
+
+    Queued runs waiting out a retry's backoff are counted as queued, and
+    said apart with when the first of them is due: ``queued: 3 (1 waiting
+    to retry, the first at 15:20:03)``.
+    """
     line = f"running: {status['running']}   queued: {status['queued']}"
+    retrying, due = status.get("retrying", 0), status.get("next_retry_at")
+    if retrying and due is not None:
+        at = dt.datetime.fromtimestamp(due).strftime("%H:%M:%S")
+        line += f" ({retrying} waiting to retry, the first at {at})"
     if status.get("parked"):
         line += f"   parked: {status['parked']}"
     age = status["oldest_queued_age"]
     return line + (f"   oldest queued: {age:.1f}s" if age is not None else "")
+
+
+def _queued_cell(status: dict[str, Any], provider: str) -> str:
+    """A provider's queued runs: ``3``, or ``3 (1 retrying)`` when some wait out a backoff."""
+    queued = str(status["queued_by_provider"].get(provider, 0))
+    retrying = status.get("retrying_by_provider", {}).get(provider, 0)
+    return f"{queued} ({retrying} retrying)" if retrying else queued
 
 
 def _print_fleet(fleet: dict[str, Any]) -> None:

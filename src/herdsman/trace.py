@@ -359,21 +359,32 @@ class TraceWriter:
         *,
         requeued: bool,
         spend: Mapping[str, Any] | None = None,
+        failure: str | None = None,
+        worked: bool = False,
+        session: bool = False,
     ) -> None:
         """A finish event: its run, outcome and exit code, ``"requeued": true`` if so.
 
         ``spend``: what the attempt spent, as JSON (``spend_json``'s); the
         event carries it only when given, so a trace of runs whose streams
-        said nothing of it reads as it did before.
+        said nothing of it reads as it did before. ``failure``: a failed
+        attempt's retry class, and ``worked`` (written only with it) that
+        its agent may have done work: what a replay needs to decide its
+        retry again. ``session``: the attempt's agent reported a session (its
+        conversation sticks to the account it ran on).
         """
         if (
             type(run_id) is str
             and type(outcome) is str
             and (exit_code is None or type(exit_code) is int)
+            and (failure is None or isinstance(failure, str))
             and self._shortcut(
                 '"event":"finish","run_id":',
                 f'{_encode_string(run_id)},"outcome":{_encode_string(outcome)},"exit_code":'
                 f"{'null' if exit_code is None else int.__repr__(exit_code)}"
+                + ("" if failure is None else ',"failure":' + _encode_string(str(failure)))
+                + (',"worked":true' if worked and failure is not None else "")
+                + (',"session":true' if session else "")
                 + (',"requeued":true' if requeued else "")
                 + ("" if spend is None else ',"spend":' + _ENCODER.encode(spend)),
             )
@@ -382,6 +393,12 @@ class TraceWriter:
                 self._follow("finish", {"run_id": run_id, "requeued": requeued})
             return
         fields: dict[str, Any] = {"run_id": run_id, "outcome": outcome, "exit_code": exit_code}
+        if failure is not None:
+            fields["failure"] = str(failure)
+            if worked:
+                fields["worked"] = True
+        if session:
+            fields["session"] = True
         if requeued:
             fields["requeued"] = True
         if spend is not None:

@@ -25,6 +25,9 @@ EVENT_FIELDS: Mapping[str, frozenset[str]] = {
     # A run failed to authenticate: its account takes no runs until a reload
     # or an end of its rest (docs/accounts.md).
     "needs_login": frozenset({"run_id", "provider", "account", "message"}),
+    # A run's stream warned that its account is near its limit: new
+    # conversations go to other accounts first until ``until``.
+    "near_limit": frozenset({"run_id", "provider", "account", "until"}),
     "reload": frozenset({"generation", "config"}),
     "reload_rejected": frozenset({"errors"}),
     "shutdown": frozenset(),

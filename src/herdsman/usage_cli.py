@@ -98,6 +98,7 @@ def _total_json(total: UsageTotal) -> dict[str, Any]:
         shown["workspace"] = total.workspace
     return shown | {
         "runs": total.runs,
+        "attempts": total.attempts,
         "tokens": tokens_json(total.tokens),
         "cost_usd": total.cost_usd,
         "priced": total.priced,
@@ -108,6 +109,7 @@ def _total_json(total: UsageTotal) -> dict[str, Any]:
 
 _FIGURES = (
     Column("runs", align="right"),
+    Column("attempts", align="right"),
     Column("input", align="right"),
     Column("cache read", align="right"),
     Column("cache write", align="right"),
@@ -121,10 +123,11 @@ _NONE = {"conversation": "(none)", "account": "(ambient)"}
 def usage_table(
     by: str, totals: Sequence[UsageTotal]
 ) -> tuple[tuple[Column, ...], list[list[str]]]:
-    """The ``usage`` table: a row a group, its runs, tokens by kind and cost.
+    """The ``usage`` table: a row a group, its runs and their attempts, tokens by kind and cost.
 
-    A cost some runs of the group did not state reads ``$0.0123 (2 of 3)``:
-    the sum of the costs stated, never a guess for the others.
+    Every attempt's spend counts (a retried run spent on each). A cost some
+    attempts of the group did not state reads ``$0.0123 (2 of 3)``: the sum
+    of the costs stated by 2 of the 3 attempts, never a guess for the others.
     """
     keys: tuple[Column, ...] = (Column(by, wrap=True),)
     if by == "conversation":
@@ -135,13 +138,14 @@ def usage_table(
         if by == "conversation":
             named = [total.workspace or "", *named]
         cost = cost_text(total.cost_usd)
-        if cost and total.priced < total.runs:
-            cost += f" ({total.priced} of {total.runs})"
+        if cost and total.priced < total.attempts:
+            cost += f" ({total.priced} of {total.attempts})"
         tokens = total.tokens
         rows.append(
             [
                 *named,
                 str(total.runs),
+                str(total.attempts),
                 f"{tokens.input:,}",
                 f"{tokens.cache_read:,}",
                 f"{tokens.cache_write:,}",
@@ -160,9 +164,10 @@ def add_usage_command(
         "usage",
         parents=[config_options(with_overrides=False)],
         help="what runs spent: tokens and cost, by conversation, account, provider or model",
-        description="Sum what the ledger's runs spent (tokens by kind, cost in US dollars where"
-        " the agent's stream stated it) by conversation, account, provider or model. Reads the"
-        " ledger directly: no running supervisor is needed.",
+        description="Sum what the ledger's runs spent on every attempt (tokens by kind, cost in"
+        " US dollars where the agent's stream stated it; a retried run spent on each attempt)"
+        " by conversation, account, provider or model. Reads the ledger directly: no running"
+        " supervisor is needed.",
     )
     usage.add_argument(
         "--by",
@@ -175,7 +180,7 @@ def add_usage_command(
         "--since",
         type=_since,
         metavar="DURATION",
-        help="only runs that finished within DURATION of now, e.g. 7d, 12h, 90m"
+        help="only attempts that finished within DURATION of now, e.g. 7d, 12h, 90m"
         " (default: every run the ledger holds)",
     )
     usage.add_argument("--json", action="store_true", help="machine-readable output")

@@ -58,7 +58,7 @@ def assert_same_decisions(trio_run: ReplayResult, fast_run: ReplayResult) -> Non
     assert sorted(fast_run.defaulted) == sorted(trio_run.defaulted)
 
 
-@pytest.mark.parametrize("name", ["demo-recorded", "team-day"])
+@pytest.mark.parametrize("name", ["demo-recorded", "team-day", "faults-recorded"])
 def test_the_fast_engine_replays_a_shipped_input_to_its_golden_output(name: str) -> None:
     workload = read_workload(SIM / f"{name}.jsonl")
     result = fast_replay(workload, config_from_trace(workload.header.config, name))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from herdsman.sim.chrome import chrome_trace
 from herdsman.sim.decisions import read_decisions, timeline_of
 from herdsman.sim.diff import first_divergence
 from herdsman.sim.engine import fast_replay
@@ -22,7 +23,9 @@ SIM = Path(__file__).parents[2] / "sim"
 RECORDED_STOPS = ("stop-forced", "stop-killed", "stop-restarted")
 
 
-@pytest.mark.parametrize("name", ["demo-recorded", "team-day", *RECORDED_STOPS, "sweeps-recorded"])
+@pytest.mark.parametrize(
+    "name", ["demo-recorded", "team-day", *RECORDED_STOPS, "sweeps-recorded", "faults-recorded"]
+)
 def test_a_shipped_input_replays_to_its_golden_output(name: str) -> None:
     logging.getLogger("herdsman").setLevel(logging.ERROR)
     workload = read_workload(SIM / f"{name}.jsonl")
@@ -101,3 +104,50 @@ def test_the_recorded_sweeps_hold_a_skip_during_a_submit_s_wait_for_a_removal() 
     assert skips == ["c0"]
     assert events[0]["config"]["retention"]["sweep_interval"] == "1s"
     assert [r["name"] for r in events[0]["config"]["repos"]] == ["repo"]
+
+
+def test_the_recorded_faults_replay_with_their_retries_warning_and_refused_login() -> None:
+    recorded = read_decisions(SIM / "faults-recorded.jsonl")
+    assert first_divergence(recorded, read_decisions(SIM / "faults-recorded.golden.jsonl")) is None
+    kinds = [d.kind for d in recorded.decisions]
+    assert kinds.count("retry") >= 4
+    assert kinds.count("near_limit") == kinds.count("needs_login") == 1
+    finishes = [
+        json.loads(line)
+        for line in (SIM / "faults-recorded.jsonl").read_text().splitlines()[1:]
+        if '"event":"finish"' in line
+    ]
+    # A failure that ran out of retries, one after work (never retried), a crash.
+    assert sum(f.get("failure") == "rate_limit" and "requeued" not in f for f in finishes) == 1
+    assert sum(f.get("worked") is True for f in finishes) == 1
+    assert any(f.get("failure") == "crash" for f in finishes)
+    assert any(f["outcome"] == "usage_limited" and f.get("requeued") for f in finishes)
+    assert sum("spend" in f for f in finishes) >= 6
+
+
+def test_the_recorded_faults_are_retried_by_the_replay_s_own_policy() -> None:
+    """A what-if with a single attempt retries nothing: the replay decides, it does not copy."""
+    workload = read_workload(SIM / "faults-recorded.jsonl")
+    once = config_from_trace(workload.header.config, "faults", ["providers.agent.retry.attempts=1"])
+    for result in (replay(workload, once), fast_replay(workload, once)):
+        events = list(read_trace_text(result.trace, "what-if")[1])
+        assert not [e for e in events if e.event == "retry"]
+        agent = {
+            e.fields["run"]["id"]
+            for e in events
+            if e.event == "submit" and e.fields["run"]["provider"] == "agent"
+        }
+        ended = [e.fields for e in events if e.event == "finish" and e.fields["run_id"] in agent]
+        assert len(ended) == 4
+        assert all(f["outcome"] == "failed" for f in ended)
+
+
+def test_the_chrome_timeline_marks_the_recorded_retries_warning_and_refused_login() -> None:
+    timeline = chrome_trace(read_decisions(SIM / "faults-recorded.golden.jsonl"))
+    marks = [e for e in timeline["traceEvents"] if e["ph"] == "i"]
+    kinds = [e["name"].split()[0] for e in marks]
+    assert sorted(set(kinds)) == ["near_limit", "needs_login", "retry"]
+    assert kinds.count("retry") >= 4
+    [login] = [e for e in marks if e["name"].startswith("needs_login")]
+    assert login["args"] == {"account": "login"}
+    assert all(e["s"] == "p" and e["ts"] >= 0 for e in marks)

@@ -38,6 +38,7 @@ NAMES = st.sampled_from(
         "B",
         "HERDSMAN_RUN_ID",
         "HERDSMAN_CONVERSATION",
+        "HERDSMAN_ATTEMPT",
         "HERDSMAN_STATE_DIR",
         "HERDSMAN_ACCOUNT",
         "HERDSMAN_PARALLEL",
@@ -95,6 +96,7 @@ def runs(draw: st.DrawFn, number: int) -> tuple[RunRecord, tuple[str, ...], str,
         conversation=draw(st.none() | st.text(max_size=3)),
         account=draw(st.sampled_from([None, "a", "b"])),
         cwd=draw(st.none() | st.just("/srv/elsewhere")),
+        attempts=draw(st.integers(1, 3)),
     )
     resume = tuple(draw(st.lists(st.text(max_size=3), max_size=2)))
     note = draw(st.sampled_from(["", "checkouts:\n"]))
@@ -124,6 +126,7 @@ def from_scratch(
     own = {
         "HERDSMAN_RUN_ID": record.id,
         "HERDSMAN_CONVERSATION": record.conversation or "",
+        "HERDSMAN_ATTEMPT": str(record.attempts),
         "HERDSMAN_STATE_DIR": str(config.supervisor.state_dir),
         "HERDSMAN_ACCOUNT": record.account,
         "HERDSMAN_PARALLEL": "1" if parallel else None,

@@ -40,8 +40,8 @@ def template_environment(
 ) -> dict[str, str]:
     """What every run of ``provider`` on ``account`` gets: ambient, provider, account, herdsman's.
 
-    The run's own variables (``HERDSMAN_RUN_ID``, ``HERDSMAN_CONVERSATION``)
-    hold empty placeholders, so that setting them per run keeps the order of
+    The run's own variables (``HERDSMAN_RUN_ID``, ``HERDSMAN_CONVERSATION``,
+    ``HERDSMAN_ATTEMPT``) hold empty placeholders, so that setting them per run keeps the order of
     the variables exactly as building the environment from scratch gives it.
     """
     env = dict(base)
@@ -49,6 +49,7 @@ def template_environment(
     env.update(account_env(provider, account))
     env["HERDSMAN_RUN_ID"] = ""
     env["HERDSMAN_CONVERSATION"] = ""
+    env["HERDSMAN_ATTEMPT"] = ""
     # With the run id, this finds an agent that outlived a killed supervisor.
     env["HERDSMAN_STATE_DIR"] = str(state_dir)
     if account is not None:
@@ -227,6 +228,8 @@ class SpecBuilder:
         env = OwnedEnv(template.env)  # the one copy this run's environment costs
         env["HERDSMAN_RUN_ID"] = record.id
         env["HERDSMAN_CONVERSATION"] = record.conversation or ""
+        # Its starts so far, this one included: 2 and up is a retry or a re-queue.
+        env["HERDSMAN_ATTEMPT"] = str(record.attempts)
         if repos_dir is not None:
             env["HERDSMAN_REPOS"] = str(repos_dir)
         prompt = template.preamble + checkouts_note + record.prompt

@@ -9,7 +9,7 @@ classes that decide.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from herdsman.core.lifecycle import Lifecycle
@@ -59,21 +59,30 @@ def status(
 
     ``oldest_submitted_at``: when the run at the head of the queue was
     submitted, if one is queued; ``providers``: those configured now.
+
+    A run waiting out a retry's backoff is ``queued`` (the ledger says so,
+    and it starts with nothing more asked) and also ``retrying``; the
+    scheduler holds it, as it holds a fleet member's parked run, so it is
+    taken out of ``parked``.
     """
     scheduler = life.scheduler
     snap = scheduler.snapshot()
     age = None if oldest_submitted_at is None else now - oldest_submitted_at
     limits = scheduler.limits
+    retrying, next_retry_at = _retrying(life)
     return {
         "admitting": life.admitting,
         "generation": generation,
         "limits": {"global": limits.global_cap, "providers": dict(limits.provider_caps)},
         "running": snap.running,
-        "queued": snap.queued,
-        "parked": snap.held,
+        "queued": snap.queued + sum(retrying.values()),
+        "retrying": sum(retrying.values()),
+        "next_retry_at": next_retry_at,
+        "parked": snap.held - sum(retrying.values()),
         "running_by_provider": dict(snap.running_by_provider),
-        "queued_by_provider": dict(snap.queued_by_provider),
-        "parked_by_provider": dict(snap.held_by_provider),
+        "queued_by_provider": _added(snap.queued_by_provider, retrying),
+        "retrying_by_provider": retrying,
+        "parked_by_provider": _added(snap.held_by_provider, retrying, sign=-1),
         "queued_by_lane": dict(snap.queued_by_lane),
         "oldest_queued_age": None if age is None else max(0.0, age),
         "lost_at_startup": lost_at_startup,
@@ -87,6 +96,31 @@ def status(
         "last_reload": None if last_reload is None else last_reload.as_json(),
         "waiting_for_restart": [change.as_json() for change in waiting_for_restart],
     }
+
+
+def _retrying(life: Lifecycle) -> tuple[dict[str, int], float | None]:
+    """Runs waiting out a retry's backoff, by provider (sorted), and when the first one ends.
+
+    They are the held runs with a backoff; the others are parked by a
+    fleet member's refused claim. O(held runs).
+    """
+    counts: dict[str, int] = {}
+    soonest: float | None = None
+    for run in life.scheduler.held_runs():
+        at = life.backoff_of(run.id)
+        if at is None:
+            continue
+        counts[run.provider] = counts.get(run.provider, 0) + 1
+        soonest = at if soonest is None else min(soonest, at)
+    return dict(sorted(counts.items())), soonest
+
+
+def _added(counts: Mapping[str, int], more: Mapping[str, int], sign: int = 1) -> dict[str, int]:
+    """``counts`` plus (``sign`` -1: less) ``more`` by provider, in their order; no zero kept."""
+    total = dict(counts)
+    for provider, count in more.items():
+        total[provider] = total.get(provider, 0) + sign * count
+    return {provider: n for provider, n in total.items() if n}
 
 
 def _by_provider(item: tuple[tuple[str | None, str], int]) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 from herdsman.runtime.store import Attempt, RunRecord
 from herdsman.runtime.store.records import spend_json
+from herdsman.runtime.store.spend import spend_total
 
 
 def attempt_view(attempt: Attempt) -> Mapping[str, Any]:
@@ -30,7 +31,9 @@ def run_view(record: RunRecord, attempts: Sequence[Attempt] | None = None) -> Ma
     """The JSON shape of a run in the API and CLI.
 
     ``attempts``: its earlier attempts, shown as ``earlier_attempts`` when
-    given (a single run's view; listings leave them out).
+    given (a single run's view; listings leave them out), with
+    ``total_spend``, what all its attempts spent together (``spend`` is its
+    newest attempt's alone).
     """
     view: dict[str, Any] = {
         "id": record.id,
@@ -61,4 +64,6 @@ def run_view(record: RunRecord, attempts: Sequence[Attempt] | None = None) -> Ma
     }
     if attempts is not None:
         view["earlier_attempts"] = [attempt_view(attempt) for attempt in attempts]
+        total = spend_total([*(attempt.spend for attempt in attempts), record.spend])
+        view["total_spend"] = None if total is None else spend_json(total)
     return view

@@ -1,7 +1,9 @@
 """The timeline in the Chrome trace event format, for Perfetto or chrome://tracing.
 
 One process per provider, one thread per slot: a run takes the lowest slot
-free when it starts, so the rows show how full each provider was.
+free when it starts, so the rows show how full each provider was. A retry,
+an account marked near its limit and a refused login are instants on their
+provider's row, with what was decided.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from typing import Any
 
 from herdsman.sim.decisions import Timeline
 
-__all__ = ["chrome_trace"]
+__all__ = ["MARKS", "chrome_trace"]
+
+#: Decisions shown as instants on their provider's row.
+MARKS = frozenset({"retry", "near_limit", "needs_login"})
 
 
 def chrome_trace(timeline: Timeline) -> dict[str, Any]:
@@ -29,7 +34,18 @@ def chrome_trace(timeline: Timeline) -> dict[str, Any]:
         if provider is None:
             continue
         slots = busy[provider]
-        if decision.kind == "start":
+        if decision.kind in MARKS:
+            events.append(
+                {
+                    "name": f"{decision.kind} {decision.run_id}",
+                    "ph": "i",
+                    "s": "p",
+                    "pid": pid[provider],
+                    "ts": round(decision.t * 1e6),
+                    "args": dict(decision.what),
+                }
+            )
+        elif decision.kind == "start":
             slot = next((i for i, used in enumerate(slots) if not used), len(slots))
             if slot == len(slots):
                 slots.append(True)

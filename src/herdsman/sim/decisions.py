@@ -13,7 +13,9 @@ from herdsman.trace import TraceEvent, read_trace
 __all__ = ["DECISIONS", "Decision", "Timeline", "pairs", "read_decisions", "timeline_of"]
 
 #: Event kinds that are decisions (submits, cancels and reloads are inputs).
-DECISIONS = frozenset({"start", "finish", "skip", "usage_limit", "lost"})
+DECISIONS = frozenset(
+    {"start", "finish", "skip", "usage_limit", "lost", "retry", "near_limit", "needs_login"}
+)
 
 
 @attrs.frozen
@@ -43,6 +45,11 @@ _COMPARED = {
     "skip": (),
     "usage_limit": ("account", "until"),
     "lost": (),
+    # Its delay, not when it is due: that is the finish's moment plus the
+    # delay, and a replay's moments are the trace's, rounded to microseconds.
+    "retry": ("attempt", "failure", "delay"),
+    "near_limit": ("account", "until"),
+    "needs_login": ("account",),
 }
 
 

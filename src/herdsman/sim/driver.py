@@ -133,7 +133,7 @@ class Driver:
                 cancel._detach()
         if stopped:
             return fake_end(Attempt(0.0, "cancelled"), stopped[0])
-        if attempt.usage is not None or attempt.limit is not None:
+        if attempt.own_end:
             return fake_end(attempt, None)  # its own: what its agent's stream said
         key = (attempt.outcome, attempt.exit_code, attempt.resets_at)
         ended = self._outcomes.get(key)

@@ -54,8 +54,8 @@ from herdsman.runtime.requests import settings_of, trace_run
 from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.runtime.store import NewRun
 from herdsman.runtime.store.records import spend_json, spend_of
-from herdsman.runtime.supervisor.outcomes import run_outcome
-from herdsman.sim.fake_end import fake_end
+from herdsman.runtime.supervisor.outcomes import near_limit_mark, run_outcome
+from herdsman.sim.fake_end import NO_ENDING, fake_end, finish_ending
 from herdsman.sim.metrics import Metrics, figures, slots_of
 from herdsman.sim.result import ReplayResult
 from herdsman.sim.workload import (
@@ -409,7 +409,7 @@ class FastEngine:
         attempt = self._executions.attempt(run_id, run.plan, run.execution - 1)
         # How the fake runner will report its end: one outcome per distinct
         # ending, as the trio replay's fake runner hands them out.
-        if attempt.usage is not None or attempt.limit is not None:
+        if attempt.own_end:
             outcome = _outcome(attempt)  # its own: what its agent's stream said
         else:
             key = (attempt.outcome, attempt.exit_code, attempt.resets_at)
@@ -432,7 +432,13 @@ class FastEngine:
         run_id = run.request.id
         now = self._origin + self._now  # _wall()
         life = self._life
+        account = None
+        signals = outcome.account
+        if signals is not None and signals.near_limit:
+            account = life.book.holding(run_id)
         settled = life.finish(run_id, outcome, now)
+        if signals is not None and signals.near_limit:
+            self._warned(run_id, run.request.provider, account, now)
         if settled.retry is not None:
             self._retried(run, outcome, settled, now)
         elif settled.freed:
@@ -444,13 +450,15 @@ class FastEngine:
             if settled.login is not None:
                 self._login(run_id, settled.login)
             if run.usage is not None:
-                self._spent(run.usage, run_id, settled.status.value, outcome.exit_code)
+                ending = finish_ending(outcome)
+                self._spent(run.usage, run_id, settled.status.value, outcome.exit_code, ending)
             elif self._trace is not None:
                 self._trace.event(
                     "finish",
                     run_id=run_id,
                     outcome=settled.status.value,
                     exit_code=outcome.exit_code,
+                    **finish_ending(outcome),
                 )
         else:
             self._limited(run, outcome, settled, now)
@@ -488,12 +496,15 @@ class FastEngine:
         status = settled.status.value
         if self._measuring:
             self._measure_finish(run, status, requeued=requeue)
+        ending = finish_ending(outcome)
         if requeue:
-            self._requeued(run, run_id, status, outcome.exit_code)
+            self._requeued(run, run_id, status, outcome.exit_code, ending)
         elif run.usage is not None:
-            self._spent(run.usage, run_id, status, outcome.exit_code)
+            self._spent(run.usage, run_id, status, outcome.exit_code, ending)
         elif self._trace is not None:
-            self._emit("finish", run_id=run_id, outcome=status, exit_code=outcome.exit_code)
+            self._emit(
+                "finish", run_id=run_id, outcome=status, exit_code=outcome.exit_code, **ending
+            )
 
     def _retried(self, run: _Run, outcome: RunOutcome, settled: Settlement, now: float) -> None:
         """A failed attempt its provider's policy tries again: traced, and re-queued as the
@@ -514,14 +525,28 @@ class FastEngine:
                 at=retry.at,
                 delay=round(retry.delay, 6),
             )
-        self._requeued(run, run_id, settled.status.value, outcome.exit_code)
+        self._requeued(run, run_id, settled.status.value, outcome.exit_code, finish_ending(outcome))
 
-    def _requeued(self, run: _Run, run_id: str, status: str, exit_code: int | None) -> None:
+    def _requeued(
+        self,
+        run: _Run,
+        run_id: str,
+        status: str,
+        exit_code: int | None,
+        ending: Mapping[str, Any] = NO_ENDING,
+    ) -> None:
         """The finish of an attempt whose run is queued again, with what the attempt spent:
         the supervisor reports a re-queued attempt's spend with it (the ledger then clears it)."""
         spend = None if run.usage is None else spend_of(run.usage)
         if spend is None:
-            self._emit("finish", run_id=run_id, outcome=status, exit_code=exit_code, requeued=True)
+            self._emit(
+                "finish",
+                run_id=run_id,
+                outcome=status,
+                exit_code=exit_code,
+                **ending,
+                requeued=True,
+            )
             return
         if self._measuring:
             # A re-queued attempt's spend counts, as measure() counts every finish's.
@@ -534,6 +559,7 @@ class FastEngine:
             run_id=run_id,
             outcome=status,
             exit_code=exit_code,
+            **ending,
             requeued=True,
             spend=spend_json(spend),
         )
@@ -548,7 +574,20 @@ class FastEngine:
             message=login.message,
         )
 
-    def _spent(self, usage: RunUsage, run_id: str, status: str, exit_code: int | None) -> None:
+    def _warned(self, run_id: str, provider: str, account: str | None, now: float) -> None:
+        """The run's stream warned its account is near its limit: traced as the supervisor does."""
+        until = near_limit_mark(self._life.book, provider, account, now)
+        if until is not None:
+            self._emit("near_limit", run_id=run_id, provider=provider, account=account, until=until)
+
+    def _spent(
+        self,
+        usage: RunUsage,
+        run_id: str,
+        status: str,
+        exit_code: int | None,
+        ending: Mapping[str, Any] = NO_ENDING,
+    ) -> None:
         """A finish for good whose agent said what it spent: the spend the ledger records.
 
         ``spend_of`` is the supervisor's own reading of the stream (a re-queued
@@ -557,7 +596,9 @@ class FastEngine:
         spend = spend_of(usage)
         if spend is None:
             if self._trace is not None:
-                self._trace.event("finish", run_id=run_id, outcome=status, exit_code=exit_code)
+                self._trace.event(
+                    "finish", run_id=run_id, outcome=status, exit_code=exit_code, **ending
+                )
             return
         if self._measuring:
             if spend.tokens is not None:
@@ -570,6 +611,7 @@ class FastEngine:
                 run_id=run_id,
                 outcome=status,
                 exit_code=exit_code,
+                **ending,
                 spend=spend_json(spend),
             )
 
@@ -756,7 +798,8 @@ STOPPED = RunOutcome(Outcome.CANCELLED)
 def _outcome(attempt: Attempt) -> RunOutcome:
     """What the supervisor makes of the end the trio replay's fake runner reports for
     ``attempt``: its failure class, spend and account signals, read as production reads them."""
-    return run_outcome(fake_end(attempt, None), False)
+    ended = fake_end(attempt, None)
+    return run_outcome(ended, ended.session_id is not None)
 
 
 def fast_replay(workload: Workload, loaded: LoadedConfig) -> ReplayResult:

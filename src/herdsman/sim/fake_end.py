@@ -7,14 +7,21 @@ and its account's signals: ``herdsman.runtime.supervisor.outcomes.run_outcome``)
 
 from __future__ import annotations
 
-from herdsman.core.outcome import Outcome, UsageLimit
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+from herdsman.core.outcome import Outcome, RunOutcome, UsageLimit
 from herdsman.runtime.runner import ProcessOutcome
 from herdsman.sim.workload import Attempt
 
-__all__ = ["LIMIT_MESSAGE", "fake_end"]
+__all__ = ["LIMIT_MESSAGE", "NO_ENDING", "RECORDED_SESSION", "fake_end", "finish_ending"]
 
 #: What a recorded usage limit says, as the fake runner says it.
 LIMIT_MESSAGE = "usage limit (recorded)"
+
+#: The session an attempt that reported one reports (the trace keeps no id).
+RECORDED_SESSION = "(recorded session)"
 
 
 def fake_end(attempt: Attempt, reason: str | None) -> ProcessOutcome:
@@ -26,16 +33,45 @@ def fake_end(attempt: Attempt, reason: str | None) -> ProcessOutcome:
         limit = UsageLimit(attempt.resets_at, LIMIT_MESSAGE)
     elif attempt.outcome != "succeeded":
         status = Outcome(attempt.outcome)
+    reported = attempt.reported
     if status is not Outcome.SUCCEEDED and reason is None:
-        reason = f"{attempt.outcome} (recorded)"
+        said = None if reported is None else reported.reason
+        reason = said or f"{attempt.outcome} (recorded)"
     return ProcessOutcome(
         status=status,
         exit_code=attempt.exit_code,
         reason=reason,
         limit=(attempt.limit or "timeout") if status is Outcome.TIMED_OUT else None,
         result="(simulated)" if status is Outcome.SUCCEEDED else None,
-        session_id=None,
+        session_id=RECORDED_SESSION if reported is not None and reported.session else None,
         excerpt="",
         usage_limit=limit,
         usage=attempt.usage,
+        worked=reported is not None and reported.worked,
     )
+
+
+#: The fields a finish without a failure class adds: none.
+NO_ENDING: Final[Mapping[str, Any]] = MappingProxyType({})
+
+
+def finish_ending(outcome: RunOutcome) -> Mapping[str, Any]:
+    """What a finish event says of how ``outcome``'s attempt failed, as the supervisor writes it.
+
+    Its retry class (``failure``), and ``worked`` with it when the agent
+    may have done work, and ``session`` when it reported a session
+    (``TraceWriter.finish``): the fast engine's finishes carry the same
+    fields as the supervisor's.
+    """
+    failure = outcome.failure
+    if failure is None:
+        return _SESSION if outcome.session else NO_ENDING
+    fields: dict[str, Any] = {"failure": failure.value}
+    if outcome.worked:
+        fields["worked"] = True
+    if outcome.session:
+        fields["session"] = True
+    return fields
+
+
+_SESSION: Final[Mapping[str, Any]] = MappingProxyType({"session": True})

@@ -59,6 +59,7 @@ ENDINGS: Final[Mapping[str, Ending]] = {
     "overloaded": Ending("failed", 1, ApiFailure.OVERLOADED),
     "server_error": Ending("failed", 1, ApiFailure.SERVER_ERROR),
     "rate_limit": Ending("failed", 1, ApiFailure.RATE_LIMIT),
+    "connection": Ending("failed", 1, ApiFailure.CONNECTION),
     "idle_timeout": Ending("timed_out", -15, limit="idle_timeout"),
     "crash": Ending("failed", -11),
     "authentication_failed": Ending("failed", 1, ApiFailure.AUTHENTICATION),

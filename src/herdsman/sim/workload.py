@@ -12,9 +12,9 @@ usage limit — comes from the recorded start/finish pair, or from
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import tomlkit
@@ -22,6 +22,8 @@ import tomlkit
 from herdsman.config import ConfigError, LoadedConfig, load_config_text
 from herdsman.core.runs import DEFAULT_WORKSPACE, RunRequest
 from herdsman.runtime.runner.run_usage import RunUsage
+from herdsman.sim.recorded_end import SIGNALS as _SIGNALS
+from herdsman.sim.recorded_end import Reported, Signals, after_finish, note, recorded_end
 from herdsman.sim.spend import read_failure, usage_of
 from herdsman.trace import (
     OUTCOMES,
@@ -44,6 +46,7 @@ __all__ = [
     "config_from_trace",
     "read_workload",
     "read_workload_text",
+    "workload_from_events",
 ]
 
 
@@ -71,10 +74,25 @@ class Attempt:
     usage: RunUsage | None = None
     #: The runner's word on a timed-out attempt: the limit that fired.
     limit: str | None = None
+    #: What a recorded attempt's agent did beyond that: work before it
+    #: failed (a retry policy's ``after_work`` decides whether such an attempt
+    #: is retried), the runner's reason (a refused login's message), a
+    #: session (its conversation sticks to the account); None: none of it.
+    reported: Reported | None = None
 
     def end(self, now: float) -> float:
         """When the attempt ends if it starts at ``now`` (trace time); both engines ask."""
         return now + self.duration
+
+    @property
+    def own_end(self) -> bool:
+        """Whether its end is its own, not one shared by every attempt ending alike.
+
+        The fake runner shares one outcome between attempts that end with the
+        same outcome, exit code and reset (most of them); one whose stream
+        said more (a spend, a failure class, work done, a message) gets its own.
+        """
+        return self.usage is not None or self.limit is not None or self.reported is not None
 
 
 @attrs.frozen
@@ -181,6 +199,9 @@ class Workload:
     #: replay, with when they began to wait: another submit to their
     #: conversation came meanwhile (see ``_waits_with_their_runs``).
     unheld: tuple[tuple[str, float], ...] = ()
+    #: Cancelled attempts whose finish records a spend, with its time: a
+    #: replay's cancel ends an attempt with nothing spent (see ``summary``).
+    unspent: tuple[tuple[str, float], ...] = ()
 
 
 class Executions:
@@ -242,33 +263,30 @@ def read_workload_text(text: str, name: str) -> Workload:
     return _workload(header, events, name)
 
 
-def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> Workload:
+def workload_from_events(header: TraceHeader, events: Iterable[TraceEvent], name: str) -> Workload:
+    """The workload of a trace already read: its header and events, in order.
+
+    For a trace drawn in memory (``sim generate``'s model) rather than read
+    from a file; ``name`` stands for the file in messages.
+    """
+    return _workload(header, events, name)
+
+
+def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> Workload:
     arrivals: list[Arrival] = []
     plans: dict[str, RunPlan] = {}
     # run id -> (origin of its duration, the moments its start answers)
     started: dict[str, tuple[float, float, float]] = {}
-    resets: dict[str, float] = {}
+    # What the events just before a run's finish said of its attempt.
+    signals: dict[str, Signals] = {}
     # The time of the last event a start can be a response to, and of the
     # last start before that event (see _answered).
     cause, floor, last_start = 0.0, -math.inf, -math.inf
     rotated_at = None
     lost: list[str] = []  # runs the recorded supervisor found lost as it started
     last_t = 0.0
-    # A rotated file restates what was running and queued when it began:
-    # they arrive first, the running ones before the rest (they held their
-    # slots already), each taken to start at the file's beginning.
-    carry = header.carry or {}
-    for rest in carry.get("rests", []):
-        arrivals.append(Arrival(0.0, "rest", dict(rest)))
-    for held in carry.get("running", []):
-        run = held["run"]
-        plans.setdefault(run["id"], RunPlan(len(plans)))
-        # Back on the account it was running on, if that one can take it.
-        arrivals.append(Arrival(0.0, "submit", {"run": run, "account": held.get("account")}))
-        started[run["id"]] = (0.0, -START_LATENCY, 0.0)
-    for run in carry.get("queued", []):
-        plans.setdefault(run["id"], RunPlan(len(plans)))
-        arrivals.append(Arrival(0.0, "submit", {"run": run}))
+    unspent: list[tuple[str, float]] = []  # see Workload.unspent
+    _carried(header, arrivals, plans, started)
     for event in events:
         kind, fields = event.event, event.fields
         where = f"{path}:{event.line}"
@@ -282,27 +300,23 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
                 _add_synthetic(submitted, where, fields)
             arrivals.append(Arrival(event.t, kind, {"run": run}))
         elif kind == "start":
-            started[fields["run_id"]] = _answered(cause, floor, event.t)
+            run_id = fields["run_id"]
+            # A retried run's next start may answer the end of its backoff.
+            started[run_id] = _answered(
+                cause, floor, event.t, signals[run_id].backoff_until if run_id in signals else None
+            )
             last_start = event.t
-        elif kind == "usage_limit":
-            resets[fields["run_id"]] = float(fields["until"])
+        elif kind in _SIGNALS:
+            note(signals.setdefault(fields["run_id"], Signals()), kind, fields)
         elif kind == "finish":
             run_id = fields["run_id"]
             began = started.pop(run_id, None)
             recorded = plans.get(run_id)
+            said = after_finish(signals, run_id, event.t) if signals else _NO_SIGNALS
             if began is not None and recorded is not None:
-                origin, after, by = began
-                recorded.attempts.append(
-                    RecordedAttempt(
-                        round(event.t - origin, 6),
-                        fields["outcome"],
-                        fields.get("exit_code"),
-                        resets.pop(run_id, None),
-                        ends_at=event.t,
-                        answers_after=after,
-                        answers_by=by,
-                    )
-                )
+                recorded.attempts.append(_recorded(where, event.t, fields, said, began))
+                if fields["outcome"] == "cancelled" and fields.get("spend") is not None:
+                    unspent.append((run_id, event.t))
         elif kind == "reload":
             # Checked now, so a bad one is an error naming its line, not a
             # failure half way through the replay.
@@ -319,9 +333,83 @@ def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> W
     cut_at = _still_running(started, plans, rotated_at, arrivals, last_t)
     return _waits_with_their_runs(
         Workload(
-            header, header_time(header), tuple(arrivals), plans, rotated_at, tuple(lost), cut_at
+            header,
+            header_time(header),
+            tuple(arrivals),
+            plans,
+            rotated_at,
+            tuple(lost),
+            cut_at,
+            unspent=tuple(unspent),
         )
     )
+
+
+def _recorded(
+    where: str,
+    t: float,
+    fields: Mapping[str, Any],
+    said: Signals,
+    began: tuple[float, float, float],
+) -> RecordedAttempt:
+    """The attempt a ``finish`` at ``t`` ended, begun as ``began`` says (:func:`_answered`)."""
+    origin, after, by = began
+    if said.more or fields["outcome"] == "failed" or not _PLAIN.issuperset(fields):
+        ended = recorded_end(where, fields, said)
+        return RecordedAttempt(
+            round(t - origin, 6),
+            ended.outcome,
+            fields.get("exit_code"),
+            said.resets_at,
+            ended.usage,
+            ended.limit,
+            ended.reported,
+            ends_at=t,
+            answers_after=after,
+            answers_by=by,
+        )
+    return RecordedAttempt(
+        round(t - origin, 6),
+        fields["outcome"],
+        fields.get("exit_code"),
+        said.resets_at,
+        ends_at=t,
+        answers_after=after,
+        answers_by=by,
+    )
+
+
+def _carried(
+    header: TraceHeader,
+    arrivals: list[Arrival],
+    plans: dict[str, RunPlan],
+    started: dict[str, tuple[float, float, float]],
+) -> None:
+    """What a rotated file's header restates, put first in ``arrivals``, ``plans`` and ``started``.
+
+    What was running and queued when the file began: they arrive first, the
+    running ones before the rest (they held their slots already), each taken
+    to start at the file's beginning.
+    """
+    carry = header.carry or {}
+    for rest in carry.get("rests", []):
+        arrivals.append(Arrival(0.0, "rest", dict(rest)))
+    for held in carry.get("running", []):
+        run = held["run"]
+        plans.setdefault(run["id"], RunPlan(len(plans)))
+        # Back on the account it was running on, if that one can take it.
+        arrivals.append(Arrival(0.0, "submit", {"run": run, "account": held.get("account")}))
+        started[run["id"]] = (0.0, -START_LATENCY, 0.0)
+    for run in carry.get("queued", []):
+        plans.setdefault(run["id"], RunPlan(len(plans)))
+        arrivals.append(Arrival(0.0, "submit", {"run": run}))
+
+
+#: A finish's fields that say nothing of how its attempt failed or what it spent.
+_PLAIN: Final = frozenset({"run_id", "outcome", "exit_code", "requeued"})
+
+#: No event before a finish said anything of its attempt.
+_NO_SIGNALS: Final = Signals()
 
 
 def _waits_with_their_runs(workload: Workload) -> Workload:
@@ -405,8 +493,23 @@ def _still_running(
     return last_t if rotated_at is None else None
 
 
-def _answered(cause: float, floor: float, t: float) -> tuple[float, float, float]:
+#: How far a replay's end of a backoff may lie from the recorded finish plus
+#: its delay: both are traced to the microsecond.
+BACKOFF_SLACK = 1e-5
+
+
+def _answered(
+    cause: float, floor: float, t: float, backoff: float | None = None
+) -> tuple[float, float, float]:
     """A start at ``t``: the origin of its duration, and the window of moments it answers.
+
+    ``backoff``: when the run's backoff ended, for a retry's start (its
+    recorded finish plus the retry's delay). A replay starts it at that
+    moment (if a slot is free) — which may come after the recorded start:
+    the supervisor reads the time a little before it traces the finish, and
+    the backoff runs from that reading. The window takes that moment in,
+    and the attempt's duration runs from its own start (no traced event
+    caused it).
 
     ``cause`` is the time of the last event before it other than a start,
     ``floor`` that of the last start before that event. A recorded start
@@ -423,6 +526,9 @@ def _answered(cause: float, floor: float, t: float) -> tuple[float, float, float
     one decision are traced together, after ``floor``), and at most
     ``START_LATENCY`` before it (see :class:`RecordedAttempt`).
     """
+    if backoff is not None:
+        after = min(max(floor, t - START_LATENCY), backoff - BACKOFF_SLACK)
+        return t, after, max(t, backoff + BACKOFF_SLACK)
     # Longer after the last event than a start takes, it answered something
     # untraced (an account's rest ending): time it from itself.
     origin = cause if t - cause <= START_LATENCY else t
@@ -442,7 +548,7 @@ SYNTHETIC_EXIT_CODES: Mapping[str, int] = {
 
 def _described(fields: Mapping[str, Any]) -> bool:
     """Whether a submit line without a duration or outcome says how its run goes otherwise."""
-    return "spend" in fields or "failure" in fields
+    return "spend" in fields or "failure" in fields or "worked" in fields
 
 
 def _add_synthetic(plan: RunPlan, where: str, fields: Mapping[str, Any]) -> None:
@@ -468,9 +574,23 @@ def _synthetic(where: str, fields: Mapping[str, Any]) -> Attempt:
         return Attempt(float(duration), outcome, SYNTHETIC_EXIT_CODES[outcome])
     ending = read_failure(where, fields, outcome)
     usage = usage_of(where, fields, ending)
+    worked = fields.get("worked", False)
+    if not isinstance(worked, bool):
+        raise TraceFormatError(f"{where}: worked: expected true or false, got {worked!r}")
+    # Work done is said as a recorded attempt's agent says it.
+    reported = Reported(worked=True) if worked else None
     if ending is not None:
-        return Attempt(float(duration), outcome, ending.exit_code, usage=usage, limit=ending.limit)
-    return Attempt(float(duration), outcome, SYNTHETIC_EXIT_CODES[outcome], usage=usage)
+        return Attempt(
+            float(duration),
+            outcome,
+            ending.exit_code,
+            usage=usage,
+            limit=ending.limit,
+            reported=reported,
+        )
+    return Attempt(
+        float(duration), outcome, SYNTHETIC_EXIT_CODES[outcome], usage=usage, reported=reported
+    )
 
 
 def config_from_trace(

@@ -253,6 +253,68 @@ def test_the_focus_stays_on_its_control_when_the_stream_redraws(
         herd.api.post(f"/v1/runs/{run}/cancel").raise_for_status()
 
 
+def focused_bar(page: Page) -> str | None:
+    """The run of the timeline's bar that has the focus; None when the focus is elsewhere."""
+    found: str | None = page.evaluate(
+        "() => { const a = document.activeElement.closest('#timeline a[data-run]');"
+        " return a ? a.dataset.run : null; }"
+    )
+    return found
+
+
+def test_the_timeline_is_one_tab_stop_and_the_arrows_move_along_its_bars(
+    herd: Herd, watched: Watched
+) -> None:
+    page = watched.page
+    page.goto(f"{herd.url}/#timeline")
+    page.select_option("#lanes", "conversation")  # every run has a bar: a wait if nothing more
+    bars = page.locator("#timeline a[data-run]")
+    expect(bars.nth(2)).to_be_attached()
+    order = [bars.nth(n).get_attribute("data-run") for n in range(bars.count())]
+    # The bar that is the tab stop: the first one drawn, or the one last moved to.
+    current = page.locator('#timeline a[tabindex="0"]').get_attribute("data-run")
+    assert current in order
+    page.locator("#lanes").focus()
+    page.keyboard.press("Tab")
+    assert focused_bar(page) == current
+    assert focused(page)["outline"]
+    # One stop for them all: the next Tab leaves the timeline, Shift+Tab comes back.
+    page.keyboard.press("Tab")
+    assert focused_bar(page) is None
+    page.keyboard.press("Shift+Tab")
+    assert focused_bar(page) == current
+    page.keyboard.press("Home")
+    assert focused_bar(page) == order[0]
+    page.keyboard.press("ArrowRight")
+    assert focused_bar(page) == order[1]
+    page.keyboard.press("ArrowDown")
+    assert focused_bar(page) == order[2]
+    page.keyboard.press("ArrowUp")
+    assert focused_bar(page) == order[1]
+    page.keyboard.press("End")
+    assert focused_bar(page) == order[-1]
+    page.keyboard.press("ArrowRight")  # stays on the last
+    assert focused_bar(page) == order[-1]
+    page.keyboard.press("Home")
+    assert focused_bar(page) == order[0]
+    page.keyboard.press("ArrowLeft")  # stays on the first
+    assert focused_bar(page) == order[0]
+    page.keyboard.press("ArrowRight")
+    assert bars.evaluate_all("links => links.map(a => a.getAttribute('tabindex'))") == [
+        "0" if run == order[1] else "-1" for run in order
+    ]
+    # The stream redraws the timeline: the bar keeps the focus and stays the tab stop.
+    shown = int(page.locator("body").get_attribute("data-snapshot") or 0)
+    other = herd.submit("redraw-timeline", "theta")
+    expect(page.locator(f'#timeline a[data-run="{other}"]')).to_be_attached()
+    assert int(page.locator("body").get_attribute("data-snapshot") or 0) > shown
+    assert focused_bar(page) == order[1]
+    page.keyboard.press("Enter")  # follows the bar's link to its run
+    expect(page.locator("#view-log")).to_be_visible()
+    assert page.url.endswith(f"#log/{order[1]}")
+    herd.api.post(f"/v1/runs/{other}/cancel").raise_for_status()
+
+
 def test_reloading_with_the_keyboard(herd: Herd, watched: Watched) -> None:
     page = watched.page
     page.goto(f"{herd.url}/#config")

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser_support import Herd, Watched
+from browser_support import Herd, Watched, logged_in_page
 from dashboard_support import open_gate
 from playwright.sync_api import Browser, Page, expect
 
@@ -187,3 +188,39 @@ def test_a_trace_opens_in_the_same_timeline(browser: Browser, tmp_path: Path) ->
         assert watched.errors == []
     finally:
         context.close()
+
+
+FLAKY = (
+    "[providers.flaky]\n"
+    f'exec = ["{sys.executable}", "-m", "herdsman.demo_agent", "--delay", "0",'
+    ' "--protocol", "claude", "--overloaded", "1"]\n'
+    'protocol = "claude"\n'
+    "[providers.flaky.retry]\n"
+    'backoff = "1h"\n'
+    'backoff_max = "1h"\n'
+)
+
+
+def test_a_run_waiting_to_retry_is_counted_queued_and_said_apart(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """The overview agrees with ``herdsman status``: queued, with how many wait to retry."""
+    herd = Herd(tmp_path, extra=FLAKY)
+    try:
+        run_id = herd.submit("hello", "c", provider="flaky")
+        deadline = time.monotonic() + 30
+        while not herd.api.get("/v1/status").json()["retrying"]:
+            assert time.monotonic() < deadline, herd.output()
+            time.sleep(0.05)
+        with logged_in_page(herd, browser) as watched:
+            page = watched.page
+            page.goto(f"{herd.url}/#overview")
+            card = page.locator('[data-card="queued"]')
+            expect(card.locator("b")).to_have_text("1")
+            expect(card.locator("span")).to_contain_text("queued (1 waiting to retry, the first at")
+            row = page.locator('#providers tr[data-provider="flaky"] td')
+            expect(row.nth(2)).to_have_text("1 (1 retrying)")
+            expect(row.nth(3)).to_have_text("0")  # not parked: that is a fleet's refused claim
+            expect(page.locator(f'#queued tr[data-run="{run_id}"]')).to_be_visible()
+    finally:
+        herd.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import trio
@@ -63,6 +64,32 @@ async def test_a_cancelled_run_keeps_what_the_stream_said_it_spent(tmp_path: Pat
     assert outcome.usage.partial
     assert outcome.usage.tokens == Tokens(input=30, cache_read=4000, cache_write=4000, output=128)
     assert outcome.usage.failure is ApiFailure.CONNECTION
+
+
+async def test_the_demo_agent_fails_its_first_attempts_as_an_overloaded_api(
+    tmp_path: Path,
+) -> None:
+    """``--overloaded 2``: attempts 1 and 2 are a 529 the retry rule classes as such; 3 succeeds."""
+    from herdsman.core.retry import Failure
+    from herdsman.runtime.runner.failure_class import failure_of
+
+    argv = demo("--delay", "0", "--protocol", "claude", "--overloaded", "2")
+    outcomes: list[ProcessOutcome] = []
+    for attempt in ("1", "2", "3"):
+        env = {"PATH": os.defpath, "LANG": "C.UTF-8", "HERDSMAN_ATTEMPT": attempt}
+        spec = make_spec(tmp_path, argv=argv, protocol="claude", env=env)
+        outcomes.append(await execute(spec))
+    first, second, third = outcomes
+    for failed in (first, second):
+        assert (failed.status, failed.exit_code) == (Outcome.FAILED, 1)
+        assert failed.usage is not None
+        assert failed.usage.failure is ApiFailure.OVERLOADED
+        assert failure_of(failed) is Failure.OVERLOADED
+        assert not failed.worked
+        # The prompt it read before the API failed: "and more\nsay hello", no reply.
+        assert failed.usage.tokens == Tokens(input=5, output=1)
+    assert third.status is Outcome.SUCCEEDED
+    assert failure_of(third) is None
 
 
 async def test_a_plain_run_has_no_usage(tmp_path: Path) -> None:

@@ -1395,6 +1395,39 @@ def test_a_resumed_session_records_its_own_spend_not_the_sessions_total(store: S
     assert tokens_of(elsewhere) == Tokens(input=70, output=7)
 
 
+def test_a_retried_attempt_in_the_same_session_records_only_what_it_spent(store: Store) -> None:
+    """A retry resumes its failed attempt's session: Codex's totals count that attempt again."""
+    from herdsman.runtime.store import UsageBy
+
+    spent_run(store, "a", codex(40, 4), T0, session_id="s1", conversation="c")
+    store.submit(new("r", conversation="c"), T0 + 1)
+    store.mark_running("r", T0 + 1, "acct")
+    failed = RunEnd(RunStatus.FAILED, exit_code=1, session_id="s1", usage=codex(100, 10))
+    store.apply([partial(finish_and_retry, end=failed, at=T0 + 1)])
+    [earlier] = store.attempts("r")
+    assert earlier.spend is not None
+    assert earlier.spend.tokens == Tokens(input=60, output=6)
+    store.mark_running("r", T0 + 10, "acct")
+    done = RunEnd(RunStatus.SUCCEEDED, exit_code=0, session_id="s1", usage=codex(250, 30))
+    assert tokens_of(store.finish("r", done, T0 + 11)) == Tokens(input=150, output=20)
+    # Every attempt summed is the session's total, counted once.
+    [total] = store.usage(UsageBy.PROVIDER)
+    assert (total.attempts, total.tokens) == (3, Tokens(input=250, output=30))
+
+
+def test_a_retry_in_a_fresh_session_or_on_another_account_takes_nothing_off(
+    store: Store,
+) -> None:
+    for run_id, account, session in (("x", "other", "s1"), ("y", "acct", "s2")):
+        store.submit(new(run_id, conversation=run_id), T0)
+        store.mark_running(run_id, T0, "acct")
+        failed = RunEnd(RunStatus.FAILED, exit_code=1, session_id="s1", usage=codex(100, 10))
+        store.apply([partial(finish_and_retry_run, run_id=run_id, end=failed, at=T0)])
+        store.mark_running(run_id, T0 + 10, account)
+        done = RunEnd(RunStatus.SUCCEEDED, exit_code=0, session_id=session, usage=codex(30, 3))
+        assert tokens_of(store.finish(run_id, done, T0 + 11)) == Tokens(input=30, output=3)
+
+
 def test_a_session_whose_totals_went_down_is_credited_nothing(store: Store) -> None:
     spent_run(store, "a", codex(100, 10), T0, session_id="s", conversation="c")
     fewer = spent_run(store, "b", codex(50, 20), T0 + 5, session_id="s", conversation="c")
@@ -1414,8 +1447,8 @@ def test_usage_totals_by_each_grouping(store: Store) -> None:
     assert t is not None
     by_provider = store.usage(UsageBy.PROVIDER)
     assert by_provider == [
-        UsageTotal("claude", None, 2, t, 0.0123 + 0.5, 2, 4, 7.25),
-        UsageTotal("codex", None, 1, Tokens(input=10, output=2), None, 0, 1, None),
+        UsageTotal("claude", None, 2, 2, t, 0.0123 + 0.5, 2, 4, 7.25),
+        UsageTotal("codex", None, 1, 1, Tokens(input=10, output=2), None, 0, 1, None),
     ]
     assert [(u.group, u.runs) for u in store.usage(UsageBy.ACCOUNT)] == [(None, 2), ("work", 1)]
     assert [(u.workspace, u.group, u.runs) for u in store.usage(UsageBy.CONVERSATION)] == [
@@ -1423,9 +1456,9 @@ def test_usage_totals_by_each_grouping(store: Store) -> None:
         ("w2", None, 1),
     ]
     assert store.usage(UsageBy.MODEL) == [
-        UsageTotal("claude-haiku", None, 1, Tokens(input=20, output=6), 0.0003, 1, None, None),
+        UsageTotal("claude-haiku", None, 1, 1, Tokens(input=20, output=6), 0.0003, 1, None, None),
         UsageTotal(
-            "claude-sonnet-\u00e9", None, 1, Tokens(100, 4096, 512, 50), 0.012, 1, None, None
+            "claude-sonnet-\u00e9", None, 1, 1, Tokens(100, 4096, 512, 50), 0.012, 1, None, None
         ),
     ]
     # Since: runs that finished at or after it.
@@ -1436,3 +1469,57 @@ def test_usage_totals_by_each_grouping(store: Store) -> None:
     assert store.usage(UsageBy.PROVIDER, T0 + 100) == []
     with pytest.raises(StoreError):
         store.usage(UsageBy.PROVIDER, float("nan"))
+
+
+def test_usage_counts_every_attempt_of_a_retried_run_under_its_own_account(store: Store) -> None:
+    """A run re-queued after a usage limit, then retried, spent on all three attempts."""
+    from herdsman.runtime.store import UsageBy, UsageTotal
+
+    store.submit(new("r", conversation="c"), T0)
+    store.mark_running("r", T0, "first")
+    limited = RunEnd(UL, exit_code=1, usage=SPENDING)
+    store.apply([lambda s: (s.finish("r", limited, T0 + 1), s.requeue("r"))])
+    store.mark_running("r", T0 + 10, "second")
+    failed = RunEnd(RunStatus.FAILED, exit_code=1, usage=RunUsage(cost_usd=0.25, turns=1))
+    store.apply([partial(finish_and_retry, end=failed, at=T0 + 10)])
+    store.mark_running("r", T0 + 20, "second")
+    store.finish("r", RunEnd(RunStatus.SUCCEEDED, exit_code=0, usage=codex(10, 2)), T0 + 21)
+    # A retry still waiting for its next attempt: its failed one counts already.
+    store.submit(new("w"), T0 + 30)
+    store.mark_running("w", T0 + 30, "first")
+    store.apply([lambda s: finish_and_retry_run(s, "w", end=failed, at=T0 + 30)])
+    t = SPENDING.tokens
+    assert t is not None
+    assert store.usage(UsageBy.PROVIDER) == [
+        UsageTotal(
+            "claude", None, 2, 4, t + Tokens(input=10, output=2), 0.0123 + 0.25 + 0.25, 3, 6, 7.25
+        )
+    ]
+    assert [(u.group, u.runs, u.attempts, u.cost_usd) for u in store.usage(UsageBy.ACCOUNT)] == [
+        ("first", 2, 2, 0.0123 + 0.25),
+        ("second", 1, 2, 0.25),
+    ]
+    assert [(u.group, u.runs, u.attempts) for u in store.usage(UsageBy.CONVERSATION)] == [
+        (None, 1, 1),
+        ("c", 1, 3),
+    ]
+    assert [(u.group, u.runs, u.attempts) for u in store.usage(UsageBy.MODEL)] == [
+        ("claude-haiku", 1, 1),
+        ("claude-sonnet-\u00e9", 1, 1),
+    ]
+    # Since: each attempt by its own end.
+    assert [(u.runs, u.attempts, u.cost_usd) for u in store.usage(UsageBy.PROVIDER, T0 + 11)] == [
+        (2, 3, 0.5)
+    ]
+    assert [(u.runs, u.attempts, u.tokens) for u in store.usage(UsageBy.PROVIDER, T0 + 21)] == [
+        (2, 2, Tokens(input=10, output=2))
+    ]
+    # Prune takes the attempts with their run.
+    assert store.prune(T0 + 25) == 1
+    assert [(u.runs, u.attempts) for u in store.usage(UsageBy.PROVIDER)] == [(1, 1)]
+
+
+def finish_and_retry_run(store: Store, run_id: str, *, end: RunEnd, at: float) -> None:
+    """Record ``run_id``'s failed attempt and re-queue it for a retry, as one operation."""
+    store.finish(run_id, end, at + 1)
+    store.requeue(run_id, failure="crash", retry_at=at + 5)

@@ -2,9 +2,10 @@
 
 ``python retry_agent.py RECORDS [resume args...]``
 
-The prompt (stdin) is a comma-separated list of endings, one an attempt of
-the run: the attempt number is the count of lines ``RECORDS`` already holds
-for the run (``HERDSMAN_RUN_ID``); past the list's end the last one repeats.
+The prompt (stdin; its last line, after any preamble) is a comma-separated
+list of endings, one an attempt of the run: the attempt number is the count
+of lines ``RECORDS`` already holds for the run (``HERDSMAN_RUN_ID``); past
+the list's end the last one repeats.
 Each attempt appends ``{"run_id", "ending", "args"}`` to ``RECORDS``, then
 prints, byte for byte, the stream of a recorded fixture
 (tests/fixtures/agent_streams) and exits as that CLI did:
@@ -33,7 +34,9 @@ def lines_of(name: str) -> list[str]:
 
 def main() -> int:
     records = Path(sys.argv[1])
-    endings = sys.stdin.read().strip().split(",")
+    # The prompt's last line: a run in a conversation's worktrees is given
+    # herdsman's preamble before it.
+    endings = sys.stdin.read().strip().splitlines()[-1].split(",")
     run_id = os.environ.get("HERDSMAN_RUN_ID", "")
     earlier = (
         [json.loads(line) for line in records.read_text().splitlines()] if records.exists() else []

@@ -10,12 +10,15 @@ what the agent got.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from supervisor_support import Running, Start, config_at, write_config
 
@@ -73,8 +76,9 @@ def herdsman_in(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_a_fan_out_lost_to_529_and_429_is_retried_by_default_and_succeeds(
-    start: Start, tmp_path: Path
+    start: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="herdsman.supervisor")
     running = await serve(start, tmp_path, concurrency=2)
     overloaded = await submit(running, "overloaded,success")
     limited = await submit(running, "rate_limited,success")
@@ -104,6 +108,16 @@ async def test_a_fan_out_lost_to_529_and_429_is_retried_by_default_and_succeeds(
             (crashed, "crash"),
         ]
     )
+
+    # The log and the note say the delay the run really waited, as jittered
+    # (between 0.5s and 1s here), and when its wait ended: not the 1s backoff.
+    overloaded_attempt = done[overloaded]["earlier_attempts"][0]
+    waited = overloaded_attempt["retry_at"] - overloaded_attempt["finished_at"]
+    said = f"attempt 1 failed (overloaded); retrying in {waited:.2f}s, at "
+    assert any(said in message for message in caplog.messages), caplog.messages
+    ends = time.strftime("%H:%M:%S", time.localtime(overloaded_attempt["retry_at"]))
+    assert any(said + time.strftime("%Y-%m-%d ") in m and ends in m for m in caplog.messages)
+    assert f"retried in {waited:.2f}s, at " in done[overloaded]["notes"][0]
 
     # `herdsman runs ID` shows the earlier attempt.
     shown = await trio.to_thread.run_sync(partial(herdsman_in, tmp_path, "runs", overloaded))
@@ -191,6 +205,22 @@ async def test_a_cancel_during_the_backoff_withdraws_the_run_and_frees_its_lane(
     assert (waiting["status"], waiting["attempts"]) == ("queued", 1)
     later = await submit(running, "success", conversation="c")
     assert (await running.client.get(f"/v1/runs/{later}")).json()["status"] == "queued"
+
+    # Status counts the run waiting to retry as queued, says it apart, and
+    # does not call it parked (a fleet member's refused claim).
+    status = (await running.client.get("/v1/status")).json()
+    assert (status["queued"], status["retrying"], status["parked"]) == (2, 1, 0), status
+    assert status["queued_by_provider"] == {"agent": 2}
+    assert (status["retrying_by_provider"], status["parked_by_provider"]) == ({"agent": 1}, {})
+    earlier = waiting["earlier_attempts"][0]
+    assert status["next_retry_at"] == earlier["retry_at"]
+    shown = await trio.to_thread.run_sync(partial(herdsman_in, tmp_path, "status"))
+    assert shown.returncode == 0, shown.stderr
+    due = time.strftime("%H:%M:%S", time.localtime(earlier["retry_at"]))
+    assert f"queued: 2 (1 waiting to retry, the first at {due})" in shown.stdout, shown.stdout
+    assert "parked" not in shown.stdout
+    [agent_row] = [line for line in shown.stdout.splitlines() if line.startswith("agent ")]
+    assert agent_row.split()[-3:] == ["2", "(1", "retrying)"], shown.stdout
 
     cancelled = await running.client.post(f"/v1/runs/{first}/cancel")
     assert cancelled.json()["status"] == "cancelled", cancelled.text

@@ -153,6 +153,7 @@ def test_usage_sums_the_ledger_by_provider_model_and_conversation(workdir: Path)
     assert header.split() == [
         "account",
         "runs",
+        "attempts",
         "input",
         "cache",
         "read",
@@ -163,6 +164,7 @@ def test_usage_sums_the_ledger_by_provider_model_and_conversation(workdir: Path)
     ]
     assert row.split() == [
         "(ambient)",
+        "2",
         "2",
         str(one[0] + two[0]),
         "0",
@@ -263,3 +265,58 @@ def test_usage_leaves_an_older_ledger_as_it_is_and_says_why(tmp_path: Path) -> N
         }
     finally:
         still.close()
+
+
+FLAKY = (
+    f'\n[providers.flaky]\nexec = ["{sys.executable}", "-m", "herdsman.demo_agent",'
+    ' "--delay", "0", "--protocol", "claude", "--overloaded", "1"]\nprotocol = "claude"\n'
+    '[providers.flaky.retry]\nbackoff = "1s"\nbackoff_max = "1s"\n'
+)
+
+
+def test_a_retried_run_counts_every_attempt_in_usage_and_says_which_in_runs_id(
+    tmp_path: Path,
+) -> None:
+    """The demo agent's first attempt fails as an overloaded API, after spending; both count."""
+    write_config(tmp_path, delay=0, extra_provider=FLAKY)
+    supervisor = Supervisor(tmp_path)
+    try:
+        done = herdsman(
+            "submit", *CLI, "-p", "flaky", "--id", "f1", "--wait", "hello there", cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr
+        run = cli_json(tmp_path, "runs", "f1")
+        shown = herdsman("runs", *CLI, "f1", cwd=tmp_path)
+        assert supervisor.stop() == 0
+    finally:
+        supervisor.close()
+    # Attempt 1 read the prompt and wrote nothing (one token); attempt 2 replied.
+    first = spent_by_demo("hello there", "")
+    second = spent_by_demo("hello there", "demo reply: hello there")
+    [earlier] = run["earlier_attempts"]
+    assert (run["attempts"], earlier["failure"]) == (2, "overloaded")
+    assert earlier["spend"]["cost_usd"] == first[2]
+    assert run["spend"]["cost_usd"] == second[2]
+    total = run["total_spend"]
+    assert total["cost_usd"] == pytest.approx(first[2] + second[2])
+    assert total["tokens"]["input"] == first[0] + second[0]
+    assert total["tokens"]["output"] == first[1] + second[1]
+    assert total["turns"] == 2
+    assert [(m["model"], m["tokens"]["output"]) for m in total["models"]] == [
+        ("demo", first[1] + second[1])
+    ]
+    assert shown.returncode == 0, shown.stderr
+    assert "— attempt 2 only\n" in shown.stdout, shown.stdout
+    assert f"${first[2] + second[2]:.4f} · 2 turns" in shown.stdout
+    assert "— all 2 attempts\n" in shown.stdout
+    for by in ("provider", "conversation", "account", "model"):
+        [group] = cli_json(tmp_path, "usage", "--by", by)["totals"]
+        assert (group["runs"], group["attempts"], group["priced"]) == (1, 2, 2), by
+        assert group["cost_usd"] == pytest.approx(first[2] + second[2]), by
+        assert group["tokens"]["output"] == first[1] + second[1], by
+    assert cli_json(tmp_path, "usage", "--since", "1h")["totals"][0]["attempts"] == 2
+    table = herdsman("usage", *CLI, cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    header, row = table.stdout.splitlines()
+    assert header.split()[:3] == ["provider", "runs", "attempts"]
+    assert row.split()[:3] == ["flaky", "1", "2"]

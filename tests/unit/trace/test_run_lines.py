@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from herdsman.core.retry import Failure
 from herdsman.runtime.requests import trace_run, trace_run_text
 from herdsman.runtime.runner.run_usage import ModelUsage, Tokens
 from herdsman.runtime.store import NewRun, Spend
@@ -91,6 +92,10 @@ events = st.one_of(
         st.none() | st.integers(min_value=-(2**70), max_value=2**70),
         st.booleans(),
         st.none() | spends,
+        # A failure's retry class, whether the agent worked, whether it reported a session.
+        st.none() | st.sampled_from(list(Failure)),
+        st.booleans(),
+        st.booleans(),
     ),
 )
 steps = st.sampled_from([0.0, 0.0, 0.00005, 1.5, 2.0000005, 1e9])
@@ -102,8 +107,17 @@ def _by_values(writer: TraceWriter, event: tuple[Any, ...]) -> None:
             writer.submit(run.id, trace_run_text(run, with_prompt=with_prompt))
         case ("start", run_id, account):
             writer.start(run_id, account)
-        case ("finish", run_id, outcome, exit_code, requeued, spend):
-            writer.finish(run_id, outcome, exit_code, requeued=requeued, spend=spend)
+        case ("finish", run_id, outcome, exit_code, requeued, spend, failure, worked, session):
+            writer.finish(
+                run_id,
+                outcome,
+                exit_code,
+                requeued=requeued,
+                spend=spend,
+                failure=failure,
+                worked=worked,
+                session=session,
+            )
 
 
 def _by_record(writer: TraceWriter, event: tuple[Any, ...]) -> None:
@@ -112,8 +126,14 @@ def _by_record(writer: TraceWriter, event: tuple[Any, ...]) -> None:
             writer.record("submit", {"run": trace_run(run, with_prompt=with_prompt)})
         case ("start", run_id, account):
             writer.record("start", {"run_id": run_id, "account": account})
-        case ("finish", run_id, outcome, exit_code, requeued, spend):
+        case ("finish", run_id, outcome, exit_code, requeued, spend, failure, worked, session):
             fields = {"run_id": run_id, "outcome": outcome, "exit_code": exit_code}
+            if failure is not None:
+                fields["failure"] = failure.value
+                if worked:
+                    fields["worked"] = True
+            if session:
+                fields["session"] = True
             if requeued:
                 fields["requeued"] = True
             if spend is not None:

@@ -263,10 +263,12 @@ class Store(Protocol):
         ...
 
     def usage(self, by: UsageBy, since: float | None = None) -> list[UsageTotal]:
-        """What the runs that finished at or after ``since`` spent, grouped ``by``.
+        """What the attempts that finished at or after ``since`` spent, grouped ``by``.
 
-        Only runs with a spend count (see ``RunRecord.spend``); ``since``
-        ``None`` is the whole ledger. Totals are summed in submission order
+        Every attempt with a spend counts: each run's newest
+        (``RunRecord.spend``) and its earlier ones (``Attempt.spend``), each
+        under the account it spent; ``since`` ``None`` is the whole ledger.
+        Totals are summed in submission order, a run's oldest attempt first,
         and sorted by group (:func:`~herdsman.runtime.store.usage.usage_totals`).
         """
         ...

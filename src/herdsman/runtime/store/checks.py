@@ -73,7 +73,7 @@ def check_texts(run_id: str, fields: Mapping[str, str | None]) -> None:
     _check_utf8(fields, "run {!r}", run_id)
 
 
-def _plain(*texts: str | None) -> bool:
+def all_plain(*texts: str | None) -> bool:
     """Whether every one of ``texts`` is plain: ASCII without NUL, or ``None``.
 
     Every ledger stores plain text, so a record's texts that all are need

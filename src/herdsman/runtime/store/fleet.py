@@ -31,13 +31,13 @@ import attrs
 from herdsman.runtime.fence_keeper import fence_clock
 from herdsman.runtime.store.errors import LeaseExpired, StoreError
 from herdsman.runtime.store.fleet_checks import (
-    _cancel_asked,
-    _cancel_request,
-    _lanes,
-    _left_queue,
-    _live_on_lane,
-    _refusal,
-    _write,
+    cancel_if_asked,
+    cancel_reason,
+    claim_refusal,
+    fleet_lanes,
+    ids_not_queued,
+    live_on_lane,
+    write_held,
 )
 from herdsman.runtime.store.fleet_values import (
     FENCE_MARGIN,
@@ -259,7 +259,7 @@ class FleetStore(PostgresStore):
                 current = run_from_row(tuple(columns))
                 reason = reasons.get(holder, LOST_ON_RESTART)
                 record = ended(current, RunStatus.LOST, now, reason)
-                _write(cur, current, record, held_by=holder)
+                write_held(cur, current, record, held_by=holder)
                 out.append(record)
         return sorted(out, key=lambda r: r.seq)
 
@@ -336,7 +336,7 @@ class FleetStore(PostgresStore):
             return {
                 (workspace, conversation)
                 for workspace, conversation in candidates
-                if _live_on_lane(cur, workspace, "conversation", conversation) is not None
+                if live_on_lane(cur, workspace, "conversation", conversation) is not None
             }
 
     # --- submits ---------------------------------------------------------------
@@ -359,8 +359,8 @@ class FleetStore(PostgresStore):
             if existing is not None:
                 return existing, False
             busy = any(
-                _live_on_lane(cur, new.workspace, column, key) is not None
-                for column, key in _lanes(new.conversation, new.agent, agent_exclusive)
+                live_on_lane(cur, new.workspace, column, key) is not None
+                for column, key in fleet_lanes(new.conversation, new.agent, agent_exclusive)
             )
             if busy:
                 return insert_new(cur, new, now, RunStatus.SKIPPED, reason)
@@ -392,7 +392,7 @@ class FleetStore(PostgresStore):
                 " AND cancel_request IS NOT NULL ORDER BY seq",
                 (RunStatus.RUNNING.value, self.member_id),
             ).fetchall()
-            left = _left_queue(cur, queued)
+            left = ids_not_queued(cur, queued)
         runs = []
         for *columns, mark in rows:
             record = run_from_row(tuple(columns))
@@ -403,7 +403,7 @@ class FleetStore(PostgresStore):
     def left_queue(self, run_ids: Sequence[str]) -> list[str]:
         """Which of ``run_ids`` are not queued in the ledger (or not in it), in the given order."""
         with self._reading() as cur:
-            return _left_queue(cur, run_ids)
+            return ids_not_queued(cur, run_ids)
 
     def request_cancel(self, run_id: str, now: float, reason: str) -> tuple[RunRecord, bool]:
         """Ask the member holding ``run_id`` to cancel it; the run as it stands, cancelled now?
@@ -469,10 +469,10 @@ class FleetStore(PostgresStore):
             self._check_live(cur)
             for run_id, account in items:
                 current = fetch_run(cur, run_id)
-                if current is None or _cancel_asked(cur, current, now):
+                if current is None or cancel_if_asked(cur, current, now):
                     refused.append((run_id, Refusal.GONE))
                     continue
-                refusal = _refusal(cur, current, account, rules, now)
+                refusal = claim_refusal(cur, current, account, rules, now)
                 if refusal is not None:
                     refused.append((run_id, refusal))
                     continue
@@ -498,7 +498,7 @@ class FleetStore(PostgresStore):
         """
         with self._transaction() as cur:
             current = existing_run(cur, run_id)
-            asked = _cancel_request(cur, run_id)
+            asked = cancel_reason(cur, run_id)
             if asked is None or current.status is not RunStatus.USAGE_LIMITED:
                 record = requeued(current)
                 cur.execute(INSERT_ATTEMPT, attempt_values(attempt_of(current, failure, retry_at)))
@@ -528,7 +528,7 @@ class FleetStore(PostgresStore):
         # Every change of a run goes through here (finish, cancel, requeue):
         # entering running, it becomes this member's; leaving it, it must be.
         involved = RunStatus.RUNNING in (current.status, record.status)
-        _write(cur, current, record, held_by=self.member_id if involved else None)
+        write_held(cur, current, record, held_by=self.member_id if involved else None)
         if record.status is RunStatus.QUEUED:  # re-queued: every member's poll must see it
             cur.execute(f"UPDATE runs SET requeue_mark = {_NEXT_MARK} WHERE id = ?", (record.id,))
 

@@ -1,7 +1,7 @@
 """A fleet claim's checks in SQL, under the fleet lock: lanes, caps, rests, budgets, cancels.
 
 :class:`~herdsman.runtime.store.fleet.FleetStore` calls these inside its
-transactions; each reads (or, :func:`_write`, updates) the shared ``runs``
+transactions; each reads (or, :func:`write_held`, updates) the shared ``runs``
 table as docs/fleet.md says a claim does.
 """
 
@@ -22,19 +22,29 @@ from herdsman.runtime.store.queries import (
 )
 from herdsman.runtime.store.records import RunRecord, RunStatus, ended
 
+__all__ = [
+    "cancel_if_asked",
+    "cancel_reason",
+    "claim_refusal",
+    "fleet_lanes",
+    "ids_not_queued",
+    "live_on_lane",
+    "write_held",
+]
+
 _UPDATE = update_life()
 _UPDATE_HELD = update_life("held_by")
 
 
-def _refusal(
+def claim_refusal(
     cur: Cursor, run: RunRecord, account: str | None, rules: ClaimRules, now: float
 ) -> Refusal | None:
     """Why ``run`` may not be claimed at ``now``, or ``None`` if it may."""
     if run.status is not RunStatus.QUEUED:
         return Refusal.GONE
     found: set[str] = set()
-    for column, key in _lanes(run.conversation, run.agent, rules.agent_exclusive):
-        status = _live_on_lane(cur, run.workspace, column, key, before=run.seq)
+    for column, key in fleet_lanes(run.conversation, run.agent, rules.agent_exclusive):
+        status = live_on_lane(cur, run.workspace, column, key, before=run.seq)
         if status is not None:
             found.add(status)
     if RunStatus.RUNNING.value in found:
@@ -70,7 +80,7 @@ def _account_refusal(
     return None
 
 
-def _lanes(
+def fleet_lanes(
     conversation: str | None, agent: str | None, agent_exclusive: bool
 ) -> list[tuple[str, str]]:
     """A run's lanes checked fleet-wide, as ``(column, key)``: its conversation, its agent."""
@@ -80,7 +90,7 @@ def _lanes(
     return [(column, key) for column, key in lanes if key is not None]
 
 
-def _live_on_lane(
+def live_on_lane(
     cur: Cursor, workspace: str, column: str, key: str, *, before: int | None = None
 ) -> str | None:
     """``running`` if a run runs on the lane, else ``queued`` if one waits on it, else ``None``.
@@ -137,7 +147,7 @@ def _usage(
     return float(row[0]) / 60.0
 
 
-def _cancel_asked(cur: Cursor, run: RunRecord, now: float) -> bool:
+def cancel_if_asked(cur: Cursor, run: RunRecord, now: float) -> bool:
     """Cancel a queued run someone asked to cancel while it ran; whether it was asked.
 
     A cancel can be asked of a run's holder just as the holder re-queues it
@@ -146,14 +156,14 @@ def _cancel_asked(cur: Cursor, run: RunRecord, now: float) -> bool:
     """
     if run.status is not RunStatus.QUEUED:
         return False
-    asked = _cancel_request(cur, run.id)
+    asked = cancel_reason(cur, run.id)
     if asked is None:
         return False
-    _write(cur, run, ended(run, RunStatus.CANCELLED, now, asked), held_by=None)
+    write_held(cur, run, ended(run, RunStatus.CANCELLED, now, asked), held_by=None)
     return True
 
 
-def _cancel_request(cur: Cursor, run_id: str) -> str | None:
+def cancel_reason(cur: Cursor, run_id: str) -> str | None:
     """The reason of the cancel asked of ``run_id`` through a member, if one was asked."""
     row = cur.execute(
         "SELECT cancel_request FROM runs WHERE id = ? AND cancel_request IS NOT NULL",
@@ -162,7 +172,7 @@ def _cancel_request(cur: Cursor, run_id: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def _left_queue(cur: Cursor, run_ids: Sequence[str]) -> list[str]:
+def ids_not_queued(cur: Cursor, run_ids: Sequence[str]) -> list[str]:
     """Which of ``run_ids`` are not queued (or unknown), in their order: one statement."""
     if not run_ids:
         return []
@@ -188,7 +198,7 @@ def _running(cur: Cursor, where: str, params: tuple[Any, ...]) -> int:
     return int(row[0])
 
 
-def _write(cur: Cursor, current: RunRecord, record: RunRecord, *, held_by: str | None) -> None:
+def write_held(cur: Cursor, current: RunRecord, record: RunRecord, *, held_by: str | None) -> None:
     """Update the run as :func:`update_life` does, and its holder; a held run only by its holder.
 
     ``held_by`` is the holder to record (the claimant, or ``None`` for a run

@@ -46,7 +46,7 @@ from herdsman.runtime.store.records import (
     started,
 )
 from herdsman.runtime.store.undo import UndoLog
-from herdsman.runtime.store.usage import SpentRun, UsageBy, UsageTotal, usage_totals
+from herdsman.runtime.store.usage import SpentAttempt, UsageBy, UsageTotal, usage_totals
 
 if TYPE_CHECKING:
     from herdsman.runtime.store.base import Store
@@ -170,7 +170,7 @@ class MemoryStore:
         if current is None:
             raise not_found(run_id)
         before = (
-            session_before(self._runs.values(), current, end)
+            session_before(self._runs.values(), current, end, self._attempts.get(run_id, ()))
             if end.usage is not None and needs_before(end)
             else None
         )
@@ -463,10 +463,15 @@ class MemoryStore:
         if since is not None:
             since = check_now(since)
         spent = [
-            SpentRun(r.provider, r.account, r.workspace, r.conversation, r.spend)
+            SpentAttempt(r.id, r.provider, account, r.workspace, r.conversation, spend)
             for r in sorted(self._runs.values(), key=lambda r: r.seq)
-            if r.spend is not None
-            and (since is None or (r.finished_at is not None and r.finished_at >= since))
+            # Oldest first; the run's own record is its newest attempt.
+            for account, finished_at, spend in (
+                *((a.account, a.finished_at, a.spend) for a in self._attempts.get(r.id, ())),
+                (r.account, r.finished_at, r.spend),
+            )
+            if spend is not None
+            and (since is None or (finished_at is not None and finished_at >= since))
         ]
         return usage_totals(spent, by)
 

@@ -18,7 +18,7 @@ from herdsman.core.runs import DEFAULT_WORKSPACE
 from herdsman.runtime.runner.run_usage import RunUsage, Tokens
 
 # Moved out; re-exported here, where every store imports them from.
-from herdsman.runtime.store.checks import _plain
+from herdsman.runtime.store.checks import all_plain
 from herdsman.runtime.store.checks import check_limit as check_limit  # noqa: PLC0414
 from herdsman.runtime.store.checks import check_limit_text as check_limit_text  # noqa: PLC0414
 from herdsman.runtime.store.checks import check_now as check_now  # noqa: PLC0414
@@ -357,7 +357,7 @@ def new_record(
     new: NewRun, seq: int, now: float, status: RunStatus, reason: str | None = None
 ) -> RunRecord:
     """The record a store creates for ``new`` (queued, or skipped straight away)."""
-    if not _plain(
+    if not all_plain(
         new.id,
         new.provider,
         new.prompt,
@@ -405,7 +405,7 @@ def started(record: RunRecord, now: float, account: str | None) -> RunRecord:
     """``record`` moved from queued to running."""
     if _RUNNING not in LEGAL_TRANSITIONS[record.status]:  # check_transition's test
         check_transition(record.id, record.status, _RUNNING)
-    if account is not None and (not account.isascii() or "\0" in account):  # as _plain
+    if account is not None and (not account.isascii() or "\0" in account):  # as all_plain
         check_text(record.id, account=account)
     return _evolved(
         record,
@@ -443,7 +443,7 @@ def finished(record: RunRecord, end: RunEnd, now: float, before: Tokens | None =
         "log_path": end.log_path,
         "spend": None if end.usage is None else spend_of(end.usage, before),
     }
-    if not _plain(end.reason, end.result, end.session_id, end.excerpt, end.log_path):
+    if not all_plain(end.reason, end.result, end.session_id, end.excerpt, end.log_path):
         check_texts(
             record.id,
             {
@@ -474,16 +474,22 @@ def needs_before(end: RunEnd) -> bool:
     )
 
 
-def session_before(runs: Iterable[RunRecord], current: RunRecord, end: RunEnd) -> Tokens | None:
+def session_before(
+    runs: Iterable[RunRecord],
+    current: RunRecord,
+    end: RunEnd,
+    attempts: Iterable[Attempt] = (),
+) -> Tokens | None:
     """What the runs of ``end``'s session before ``current`` spent, among ``runs``.
 
     The in-memory stores' answer to :func:`needs_before` (the SQL stores
     ask the same of the database): the tokens of the earlier runs of the
-    same provider, workspace, conversation and session, summed.
+    same provider, workspace, conversation and session, summed, and those
+    of ``current``'s own earlier ``attempts`` in it (:func:`attempts_in_session`).
     """
     if current.conversation is None:
         return None
-    total: Tokens | None = None
+    total: Tokens | None = attempts_in_session(current, end, attempts)
     for r in runs:
         spent = r.spend
         if (
@@ -539,3 +545,26 @@ def noted(record: RunRecord, note: str) -> RunRecord:
     """``record`` with ``note`` appended to its notes (any status)."""
     check_text(record.id, note=note)
     return _evolved(record, {"notes": (*record.notes, note)})
+
+
+def attempts_in_session(
+    current: RunRecord, end: RunEnd, attempts: Iterable[Attempt]
+) -> Tokens | None:
+    """What ``current``'s earlier ``attempts`` spent in the session ``end`` reports, summed.
+
+    A retry resumes the session its failed attempt reported, on the account
+    that session lives under; a stream that reports session totals (Codex)
+    then counts the failed attempt's tokens again. The ledger keeps no
+    session per attempt, so the attempts counted are those on the current
+    attempt's account, when the current attempt continued the session the
+    last one reported (``current.session_id``, which a re-queue keeps);
+    None when there are none.
+    """
+    if end.session_id is None or end.session_id != current.session_id:
+        return None
+    total: Tokens | None = None
+    for attempt in attempts:
+        spent = attempt.spend
+        if spent is not None and spent.tokens is not None and attempt.account == current.account:
+            total = spent.tokens if total is None else total + spent.tokens
+    return total

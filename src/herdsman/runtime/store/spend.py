@@ -8,6 +8,7 @@ it as :func:`spend_json` writes it, and budgets count it as
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -94,6 +95,39 @@ def own_spend(totals: Tokens, before: Tokens) -> Tokens:
         cache_write=max(0, totals.cache_write - before.cache_write),
         output=max(0, totals.output - before.output),
         reasoning=max(0, totals.reasoning - before.reasoning),
+    )
+
+
+def spend_total(spends: Iterable[Spend | None]) -> Spend | None:
+    """What the attempts of one run spent together, their spends summed in the order given.
+
+    A figure is None when no attempt stated it (never a guessed zero); a
+    model's entries are summed by name. None when no attempt had a spend.
+    """
+    present = [spend for spend in spends if spend is not None]
+    if not present:
+        return None
+    tokens = [spend.tokens for spend in present if spend.tokens is not None]
+    costs = [spend.cost_usd for spend in present if spend.cost_usd is not None]
+    turns = [spend.turns for spend in present if spend.turns is not None]
+    api_times = [spend.api_time for spend in present if spend.api_time is not None]
+    models: dict[str, ModelUsage] = {}
+    for spend in present:
+        for model in spend.models:
+            earlier = models.get(model.model)
+            if earlier is None:
+                models[model.model] = model
+                continue
+            cost = earlier.cost_usd
+            if model.cost_usd is not None:
+                cost = model.cost_usd if cost is None else cost + model.cost_usd
+            models[model.model] = ModelUsage(model.model, earlier.tokens + model.tokens, cost)
+    return Spend(
+        tokens=sum(tokens[1:], tokens[0]) if tokens else None,
+        cost_usd=sum(costs) if costs else None,
+        models=tuple(models[name] for name in sorted(models)),
+        turns=sum(turns) if turns else None,
+        api_time=sum(api_times) if api_times else None,
     )
 
 

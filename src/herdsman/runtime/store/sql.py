@@ -61,6 +61,7 @@ from herdsman.runtime.store.records import (
     RunStatus,
     Session,
     attempt_of,
+    attempts_in_session,
     check_limit,
     check_limit_text,
     check_now,
@@ -73,7 +74,7 @@ from herdsman.runtime.store.records import (
     requeued,
     started,
 )
-from herdsman.runtime.store.usage import SpentRun, UsageBy, UsageTotal, usage_totals
+from herdsman.runtime.store.usage import SpentAttempt, UsageBy, UsageTotal, usage_totals
 
 if TYPE_CHECKING:
     from herdsman.runtime.store.base import Store
@@ -692,12 +693,11 @@ class SqlStore:
         """See :meth:`Store.usage`."""
         with self._reading() as cur:
             if since is None:
-                rows = cur.execute(_SPENT_RUNS + " ORDER BY seq")
+                rows = cur.execute(_SPENT_ATTEMPTS + " ORDER BY 1, 2")
             else:
-                rows = cur.execute(
-                    _SPENT_RUNS + " AND finished_at >= ? ORDER BY seq", (check_now(since),)
-                )
-            spent = [_spent_run(row) for row in rows]
+                since = check_now(since)
+                rows = cur.execute(_SPENT_ATTEMPTS_SINCE + " ORDER BY 1, 2", (since, since))
+            spent = [_spent_attempt(row) for row in rows]
         return usage_totals(spent, by)
 
     def counts(self) -> Mapping[RunStatus, int]:
@@ -714,17 +714,31 @@ class SqlStore:
                 self._close_connection()
 
 
-# models IS NOT NULL: the run has a spend (see SPEND_COLUMNS).
-_SPENT_RUNS = (
-    f"SELECT provider, account, workspace, conversation, {', '.join(SPEND_COLUMNS)}"
-    " FROM runs WHERE models IS NOT NULL"
+# Every attempt with a spend (models IS NOT NULL, see SPEND_COLUMNS): each
+# run's newest, in its own row, and its earlier ones, in run_attempts, which
+# take their run's place (seq) and lanes but keep their own account. The
+# first two columns order them: by run, oldest attempt first (a run's own
+# row is its newest: its attempts count is above every earlier one's).
+_SPENT_OWN = (
+    "SELECT seq, attempts, id, provider, account, workspace, conversation,"
+    f" {', '.join(SPEND_COLUMNS)} FROM runs WHERE models IS NOT NULL"
+)
+_SPENT_EARLIER = (
+    "SELECT r.seq, a.attempt, r.id, r.provider, a.account, r.workspace, r.conversation,"
+    f" {', '.join('a.' + column for column in SPEND_COLUMNS)}"
+    " FROM run_attempts a JOIN runs r ON r.id = a.run_id WHERE a.models IS NOT NULL"
+)
+_SPENT_ATTEMPTS = f"{_SPENT_OWN} UNION ALL {_SPENT_EARLIER}"
+# Parameters: since, twice (runs_by_finished_at serves the runs).
+_SPENT_ATTEMPTS_SINCE = (
+    f"{_SPENT_OWN} AND finished_at >= ? UNION ALL {_SPENT_EARLIER} AND a.finished_at >= ?"
 )
 
 
-def _spent_run(row: Sequence[Any]) -> SpentRun:
-    spend = spend_from_row(row[4:])
+def _spent_attempt(row: Sequence[Any]) -> SpentAttempt:
+    spend = spend_from_row(row[7:])
     assert spend is not None  # models IS NOT NULL
-    return SpentRun(row[0], row[1], row[2], row[3], spend)
+    return SpentAttempt(row[2], row[3], row[4], row[5], row[6], spend)
 
 
 # The spend of the earlier runs of a session, in its conversation (the one
@@ -738,7 +752,12 @@ _SESSION_SPENT = (
 
 
 def _session_before(cur: Cursor, current: RunRecord, end: RunEnd) -> Tokens | None:
-    """What the runs of ``end``'s session before ``current`` spent (see :meth:`Store.finish`)."""
+    """What the runs of ``end``'s session before ``current`` spent (see :meth:`Store.finish`).
+
+    With what ``current``'s own earlier attempts spent in it
+    (:func:`attempts_in_session`); a run that never went back to the queue
+    costs no read of ``run_attempts``.
+    """
     if current.conversation is None or unstorable(end.session_id):
         return None
     row = cur.execute(
@@ -746,4 +765,11 @@ def _session_before(cur: Cursor, current: RunRecord, end: RunEnd) -> Tokens | No
         (current.conversation, current.seq, current.provider, current.workspace, end.session_id),
     ).fetchone()
     # PostgreSQL sums BIGINTs as NUMERIC.
-    return None if row is None or row[0] is None else Tokens(*(int(value) for value in row))
+    runs = None if row is None or row[0] is None else Tokens(*(int(value) for value in row))
+    if current.attempts < 2 or end.session_id != current.session_id:
+        return runs
+    earlier = [attempt_from_row(r) for r in cur.execute(SELECT_ATTEMPTS, (current.id,))]
+    own = attempts_in_session(current, end, earlier)
+    if own is None or runs is None:
+        return own or runs
+    return runs + own

@@ -1,7 +1,9 @@
 """Usage totals: what the ledger's runs spent, summed by conversation, account, provider or model.
 
-:meth:`Store.usage` answers ``herdsman usage``: every store reads the runs
-with a spend (``RunRecord.spend``) that finished in the window and hands
+:meth:`Store.usage` answers ``herdsman usage``: every store reads the
+attempts with a spend that finished in the window — each run's newest
+attempt (``RunRecord.spend``) and its earlier ones (``Attempt.spend``, kept
+when a usage limit re-queued it or a retry tried it again) — and hands
 them to :func:`usage_totals`, so the sums and their order are the same on
 every store.
 """
@@ -16,7 +18,7 @@ import attrs
 from herdsman.runtime.runner.run_usage import Tokens
 from herdsman.runtime.store.records import Spend
 
-__all__ = ["SpentRun", "UsageBy", "UsageTotal", "usage_totals"]
+__all__ = ["SpentAttempt", "UsageBy", "UsageTotal", "usage_totals"]
 
 
 class UsageBy(enum.Enum):
@@ -29,9 +31,15 @@ class UsageBy(enum.Enum):
 
 
 @attrs.frozen(slots=True)
-class SpentRun:
-    """One run with a spend, as a usage total reads it."""
+class SpentAttempt:
+    """One attempt of a run that has a spend, as a usage total reads it.
 
+    ``run_id`` names its run (a run's attempts count it once); ``account``
+    is the account the attempt spent, which a usage limit's re-queue may
+    have changed between attempts.
+    """
+
+    run_id: str
     provider: str
     account: str | None
     workspace: str
@@ -46,17 +54,22 @@ class UsageTotal:
     ``group`` is the conversation, account, provider or model the runs share
     (None: no conversation, the ambient account); ``workspace`` the
     conversation's workspace when grouped by conversation (else None).
-    ``runs`` counts the runs; ``tokens`` sums their counts (runs whose stream
-    gave none add nothing). ``cost_usd`` sums the costs the streams stated
-    and ``priced`` counts the runs (or, by model, the model entries) that
-    stated one: a cost is None when none did, never a guess. ``turns`` and
-    ``api_time`` (seconds) sum what was reported; by model they are None
-    (the streams report them per run, not per model).
+    Every attempt with a spend counts, not only each run's newest: a run
+    retried or re-queued after a usage limit spent on its earlier attempts
+    too. ``runs`` counts the runs, ``attempts`` their attempts that spent
+    (by model, the attempts' entries for that model); ``tokens`` sums their
+    counts (attempts whose stream gave none add nothing). ``cost_usd`` sums
+    the costs the streams stated and ``priced`` counts the attempts (or, by
+    model, the model entries) that stated one: a cost is None when none
+    did, never a guess. ``turns`` and ``api_time`` (seconds) sum what was
+    reported; by model they are None (the streams report them per run, not
+    per model).
     """
 
     group: str | None
     workspace: str | None
     runs: int
+    attempts: int
     tokens: Tokens
     cost_usd: float | None
     priced: int
@@ -66,7 +79,8 @@ class UsageTotal:
 
 @attrs.define
 class _Sum:
-    runs: int = 0
+    run_ids: set[str] = attrs.field(factory=set)
+    attempts: int = 0
     tokens: Tokens = attrs.field(factory=Tokens)
     cost: float = 0.0
     priced: int = 0
@@ -75,12 +89,14 @@ class _Sum:
 
     def add(
         self,
+        run_id: str,
         tokens: Tokens | None,
         cost: float | None,
         turns: int | None = None,
         api_time: float | None = None,
     ) -> None:
-        self.runs += 1
+        self.run_ids.add(run_id)
+        self.attempts += 1
         if tokens is not None:
             self.tokens += tokens
         if cost is not None:
@@ -92,33 +108,39 @@ class _Sum:
             self.api_time = (self.api_time or 0.0) + api_time
 
 
-def usage_totals(runs: Iterable[SpentRun], by: UsageBy) -> list[UsageTotal]:
-    """The totals of ``runs`` grouped ``by``, sorted by group (workspace, then conversation).
+def usage_totals(attempts: Iterable[SpentAttempt], by: UsageBy) -> list[UsageTotal]:
+    """The totals of ``attempts`` grouped ``by``, sorted by group (workspace, then conversation).
 
-    ``runs`` come in submission order: the sums of costs (floats) then do
-    not depend on how a store happened to return them.
+    ``attempts`` come in submission order of their runs, a run's oldest
+    attempt first: the sums of costs (floats) then do not depend on how a
+    store happened to return them.
     """
     sums: dict[tuple[str | None, str | None], _Sum] = {}
-    for run in runs:
-        spend = run.spend
+    for attempt in attempts:
+        spend, run_id = attempt.spend, attempt.run_id
         if by is UsageBy.MODEL:
             for model in spend.models:
-                sums.setdefault((None, model.model), _Sum()).add(model.tokens, model.cost_usd)
+                sums.setdefault((None, model.model), _Sum()).add(
+                    run_id, model.tokens, model.cost_usd
+                )
             continue
         key: tuple[str | None, str | None]
         if by is UsageBy.CONVERSATION:
-            key = (run.workspace, run.conversation)
+            key = (attempt.workspace, attempt.conversation)
         elif by is UsageBy.ACCOUNT:
-            key = (None, run.account)
+            key = (None, attempt.account)
         else:
-            key = (None, run.provider)
-        sums.setdefault(key, _Sum()).add(spend.tokens, spend.cost_usd, spend.turns, spend.api_time)
+            key = (None, attempt.provider)
+        sums.setdefault(key, _Sum()).add(
+            run_id, spend.tokens, spend.cost_usd, spend.turns, spend.api_time
+        )
     ordered = sorted(sums.items(), key=lambda item: (item[0][0] or "", _order(item[0][1])))
     return [
         UsageTotal(
             group=group,
             workspace=workspace,
-            runs=total.runs,
+            runs=len(total.run_ids),
+            attempts=total.attempts,
             tokens=total.tokens,
             cost_usd=total.cost if total.priced else None,
             priced=total.priced,

@@ -20,12 +20,14 @@ import attrs
 from herdsman.config import Config
 from herdsman.core.accounts import Charge
 from herdsman.core.lifecycle import Lifecycle, LoginNeeded, Rest
+from herdsman.core.outcome import AccountSignals
 from herdsman.runtime.accounts import account_view, longest_window
 from herdsman.runtime.fleet_accounts import FleetAccounts, apply_fleet_accounts
 from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.ledger import Ledger
 from herdsman.runtime.store import AccountLimit, AccountUse, RunRecord, Store
 from herdsman.runtime.supervisor.errors import UnknownAccount
+from herdsman.runtime.supervisor.outcomes import near_limit_mark
 
 __all__ = ["AccountHistory", "AccountTracker"]
 
@@ -233,6 +235,28 @@ class AccountTracker:
         spend = final.spend
         if charge and spend is not None and spend.tokens is not None:
             self._life.charge(final.provider, final.account, now, Charge(spend.tokens.budgeted))
+
+    def warned(
+        self,
+        run_id: str,
+        provider: str,
+        account: str | None,
+        signals: AccountSignals | None,
+        now: float,
+    ) -> None:
+        """Trace that the run's stream warned its account is near its limit, and until when.
+
+        ``signals``: what the run's stream said of its account (nothing
+        traced unless it warned). The mark the lifecycle set at the finish
+        (the warning's reset if it is believable, else the account's
+        window), read back from the book: nothing is traced for an account
+        no longer configured.
+        """
+        if signals is None or not signals.near_limit:
+            return
+        until = near_limit_mark(self._life.book, provider, account, now)
+        if until is not None:
+            self._emit("near_limit", run_id=run_id, provider=provider, account=account, until=until)
 
     def rested(self, hit: Rest, run_id: str) -> None:
         """Say that an account rests after a usage limit (recorded, and in force)."""

@@ -93,9 +93,11 @@ class Dispatcher(Service):
     def _until_an_account_frees(self) -> float:
         """Seconds until time alone frees an account some queued run waits for."""
         life = self._life
-        if not life.may_wake_in_time:
+        if not life.may_wake_in_time or not life.admitting:
             # Nothing waits, or no account has a budget window or has rested
             # and no run waits out a backoff: time alone frees none. No time to read.
+            # Nor while draining: nothing starts, and a backoff that ended
+            # stays due, so waiting for it would wake the loop at once, forever.
             return math.inf
         now = self._wall()
         at = life.next_wakeup(now)

@@ -42,6 +42,7 @@ from herdsman.runtime.supervisor.dispatch import Dispatcher, QueuedStarts
 from herdsman.runtime.supervisor.outcomes import (
     SHUT_DOWN,
     account_signals,
+    backoff_text,
     charged_once_recorded,
     finish_fields,
     refused_for_good,
@@ -190,7 +191,8 @@ class Execution(Service):
         # The lifecycle decides: the status, a usage limit's rest and re-queue
         # (once, recorded in the same transaction, so the run is never lost
         # in between), and whether the slot, lanes and account are free now.
-        settled = self._life.finish(record.id, self._outcome_of(ended, bool(session_id)), now)
+        outcome = self._outcome_of(ended, bool(session_id))
+        settled = self._life.finish(record.id, outcome, now)
         status, hit, requeue = settled.status, settled.rest, settled.requeue
         # A retry (Settlement.retry): the attempt is kept and the run re-queued
         # in the finish's own transaction, as a usage limit's re-queue is.
@@ -229,6 +231,7 @@ class Execution(Service):
         def finished(final: RunRecord) -> None:
             # What the ledger did, not what was asked: it may have cancelled it.
             requeued = (requeue or retry is not None) and final.status is RunStatus.QUEUED
+            self._tracker.warned(record.id, record.provider, record.account, outcome.account, now)
             self._retried(final, retry)
             if early:
                 # When this task takes the starts the finish frees (below), the
@@ -256,6 +259,7 @@ class Execution(Service):
                 end.exit_code,
                 requeue=requeued,
                 spent=spent[0] if requeued and spent else None,
+                ending=outcome,
             )
 
         starts: QueuedStarts | None = None
@@ -375,11 +379,11 @@ class Execution(Service):
             return
         self._submitted_at[final.id] = final.submitted_at
         log.info(
-            "run %s: attempt %d failed (%s); retrying in %.0fs",
+            "run %s: attempt %d failed (%s); retrying %s",
             final.id,
             retry.attempt,
             retry.failure.value,
-            retry.delay,
+            backoff_text(retry),
         )
         if self._trace is not None:
             self._trace.event(
@@ -399,21 +403,46 @@ class Execution(Service):
         *,
         requeue: bool,
         spent: Spend | None = None,
+        ending: RunOutcome | None = None,
     ) -> None:
         """Trace and count a finish just recorded; deliver its completion callback.
 
         ``spent``: what a re-queued attempt spent (its run's record no longer says).
+        ``ending``: how the attempt ended, as the lifecycle settled it: a
+        failure's retry class, whether the agent did work and whether it
+        reported a session are traced (a replay reads them back:
+        docs/trace-format.md).
         """
+        failure = None if ending is None else ending.failure
+        worked = failure is not None and ending is not None and ending.worked
+        session = ending is not None and ending.session
         # The status's text as a plain str: a StrEnum member's value is its
         # own text, which str.__str__ copies in C where .value is two
         # Python-level calls (the trace writes only exact str values fast).
         text = str.__str__(status)
         spend = spent if requeue else final.spend
         if spend is not None:
-            self._report_spend(final, spend, text, exit_code, requeue=requeue)
+            self._report_spend(
+                final,
+                spend,
+                text,
+                exit_code,
+                requeue=requeue,
+                failure=failure,
+                worked=worked,
+                session=session,
+            )
         elif self._trace is not None:
             # The usual finish: its agent's stream said nothing of a spend.
-            self._trace.finish(final.id, text, exit_code, requeued=requeue)
+            self._trace.finish(
+                final.id,
+                text,
+                exit_code,
+                requeued=requeue,
+                failure=failure,
+                worked=worked,
+                session=session,
+            )
         if self._counts_runs:
             if not requeue:  # a re-queued run has not finished
                 self.metrics.count_finish(final.provider, text)
@@ -424,12 +453,30 @@ class Execution(Service):
             self._shared.callbacks.start_soon(deliver_callback, final, name=f"callback {final.id}")
 
     def _report_spend(
-        self, final: RunRecord, spend: Spend, text: str, exit_code: int | None, *, requeue: bool
+        self,
+        final: RunRecord,
+        spend: Spend,
+        text: str,
+        exit_code: int | None,
+        *,
+        requeue: bool,
+        failure: Failure | None,
+        worked: bool,
+        session: bool,
     ) -> None:
         """Trace a finish with what its attempt spent, and count the spend."""
         if self._trace is not None:
             shown = spend_json(spend)
-            self._trace.finish(final.id, text, exit_code, requeued=requeue, spend=shown)
+            self._trace.finish(
+                final.id,
+                text,
+                exit_code,
+                requeued=requeue,
+                spend=shown,
+                failure=failure,
+                worked=worked,
+                session=session,
+            )
         if self._counts_runs:
             self.metrics.count_spend(final.provider, final.account, spend)
 

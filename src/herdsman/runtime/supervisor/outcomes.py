@@ -6,6 +6,9 @@ tasks: the simulator's floor benchmark and the tests use them as they are.
 
 from __future__ import annotations
 
+import time
+
+from herdsman.core.accounts import AccountBook
 from herdsman.core.lifecycle import Rest, Retry, Settlement
 from herdsman.core.outcome import AccountSignals, Outcome, RunOutcome, UsageLimit
 from herdsman.runtime.runner import ProcessOutcome
@@ -27,9 +30,11 @@ __all__ = [
     "SHUT_DOWN",
     "account_signals",
     "as_text",
+    "backoff_text",
     "charged_once_recorded",
     "finish_fields",
     "limit_note",
+    "near_limit_mark",
     "refused_for_good",
     "requeue_for_retry",
     "requeue_note",
@@ -76,11 +81,23 @@ def requeue_for_retry(
         return final
     run_id = final.id
     again = store.requeue(run_id, failure=retry.failure.value, retry_at=retry.at)
-    note = (
-        f"attempt {again.attempts} failed ({retry.failure.value});"
-        f" retried after a backoff of {retry.delay:.0f}s"
-    )
+    note = f"attempt {again.attempts} failed ({retry.failure.value}); retried {backoff_text(retry)}"
     return store.add_note(run_id, note)
+
+
+def backoff_text(retry: Retry) -> str:
+    """``in 0.73s, at 2026-12-01 15:20:03.412 CET``: the backoff a retry waits, as jittered.
+
+    The delay the run really waits (the policy's backoff jittered down, see
+    docs/operations.md, "Retries"), to the hundredth of a second: whole
+    seconds would show a 1s backoff jittered to 0.6s as "1s".
+    """
+    local = time.localtime(retry.at)
+    millis = min(999, int((retry.at % 1) * 1000))
+    when = (
+        time.strftime("%Y-%m-%d %H:%M:%S", local) + f".{millis:03d} " + time.strftime("%Z", local)
+    )
+    return f"in {retry.delay:.2f}s, at {when}"
 
 
 def requeue_note(record: RunRecord, settled: Settlement, again: RunRecord) -> str:
@@ -135,6 +152,22 @@ def account_signals(ended: ProcessOutcome) -> AccountSignals | None:
         near_limit_until=None if near is None else near.resets_at,
         needs_login=login,
     )
+
+
+def near_limit_mark(
+    book: AccountBook, provider: str, account: str | None, now: float
+) -> float | None:
+    """Until when ``book`` holds ``account`` near its limit at ``now``; None if it does not.
+
+    What a provider's warning made of the account at the finish that
+    reported it (the supervisor traces it as ``near_limit``; the
+    simulator's fast engine reads it the same way). Rare: one warned run
+    in many, so the statuses are built whole rather than kept indexed.
+    """
+    for status in book.statuses(now):
+        if status.provider == provider and status.account == account and not status.retired:
+            return status.near_limit_until
+    return None
 
 
 def run_outcome(ended: ProcessOutcome, session: bool) -> RunOutcome:

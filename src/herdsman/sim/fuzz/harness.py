@@ -47,10 +47,17 @@ from herdsman.runtime.git.fake import Operation
 from herdsman.runtime.ledger import Inline
 from herdsman.runtime.reload import ConfigSource
 from herdsman.runtime.store import MemoryStore, NewRun
-from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
+from herdsman.runtime.supervisor import (
+    NotAdmitting,
+    RunConflict,
+    RunNotFound,
+    Supervisor,
+    UnknownAccount,
+)
 from herdsman.runtime.worktrees.manager import METADATA
 from herdsman.runtime.worktrees.slug import conversation_slug
 from herdsman.sim.bounds import STEPS_AT_ONE_INSTANT, STOP_GRACE, WALL_LIMIT, InThread
+from herdsman.sim.fuzz.agent_faults import attempt_of
 from herdsman.sim.fuzz.client import _Client, _describe, _SpinWatch
 from herdsman.sim.fuzz.invariants import Checker, Violation
 from herdsman.sim.fuzz.links import LINK_FAULTS, LinkFaults
@@ -58,7 +65,7 @@ from herdsman.sim.fuzz.scenario import Scenario, ScenarioError
 from herdsman.sim.fuzz.stand_ins import _CheckedGit, _Life, _Runner, _Sink
 from herdsman.sim.replay import ARRIVAL, drive
 from herdsman.sim.trio_internals import shuffle_trio
-from herdsman.sim.workload import SYNTHETIC_EXIT_CODES, Attempt, RunPlan, Workload
+from herdsman.sim.workload import RunPlan, Workload
 from herdsman.trace import TraceHeader, TraceWriter, format_time
 
 __all__ = [
@@ -75,6 +82,9 @@ STARTED_AT = 1_795_000_000.0
 CONFIG_PATH = Path("/herdsman-sim/supervisor.toml")
 #: How long a usage limit without a reset time, or a quota window, may hold runs.
 _LONGEST_REST = 3600.0
+#: How long after a run finds its account not logged in the operator logs it
+#: in again (by a reload, or by ending its rest: each in turn).
+LOGIN_AFTER = 300.0
 _AGENT_FILE = "agent-notes-{run}.txt"
 #: What the clients send (a request may wait for simulated time to pass);
 #: the other events are the world's doing, delivered by the driver itself.
@@ -178,6 +188,10 @@ def deadline_after_faults(scenario: Scenario) -> float:
     for event in scenario.events:
         if event["kind"] == "submit":
             runs += 1
+            # A retry's backoff (at most 2 minutes as drawn), an account
+            # out of budget for a window, one needing a login until the
+            # operator logs it in.
+            rests += 120.0 * len(event["attempts"]) + 900.0 + LOGIN_AFTER
             for attempt in event["attempts"]:
                 work += float(attempt["duration"])
                 if attempt["outcome"] == "usage_limited":
@@ -240,6 +254,7 @@ class _Fuzz:
         self._nursery: trio.Nursery | None = None
         # Lives asked to shut down (each is restarted once it has stopped).
         self._stopping: list[_Life] = []
+        self._logins = 0  # the operator's logins so far
 
     def wall(self) -> float:
         """The simulated unix time."""
@@ -398,16 +413,9 @@ class _Fuzz:
         plans = {
             run_id: RunPlan(
                 index,
-                [
-                    # Spawned, so counted against budgets: the exit code of
-                    # its outcome unless the scenario names one.
-                    Attempt(
-                        float(a["duration"]),
-                        a["outcome"],
-                        a.get("exit_code", SYNTHETIC_EXIT_CODES[a["outcome"]]),
-                    )
-                    for a in event["attempts"]
-                ],
+                # Spawned, so counted against budgets: the exit code of its
+                # outcome (or failure) unless the scenario names one.
+                [attempt_of(a) for a in event["attempts"]],
                 synthetic=True,
             )
             for index, (run_id, event) in enumerate(self.submits.items())
@@ -539,6 +547,10 @@ class _Fuzz:
         except OSError:
             return  # the disk is full: the operator could not save the file
         before, generation = supervisor.config, supervisor.generation
+        # Any reload asked for logs every account in, even of a file that
+        # did not change (which traces no ``reload``) or one rejected (which
+        # changes nothing else): the checker is told first.
+        self.checker.accounts.logged_in()
         result = await supervisor.reload("fuzz")
         if valid:
             self._valid_config = text
@@ -618,6 +630,33 @@ class _Fuzz:
             self.up.set()
 
         self._runner.push(trio.current_time(), ARRIVAL, len(self.scenario.events), restart)
+
+    def _log_in_later(self, provider: str, account: str | None) -> None:
+        """An account needs a login: the operator logs it in, LOGIN_AFTER seconds later.
+
+        Each in turn by a reload of the file as it is, or by ending the
+        account's rest (``herdsman accounts end-rest``), as docs/accounts.md
+        says an operator does. Not a fault of the scenario's: its answer.
+        """
+        self._logins += 1
+        by_reload = self._logins % 2 == 0
+        what = f"the operator logs {provider}/{account} in"
+
+        async def log_in() -> None:
+            assert self._life is not None
+            supervisor = self._life.supervisor
+            if by_reload:
+                await self._reload(supervisor, self._valid_config)
+                return
+            with contextlib.suppress(UnknownAccount, NotAdmitting):
+                await supervisor.end_rest(provider, account)
+
+        def deliver() -> Awaitable[None]:
+            self._delivering = what
+            return self.client.hand_over(what, log_in)
+
+        at = trio.current_time() + LOGIN_AFTER
+        self._runner.push(at, ARRIVAL, len(self.scenario.events) + self._logins, deliver)
 
     def _fix_config(self) -> None:
         """Put the last valid file back if the one on disk is not, as an operator would."""
@@ -699,6 +738,8 @@ class _Fuzz:
             status = life.supervisor.status()
             checker.settled(records, status)
         self.links.check(checker)
+        while checker.logins_needed:
+            self._log_in_later(*checker.logins_needed.pop(0))
         for path, run_id in list(self._left.items()):
             if not path.exists():
                 del self._left[path]

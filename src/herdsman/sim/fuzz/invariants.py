@@ -33,6 +33,7 @@ from typing import Any
 import attrs
 
 from herdsman.runtime.store import RunRecord
+from herdsman.sim.fuzz.account_checks import AccountChecks, AgentEnd
 from herdsman.sim.fuzz.removal_waits import RemovalWaits
 
 __all__ = ["Checker", "Violation", "snapshot"]
@@ -145,6 +146,10 @@ class Checker:
         self._expect_queued: list[str] | None = None
         #: Removals under way, told by the fake git, against the traced waits for them.
         self.removals = RemovalWaits(self.fail)
+        #: Budgets, refused logins and retries (their own model of accounts).
+        self.accounts = AccountChecks(self.fail)
+        #: Accounts a ``needs_login`` event named, not yet handed to the operator.
+        self.logins_needed: list[tuple[str, str | None]] = []
 
     # -- what happened -----------------------------------------------------
 
@@ -155,11 +160,13 @@ class Checker:
     def header(self, config: Mapping[str, Any]) -> None:
         """A supervisor (re)started with ``config``."""
         self._limits = _Limits.of(config)
+        self.accounts.configure(config, restart=True)
 
     def crashed(self) -> None:
         """The supervisor died: what it must restate when it comes back."""
         self.removals.crashed()
         self._expect_lost = {r.id for r in self._runs.values() if r.state == "running"}
+        self.accounts.crashed(self._expect_lost)
         self._expect_queued = self._queued_in_order()
 
     def restarted(self) -> None:
@@ -178,6 +185,10 @@ class Checker:
         handler = getattr(self, f"_on_{kind}", None)
         if handler is not None:
             handler(fields)
+
+    def agent_ended(self, run_id: str, end: AgentEnd) -> None:
+        """The fake runner ended ``run_id``'s attempt as its agent said (before its finish)."""
+        self.accounts.agent_ended(run_id, end)
 
     def spawned(self, run_id: str) -> None:
         """The fake runner was asked to run ``run_id``'s process."""
@@ -258,6 +269,7 @@ class Checker:
             self.fail("started twice", f"{run_id} started while {state}")
             return
         self._check_start(run, fields.get("account"))
+        self.accounts.started(run_id, run.provider, fields.get("account"), float(self._now()))
         run.state, run.account, run.spawned = "running", fields.get("account"), False
 
     def _check_start(self, run: _Run, account: str | None) -> None:
@@ -286,8 +298,11 @@ class Checker:
         for other in self._runs.values():
             ahead = keys & self._keys(other)
             if other.state == "queued" and other.seq < run.seq and ahead:
+                waits = other.id in self.accounts.backoff
                 self.fail(
-                    "fifo", f"{run.id} started before {other.id}, queued earlier on {min(ahead)}"
+                    "retry order" if waits else "fifo",
+                    f"{run.id} started before {other.id}, queued earlier on {min(ahead)}"
+                    + (", waiting out a retry's backoff" if waits else ""),
                 )
 
     def _keys(self, run: _Run) -> set[str]:
@@ -314,11 +329,24 @@ class Checker:
         run = self._in_state(fields["run_id"], "running", "finished")
         if run is not None:
             run.state = "queued" if fields.get("requeued") else fields["outcome"]
+            self.accounts.finished(run.id, fields, float(self._now()))
+
+    def _on_retry(self, fields: Mapping[str, Any]) -> None:
+        run = self._in_state(fields["run_id"], "running", "was retried")
+        if run is not None:
+            self.accounts.retried(run.id, run.provider, fields)
+
+    def _on_needs_login(self, fields: Mapping[str, Any]) -> None:
+        self.logins_needed.append((fields["provider"], fields.get("account")))
+
+    def _on_rest_ended(self, fields: Mapping[str, Any]) -> None:
+        self.accounts.rest_ended(fields["provider"], fields.get("account"))
 
     def _on_cancel(self, fields: Mapping[str, Any]) -> None:
         run = self._in_state(fields["run_id"], "queued", "withdrawn from the queue")
         if run is not None:
             run.state = "cancelled"
+            self.accounts.withdrawn(run.id)
 
     def _on_lost(self, fields: Mapping[str, Any]) -> None:
         run_id = fields["run_id"]
@@ -330,6 +358,7 @@ class Checker:
 
     def _on_reload(self, fields: Mapping[str, Any]) -> None:
         self._limits = _Limits.of(fields["config"])
+        self.accounts.configure(fields["config"], restart=False)
 
     # -- after each event --------------------------------------------------
 
@@ -352,7 +381,9 @@ class Checker:
                 )
         for state in ("queued", "running"):
             mine = sum(1 for r in self._runs.values() if r.state == state)
-            if counts[state] != mine:
+            held = counts.get("parked", 0) if state == "queued" else 0
+            # A run waiting out a retry's backoff is queued, held apart (parked).
+            if counts[state] + held != mine:
                 self.fail(
                     "vanished", f"the scheduler holds {counts[state]} {state} run(s); {mine} are"
                 )

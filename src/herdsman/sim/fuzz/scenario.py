@@ -13,7 +13,9 @@ minimiser may drop any of them):
   attempts go (``attempts``: duration, outcome —
   ``failed`` is a provider crash, ``timed_out`` a hang until the idle
   timeout, ``usage_limited`` a usage limit that resets ``resets_in``
-  seconds after it is hit), whether the agent leaves files in its
+  seconds after it is hit; and what its agent's stream says: ``failure``,
+  ``worked``, ``spend``, ``warning``, :mod:`herdsman.sim.fuzz.agent_faults`),
+  whether the agent leaves files in its
   worktrees (``dirty``), and ``on_busy``; ``on_removal``: sent only once a
   removal of its conversation's worktrees begins (``removal_waits``);
 * ``cancel`` — cancel runs (``run_ids``; several at once is a storm);
@@ -32,10 +34,12 @@ minimiser may drop any of them):
 * ``plant_link`` — a link to a folder outside the state dir is planted where
   that conversation's folder would be made (see ``herdsman.sim.fuzz.links``).
 
-The link faults, the shutdown and the follow-up sent during a removal are
+The link faults, the shutdown, the follow-up sent during a removal and
+what agents say (with the retry policies and budgets that act on it) are
 drawn from streams of their own (``Random("links:SEED")``,
-``Random("shutdown SEED")``, ``Random("on removal:SEED")``), so adding them left
-every other draw of a seed as it was.
+``Random("shutdown SEED")``, ``Random("on removal:SEED")``,
+``Random("agents:SEED")``), so adding them left every other draw of a seed
+as it was.
 """
 
 from __future__ import annotations
@@ -46,6 +50,12 @@ from typing import Any, TypeGuard
 
 import attrs
 
+from herdsman.sim.fuzz.agent_faults import (
+    attempt_problem,
+    draw_dress,
+    dress_config,
+    dress_submit,
+)
 from herdsman.sim.fuzz.removal_waits import draw_follow_up_on_removal
 from herdsman.trace import OUTCOMES
 
@@ -165,6 +175,10 @@ def _problem(event: Mapping[str, Any]) -> str | None:
             for a in attempts
         ):
             return f"attempts: expected a list of {{duration, outcome}}, outcome one of {OUTCOMES}"
+        for n, attempt in enumerate(attempts):
+            problem = attempt_problem(attempt)
+            if problem is not None:
+                return f"attempts[{n}].{problem}"
         if not isinstance(event.get("on_removal", False), bool):
             return "on_removal: expected true or false"
     elif kind == "cancel" and not (
@@ -224,9 +238,21 @@ def draw_scenario(seed: int) -> Scenario:
     events += stop
     events += _draw_link_faults(seed, end, layout)
     draw_follow_up_on_removal(seed, events, len(layout.repos), latency)
+    dress = draw_dress(seed, layout.providers)
+    config = dress_config(config, dress)
+    events = [_dressed(seed, event, dress) for event in events]
     # Stable: a fault drawn for the same instant as a submit stays after it.
     events.sort(key=lambda event: event["t"])
     return Scenario(seed, config, tuple(events), latency)
+
+
+def _dressed(seed: int, event: dict[str, Any], dress: Mapping[str, Any]) -> dict[str, Any]:
+    """``event`` with what agents say (a submit) or the seed's policies and budgets (a reload)."""
+    if event["kind"] == "submit":
+        return dress_submit(seed, event)
+    if event["kind"] == "reload":
+        return {**event, "toml": dress_config(event["toml"], dress)}
+    return event
 
 
 def _draw_shutdown(seed: int, config: str, end: float) -> tuple[str, list[dict[str, Any]]]:

@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from herdsman.core.outcome import Outcome
 from herdsman.runtime.git.fake import FakeGit
 from herdsman.runtime.runner import ProcessOutcome, ProcessSpec
 from herdsman.runtime.store import MemoryStore
 from herdsman.runtime.supervisor import Supervisor
+from herdsman.sim.fuzz.agent_faults import agent_end
 from herdsman.sim.fuzz.invariants import Checker
 from herdsman.sim.fuzz.removal_waits import RemovalWaits
 from herdsman.sim.replay import Driver
@@ -89,6 +91,9 @@ class _CheckedGit(FakeGit):
         self._on_remove(path)
 
 
+CANCELLED = Outcome.CANCELLED
+
+
 class _Runner(Driver):
     """The replay's fake runner, plus what agents do that faults are made of.
 
@@ -115,10 +120,17 @@ class _Runner(Driver):
             fuzz.leave_files(Path(repos), run_id)
         ended = await super().execute(spec, **options)
         attempts = submit.get("attempts", [])
-        resets_in = attempts[tries].get("resets_in") if tries < len(attempts) else None
+        attempt = attempts[tries] if tries < len(attempts) else {}
+        resets_in = attempt.get("resets_in")
         if ended.usage_limit is not None and resets_in is not None:
             limit = attrs.evolve(ended.usage_limit, resets_at=fuzz.wall() + float(resets_in))
             ended = attrs.evolve(ended, usage_limit=limit)
+        warning = attempt.get("warning")
+        usage = ended.usage
+        if usage is not None and usage.near_limit is not None and warning is not None:
+            near = attrs.evolve(usage.near_limit, resets_at=fuzz.wall() + warning["resets_in"])
+            ended = attrs.evolve(ended, usage=attrs.evolve(usage, near_limit=near))
+        fuzz.checker.agent_ended(run_id, agent_end(attempt, stopped=ended.status is CANCELLED))
         return ended
 
 

@@ -202,7 +202,7 @@
     const s = state.status;
     const cards = [
       ["running", `${s.running}${s.limits.global != null ? " / " + s.limits.global : ""}`, "runs (global cap)"],
-      ["queued", String(s.queued), "queued"],
+      ["queued", String(s.queued), s.retrying ? `queued (${s.retrying} waiting to retry, the first at ${when(s.next_retry_at)})` : "queued"],
       ["oldest", s.oldest_queued_age == null ? "—" : duration(s.oldest_queued_age), "oldest wait"],
       ["generation", String(s.generation), "configuration generation"],
       ["admitting", s.admitting ? "yes" : "draining", "taking new runs"],
@@ -225,7 +225,7 @@
       return el("tr", { "data-provider": p },
         el("td", { text: p }),
         el("td", { class: "mono", text: `${s.running_by_provider[p] || 0} / ${cap ?? "—"}` }),
-        el("td", { class: "mono", text: String(s.queued_by_provider[p] || 0) }),
+        el("td", { class: "mono", text: String(s.queued_by_provider[p] || 0) + ((s.retrying_by_provider || {})[p] ? ` (${s.retrying_by_provider[p]} retrying)` : "") }),
         el("td", { class: "mono", text: String(s.parked_by_provider[p] || 0) }),
         el("td", { text: waiting ? (waiting.reason || String(waiting)) + (waiting.until ? ` (until ${when(waiting.until)})` : "") : "" }));
     }), "No providers.");

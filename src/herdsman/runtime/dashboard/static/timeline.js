@@ -61,9 +61,46 @@
     return parts.join("\n");
   }
 
+  // One Tab stop for all the bars (a roving tabindex): the current bar has
+  // tabindex 0, every other -1, and the arrow keys move the current bar and the
+  // focus along the bars in the order drawn (lane by lane, each lane in time
+  // order): Right and Down to the next, Left and Up to the previous, Home and
+  // End to the first and the last. The current bar is remembered by run id on
+  // the container, so a redraw (the live stream's) keeps it, and keeps the
+  // focus on it if a bar had the focus.
+  function rove(container, svg, hadFocus) {
+    const links = [...svg.querySelectorAll("a[data-run]")];
+    if (!links.length) return;
+    let current = links.find((a) => a.dataset.run === container.dataset.current) || links[0];
+    const make = (link) => {
+      current.setAttribute("tabindex", "-1");
+      link.setAttribute("tabindex", "0");
+      current = link;
+      container.dataset.current = link.dataset.run;
+    };
+    make(current);
+    if (hadFocus) current.focus();
+    const onKey = (event) => {
+      const at = links.indexOf(current);
+      const to = { ArrowRight: at + 1, ArrowDown: at + 1, ArrowLeft: at - 1, ArrowUp: at - 1, Home: 0, End: links.length - 1 }[event.key];
+      if (to === undefined || event.altKey || event.ctrlKey || event.metaKey) return;
+      event.preventDefault();  // the arrows move the bar, not the page
+      make(links[Math.max(0, Math.min(links.length - 1, to))]);
+      current.focus();
+    };
+    // A click (or a screen reader's own navigation) makes the bar it lands on current.
+    const onFocus = (event) => { if (event.currentTarget !== current) make(event.currentTarget); };
+    // On each bar, not on the svg: Chromium makes an svg that listens for keys a tab stop of its own.
+    for (const link of links) {
+      link.addEventListener("keydown", onKey);
+      link.addEventListener("focus", onFocus);
+    }
+  }
+
   // Draws `runs` between `since` and `until` (unix seconds) into `container`.
   // options.lanes: "slot" or "conversation"; options.link(run): a URL or null.
   function render(container, runs, options) {
+    const hadFocus = container.contains(document.activeElement);
     const since = options.since, until = Math.max(options.until, since + 1);
     const lanes = options.lanes === "conversation" ? conversationLanes(runs) : slotLanes(runs);
     container.replaceChildren();
@@ -95,7 +132,8 @@
       for (const r of lane.runs) {
         const end = r.finished_at == null ? until : r.finished_at;
         const group = options.link && options.link(r)
-          ? node("a", { href: options.link(r), "aria-label": describe(r).replaceAll("\n", ", ") }) : node("g");
+          ? node("a", { href: options.link(r), "aria-label": describe(r).replaceAll("\n", ", "), "data-run": r.id, tabindex: -1 })
+          : node("g");
         group.append(node("title", {}, describe(r)));
         if (lane.waits) {
           const waitEnd = r.started_at == null ? end : r.started_at;
@@ -111,6 +149,7 @@
       }
     });
     container.append(svg);
+    rove(container, svg, hadFocus);
   }
 
   window.HerdsmanTimeline = { render };
