@@ -17,7 +17,7 @@ the same (the result does not depend on the number of workers).
 
 ``--breakdown`` says where a plan's time goes, in CPU seconds of this one
 process (so the machine's other load barely moves it): reading the
-workload, building one replication (drawing it and parsing it), and one
+workload, building one replication (drawing it, as a worker does), and one
 simulation of each configuration on it; then what a plan of that size
 costs in all, and its floor on two cores.
 
@@ -145,6 +145,7 @@ def rounds(month: Path, count: int, workers_only: bool) -> int:
 
 def breakdown(month: Path) -> None:
     from herdsman.config.report import config_as_json  # noqa: PLC0415
+    from herdsman.sim.collector import young_collections_rarer  # noqa: PLC0415
     from herdsman.sim.plan import DEFAULT_ENGINE, read_input, replication  # noqa: PLC0415
     from herdsman.sim.sweep import configure, parse_vary, settings  # noqa: PLC0415
     from herdsman.sim.workload import config_from_trace  # noqa: PLC0415
@@ -155,7 +156,8 @@ def breakdown(month: Path) -> None:
     source = read_input(month)
     read = clock() - began
     began = clock()
-    workload = replication(source, 1, 0)
+    with young_collections_rarer():  # as a worker builds and simulates
+        workload = replication(source, 1, 0)
     build = clock() - began
     varies = [parse_vary(v) for v in VARY]
     header = source.workload.header.config
@@ -166,7 +168,8 @@ def breakdown(month: Path) -> None:
     costs = []
     for loaded in configs:
         began = clock()
-        DEFAULT_ENGINE(workload, loaded)
+        with young_collections_rarer():
+            DEFAULT_ENGINE(workload, loaded)
         costs.append(clock() - began)
     runs = len(workload.plans)
     simulate = sum(costs)

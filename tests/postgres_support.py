@@ -118,3 +118,33 @@ def ledger_member(url: str, name: str, lease: float = 60.0) -> FleetStore:
         lease=lease,
         margin=0.0,
     )
+
+
+#: The server's clock in unix seconds at the moment of the statement, as the ledger reads it.
+SERVER_CLOCK = "extract(epoch FROM clock_timestamp())::double precision"
+
+
+def end_lease(url: str, member_id: str, ago: float = 0.0) -> None:
+    """End the lease of ``member_id`` ``ago`` seconds before now, on the server's clock.
+
+    As if the member had been frozen (a stopped VM) for longer than its
+    lease: what a test would otherwise wait for with a short lease and a
+    sleep, which a loaded machine turns into a lease lapsed too early (before
+    the member's own claim) or too late.
+    """
+    with psycopg.connect(url, autocommit=True) as conn:
+        updated = conn.execute(
+            f"UPDATE supervisors SET lease_until = {SERVER_CLOCK} - %s WHERE id = %s",
+            (ago, member_id),
+        ).rowcount
+    assert updated == 1, f"no member {member_id} in the ledger"
+
+
+def lease_left(url: str, member_id: str) -> float:
+    """How many seconds the lease of ``member_id`` still holds, on the server's clock."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            f"SELECT lease_until - {SERVER_CLOCK} FROM supervisors WHERE id = %s", (member_id,)
+        ).fetchone()
+    assert row is not None, f"no member {member_id} in the ledger"
+    return float(row[0])

@@ -8,6 +8,7 @@ re-exports what is read here, its writer's counterpart.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import math
 from collections.abc import Iterator, Mapping
@@ -74,7 +75,11 @@ def read_trace(path: Path) -> tuple[TraceHeader, Iterator[TraceEvent]]:
 
 def read_trace_text(text: str, name: str) -> tuple[TraceHeader, Iterator[TraceEvent]]:
     """:func:`read_trace` for a trace held in memory; ``name`` stands for the file."""
-    lines = ((n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip())
+    # Split as a file read in text mode is (lines end at \n, \r or \r\n only):
+    # str.splitlines() would also break a line at a U+2028 in a prompt.
+    lines = (
+        (n, line) for n, line in enumerate(io.StringIO(text, newline=None), start=1) if line.strip()
+    )
     path = Path(name)
     try:
         number, first = next(lines)

@@ -7,6 +7,7 @@ others only re-export.
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Iterator
 
@@ -27,3 +28,14 @@ def _restore_herdsman_log_level() -> Iterator[None]:
 def quiet_herdsman() -> None:
     """Silence the simulated supervisor: faults make it log warnings by the hundred."""
     logging.getLogger("herdsman").setLevel(logging.CRITICAL)
+
+
+@pytest.fixture
+def thresholds() -> Iterator[tuple[int, int, int]]:
+    """The collector's thresholds, set to values of the test's own and put back after it."""
+    before = gc.get_threshold()
+    gc.set_threshold(500, 7, 9)
+    try:
+        yield gc.get_threshold()
+    finally:
+        gc.set_threshold(*before)

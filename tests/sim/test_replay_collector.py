@@ -7,26 +7,15 @@ live object, none of them garbage) is in docs/simulator.md.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sim_workloads import busy_trace
 
 from herdsman.runtime.store import MemoryStore, NewRun, RunRecord
-from herdsman.sim.replay import YOUNG_COLLECTIONS_RARER, replay, young_collections_rarer
+from herdsman.sim.collector import YOUNG_COLLECTIONS_RARER, young_collections_rarer
+from herdsman.sim.replay import replay
 from herdsman.sim.workload import config_from_trace, read_workload
-
-
-@pytest.fixture
-def thresholds() -> Iterator[tuple[int, int, int]]:
-    """The process's thresholds, set to values of the test's own and put back after it."""
-    before = gc.get_threshold()
-    gc.set_threshold(500, 7, 9)
-    try:
-        yield gc.get_threshold()
-    finally:
-        gc.set_threshold(*before)
 
 
 class Watching(MemoryStore):

@@ -27,6 +27,7 @@ __all__ = [
     "Elsewhere",
     "FleetUsage",
     "amount_text",
+    "leaves_window",
     "spent_with_estimate",
 ]
 
@@ -177,16 +178,24 @@ def _spent_with_estimate(unit: BudgetUnit, ended: Sequence[_Ended], running: int
     return spent_with_estimate(total, stated, running)
 
 
-class AccountState:
-    """One configured account's live state, as the account book keeps it.
+#: ``AccountState._used_at`` when nothing is remembered: no moment is at or after it.
+_FORGOTTEN = math.inf
 
-    Its runs running now, its starts and the runs that ended in its rolling
-    window (what its budget counts), its rest after a usage limit, a
-    provider's near-limit warning, a needed login, and what other fleet
-    members ran on it (``elsewhere``, a :class:`FleetUsage`).
+
+class AccountState:
+    """One configured account: its spec, its runs, its usage in the window, and its rest.
+
+    Its usage is asked several times per start (can it take a run, how much of
+    its budget is used, when time frees it), so it is remembered (:meth:`used`)
+    until something it counts changes: every change to the runs, the spec or
+    the usage elsewhere goes through a method here that forgets it.
     """
 
     __slots__ = (
+        "_oldest",
+        "_used",
+        "_used_at",
+        "_used_last",
         "elsewhere",
         "ended",
         "exhausted_until",
@@ -215,9 +224,63 @@ class AccountState:
         self.runs_started = 0
         # Other fleet members' usage (None outside a fleet): replaced whole at each poll.
         self.elsewhere: FleetUsage | None = None
+        # used(): the usage last worked out, at _used_at; it holds up to _used_last
+        # while the window's horizon stays before _oldest, the oldest use counted.
+        self._used = 0.0
+        self._used_at = _FORGOTTEN
+        self._used_last = math.inf
+        self._oldest = math.inf
 
-    def expire(self, now: float) -> None:
-        """Forget the starts and ends that left the window by ``now`` (none without a window)."""
+    # -- changes (each forgets the usage remembered) -------------------------
+
+    def configure(self, spec: AccountSpec) -> None:
+        """New limits (a reload): its window, budget and unit may change what counts."""
+        self.spec = spec
+        self._used_at = _FORGOTTEN
+
+    def set_elsewhere(self, elsewhere: FleetUsage | None) -> None:
+        """Other fleet members' runs on the account, as the last poll saw them."""
+        self.elsewhere = elsewhere
+        self._used_at = _FORGOTTEN
+
+    def begin(self, run_id: str, now: float) -> None:
+        """``run_id`` started on the account at ``now``."""
+        self.running[run_id] = now
+        self.runs_started += 1
+        if self.spec.window is not None:
+            self._expire(now)
+            self.starts.append(now)
+        self._used_at = _FORGOTTEN
+
+    def end(self, run_id: str, now: float, spawned: bool, charge: Charge) -> None:
+        """``run_id`` ended at ``now``; never spawned, its start is taken back."""
+        start = self.running.pop(run_id)
+        if not spawned:
+            self.runs_started -= 1
+            if start in self.starts:
+                self.starts.remove(start)
+        elif self.spec.window is not None:
+            self.ended.add(now, max(0.0, now - start), charge)
+        self._used_at = _FORGOTTEN
+
+    def charge(self, end: float, charge: Charge) -> None:
+        """What a run that ended at ``end`` spent, known after its end was counted."""
+        if self.spec.window is not None:
+            self.ended.add(end, 0.0, charge)
+            self._used_at = _FORGOTTEN
+
+    def record(self, start: float, end: float | None, charge: Charge = NO_CHARGE) -> None:
+        """Count a run's usage (``end`` None: the run is still running)."""
+        if self.spec.window is None:
+            return
+        insort(self.starts, start)
+        if end is not None:
+            self.ended.add(end, max(0.0, end - start), charge)
+        self._used_at = _FORGOTTEN
+
+    # -- usage -----------------------------------------------------------------
+
+    def _expire(self, now: float) -> None:
         window = self.spec.window
         if window is None:
             return
@@ -256,6 +319,44 @@ class AccountState:
             seconds += elsewhere.seconds_at(now, horizon)
         return seconds / 60.0
 
+    def used(self, now: float) -> float:
+        """:meth:`usage` at ``now``, worked out again only when it may differ from the last.
+
+        What was worked out holds while nothing it counts changed (each change
+        forgets it), ``now`` is not before the moment it was worked out, and
+        nothing it counts has left the window since: the window's horizon is
+        still before the oldest use, compared as :func:`_expire` compares.
+        Minutes of running runs grow with time, so with any, it holds only at
+        the very moment it was worked out.
+        """
+        window = self.spec.window
+        if self._used_at <= now <= self._used_last and (
+            window is None or now - window < self._oldest
+        ):
+            return self._used
+        used = self.usage(now)
+        elsewhere = self.elsewhere
+        growing = self.spec.unit == "run_minutes" and bool(
+            self.running or (elsewhere is not None and elsewhere.running)
+        )
+        self._used, self._used_at = used, now
+        self._used_last = now if growing else math.inf
+        self._oldest = self._oldest_counted()
+        return used
+
+    def _oldest_counted(self) -> float:
+        """The oldest start or end counted (here or elsewhere): the first to leave the window."""
+        oldest = math.inf
+        sources: tuple[AccountState | FleetUsage, ...] = (
+            (self,) if self.elsewhere is None else (self, self.elsewhere)
+        )
+        for source in sources:
+            if source.starts:
+                oldest = min(oldest, source.starts[0])
+            if source.ended.entries:
+                oldest = min(oldest, source.ended.entries[0][0])
+        return oldest
+
     def oldest_use(self) -> float | None:
         """When the oldest usage counted toward the budget happened: a start, or an end.
 
@@ -270,8 +371,26 @@ class AccountState:
             times = [source.ended.entries[0][0] for source in sources if source.ended.entries]
         return min(times) if times else None
 
+    def can_take(self, now: float) -> bool:
+        """Whether the account can take a run now: :meth:`why_not` is None, without its words.
+
+        Asked for every account before every start, on the usage remembered
+        (:meth:`used`); the property tests hold it to :meth:`why_not`.
+        """
+        until = self.exhausted_until
+        if until is not None:
+            if until > now:
+                return False
+            self.exhausted_until = self.message = None
+        if self.needs_login is not None:
+            return False
+        spec = self.spec
+        if spec.concurrency is not None and len(self.running) >= spec.concurrency:
+            return False
+        return spec.budget is None or self.used(now) < spec.budget
+
     def why_not(self, now: float) -> str | None:
-        """Why the account cannot take a run now, or None if it can."""
+        """Why the account cannot take a run now, or None if it can (for status views)."""
         if self.exhausted_until is not None:
             if self.exhausted_until > now:
                 return "usage limit reached"
@@ -297,7 +416,7 @@ class AccountState:
 
     def share_used(self, now: float) -> float:
         budget = self.spec.budget
-        return 0.0 if budget is None else self.usage(now) / budget
+        return 0.0 if budget is None else self.used(now) / budget
 
     def free_at(self, now: float) -> float | None:
         """When time alone lifts what blocks the account (None: time alone never does)."""
@@ -307,7 +426,7 @@ class AccountState:
         if self.exhausted_until is not None and self.exhausted_until > now:
             times.append(self.exhausted_until)
         spec = self.spec
-        if spec.budget is not None and spec.window is not None and self.usage(now) >= spec.budget:
+        if spec.budget is not None and spec.window is not None and self.used(now) >= spec.budget:
             # The oldest usage leaving the window is the first chance to drop
             # below the budget; a spurious wake-up then is harmless.
             oldest = self.oldest_use()
@@ -315,18 +434,25 @@ class AccountState:
                 # Only running runs use it up: their end will tell (another
                 # member's, at the poll that sees it end).
                 return None
-            times.append(oldest + spec.window)
+            times.append(leaves_window(oldest, spec.window))
         if not times:
             return None
         return max(times)
 
-    def record(self, start: float, end: float | None, charge: Charge = NO_CHARGE) -> None:
-        """Count a run's usage (``end`` None: the run is still running)."""
-        if self.spec.window is None:
-            return
-        insort(self.starts, start)
-        if end is not None:
-            self.ended.add(end, max(0.0, end - start), charge)
+
+def leaves_window(at: float, window: float) -> float:
+    """The first moment a use at ``at`` is out of a ``window`` rolling back from it.
+
+    ``at + window``, made exact for the test :func:`_expire` makes (a use
+    leaves once ``now - window >= at``, in floating point), so that an
+    account blocked until then is never free a moment sooner.
+    """
+    moment = at + window
+    while moment - window >= at:
+        moment = math.nextafter(moment, -math.inf)
+    while moment - window < at:
+        moment = math.nextafter(moment, math.inf)
+    return moment
 
 
 def _expire(starts: deque[float], ended: _Ended, horizon: float) -> None:

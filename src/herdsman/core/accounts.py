@@ -165,6 +165,10 @@ class AccountBook:
         # Accounts given runs ahead of their start: run id -> account name.
         self._pins: dict[str, str | None] = {}
         self._plain_picks: dict[str | None, Pick] = {}
+        # Providers none of whose accounts can take a run: (since, until), as
+        # blocked_until found at ``since``. Every change to one of a provider's
+        # accounts pops its entry; time alone changes nothing before ``until``.
+        self._blocked: dict[str, tuple[float, float]] = {}
         #: Whether time alone may ever make an account available again (see
         #: :meth:`next_change`): some account has a budget over a window, or
         #: some account has rested. False means :meth:`next_change` is None for
@@ -195,15 +199,17 @@ class AccountBook:
             account = old.pop(spec.name, None) or self._retired.pop((provider, spec.name), None)
             if account is None:
                 account = AccountState(spec)
-            account.spec = spec
+            account.configure(spec)
             accounts.append(account)
         self._accounts[provider] = accounts
+        self._blocked.pop(provider, None)
         for name, account in old.items():
             if account.running:
                 self._retired[(provider, name)] = account
 
     def remove_provider(self, provider: str) -> None:
         """Forget a provider; its running runs keep their accounts until they end."""
+        self._blocked.pop(provider, None)
         for account in self._accounts.pop(provider, ()):
             if account.running:
                 self._retired[(provider, account.spec.name)] = account
@@ -221,11 +227,40 @@ class AccountBook:
 
     def available(self, provider: str, now: float) -> bool:
         """Whether some account of ``provider`` can take a run now."""
+        return self.blocked_until(provider, now) is None
+
+    def blocked_until(self, provider: str, now: float) -> float | None:
+        """None if some account of ``provider`` can take a run now; else until when none can.
+
+        That is the first moment time alone may free one (:meth:`next_change`),
+        or ``math.inf`` if only an event can (a run's end, a reload). Asked
+        before every start and whenever runs wait, it is remembered until that
+        moment: only a change to one of the provider's accounts (a start, an
+        end, a rest, a reload...) can free one sooner, and each forgets it.
+        """
+        known = self._blocked.get(provider)
+        if known is not None and known[0] <= now < known[1]:
+            return known[1]
+        accounts = self._accounts.get(provider, ())
         # A plain loop: asked before every start, where any() over a generator costs twice.
-        for account in self._accounts.get(provider, ()):
-            if account.why_not(now) is None:
-                return True
-        return False
+        for account in accounts:
+            spec = account.spec
+            # A free account only a rest can stop (the ambient one, as a rule)
+            # needs no call of can_take.
+            if (
+                account.exhausted_until is None
+                and account.needs_login is None
+                and spec.concurrency is None
+                and spec.budget is None
+            ) or account.can_take(now):
+                return None
+        until = math.inf
+        for account in accounts:
+            free_at = account.free_at(now)
+            if free_at is not None and free_at < until:
+                until = free_at
+        self._blocked[provider] = (now, until)
+        return until
 
     def pick(self, provider: str, conversation: str | None, now: float) -> Pick | None:
         """The account a run of ``conversation`` should spend, or None if none can."""
@@ -245,26 +280,36 @@ class AccountBook:
             # start asks this every time.
             best = accounts[0]
             spec = best.spec
-            # why_not, without its call, for an account only a rest can stop
+            # can_take, without its call, for an account only a rest can stop
             # (no cap, no budget: the ambient one, as a rule) that is not resting.
             if not (
                 best.exhausted_until is None
                 and best.needs_login is None
                 and spec.concurrency is None
                 and spec.budget is None
-            ) and (best.why_not(now) is not None):
+            ) and not best.can_take(now):
                 return None
         else:
-            best_key: tuple[bool, int, float, int] | None = None
-            for index, account in enumerate(accounts):
-                if account.why_not(now) is not None:
+            # Not near its limit first, then the fewest running runs, then the
+            # smallest share of its budget used, then config order (the first
+            # kept). The share is worked out only to break a tie.
+            best_rank: tuple[bool, int] | None = None
+            best_share: float | None = None
+            for account in accounts:
+                if not account.can_take(now):
                     continue
                 if has_last and account.spec.name == last:
                     # Near its limit or not: the conversation's session lives there.
                     return self._plain_pick(last), account
-                key = (account.near(now), len(account.running), account.share_used(now), index)
-                if best_key is None or key < best_key:
-                    best, best_key = account, key
+                rank = (account.near(now), len(account.running))
+                if best is None or best_rank is None or rank < best_rank:
+                    best, best_rank, best_share = account, rank, None
+                elif rank == best_rank:
+                    if best_share is None:
+                        best_share = best.share_used(now)
+                    share = account.share_used(now)
+                    if share < best_share:
+                        best, best_share = account, share
             if best is None:
                 return None
         name = best.spec.name
@@ -294,7 +339,7 @@ class AccountBook:
             return None
         name = self._pins.pop(run_id)
         for held in self._accounts.get(provider, ()):  # configured ones only
-            if held.spec.name == name and held.why_not(now) is None:
+            if held.spec.name == name and held.can_take(now):
                 return Pick(name), held
         return None
 
@@ -320,12 +365,9 @@ class AccountBook:
 
     def _hold(self, run_id: str, provider: str, held: AccountState, now: float) -> None:
         """:meth:`start` on an account already found."""
-        held.running[run_id] = now
-        held.runs_started += 1
-        if held.spec.window is not None:
-            held.expire(now)
-            held.starts.append(now)
+        held.begin(run_id, now)
         self._holders[run_id] = (provider, held)
+        self._blocked.pop(provider, None)
 
     def finish(
         self, run_id: str, now: float, *, spawned: bool = True, charge: Charge = NO_CHARGE
@@ -341,13 +383,8 @@ class AccountBook:
         if holder is None:
             return  # a run that started before accounts were known to the book
         provider, account = holder
-        start = account.running.pop(run_id)
-        if not spawned:
-            account.runs_started -= 1
-            if start in account.starts:
-                account.starts.remove(start)
-        elif account.spec.window is not None:
-            account.ended.add(now, max(0.0, now - start), charge)
+        account.end(run_id, now, spawned, charge)
+        self._blocked.pop(provider, None)
         if not account.running and self._retired.get((provider, account.spec.name)) is account:
             del self._retired[(provider, account.spec.name)]
 
@@ -399,6 +436,7 @@ class AccountBook:
             self.may_free_in_time = True
             held.exhausted_until = until
             held.message = message
+            self._blocked.pop(provider, None)
 
     def wake(self, provider: str, account: str | None) -> bool:
         """End ``account``'s rest now (an operator knows better); False if unknown.
@@ -410,6 +448,7 @@ class AccountBook:
             return False
         held.exhausted_until = held.message = None
         held.needs_login = held.near_until = None
+        self._blocked.pop(provider, None)
         return True
 
     def charge(self, provider: str, account: str | None, end: float, charge: Charge) -> None:
@@ -419,8 +458,9 @@ class AccountBook:
         itself was counted at its finish, without them).
         """
         held = self._find(provider, account)
-        if held is not None and held.spec.window is not None:
-            held.ended.add(end, 0.0, charge)
+        if held is not None:
+            held.charge(end, charge)
+            self._blocked.pop(provider, None)
 
     def warn(self, provider: str, account: str | None, until: float) -> None:
         """The provider warned that ``account`` is near its limit: prefer others until ``until``.
@@ -430,12 +470,14 @@ class AccountBook:
         held = self._find(provider, account)
         if held is not None:
             held.near_until = until
+            self._blocked.pop(provider, None)
 
     def need_login(self, provider: str, account: str | None, message: str) -> None:
         """A run on ``account`` failed to authenticate: it takes no run until :meth:`logged_in`."""
         held = self._find(provider, account)
         if held is not None:
             held.needs_login = message
+            self._blocked.pop(provider, None)
 
     def logged_in(self) -> list[tuple[str, str | None]]:
         """Every account that needed a login may take runs again (a reload); which did."""
@@ -444,6 +486,7 @@ class AccountBook:
             if account.needs_login is not None:
                 account.needs_login = None
                 cleared.append((provider, account.spec.name))
+                self._blocked.pop(provider, None)
         return cleared
 
     # -- the rest of a fleet ----------------------------------------------
@@ -460,7 +503,8 @@ class AccountBook:
         for use in uses:
             found.setdefault(use[:2], []).append(use)
         for provider, account, _ in self._every_account():
-            account.elsewhere = FleetUsage(found.get((provider, account.spec.name), ()))
+            account.set_elsewhere(FleetUsage(found.get((provider, account.spec.name), ())))
+            self._blocked.pop(provider, None)
 
     def sync_rests(
         self, limits: Iterable[tuple[str, str | None, float, str]], now: float
@@ -484,10 +528,12 @@ class AccountBook:
                     self.may_free_in_time = True
                     account.exhausted_until, account.message = rest
                     changes.append((provider, account.spec.name, rest[0]))
+                    self._blocked.pop(provider, None)
             elif account.exhausted_until is not None:
                 if account.exhausted_until > now:
                     changes.append((provider, account.spec.name, None))
                 account.exhausted_until = account.message = None
+                self._blocked.pop(provider, None)
         return changes
 
     def _every_account(self) -> list[tuple[str, AccountState, bool]]:
@@ -515,6 +561,7 @@ class AccountBook:
         held = self._find(provider, account)
         if held is not None:
             held.record(started_at, finished_at, charge)
+            self._blocked.pop(provider, None)
 
     def remember(self, provider: str, conversation: str, account: str | None) -> None:
         """The account ``conversation`` used last (its session lives there)."""
@@ -528,7 +575,11 @@ class AccountBook:
         return None if holder is None else holder[1].spec.name
 
     def next_change(self, provider: str, now: float) -> float | None:
-        """When time alone may make an account of ``provider`` available again."""
+        """When time alone may make an account of ``provider`` available again.
+
+        With none available now, :meth:`blocked_until` (``math.inf`` there
+        is None here).
+        """
         times = [t for account in self._accounts.get(provider, ()) if (t := account.free_at(now))]
         return min(times) if times else None
 
@@ -598,20 +649,7 @@ class AccountGate:
 
     def can_start(self, provider: str) -> bool:
         """Whether some account of ``provider`` can take a run now."""
-        # AccountBook.available's loop, one call less: asked before every start.
-        now = self._now
-        for account in self._book._accounts.get(provider, ()):
-            spec = account.spec
-            # As in AccountBook._choose: a free account only a rest can stop
-            # needs no call of why_not.
-            if (
-                account.exhausted_until is None
-                and account.needs_login is None
-                and spec.concurrency is None
-                and spec.budget is None
-            ) or account.why_not(now) is None:
-                return True
-        return False
+        return self._book.blocked_until(provider, self._now) is None
 
     def started(self, run: RunRequest) -> None:
         """Give ``run`` its account."""

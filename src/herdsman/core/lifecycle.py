@@ -369,9 +369,9 @@ class Lifecycle:
         if not (book.may_free_in_time and scheduler.queued_count):
             return soonest  # nothing waits, or time alone frees no account
         for provider in book.providers:
-            if scheduler.queued_for(provider) and not book.available(provider, now):
-                at = book.next_change(provider, now)
-                if at is not None and (soonest is None or at < soonest):
+            if scheduler.queued_for(provider):
+                at = book.blocked_until(provider, now)  # None: available now
+                if at is not None and at != math.inf and (soonest is None or at < soonest):
                     soonest = at
         return soonest
 

@@ -49,6 +49,7 @@ from herdsman.runtime.store import RunRecord, StoreError
 from herdsman.runtime.store.fleet import ClaimResult, ClaimRules, Poll, Refusal
 from herdsman.runtime.supervisor import NotAdmitting, RunConflict, RunNotFound, Supervisor
 from herdsman.sim.bounds import WALL_LIMIT, run_watched
+from herdsman.sim.collector import young_collections_rarer
 from herdsman.sim.fleet_members import (
     Member,
     _Input,
@@ -64,7 +65,6 @@ from herdsman.sim.replay import (
     deliver_arrival,
     drive,
     new_run,
-    young_collections_rarer,
 )
 from herdsman.sim.trio_internals import mock_time, plain_instruments, shuffle_trio
 from herdsman.sim.workload import (

@@ -22,9 +22,17 @@ import attrs
 from herdsman.sim.model import Model, ModelError, model_to_json
 from herdsman.sim.spend import ENDINGS
 from herdsman.sim.spend_model import draw_spend
-from herdsman.sim.workload import Workload, read_workload
+from herdsman.sim.workload import Workload, read_workload, workload_from_events
+from herdsman.trace import TRACE_VERSION, TraceEvent, TraceHeader
 
-__all__ = ["Samples", "generate", "load_samples", "recorded_durations", "recorded_gaps"]
+__all__ = [
+    "Samples",
+    "generate",
+    "generate_workload",
+    "load_samples",
+    "recorded_durations",
+    "recorded_gaps",
+]
 
 #: Outcomes of recorded attempts whose duration is the time the work took
 #: (a cancelled or usage-limited attempt was cut short).
@@ -93,6 +101,41 @@ def load_samples(model: Model) -> Samples:
 
 def generate(model: Model, config: Mapping[str, Any], seed: int, samples: Samples) -> str:
     """The trace text of a workload drawn from ``model`` with ``seed``, under ``config``."""
+    header, events = _draw(model, config, seed, samples)
+    lines = [_dumps(header)]
+    lines += [
+        _dumps({"t": t, "seq": seq, "event": "submit", **fields})
+        for seq, (t, fields) in enumerate(events)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def generate_workload(
+    model: Model, config: Mapping[str, Any], seed: int, samples: Samples, name: str
+) -> Workload:
+    """The workload :func:`generate`'s text reads as, drawn without writing it out.
+
+    A plan builds each replication this way: the same header and submit
+    lines (a test compares the two for many models), without the JSON that
+    a file needs and the checks that a file a person may have edited
+    needs. ``name`` stands for the file in messages.
+    """
+    header, events = _draw(model, config, seed, samples)
+    # The one header line is read back as written, so its values have JSON's
+    # types (lists, not the model's tuples) as they would from the file.
+    line = json.loads(_dumps(header))
+    read = TraceHeader(TRACE_VERSION, line["started_at"], line["config"], None, line["generator"])
+    # Line 1 is the header: event number n is on line n + 2.
+    lines = (
+        TraceEvent(t, seq, "submit", fields, seq + 2) for seq, (t, fields) in enumerate(events)
+    )
+    return workload_from_events(read, lines, name)
+
+
+def _draw(
+    model: Model, config: Mapping[str, Any], seed: int, samples: Samples
+) -> tuple[dict[str, Any], list[tuple[float, dict[str, Any]]]]:
+    """The header line, and each submit's time and other fields in trace order."""
     rng = random.Random(seed)
     starts = _conversation_starts(model, samples, rng)
     names = [name for name, _ in model.providers]
@@ -108,10 +151,7 @@ def generate(model: Model, config: Mapping[str, Any], seed: int, samples: Sample
             duration = round(_duration(model, samples, rng), 3)
             index = len(events)
             outcome, failure = _outcome(model, limited.get(provider, 0.0), rng)
-            event: dict[str, Any] = {
-                "t": round(t, 6),
-                "seq": 0,
-                "event": "submit",
+            fields: dict[str, Any] = {
                 "run": {
                     "id": f"r{index:06d}",
                     "provider": provider,
@@ -121,27 +161,23 @@ def generate(model: Model, config: Mapping[str, Any], seed: int, samples: Sample
                 "outcome": outcome,
             }
             if failure is not None:
-                event["failure"] = failure
+                fields["failure"] = failure
             spends = tokens.get(provider)
             if spends is not None:
-                event["spend"] = draw_spend(
+                fields["spend"] = draw_spend(
                     spends, prices.get(provider), duration, mean_duration, rng
                 )
-            events.append((event["t"], index, event))
+            events.append((round(t, 6), index, fields))
             think = rng.expovariate(1 / model.think) if model.think > 0 else 0.0
             t += duration + think
     events.sort(key=lambda item: (item[0], item[1]))
     header = {
-        "herdsman_trace": 1,
+        "herdsman_trace": TRACE_VERSION,
         "started_at": model.started_at,
         "config": config,
         "generator": {"seed": seed, "model": model_to_json(model)},
     }
-    lines = [_dumps(header)]
-    for seq, (_, _, event) in enumerate(events):
-        event["seq"] = seq
-        lines.append(_dumps(event))
-    return "\n".join(lines) + "\n"
+    return header, [(t, fields) for t, _, fields in events]
 
 
 def _dumps(obj: Mapping[str, Any]) -> str:

@@ -38,8 +38,14 @@ import attrs
 
 from herdsman.config import LoadedConfig
 from herdsman.config.report import config_as_json
+from herdsman.sim.collector import young_collections_rarer
 from herdsman.sim.cost import Price, configuration_cost
-from herdsman.sim.generate import Samples, generate, load_samples, recorded_durations
+from herdsman.sim.generate import (
+    Samples,
+    generate_workload,
+    load_samples,
+    recorded_durations,
+)
 from herdsman.sim.metrics import METRICS, SPEND_METRICS, Metrics, measure
 from herdsman.sim.model import Model, ModelError, model_from_json
 from herdsman.sim.slo import Slo, Verdict
@@ -49,9 +55,9 @@ from herdsman.sim.workload import (
     RunPlan,
     Workload,
     config_from_trace,
-    read_workload,
     read_workload_text,
 )
+from herdsman.trace import TraceFormatError
 
 __all__ = [
     "DEFAULT_ENGINE",
@@ -110,6 +116,8 @@ class PlanInput:
     model: Model | None
     seed: int | None
     samples: Samples
+    #: The file's text, which ``workload`` was read from: what a worker process is given.
+    text: str = attrs.field(eq=False, repr=False)
 
     @property
     def kind(self) -> str:
@@ -119,15 +127,24 @@ class PlanInput:
 
 def read_input(path: Path) -> PlanInput:
     """Read ``path``; TraceFormatError or ModelError naming it if it is not usable."""
-    workload = read_workload(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read trace: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(
+            f"{path}: not UTF-8 text (byte {exc.start} cannot be decoded): not a trace"
+        ) from None
+    with young_collections_rarer():  # reading keeps every arrival and attempt it makes
+        workload = read_workload_text(text, str(path))
     generator = workload.header.generator
     if generator is None:
-        return PlanInput(path, workload, None, None, Samples())
+        return PlanInput(path, workload, None, None, Samples(), text)
     model = model_from_json(generator.get("model") or {}, f"{path}:1")
     seed = generator.get("seed")
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ModelError(f"{path}:1: generator.seed: expected a whole number, got {seed!r}")
-    return PlanInput(path, workload, model, seed, load_samples(model))
+    return PlanInput(path, workload, model, seed, load_samples(model), text)
 
 
 def replication_seed(seed: int, replication: int) -> int:
@@ -139,11 +156,10 @@ def replication(source: PlanInput, number: int, seed: int) -> Workload:
     """Replication ``number`` of ``source`` (see the module docstring)."""
     if number == 0:
         return source.workload
-    drawn = replication_seed(seed, number)
     if source.model is not None:
-        header = source.workload.header
-        text = generate(source.model, header.config, drawn, source.samples)
-        return read_workload_text(text, f"{source.path} (replication {number})")
+        config = source.workload.header.config
+        return _drawn(source.path, source.model, config, source.samples, number=number, seed=seed)
+    drawn = replication_seed(seed, number)
     try:
         pool = recorded_durations(source.workload, str(source.path))
     except ModelError:
@@ -162,6 +178,14 @@ def replication(source: PlanInput, number: int, seed: int) -> Workload:
         for run_id, plan in source.workload.plans.items()
     }
     return attrs.evolve(source.workload, plans=plans)
+
+
+def _drawn(
+    path: Path, model: Model, config: Mapping[str, Any], samples: Samples, *, number: int, seed: int
+) -> Workload:
+    """Replication ``number`` >= 1 of the workload generated from ``model`` under ``config``."""
+    name = f"{path} (replication {number})"
+    return generate_workload(model, config, replication_seed(seed, number), samples, name)
 
 
 #: ``--replications auto``: the first look, and the default cap.
@@ -264,33 +288,84 @@ class PlanResult:
 
 @attrs.frozen
 class _Job:
-    """What every worker needs once: the source, configurations, seed and engine."""
+    """What every worker needs once: the input, configurations, seed and engine.
 
-    source: PlanInput
+    The input goes as its text, with what its header says a generated
+    workload's replications are drawn from, not as the workload read from
+    it: a worker reads the text only when it needs the workload itself
+    (replication 0, or any replication of a recorded trace). Pickling a
+    month's 20,000 runs for each worker, and unpickling them in each, cost
+    more than reading them (docs/capacity-planning.md).
+    """
+
+    path: Path
+    text: str
+    model: Model | None
+    model_seed: int | None
+    samples: Samples
+    #: The header's configuration, which a generated workload's replications are drawn under.
+    config: Mapping[str, Any]
     configs: tuple[Mapping[str, Any], ...]
     seed: int
     engine: Engine
+
+    @classmethod
+    def of(
+        cls, source: PlanInput, configs: tuple[Mapping[str, Any], ...], seed: int, engine: Engine
+    ) -> _Job:
+        """The job of a plan of ``source``."""
+        header = source.workload.header
+        return cls(
+            source.path,
+            source.text,
+            source.model,
+            source.seed,
+            source.samples,
+            header.config,
+            configs,
+            seed,
+            engine,
+        )
 
 
 class _Worker:
     """Runs simulations of one job, keeping the replication it built last.
 
-    Tasks come replication by replication, so a worker builds (generates
-    and parses) a replication once for all the configurations it runs on it.
+    Tasks come replication by replication, so a worker builds (draws) a
+    replication once for all the configurations it runs on it. ``source``:
+    the input already read (in the process that read it), else read from
+    the job's text the first time it is needed.
     """
 
-    def __init__(self, job: _Job) -> None:
+    def __init__(self, job: _Job, source: PlanInput | None = None) -> None:
         self.job = job
+        self._source = source
         self._loaded: dict[int, LoadedConfig] = {}
         self._built: tuple[int, Workload] | None = None
 
     def simulate(self, replication_number: int, configs: Sequence[int]) -> list[Metrics]:
-        if self._built is None or self._built[0] != replication_number:
-            drawn = replication(self.job.source, replication_number, self.job.seed)
-            # A plan changes the configuration: a recorded reload would put the old one back.
-            self._built = (replication_number, _without_reloads(drawn))
-        workload = self._built[1]
-        return [self.job.engine(workload, self._config(c)) for c in configs]
+        # Building keeps every arrival and attempt it makes, and so does the
+        # engine: no cyclic garbage worth the default collector's full passes.
+        with young_collections_rarer():
+            if self._built is None or self._built[0] != replication_number:
+                drawn = self._replication(replication_number)
+                # A plan changes the configuration: a recorded reload would put the old one back.
+                self._built = (replication_number, _without_reloads(drawn))
+            workload = self._built[1]
+            return [self.job.engine(workload, self._config(c)) for c in configs]
+
+    def _replication(self, number: int) -> Workload:
+        job = self.job
+        if number > 0 and job.model is not None:
+            return _drawn(
+                job.path, job.model, job.config, job.samples, number=number, seed=job.seed
+            )
+        if self._source is None:
+            workload = read_workload_text(job.text, str(job.path))
+            self._source = PlanInput(
+                job.path, workload, job.model, job.model_seed, job.samples, job.text
+            )
+        return replication(self._source, number, job.seed)
 
     def _config(self, number: int) -> LoadedConfig:
         if number not in self._loaded:
@@ -315,14 +390,21 @@ def _run_task(task: tuple[int, tuple[int, ...]]) -> tuple[int, tuple[int, ...], 
 
 
 def _tasks(batch: Mapping[int, Sequence[int]], workers: int) -> list[tuple[int, tuple[int, ...]]]:
-    """Replication-major tasks, configurations split only when too few to share out."""
-    count = sum(1 for configs in batch.values() if configs)
-    pieces = max(1, -(-2 * workers // max(count, 1))) if workers > 1 else 1
-    tasks = []
-    for number in sorted(batch):
+    """Replication-major tasks: whole replications while every worker can have one.
+
+    The replications left over once the rest are shared out evenly (fewer
+    than ``workers``) are dealt out: each in ``workers`` tasks, one
+    configuration in ``workers`` each, so no worker waits a whole replication
+    for the last one to finish. Dealt, not cut in runs, since neighbouring
+    configurations of a sweep cost about the same. Each worker builds such a
+    replication for itself, which costs less than one simulation on it.
+    """
+    numbers = [number for number in sorted(batch) if batch[number]]
+    whole = len(numbers) - len(numbers) % workers
+    tasks = [(number, tuple(batch[number])) for number in numbers[:whole]]
+    for number in numbers[whole:]:
         configs = tuple(batch[number])
-        size = max(1, -(-len(configs) // pieces))
-        tasks += [(number, configs[i : i + size]) for i in range(0, len(configs), size)]
+        tasks += [(number, configs[i::workers]) for i in range(min(workers, len(configs)))]
     return tasks
 
 
@@ -355,12 +437,12 @@ def plan(
         configuration_cost(config, prices, "--vary " + _label(combo)) if prices else None
         for config, combo in zip(configs, combos, strict=True)
     ]
-    job = _Job(source, configs, seed, engine)
+    job = _Job.of(source, configs, seed, engine)
     results: dict[tuple[int, int], Metrics] = {}
     undecided = list(range(len(configs)))
     used = dict.fromkeys(undecided, 0)
     planned = 0
-    with _pool(job, workers) as run:
+    with _pool(job, workers, source) as run:
         for look in spec.looks:
             batch = {r: [c for c in undecided if used[c] <= r] for r in range(look)}
             planned += sum(len(configs) for configs in batch.values())
@@ -400,7 +482,7 @@ _Run = Callable[
 
 
 @contextlib.contextmanager
-def _pool(job: _Job, workers: int) -> Iterator[_Run]:
+def _pool(job: _Job, workers: int, source: PlanInput) -> Iterator[_Run]:
     """Something that runs tasks and files each result under (configuration, replication).
 
     Nothing is taken in the order workers finish: the results are the same
@@ -408,7 +490,7 @@ def _pool(job: _Job, workers: int) -> Iterator[_Run]:
     """
     if workers <= 1:
         logging.getLogger("herdsman").setLevel(logging.ERROR)
-        worker = _Worker(job)
+        worker = _Worker(job, source)
 
         def run_here(tasks: Any, results: Any, tick: Any) -> None:
             for number, configs in tasks:

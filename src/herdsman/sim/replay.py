@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import gc
 import io
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from herdsman.runtime.supervisor import (
     UnknownAccount,
 )
 from herdsman.sim.bounds import WALL_LIMIT, run_watched
+from herdsman.sim.collector import young_collections_rarer
 from herdsman.sim.driver import ARRIVAL, Driven, Driver, drive
 from herdsman.sim.result import ReplayResult, recording_ends, summary
 from herdsman.sim.trio_internals import (
@@ -120,35 +120,6 @@ def replay(
             grace=loaded.config.supervisor.shutdown_grace.total_seconds(),
         )
     return attrs.evolve(result, wall_seconds=time.perf_counter() - began)
-
-
-#: How many times as many allocations the cyclic collector lets pass
-#: between its collections of the youngest generation while a replay runs.
-YOUNG_COLLECTIONS_RARER = 100
-
-
-@contextlib.contextmanager
-def young_collections_rarer() -> Iterator[None]:
-    """The cyclic garbage collector's youngest generation collected 100 times less often.
-
-    A replay keeps nearly every container it makes (its ledger's records,
-    the input's arrivals) and makes almost no cyclic garbage: about 1,000
-    objects a 100,000-run replay, all found by the default thresholds. Yet
-    those thresholds (700 net allocations a young collection, every tenth
-    one an older, and a full one once the survivors grew by a quarter) made
-    it traverse every live object again and again: the two full collections
-    of a 100,000-run replay cost 4% of its time, each object visited a
-    cache miss (docs/simulator.md). Rarer young collections still find
-    that garbage; the older generations, each collected after every tenth
-    collection of the one below, come 100 times rarer too. The thresholds
-    are the process's own: they are put back afterwards.
-    """
-    thresholds = gc.get_threshold()
-    gc.set_threshold(thresholds[0] * YOUNG_COLLECTIONS_RARER, *thresholds[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
 
 
 def _where(driver: Driver, workload: Workload) -> str:

@@ -12,7 +12,7 @@ usage limit — comes from the recorded start/finish pair, or from
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -46,6 +46,7 @@ __all__ = [
     "config_from_trace",
     "read_workload",
     "read_workload_text",
+    "workload_from_events",
 ]
 
 
@@ -262,7 +263,16 @@ def read_workload_text(text: str, name: str) -> Workload:
     return _workload(header, events, name)
 
 
-def _workload(header: TraceHeader, events: Iterator[TraceEvent], path: str) -> Workload:
+def workload_from_events(header: TraceHeader, events: Iterable[TraceEvent], name: str) -> Workload:
+    """The workload of a trace already read: its header and events, in order.
+
+    For a trace drawn in memory (``sim generate``'s model) rather than read
+    from a file; ``name`` stands for the file in messages.
+    """
+    return _workload(header, events, name)
+
+
+def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> Workload:
     arrivals: list[Arrival] = []
     plans: dict[str, RunPlan] = {}
     # run id -> (origin of its duration, the moments its start answers)

@@ -10,7 +10,6 @@ lost, and the server still unreachable) is a plain :class:`StoreError` or a
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +22,7 @@ from herdsman.runtime.store import NewRun, RunEnd, RunStatus, Store, StoreConfli
 from herdsman.runtime.store.errors import ConnectionLost
 from herdsman.runtime.store.fleet import FleetStore, LeaseExpired
 from herdsman.runtime.supervisor.outcomes import refused_for_good
-from postgres_support import ledger_member
+from postgres_support import end_lease, ledger_member
 
 T0 = 1_700_000_000.0
 
@@ -45,12 +44,12 @@ async def refusal(store: FleetStore, operation: Callable[[Store], Any]) -> Store
 async def test_a_lapsed_member_s_refusals_reach_the_supervisor_as_final(
     postgres_url: str,
 ) -> None:
-    gone, live = member(postgres_url, "gone", 0.2), member(postgres_url, "live", 60.0)
+    gone, live = member(postgres_url, "gone"), member(postgres_url, "live")
     try:
         live.submit(NewRun(id="r1", provider="p", prompt="x"), T0)
         live.submit(NewRun(id="r2", provider="p", prompt="x"), T0)
         assert len(gone.claim_many([("r1", None)], T0).claimed) == 1
-        time.sleep(0.5)
+        end_lease(postgres_url, gone.member_id)
         assert [r.id for r in live.expire_lapsed(T0 + 1)] == ["r1"]
 
         finish = await refusal(gone, lambda s: s.finish("r1", RunEnd(RunStatus.SUCCEEDED), T0 + 2))

@@ -27,7 +27,7 @@ from herdsman.runtime.store.fleet import (
 )
 from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.runtime.store.records import LOST_ON_RESTART
-from postgres_support import fleet_lock_waiters, fresh_schema, ledger_member
+from postgres_support import end_lease, fleet_lock_waiters, fresh_schema, lease_left, ledger_member
 
 T0 = 1_700_000_000.0
 
@@ -154,14 +154,14 @@ def test_a_lapsed_member_s_runs_become_lost_and_it_can_write_nothing_more(
     postgres_url: str,
 ) -> None:
     with fleet(postgres_url, "live") as (live,):
-        gone = member(postgres_url, "gone", lease=0.3)
+        gone = member(postgres_url, "gone")
         try:
             live.submit(run("r1", "c1"), T0)
             live.submit(run("r2", "c1"), T0)
             live.submit(run("queued", "c2"), T0)
             assert len(gone.claim_many([("r1", "acct")], T0).claimed) == 1
             assert live.expire_lapsed(T0 + 1) == []  # the lease still holds
-            time.sleep(0.5)
+            end_lease(postgres_url, gone.member_id)
             lost = live.expire_lapsed(T0 + 2)
             assert [(r.id, r.status, r.reason) for r in lost] == [
                 ("r1", RunStatus.LOST, "supervisor gone:100 lease expired")
@@ -201,15 +201,18 @@ def test_a_lapsed_lease_is_not_revived_even_before_anyone_expires_it(postgres_ur
 
 def test_renewing_keeps_a_member_and_its_runs(postgres_url: str) -> None:
     with fleet(postgres_url, "watcher") as (watcher,):
-        busy = member(postgres_url, "busy", lease=0.4)
+        busy = member(postgres_url, "busy", lease=600)
         try:
             watcher.submit(run("r1", "c1"), T0)
             busy.claim_many([("r1", None)], T0)
             first = busy.renew()
             for _ in range(4):
-                time.sleep(0.2)
+                # Nearly over, as if time had passed: each renewal gives it
+                # its whole lease again.
+                end_lease(postgres_url, busy.member_id, ago=-60)
                 renewed = busy.renew()
                 assert renewed >= first
+                assert lease_left(postgres_url, busy.member_id) > 60
                 assert watcher.expire_lapsed(T0) == []
             busy.finish("r1", RunEnd(RunStatus.SUCCEEDED, exit_code=0), T0 + 1)
             # Members come back by id, which begins with the host here.
@@ -237,18 +240,18 @@ def test_a_lapsed_member_is_expired_only_once_the_fence_margin_has_passed(
     postgres_url: str,
 ) -> None:
     watcher = FleetStore(
-        postgres_url, member_id=f"w-{uuid.uuid4().hex[:8]}", host="w", pid=1, lease=60, margin=1.0
+        postgres_url, member_id=f"w-{uuid.uuid4().hex[:8]}", host="w", pid=1, lease=60, margin=60
     )
-    gone = member(postgres_url, "gone", lease=0.2)
+    gone = member(postgres_url, "gone")
     try:
         watcher.submit(run("r1", "c1"), T0)
         watcher.submit(run("r2", "c1"), T0)
         gone.claim_many([("r1", None)], T0)
-        time.sleep(0.5)  # the lease is over; the margin for its fence is not
+        end_lease(postgres_url, gone.member_id)  # the lease is over; the margin is not
         assert watcher.expire_lapsed(T0 + 1) == []
         # Its run holds the conversation until then.
         assert watcher.claim_many([("r2", None)], T0 + 1).refused == [("r2", Refusal.LANE_BUSY)]
-        time.sleep(1.0)
+        end_lease(postgres_url, gone.member_id, ago=61)
         assert [r.id for r in watcher.expire_lapsed(T0 + 2)] == ["r1"]
         assert [r.id for r in watcher.claim_many([("r2", None)], T0 + 2).claimed] == ["r2"]
     finally:
@@ -496,7 +499,7 @@ def test_a_refused_member_leaves_an_older_ledger_unmigrated(postgres_url: str) -
 
 def test_a_claim_whose_lease_lapses_before_it_commits_claims_nothing(postgres_url: str) -> None:
     """The lease is checked again last: a member never spawns a run already due to be lost."""
-    with fleet(postgres_url, "a", lease=0.5) as (a,):
+    with fleet(postgres_url, "a") as (a,):
         a.submit(run("x", "c1"), T0)
         original = a._check_live
         calls: list[int] = []
@@ -504,12 +507,13 @@ def test_a_claim_whose_lease_lapses_before_it_commits_claims_nothing(postgres_ur
         def slow_check(cur: Any) -> None:
             calls.append(1)
             if len(calls) == 2:  # the check after the claims were written
-                time.sleep(0.8)
+                end_lease(postgres_url, a.member_id)
             original(cur)
 
         a._check_live = slow_check  # type: ignore[method-assign]
         with pytest.raises(LeaseExpired):
             a.claim_many([("x", None)], T0)
+        assert len(calls) == 2  # refused by the check after the claims, not before
         a._check_live = original  # type: ignore[method-assign]
         record = a.get("x")
         assert record is not None
@@ -606,11 +610,11 @@ def test_a_cancel_asked_of_a_queued_run_cancels_it_at_once(postgres_url: str) ->
 
 
 def test_a_cancel_asked_of_a_member_whose_lease_lapses_is_moot(postgres_url: str) -> None:
-    with fleet(postgres_url, "a") as (a,), fleet(postgres_url, "b", lease=0.3) as (b,):
+    with fleet(postgres_url, "a") as (a,), fleet(postgres_url, "b") as (b,):
         a.submit(run("r1", "c1"), T0)
         b.claim_many([("r1", None)], T0 + 1)
         a.request_cancel("r1", T0 + 2, "stop it")
-        time.sleep(0.5)
+        end_lease(postgres_url, b.member_id)
         (lost,) = a.expire_lapsed(T0 + 3)
         assert (lost.id, lost.status, lost.reason) == (
             "r1",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import attrs
@@ -32,6 +32,11 @@ HEADER_TIMEOUT = 0.5
 SILENCE_TIMEOUT = 3.0
 #: No answer in a test takes this long unless the server never gives it.
 PATIENCE = 30
+# A server's timers other than the one a test is about are as long as the
+# test's patience: on a loaded machine a server reads what was sent at once
+# seconds late, and a short header timeout would close a connection whose
+# request had arrived whole, a short silence timeout one whose body was
+# still within its time.
 
 
 @attrs.define
@@ -59,8 +64,16 @@ class Served:
 
 
 @asynccontextmanager
-async def serving(tmp_path: Path, nursery: trio.Nursery, limits: str) -> AsyncIterator[Served]:
-    config = config_at(write_config(tmp_path, extra=limits))
+async def serving(
+    directory: Path,
+    nursery: trio.Nursery,
+    limits: str,
+    *,
+    header_timeout: float = PATIENCE,
+    silence_timeout: float = PATIENCE,
+) -> AsyncIterator[Served]:
+    directory.mkdir(parents=True, exist_ok=True)
+    config = config_at(write_config(directory, extra=limits))
     config.supervisor.state_dir.mkdir(parents=True)
     store = SqliteStore(config.supervisor.state_dir / DB_NAME)
     async with served_api(
@@ -68,8 +81,8 @@ async def serving(tmp_path: Path, nursery: trio.Nursery, limits: str) -> AsyncIt
         store,
         nursery,
         listen="127.0.0.1:0",
-        header_timeout=HEADER_TIMEOUT,
-        silence_timeout=SILENCE_TIMEOUT,
+        header_timeout=header_timeout,
+        silence_timeout=silence_timeout,
     ) as (supervisor, client):
         port = httpx.URL(str(client.base_url)).port
         assert port is not None
@@ -225,15 +238,21 @@ async def test_a_body_too_slow_to_arrive_is_answered_408_and_closed(
     )
 
 
-async def test_headers_too_slow_to_arrive_close_the_connection(served: Served) -> None:
-    stream = await served.connect(b"POST /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-    assert await until_closed(stream) == b""
+async def test_headers_too_slow_to_arrive_close_the_connection(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    async with serving(tmp_path, nursery, LIMITS, header_timeout=HEADER_TIMEOUT) as served:
+        stream = await served.connect(b"POST /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        assert await until_closed(stream) == b""
 
 
-async def test_an_http2_connection_that_opens_no_stream_is_closed(served: Served) -> None:
-    # hypercorn answers the HTTP/2 preface with its settings, then waits for a stream.
-    stream = await served.connect(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-    answer = await until_closed(stream)
+async def test_an_http2_connection_that_opens_no_stream_is_closed(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    async with serving(tmp_path, nursery, LIMITS, silence_timeout=SILENCE_TIMEOUT) as served:
+        # hypercorn answers the HTTP/2 preface with its settings, then waits for a stream.
+        stream = await served.connect(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        answer = await until_closed(stream)
     assert answer, "the server spoke HTTP/2 before closing"
 
 
@@ -258,30 +277,42 @@ async def test_anything_but_the_bearer_token_is_refused(served: Served, authoriz
 
 
 async def test_many_hostile_connections_at_once_are_all_closed_and_logged_once_each(
-    served: Served, api_log: pytest.LogCaptureFixture
+    tmp_path: Path, nursery: trio.Nursery, api_log: pytest.LogCaptureFixture
 ) -> None:
-    each = 40
-    partial_body = served.head("POST", "/v1/runs", "Content-Length: 500") + b'{"a'
-    kinds = {
-        "idle": b"",
-        "partial headers": b"GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\n",
-        "partial body": partial_body,
-        "partial body, no token": served.head("POST", "/v1/runs", "Content-Length: 500", auth=False)
-        + b'{"a',
-        "http2 preface": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
-    }
-    answers: dict[str, list[bytes]] = {kind: [] for kind in kinds}
+    # Three servers, each with the one short timer that should close its
+    # connections (the body's for the requests answered): an HTTP/2
+    # preface, say, must be answered before the silence closes its
+    # connection, not race a header timeout.
+    async with AsyncExitStack() as stack:
+        headers_late = await stack.enter_async_context(
+            serving(tmp_path / "headers", nursery, LIMITS, header_timeout=HEADER_TIMEOUT)
+        )
+        silent = await stack.enter_async_context(
+            serving(tmp_path / "silence", nursery, LIMITS, silence_timeout=SILENCE_TIMEOUT)
+        )
+        answered = await stack.enter_async_context(serving(tmp_path / "answered", nursery, LIMITS))
+        each = 40
+        partial_body = answered.head("POST", "/v1/runs", "Content-Length: 500") + b'{"a'
+        no_token = answered.head("POST", "/v1/runs", "Content-Length: 500", auth=False) + b'{"a'
+        kinds = {
+            "idle": (headers_late, b""),
+            "partial headers": (headers_late, b"GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\n"),
+            "http2 preface": (silent, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+            "partial body": (answered, partial_body),
+            "partial body, no token": (answered, no_token),
+        }
+        answers: dict[str, list[bytes]] = {kind: [] for kind in kinds}
 
-    async def hostile(kind: str, stream: trio.SocketStream) -> None:
-        answers[kind].append(await until_closed(stream))
+        async def hostile(kind: str, stream: trio.SocketStream) -> None:
+            answers[kind].append(await until_closed(stream))
 
-    async with trio.open_nursery() as nursery:
-        for kind, data in kinds.items():
-            for _ in range(each):
-                nursery.start_soon(hostile, kind, await served.connect(data))
-        # A well-behaved client is served meanwhile.
-        status = await served.client.get("/v1/status")
-        assert status.status_code == 200
+        async with trio.open_nursery() as hostiles:
+            for kind, (served, data) in kinds.items():
+                for _ in range(each):
+                    hostiles.start_soon(hostile, kind, await served.connect(data))
+            # A well-behaved client is served meanwhile.
+            status = await answered.client.get("/v1/status")
+            assert status.status_code == 200
     assert answers["idle"] == answers["partial headers"] == [b""] * each
     assert [status_and_body(a)[0] for a in answers["partial body"]] == [408] * each
     assert [status_and_body(a)[0] for a in answers["partial body, no token"]] == [401] * each

@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,9 @@ from herdsman.runtime.api import app
 from herdsman.runtime.fleet_member import FleetMember
 from herdsman.runtime.store import NewRun, RunEnd, RunRecord, RunStatus, Store, StoreError
 from herdsman.runtime.store.fleet import ClaimRules, FleetStore
-from herdsman.runtime.store.postgres import PostgresStore
 from herdsman.runtime.supervisor import SKIP_REASON
 from herdsman.runtime.worktrees.sweeper import SweepReport
-from postgres_support import fleet_lock_waiters, split_password
+from postgres_support import fleet_lock_waiters, lease_left, split_password
 
 
 @pytest.fixture
@@ -528,20 +528,16 @@ async def test_a_reload_changes_the_lease_the_next_renewal_asks_for(
     assert answer.status_code == 200, answer.text
     changes = {c["key"]: c for c in answer.json()["changes"]}
     assert changes["fleet.lease"]["applied"] is True
-    with trio.fail_after(5):  # renewed every lease/3 = 1 s
-        while fleet.store.lease != 9:
+    # The lease as the server holds it, once a renewal has committed: more
+    # than 3 s left can only come from a renewal that asked for the new
+    # lease. (The member's own ``lease`` changes before its renewal commits.)
+    left = partial(lease_left, postgres_url, fleet.store.member_id)
+    with trio.fail_after(10):  # renewed every lease/3 = 1 s
+        while (seconds := await trio.to_thread.run_sync(left)) <= 3:
             await trio.sleep(0.05)
-    store = PostgresStore(postgres_url)
-    try:
-        with store._reading() as cur:  # the lease as the server holds it
-            row = cur.execute(
-                "SELECT lease_until - extract(epoch FROM clock_timestamp()) FROM supervisors"
-                " WHERE id = ?",
-                (fleet.store.member_id,),
-            ).fetchone()
-    finally:
-        store.close()
-    assert 3 < row[0] <= 9
+    assert seconds <= 9
+    assert fleet.store.lease == 9
+    assert not running.stopped.is_set()
     running.supervisor.request_shutdown()
     await running.stopped.wait()
 
@@ -882,7 +878,11 @@ async def test_a_cancel_whose_refused_claim_meets_a_claim_elsewhere_asks_its_hol
             nursery.start_soon(cancel)
             await trio.sleep(0.3)  # the cancel waits behind the claim here
             nursery.start_soon(claim)  # and the other member's claim behind it
-            await trio.sleep(0.3)
+            waiting = fleet_lock_waiters(other._fleet_lock)
+            with psycopg.connect(postgres_url) as watch, trio.fail_after(10):
+                # Both claims wait for the lock (this member's came first).
+                while watch.execute(waiting).fetchone() != (2,):
+                    await trio.sleep(0.05)
             # The claim here is refused (the cap), the other member's takes the
             # run, and only then does this member's cancel of it reach the ledger.
             conn.rollback()

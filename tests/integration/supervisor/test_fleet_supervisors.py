@@ -35,10 +35,11 @@ RUNS = 40
 
 
 def start_members(
-    tmp_path: Path, url: str, count: int, *, delay: float, lease: str = "3s"
+    tmp_path: Path, url: str, count: int, *, delay: float, lease: str = "3s", first: int = 0
 ) -> list[Supervisor]:
+    """``count`` members in ``member{first}``, ``member{first + 1}``... under ``tmp_path``."""
     members = []
-    for n in range(count):
+    for n in range(first, first + count):
         directory = tmp_path / f"member{n}"
         directory.mkdir()
         write_config(
@@ -51,12 +52,12 @@ def start_members(
     return members
 
 
-def submit_spread(members: list[Supervisor], count: int) -> list[str]:
-    """Submit ``count`` runs round-robin over the members: 4 hot conversations, 3 agents."""
+def submit_spread(members: list[Supervisor], count: int, first: int = 0) -> list[str]:
+    """Submit runs ``first`` to ``count - 1`` round-robin: 4 hot conversations, 3 agents."""
     clients = [client(member) for member in members]
     ids = []
     try:
-        for n in range(count):
+        for n in range(first, count):
             body = {
                 "id": f"r{n:02}",
                 "provider": "demo",
@@ -64,7 +65,7 @@ def submit_spread(members: list[Supervisor], count: int) -> list[str]:
                 "conversation": f"c{n % 4}",
                 "agent": f"a{n % 3}",
             }
-            answer = clients[n % len(clients)].post("/v1/runs", json=body)
+            answer = clients[(n - first) % len(clients)].post("/v1/runs", json=body)
             assert answer.status_code in (200, 201), answer.text
             ids.append(body["id"])
     finally:
@@ -138,26 +139,31 @@ def test_three_members_share_one_queue_under_the_rules(
 def test_a_killed_member_s_runs_become_lost_and_the_others_finish_the_queue(
     tmp_path: Path, fleet_url: str, postgres_url: str, closing: list[Supervisor]
 ) -> None:
-    closing += start_members(tmp_path, fleet_url, 3, delay=1.5)
-    ids = submit_spread(closing, 18)
+    # The member to be killed runs two runs, alone in the fleet so that no
+    # other member wins their claims (which member does is decided by
+    # milliseconds), and long ones, so that both still run when it is killed
+    # however long that takes on a loaded machine.
+    closing += start_members(tmp_path, fleet_url, 1, delay=60)
     victim = closing[0]
+    held = submit_spread([victim], 2)
+    deadline = time.monotonic() + 30
+    while sorted(trace_starts([victim])) != held:
+        assert time.monotonic() < deadline, victim.output()
+        time.sleep(0.05)
+    # Both its slots are taken: it claims nothing more while the others join
+    # and the rest of the queue is submitted to all three.
+    closing += start_members(tmp_path, fleet_url, 2, delay=1.5, first=1)
+    ids = held + submit_spread(closing, 18, first=len(held))
     store = PostgresStore(postgres_url)
     try:
-        # Kill the first member once it runs two runs.
-        deadline = time.monotonic() + 30
-        while len(trace_starts([victim])) < 2:
-            assert time.monotonic() < deadline, victim.output()
-            time.sleep(0.05)
         victim.process.kill()
         victim.process.wait()
-        held = set(trace_starts([victim]))
         records = wait_until_settled(store, ids, timeout=60)
     finally:
         store.close()
     by_id = {r.id: r for r in records}
     lost = {r.id for r in records if r.status is RunStatus.LOST}
-    assert lost <= held
-    assert lost, "the killed member's running runs are recorded lost"
+    assert lost == set(held), "the killed member's running runs are recorded lost"
     reason = f"supervisor {socket.gethostname()}:{victim.process.pid} lease expired"
     assert {by_id[run_id].reason for run_id in lost} == {reason}
     assert all(by_id[run_id].attempts == 1 for run_id in lost)
