@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -53,6 +54,51 @@ def test_a_member_killed_at_any_moment_leaves_no_overlap_and_the_cap_holds(
     )
     verdict = run_fleet_scenario(scenario)
     assert verdict.violations == (), [str(v) for v in verdict.violations]
+
+
+def events(verdict: FleetVerdict, member: int) -> list[dict[str, Any]]:
+    """Member ``member``'s trace events, its header left out."""
+    return [json.loads(line) for line in verdict.traces[member].splitlines()[1:]]
+
+
+def test_a_member_killed_between_its_poll_and_its_claim_claims_and_spawns_nothing() -> None:
+    """Seed 3638, member 0 killed at 2.0 (found by hypothesis): at that instant its
+    poll read r02 and woke its dispatcher, then the kill came, then the dispatcher,
+    already scheduled, ran on to its next checkpoint: it claimed r02 on the cut-off
+    copy of the ledger and its run task spawned the agent, while member 2 claimed
+    r02 in the real ledger 27 ms later: two agents of r02."""
+    scenario = attrs.evolve(draw_fleet_scenario(3638), kill={"member": 0, "t": 2.0})
+    verdict = run_fleet_scenario(scenario)
+    assert verdict.violations == (), [str(v) for v in verdict.violations]
+    # The boundary this seed reaches: the kill fell right after the poll
+    # (the last thing member 0 traced) and before any start of it.
+    last = events(verdict, 0)[-3:]
+    assert [(e["t"], e["event"]) for e in last] == [(2.0, "poll"), (2.0, "submit"), (2.0, "submit")]
+    assert last[0]["runs"] == ["r02", "r01"]
+    # r02's agent was spawned once, by the member that claimed it in the ledger.
+    assert [(run, member) for run, member, _, _ in verdict.lives if run == "r02"] == [("r02", 2)]
+
+
+@pytest.mark.parametrize("seed", [0, 2, 3638])
+def test_a_member_killed_at_the_instant_of_any_of_its_polls_or_claims_breaks_nothing(
+    seed: int,
+) -> None:
+    """A kill at the very instant a member polls or claims: tasks of it already
+    scheduled then run on to their next checkpoint, and must reach nothing."""
+    unkilled = run_fleet_scenario(attrs.evolve(draw_fleet_scenario(seed), kill=None))
+    instants = sorted(
+        {
+            (member, float(event["t"]))
+            for member in range(len(unkilled.traces))
+            for event in events(unkilled, member)
+            if event["event"] in ("poll", "start")
+        }
+    )
+    assert any(member == 0 for member, _ in instants)
+    for member, moment in instants:
+        scenario = attrs.evolve(draw_fleet_scenario(seed), kill={"member": member, "t": moment})
+        verdict = run_fleet_scenario(scenario)
+        assert verdict.violations == (), (member, moment, [str(v) for v in verdict.violations])
 
 
 def test_the_faults_bite_their_runs_are_lost_and_their_conversations_go_on_elsewhere() -> None:
