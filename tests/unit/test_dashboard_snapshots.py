@@ -7,7 +7,7 @@ from typing import Any
 
 import trio
 import trio.testing
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from herdsman.runtime.changes import Changes
@@ -140,6 +140,7 @@ def pages_follow(gaps: list[float], pages: int) -> None:
     gaps=st.lists(st.floats(min_value=0, max_value=3), min_size=1, max_size=40),
     pages=st.integers(min_value=1, max_value=5),
 )
+@example(gaps=[0.01, 0.01, 0.0], pages=3)  # once took 4 reads, by trio's wakeup order
 def test_pages_end_on_the_last_change_and_reads_stay_bounded(gaps: list[float], pages: int) -> None:
     """Whatever the changes' timing: see :func:`pages_follow`."""
     pages_follow(gaps, pages)
