@@ -139,9 +139,9 @@ class Snapshots:
         """The latest snapshot, rebuilt first if the state changed since.
 
         It reads at once, without waiting for ``settle`` or ``min_gap``
-        (a page that opens wants the state now), but pages that ask while
-        a read is on its way share the next read that starts after they
-        asked, so pages that open together cost one read.
+        (a page that opens wants the state now), but a page is content with
+        any read that saw every change made before it asked, so pages that
+        open together cost one read.
         """
         wanted = self._changes.count
         if self._seen < wanted or not self.number:
