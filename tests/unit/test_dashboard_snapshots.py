@@ -7,7 +7,7 @@ from typing import Any
 
 import trio
 import trio.testing
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from herdsman.runtime.changes import Changes
@@ -91,15 +91,18 @@ def test_ten_pages_share_one_read_per_burst_of_changes() -> None:
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    gaps=st.lists(st.floats(min_value=0, max_value=3), min_size=1, max_size=40),
-    pages=st.integers(min_value=1, max_value=5),
-)
-def test_pages_end_on_the_last_change_and_reads_stay_bounded(gaps: list[float], pages: int) -> None:
-    """Whatever the changes' timing: every page ends up with a snapshot read after the last
-    change, all pages get the same one, and there is at most one read per change and per
-    ``min_gap`` second (plus the first)."""
+def pages_follow(gaps: list[float], pages: int) -> None:
+    """``pages`` pages open together and follow while changes land ``gaps`` seconds apart.
+
+    Every page ends up with a snapshot read after the last change, all pages
+    get the same one, and there is at most one read per change and per
+    ``min_gap`` second (plus the first). The pages' first reads are one read:
+    they asked together, before any change. After it, a page's read starts
+    ``settle`` after a change and ``min_gap`` after the previous read ends,
+    and only for a change that read did not see, so every read after the
+    first but the last two starts within the span of the changes, a
+    ``min_gap`` apart: ``1 + (span / min_gap + 2)``.
+    """
 
     async def main() -> None:
         changes = Changes()
@@ -127,6 +130,35 @@ def test_pages_end_on_the_last_change_and_reads_stay_bounded(gaps: list[float], 
         assert {payload for _, payload in seen} == {snaps.payload}
         assert state_of(snaps.payload) == len(gaps)
         assert reader.reads <= 1 + len(gaps)
-        assert reader.reads <= 2 + span / 1.0 + 1
+        assert reader.reads <= 1 + span / 1.0 + 2
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    gaps=st.lists(st.floats(min_value=0, max_value=3), min_size=1, max_size=40),
+    pages=st.integers(min_value=1, max_value=5),
+)
+@example(gaps=[0.01, 0.01, 0.0], pages=3)  # once took 4 reads, by trio's wakeup order
+def test_pages_end_on_the_last_change_and_reads_stay_bounded(gaps: list[float], pages: int) -> None:
+    """Whatever the changes' timing: see :func:`pages_follow`."""
+    pages_follow(gaps, pages)
+
+
+def test_pages_that_open_together_share_one_read_whatever_the_wakeup_order() -> None:
+    """Three pages open together; a change lands as the first read ends, two more just after.
+
+    The pages waiting for the first read took their turn after it, and
+    whether a change landed before their turn depended on trio's wakeup
+    order (random here: this module imports hypothesis): each of them read
+    again at once, so four reads for three changes in 0.02 s. Run many
+    times so that every order comes up.
+    """
+    failed = 0
+    for _ in range(50):
+        try:
+            pages_follow([0.01, 0.01, 0.0], 3)
+        except AssertionError:
+            failed += 1
+    assert failed == 0

@@ -4,8 +4,10 @@
 into JSON snapshots of its state. Changes that come close together are
 coalesced: the first waiter after a change lets the burst settle, reads the
 state once and encodes it once, and every open page is sent those same
-bytes. However many pages are open, the supervisor is read at most once per
-``min_gap`` seconds, and not at all while nothing changes.
+bytes. However many pages are open, the pages that follow the changes read
+the supervisor at most once per ``min_gap`` seconds, and not at all while
+nothing changes; a page that opens after a change reads at once, and pages
+that open together share that read.
 """
 
 from __future__ import annotations
@@ -134,22 +136,33 @@ class Snapshots:
         self._built_at = -float("inf")
 
     async def current(self) -> tuple[int, bytes]:
-        """The latest snapshot, rebuilt first if the state changed since."""
-        if self._seen != self._changes.count or not self.number:
-            await self._rebuild(settle=False)
+        """The latest snapshot, rebuilt first if the state changed since.
+
+        It reads at once, without waiting for ``settle`` or ``min_gap``
+        (a page that opens wants the state now), but a page is content with
+        any read that saw every change made before it asked, so pages that
+        open together cost one read.
+        """
+        wanted = self._changes.count
+        if self._seen < wanted or not self.number:
+            await self._rebuild(wanted, settle=False)
         return self.number, self.payload
 
     async def after(self, number: int) -> tuple[int, bytes]:
         """The first snapshot newer than ``number``, waiting for a change if need be."""
         while self.number <= number:
-            await self._changes.wait_past(self._seen)
-            await self._rebuild(settle=True)
+            wanted = await self._changes.wait_past(self._seen)
+            await self._rebuild(wanted, settle=True)
         return self.number, self.payload
 
-    async def _rebuild(self, *, settle: bool) -> None:
+    async def _rebuild(self, wanted: int, *, settle: bool) -> None:
         # One page rebuilds; the others wait on the lock and find it done.
+        # Done means a read that saw the changes up to `wanted`, the count
+        # when this page asked: a change that lands while it waits for the
+        # lock is for the next read, or whether it reads again would depend
+        # on which task trio happens to wake first.
         async with self._lock:
-            if self._seen == self._changes.count and self.number:
+            if self._seen >= wanted and self.number:
                 return
             if settle:
                 # Let the burst settle (a finish wakes, notifies and starts
