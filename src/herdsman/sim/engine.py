@@ -538,22 +538,15 @@ class FastEngine:
         """The finish of an attempt whose run is queued again, with what the attempt spent:
         the supervisor reports a re-queued attempt's spend with it (the ledger then clears it)."""
         spend = None if run.usage is None else spend_of(run.usage)
-        if spend is None:
-            self._emit(
-                "finish",
-                run_id=run_id,
-                outcome=status,
-                exit_code=exit_code,
-                **ending,
-                requeued=True,
-            )
-            return
-        if self._measuring:
-            # A re-queued attempt's spend counts, as measure() counts every finish's.
-            if spend.tokens is not None:
-                self._tokens += spend.tokens.total
-            if spend.cost_usd is not None:
-                self._usd += spend.cost_usd
+        spent: dict[str, Any] = {}
+        if spend is not None:
+            spent["spend"] = spend_json(spend)
+            if self._measuring:
+                # A re-queued attempt's spend counts, as measure() counts every finish's.
+                if spend.tokens is not None:
+                    self._tokens += spend.tokens.total
+                if spend.cost_usd is not None:
+                    self._usd += spend.cost_usd
         self._emit(
             "finish",
             run_id=run_id,
@@ -561,7 +554,7 @@ class FastEngine:
             exit_code=exit_code,
             **ending,
             requeued=True,
-            spend=spend_json(spend),
+            **spent,
         )
 
     def _login(self, run_id: str, login: LoginNeeded) -> None:
