@@ -37,8 +37,6 @@ class ReplayResult:
     elsewhere: int | None = None
     #: Submits that waited for a sweep's removal, not held (``Workload.unheld``).
     unheld: tuple[tuple[str, float], ...] = ()
-    #: Cancelled attempts whose recorded finish carries a spend (``Workload.unspent``).
-    unspent: tuple[tuple[str, float], ...] = ()
 
 
 def recording_ends(result: ReplayResult, workload: Workload) -> ReplayResult:
@@ -61,7 +59,6 @@ def recording_ends(result: ReplayResult, workload: Workload) -> ReplayResult:
         lost_not_replayed=lost,
         elsewhere=elsewhere,
         unheld=workload.unheld,
-        unspent=workload.unspent,
     )
 
 
@@ -99,14 +96,6 @@ def summary(result: ReplayResult) -> str:
             " another submit to the conversation was recorded during the wait, and the"
             " replay holds one run a conversation; each goes in at its recorded submit, so"
             " a skip during its wait may be decided otherwise"
-        )
-    if result.unspent:
-        run_id, at = result.unspent[0]
-        line += (
-            f"; {len(result.unspent)} cancelled attempt(s) spent what their finish records"
-            f" (the first: {run_id}'s at t={at:g}), which the replay does not charge: its"
-            " cancel ends an attempt with nothing spent, so a tokens or usd budget may"
-            " decide otherwise from there"
         )
     if result.cut_at is not None:
         line += (

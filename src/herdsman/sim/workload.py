@@ -199,9 +199,6 @@ class Workload:
     #: replay, with when they began to wait: another submit to their
     #: conversation came meanwhile (see ``_waits_with_their_runs``).
     unheld: tuple[tuple[str, float], ...] = ()
-    #: Cancelled attempts whose finish records a spend, with its time: a
-    #: replay's cancel ends an attempt with nothing spent (see ``summary``).
-    unspent: tuple[tuple[str, float], ...] = ()
 
 
 class Executions:
@@ -285,7 +282,6 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
     rotated_at = None
     lost: list[str] = []  # runs the recorded supervisor found lost as it started
     last_t = 0.0
-    unspent: list[tuple[str, float]] = []  # see Workload.unspent
     _carried(header, arrivals, plans, started)
     for event in events:
         kind, fields = event.event, event.fields
@@ -315,8 +311,6 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             said = after_finish(signals, run_id, event.t) if signals else _NO_SIGNALS
             if began is not None and recorded is not None:
                 recorded.attempts.append(_recorded(where, event.t, fields, said, began))
-                if fields["outcome"] == "cancelled" and fields.get("spend") is not None:
-                    unspent.append((run_id, event.t))
         elif kind == "reload":
             # Checked now, so a bad one is an error naming its line, not a
             # failure half way through the replay.
@@ -340,7 +334,6 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             rotated_at,
             tuple(lost),
             cut_at,
-            unspent=tuple(unspent),
         )
     )
 
