@@ -10,8 +10,9 @@ byte, and the process exits as the recorded CLI did. A case the real CLI did
 not end by itself (``claude-standin-unauthorized`` was stopped in the middle
 of its retries) is left running, as the real CLI would go on retrying: only
 herdsman stops it, as is any case when the home holds a file ``hang``
-(once printed, the run writes the file ``hanging`` there). Every run appends the account's home, its run id and its
-argv as one JSON line to ``RECORDS``.
+(once printed, the run writes the file ``hanging`` there). Every run
+appends the account's home, its run id and its argv as one JSON line to
+``RECORDS``.
 
 The dashboard's tests (tests/integration/dashboard/test_dashboard_accounts.py)
 and docs/images/dashboard_screenshots.py run it too.

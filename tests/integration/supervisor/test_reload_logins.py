@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from supervisor_support import Running, Start
-from test_account_budgets import accounts, agent_config, finished, replay
+from test_account_budgets import agent_config, finished, replay
+from test_accounts import accounts
 from test_replay_faults import ENGINES, recorded
 from test_replay_shutdowns import replays_the_same
 
