@@ -453,6 +453,24 @@ class MemoryStore:
             # Ended without an exit code and not lost: never spawned.
             and (r.exit_code is not None or r.status in (RunStatus.RUNNING, RunStatus.LOST))
         ]
+        # Earlier attempts after the runs' own rows, by run then attempt, as
+        # the SQL stores read them; each under its own account, start and end.
+        used += [
+            AccountUse(
+                r.provider,
+                a.account,
+                a.started_at,
+                a.started_at if a.status is RunStatus.LOST else a.finished_at,
+                # Moved off its account (failure None): charged no spend.
+                *budget_charge(None if a.failure is None else a.spend),
+            )
+            for r in self._runs.values()
+            for a in self._attempts.get(r.id, ())
+            if a.account is not None
+            and a.started_at is not None
+            and (a.started_at >= since or (a.finished_at is not None and a.finished_at >= since))
+            and (a.exit_code is not None or a.status is RunStatus.LOST or a.failure is None)
+        ]
         # Stable sort over seq order: ties on started_at stay by seq.
         used.sort(key=lambda use: use.started_at)
         return used

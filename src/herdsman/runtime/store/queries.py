@@ -34,6 +34,7 @@ from herdsman.runtime.store.schema import SCHEMA
 
 __all__ = [
     "ACCOUNT_USAGE",
+    "ACCOUNT_USAGE_EARLIER",
     "ACCOUNT_USAGE_WHERE",
     "BUDGET_TOKENS",
     "CHARGED",
@@ -248,6 +249,29 @@ ACCOUNT_USAGE = (
     + " ORDER BY +started_at, seq"
 )
 """``account_usage``'s rows; parameters: lost, then :data:`ACCOUNT_USAGE_WHERE`'s."""
+
+ACCOUNT_USAGE_EARLIER = (
+    "SELECT r.provider, a.account, a.started_at,"
+    " CASE WHEN a.status = ? THEN a.started_at ELSE a.finished_at END,"
+    # An attempt moved off its account (failure NULL: a usage limit, a
+    # refused login) is charged no spend, as the running book charges it.
+    " CASE WHEN a.failure IS NULL THEN NULL ELSE "
+    # BUDGET_TOKENS, of the attempt's own columns.
+    + " + ".join("a." + column for column in BUDGET_TOKENS.split(" + "))
+    + " END, CASE WHEN a.failure IS NULL THEN NULL ELSE a.cost_usd END"
+    " FROM run_attempts a JOIN runs r ON r.id = a.run_id"
+    " WHERE a.account IS NOT NULL AND a.started_at IS NOT NULL"
+    " AND (a.started_at >= ? OR a.finished_at >= ?)"
+    # As the runs' own rows, a retried attempt that got no process spent
+    # nothing; a moved one counts as the running book counts it, a start.
+    " AND (a.exit_code IS NOT NULL OR a.status = ? OR a.failure IS NULL)"
+    " ORDER BY a.started_at, r.seq, a.attempt"
+)
+"""``account_usage``'s earlier attempts (run_attempts), each under its own account.
+
+Parameters: lost, since, since, lost. An earlier attempt has ended: it
+counts if it started or finished at or after ``since``.
+"""
 
 
 def limit_key(account: str | None) -> str:
