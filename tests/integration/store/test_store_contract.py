@@ -991,7 +991,8 @@ def test_account_usage_restores_a_retried_runs_earlier_attempts(store: Store) ->
     store.finish("r", RunEnd(RunStatus.FAILED, reason="no such program"), T0 + 10)
     store.requeue("r", failure="server_error", retry_at=T0 + 11)
     store.mark_running("r", T0 + 12, "a")
-    charged = (SPENDING.tokens.budgeted, SPENDING.cost_usd)
+    # SPENDING's input, cache writes and output (cache reads are not budgeted).
+    charged = (120 + 512 + 56, 0.0123)
     assert store.account_usage(T0) == [
         AccountUse("claude", "a", T0 + 1, T0 + 3, *charged),
         AccountUse("claude", "b", T0 + 5, T0 + 8),
