@@ -198,7 +198,9 @@ def test_second_signal_cancels_running_runs_and_the_exit_code_says_so(workdir: P
 
 
 def test_runs_logs_and_cancel_from_the_command_line(workdir: Path) -> None:
-    write_config(workdir, concurrency=1, delay=30)
+    # "busy" must still run when the test cancels it, after a dozen CLI calls
+    # that take seconds each on a loaded machine: it never ends by itself.
+    write_config(workdir, concurrency=1, delay=3600)
     sup = started(workdir)
     try:
         herdsman("submit", *CLI, "-p", "demo", "--id", "busy", "long one", cwd=workdir)
