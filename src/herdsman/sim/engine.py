@@ -296,8 +296,15 @@ class FastEngine:
 
     @property
     def left_queued(self) -> int:
-        """Runs still queued."""
-        return self._life.queued_count
+        """Runs still queued, as the supervisor's status counts them.
+
+        A run waiting out a retry's backoff is queued in the ledger (held by
+        the scheduler): one a drain caught there is left queued too.
+        """
+        life = self._life
+        held = life.scheduler.held_runs()
+        retrying = sum(1 for run in held if life.backoff_of(run.id) is not None)
+        return life.queued_count + retrying
 
     @property
     def defaulted(self) -> tuple[str, ...]:

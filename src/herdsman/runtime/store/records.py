@@ -273,7 +273,9 @@ class Attempt:
     ledger keeps it here first. ``attempt`` counts from 1; ``failure`` is
     the class a retry was made for (None: a usage limit's re-queue);
     ``retry_at`` when the retry was due (unix seconds); ``spend`` what the
-    attempt spent. The run's last attempt is the run's own record.
+    attempt spent; ``held_by`` the fleet member that ran it (None: a
+    supervisor that held the ledger alone). The run's last attempt is the
+    run's own record.
     """
 
     run_id: str
@@ -287,10 +289,19 @@ class Attempt:
     failure: str | None = None
     retry_at: float | None = None
     spend: Spend | None = None
+    held_by: str | None = None
 
 
-def attempt_of(record: RunRecord, failure: str | None, retry_at: float | None) -> Attempt:
-    """The attempt a finished ``record`` holds, as :class:`Attempt` keeps it."""
+def attempt_of(
+    record: RunRecord,
+    failure: str | None,
+    retry_at: float | None,
+    held_by: str | None = None,
+) -> Attempt:
+    """The attempt a finished ``record`` holds, as :class:`Attempt` keeps it.
+
+    ``held_by``: the fleet member that held the run for it (None outside a fleet).
+    """
     return Attempt(
         record.id,
         record.attempts,
@@ -303,6 +314,7 @@ def attempt_of(record: RunRecord, failure: str | None, retry_at: float | None) -
         failure,
         retry_at,
         record.spend,
+        held_by,
     )
 
 
