@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 import attrs
 
 from herdsman.config import Config
-from herdsman.core.accounts import Elsewhere
 from herdsman.core.lifecycle import Lifecycle
 from herdsman.runtime.store import AccountLimit, AccountUse
 
@@ -67,12 +66,7 @@ def apply_fleet_accounts(
     """
     return life.sync_accounts(
         ((limit.provider, limit.account, limit.until, limit.message) for limit in state.limits),
-        (
-            Elsewhere(
-                use.provider, use.account, use.started_at, use.finished_at, use.tokens, use.usd
-            )
-            for use in state.elsewhere
-        ),
+        state.elsewhere,
         now,
     )
 

@@ -503,10 +503,7 @@ class SimFleetStore:
         earlier = sorted(fleet.runs.earlier_usage(since), key=lambda kept: kept[0].started_at)
         return by_member(
             rows,
-            (
-                (*attrs.astuple(use, recurse=False), holder == self.member_id)
-                for use, holder in earlier
-            ),
+            ((*use, holder == self.member_id) for use, holder in earlier),
         )
 
     def live_conversations(self, candidates: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:

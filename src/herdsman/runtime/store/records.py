@@ -13,6 +13,8 @@ from typing import Final, TypeAlias
 import attrs
 
 # Defined in the core, where the lifecycle decides with it; re-exported here.
+# One record of a use of an account, shared with the account core that counts it.
+from herdsman.core.account_usage import AccountUse as AccountUse  # noqa: PLC0414
 from herdsman.core.outcome import RunStatus as RunStatus  # noqa: PLC0414
 from herdsman.core.runs import DEFAULT_WORKSPACE
 from herdsman.runtime.runner.run_usage import RunUsage, Tokens
@@ -346,23 +348,6 @@ class AccountLimit:
     account: str | None
     until: float
     message: str
-
-
-@attrs.frozen(slots=True)
-class AccountUse:
-    """One run charged to an account: what re-counts a quota window after a restart.
-
-    ``finished_at`` is ``None`` while the run is still running. ``tokens``
-    and ``usd``: what it spent, as ``tokens`` and ``usd`` budgets count it
-    (:func:`budget_charge`); None where its spend did not say.
-    """
-
-    provider: str
-    account: str
-    started_at: float
-    finished_at: float | None
-    tokens: int | None = None
-    usd: float | None = None
 
 
 def new_record(
