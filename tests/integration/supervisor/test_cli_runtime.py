@@ -367,6 +367,17 @@ def test_worktrees_are_listed_and_swept_from_the_command_line(workdir: Path) -> 
         sup.close()
 
 
+def assert_sighup_reloaded(sup: Supervisor, trigger: str, deadline: float) -> None:
+    """SIGHUP reloaded the file; the file watcher may have applied the edit a moment
+    before (a loaded machine), and then SIGHUP's reload says so."""
+    applied = "reload (SIGHUP): providers.demo.concurrency: 1 -> 2 (applied)"
+    repeated = "reload (SIGHUP): the file is as the last reload (file changed) found it"
+    while applied not in sup.output() and repeated not in sup.output():
+        assert time.monotonic() < deadline, sup.output()
+        time.sleep(0.1)
+    assert trigger == ("SIGHUP" if applied in sup.output() else "file changed")
+
+
 def test_sighup_reload_and_config_set_reload_a_running_supervisor(workdir: Path) -> None:
     path = write_config(workdir, concurrency=1)
     sup = started(workdir)
@@ -381,17 +392,7 @@ def test_sighup_reload_and_config_set_reload_a_running_supervisor(workdir: Path)
             assert time.monotonic() < deadline, sup.output()
             time.sleep(0.1)
         assert status["limits"]["providers"] == {"demo": 2}
-        # SIGHUP reloads the file; the file watcher may have applied the edit
-        # a moment before (a loaded machine), and then SIGHUP's reload says so.
-        applied = "reload (SIGHUP): providers.demo.concurrency: 1 -> 2 (applied)"
-        repeated = "reload (SIGHUP): the file is as the last reload (file changed) found it"
-        while applied not in sup.output() and repeated not in sup.output():
-            assert time.monotonic() < deadline, sup.output()
-            time.sleep(0.1)
-        if applied in sup.output():
-            assert status["last_reload"]["trigger"] == "SIGHUP"
-        else:
-            assert status["last_reload"]["trigger"] == "file changed"
+        assert_sighup_reloaded(sup, status["last_reload"]["trigger"], deadline)
 
         edited = herdsman("config", "set", *CLI, "providers.demo.concurrency", "3", cwd=workdir)
         assert edited.returncode == 0, edited.stderr
