@@ -117,25 +117,6 @@ def test_a_run_minutes_budget_counts_finished_and_running_minutes(postgres_serve
         assert claim(a, "r3", T0 + 240 + 360, rules) is Refusal.ACCOUNT_BUDGET
 
 
-def test_a_budget_counts_a_retried_runs_earlier_attempts_fleet_wide(postgres_server: str) -> None:
-    with members(postgres_server, 2) as (a, b):
-        for n in range(4):
-            submit(a, f"r{n}")
-        runs, minutes = budget(2), budget(5, "run_minutes")
-        # r0's first attempt ran 4 minutes on work through a, then was retried.
-        assert claim(a, "r0", T0, runs) is None
-        a.finish("r0", RunEnd(RunStatus.FAILED, exit_code=1), T0 + 240)
-        a.requeue("r0", failure="overloaded", retry_at=T0 + 241)
-        # Its retry on another account leaves work's earlier attempt counted.
-        assert b.claim_many([("r0", "other")], T0 + 250, runs).claimed
-        assert claim(b, "r1", T0 + 260, runs) is None  # a start, the second
-        assert claim(b, "r2", T0 + 270, runs) is Refusal.ACCOUNT_BUDGET
-        # 4 minutes earlier plus r1's 0.9 running: room; at 1 more minute, spent.
-        assert claim(b, "r2", T0 + 260 + 54, minutes) is None
-        b.finish("r2", RunEnd(RunStatus.CANCELLED), T0 + 260 + 55)  # no process: no minutes
-        assert claim(b, "r3", T0 + 260 + 60, minutes) is Refusal.ACCOUNT_BUDGET
-
-
 @pytest.mark.parametrize("value", [0, -1, float("nan")])
 def test_a_budget_must_be_positive(value: float) -> None:
     with pytest.raises(ValueError, match="must be > 0"):

@@ -291,6 +291,34 @@ def test_an_account_s_budget_is_spent_by_every_member_s_runs(
     ]
 
 
+def test_a_budget_counts_a_retried_runs_earlier_attempts_fleet_wide(ledger: FleetUnderTest) -> None:
+    def rules(budget: float, unit: str) -> ClaimRules:
+        return ClaimRules(
+            account_budgets={("claude", "work"): AccountBudget(HOUR, budget, unit)}  # type: ignore[arg-type]
+        )
+
+    a, b = ledger.member("a"), ledger.member("b")
+    for n in range(4):
+        a.submit(run(f"r{n}"), T0)
+    runs, minutes = rules(2, "runs"), rules(5, "run_minutes")
+    # r0's first attempt ran 4 minutes on work through a, then was retried.
+    assert a.claim_many([("r0", "work")], T0, runs).claimed
+    a.finish("r0", RunEnd(RunStatus.FAILED, exit_code=1), T0 + 240)
+    a.requeue("r0", failure="overloaded", retry_at=T0 + 241)
+    # Its retry on another account leaves work's earlier attempt counted.
+    assert b.claim_many([("r0", "other")], T0 + 250, runs).claimed
+    assert b.claim_many([("r1", "work")], T0 + 260, runs).claimed  # a start, the second
+    assert b.claim_many([("r2", "work")], T0 + 270, runs).refused == [
+        ("r2", Refusal.ACCOUNT_BUDGET)
+    ]
+    # 4 minutes earlier plus r1's 0.9 running: room; at 1 more minute, spent.
+    assert b.claim_many([("r2", "work")], T0 + 260 + 54, minutes).claimed
+    b.finish("r2", RunEnd(RunStatus.CANCELLED), T0 + 260 + 55)  # no process: no minutes
+    assert b.claim_many([("r3", "work")], T0 + 260 + 60, minutes).refused == [
+        ("r3", Refusal.ACCOUNT_BUDGET)
+    ]
+
+
 @pytest.mark.parametrize("unit", ["tokens", "usd"])
 def test_a_budget_in_tokens_or_dollars_counts_running_runs_at_the_mean_of_ended_ones(
     ledger: FleetUnderTest, unit: str
