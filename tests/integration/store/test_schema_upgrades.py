@@ -302,47 +302,6 @@ def assert_attempts_kept(store: SqliteStore | PostgresStore) -> None:
     assert kept.spend == Spend(SEVEN.tokens, None, (), 1, None)
 
 
-def test_a_version_7_sqlite_ledger_upgrades_to_version_8_and_keeps_attempts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "old" / "herdsman.db"
-    path.parent.mkdir()
-    with monkeypatch.context() as patched:
-        at_version_7(patched, sqlite_store, Dialect.SQLITE)
-        old = SqliteStore(path)
-        try:
-            write_v7_rows(old)
-        finally:
-            old.close()
-    assert "run_attempts" not in sqlite_catalog(path)
-    store = SqliteStore(path)
-    try:
-        assert_attempts_kept(store)
-    finally:
-        store.close()
-    assert sqlite_catalog(path) == sqlite_catalog(fresh_sqlite(tmp_path))
-
-
-def test_a_version_7_postgres_ledger_upgrades_to_version_8_and_keeps_attempts(
-    postgres_url: str, other_schema: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    with monkeypatch.context() as patched:
-        at_version_7(patched, postgres_store, Dialect.POSTGRES)
-        old = PostgresStore(postgres_url)
-        try:
-            write_v7_rows(old)
-        finally:
-            old.close()
-    assert not any(c[0] == "run_attempts" for c in postgres_catalog(postgres_url)["columns"])
-    store = PostgresStore(postgres_url)
-    try:
-        assert_attempts_kept(store)
-    finally:
-        store.close()
-    PostgresStore(other_schema).close()
-    assert postgres_catalog(postgres_url) == postgres_catalog(other_schema)
-
-
 # --- version 8 to 9: run_attempts.held_by -------------------------------------
 
 
@@ -386,42 +345,58 @@ def assert_attempts_unheld(store: SqliteStore | PostgresStore) -> None:
     assert kept.spend == Spend(SEVEN.tokens, None, (), 1, None)
 
 
-def test_a_version_8_sqlite_ledger_upgrades_to_version_9_and_keeps_its_attempts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+# --- versions 7 and 8, upgraded ------------------------------------------------
+
+
+#: Each older version's writer, its rows, what the upgrade keeps of them, and
+#: a run_attempts column it lacked.
+_UPGRADES = {
+    7: (at_version_7, write_v7_rows, assert_attempts_kept, "run_id"),
+    8: (at_version_8, write_v8_rows, assert_attempts_unheld, "held_by"),
+}
+
+
+@pytest.mark.parametrize("version", sorted(_UPGRADES))
+def test_an_older_sqlite_ledger_upgrades_and_keeps_its_attempts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int
 ) -> None:
+    at, write, check, lacked = _UPGRADES[version]
     path = tmp_path / "old" / "herdsman.db"
     path.parent.mkdir()
     with monkeypatch.context() as patched:
-        at_version_8(patched, sqlite_store, Dialect.SQLITE)
+        at(patched, sqlite_store, Dialect.SQLITE)
         old = SqliteStore(path)
         try:
-            write_v8_rows(old)
+            write(old)
         finally:
             old.close()
-    assert "held_by" not in [c[1] for c in sqlite_catalog(path)["run_attempts"]["columns"]]
+    attempts = sqlite_catalog(path).get("run_attempts", {"columns": []})
+    assert lacked not in [column[1] for column in attempts["columns"]]
     store = SqliteStore(path)
     try:
-        assert_attempts_unheld(store)
+        check(store)
     finally:
         store.close()
     assert sqlite_catalog(path) == sqlite_catalog(fresh_sqlite(tmp_path))
 
 
-def test_a_version_8_postgres_ledger_upgrades_to_version_9_and_keeps_its_attempts(
-    postgres_url: str, other_schema: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("version", sorted(_UPGRADES))
+def test_an_older_postgres_ledger_upgrades_and_keeps_its_attempts(
+    postgres_url: str, other_schema: str, monkeypatch: pytest.MonkeyPatch, version: int
 ) -> None:
+    at, write, check, lacked = _UPGRADES[version]
     with monkeypatch.context() as patched:
-        at_version_8(patched, postgres_store, Dialect.POSTGRES)
+        at(patched, postgres_store, Dialect.POSTGRES)
         old = PostgresStore(postgres_url)
         try:
-            write_v8_rows(old)
+            write(old)
         finally:
             old.close()
     columns = postgres_catalog(postgres_url)["columns"]
-    assert ("run_attempts", "held_by") not in [(c[0], c[2]) for c in columns]
+    assert ("run_attempts", lacked) not in [(column[0], column[2]) for column in columns]
     store = PostgresStore(postgres_url)
     try:
-        assert_attempts_unheld(store)
+        check(store)
     finally:
         store.close()
     PostgresStore(other_schema).close()
