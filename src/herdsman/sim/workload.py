@@ -292,6 +292,9 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
     # The time of the last event a start can be a response to, and of the
     # last start before that event (see _answered).
     cause, floor, last_start = 0.0, -math.inf, -math.inf
+    # The time of the last event that is not a signal of the finish after
+    # it, and of the header (see after_finish).
+    before, started_at = -math.inf, header_time(header)
     rotated_at = None
     lost: list[str] = []  # runs the recorded supervisor found lost as it started
     last_t = 0.0
@@ -322,9 +325,12 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             run_id = fields["run_id"]
             began = started.pop(run_id, None)
             recorded = plans.get(run_id)
-            said = after_finish(signals, run_id, event.t) if signals else _NO_SIGNALS
+            said, end = after_finish(signals, run_id, event.t, started_at, before)
+            # A retried attempt ends a little before its finish was traced
+            # (ended_at): what its end lets start answers that moment.
+            cause = end
             if began is not None and recorded is not None:
-                recorded.attempts.append(_recorded(where, event.t, fields, said, began))
+                recorded.attempts.append(_recorded(where, end, fields, said, began))
                 if _unclassed(fields, said):
                     unclassed.append((run_id, event.t))
         elif kind == "reload":
@@ -340,6 +346,8 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             # Found at the start: the supervisor before this one stopped
             # without recording them (a lease expiry later on is a fleet's).
             lost.append(fields["run_id"])
+        if kind not in _SIGNALS:
+            before = event.t
     cut_at = _still_running(started, plans, rotated_at, arrivals, last_t)
     return _waits_with_their_runs(
         Workload(
