@@ -6,7 +6,8 @@ reading. On a loaded machine the commit took 43 ms, and a replay that ended
 the attempt at its finish's trace time ended the backoff that much later:
 the next start came after another run's finish the recording traced after
 it (the first trace), or a backoff ended before the finish of a run whose
-own end the replay put too late (the second). Both are the event order
+own end the replay put too late (the second), or two backoffs ended in the
+other order (the third). Each is the event order
 ``tests/integration/supervisor/test_replay_faults.py`` recorded in runs that
 failed that way: the same runs (their ids fix the jittered delays), events,
 times and the retries' ``at``, the spend left out.
@@ -180,3 +181,49 @@ def test_a_backoff_that_ended_after_another_retried_end_starts_its_run_after_tha
         {"t": 2.640334, "event": "shutdown"},
     ]
     replays_alike(recording(tmp_path / "after.jsonl", events), engine)
+
+
+@pytest.mark.parametrize("engine", ["trio", "fast"])
+def test_a_retried_end_read_before_a_start_traced_ahead_of_its_finish_ends_there(
+    tmp_path: Path, engine: str
+) -> None:
+    # retried's and exhausted's first attempts ended at 0.411066 and 0.4115;
+    # their finishes were traced at 0.451285 and 0.463468, worked's start
+    # (which retried's end let start) between them. In a replay that start
+    # comes with retried's end, so exhausted's end is not held back behind
+    # its trace time: its backoff ends at 1.372846, before retried's
+    # (1.400299), and exhausted starts first, as recorded.
+    ids = {
+        "retried": "run-db5c3a1ca4ad49e7b4581d8b172a4c35",
+        "exhausted": "run-6406fd3a5e5e4dc183d05e6651a5d700",
+        "worked": "run-0b7bb7a1bdf3446ca1f1dfc17576789b",
+        "crashed": "run-d2a28f235d694a23aab80a9253804aeb",
+    }
+    events = [
+        submit(0.200659, ids["retried"], "retried"),
+        start(0.204089, ids["retried"]),
+        submit(0.205202, ids["exhausted"], "exhausted"),
+        start(0.291979, ids["exhausted"]),
+        submit(0.292925, ids["worked"], "worked"),
+        submit(0.301376, ids["crashed"], "crashed"),
+        retry(0.4512, ids["retried"], 1, "overloaded", 0.989233, read=0.411066),
+        finish(0.451285, ids["retried"], "failed", 1, failure="overloaded", requeued=True),
+        start(0.451355, ids["worked"]),
+        retry(0.463436, ids["exhausted"], 1, "rate_limit", 0.961346, read=0.4115),
+        finish(0.463468, ids["exhausted"], "failed", 1, failure="rate_limit", requeued=True),
+        start(0.463479, ids["crashed"]),
+        finish(0.559134, ids["worked"], "failed", 1, failure="overloaded", worked=True),
+        retry(0.575132, ids["crashed"], 1, "crash", 0.593681, read=0.57456),
+        finish(0.575164, ids["crashed"], "failed", 3, failure="crash", requeued=True),
+        start(1.170281, ids["crashed"]),
+        finish(1.239739, ids["crashed"], "succeeded", 0),
+        start(1.393742, ids["exhausted"]),
+        start(1.408591, ids["retried"]),
+        retry(1.502172, ids["exhausted"], 2, "rate_limit", 1.191088, read=1.499582),
+        finish(1.502203, ids["exhausted"], "failed", 1, failure="rate_limit", requeued=True),
+        finish(1.510755, ids["retried"], "succeeded", 0),
+        start(2.694187, ids["exhausted"]),
+        finish(2.787194, ids["exhausted"], "failed", 1, failure="rate_limit"),
+        {"t": 2.792679, "event": "shutdown"},
+    ]
+    replays_alike(recording(tmp_path / "answered.jsonl", events), engine)

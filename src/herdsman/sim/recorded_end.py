@@ -141,10 +141,12 @@ def after_finish(
     """What was said of the attempt of ``run_id`` whose finish was traced at ``t``, and when
     a replay ends it (:func:`ended_at`); taken out of ``signals``.
 
-    ``started_at``: the trace header's time (unix seconds); ``before``: the
-    time of the last event traced before the finish that is not one of its
-    own signals. A retried attempt leaves the end of its backoff behind, for
-    its run's next start.
+    ``started_at``: the trace header's time (unix seconds); ``before``: when
+    a replay that agrees meets the last event traced before the finish that
+    is not one of its own signals (a start that answered a retried
+    attempt's end comes with that end, before the finish was traced). A
+    retried attempt leaves the end of its backoff behind, for its run's
+    next start.
     """
     said = signals.pop(run_id, _NO_SIGNALS)
     end = ended_at(t, said, started_at, before)

@@ -292,8 +292,9 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
     # The time of the last event a start can be a response to, and of the
     # last start before that event (see _answered).
     cause, floor, last_start = 0.0, -math.inf, -math.inf
-    # The time of the last event that is not a signal of the finish after
-    # it, and of the header (see after_finish).
+    # When a replay that agrees meets the events so far, signals aside (a
+    # finish at its attempt's end, a start with what it answered), and the
+    # header's time: see after_finish.
     before, started_at = -math.inf, header_time(header)
     rotated_at = None
     lost: list[str] = []  # runs the recorded supervisor found lost as it started
@@ -318,7 +319,7 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             started[run_id] = _answered(
                 cause, floor, event.t, signals[run_id].backoff_until if run_id in signals else None
             )
-            last_start = event.t
+            last_start, before = event.t, max(before, started[run_id][0])
         elif kind in _SIGNALS:
             note(signals.setdefault(fields["run_id"], Signals()), kind, fields)
         elif kind == "finish":
@@ -346,8 +347,8 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             # Found at the start: the supervisor before this one stopped
             # without recording them (a lease expiry later on is a fleet's).
             lost.append(fields["run_id"])
-        if kind not in _SIGNALS:
-            before = event.t
+        if kind not in _SIGNALS and kind != "start":
+            before = max(before, cause if kind == "finish" else event.t)
     cut_at = _still_running(started, plans, rotated_at, arrivals, last_t)
     return _waits_with_their_runs(
         Workload(
