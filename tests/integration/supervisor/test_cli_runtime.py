@@ -414,7 +414,8 @@ def test_sighup_reload_and_config_set_reload_a_running_supervisor(workdir: Path)
         assert (again.returncode, again.stderr) == (0, ""), again.stdout
         assert re.fullmatch(
             r"supervisor\.toml is unchanged since the reload at \d\d:\d\d:\d\d"
-            r" \(applied, generation 3\); nothing to do\n",
+            r" \(applied, generation 3\); nothing new to apply,"
+            r" but any account that needed a login takes runs again\n",
             again.stdout,
         ), again.stdout
         again_json = json.loads(herdsman("reload", *CLI, "--json", cwd=workdir).stdout)
@@ -453,7 +454,8 @@ def test_sighup_reload_and_config_set_reload_a_running_supervisor(workdir: Path)
         assert re.fullmatch(
             r"no changes: the file is already in force \(generation 3\)\n"
             r"|supervisor\.toml is unchanged since the reload at \d\d:\d\d:\d\d"
-            r" \(no changes, generation 3\); nothing to do\n",
+            r" \(no changes, generation 3\); nothing new to apply,"
+            r" but any account that needed a login takes runs again\n",
             unchanged.stdout,
         ), unchanged.stdout
         assert sup.stop(signal.SIGTERM) == 0
