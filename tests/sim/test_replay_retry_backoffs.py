@@ -7,7 +7,9 @@ the attempt at its finish's trace time ended the backoff that much later:
 the next start came after another run's finish the recording traced after
 it (the first trace), or a backoff ended before the finish of a run whose
 own end the replay put too late (the second), or two backoffs ended in the
-other order (the third). Each is the event order
+other order (the third). And the supervisor's timer for a backoff's end
+fired late: a finish traced meanwhile came before the start (the fourth).
+Each is the event order
 ``tests/integration/supervisor/test_replay_faults.py`` recorded in runs that
 failed that way: the same runs (their ids fix the jittered delays), events,
 times and the retries' ``at``, the spend left out.
@@ -227,3 +229,48 @@ def test_a_retried_end_read_before_a_start_traced_ahead_of_its_finish_ends_there
         {"t": 2.792679, "event": "shutdown"},
     ]
     replays_alike(recording(tmp_path / "answered.jsonl", events), engine)
+
+
+@pytest.mark.parametrize("engine", ["trio", "fast"])
+def test_a_finish_traced_while_a_late_dispatcher_met_a_backoff_ends_before_it(
+    tmp_path: Path, engine: str
+) -> None:
+    # crashed's backoff ended at 1.611626, but the loaded supervisor started
+    # it only at 1.716427, after retried's finish (1.692545): its timer
+    # fired late. The replay starts crashed when its backoff ends, so it
+    # ends retried's attempt just before then (its start at 1.392649 allows
+    # it): the finish, then crashed's start, as recorded.
+    ids = {
+        "retried": "run-4a85e7a434f248bd8b8ffc1e2f40824d",
+        "exhausted": "run-fa25cdc0e3794166a023e21edcf755ed",
+        "worked": "run-e424f887465547cdac2a4744b5c40da1",
+        "crashed": "run-d66a33b0ed8340899af9fdc8f59027e9",
+    }
+    events = [
+        submit(0.285473, ids["retried"], "retried"),
+        start(0.30835, ids["retried"]),
+        submit(0.317993, ids["exhausted"], "exhausted"),
+        start(0.336817, ids["exhausted"]),
+        submit(0.342749, ids["worked"], "worked"),
+        submit(0.462, ids["crashed"], "crashed"),
+        retry(0.672597, ids["retried"], 1, "overloaded", 0.710046, read=0.66084),
+        finish(0.672688, ids["retried"], "failed", 1, failure="overloaded", requeued=True),
+        start(0.672765, ids["worked"]),
+        retry(0.67285, ids["exhausted"], 1, "rate_limit", 0.993867, read=0.66121),
+        finish(0.672861, ids["exhausted"], "failed", 1, failure="rate_limit", requeued=True),
+        start(0.672867, ids["crashed"]),
+        finish(0.89039, ids["worked"], "failed", 1, failure="overloaded", worked=True),
+        retry(0.977025, ids["crashed"], 1, "crash", 0.650635, read=0.960991),
+        finish(0.977074, ids["crashed"], "failed", 3, failure="crash", requeued=True),
+        start(1.392649, ids["retried"]),
+        finish(1.692545, ids["retried"], "succeeded", 0),
+        start(1.716427, ids["crashed"]),
+        start(1.760464, ids["exhausted"]),
+        finish(1.895045, ids["crashed"], "succeeded", 0),
+        retry(1.921796, ids["exhausted"], 2, "rate_limit", 1.935177, read=1.920832),
+        finish(1.92183, ids["exhausted"], "failed", 1, failure="rate_limit", requeued=True),
+        start(3.907688, ids["exhausted"]),
+        finish(4.088416, ids["exhausted"], "failed", 1, failure="rate_limit"),
+        {"t": 4.232382, "event": "shutdown"},
+    ]
+    replays_alike(recording(tmp_path / "late.jsonl", events), engine)
