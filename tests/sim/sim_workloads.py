@@ -19,7 +19,12 @@ T = TypeVar("T")
 
 
 def within(seconds: float, work: Callable[[], T]) -> T:
-    """``work()``'s result; a failure, not a hang, if it takes longer than ``seconds``."""
+    """``work()``'s result; a failure, not a hang, if it takes longer than ``seconds``.
+
+    A simulator run given up on goes on in its thread, under pyfakefs's
+    process-wide patch: give ``work`` a wall limit of its own below
+    ``seconds``, so the simulator freezes it first and ends the patch itself.
+    """
     out: list[T] = []
     thread = threading.Thread(target=lambda: out.append(work()), daemon=True)
     thread.start()

@@ -193,10 +193,12 @@ def _checks(config: Mapping[str, Any]) -> tuple[AccountChecks, list[str]]:
     return checks, failed
 
 
+_RETRY = {"attempts": 3, "on": ["overloaded"], "after_work": []}
+
+
 def _config(unit: str, budget: float) -> dict[str, Any]:
     account = {"name": "a", "window": "100s", "budget": budget, "budget_unit": unit}
-    retry = {"attempts": 3, "on": ["overloaded"], "after_work": []}
-    return {"providers": {"claude": {"accounts": [account], "retry": retry}}}
+    return {"providers": {"claude": {"accounts": [account], "retry": _RETRY}}}
 
 
 def test_a_running_run_counts_at_the_mean_of_those_that_ended() -> None:
@@ -211,18 +213,23 @@ def test_a_running_run_counts_at_the_mean_of_those_that_ended() -> None:
     assert failed == ["budget"]
 
 
-def test_after_a_restart_only_each_run_s_current_attempt_counts() -> None:
+def test_after_a_restart_every_attempt_of_a_run_still_counts() -> None:
     checks, failed = _checks(_config("runs", 2))
     checks.started("r1", "claude", "a", 0.0)
+    checks.agent_ended("r1", AgentEnd("overloaded"))
     checks.retried("r1", "claude", {"attempt": 1, "failure": "overloaded"})
     checks.finished("r1", {"outcome": "failed", "exit_code": 1, "requeued": True}, 1.0)
     checks.started("r1", "claude", "a", 11.0)
     checks.agent_ended("r1", AgentEnd(None))
     checks.finished("r1", {"outcome": "succeeded", "exit_code": 0}, 12.0)
-    # Two starts in the window: a third start here would break the budget,
-    # but the ledger a restart reads keeps the run's last attempt only.
+    # Two starts in the window, and the ledger a restart reads keeps both
+    # attempts of the retried run: a third start breaks the budget.
     checks.crashed(set())
+    assert failed == []
     checks.started("r2", "claude", "a", 13.0)
-    assert failed == ["retry class"]  # the retry above had no agent's end to go by
+    assert failed == ["budget"]
+    # The same when a reload gives the account back.
+    checks.configure({"providers": {"claude": {"accounts": [], "retry": _RETRY}}}, restart=False)
+    checks.configure(_config("runs", 3), restart=False)
     checks.started("r3", "claude", "a", 14.0)
-    assert failed == ["retry class", "budget"]
+    assert failed == ["budget", "budget"]

@@ -41,6 +41,7 @@ __all__ = [
     "Reported",
     "Signals",
     "after_finish",
+    "ended_at",
     "note",
     "recorded_end",
 ]
@@ -79,6 +80,8 @@ class Signals:
     retried: str | None = None
     #: ... after this many seconds (``retry``'s ``delay``).
     delay: float | None = None
+    #: ... until then (``retry``'s ``at``, unix seconds), if the trace says.
+    due: float | None = None
     #: For the run's next attempt: when the backoff after the last one ended
     #: (its finish plus the retry's delay), which its start may answer.
     backoff_until: float | None = None
@@ -128,17 +131,55 @@ def note(signals: Signals, kind: str, fields: Mapping[str, Any]) -> None:
     else:
         signals.retried = fields["failure"]
         signals.delay = float(fields.get("delay", 0.0))
+        due = fields.get("at")
+        signals.due = float(due) if isinstance(due, int | float) else None
 
 
-def after_finish(signals: dict[str, Signals], run_id: str, t: float) -> Signals:
-    """What was said of the attempt of ``run_id`` that finished at ``t``; taken out of ``signals``.
+def after_finish(
+    signals: dict[str, Signals], run_id: str, t: float, started_at: float, before: float
+) -> tuple[Signals, float]:
+    """What was said of the attempt of ``run_id`` whose finish was traced at ``t``, and when
+    a replay ends it (:func:`ended_at`); taken out of ``signals``.
 
-    A retried attempt leaves the end of its backoff behind, for its run's next start.
+    ``started_at``: the trace header's time (unix seconds); ``before``: when
+    a replay that agrees meets the last event traced before the finish that
+    is not one of its own signals (a start that answered a retried
+    attempt's end comes with that end, before the finish was traced). A
+    retried attempt leaves the end of its backoff behind, for its run's
+    next start.
     """
     said = signals.pop(run_id, _NO_SIGNALS)
+    end = ended_at(t, said, started_at, before)
     if said.retried is not None and said.delay is not None:
-        signals[run_id] = Signals(backoff_until=t + said.delay)
-    return said
+        signals[run_id] = Signals(backoff_until=end + said.delay)
+    return said, end
+
+
+#: The trace's resolution: a replay's moments are the trace's, to the microsecond.
+TICK: Final = 1e-6
+
+
+def ended_at(t: float, said: Signals, started_at: float, before: float) -> float:
+    """When a replay ends the attempt whose finish was traced at ``t``.
+
+    The supervisor reads the time when an attempt's process ends, and only
+    then records the finish in the ledger and traces it; a retry's backoff
+    runs from that reading (the retry's ``at`` is it plus the ``delay``).
+    Under load the commit takes tens of milliseconds, and a replay that
+    ended the attempt at the finish's trace time would end its backoff that
+    much later than the recording did: after another run's finish that the
+    recording traced after the retry's start, or the other way round. So a
+    retried attempt ends at that reading (``at`` less ``delay``, in trace
+    time), the supervisor's own moment, as its next start was timed from.
+    Its order among the other events must stay the recorded one: never
+    before ``before`` (the last event traced ahead of it; a wall clock
+    stepped back would say so), never after ``t`` (nor a clock stepped on).
+    Anything else ends at ``t``.
+    """
+    if said.due is None or said.delay is None:
+        return t
+    read = round(said.due - said.delay - started_at, 6)
+    return min(t, max(read, round(before + TICK, 6)))
 
 
 #: Nothing was said.

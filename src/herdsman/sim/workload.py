@@ -292,6 +292,10 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
     # The time of the last event a start can be a response to, and of the
     # last start before that event (see _answered).
     cause, floor, last_start = 0.0, -math.inf, -math.inf
+    # When a replay that agrees meets the events so far, signals aside (a
+    # finish at its attempt's end, a start with what it answered), and the
+    # header's time: see after_finish.
+    before, started_at, ends = -math.inf, header_time(header), _PlainEnds(plans)
     rotated_at = None
     lost: list[str] = []  # runs the recorded supervisor found lost as it started
     last_t = 0.0
@@ -312,19 +316,20 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
         elif kind == "start":
             run_id = fields["run_id"]
             # A retried run's next start may answer the end of its backoff.
-            started[run_id] = _answered(
-                cause, floor, event.t, signals[run_id].backoff_until if run_id in signals else None
-            )
-            last_start = event.t
+            started[run_id] = _answered(cause, floor, event.t, ends.ahead_of(signals, run_id))
+            last_start, before = event.t, max(before, started[run_id][0])
         elif kind in _SIGNALS:
             note(signals.setdefault(fields["run_id"], Signals()), kind, fields)
         elif kind == "finish":
             run_id = fields["run_id"]
             began = started.pop(run_id, None)
             recorded = plans.get(run_id)
-            said = after_finish(signals, run_id, event.t) if signals else _NO_SIGNALS
+            # A retried attempt ends a little before its finish was traced
+            # (ended_at): what its end lets start answers that moment.
+            said, cause = after_finish(signals, run_id, event.t, started_at, before)
             if began is not None and recorded is not None:
-                recorded.attempts.append(_recorded(where, event.t, fields, said, began))
+                recorded.attempts.append(_recorded(where, cause, fields, said, began))
+                ends.add(event.t, run_id, said, before)
                 if _unclassed(fields, said):
                     unclassed.append((run_id, event.t))
         elif kind == "reload":
@@ -340,6 +345,8 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             # Found at the start: the supervisor before this one stopped
             # without recording them (a lease expiry later on is a fleet's).
             lost.append(fields["run_id"])
+        if kind not in _SIGNALS and kind != "start":
+            before = max(before, cause if kind == "finish" else event.t)
     cut_at = _still_running(started, plans, rotated_at, arrivals, last_t)
     return _waits_with_their_runs(
         Workload(
@@ -353,6 +360,54 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             unclassed=tuple(unclassed),
         )
     )
+
+
+class _PlainEnds:
+    """The finishes read so far that no retry followed, to end ahead of a backoff's start.
+
+    Under load the recorded supervisor met the end of a run's backoff late:
+    its timer fired tens of milliseconds after it was due, and another run's
+    finish, traced meanwhile, came before the retried run's start. The
+    replay starts that run when its backoff ends, on time; to keep the
+    recorded order it ends such a finish just before then, as an on-time
+    supervisor would have traced it had it read that end by then. Never
+    before the replay meets the event traced ahead of that finish (then it
+    keeps its time, and the replay may start the run first).
+    """
+
+    def __init__(self, plans: Mapping[str, RunPlan]) -> None:
+        self._plans = plans
+        # (trace time, run, its attempt's index, when the replay meets the event before it)
+        self._ends: list[tuple[float, str, int, float]] = []
+
+    def add(self, t: float, run_id: str, said: Signals, before: float) -> None:
+        """A finish traced at ``t`` whose attempt was just added to its run's plan."""
+        if said.retried is None:  # a retried end has its own moment (ended_at)
+            self._ends.append((t, run_id, len(self._plans[run_id].attempts) - 1, before))
+
+    def ahead_of(self, signals: Mapping[str, Signals], run_id: str) -> float | None:
+        """For the start of ``run_id`` just read: when its backoff ended, if it was retried.
+
+        The finishes traced since then end just before it.
+        """
+        backoff = signals[run_id].backoff_until if run_id in signals else None
+        if backoff is None:
+            return None
+        end = round(backoff - BACKOFF_SLACK, 6)
+        for traced, other, index, before in reversed(self._ends):
+            if traced <= end:
+                break
+            attempt = self._plans[other].attempts[index]
+            if (
+                isinstance(attempt, RecordedAttempt)
+                and before < end - BACKOFF_SLACK
+                and attempt.ends_at > end
+            ):
+                early = attempt.ends_at - end
+                self._plans[other].attempts[index] = attrs.evolve(
+                    attempt, duration=round(attempt.duration - early, 6), ends_at=end
+                )
+        return backoff
 
 
 def _unclassed(fields: Mapping[str, Any], said: Signals) -> bool:

@@ -19,9 +19,9 @@ configuration in force:
   charged no spend. Budgets are checked at a start, so a run that started
   within budget may end over it: that is allowed. After a restart (and
   when a reload brings an account back) usage is what the ledger restores:
-  each run's current attempt only, an attempt running at the crash as a
-  start (lost); the earlier attempts of a retried run are no longer
-  counted. The model is never more than the supervisor counts, so a
+  every attempt of every run, each under its own account (the earlier ones
+  of a retried or re-queued run too), an attempt running at the crash as a
+  start (lost). The model is never more than the supervisor counts, so a
   violation is always a start the budget should have stopped. Two events
   at one instant may be read on either side of a window's edge: a
   violation must hold whichever side.
@@ -43,6 +43,7 @@ when the run overtaken waits out a retry's backoff
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -122,6 +123,9 @@ class AccountChecks:
         self._uses: dict[tuple[str, str], list[_Use]] = {}
         # Each run's account and its current attempt's use (None: none yet).
         self._current: dict[str, tuple[tuple[str, str], _Use]] = {}
+        # Attempts that went back to the queue (retried, or moved off their
+        # account): the ledger keeps each, so a restart restores them too.
+        self._earlier: list[tuple[tuple[str, str], _Use]] = []
         self._starts: dict[str, int] = {}
         self._ends: dict[str, AgentEnd] = {}  # the attempt that just ended, by run
         self._retried: set[str] = set()  # runs whose finish follows a retry event
@@ -178,8 +182,9 @@ class AccountChecks:
         self._retried.clear()
 
     def _restore(self, key: tuple[str, str]) -> None:
-        """``key``'s usage as the ledger gives it back: each run's current attempt."""
-        self._uses[key] = [use for account, use in self._current.values() if account == key]
+        """``key``'s usage as the ledger gives it back: every attempt of every run."""
+        kept = itertools.chain(self._earlier, self._current.values())
+        self._uses[key] = [use for account, use in kept if account == key]
 
     # -- what happened -----------------------------------------------------
 
@@ -262,8 +267,8 @@ class AccountChecks:
         if end is not None and not moved:
             use.tokens, use.usd = end.tokens, end.usd
         if fields.get("requeued"):
-            # Queued again: the ledger clears the attempt (a restart forgets it).
-            del self._current[run_id]
+            # Queued again: the ledger keeps the attempt among the run's earlier ones.
+            self._earlier.append(self._current.pop(run_id))
         if (
             end is not None
             and end.failure == "authentication_failed"
