@@ -252,16 +252,43 @@ class AccountState:
         self._used_at = _FORGOTTEN
 
     def begin(self, run_id: str, now: float) -> None:
-        """``run_id`` started on the account at ``now``."""
+        """``run_id`` started on the account at ``now``.
+
+        A ``runs`` budget's usage remembered at ``now`` is one more start,
+        the newest (the last to leave the window): it is counted in, not
+        forgotten. Any other unit's usage counts running runs in its own
+        way, and is worked out again.
+        """
         self.running[run_id] = now
         self.runs_started += 1
-        if self.spec.window is not None:
+        spec = self.spec
+        window = spec.window
+        if window is None:
+            if spec.unit != "runs":  # a runs budget counts nothing without a window
+                self._used_at = _FORGOTTEN
+            return
+        if (
+            spec.unit == "runs"
+            and self._used_at <= now <= self._used_last
+            and now - window < self._oldest
+        ):
+            # What used() remembered holds (its own test), so nothing has left
+            # the window since either: the new start is simply one more.
+            self.starts.append(now)
+            self._used += 1.0
+            self._used_at = now
+            self._oldest = min(self._oldest, now)
+        else:
             self._expire(now)
             self.starts.append(now)
-        self._used_at = _FORGOTTEN
+            self._used_at = _FORGOTTEN
 
     def end(self, run_id: str, now: float, spawned: bool, charge: Charge) -> None:
-        """``run_id`` ended at ``now``; never spawned, its start is taken back."""
+        """``run_id`` ended at ``now``; never spawned, its start is taken back.
+
+        A ``runs`` budget counts starts only: a run that did spawn leaves its
+        usage as it was, and what is remembered holds.
+        """
         start = self.running.pop(run_id)
         if not spawned:
             self.runs_started -= 1
@@ -269,6 +296,10 @@ class AccountState:
                 self.starts.remove(start)
         elif self.spec.window is not None:
             self.ended.add(now, max(0.0, now - start), charge)
+            if self.spec.unit == "runs":
+                return
+        elif self.spec.unit == "runs":
+            return
         self._used_at = _FORGOTTEN
 
     def charge(self, end: float, charge: Charge) -> None:

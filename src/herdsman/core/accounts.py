@@ -75,6 +75,7 @@ __all__ = [
     "sticky_key",
 ]
 
+
 #: How long an account rests after a usage limit that named no reset time,
 #: when the account has no window to wait out either.
 DEFAULT_REST = 3600.0
@@ -301,7 +302,8 @@ class AccountBook:
                 if has_last and account.spec.name == last:
                     # Near its limit or not: the conversation's session lives there.
                     return self._plain_pick(last), account
-                rank = (account.near(now), len(account.running))
+                # near() only where a warning was given: most accounts never get one.
+                rank = (account.near_until is not None and account.near(now), len(account.running))
                 if best is None or best_rank is None or rank < best_rank:
                     best, best_rank, best_share = account, rank, None
                 elif rank == best_rank:
@@ -657,7 +659,9 @@ class AccountGate:
         if run_id in book._holders:
             raise ValueError(f"run {run_id!r} already holds an account")
         chosen = (book._pins and book._pinned(run_id, provider, now)) or book._choose(
-            provider, None if run.conversation is None else conversation_of(run), now
+            provider,
+            None if run.conversation is None else sticky_key(run.workspace, run.conversation),
+            now,
         )
         if chosen is None:  # can_start said yes a moment ago, with nothing in between
             raise AssertionError(f"no account for {run_id} although the gate was open")
