@@ -445,8 +445,15 @@ class Scheduler:
                 heap = self._ready[provider] = []
             heapq.heappush(heap, (entry.seq, entry))
             entry.in_heap = True
-            if provider not in self.startable:
-                self._index(provider)
+            startable = self.startable
+            if provider not in startable:
+                if heap[0][1] is entry:  # the common case: nothing stale above it
+                    if self._running_by_provider.get(provider, 0) < self._limits.provider_caps.get(
+                        provider, 0
+                    ):
+                        startable[provider] = heap
+                else:
+                    self._index(provider)
 
     def take_startable(self, gate: StartGate | None = None) -> list[RunRequest]:
         """Mark as running, and return in start order, every run that may start now.
@@ -466,12 +473,12 @@ class Scheduler:
         queued_by_provider = self._queued_by_provider
         queued = _QUEUED
         # An indexed heap's top may start as far as its lanes and its
-        # provider's slots go: only the gate is left to ask.
-        candidates = [
-            (provider, heap)
-            for provider, heap in startable.items()
-            if gate is None or gate.can_start(provider)
-        ]
+        # provider's slots go: only the gate is left to ask. (A plain loop: a
+        # comprehension is a call of its own.)
+        candidates: list[tuple[str, list[tuple[int, _Entry]]]] = []
+        for provider, heap in startable.items():
+            if gate is None or gate.can_start(provider):
+                candidates.append((provider, heap))
         while candidates and (global_cap is None or self._running < global_cap):
             best = candidates[0]
             if len(candidates) > 1:
@@ -525,7 +532,7 @@ class Scheduler:
         self._running -= 1
         provider = entry.run.provider
         self._running_by_provider[provider] -= 1
-        if provider not in self.startable:
+        if provider not in self.startable and self._ready.get(provider):
             self._index(provider)  # its slot is free: its ready runs may start
         for lane, exclusive in entry.locks:
             if exclusive:

@@ -708,10 +708,11 @@ class FastEngine:
             queued = self._runs[run_id] = _Run(request, plan, index, self._now)
             if self._measuring:
                 self._submitted += 1
-                self._last = queued.since = self._t()
+                # The trace's clock, as the loop set it from the arrival (_t()'s).
+                self._last = queued.since = self._rounded
         elif admitted is _SKIPPED:
             if self._measuring:
-                self._last = self._t()  # the skip event
+                self._last = self._rounded  # the skip event, at the arrival's clock
         else:
             return None  # a repeated id is the run it already was
         self.runs += 1

@@ -29,7 +29,16 @@ concurrency = 1
 """
 
 # One account that may start two runs an hour.
-TWO_RUNS_AN_HOUR = ONE_SLOT + '[[providers.p.accounts]]\nname = "a"\nwindow = "1h"\nbudget = 2\n'
+ACCOUNT = '[[providers.p.accounts]]\nname = "a"\nwindow = "1h"\nbudget = 2\n'
+TWO_RUNS_AN_HOUR = ONE_SLOT + ACCOUNT
+
+# The same account, one slot in all (the global cap) and two for the provider.
+ONE_GLOBAL_SLOT = (
+    ONE_SLOT.replace("[supervisor]\n", "[supervisor]\nmax_concurrency = 1\n").replace(
+        "concurrency = 1\n", "concurrency = 2\n"
+    )
+    + ACCOUNT
+)
 
 
 class DispatcherSteps(trio.abc.Instrument):
@@ -123,17 +132,49 @@ def test_a_start_that_spends_an_accounts_budget_still_sets_the_dispatchers_timer
     seen: list[float | None] = []
 
     async def main() -> None:
+        supervisor = _supervisor(ONE_GLOBAL_SLOT, tmp_path, agents, clock)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(supervisor.run)
+            for run_id in ("r1", "r2", "r3"):
+                await supervisor.submit(_new(run_id))
+            await trio.testing.wait_all_tasks_blocked()
+            seen.append(supervisor.account_recheck_at)  # r2 and r3 wait for the global slot
+            # r1's finish starts r2, which spends the account's last run this
+            # hour: r3, free of its lanes and with a slot of its provider's,
+            # now waits for the account (and the global slot), and the
+            # dispatcher must look again when the window frees it (at the
+            # latest in a minute).
+            agents.end("r1")
+            await trio.testing.wait_all_tasks_blocked()
+            seen.append(supervisor.account_recheck_at)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=clock)
+    assert agents.started == ["r1", "r2"]
+    assert seen[0] is None
+    assert seen[1] is not None
+    assert 0 < seen[1] <= 60.0
+
+
+def test_a_run_waiting_for_its_providers_slot_sets_no_timer(tmp_path: Path) -> None:
+    # As above with one slot for the provider: r3 waits for r2's slot as well
+    # as for the account, and only r2's finish (an event) can free that slot,
+    # so the dispatcher has nothing to look at when the window frees the
+    # account; it looks again after that finish.
+    agents, clock = Agents(), trio.testing.MockClock()
+    seen: list[float | None] = []
+
+    async def main() -> None:
         supervisor = _supervisor(TWO_RUNS_AN_HOUR, tmp_path, agents, clock)
         async with trio.open_nursery() as nursery:
             await nursery.start(supervisor.run)
             for run_id in ("r1", "r2", "r3"):
                 await supervisor.submit(_new(run_id))
             await trio.testing.wait_all_tasks_blocked()
-            seen.append(supervisor.account_recheck_at)  # r2 and r3 wait for the slot
-            # r1's finish starts r2, which spends the account's last run this
-            # hour: r3 now waits for the account, and the dispatcher must
-            # look again when the window frees it (at the latest in a minute).
-            agents.end("r1")
+            agents.end("r1")  # r2 starts and spends the account's last run this hour
+            await trio.testing.wait_all_tasks_blocked()
+            seen.append(supervisor.account_recheck_at)
+            agents.end("r2")  # now r3 has a slot and waits for the account alone
             await trio.testing.wait_all_tasks_blocked()
             seen.append(supervisor.account_recheck_at)
             nursery.cancel_scope.cancel()
