@@ -34,9 +34,14 @@ TWO_RUNS_AN_HOUR = ONE_SLOT + ACCOUNT
 
 # The same account, one slot in all (the global cap) and two for the provider.
 ONE_GLOBAL_SLOT = (
-    ONE_SLOT.replace("[supervisor]\n", "[supervisor]\nmax_concurrency = 1\n").replace(
-        "concurrency = 1\n", "concurrency = 2\n"
-    )
+    """\
+[supervisor]
+state_dir = "{state}"
+max_concurrency = 1
+[providers.p]
+exec = ["p"]
+concurrency = 2
+"""
     + ACCOUNT
 )
 
