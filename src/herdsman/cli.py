@@ -36,7 +36,7 @@ from herdsman.runtime_cli import add_runtime_commands
 from herdsman.sim.cli import add_sim_commands
 from herdsman.usage_cli import add_usage_command
 
-__all__ = ["main"]
+__all__ = ["add_command", "main"]
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -204,6 +204,28 @@ def _config_remove(args: argparse.Namespace) -> int:
     return after_config_write(result) if args.reload else 0
 
 
+def add_command(
+    commands: Any,
+    name: str,
+    handler: Command | None,
+    summary: str,
+    description: str,
+    *,
+    parents: Sequence[argparse.ArgumentParser] = (),
+) -> argparse.ArgumentParser:
+    """Register the subcommand ``name`` under ``commands`` (an ``add_subparsers`` result).
+
+    ``summary`` is its line in the parent's help, ``description`` the head
+    of its own; ``handler`` runs it (None: a group whose actions run).
+    """
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, parents=list(parents), help=summary, description=description
+    )
+    if handler is not None:
+        parser.set_defaults(handler=handler)
+    return parser
+
+
 def _edit_parser(
     commands: Any,
     name: str,
@@ -212,11 +234,13 @@ def _edit_parser(
     description: str,
 ) -> argparse.ArgumentParser:
     """A ``config`` subcommand that edits the file, then asks a running supervisor to reload."""
-    parser: argparse.ArgumentParser = commands.add_parser(
+    parser = add_command(
+        commands,
         name,
+        handler,
+        summary,
+        description,
         parents=[_config_options(with_overrides=False)],
-        help=summary,
-        description=description,
     )
     parser.add_argument(
         "--no-reload",
@@ -225,7 +249,6 @@ def _edit_parser(
         help="do not ask a running supervisor to reload (it still applies the edit"
         " when it notices the file changed)",
     )
-    parser.set_defaults(handler=handler)
     return parser
 
 
@@ -235,29 +258,34 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"herdsman {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    check = commands.add_parser(
+    check = add_command(
+        commands,
         "check",
+        _check,
+        "validate the configuration and show the effective settings",
+        "Validate the configuration file and print every effective setting and where it came"
+        " from (the file, a --set, or the default). Exit status 1 when the file is invalid,"
+        " with every error on its own line.",
         parents=[_config_options()],
-        help="validate the configuration and show the effective settings",
-        description="Validate the configuration file and print every effective setting and"
-        " where it came from (the file, a --set, or the default). Exit status 1 when the"
-        " file is invalid, with every error on its own line.",
     )
     check.add_argument("--json", action="store_true", help="machine-readable output")
-    check.set_defaults(handler=_check)
 
-    config = commands.add_parser(
+    config = add_command(
+        commands,
         "config",
-        help="read or edit the configuration file",
-        description="Read a setting of the configuration file, or edit one in place.",
+        None,
+        "read or edit the configuration file",
+        "Read a setting of the configuration file, or edit one in place.",
     )
     config_commands = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
-    get = config_commands.add_parser(
+    get = add_command(
+        config_commands,
         "get",
+        _config_get,
+        "print the effective value of KEY as TOML",
+        "Print the effective value of KEY as TOML: as the file sets it, else its default."
+        " A table or an array of tables prints as the TOML that writes it.",
         parents=[_config_options()],
-        help="print the effective value of KEY as TOML",
-        description="Print the effective value of KEY as TOML: as the file sets it, else"
-        " its default. A table or an array of tables prints as the TOML that writes it.",
     )
     get.add_argument(
         "key", metavar="KEY", help="a key path, e.g. providers.claude.concurrency, repos[0], repos"
@@ -265,7 +293,6 @@ def build_parser() -> argparse.ArgumentParser:
     get.add_argument(
         "--json", action="store_true", help="print {key, value, origins} as JSON instead"
     )
-    get.set_defaults(handler=_config_get)
     set_ = _edit_parser(
         config_commands,
         "set",

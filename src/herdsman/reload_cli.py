@@ -71,7 +71,10 @@ def _print_repeated_reload(body: Mapping[str, Any], name: str) -> None:
             f"{', '.join(waiting)} {'waits' if len(waiting) == 1 else 'wait'} for a restart"
         )
     what = "; ".join(said) or "no changes"
-    print(f"{since} ({what}, generation {body['generation']}); nothing to do")
+    print(
+        f"{since} ({what}, generation {body['generation']}); nothing new to apply,"
+        " but any account that needed a login takes runs again"
+    )
 
 
 def reload_running(config: Config, config_file: Path) -> int:

@@ -82,24 +82,32 @@ def test_a_recorded_spend_is_charged_to_a_usd_budget_in_the_replay(tmp_path: Pat
     assert all(finish["spend"] == SPEND for finish in finishes)
 
 
-def test_a_cancelled_attempt_s_spend_is_named_as_not_charged(tmp_path: Path) -> None:
-    """A replay's cancel ends an attempt with nothing spent: the summary says which were."""
+def test_a_forced_stop_s_cancelled_attempts_replay_with_their_recorded_spend(
+    tmp_path: Path,
+) -> None:
+    """The replayed forced stop cancels each running attempt as the recording ended it."""
     recorded = RECORDED.with_name("stop-forced.jsonl")
     header, *events = recorded.read_text().splitlines()
-    lines, cancelled = [header], []
+    lines, cancelled = [header], {}
     for line in events:
         event = json.loads(line)
         if event["event"] == "finish" and event["outcome"] == "cancelled":
             event["spend"] = SPEND
-            cancelled.append((event["run_id"], event["t"]))
+            cancelled[event["run_id"]] = event["exit_code"]
         lines.append(json.dumps(event, separators=(",", ":"), ensure_ascii=False))
     (tmp_path / "spent.jsonl").write_text("\n".join(lines) + "\n")
-    done = herdsman("sim", "replay", "spent.jsonl", "--out", "out.jsonl", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    run_id, at = cancelled[0]
-    assert (
-        f"; {len(cancelled)} cancelled attempt(s) spent what their finish records"
-        f" (the first: {run_id}'s at t={at:g}), which the replay does not charge"
-    ) in done.stderr
-    plain = herdsman("sim", "replay", str(recorded), "--out", "plain.jsonl", cwd=tmp_path)
-    assert "cancelled attempt(s) spent" not in plain.stderr
+    assert cancelled
+    assert all(code == -15 for code in cancelled.values())
+    for engine in ("trio", "fast"):
+        out = tmp_path / f"{engine}.jsonl"
+        done = herdsman(
+            "sim", "replay", "spent.jsonl", "--engine", engine, "--out", out.name, cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr
+        replayed = {
+            event["run_id"]: event
+            for event in map(json.loads, out.read_text().splitlines()[1:])
+            if event["event"] == "finish" and event["run_id"] in cancelled
+        }
+        got = {run_id: (e["exit_code"], e.get("spend")) for run_id, e in replayed.items()}
+        assert got == dict.fromkeys(cancelled, (-15, SPEND)), engine

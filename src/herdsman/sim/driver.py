@@ -21,7 +21,7 @@ from herdsman.runtime.runner import (
     ProcessSpec,
     RunCancel,
 )
-from herdsman.sim.fake_end import fake_end
+from herdsman.sim.fake_end import fake_end, stopped_end
 from herdsman.sim.trio_internals import (
     any_woken,
     checkpoints,
@@ -32,7 +32,6 @@ from herdsman.sim.trio_internals import (
     tasks,
 )
 from herdsman.sim.workload import (
-    Attempt,
     Executions,
     Workload,
 )
@@ -107,7 +106,7 @@ class Driver:
         stopped: list[str] = []
         if cancel is not None:
             if cancel.cancelled:
-                return fake_end(Attempt(0.0, "cancelled"), cancel.reason)
+                return stopped_end(attempt, cancel.reason)
 
             def on_cancel(reason: str) -> None:
                 stopped.append(reason)
@@ -132,7 +131,7 @@ class Driver:
             if cancel is not None:
                 cancel._detach()
         if stopped:
-            return fake_end(Attempt(0.0, "cancelled"), stopped[0])
+            return stopped_end(attempt, stopped[0])
         if attempt.own_end:
             return fake_end(attempt, None)  # its own: what its agent's stream said
         key = (attempt.outcome, attempt.exit_code, attempt.resets_at)

@@ -55,7 +55,7 @@ from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.runtime.store import NewRun
 from herdsman.runtime.store.records import spend_json, spend_of
 from herdsman.runtime.supervisor.outcomes import near_limit_mark, run_outcome
-from herdsman.sim.fake_end import NO_ENDING, fake_end, finish_ending
+from herdsman.sim.fake_end import NO_ENDING, fake_end, finish_ending, stopped_end
 from herdsman.sim.metrics import Metrics, figures, slots_of
 from herdsman.sim.result import ReplayResult
 from herdsman.sim.workload import (
@@ -739,11 +739,9 @@ class FastEngine:
                 self._ledger.finished(run_id, self._wall())
             self._emit("cancel", run_id=run_id)
         elif withdrawal is Withdrawal.STOP:
-            # Its process is stopped at once: it ends cancelled, never spawned
-            # (and, as the fake runner reports it, having said nothing).
-            stopped = self._runs[run_id]
-            stopped.usage = None
-            self._settle(stopped, STOPPED)
+            # Its process is stopped at once: it ends as the fake runner
+            # reports a stopped attempt (``stopped_end``).
+            self._stop(self._runs[run_id])
         # Unknown (ended, skipped, never submitted): nothing to cancel.
 
     def _shutdown(self) -> None:
@@ -772,9 +770,20 @@ class FastEngine:
         ]
         for run in sorted(running, key=lambda run: run.index):
             self._life.cancel(run.request.id)  # asked to stop, as the supervisor's stop asks
+            self._stop(run)
+        self._stopped = True
+
+    def _stop(self, run: _Run) -> None:
+        """Settle a run whose process a cancel stopped: as the recording ended it if it was
+        cancelled there (its exit code, spend and session), else cut short, having said nothing."""
+        attempt = self._executions.attempt(run.request.id, run.plan, run.execution - 1)
+        if attempt.outcome != "cancelled":
             run.usage = None
             self._settle(run, STOPPED)
-        self._stopped = True
+            return
+        ended = stopped_end(attempt, None)
+        run.usage = ended.usage
+        self._settle(run, run_outcome(ended, ended.session_id is not None))
 
     # -- reloads ---------------------------------------------------------------
 
@@ -783,6 +792,10 @@ class FastEngine:
         written = config_from_trace(arrival.fields["config"], f"reload at t={arrival.t}")
         loaded, changes = given_config(written, self._loaded)
         if not any(change.live for change in changes):
+            # Applied all the same: it logs every account in, traced if it freed one.
+            if self._life.logged_in():
+                config = config_as_json(loaded.config)
+                self._emit("reload", generation=self._generation, config=config)
             return
         now = self._wall()
         settings = settings_of(loaded.config)

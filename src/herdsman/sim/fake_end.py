@@ -15,7 +15,14 @@ from herdsman.core.outcome import Outcome, RunOutcome, UsageLimit
 from herdsman.runtime.runner import ProcessOutcome
 from herdsman.sim.workload import Attempt
 
-__all__ = ["LIMIT_MESSAGE", "NO_ENDING", "RECORDED_SESSION", "fake_end", "finish_ending"]
+__all__ = [
+    "LIMIT_MESSAGE",
+    "NO_ENDING",
+    "RECORDED_SESSION",
+    "fake_end",
+    "finish_ending",
+    "stopped_end",
+]
 
 #: What a recorded usage limit says, as the fake runner says it.
 LIMIT_MESSAGE = "usage limit (recorded)"
@@ -49,6 +56,23 @@ def fake_end(attempt: Attempt, reason: str | None) -> ProcessOutcome:
         usage=attempt.usage,
         worked=reported is not None and reported.worked,
     )
+
+
+#: How an attempt ends that a cancel or a forced stop cut short, though the
+#: recording let it end otherwise (a what-if): at once, having said nothing.
+_CUT_SHORT: Final = Attempt(0.0, "cancelled")
+
+
+def stopped_end(attempt: Attempt, reason: str | None) -> ProcessOutcome:
+    """How the fake runner reports ``attempt``'s end when a cancel (or a forced stop) stops it.
+
+    An attempt the recording saw cancelled ends as it recorded: its exit
+    code (the runner's SIGTERM: -15), what its agent's stream had said by
+    then (its spend, charged to its account as the supervisor charged it)
+    and its session (its conversation keeps to the account). Any other is
+    cut short having said nothing: its process never ran in the replay.
+    """
+    return fake_end(attempt if attempt.outcome == "cancelled" else _CUT_SHORT, reason)
 
 
 #: The fields a finish without a failure class adds: none.

@@ -211,7 +211,10 @@ class SimFleetStore:
             checked = check_now(now)
             current = self._existing(run_id)
             before = (
-                session_before(self.fleet.runs.records(), current, end)
+                # With the run's own earlier attempts: a retry resumes its session.
+                session_before(
+                    self.fleet.runs.records(), current, end, self.fleet.runs.attempts(run_id)
+                )
                 if end.usage is not None and needs_before(end)
                 else None
             )

@@ -37,8 +37,10 @@ class ReplayResult:
     elsewhere: int | None = None
     #: Submits that waited for a sweep's removal, not held (``Workload.unheld``).
     unheld: tuple[tuple[str, float], ...] = ()
-    #: Cancelled attempts whose recorded finish carries a spend (``Workload.unspent``).
-    unspent: tuple[tuple[str, float], ...] = ()
+    #: Failed attempts whose finish names no failure class (``Workload.unclassed``).
+    unclassed: tuple[tuple[str, float], ...] = ()
+    #: The recording's supervisor had no retry policies (``Workload.predates_retries``).
+    predates_retries: bool = False
 
 
 def recording_ends(result: ReplayResult, workload: Workload) -> ReplayResult:
@@ -61,7 +63,8 @@ def recording_ends(result: ReplayResult, workload: Workload) -> ReplayResult:
         lost_not_replayed=lost,
         elsewhere=elsewhere,
         unheld=workload.unheld,
-        unspent=workload.unspent,
+        unclassed=workload.unclassed,
+        predates_retries=workload.predates_retries,
     )
 
 
@@ -100,14 +103,8 @@ def summary(result: ReplayResult) -> str:
             " replay holds one run a conversation; each goes in at its recorded submit, so"
             " a skip during its wait may be decided otherwise"
         )
-    if result.unspent:
-        run_id, at = result.unspent[0]
-        line += (
-            f"; {len(result.unspent)} cancelled attempt(s) spent what their finish records"
-            f" (the first: {run_id}'s at t={at:g}), which the replay does not charge: its"
-            " cancel ends an attempt with nothing spent, so a tokens or usd budget may"
-            " decide otherwise from there"
-        )
+    if result.unclassed:
+        line += _unclassed(result)
     if result.cut_at is not None:
         line += (
             f"; the recording ends at t={result.cut_at:g} with runs still running and no"
@@ -128,3 +125,24 @@ def summary(result: ReplayResult) -> str:
             f" the default duration of {DEFAULT_DURATION:g} s"
         )
     return line
+
+
+def _unclassed(result: ReplayResult) -> str:
+    """What the summary says of failed attempts whose trace names no failure class.
+
+    The replay cannot know their class, so it retries none of them; it says
+    so without guessing why the class is missing unless the trace tells.
+    """
+    run_id, at = result.unclassed[0]
+    first = f"(the first: {run_id}'s at t={at:g})"
+    count = len(result.unclassed)
+    if result.predates_retries:
+        return (
+            f"; the recording predates retries: its {count} failed attempt(s) {first} name no"
+            " failure class, so the replay retries none of them, whatever the retry policy"
+        )
+    return (
+        f"; {count} failed attempt(s) {first} name no failure class (a failure no policy"
+        " retries, such as billing or a refused request, or a trace written before finishes"
+        " named their class): the replay retries none of them, whatever the retry policy"
+    )

@@ -199,9 +199,19 @@ class Workload:
     #: replay, with when they began to wait: another submit to their
     #: conversation came meanwhile (see ``_waits_with_their_runs``).
     unheld: tuple[tuple[str, float], ...] = ()
-    #: Cancelled attempts whose finish records a spend, with its time: a
-    #: replay's cancel ends an attempt with nothing spent (see ``summary``).
-    unspent: tuple[tuple[str, float], ...] = ()
+    #: Failed attempts whose finish names no failure class (and no retry or
+    #: refused login says one), with its time: the replay retries none of
+    #: them, whatever the policy (see ``summary``).
+    unclassed: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def predates_retries(self) -> bool:
+        """Whether the recording's supervisor had no retry policies (its providers name none)."""
+        providers = self.header.config.get("providers") or {}
+        return bool(providers) and all(
+            not isinstance(settings, Mapping) or "retry" not in settings
+            for settings in providers.values()
+        )
 
 
 class Executions:
@@ -285,7 +295,7 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
     rotated_at = None
     lost: list[str] = []  # runs the recorded supervisor found lost as it started
     last_t = 0.0
-    unspent: list[tuple[str, float]] = []  # see Workload.unspent
+    unclassed: list[tuple[str, float]] = []  # see Workload.unclassed
     _carried(header, arrivals, plans, started)
     for event in events:
         kind, fields = event.event, event.fields
@@ -315,8 +325,8 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             said = after_finish(signals, run_id, event.t) if signals else _NO_SIGNALS
             if began is not None and recorded is not None:
                 recorded.attempts.append(_recorded(where, event.t, fields, said, began))
-                if fields["outcome"] == "cancelled" and fields.get("spend") is not None:
-                    unspent.append((run_id, event.t))
+                if _unclassed(fields, said):
+                    unclassed.append((run_id, event.t))
         elif kind == "reload":
             # Checked now, so a bad one is an error naming its line, not a
             # failure half way through the replay.
@@ -340,8 +350,25 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             rotated_at,
             tuple(lost),
             cut_at,
-            unspent=tuple(unspent),
+            unclassed=tuple(unclassed),
         )
+    )
+
+
+def _unclassed(fields: Mapping[str, Any], said: Signals) -> bool:
+    """Whether a finish is of a failed attempt whose failure class the trace does not say.
+
+    Its process ran (an exit code) and failed, and neither the finish nor a
+    ``retry`` or ``needs_login`` before it names why: the supervisor that
+    wrote it either found no class (billing, a refused request) or did not
+    yet trace classes. A replay cannot tell which.
+    """
+    return (
+        fields["outcome"] == "failed"
+        and fields.get("failure") is None
+        and fields.get("exit_code") is not None
+        and said.retried is None
+        and said.login is None
     )
 
 

@@ -134,6 +134,45 @@ def test_a_members_finish_keeps_the_spend_every_member_reads(ledger: FleetUnderT
     assert third.spend.tokens == Tokens(input=20, output=2)
 
 
+def test_a_retry_in_its_failed_attempt_s_session_records_only_what_it_spent(
+    ledger: FleetUnderTest,
+) -> None:
+    """A Codex retry resumes its session, whose totals count the failed attempt again.
+
+    The attempt kept at the re-queue is taken off, as the single-supervisor
+    stores take it off, whichever member runs the retry.
+    """
+    from herdsman.runtime.runner.run_usage import RunUsage, Tokens
+
+    def codex(total_input: int, total_output: int) -> RunUsage:
+        return RunUsage(tokens=Tokens(input=total_input, output=total_output), session_totals=True)
+
+    a, b = ledger.member("a"), ledger.member("b")
+    a.submit(run("r1", "c1"), T0)
+    a.claim_many([("r1", "acct")], T0)
+    failed = RunEnd(RunStatus.FAILED, exit_code=1, session_id="s1", usage=codex(100, 10))
+    a.finish("r1", failed, T0 + 1)
+    a.requeue("r1", failure="overloaded", retry_at=T0 + 2)
+    [earlier] = b.attempts("r1")
+    assert earlier.spend is not None
+    assert earlier.spend.tokens == Tokens(input=100, output=10)
+    assert ids(b.claim_many([("r1", "acct")], T0 + 3).claimed) == ["r1"]
+    done = RunEnd(RunStatus.SUCCEEDED, exit_code=0, session_id="s1", usage=codex(250, 30))
+    final = b.finish("r1", done, T0 + 4)
+    assert final.spend is not None
+    assert final.spend.tokens == Tokens(input=150, output=20)
+    # Retried on another account, or in a fresh session: nothing is taken off.
+    for run_id, account, session in (("r2", "other", "s2"), ("r3", "acct", "s4")):
+        a.submit(run(run_id, run_id), T0 + 5)
+        a.claim_many([(run_id, "acct")], T0 + 5)
+        a.finish(run_id, attrs.evolve(failed, session_id="s2"), T0 + 6)
+        a.requeue(run_id, failure="overloaded", retry_at=T0 + 6)
+        a.claim_many([(run_id, account)], T0 + 7)
+        again = a.finish(run_id, attrs.evolve(done, session_id=session, usage=codex(30, 3)), T0 + 8)
+        assert again.spend is not None
+        assert again.spend.tokens == Tokens(input=30, output=3), run_id
+
+
 def test_a_run_on_a_lane_running_elsewhere_is_refused_until_it_ends(
     ledger: FleetUnderTest,
 ) -> None:
@@ -681,7 +720,7 @@ _operation = st.one_of(
         st.just("end"),
         st.integers(0, _MEMBERS - 1),
         st.sampled_from(_RUN_IDS),
-        st.sampled_from(["succeeded", "usage_limited", "cancelled"]),
+        st.sampled_from(["succeeded", "usage_limited", "cancelled", "failed"]),
     ),
     st.tuples(st.just("cancel"), st.integers(0, _MEMBERS - 1), st.sampled_from(_RUN_IDS)),
     st.tuples(st.just("poll"), st.integers(0, _MEMBERS - 1)),
@@ -697,12 +736,21 @@ _RULES = ClaimRules(
 
 
 def _ended(run_id: str, how: str, now: float) -> Any:
-    """The operation a member's finish is: a usage limit re-queues the run in it."""
+    """The operation a member's finish is: a usage limit re-queues the run in it, and so
+    does a failure (a retry). Each reports Codex's running totals of one session, grown
+    with time: what a run records is its totals less the session's earlier runs' and
+    its own earlier attempts' (on the same account)."""
+    from herdsman.runtime.runner.run_usage import RunUsage, Tokens
 
     def end(ledger: Any) -> Any:
-        final = ledger.finish(run_id, RunEnd(RunStatus(how), exit_code=0), now)
+        grown = int(now - T0) + 1
+        usage = RunUsage(tokens=Tokens(input=10 * grown, output=grown), session_totals=True)
+        ending = RunEnd(RunStatus(how), exit_code=0, session_id="s", usage=usage)
+        final = ledger.finish(run_id, ending, now)
         if final.status is RunStatus.USAGE_LIMITED:
             final = ledger.requeue(run_id)
+        elif final.status is RunStatus.FAILED:
+            final = ledger.requeue(run_id, failure="crash", retry_at=now)
         return final.status
 
     return end
@@ -764,7 +812,10 @@ def _play(
     out.append((usage.mine, usage.elsewhere))
     running = stores[0].view().running.items()
     out.append(sorted((names.get(h or "", h), p, n) for (h, p), n in running))
-    out.append([(r.id, r.status, r.attempts, r.account, r.reason) for r in stores[1].list_runs()])
+    out.append(
+        [(r.id, r.status, r.attempts, r.account, r.reason, r.spend) for r in stores[1].list_runs()]
+    )
+    out.append([(r.id, [a.spend for a in stores[2].attempts(r.id)]) for r in stores[1].list_runs()])
     return out
 
 

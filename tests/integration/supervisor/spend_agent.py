@@ -9,8 +9,10 @@ a case of tests/fixtures/agent_streams (``claude-usage-warning``,
 byte, and the process exits as the recorded CLI did. A case the real CLI did
 not end by itself (``claude-standin-unauthorized`` was stopped in the middle
 of its retries) is left running, as the real CLI would go on retrying: only
-herdsman stops it. Every run appends the account's home, its run id and its
-argv as one JSON line to ``RECORDS``.
+herdsman stops it, as is any case when the home holds a file ``hang``
+(once printed, the run writes the file ``hanging`` there). Every run
+appends the account's home, its run id and its argv as one JSON line to
+``RECORDS``.
 
 The dashboard's tests (tests/integration/dashboard/test_dashboard_accounts.py)
 and docs/images/dashboard_screenshots.py run it too.
@@ -51,6 +53,10 @@ def main() -> int:
     if stderr.exists():
         sys.stderr.buffer.write(stderr.read_bytes())
         sys.stderr.flush()
+    if home and (Path(home) / "hang").exists():
+        (Path(home) / "hanging").write_text(os.environ.get("HERDSMAN_RUN_ID", ""))
+        time.sleep(3600)  # said all it had to say, but not done: only herdsman stops it
+        return 124
     ending = ENDINGS[case]
     if ending is None:
         time.sleep(3600)  # retrying for ever, as far as a test can tell

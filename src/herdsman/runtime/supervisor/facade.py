@@ -162,6 +162,7 @@ class Supervisor:
             wall=wall,
             metrics=self.metrics,
             apply=self._apply,
+            logged_in=self._logged_in,
             emit=self._emit,
             emit_in_ledger_order=shared.emit_in_ledger_order,
             changes=self.changes,
@@ -499,15 +500,21 @@ class Supervisor:
     async def reload(self, trigger: str) -> ReloadResult:
         """Read the configuration file again and apply all of it, or none (see reloading.py).
 
-        Any reload, even of an unchanged file, says the accounts are logged in again.
+        Any applied reload, even of an unchanged file, says the accounts are
+        logged in again; a rejected one does not.
         """
-        if self._life.logged_in():
-            self._wake()
         return await self._reloader.reload(trigger)
 
     async def reload_to(self, written: LoadedConfig, trigger: str) -> ReloadResult:
         """Apply a configuration handed over whole (the simulator's replayed reloads)."""
         return await self._reloader.reload_to(written, trigger)
+
+    def _logged_in(self) -> bool:
+        """Free every account that needed a login (an applied reload); whether one did."""
+        if not self._life.logged_in():
+            return False
+        self._wake()
+        return True
 
     async def _apply(self, loaded: LoadedConfig, now: float) -> None:
         """Put a validated configuration with live changes in force, all at once.

@@ -8,6 +8,13 @@ worktrees, programs, the trace header) is the supervisor's own business:
 the reloader hands it the validated configuration (``apply``). The
 retention loops sleep through :meth:`Reloader.sleep_until`, which a reload
 cuts short so they read their settings again.
+
+A reload is also how an operator says the accounts are logged in again
+(docs/accounts.md): every reload that is applied — even of a file that did
+not change, or one the last reload read already — frees the accounts that
+needed a login; a rejected one frees none, as it changes nothing. A reload
+that frees one is traced (as a ``reload`` event, its generation unchanged
+when the configuration is), so a replay frees it at the same point.
 """
 
 from __future__ import annotations
@@ -43,7 +50,8 @@ class Reloader:
 
     ``apply(loaded, now)`` puts a validated configuration with live changes
     in force in the supervisor (it may read the ledger first, and must not
-    fail half way); ``emit`` traces an event now, ``emit_in_ledger_order``
+    fail half way); ``logged_in()`` frees every account that needed a login
+    and says whether there was one; ``emit`` traces an event now, ``emit_in_ledger_order``
     after every change already on its way to the ledger; ``changes`` is
     touched when a reload's result is known (the dashboard shows it).
     """
@@ -56,6 +64,7 @@ class Reloader:
         wall: Callable[[], float],
         metrics: Metrics,
         apply: Callable[[LoadedConfig, float], Awaitable[None]],
+        logged_in: Callable[[], bool],
         emit: Callable[..., None],
         emit_in_ledger_order: Callable[..., Awaitable[None]],
         changes: Changes,
@@ -65,6 +74,7 @@ class Reloader:
         self._wall = wall
         self._metrics = metrics
         self._apply = apply
+        self._logged_in = logged_in
         self._emit = emit
         self._emit_in_ledger_order = emit_in_ledger_order
         self._changes = changes
@@ -117,6 +127,10 @@ class Reloader:
                     last.trigger,
                     "applied" if last.ok else "rejected: " + "; ".join(last.errors),
                 )
+                if last.ok:
+                    # Asked for again all the same: the operator logged an account in.
+                    with trio.CancelScope(shield=True):
+                        await self._log_in(self._loaded)
                 return attrs.evolve(last, repeat=True)
             self._config_seen = seen
             try:
@@ -150,7 +164,8 @@ class Reloader:
     async def _put_in_force(
         self, loaded: LoadedConfig, changes: list[Change], trigger: str, now: float
     ) -> ReloadResult:
-        if any(change.live for change in changes):
+        live = any(change.live for change in changes)
+        if live:
             await self._apply(loaded, now)
             self._loaded = loaded
             self._reloaded.set()  # the retention loops look at their settings again
@@ -159,6 +174,8 @@ class Reloader:
             self._metrics.config_generation.set(self.generation)
         # Shielded: once applied, a shutdown must not leave it untraced and unreported.
         with trio.CancelScope(shield=True):
+            if not live:
+                await self._log_in(loaded)
             result = await self._report(loaded, changes, trigger, now)
         # Returned outside: a cancel scope may swallow what is raised in it.
         return result  # noqa: RET504
@@ -184,6 +201,17 @@ class Reloader:
         for change in changes:
             log.info("reload (%s): %s", trigger, change.describe())
         return result
+
+    async def _log_in(self, loaded: LoadedConfig) -> None:
+        """An applied reload that changed nothing live: free the accounts that needed a login.
+
+        Traced as a reload that keeps the generation, so a replay frees them
+        at the same point (an applied live change frees them as part of its
+        own ``reload``: the lifecycle's reconfiguration logs every account in).
+        """
+        if self._logged_in():
+            as_json = config_as_json(loaded.config)
+            await self._emit_in_ledger_order("reload", generation=self.generation, config=as_json)
 
     def _rejected(self, trigger: str, now: float, errors: list[str]) -> ReloadResult:
         result = ReloadResult(False, self.generation, trigger, now, errors=tuple(errors))

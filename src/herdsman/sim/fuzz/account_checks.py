@@ -26,8 +26,8 @@ configuration in force:
   at one instant may be read on either side of a window's edge: a
   violation must hold whichever side.
 * **needs login** — an account on which an attempt failed to authenticate
-  takes no new run until a reload is asked for (any: even of an unchanged
-  file, even one rejected), an end of its rest by hand, or a restart.
+  takes no new run until a reload is applied (any: even of an unchanged
+  file, but not a rejected one), an end of its rest by hand, or a restart.
 * **retry attempts** — a retry's attempt number is the run's own count of
   starts, and below the provider's ``attempts``;
 * **retry class** — a retried attempt failed, of the class the retry
@@ -273,7 +273,7 @@ class AccountChecks:
             self._login.add(key)
 
     def logged_in(self) -> None:
-        """A reload is asked for (valid or not): every account is logged in again."""
+        """A reload of a valid file is asked for: every account is logged in again."""
         self._login.clear()
 
     def rest_ended(self, provider: str, account: str | None) -> None:

@@ -547,10 +547,10 @@ class _Fuzz:
         except OSError:
             return  # the disk is full: the operator could not save the file
         before, generation = supervisor.config, supervisor.generation
-        # Any reload asked for logs every account in, even of a file that
-        # did not change (which traces no ``reload``) or one rejected (which
-        # changes nothing else): the checker is told first.
-        self.checker.accounts.logged_in()
+        # Any applied reload logs every account in, even of a file that did
+        # not change; a rejected one changes nothing: the checker is told first.
+        if valid:
+            self.checker.accounts.logged_in()
         result = await supervisor.reload("fuzz")
         if valid:
             self._valid_config = text
