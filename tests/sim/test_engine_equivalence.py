@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from random_workloads import workloads
+from hypothesis import HealthCheck, example, given, settings
+from random_workloads import STARTED_AT, loaded_from, workloads
 
 from herdsman.config import LoadedConfig
+from herdsman.config.report import config_as_json
+from herdsman.runtime.runner.api_failure import ApiFailure
+from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.sim.decisions import timeline_of
 from herdsman.sim.diff import first_divergence, report
 from herdsman.sim.engine import FastEngine, fast_replay
@@ -18,8 +22,15 @@ from herdsman.sim.metrics import measure
 from herdsman.sim.plan import fast_engine
 from herdsman.sim.replay import replay
 from herdsman.sim.result import ReplayResult
-from herdsman.sim.workload import Workload, config_from_trace, read_workload
-from herdsman.trace import TraceEvent, read_trace_text
+from herdsman.sim.workload import (
+    Arrival,
+    Attempt,
+    RunPlan,
+    Workload,
+    config_from_trace,
+    read_workload,
+)
+from herdsman.trace import TraceEvent, TraceHeader, format_time, read_trace_text
 
 SIM = Path(__file__).parents[2] / "sim"
 
@@ -74,12 +85,37 @@ def test_the_engines_agree_on_a_shipped_input_under_a_what_if() -> None:
     assert_same_decisions(replay(workload, what_if), fast_replay(workload, what_if))
 
 
+def retry_pending_at_a_drain() -> tuple[Workload, LoadedConfig]:
+    """A run retried after a dropped connection, its backoff cut short by a drain.
+
+    The shape of a falsifying example drawn at random: the supervisor counts
+    the run still queued (the ledger has it so), the fast engine once did not.
+    """
+    loaded = loaded_from(
+        '[supervisor]\nstate_dir = "/sim/state"\nshutdown_grace = "1s"\n'
+        '[providers.codex]\nexec = ["codex"]\nprotocol = "codex"\n'
+        '[providers.codex.retry]\nattempts = 3\non = ["connection"]\nbackoff = "30s"\n'
+    )
+    dropped = Attempt(0.0, "failed", 0, usage=RunUsage(failure=ApiFailure.CONNECTION))
+    runs = {"r0": RunPlan(0, [dropped]), "r1": RunPlan(1, [Attempt(60.0, "succeeded", 0)])}
+    arrivals = (
+        Arrival(0.0, "submit", {"run": {"id": "r0", "provider": "codex"}}),
+        Arrival(0.0, "submit", {"run": {"id": "r1", "provider": "codex"}}),
+        Arrival(0.0, "submit", {"run": {"id": "r2", "provider": "codex"}}),
+        Arrival(1.0, "shutdown", {}),
+    )
+    started = format_time(dt.datetime.fromtimestamp(STARTED_AT, dt.UTC))
+    header = TraceHeader(1, started, config_as_json(loaded.config), None)
+    return Workload(header, STARTED_AT, arrivals, runs), loaded
+
+
 @settings(
     max_examples=int(os.environ.get("HERDSMAN_EQUIVALENCE_EXAMPLES", "100")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(workloads())
+@example(retry_pending_at_a_drain())
 def test_the_engines_agree_on_random_workloads(case: tuple[Workload, LoadedConfig]) -> None:
     workload, loaded = case
     assert_same_decisions(replay(workload, loaded), fast_replay(workload, loaded))

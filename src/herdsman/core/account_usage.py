@@ -3,7 +3,8 @@
 What an account spends (:class:`AccountSpec`'s ``budget`` in ``runs``,
 ``run_minutes``, ``tokens`` or ``usd``), counted from its starts and the runs
 that ended in the window, plus what other fleet members ran on it
-(:class:`Elsewhere`). :class:`~herdsman.core.accounts.AccountBook` keeps one
+(:data:`Elsewhere`, an :class:`AccountUse`).
+:class:`~herdsman.core.accounts.AccountBook` keeps one
 ``AccountState`` per configured account and picks among them; docs/accounts.md
 has the model. No clock, no I/O: every call takes ``now``.
 """
@@ -22,6 +23,7 @@ __all__ = [
     "NO_CHARGE",
     "AccountSpec",
     "AccountState",
+    "AccountUse",
     "BudgetUnit",
     "Charge",
     "Elsewhere",
@@ -72,13 +74,15 @@ def amount_text(amount: float, unit: BudgetUnit) -> str:
     return f"{amount:,.{0 if float(amount).is_integer() else 1}f} {label}"
 
 
-class Elsewhere(NamedTuple):
-    """A run another fleet member charged to an account: its start, and its end if it ended.
+class AccountUse(NamedTuple):
+    """One run (or earlier attempt) charged to an account: its start, and its end if it ended.
 
-    ``finished_at`` is None while it runs; a run that spent no run-minutes
-    (lost) ends when it started. ``tokens`` and ``usd``: what it spent, as
-    :class:`Charge` (None: not stated, or still running). A tuple: a poll
-    hands over thousands.
+    What re-counts a quota window: the ledger's ``account_usage`` after a
+    restart, and another fleet member's runs at every poll
+    (:data:`Elsewhere`). ``finished_at`` is None while it runs; a run that
+    spent no run-minutes (lost) ends when it started. ``tokens`` and
+    ``usd``: what it spent, as :class:`Charge` counts it (None: not stated,
+    or still running). A tuple: a poll hands over thousands.
     """
 
     provider: str
@@ -87,6 +91,10 @@ class Elsewhere(NamedTuple):
     finished_at: float | None
     tokens: int | None = None
     usd: float | None = None
+
+
+#: A run another fleet member charged to an account, as a poll hands it over.
+Elsewhere = AccountUse
 
 
 class _Ended:

@@ -12,8 +12,9 @@ which counts the runs this member starts as they start and end. In a fleet
 * **Usage.** At every poll the runs other members charged to accounts in
   the longest window are read and handed to the book as a snapshot that
   replaces the last one (:meth:`AccountBook.set_elsewhere`). This member's
-  own runs are told apart by the ledger's ``held_by`` and never read back,
-  so no run is counted twice, whatever the timing.
+  own runs, and the earlier attempts it ran, are told apart by the ledger's
+  ``held_by`` (of ``runs`` and of ``run_attempts``) and never read back, so
+  no attempt is counted twice, whatever the timing.
 * **Claims.** The poll makes the local view at most one poll old; the
   claim is what holds the budget exactly: under the fleet lock it refuses
   a run on a resting account or one whose budget the fleet has spent
@@ -27,7 +28,6 @@ from typing import TYPE_CHECKING
 import attrs
 
 from herdsman.config import Config
-from herdsman.core.accounts import Elsewhere
 from herdsman.core.lifecycle import Lifecycle
 from herdsman.runtime.store import AccountLimit, AccountUse
 
@@ -67,12 +67,7 @@ def apply_fleet_accounts(
     """
     return life.sync_accounts(
         ((limit.provider, limit.account, limit.until, limit.message) for limit in state.limits),
-        (
-            Elsewhere(
-                use.provider, use.account, use.started_at, use.finished_at, use.tokens, use.usd
-            )
-            for use in state.elsewhere
-        ),
+        state.elsewhere,
         now,
     )
 

@@ -71,7 +71,7 @@ class FleetLedger(Store, Protocol):
         ...
 
     def account_usage_by_member(self, since: float) -> UsageByMember:
-        """``account_usage`` since ``since``, this member's runs apart from the others'."""
+        """``account_usage`` since ``since``: this member's runs and attempts, others' apart."""
         ...
 
     def live_conversations(self, candidates: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:

@@ -40,6 +40,7 @@ import io
 import math
 import time
 from collections.abc import Mapping
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,8 @@ class _Ledger:
     def __init__(self) -> None:
         # In submission order, as the store's; [provider, account, started, finished, running].
         self.uses: dict[str, list[Any]] = {}
+        # Earlier attempts of re-queued runs, by run then attempt, as uses.
+        self.earlier: dict[str, list[list[Any]]] = {}
         self.limits: dict[tuple[str, str | None], tuple[float, str]] = {}
 
     def started(self, run_id: str, provider: str, account: str | None, now: float) -> None:
@@ -139,15 +142,19 @@ class _Ledger:
         if use is not None:
             use[3], use[4] = now, False
 
-    def requeued(self, run_id: str) -> None:
-        # The store clears the account and times of a re-queued run.
-        self.uses.pop(run_id, None)
+    def requeued(self, run_id: str, now: float, *, spawned: bool, moved: bool) -> None:
+        # The store keeps the attempt (run_attempts) and account_usage counts
+        # it: ended, if it got a process or was moved off its account.
+        use = self.uses.pop(run_id, None)
+        if use is not None and (spawned or moved):
+            use[3], use[4] = now, False
+            self.earlier.setdefault(run_id, []).append(use)
 
     def usage(self, since: float) -> list[tuple[str, str | None, float, float | None]]:
         """``Store.account_usage``: runs on a named account started or ended since ``since``."""
         used = [
             (use[0], use[1], use[2], use[3])
-            for use in self.uses.values()
+            for use in (*self.uses.values(), *chain.from_iterable(self.earlier.values()))
             if use[1] is not None
             and (use[2] >= since or (use[3] is not None and use[3] >= since) or use[4])
         ]
@@ -291,8 +298,15 @@ class FastEngine:
 
     @property
     def left_queued(self) -> int:
-        """Runs still queued."""
-        return self._life.queued_count
+        """Runs still queued, as the supervisor's status counts them.
+
+        A run waiting out a retry's backoff is queued in the ledger (held by
+        the scheduler): one a drain caught there is left queued too.
+        """
+        life = self._life
+        held = life.scheduler.held_runs()
+        retrying = sum(1 for run in held if life.backoff_of(run.id) is not None)
+        return life.queued_count + retrying
 
     @property
     def defaulted(self) -> tuple[str, ...]:
@@ -490,7 +504,7 @@ class FastEngine:
         ledger = self._ledger
         if ledger is not None:
             if requeue:
-                ledger.requeued(run_id)
+                ledger.requeued(run_id, now, spawned=settled.spawned, moved=True)
             else:
                 ledger.finished(run_id, now, spawned=settled.spawned)
         if not requeue:
@@ -529,7 +543,7 @@ class FastEngine:
         assert retry is not None
         run_id = run.request.id
         if self._ledger is not None:
-            self._ledger.requeued(run_id)
+            self._ledger.requeued(run_id, now, spawned=settled.spawned, moved=False)
         if self._measuring:
             self._measure_finish(run, settled.status, requeued=True)
         if self._trace is not None:

@@ -52,9 +52,11 @@ class _Runs(MemoryStore):
         """Every run, in ``seq`` order."""
         return list(self._runs.values())
 
-    def keep_attempt(self, current: RunRecord, failure: str | None, retry_at: float | None) -> None:
-        """Keep the attempt ``current`` holds before a re-queue clears it."""
-        self._keep_attempt(current, failure, retry_at)
+    def keep_attempt(
+        self, current: RunRecord, failure: str | None, retry_at: float | None, held_by: str | None
+    ) -> None:
+        """Keep the attempt ``current`` holds before a re-queue clears it, run by ``held_by``."""
+        self._keep_attempt(current, failure, retry_at, held_by)
 
 
 class SimFleet:

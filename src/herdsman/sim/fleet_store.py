@@ -52,6 +52,7 @@ from herdsman.runtime.store.fleet import (
     Poll,
     Refusal,
     UsageByMember,
+    by_member,
     lease_expired_reason,
 )
 from herdsman.runtime.store.memory import OperationFailed
@@ -252,7 +253,9 @@ class SimFleetStore:
             asked = self.fleet.cancel_requests.get(run_id)
             if asked is None or current.status is not RunStatus.USAGE_LIMITED:
                 record = requeued(current)
-                self.fleet.runs.keep_attempt(current, failure, retry_at)
+                # The member that ran the attempt, as FleetStore keeps it.
+                holder = self.fleet.holders.get(run_id)
+                self.fleet.runs.keep_attempt(current, failure, retry_at, holder)
             else:
                 record = attrs.evolve(current, status=RunStatus.CANCELLED, reason=asked)
             self._update_run(current, record)
@@ -473,8 +476,6 @@ class SimFleetStore:
         self._check_open()
         fleet = self.fleet
         since = check_now(since)
-        mine: list[AccountUse] = []
-        elsewhere: list[AccountUse] = []
         used = [
             run
             for run in fleet.runs.records()
@@ -488,19 +489,25 @@ class SimFleetStore:
             and (run.exit_code is not None or run.status in (_RUNNING, RunStatus.LOST))
         ]
         used.sort(key=lambda run: (run.started_at, run.seq))
+        rows: list[tuple[Any, ...]] = []
         for run in used:
             assert run.started_at is not None
             assert run.account is not None
-            use = AccountUse(
-                run.provider,
-                run.account,
-                run.started_at,
-                run.started_at if run.status is RunStatus.LOST else run.finished_at,
-                *budget_charge(run.spend),
+            rows.append(
+                (
+                    run.provider,
+                    run.account,
+                    run.started_at,
+                    run.started_at if run.status is RunStatus.LOST else run.finished_at,
+                    *budget_charge(run.spend),
+                    fleet.holders.get(run.id) == self.member_id,
+                )
             )
-            held_here = fleet.holders.get(run.id) == self.member_id
-            (mine if held_here else elsewhere).append(use)
-        return UsageByMember(mine, elsewhere)
+        earlier = sorted(fleet.runs.earlier_usage(since), key=lambda kept: kept[0].started_at)
+        return by_member(
+            rows,
+            ((*use, holder == self.member_id) for use, holder in earlier),
+        )
 
     def live_conversations(self, candidates: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which ``(workspace, conversation)`` of ``candidates`` have a queued or running run."""
@@ -713,7 +720,34 @@ class SimFleetStore:
                 and run.status is not RunStatus.LOST
             ):
                 total += max(0.0, run.finished_at - run.started_at) / 60.0
+        for attempt in self._earlier(provider, account):
+            assert attempt.started_at is not None
+            if budget.unit == "runs":
+                if attempt.started_at > horizon:
+                    total += 1
+            elif (
+                attempt.finished_at is not None
+                and attempt.finished_at > horizon
+                and attempt.status is not RunStatus.LOST
+            ):
+                total += max(0.0, attempt.finished_at - attempt.started_at) / 60.0
         return total
+
+    def _earlier(self, provider: str, account: str | None) -> list[Attempt]:
+        """Earlier attempts on the account that count, as ``fleet_checks`` counts them.
+
+        Each ended: with a process, or moved off its account (``failure`` None).
+        """
+        runs = self.fleet.runs
+        return [
+            attempt
+            for run in runs.records()
+            if run.provider == provider
+            for attempt in runs.attempts(run.id)
+            if attempt.account == account
+            and attempt.started_at is not None
+            and (attempt.exit_code is not None or attempt.failure is None)
+        ]
 
     def _spent(
         self, provider: str, account: str | None, budget: AccountBudget, now: float
@@ -733,6 +767,18 @@ class SimFleetStore:
                 and run.status is not RunStatus.LOST
             ):
                 tokens, usd = budget_charge(run.spend)
+                amount = tokens if budget.unit == "tokens" else usd
+                if amount is not None:
+                    total += amount
+                    stated += 1
+        for attempt in self._earlier(provider, account):
+            if (
+                attempt.failure is not None  # one moved off its account is charged no spend
+                and attempt.finished_at is not None
+                and attempt.finished_at > horizon
+                and attempt.status is not RunStatus.LOST
+            ):
+                tokens, usd = budget_charge(attempt.spend)
                 amount = tokens if budget.unit == "tokens" else usd
                 if amount is not None:
                     total += amount

@@ -24,7 +24,7 @@ from test_fleet_store import run
 from herdsman.runtime.fleet_ports import FleetLedger
 from herdsman.runtime.store import AccountUse, RunEnd, RunNotFound, RunStatus, StoreConflict
 from herdsman.runtime.store.errors import LeaseExpired, StoreError
-from herdsman.runtime.store.fleet import AccountBudget, ClaimRules, Refusal
+from herdsman.runtime.store.fleet import AccountBudget, ClaimRules, Refusal, UsageByMember
 from herdsman.runtime.store.records import LOST_ON_RESTART
 from postgres_support import fresh_schema
 
@@ -291,6 +291,34 @@ def test_an_account_s_budget_is_spent_by_every_member_s_runs(
     ]
 
 
+def test_a_budget_counts_a_retried_runs_earlier_attempts_fleet_wide(ledger: FleetUnderTest) -> None:
+    def rules(budget: float, unit: str) -> ClaimRules:
+        return ClaimRules(
+            account_budgets={("claude", "work"): AccountBudget(HOUR, budget, unit)}  # type: ignore[arg-type]
+        )
+
+    a, b = ledger.member("a"), ledger.member("b")
+    for n in range(4):
+        a.submit(run(f"r{n}"), T0)
+    runs, minutes = rules(2, "runs"), rules(5, "run_minutes")
+    # r0's first attempt ran 4 minutes on work through a, then was retried.
+    assert a.claim_many([("r0", "work")], T0, runs).claimed
+    a.finish("r0", RunEnd(RunStatus.FAILED, exit_code=1), T0 + 240)
+    a.requeue("r0", failure="overloaded", retry_at=T0 + 241)
+    # Its retry on another account leaves work's earlier attempt counted.
+    assert b.claim_many([("r0", "other")], T0 + 250, runs).claimed
+    assert b.claim_many([("r1", "work")], T0 + 260, runs).claimed  # a start, the second
+    assert b.claim_many([("r2", "work")], T0 + 270, runs).refused == [
+        ("r2", Refusal.ACCOUNT_BUDGET)
+    ]
+    # 4 minutes earlier plus r1's 0.9 running: room; at 1 more minute, spent.
+    assert b.claim_many([("r2", "work")], T0 + 260 + 54, minutes).claimed
+    b.finish("r2", RunEnd(RunStatus.CANCELLED), T0 + 260 + 55)  # no process: no minutes
+    assert b.claim_many([("r3", "work")], T0 + 260 + 60, minutes).refused == [
+        ("r3", Refusal.ACCOUNT_BUDGET)
+    ]
+
+
 @pytest.mark.parametrize("unit", ["tokens", "usd"])
 def test_a_budget_in_tokens_or_dollars_counts_running_runs_at_the_mean_of_ended_ones(
     ledger: FleetUnderTest, unit: str
@@ -351,6 +379,32 @@ def test_usage_by_member_tells_this_member_s_runs_from_the_others(
     ]
     assert [use.started_at for use in b.account_usage_by_member(T0).mine] == [T0 + 2]
     assert a.account_usage(T0) == [*usage.mine, *usage.elsewhere]
+
+
+def test_usage_by_member_puts_each_earlier_attempt_with_the_member_that_ran_it(
+    ledger: FleetUnderTest,
+) -> None:
+    a, b = ledger.member("a"), ledger.member("b")
+    a.submit(run("r"), T0)
+    # Attempt 1 on a, attempt 2 on b, each failed and retried; attempt 3 runs on a.
+    for member, at in ((a, T0 + 1), (b, T0 + 5)):
+        assert member.claim_many([("r", "work")], at).claimed
+        member.finish("r", RunEnd(RunStatus.FAILED, exit_code=1), at + 2)
+        member.requeue("r", failure="server_error", retry_at=at + 3)
+    assert a.claim_many([("r", "other")], T0 + 10).claimed
+    assert [attempt.held_by for attempt in a.attempts("r")] == [a.member_id, b.member_id]
+    first, second = (
+        AccountUse("claude", "work", T0 + 1, T0 + 3),
+        AccountUse("claude", "work", T0 + 5, T0 + 7),
+    )
+    third = AccountUse("claude", "other", T0 + 10, None)
+    assert a.account_usage_by_member(T0) == UsageByMember([first, third], [second])
+    assert b.account_usage_by_member(T0) == UsageByMember([second], [first, third])
+    # A member that joins later (a restarted supervisor is a new member) ran none of them.
+    assert ledger.member("c").account_usage_by_member(T0) == UsageByMember(
+        [], [first, second, third]
+    )
+    assert a.account_usage(T0) == [first, second, third]
 
 
 # --- leases ----------------------------------------------------------------------

@@ -6,11 +6,12 @@ stated each dialect's DDL by hand: ``ledger-v6.db`` is the SQLite file its
 ``PostgresStore`` ran on an empty schema, then the rows it wrote (read back
 from the server). Each test compares the catalog (columns, types, keys,
 indexes) of an upgraded ledger with one the current code creates anew:
-versions 7 (a run's spend) and 8 (run_attempts) were added since, and a
-hypothetical version 9 checks that the next one will upgrade alike. A
-version 7 ledger, made by this code's own declaration of version 7 (the
-schema is declared once, with the version each part came in), upgrades to
-version 8 and keeps the attempts of its runs from then on.
+versions 7 (a run's spend), 8 (run_attempts) and 9 (run_attempts.held_by)
+were added since, and a hypothetical version 10 checks that the next one
+will upgrade alike. A version 7 ledger, made by this code's own declaration
+of version 7 (the schema is declared once, with the version each part came
+in), upgrades and keeps the attempts of its runs from then on; a version 8
+ledger upgrades and keeps the attempts it held, run by no fleet member.
 """
 
 from __future__ import annotations
@@ -37,8 +38,11 @@ from herdsman.runtime.store import (
     UsageBy,
 )
 from herdsman.runtime.store import postgres as postgres_store
+from herdsman.runtime.store import sql as sql_module
 from herdsman.runtime.store import sqlite as sqlite_store
 from herdsman.runtime.store.postgres import PostgresStore
+from herdsman.runtime.store.queries import attempt_values
+from herdsman.runtime.store.records import Attempt
 from herdsman.runtime.store.schema import SCHEMA, Column, Dialect, Index, Schema, Type
 from postgres_support import fresh_schema
 
@@ -125,7 +129,7 @@ def fresh_sqlite(tmp_path: Path) -> Path:
 def test_a_version_6_sqlite_ledger_has_the_declared_schema(sqlite_v6: Path, tmp_path: Path) -> None:
     store = SqliteStore(sqlite_v6)
     try:
-        assert store.schema_version == SCHEMA.version == 8
+        assert store.schema_version == SCHEMA.version == 9
         assert_fixture_rows(store)
         assert_spend_recorded(store)
     finally:
@@ -220,7 +224,7 @@ def test_a_version_6_postgres_ledger_has_the_declared_schema(
 ) -> None:
     store = PostgresStore(postgres_v6)
     try:
-        assert store.schema_version == SCHEMA.version == 8
+        assert store.schema_version == SCHEMA.version == 9
         assert_fixture_rows(store)
         assert_spend_recorded(store)
     finally:
@@ -286,7 +290,7 @@ SEVEN = RunUsage(tokens=Tokens(input=7, output=1), turns=1)
 
 def assert_attempts_kept(store: SqliteStore | PostgresStore) -> None:
     """The version 7 run, re-queued after the upgrade, keeps its attempt and its spend."""
-    assert store.schema_version == SCHEMA.version == 8
+    assert store.schema_version == SCHEMA.version
     store.requeue("limited")
     [kept] = store.attempts("limited")
     assert (kept.attempt, kept.status, kept.account, kept.finished_at) == (
@@ -298,41 +302,101 @@ def assert_attempts_kept(store: SqliteStore | PostgresStore) -> None:
     assert kept.spend == Spend(SEVEN.tokens, None, (), 1, None)
 
 
-def test_a_version_7_sqlite_ledger_upgrades_to_version_8_and_keeps_attempts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+# --- version 8 to 9: run_attempts.held_by -------------------------------------
+
+
+def at_version_8(monkeypatch: pytest.MonkeyPatch, module: Any, dialect: Dialect) -> None:
+    """Make ``module``'s store write the schema as it was at version 8."""
+    monkeypatch.setattr(module, "MIGRATIONS", SCHEMA.migrations(dialect)[:8])
+    monkeypatch.setattr(module, "SCHEMA_VERSION", 8)
+    # Its attempts had no held_by: written as version 8 wrote them.
+    names = [c.name for c in SCHEMA.table("run_attempts").columns if c.name != "held_by"]
+    marks = ", ".join("?" * len(names))
+    insert = f"INSERT INTO run_attempts ({', '.join(names)}) VALUES ({marks})"
+    monkeypatch.setattr(sql_module, "INSERT_ATTEMPT", insert)
+    monkeypatch.setattr(sql_module, "attempt_values", _v8_attempt_values)
+
+
+def _v8_attempt_values(attempt: Attempt) -> tuple[Any, ...]:
+    values = attempt_values(attempt)
+    held_by = 10  # after retry_at, before the spend
+    return values[:held_by] + values[held_by + 1 :]
+
+
+def write_v8_rows(store: SqliteStore | PostgresStore) -> None:
+    """A run retried once: its first attempt kept in run_attempts, as version 8 kept it."""
+    assert store.schema_version == 8
+    store.submit(fixture_run("retried"), T0)
+    store.mark_running("retried", T0 + 1, "acct")
+    store.finish("retried", RunEnd(RunStatus.FAILED, exit_code=1, usage=SEVEN), T0 + 2)
+    store.requeue("retried", failure="overloaded", retry_at=T0 + 3)
+
+
+def assert_attempts_unheld(store: SqliteStore | PostgresStore) -> None:
+    """The version 8 attempt reads back whole, run by no fleet member (held_by NULL)."""
+    assert store.schema_version == SCHEMA.version == 9
+    [kept] = store.attempts("retried")
+    assert (kept.attempt, kept.account, kept.failure, kept.held_by) == (
+        1,
+        "acct",
+        "overloaded",
+        None,
+    )
+    assert kept.spend == Spend(SEVEN.tokens, None, (), 1, None)
+
+
+# --- versions 7 and 8, upgraded ------------------------------------------------
+
+
+#: Each older version's writer, its rows, what the upgrade keeps of them, and
+#: a run_attempts column it lacked.
+_UPGRADES = {
+    7: (at_version_7, write_v7_rows, assert_attempts_kept, "run_id"),
+    8: (at_version_8, write_v8_rows, assert_attempts_unheld, "held_by"),
+}
+
+
+@pytest.mark.parametrize("version", sorted(_UPGRADES))
+def test_an_older_sqlite_ledger_upgrades_and_keeps_its_attempts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int
 ) -> None:
+    at, write, check, lacked = _UPGRADES[version]
     path = tmp_path / "old" / "herdsman.db"
     path.parent.mkdir()
     with monkeypatch.context() as patched:
-        at_version_7(patched, sqlite_store, Dialect.SQLITE)
+        at(patched, sqlite_store, Dialect.SQLITE)
         old = SqliteStore(path)
         try:
-            write_v7_rows(old)
+            write(old)
         finally:
             old.close()
-    assert "run_attempts" not in sqlite_catalog(path)
+    attempts = sqlite_catalog(path).get("run_attempts", {"columns": []})
+    assert lacked not in [column[1] for column in attempts["columns"]]
     store = SqliteStore(path)
     try:
-        assert_attempts_kept(store)
+        check(store)
     finally:
         store.close()
     assert sqlite_catalog(path) == sqlite_catalog(fresh_sqlite(tmp_path))
 
 
-def test_a_version_7_postgres_ledger_upgrades_to_version_8_and_keeps_attempts(
-    postgres_url: str, other_schema: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("version", sorted(_UPGRADES))
+def test_an_older_postgres_ledger_upgrades_and_keeps_its_attempts(
+    postgres_url: str, other_schema: str, monkeypatch: pytest.MonkeyPatch, version: int
 ) -> None:
+    at, write, check, lacked = _UPGRADES[version]
     with monkeypatch.context() as patched:
-        at_version_7(patched, postgres_store, Dialect.POSTGRES)
+        at(patched, postgres_store, Dialect.POSTGRES)
         old = PostgresStore(postgres_url)
         try:
-            write_v7_rows(old)
+            write(old)
         finally:
             old.close()
-    assert not any(c[0] == "run_attempts" for c in postgres_catalog(postgres_url)["columns"])
+    columns = postgres_catalog(postgres_url)["columns"]
+    assert ("run_attempts", lacked) not in [(column[0], column[2]) for column in columns]
     store = PostgresStore(postgres_url)
     try:
-        assert_attempts_kept(store)
+        check(store)
     finally:
         store.close()
     PostgresStore(other_schema).close()

@@ -302,7 +302,7 @@ def test_a_version_1_file_is_migrated_and_keeps_its_runs(tmp_path: Path) -> None
     old.close()
     store = SqliteStore(path)
     try:
-        assert store.schema_version == SCHEMA_VERSION == 8
+        assert store.schema_version == SCHEMA_VERSION == 9
         record = store.get("r1")
         assert record is not None
         assert (record.status, record.notes, record.cwd) == (RunStatus.QUEUED, (), None)
@@ -334,7 +334,7 @@ def test_a_version_3_file_is_migrated_and_keeps_its_runs_and_sessions(tmp_path: 
     old.close()
     store = SqliteStore(path)
     try:
-        assert store.schema_version == SCHEMA_VERSION == 8
+        assert store.schema_version == SCHEMA_VERSION == 9
         record = store.get("r1")
         assert record is not None
         assert (record.status, record.account, record.cwd) == (

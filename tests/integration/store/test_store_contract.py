@@ -953,7 +953,7 @@ def test_account_usage_orders_equal_starts_by_submission(store: Store) -> None:
     assert [use.account for use in store.account_usage(T0)] == ["f", "l", "e", "m"]
 
 
-def test_account_usage_keeps_lost_runs_and_forgets_requeued_attempts(store: Store) -> None:
+def test_account_usage_keeps_lost_runs_and_requeued_attempts(store: Store) -> None:
     store.submit(new("lost"), T0)
     store.mark_running("lost", T0 + 1, "a")
     store.recover(T0 + 5)
@@ -965,9 +965,44 @@ def test_account_usage_keeps_lost_runs_and_forgets_requeued_attempts(store: Stor
         ("a", T0 + 1),
         ("acct", T0 + 2),
     ]
-    # A re-queue clears the attempt's account, so it no longer counts.
+    # The re-queued attempt still counts under its account, start and end,
+    # as the running book counted it: moved off its account, it is charged
+    # no spend, whatever it spent.
     store.requeue("limited")
-    assert [u.account for u in store.account_usage(T0)] == ["a"]
+    assert store.account_usage(T0) == [
+        AccountUse("claude", "a", T0 + 1, T0 + 1),
+        AccountUse("claude", "acct", T0 + 1, T0 + 2),
+    ]
+
+
+def test_account_usage_restores_a_retried_runs_earlier_attempts(store: Store) -> None:
+    # Attempt 1 on "a" fails and is retried; attempt 2 on "b" fails and is
+    # retried; attempt 3 on "a" is running. Each counts under its own
+    # account, start, end and spend, as the running book charged it.
+    store.submit(new("r"), T0)
+    store.mark_running("r", T0 + 1, "a")
+    store.finish("r", RunEnd(RunStatus.FAILED, exit_code=1, usage=SPENDING), T0 + 3)
+    store.requeue("r", failure="server_error", retry_at=T0 + 4)
+    store.mark_running("r", T0 + 5, "b")
+    store.finish("r", RunEnd(RunStatus.FAILED, exit_code=1), T0 + 8)
+    store.requeue("r", failure="server_error", retry_at=T0 + 9)
+    # A retry that never got a process spent nothing: not counted.
+    store.mark_running("r", T0 + 10, "b")
+    store.finish("r", RunEnd(RunStatus.FAILED, reason="no such program"), T0 + 10)
+    store.requeue("r", failure="server_error", retry_at=T0 + 11)
+    store.mark_running("r", T0 + 12, "a")
+    # SPENDING's input, cache writes and output (cache reads are not budgeted).
+    charged = (120 + 512 + 56, 0.0123)
+    assert store.account_usage(T0) == [
+        AccountUse("claude", "a", T0 + 1, T0 + 3, *charged),
+        AccountUse("claude", "b", T0 + 5, T0 + 8),
+        AccountUse("claude", "a", T0 + 12, None),
+    ]
+    # An earlier attempt over before the window is not counted.
+    assert store.account_usage(T0 + 4) == [
+        AccountUse("claude", "b", T0 + 5, T0 + 8),
+        AccountUse("claude", "a", T0 + 12, None),
+    ]
 
 
 @pytest.mark.parametrize("since", [float("nan"), float("inf"), -float("inf")])

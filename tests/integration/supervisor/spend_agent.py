@@ -32,6 +32,7 @@ ENDINGS: dict[str, int | None] = {
     "claude-standin-success": 0,
     "claude-usage-warning": 0,
     "claude-not-logged-in": 1,
+    "claude-standin-overloaded": 1,
     "claude-standin-unauthorized": None,
 }
 

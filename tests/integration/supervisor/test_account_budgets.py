@@ -120,6 +120,37 @@ async def test_a_budget_in_tokens_or_dollars_moves_runs_on_and_survives_a_restar
     assert third["account"] == "b"
 
 
+async def restarted(running: Running, start: Start) -> Running:
+    running.supervisor.request_shutdown()
+    with trio.fail_after(20):
+        await running.stopped.wait()
+    return await start(running.config)
+
+
+@pytest.mark.parametrize(
+    ("case", "others", "attempts"),
+    # Retried twice on its account; moved off it by a refused login.
+    [("claude-standin-overloaded", [], 3), ("claude-not-logged-in", [("b", "")], 2)],
+)
+async def test_a_restart_restores_every_attempt_an_account_was_charged(
+    start: Start, tmp_path: Path, case: str, others: list[tuple[str, str]], attempts: int
+) -> None:
+    budgeted = 'window = "5h"\nbudget = 10\nbudget_unit = "runs"'
+    retry = '\n[providers.agent.retry]\nbackoff = "1s"\nbackoff_max = "1s"'
+    running = await start(agent_config(tmp_path, [("a", budgeted + retry), *others]))
+    replay(tmp_path, "a", case)
+    run = await finished(running)
+    assert run["attempts"] == attempts
+    charged = [
+        json.loads(line)["home"] for line in (tmp_path / "records.jsonl").read_text().splitlines()
+    ]
+    live = (await accounts(running))["a"]["usage"]
+    assert live == charged.count(str(tmp_path / "homes" / "a"))
+    # The book read back from the ledger counts what the running one counted.
+    again = await restarted(running, start)
+    assert (await accounts(again))["a"]["usage"] == live
+
+
 async def test_a_warned_account_gets_new_conversations_last_but_keeps_its_own(
     start: Start, tmp_path: Path
 ) -> None:

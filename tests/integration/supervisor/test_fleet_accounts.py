@@ -17,6 +17,7 @@ import psycopg
 import trio
 from cli_support import CLI, herdsman
 from supervisor_support import Running, Start, write_config
+from test_account_budgets import agent_config, replay
 from test_accounts import accounts, limit, provider_block, submit
 from test_fleet_member import fleet_of, member_url, other
 
@@ -173,3 +174,49 @@ async def test_the_accounts_api_and_command_show_the_fleets_usage(
     [row] = [line.split() for line in shown.stdout.splitlines()[1:] if " work " in line]
     assert row[2:5] == ["0+1", "1/10", "runs"], shown.stdout
     await stop(a)
+
+
+async def usage_becomes(running: Running, account: str, usage: float) -> None:
+    """Wait (a poll or two) until ``account``'s usage on ``running`` is ``usage``."""
+    with trio.fail_after(4 * POLL + 5):
+        while (await accounts(running))[account]["usage"] != usage:
+            await trio.sleep(0.05)
+
+
+async def test_a_member_restores_each_attempt_it_ran_after_a_reload_and_a_restart(
+    start: Start, tmp_path: Path, member_url: str, postgres_url: str
+) -> None:
+    # A run moved off budgeted account a by a refused login, then run on b:
+    # its first attempt is kept in run_attempts, held by the member that ran it.
+    budgeted = 'window = "5h"\nbudget = 10\nbudget_unit = "runs"'
+    path = agent_config(tmp_path, [("a", budgeted), ("b", "")])
+    fleet = f'\n[store]\nurl = "{member_url}"\n[fleet]\nenabled = true\npoll = "{POLL:g}s"\n'
+    with_a = path.read_text() + fleet
+    path.write_text(with_a)
+    replay(tmp_path, "a", "claude-not-logged-in")
+    running = await start(path)
+    run = await running.wait((await submit(running, id="moved"))["id"])
+    assert (run["status"], run["account"], run["attempts"]) == ("succeeded", "b", 2)
+    member = fleet_of(running).store.member_id
+    with psycopg.connect(postgres_url) as conn:
+        held = conn.execute("SELECT account, held_by FROM run_attempts").fetchall()
+    assert held == [("a", member)]
+    # Counted once as it ran (a start), and never again from the ledger's polls.
+    await trio.sleep(2 * POLL)
+    assert (await accounts(running))["a"]["usage"] == 1
+    # Removed, then back: its own attempt comes back from the ledger.
+    path.write_text(with_a.replace('name = "a"', 'name = "gone"'))
+    assert (await running.client.post("/v1/reload")).json()["ok"]
+    path.write_text(with_a)
+    assert (await running.client.post("/v1/reload")).json()["ok"]
+    assert (await accounts(running))["a"]["usage"] == 1
+    await trio.sleep(2 * POLL)
+    assert (await accounts(running))["a"]["usage"] == 1
+    await stop(running)
+    # Restarted, the supervisor is a new member: the attempt the earlier
+    # process ran is another member's, counted from the poll, once.
+    again = await start(path)
+    await usage_becomes(again, "a", 1)
+    await trio.sleep(2 * POLL)
+    assert (await accounts(again))["a"]["usage"] == 1
+    await stop(again)

@@ -257,8 +257,11 @@ class Store(Protocol):
         A ``lost`` run's use ends when it started: it counts as a start and
         is charged no run-minutes, whenever it was lost (its real end is
         unknown; charging it the outage would block its account long after).
-        Ordered by ``started_at``, then ``seq``. A re-queued run's earlier
-        attempt is not here: :meth:`requeue` clears the account it spent.
+        Each earlier attempt of a re-queued or retried run (:meth:`attempts`)
+        counts as a run of its own, under the account, start, end and spend
+        it kept, by the same rules (it has ended). Ordered by ``started_at``;
+        at equal starts the runs' own rows by ``seq``, then earlier attempts
+        by ``seq`` and attempt.
         """
         ...
 

@@ -49,10 +49,13 @@ from herdsman.runtime.store.fleet_values import (
     Poll,
     Refusal,
     UsageByMember,
+    by_member,
     lease_expired_reason,
 )
 from herdsman.runtime.store.postgres import SOLE_SUPERVISOR_LOCK, PostgresStore
 from herdsman.runtime.store.queries import (
+    ACCOUNT_USAGE_EARLIER_COLUMNS,
+    ACCOUNT_USAGE_EARLIER_FROM,
     ACCOUNT_USAGE_WHERE,
     CHARGED,
     CHARGED_END,
@@ -68,7 +71,6 @@ from herdsman.runtime.store.queries import (
 )
 from herdsman.runtime.store.records import (
     LOST_ON_RESTART,
-    AccountUse,
     NewRun,
     RunRecord,
     RunStatus,
@@ -92,6 +94,7 @@ __all__ = [
     "Poll",
     "Refusal",
     "UsageByMember",
+    "by_member",
     "lease_expired_reason",
 ]
 
@@ -107,6 +110,8 @@ _CLOCK = "extract(epoch FROM clock_timestamp())::double precision"
 # under the fleet lock, from one increasing series, so one poll cursor
 # covers both (see FleetStore.poll).
 _NEXT_MARK = "nextval(pg_get_serial_sequence('runs', 'seq'))"
+#: The member a run's row names as its holder (kept after the run ends).
+_HOLDER = "SELECT held_by FROM runs WHERE id = ?"
 
 
 class FleetStore(PostgresStore):
@@ -308,6 +313,9 @@ class FleetStore(PostgresStore):
         What every member needs to count an account's window fleet-wide
         without counting its own runs twice: those it counts as they start
         and end. A lost run is charged no run-minutes, as in :meth:`account_usage`.
+        An earlier attempt of a re-queued or retried run is on the side of
+        the member that ran it (``run_attempts.held_by``), whoever holds the
+        run now; one kept before the column existed, on the others' side.
         """
         running, lost = RunStatus.RUNNING.value, RunStatus.LOST.value
         with self._reading() as cur:
@@ -321,11 +329,15 @@ class FleetStore(PostgresStore):
                 + " ORDER BY started_at, seq",
                 (lost, self.member_id, since, since, running, running, lost),
             ).fetchall()
-        mine: list[AccountUse] = []
-        elsewhere: list[AccountUse] = []
-        for *use, held_here in rows:
-            (mine if held_here else elsewhere).append(AccountUse(*use))
-        return UsageByMember(mine, elsewhere)
+            # Earlier attempts, each under the member that ran it (run_attempts.held_by).
+            earlier = cur.execute(
+                "SELECT "
+                + ACCOUNT_USAGE_EARLIER_COLUMNS
+                + ", coalesce(a.held_by = ?, false)"
+                + ACCOUNT_USAGE_EARLIER_FROM,
+                (lost, self.member_id, since, since, lost),
+            ).fetchall()
+        return by_member(rows, earlier)
 
     def live_conversations(self, candidates: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which ``(workspace, conversation)`` of ``candidates`` have a queued or running run.
@@ -501,7 +513,11 @@ class FleetStore(PostgresStore):
             asked = cancel_reason(cur, run_id)
             if asked is None or current.status is not RunStatus.USAGE_LIMITED:
                 record = requeued(current)
-                cur.execute(INSERT_ATTEMPT, attempt_values(attempt_of(current, failure, retry_at)))
+                # The attempt keeps the member that ran it (the row's holder,
+                # kept past its end): a restart then tells its own from others'.
+                (holder,) = cur.execute(_HOLDER, (run_id,)).fetchone()
+                attempt = attempt_of(current, failure, retry_at, holder)
+                cur.execute(INSERT_ATTEMPT, attempt_values(attempt))
             else:
                 record = attrs.evolve(current, status=RunStatus.CANCELLED, reason=asked)
             self._update_run(cur, current, record)

@@ -116,6 +116,14 @@ def _usage(
     """The account's usage in its window at ``now``, in ``budget.unit``, every member's runs."""
     horizon = now - budget.window
     running, lost = RunStatus.RUNNING.value, RunStatus.LOST.value
+    # Earlier attempts (run_attempts) count as runs of their own, under their
+    # own account, as in account_usage: ended, with a process or moved off
+    # their account (failure NULL), which is then charged no spend.
+    earlier = (
+        " FROM run_attempts a JOIN runs r ON r.id = a.run_id"
+        " WHERE r.provider = ? AND a.account = ? AND a.started_at IS NOT NULL"
+        " AND (a.exit_code IS NOT NULL OR a.failure IS NULL)"
+    )
     if budget.unit in ("tokens", "usd"):
         spent = BUDGET_TOKENS if budget.unit == "tokens" else "cost_usd"
         ended = f"CASE WHEN status <> ? THEN {spent} END"
@@ -127,7 +135,17 @@ def _usage(
             " AND (status = ? OR (finished_at > ? AND exit_code IS NOT NULL AND status <> ?))",
             (running, running, running, provider, account, running, horizon, lost),
         ).fetchone()
-        return spent_with_estimate(float(row[0]), int(row[1]), int(row[2]))
+        charged = " + ".join("a." + column for column in spent.split(" + "))
+        moved = f"CASE WHEN a.failure IS NOT NULL THEN {charged} END"
+        before = cur.execute(
+            f"SELECT coalesce(sum({moved}), 0), count({moved})"
+            + earlier
+            + " AND a.finished_at > ? AND a.status <> ?",
+            (provider, account, horizon, lost),
+        ).fetchone()
+        return spent_with_estimate(
+            float(row[0]) + float(before[0]), int(row[1]) + int(before[1]), int(row[2])
+        )
     if budget.unit == "runs":
         row = cur.execute(
             "SELECT count(*) FROM runs WHERE started_at > ? AND provider = ? AND account = ?"
@@ -135,7 +153,10 @@ def _usage(
             " AND (exit_code IS NOT NULL OR status IN (?, ?))",
             (horizon, provider, account, running, lost),
         ).fetchone()
-        return float(row[0])
+        before = cur.execute(
+            "SELECT count(*)" + earlier + " AND a.started_at > ?", (provider, account, horizon)
+        ).fetchone()
+        return float(row[0]) + float(before[0])
     row = cur.execute(
         "SELECT coalesce(sum(CASE WHEN status = ? THEN ? - greatest(started_at, ?)"
         " ELSE greatest(0, finished_at - started_at) END), 0) FROM runs"
@@ -144,7 +165,13 @@ def _usage(
         " AND (status = ? OR (finished_at > ? AND exit_code IS NOT NULL AND status <> ?))",
         (running, now, horizon, provider, account, running, horizon, lost),
     ).fetchone()
-    return float(row[0]) / 60.0
+    before = cur.execute(
+        "SELECT coalesce(sum(greatest(0, a.finished_at - a.started_at)), 0)"
+        + earlier
+        + " AND a.finished_at > ? AND a.status <> ?",
+        (provider, account, horizon, lost),
+    ).fetchone()
+    return (float(row[0]) + float(before[0])) / 60.0
 
 
 def cancel_if_asked(cur: Cursor, run: RunRecord, now: float) -> bool:

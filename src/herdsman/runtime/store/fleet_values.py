@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -27,6 +27,7 @@ __all__ = [
     "Poll",
     "Refusal",
     "UsageByMember",
+    "by_member",
     "lease_expired_reason",
 ]
 
@@ -118,13 +119,42 @@ class ClaimRules:
 
 @attrs.frozen
 class UsageByMember:
-    """Runs counting toward quota windows (as ``account_usage``), this member's apart."""
+    """Runs counting toward quota windows (as ``account_usage``), this member's apart.
 
-    #: Runs this member started.
+    Earlier attempts of re-queued and retried runs count too, each on the
+    side of the member that ran it.
+    """
+
+    #: Runs (and earlier attempts) this member started.
     mine: list[AccountUse]
     #: Runs every other member, or an earlier supervisor, started; a lost
     #: one charged no run-minutes (``finished_at`` is its ``started_at``).
     elsewhere: list[AccountUse]
+
+
+def by_member(runs: Iterable[Sequence[Any]], earlier: Iterable[Sequence[Any]]) -> UsageByMember:
+    """Uses, each an :class:`AccountUse`'s fields then whether this member held it, split.
+
+    ``runs``: the runs' own rows, by start then ``seq``; ``earlier``: earlier
+    attempts, by start, ``seq``, attempt. Each side is ordered by start, at
+    equal starts the runs' rows first, as ``account_usage`` orders them.
+    """
+    mine: list[AccountUse] = []
+    elsewhere: list[AccountUse] = []
+    for *use, held_here in runs:
+        (mine if held_here else elsewhere).append(AccountUse(*use))
+    again = False
+    for *use, held_here in earlier:
+        (mine if held_here else elsewhere).append(AccountUse(*use))
+        again = True
+    if again:  # stable: at equal starts, the runs' own rows come first
+        mine.sort(key=_started)
+        elsewhere.sort(key=_started)
+    return UsageByMember(mine, elsewhere)
+
+
+def _started(use: AccountUse) -> float:
+    return use.started_at
 
 
 @attrs.frozen

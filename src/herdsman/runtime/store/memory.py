@@ -211,7 +211,11 @@ class MemoryStore:
         return record
 
     def _keep_attempt(
-        self, current: RunRecord, failure: str | None, retry_at: float | None
+        self,
+        current: RunRecord,
+        failure: str | None,
+        retry_at: float | None,
+        held_by: str | None = None,
     ) -> None:
         """Keep the attempt ``current`` holds before a re-queue clears it (undone with its call)."""
         attempts = self._attempts
@@ -219,7 +223,7 @@ class MemoryStore:
             self._undo.keep(attempts, current.id)
         attempts[current.id] = (
             *attempts.get(current.id, ()),
-            attempt_of(current, failure, retry_at),
+            attempt_of(current, failure, retry_at, held_by),
         )
 
     def attempts(self, run_id: str) -> list[Attempt]:
@@ -453,9 +457,37 @@ class MemoryStore:
             # Ended without an exit code and not lost: never spawned.
             and (r.exit_code is not None or r.status in (RunStatus.RUNNING, RunStatus.LOST))
         ]
+        # Earlier attempts after the runs' own rows, by run then attempt, as
+        # the SQL stores read them; each under its own account, start and end.
+        used += [use for use, _ in self.earlier_usage(since)]
         # Stable sort over seq order: ties on started_at stay by seq.
         used.sort(key=lambda use: use.started_at)
         return used
+
+    def earlier_usage(self, since: float) -> list[tuple[AccountUse, str | None]]:
+        """:meth:`account_usage`'s earlier attempts, each with the fleet member that ran it.
+
+        By run (``seq``) then attempt, unsorted by start; ``since`` checked by the caller.
+        """
+        return [
+            (
+                AccountUse(
+                    r.provider,
+                    a.account,
+                    a.started_at,
+                    a.started_at if a.status is RunStatus.LOST else a.finished_at,
+                    # Moved off its account (failure None): charged no spend.
+                    *budget_charge(None if a.failure is None else a.spend),
+                ),
+                a.held_by,
+            )
+            for r in self._runs.values()
+            for a in self._attempts.get(r.id, ())
+            if a.account is not None
+            and a.started_at is not None
+            and (a.started_at >= since or (a.finished_at is not None and a.finished_at >= since))
+            and (a.exit_code is not None or a.status is RunStatus.LOST or a.failure is None)
+        ]
 
     def usage(self, by: UsageBy, since: float | None = None) -> list[UsageTotal]:
         """See :meth:`Store.usage`."""

@@ -34,6 +34,9 @@ from herdsman.runtime.store.schema import SCHEMA
 
 __all__ = [
     "ACCOUNT_USAGE",
+    "ACCOUNT_USAGE_EARLIER",
+    "ACCOUNT_USAGE_EARLIER_COLUMNS",
+    "ACCOUNT_USAGE_EARLIER_FROM",
     "ACCOUNT_USAGE_WHERE",
     "BUDGET_TOKENS",
     "CHARGED",
@@ -249,6 +252,38 @@ ACCOUNT_USAGE = (
 )
 """``account_usage``'s rows; parameters: lost, then :data:`ACCOUNT_USAGE_WHERE`'s."""
 
+ACCOUNT_USAGE_EARLIER_COLUMNS = (
+    "r.provider, a.account, a.started_at,"
+    " CASE WHEN a.status = ? THEN a.started_at ELSE a.finished_at END,"
+    # An attempt moved off its account (failure NULL: a usage limit, a
+    # refused login) is charged no spend, as the running book charges it.
+    " CASE WHEN a.failure IS NULL THEN NULL ELSE "
+    # BUDGET_TOKENS, of the attempt's own columns.
+    + " + ".join("a." + column for column in BUDGET_TOKENS.split(" + "))
+    + " END, CASE WHEN a.failure IS NULL THEN NULL ELSE a.cost_usd END"
+)
+"""An earlier attempt's :class:`AccountUse` columns (parameter: lost)."""
+
+ACCOUNT_USAGE_EARLIER_FROM = (
+    " FROM run_attempts a JOIN runs r ON r.id = a.run_id"
+    " WHERE a.account IS NOT NULL AND a.started_at IS NOT NULL"
+    " AND (a.started_at >= ? OR a.finished_at >= ?)"
+    # As the runs' own rows, a retried attempt that got no process spent
+    # nothing; a moved one counts as the running book counts it, a start.
+    " AND (a.exit_code IS NOT NULL OR a.status = ? OR a.failure IS NULL)"
+    " ORDER BY a.started_at, r.seq, a.attempt"
+)
+"""Which earlier attempts count since a moment, in order (parameters: since, since, lost).
+
+An earlier attempt has ended: it counts if it started or finished at or after ``since``.
+"""
+
+ACCOUNT_USAGE_EARLIER = "SELECT " + ACCOUNT_USAGE_EARLIER_COLUMNS + ACCOUNT_USAGE_EARLIER_FROM
+"""``account_usage``'s earlier attempts (run_attempts), each under its own account.
+
+Parameters: lost, since, since, lost.
+"""
+
 
 def limit_key(account: str | None) -> str:
     """``account`` as the account_limits table keys it: ambient (``None``) is ``''``."""
@@ -384,7 +419,7 @@ _FIELD_METADATA, _FIELD_STATUS, _FIELD_NOTES = (
 
 
 _ATTEMPTS = SCHEMA.table("run_attempts")
-#: The run_attempts columns an :class:`Attempt` holds before its spend, in its order.
+#: The run_attempts columns an :class:`Attempt` holds besides its spend, in the table's order.
 _ATTEMPT_NAMES: tuple[str, ...] = tuple(
     c.name for c in _ATTEMPTS.columns if c.name not in SPEND_COLUMNS
 )
@@ -412,15 +447,16 @@ def attempt_values(attempt: Attempt) -> tuple[Any, ...]:
         attempt.reason,
         attempt.failure,
         attempt.retry_at,
+        attempt.held_by,
         *spend_values(attempt.spend),
     )
 
 
 def attempt_from_row(row: Sequence[Any]) -> Attempt:
     """The :class:`Attempt` a row of :data:`SELECT_ATTEMPTS` holds."""
-    run_id, attempt, status, account, started, finished, code, reason, failure, retry_at = row[
-        : len(_ATTEMPT_NAMES)
-    ]
+    run_id, attempt, status, account, started, finished, code, reason, failure, retry_at, held = (
+        row[: len(_ATTEMPT_NAMES)]
+    )
     return Attempt(
         run_id,
         attempt,
@@ -433,4 +469,5 @@ def attempt_from_row(row: Sequence[Any]) -> Attempt:
         failure,
         retry_at,
         spend_from_row(row[len(_ATTEMPT_NAMES) :]),
+        held,
     )

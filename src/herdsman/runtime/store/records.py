@@ -13,6 +13,8 @@ from typing import Final, TypeAlias
 import attrs
 
 # Defined in the core, where the lifecycle decides with it; re-exported here.
+# One record of a use of an account, shared with the account core that counts it.
+from herdsman.core.account_usage import AccountUse as AccountUse  # noqa: PLC0414
 from herdsman.core.outcome import RunStatus as RunStatus  # noqa: PLC0414
 from herdsman.core.runs import DEFAULT_WORKSPACE
 from herdsman.runtime.runner.run_usage import RunUsage, Tokens
@@ -273,7 +275,9 @@ class Attempt:
     ledger keeps it here first. ``attempt`` counts from 1; ``failure`` is
     the class a retry was made for (None: a usage limit's re-queue);
     ``retry_at`` when the retry was due (unix seconds); ``spend`` what the
-    attempt spent. The run's last attempt is the run's own record.
+    attempt spent; ``held_by`` the fleet member that ran it (None: a
+    supervisor that held the ledger alone). The run's last attempt is the
+    run's own record.
     """
 
     run_id: str
@@ -287,10 +291,19 @@ class Attempt:
     failure: str | None = None
     retry_at: float | None = None
     spend: Spend | None = None
+    held_by: str | None = None
 
 
-def attempt_of(record: RunRecord, failure: str | None, retry_at: float | None) -> Attempt:
-    """The attempt a finished ``record`` holds, as :class:`Attempt` keeps it."""
+def attempt_of(
+    record: RunRecord,
+    failure: str | None,
+    retry_at: float | None,
+    held_by: str | None = None,
+) -> Attempt:
+    """The attempt a finished ``record`` holds, as :class:`Attempt` keeps it.
+
+    ``held_by``: the fleet member that held the run for it (None outside a fleet).
+    """
     return Attempt(
         record.id,
         record.attempts,
@@ -303,6 +316,7 @@ def attempt_of(record: RunRecord, failure: str | None, retry_at: float | None) -
         failure,
         retry_at,
         record.spend,
+        held_by,
     )
 
 
@@ -334,23 +348,6 @@ class AccountLimit:
     account: str | None
     until: float
     message: str
-
-
-@attrs.frozen(slots=True)
-class AccountUse:
-    """One run charged to an account: what re-counts a quota window after a restart.
-
-    ``finished_at`` is ``None`` while the run is still running. ``tokens``
-    and ``usd``: what it spent, as ``tokens`` and ``usd`` budgets count it
-    (:func:`budget_charge`); None where its spend did not say.
-    """
-
-    provider: str
-    account: str
-    started_at: float
-    finished_at: float | None
-    tokens: int | None = None
-    usd: float | None = None
 
 
 def new_record(

@@ -259,6 +259,7 @@ SCHEMA = Schema(
         "fleet requests: runs.cancel_request, runs.requeue_mark (docs/fleet.md)",
         "a run's spend: tokens by kind, cost_usd, turns, api_time, models (docs/store.md)",
         "run_attempts: the earlier attempts of re-queued and retried runs (docs/store.md)",
+        "run_attempts.held_by: the fleet member that ran each earlier attempt (docs/fleet.md)",
     ),
     tables=(
         Table(
@@ -429,6 +430,10 @@ SCHEMA = Schema(
                 Column("turns", Type.INTEGER),
                 Column("api_time", Type.REAL),
                 Column("models", Type.TEXT),
+                # The fleet member (supervisors.id) that held the run for this
+                # attempt, as runs.held_by held it; NULL: a supervisor that
+                # held the ledger alone, or an attempt kept before version 9.
+                Column("held_by", Type.TEXT, since=9),
             ),
             key=("run_id", "attempt"),
             since=8,

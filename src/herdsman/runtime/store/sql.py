@@ -32,6 +32,7 @@ from herdsman.runtime.store.errors import (
 )
 from herdsman.runtime.store.queries import (
     ACCOUNT_USAGE,
+    ACCOUNT_USAGE_EARLIER,
     INSERT_ATTEMPT,
     PRUNE_ATTEMPTS,
     SELECT_ATTEMPTS,
@@ -687,7 +688,12 @@ class SqlStore:
             since = check_now(since)
             running, lost = RunStatus.RUNNING.value, RunStatus.LOST.value
             rows = cur.execute(ACCOUNT_USAGE, (lost, since, since, running, running, lost))
-            return [AccountUse(*row) for row in rows]
+            used = [AccountUse(*row) for row in rows]
+            earlier = cur.execute(ACCOUNT_USAGE_EARLIER, (lost, since, since, lost)).fetchall()
+        if earlier:
+            # Stable: at equal starts, the runs' own rows, then earlier attempts.
+            used = sorted((*used, *(AccountUse(*row) for row in earlier)), key=_started)
+        return used
 
     def usage(self, by: UsageBy, since: float | None = None) -> list[UsageTotal]:
         """See :meth:`Store.usage`."""
@@ -733,6 +739,10 @@ _SPENT_ATTEMPTS = f"{_SPENT_OWN} UNION ALL {_SPENT_EARLIER}"
 _SPENT_ATTEMPTS_SINCE = (
     f"{_SPENT_OWN} AND finished_at >= ? UNION ALL {_SPENT_EARLIER} AND a.finished_at >= ?"
 )
+
+
+def _started(use: AccountUse) -> float:
+    return use.started_at
 
 
 def _spent_attempt(row: Sequence[Any]) -> SpentAttempt:
