@@ -21,7 +21,14 @@ workload, building one replication (drawing it, as a worker does), and one
 simulation of each configuration on it; then what a plan of that size
 costs in all, and its floor on two cores.
 
+``--cachegrind`` counts the instructions of a simulated run instead, which
+the machine's other load does not move: two of the month's configurations
+(Claude at 8 slots with one account, at 20 with two) simulated on one
+replication, under valgrind's cachegrind, less a pass that only reads the
+month and builds the replication.
+
     .venv/bin/python benchmarks/plan_month.py [--rounds 2] [--workers-only] [--breakdown]
+    .venv/bin/python benchmarks/plan_month.py --cachegrind
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -189,6 +197,59 @@ def breakdown(month: Path) -> None:
     )
 
 
+#: The configurations --cachegrind simulates: (Claude's slots, its accounts).
+MEASURED = (("8", "1"), ("20", "2"))
+
+
+def cachegrind_child(month: Path, simulate: bool) -> None:
+    """One --cachegrind pass: read the month, build replication 1, and maybe simulate it."""
+    from herdsman.config.report import config_as_json  # noqa: PLC0415
+    from herdsman.sim.collector import young_collections_rarer  # noqa: PLC0415
+    from herdsman.sim.plan import DEFAULT_ENGINE, read_input, replication  # noqa: PLC0415
+    from herdsman.sim.sweep import configure, parse_vary, settings  # noqa: PLC0415
+    from herdsman.sim.workload import config_from_trace  # noqa: PLC0415
+
+    logging.getLogger("herdsman").setLevel(logging.ERROR)
+    source = read_input(month)
+    varies = [parse_vary(v) for v in VARY]
+    header = source.workload.header.config
+    chosen = [s for s in settings(varies) if tuple(str(value) for _, value in s) in MEASURED]
+    configs = [
+        config_from_trace(config_as_json(configure(header, varies, s).config), "c") for s in chosen
+    ]
+    with young_collections_rarer():
+        workload = replication(source, 1, 0)
+        if simulate:
+            for loaded in configs:
+                DEFAULT_ENGINE(workload, loaded)
+    print(len(workload.plans))
+
+
+def cachegrind(month: Path) -> None:
+    counts: dict[bool, int] = {}
+    runs = 0
+    for simulate in (False, True):
+        out = month.parent / f"cachegrind.{simulate}.out"
+        done = subprocess.run(
+            [
+                "valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}",
+                sys.executable, __file__, "--child", str(month), *(["--simulate"] * simulate),
+            ],
+            capture_output=True, text=True, check=False, env={**os.environ, "PYTHONHASHSEED": "0"},
+        )  # fmt: skip
+        found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+        if done.returncode != 0 or found is None:
+            sys.exit(f"cachegrind failed:\n{done.stderr[-2000:]}")
+        counts[simulate] = int(found.group(1).replace(",", ""))
+        runs = int(done.stdout.split()[-1])
+    per_run = (counts[True] - counts[False]) / (len(MEASURED) * runs)
+    print(
+        f"{len(MEASURED)} configurations (Claude's slots, accounts: {MEASURED}) x {runs:,} runs,"
+        f" PYTHONHASHSEED=0: {per_run:,.0f} instructions per simulated run"
+        " (reading the month and building the replication taken off)"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2, help="rounds to time (default 2)")
@@ -198,11 +259,20 @@ def main() -> int:
     parser.add_argument(
         "--breakdown", action="store_true", help="where the time goes, in CPU seconds"
     )
+    parser.add_argument("--cachegrind", action="store_true", help="instructions per simulated run")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--simulate", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child is not None:
+        cachegrind_child(args.child, args.simulate)
+        return 0
     with tempfile.TemporaryDirectory(prefix="plan-month-") as directory:
         month = generate(Path(directory))
         if args.breakdown:
             breakdown(month)
+            return 0
+        if args.cachegrind:
+            cachegrind(month)
             return 0
         return rounds(month, args.rounds, args.workers_only)
 

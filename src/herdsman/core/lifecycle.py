@@ -344,9 +344,7 @@ class Lifecycle:
 
         False: :meth:`next_wakeup` is None, so a driver need not read the time.
         """
-        return bool(self._backoff) or bool(
-            self.book.may_free_in_time and self.scheduler.queued_count
-        )
+        return bool(self._backoff) or bool(self.book.may_free_in_time and self.scheduler.startable)
 
     def backoff_of(self, run_id: str) -> float | None:
         """When ``run_id``'s backoff ends (unix seconds), if it waits out one."""
@@ -359,20 +357,23 @@ class Lifecycle:
     def next_wakeup(self, now: float) -> float | None:
         """When time alone frees an account a queued run waits for (unix seconds), if ever.
 
-        Only providers with queued runs and no account available now count:
-        the earliest moment one of their accounts' rest ends or usage leaves
-        its window. The end of a backoff counts too. None: only an event (a
-        finish, a reload) can free one.
+        Only providers in the scheduler's ready index (a run free to start on
+        its lanes, a slot free) with no account available now count: the
+        earliest moment one of their accounts' rest ends or usage leaves its
+        window. A provider whose runs wait on a lane or a slot is left out:
+        only an event (a finish, a cancel, a reload) frees those, and the
+        driver asks again after it. The end of a backoff counts too. None:
+        only an event can let a run start.
         """
-        book, scheduler = self.book, self.scheduler
+        book = self.book
         soonest: float | None = min(self._backoff.values()) if self._backoff else None
-        if not (book.may_free_in_time and scheduler.queued_count):
-            return soonest  # nothing waits, or time alone frees no account
-        for provider in book.providers:
-            if scheduler.queued_for(provider):
-                at = book.blocked_until(provider, now)  # None: available now
-                if at is not None and at != math.inf and (soonest is None or at < soonest):
-                    soonest = at
+        startable = self.scheduler.startable
+        if not (book.may_free_in_time and startable):
+            return soonest  # nothing may start, or time alone frees no account
+        for provider in startable:  # a minimum: the order does not matter
+            at = book.blocked_until(provider, now)  # None: available now
+            if at is not None and at != math.inf and (soonest is None or at < soonest):
+                soonest = at
         return soonest
 
     # -- submit ------------------------------------------------------------
@@ -465,8 +466,8 @@ class Lifecycle:
         scheduler = self.scheduler
         if self._backoff and self.admitting:
             self._end_backoffs(now)
-        if not (self.admitting and scheduler.queued_count):
-            return _NO_STARTS
+        if not (self.admitting and scheduler.startable):
+            return _NO_STARTS  # every queued run waits on a lane or a slot
         accounts = AccountGate(self.book, now)
         scheduler.take_startable(accounts if gate is None else gate(accounts))
         return accounts.picks

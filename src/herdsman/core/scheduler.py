@@ -30,10 +30,16 @@ Ready runs wait in one heap per provider ordered by submission sequence.
 Readiness can only change for waiters of a lane whose holders or front
 changed (a finish, a cancel), so each event touches O(depth) lanes and does
 O(log n) heap work per run it frees. Cancelled runs are left in place as tombstones and dropped
-when they reach a lane's front or a heap's top (amortised O(1)). Picking the
-next start compares the heads of the provider heaps that have a free slot:
-O(P) in the number of configured providers, which is small and fixed by the
-config, never by the queue.
+when they reach a lane's front or a heap's top (amortised O(1)).
+
+The *ready index* (:attr:`Scheduler.startable`) holds the providers whose
+ready heap is not empty and that have a free slot of their own, kept as
+runs are offered, start, finish, are held or re-queued and as caps change.
+Picking the next start compares the heads of the indexed heaps only, and a
+driver (the lifecycle's dispatch, its wakeups) reads the index instead of
+asking every provider's slots and gate at every event: a provider whose
+runs all wait on a lane or a slot is not even looked at. O(P) at most in
+configured providers, never in queued runs.
 
 A started run can be *held* (:meth:`Scheduler.hold`): a fleet member whose
 claim of it was refused keeps it on its lanes, as a holder, so FIFO per lane
@@ -278,6 +284,13 @@ class Scheduler:
         # Queued runs on no lane at all (no key), so a snapshot lists them
         # without a walk of every queued run.
         self._lone: dict[str, _Entry] = {}
+        #: The ready index (read-only): each provider whose ready heap is not
+        #: empty and whose running runs are below its cap, with that heap.
+        #: The global cap aside; a heap may still hold cancelled runs, dropped
+        #: when :meth:`take_startable` looks. A provider absent here can start
+        #: nothing until an event (a finish, a cancel, a higher cap) puts it
+        #: back. An attribute, not a method: every dispatch reads it.
+        self.startable: dict[str, list[tuple[int, _Entry]]] = {}
 
     # -- queries -----------------------------------------------------------
 
@@ -432,31 +445,40 @@ class Scheduler:
                 heap = self._ready[provider] = []
             heapq.heappush(heap, (entry.seq, entry))
             entry.in_heap = True
+            startable = self.startable
+            if provider not in startable:
+                if heap[0][1] is entry:  # the common case: nothing stale above it
+                    if self._running_by_provider.get(provider, 0) < self._limits.provider_caps.get(
+                        provider, 0
+                    ):
+                        startable[provider] = heap
+                else:
+                    self._index(provider)
 
     def take_startable(self, gate: StartGate | None = None) -> list[RunRequest]:
         """Mark as running, and return in start order, every run that may start now.
 
         With a ``gate``, a provider's runs start only while the gate is open
-        for that provider; the gate is told of every start.
+        for that provider; the gate is told of every start. Only providers
+        in the ready index (:attr:`startable`) are looked at, and only
+        their gates asked.
         """
+        startable = self.startable
+        if not startable:
+            return []
         started: list[RunRequest] = []
         caps = self._limits.provider_caps
         global_cap = self._limits.global_cap
         running_by_provider = self._running_by_provider
         queued_by_provider = self._queued_by_provider
         queued = _QUEUED
+        # An indexed heap's top may start as far as its lanes and its
+        # provider's slots go: only the gate is left to ask. (A plain loop: a
+        # comprehension is a call of its own.)
         candidates: list[tuple[str, list[tuple[int, _Entry]]]] = []
-        for provider, heap in self._ready.items():
-            if (
-                heap
-                and running_by_provider.get(provider, 0) < caps.get(provider, 0)
-                and (gate is None or gate.can_start(provider))
-            ):
-                top = heap[0][1]
-                if top.state is not queued or (top.locks and not self._is_ready(top)):
-                    self._drop_stale(heap)
-                if heap:
-                    candidates.append((provider, heap))
+        for provider, heap in startable.items():
+            if gate is None or gate.can_start(provider):
+                candidates.append((provider, heap))
         while candidates and (global_cap is None or self._running < global_cap):
             best = candidates[0]
             if len(candidates) > 1:
@@ -493,12 +515,11 @@ class Scheduler:
                 top = heap[0][1]
                 if top.state is not queued or (top.locks and not self._is_ready(top)):
                     self._drop_stale(heap)
-            if (
-                not heap
-                or running >= caps.get(provider, 0)
-                or (gate is not None and not gate.can_start(provider))
-            ):
+            if not heap or running >= caps.get(provider, 0):
                 candidates.remove(best)
+                del startable[provider]  # nothing ready, or no slot: out of the index
+            elif gate is not None and not gate.can_start(provider):
+                candidates.remove(best)  # still indexed: its gate may open by itself
         return started
 
     def finish(self, run_id: str) -> None:
@@ -509,7 +530,10 @@ class Scheduler:
         del self._entries[run_id]
         entry.state = None
         self._running -= 1
-        self._running_by_provider[entry.run.provider] -= 1
+        provider = entry.run.provider
+        self._running_by_provider[provider] -= 1
+        if provider not in self.startable and self._ready.get(provider):
+            self._index(provider)  # its slot is free: its ready runs may start
         for lane, exclusive in entry.locks:
             if exclusive:
                 lane.x_holders -= 1
@@ -534,6 +558,7 @@ class Scheduler:
         self._running -= 1
         self._running_by_provider[entry.run.provider] -= 1
         self._held[run_id] = entry
+        self._index(entry.run.provider)
 
     def requeue(self, run_id: str) -> None:
         """Put a running or held run back in the queue, in its original place.
@@ -575,6 +600,9 @@ class Scheduler:
         for lane, _ in entry.locks:
             self._lane_changed(lane)
         self._offer(entry)
+        # Back at the head of its lanes, it may stand before a ready run there.
+        self._reindex()
+        self._index(provider)
 
     def _insert(self, run: RunRequest, seq: int) -> None:
         """Queue a run in its place by ``seq``, before runs submitted after it.
@@ -629,11 +657,15 @@ class Scheduler:
             if exclusive:
                 lane.live -= 1
             self._lane_changed(lane)
+        if entry.in_heap:
+            self._reindex()  # it may have been an indexed heap's top
         return CancelOutcome.REMOVED
 
     def set_limits(self, limits: Limits) -> None:
         """Replace the caps. Running runs are never stopped by a lower cap."""
         self._limits = limits
+        for provider in self._ready:
+            self._index(provider)
 
     def set_agent_exclusive(self, agent_exclusive: bool) -> None:
         """Switch agent exclusivity, re-deriving every run's lanes.
@@ -648,6 +680,7 @@ class Scheduler:
         self._agent_exclusive = agent_exclusive
         self._lanes = {}
         self._ready = {}
+        self.startable.clear()
         self._lone = {}
         # Holders first (running and held runs): a run placed by seq
         # (``_insert``) may be queued before a running run it conflicts
@@ -735,6 +768,39 @@ class Scheduler:
             heap = self._ready[entry.run.provider] = []
         heapq.heappush(heap, (entry.seq, entry))
         entry.in_heap = True
+        if entry.run.provider not in self.startable:
+            self._index(entry.run.provider)
+
+    def _index(self, provider: str) -> None:
+        """Put ``provider`` in the ready index, or take it out, as its heap and slots now say.
+
+        Its heap's cancelled or no longer ready tops are dropped first, so an
+        indexed heap's top is always a run that may start (lanes and slots).
+        """
+        heap = self._ready.get(provider)
+        if heap and self._running_by_provider.get(provider, 0) < self._limits.provider_caps.get(
+            provider, 0
+        ):
+            top = heap[0][1]
+            if top.state is not _QUEUED or (top.locks and not self._is_ready(top)):
+                self._drop_stale(heap)
+            if heap:
+                self.startable[provider] = heap
+                return
+        self.startable.pop(provider, None)
+
+    def _reindex(self) -> None:
+        """After an event that may leave a ready run behind an earlier one (a re-queue, a
+        cancel): drop every indexed heap's stale top, and providers left with none. O(P)."""
+        emptied = []
+        for provider, heap in self.startable.items():
+            top = heap[0][1]
+            if top.state is not _QUEUED or (top.locks and not self._is_ready(top)):
+                self._drop_stale(heap)
+                if not heap:
+                    emptied.append(provider)
+        for provider in emptied:
+            del self.startable[provider]
 
     def _drop_stale(self, heap: list[tuple[int, _Entry]]) -> None:
         """Pop heap tops that were cancelled or are no longer ready."""

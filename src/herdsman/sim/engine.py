@@ -220,7 +220,9 @@ class FastEngine:
         # What the fake runner reports, one per distinct ending (as the trio
         # replay's fake runner hands one outcome to every run that ends alike).
         self._outcomes: dict[tuple[str, int | None, float | None], RunOutcome] = {}
-        self._ledger = _Ledger() if any(a.kind == "reload" for a in workload.arrivals) else None
+        # A set of the kinds, not any() over a generator: a resumption per arrival.
+        kinds = {arrival.kind for arrival in workload.arrivals}
+        self._ledger = _Ledger() if "reload" in kinds else None
         self._out: io.StringIO | None = None
         self._trace: TraceWriter | None = None
         if trace:
@@ -359,11 +361,16 @@ class FastEngine:
                     self._rounded_at, self._rounded = arrival.t, arrival.trace_t
                 if arrival.kind == "submit" and life.admitting and "account" not in arrival.fields:
                     # The hot path: only the new run can have become startable,
-                    # and only if its provider has a free slot (a resting
-                    # account is the dispatcher's business: it must look).
+                    # and only if the scheduler's ready index holds its provider
+                    # (a resting account is the dispatcher's business: it must
+                    # look). Else the supervisor's submit still wakes its
+                    # dispatcher to set its timer again, and so does this.
                     provider = self._submit(arrival, skip=False)
-                    if provider is not None and scheduler.has_free_slot(provider):
-                        self._dispatch()
+                    if provider is not None:
+                        if provider in scheduler.startable:
+                            self._dispatch()
+                        elif self._timer is not None or life.may_wake_in_time:
+                            self._rearm(self._origin + self._now)
                 else:
                     self._arrive(arrival)
                     self._dispatch()
@@ -394,10 +401,19 @@ class FastEngine:
         now = self._origin + self._now  # _wall(), on every dispatch
         for run_id, pick in life.take_starts(now).items():
             self._start(run_id, pick.account, now)
-        # When the supervisor's dispatcher looks at resting accounts again.
-        # (It also looks every minute; those looks find nothing new, since
-        # only time frees an account and this is when, so they are left out.)
-        # Not even asked while time alone frees no account and ends no backoff.
+        # _rearm(now), inlined: every dispatch sets the timer again.
+        at = life.next_wakeup(now) if life.may_wake_in_time else None
+        self._timer = None if at is None else self._now + max(0.0, at - now)
+
+    def _rearm(self, now: float) -> None:
+        """When the supervisor's dispatcher looks at resting accounts again, from ``now``.
+
+        (It also looks every minute; those looks find nothing new, since only
+        time frees an account and this is when, so they are left out.) Not
+        even asked while time alone frees no account and ends no backoff.
+        Worked out from the moment it is set, as the dispatcher's deadline is.
+        """
+        life = self._life
         at = life.next_wakeup(now) if life.may_wake_in_time else None
         self._timer = None if at is None else self._now + max(0.0, at - now)
 
@@ -706,10 +722,11 @@ class FastEngine:
             queued = self._runs[run_id] = _Run(request, plan, index, self._now)
             if self._measuring:
                 self._submitted += 1
-                self._last = queued.since = self._t()
+                # The trace's clock, as the loop set it from the arrival (_t()'s).
+                self._last = queued.since = self._rounded
         elif admitted is _SKIPPED:
             if self._measuring:
-                self._last = self._t()  # the skip event
+                self._last = self._rounded  # the skip event, at the arrival's clock
         else:
             return None  # a repeated id is the run it already was
         self.runs += 1

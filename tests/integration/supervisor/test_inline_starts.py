@@ -29,7 +29,21 @@ concurrency = 1
 """
 
 # One account that may start two runs an hour.
-TWO_RUNS_AN_HOUR = ONE_SLOT + '[[providers.p.accounts]]\nname = "a"\nwindow = "1h"\nbudget = 2\n'
+ACCOUNT = '[[providers.p.accounts]]\nname = "a"\nwindow = "1h"\nbudget = 2\n'
+TWO_RUNS_AN_HOUR = ONE_SLOT + ACCOUNT
+
+# The same account, one slot in all (the global cap) and two for the provider.
+ONE_GLOBAL_SLOT = (
+    """\
+[supervisor]
+state_dir = "{state}"
+max_concurrency = 1
+[providers.p]
+exec = ["p"]
+concurrency = 2
+"""
+    + ACCOUNT
+)
 
 
 class DispatcherSteps(trio.abc.Instrument):
@@ -116,30 +130,53 @@ def test_runs_start_and_end_without_a_dispatcher_round(tmp_path: Path) -> None:
     assert dispatcher.steps == 0
 
 
-def test_a_start_that_spends_an_accounts_budget_still_sets_the_dispatchers_timer(
-    tmp_path: Path,
-) -> None:
+def _rechecks(config: str, state: Path, ends: list[str]) -> tuple[list[str], list[float | None]]:
+    """Submit r1, r2 and r3, then end ``ends`` in turn: the runs started, and the
+    dispatcher's timer after the submits and after each end."""
     agents, clock = Agents(), trio.testing.MockClock()
     seen: list[float | None] = []
 
     async def main() -> None:
-        supervisor = _supervisor(TWO_RUNS_AN_HOUR, tmp_path, agents, clock)
+        supervisor = _supervisor(config, state, agents, clock)
         async with trio.open_nursery() as nursery:
             await nursery.start(supervisor.run)
             for run_id in ("r1", "r2", "r3"):
                 await supervisor.submit(_new(run_id))
             await trio.testing.wait_all_tasks_blocked()
-            seen.append(supervisor.account_recheck_at)  # r2 and r3 wait for the slot
-            # r1's finish starts r2, which spends the account's last run this
-            # hour: r3 now waits for the account, and the dispatcher must
-            # look again when the window frees it (at the latest in a minute).
-            agents.end("r1")
-            await trio.testing.wait_all_tasks_blocked()
             seen.append(supervisor.account_recheck_at)
+            for run_id in ends:
+                agents.end(run_id)
+                await trio.testing.wait_all_tasks_blocked()
+                seen.append(supervisor.account_recheck_at)
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=clock)
-    assert agents.started == ["r1", "r2"]
+    return agents.started, seen
+
+
+def test_a_start_that_spends_an_accounts_budget_still_sets_the_dispatchers_timer(
+    tmp_path: Path,
+) -> None:
+    # r2 and r3 wait for the global slot. r1's finish starts r2, which spends
+    # the account's last run this hour: r3, free of its lanes and with a slot
+    # of its provider's, now waits for the account (and the global slot), and
+    # the dispatcher must look again when the window frees it (at the latest
+    # in a minute).
+    started, seen = _rechecks(ONE_GLOBAL_SLOT, tmp_path, ["r1"])
+    assert started == ["r1", "r2"]
     assert seen[0] is None
     assert seen[1] is not None
     assert 0 < seen[1] <= 60.0
+
+
+def test_a_run_waiting_for_its_providers_slot_sets_no_timer(tmp_path: Path) -> None:
+    # As above with one slot for the provider: after r1's finish r3 waits for
+    # r2's slot as well as for the account, and only r2's finish (an event)
+    # can free that slot, so the dispatcher has nothing to look at when the
+    # window frees the account; it looks again after that finish, when r3
+    # waits for the account alone.
+    started, seen = _rechecks(TWO_RUNS_AN_HOUR, tmp_path, ["r1", "r2"])
+    assert started == ["r1", "r2"]
+    assert seen[1] is None
+    assert seen[2] is not None
+    assert 0 < seen[2] <= 60.0

@@ -1034,16 +1034,26 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @invariant()
     def wakes_when_an_account_frees(self) -> None:
-        """The next wake-up is when time alone frees an account a queued run waits for."""
+        """The next wake-up is when time alone frees an account a queued run waits for.
+
+        Only a run whose lanes and provider's slot are free waits for an
+        account alone: others wait for an event, after which the driver asks again.
+        """
         if not hasattr(self, "life"):
             return
         model, now = self.model, self.now
         times = []
+        caps = model.settings.limits.provider_caps
+        waiting = {
+            r.provider
+            for r in model.queued
+            if sum(o.provider == r.provider for o in model.running) < caps.get(r.provider, 0)
+            and not any(model.conflicts(r, o) for o in model.running + model.held)
+            and not any(model.conflicts(r, o) for o in model.queued[: model.queued.index(r)])
+        }
         for provider in model.settings.accounts:
             accounts = model.configured(provider)
-            if not any(r.provider == provider for r in model.queued) or any(
-                a.available(now) for a in accounts
-            ):
+            if provider not in waiting or any(a.available(now) for a in accounts):
                 continue
             for account in accounts:
                 if account.needs_login is not None:

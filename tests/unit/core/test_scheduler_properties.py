@@ -168,6 +168,17 @@ class ReferenceModel:
     def free_runs(self) -> list[RunRequest]:
         return [r for r in self.queued if self.is_free(r)]
 
+    def startable_providers(self) -> set[str]:
+        """The ready index from scratch: providers with a queued run free on its
+        lanes and a slot of their own (the gate and the global cap aside)."""
+        return {
+            r.provider
+            for r in self.queued
+            if self.provider_has_slot(r)
+            and not self.blocking_running(r)
+            and not self.blocking_earlier_queued(r)
+        }
+
     # Events.
 
     def submit(self, run: RunRequest) -> None:
@@ -319,6 +330,8 @@ class SchedulerMachine(RuleBasedStateMachine):
     def settle(self) -> list[RunRequest]:
         """Call ``take_startable`` as the runtime does after each event, and check it."""
         model = self.model
+        # The event just handled kept the ready index exact, before any start.
+        self.index_agrees()
         expected = model.expected_starts()
         gate = None if self.gate is None else CountingGate(self.gate)
         started = self.sched.take_startable(gate)
@@ -587,6 +600,16 @@ class SchedulerMachine(RuleBasedStateMachine):
     @invariant()
     def nothing_free_is_left_queued(self) -> None:
         assert self.model.free_runs() == []
+
+    @invariant()
+    def index_agrees(self) -> None:
+        """The ready index, kept as events happen, is what a recomputation from scratch says."""
+        if not hasattr(self, "sched"):
+            return
+        assert set(self.sched.startable) == self.model.startable_providers(), (
+            f"ready index {sorted(self.sched.startable)}, "
+            f"from scratch {sorted(self.model.startable_providers())}"
+        )
 
     @invariant()
     def views_agree(self) -> None:
