@@ -58,6 +58,25 @@ exec = ["y"]
 concurrency = 1
 """
 
+# The fidelity test's two providers: p with two slots, y with two accounts
+# of one slot each.
+BATCHES = """\
+[supervisor]
+state_dir = "/s"
+[providers.p]
+exec = ["x"]
+concurrency = 2
+[providers.y]
+exec = ["y"]
+concurrency = 2
+[[providers.y.accounts]]
+name = "a"
+concurrency = 1
+[[providers.y.accounts]]
+name = "b"
+concurrency = 1
+"""
+
 
 @pytest.fixture(autouse=True)
 def _quiet() -> None:
@@ -230,3 +249,42 @@ def test_the_recorded_demo_replays_with_its_recorded_finish_times() -> None:
     recorded = events_of((SIM / "demo-recorded.jsonl").read_text(encoding="utf-8"))
     golden = events_of((SIM / "demo-recorded.golden.jsonl").read_text(encoding="utf-8"))
     assert finishes(golden) == finishes(recorded)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_runs_started_long_after_their_submit_behind_another_batch_end_as_recorded(
+    tmp_path: Path, engine: str
+) -> None:
+    # Under load the first batch's starts were traced 0.86 s after their
+    # submits, the second batch's submits between. The replay starts x0 and
+    # x1 at their submits: timed from the second batch's submit, x0 would end
+    # at 0.66 s, before that submit, and x0-again would start before y0 (on
+    # no account, where the recording started y0 on a): the fidelity test's
+    # failure under load, in its own event order.
+    events = [
+        submit(0.1388, "x0", "p", "x0"),
+        submit(0.1389, "x1", "p", "x1"),
+        submit(0.139, "x0-again", "p", "x0"),
+        submit(0.9539, "y0", "y", "y0"),
+        submit(0.954, "y1", "y", "y1"),
+        start(0.9982, "x0"),
+        start(0.9983, "x1"),
+        start(1.2142, "y0", "a"),
+        start(1.2145, "y1", "b"),
+        finish(1.4776, "x0"),
+        start(1.4778, "x0-again"),
+        finish(1.489, "x1"),
+        finish(1.6807, "y1"),
+        finish(1.7252, "y0"),
+        finish(1.9122, "x0-again"),
+    ]
+    trace = recording(tmp_path / "late-batch.jsonl", BATCHES, events)
+    out = replayed(trace, engine)
+    assert starts(out) == [
+        ("x0", None),
+        ("x1", None),
+        ("y0", "a"),
+        ("y1", "b"),
+        ("x0-again", None),
+    ]
+    assert finishes(out) == [(e["t"], e["run_id"]) for e in events if e["event"] == "finish"]

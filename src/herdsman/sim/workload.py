@@ -23,7 +23,14 @@ from herdsman.config import ConfigError, LoadedConfig, load_config_text
 from herdsman.core.runs import DEFAULT_WORKSPACE, RunRequest
 from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.sim.recorded_end import SIGNALS as _SIGNALS
-from herdsman.sim.recorded_end import Reported, Signals, after_finish, note, recorded_end
+from herdsman.sim.recorded_end import (
+    TICK,
+    Reported,
+    Signals,
+    after_finish,
+    note,
+    recorded_end,
+)
 from herdsman.sim.spend import read_failure, usage_of
 from herdsman.trace import (
     OUTCOMES,
@@ -289,9 +296,11 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
     started: dict[str, tuple[float, float, float]] = {}
     # What the events just before a run's finish said of its attempt.
     signals: dict[str, Signals] = {}
-    # The time of the last event a start can be a response to, and of the
-    # last start before that event (see _answered).
-    cause, floor, last_start = 0.0, -math.inf, -math.inf
+    # The time of the last event a start can be a response to, of the last
+    # start before that event, and of the last event that may have let a
+    # queued run start: not a submit, which lets only its own run start
+    # (see _answered).
+    cause, floor, last_start, freed = 0.0, -math.inf, -math.inf, 0.0
     # When a replay that agrees meets the events so far, signals aside (a
     # finish at its attempt's end, a start with what it answered), and the
     # header's time: see after_finish.
@@ -302,11 +311,11 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
     unclassed: list[tuple[str, float]] = []  # see Workload.unclassed
     _carried(header, arrivals, plans, started)
     for event in events:
-        kind, fields = event.event, event.fields
+        kind, fields, last_t = event.event, event.fields, event.t
         where = f"{path}:{event.line}"
-        last_t = event.t
         if kind not in ("start", "removal_wait"):  # a wait for a removal starts nothing
             cause, floor = event.t, last_start
+            freed = freed if kind in ("submit", "skip") else event.t
         if kind in ("submit", "skip"):
             run = fields["run"]
             submitted = plans.setdefault(run["id"], RunPlan(len(plans)))
@@ -316,7 +325,13 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
         elif kind == "start":
             run_id = fields["run_id"]
             # A retried run's next start may answer the end of its backoff.
-            started[run_id] = _answered(cause, floor, event.t, ends.ahead_of(signals, run_id))
+            started[run_id] = _answered(
+                cause,
+                floor,
+                event.t,
+                ends.ahead_of(signals, run_id),
+                earliest=freed,
+            )
             last_start, before = event.t, max(before, started[run_id][0])
         elif kind in _SIGNALS:
             note(signals.setdefault(fields["run_id"], Signals()), kind, fields)
@@ -581,7 +596,12 @@ BACKOFF_SLACK = 1e-5
 
 
 def _answered(
-    cause: float, floor: float, t: float, backoff: float | None = None
+    cause: float,
+    floor: float,
+    t: float,
+    backoff: float | None = None,
+    *,
+    earliest: float = math.inf,
 ) -> tuple[float, float, float]:
     """A start at ``t``: the origin of its duration, and the window of moments it answers.
 
@@ -606,7 +626,13 @@ def _answered(
     last start decided before this one's (a decision takes every run that
     may start then, and the trace keeps the ledger's order: the starts of
     one decision are traced together, after ``floor``), and at most
-    ``START_LATENCY`` before it (see :class:`RecordedAttempt`).
+    ``START_LATENCY`` before it (see :class:`RecordedAttempt`) — or just
+    after ``earliest``, however long before: the last event other than a
+    submit, which lets only its own run start (no run starts before its
+    submit). Under load the recorded supervisor can take longer than that
+    to start a run it took on its submit, and trace other runs' submits
+    meanwhile; an engine starts it at its submit, and must still end it
+    where the recording did.
     """
     if backoff is not None:
         after = min(max(floor, t - START_LATENCY), backoff - BACKOFF_SLACK)
@@ -614,7 +640,7 @@ def _answered(
     # Longer after the last event than a start takes, it answered something
     # untraced (an account's rest ending): time it from itself.
     origin = cause if t - cause <= START_LATENCY else t
-    return origin, max(floor, t - START_LATENCY), t
+    return origin, max(floor, min(t - START_LATENCY, round(earliest - TICK, 6))), t
 
 
 #: The exit code a synthetic attempt ends with: its process ran (so its
