@@ -362,6 +362,7 @@ class TraceWriter:
         failure: str | None = None,
         worked: bool = False,
         session: bool = False,
+        ended: float | None = None,
     ) -> None:
         """A finish event: its run, outcome and exit code, ``"requeued": true`` if so.
 
@@ -371,8 +372,12 @@ class TraceWriter:
         attempt's retry class, and ``worked`` (written only with it) that
         its agent may have done work: what a replay needs to decide its
         retry again. ``session``: the attempt's agent reported a session (its
-        conversation sticks to the account it ran on).
+        conversation sticks to the account it ran on). ``ended``: when the
+        supervisor read the attempt's end, a reading of the trace's clock
+        (:meth:`now`); written (``"ended"``, in the line's time) when it
+        came before the line's own time, in this file.
         """
+        read = None if ended is None else self._read_before(ended)
         if (
             type(run_id) is str
             and type(outcome) is str
@@ -386,7 +391,8 @@ class TraceWriter:
                 + (',"worked":true' if worked and failure is not None else "")
                 + (',"session":true' if session else "")
                 + (',"requeued":true' if requeued else "")
-                + ("" if spend is None else ',"spend":' + _ENCODER.encode(spend)),
+                + ("" if spend is None else ',"spend":' + _ENCODER.encode(spend))
+                + ("" if read is None else ',"ended":' + float.__repr__(read)),
             )
         ):
             if self._sink is None and not self.failed:
@@ -403,7 +409,29 @@ class TraceWriter:
             fields["requeued"] = True
         if spend is not None:
             fields["spend"] = spend
+        if read is not None:
+            fields["ended"] = read
         self.record("finish", fields)
+
+    def now(self) -> float:
+        """A reading of the trace's clock: a moment a later line names (a finish's ``ended``)."""
+        return self._clock()
+
+    def _read_before(self, reading: float) -> float | None:
+        """``reading`` (of :meth:`now`) in the time of the line about to be written, if before it.
+
+        None if it is not before that line's time (to the microsecond: the
+        end was read and traced at once), or not after the file's opening
+        (the line begins a file opened since, the first or one a rotation is
+        due to open, or a rotation came in between): the line's own time
+        then stands for it.
+        """
+        if self._file is None or self._size >= self._max_bytes:
+            return None
+        read = round(reading - self._origin, 6)
+        if 0 < read < round(self._clock() - self._origin, 6):
+            return read
+        return None
 
     def _shortcut(self, head: str, rest: str) -> bool:
         """Write ``{"t":…,"seq":…,`` ``head`` ``rest`` ``}``, the line's time with one conversion.

@@ -301,10 +301,9 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
     # queued run start: not a submit, which lets only its own run start
     # (see _answered).
     cause, floor, last_start, freed = 0.0, -math.inf, -math.inf, 0.0
-    # When a replay that agrees meets the events so far, signals aside (a
-    # finish at its attempt's end, a start with what it answered), and the
+    # When a replay that agrees meets the events so far (see _Met), and the
     # header's time: see after_finish.
-    before, started_at, ends = -math.inf, header_time(header), _PlainEnds(plans)
+    met, started_at, ends = _Met(), header_time(header), _PlainEnds(plans)
     rotated_at = None
     lost: list[str] = []  # runs the recorded supervisor found lost as it started
     last_t = 0.0
@@ -332,21 +331,37 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
                 ends.ahead_of(signals, run_id),
                 earliest=freed,
             )
-            last_start, before = event.t, max(before, started[run_id][0])
+            last_start = event.t
+            met.meet(kind, started[run_id][0])
         elif kind in _SIGNALS:
             note(signals.setdefault(fields["run_id"], Signals()), kind, fields)
         elif kind == "finish":
             run_id = fields["run_id"]
-            began = started.pop(run_id, None)
-            recorded = plans.get(run_id)
-            # A retried attempt ends a little before its finish was traced
-            # (ended_at): what its end lets start answers that moment.
-            said, cause = after_finish(signals, run_id, event.t, started_at, before)
-            if began is not None and recorded is not None:
-                recorded.attempts.append(_recorded(where, cause, fields, said, began))
-                ends.add(event.t, run_id, said, before)
-                if _unclassed(fields, said):
-                    unclassed.append((run_id, event.t))
+            # An attempt ends when the supervisor read its end (its ended,
+            # or a retry's), a little before its finish was traced: what its
+            # end lets start answers that moment, though a start traced
+            # ahead of the finish may have been committed after it.
+            said, cause = after_finish(
+                signals,
+                run_id,
+                event.t,
+                started_at,
+                met.before,
+                read=fields.get("ended"),
+                settled=met.settled,
+            )
+            floor, freed = min(floor, round(cause - TICK, 6)), cause
+            if _add_recorded(
+                plans.get(run_id),
+                started.pop(run_id, None),
+                event,
+                where=where,
+                said=said,
+                end=cause,
+                ends=ends,
+                before=met.before,
+            ):
+                unclassed.append((run_id, event.t))
         elif kind == "reload":
             # Checked now, so a bad one is an error naming its line, not a
             # failure half way through the replay.
@@ -361,7 +376,7 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             # without recording them (a lease expiry later on is a fleet's).
             lost.append(fields["run_id"])
         if kind not in _SIGNALS and kind != "start":
-            before = max(before, cause if kind == "finish" else event.t)
+            met.meet(kind, cause if kind == "finish" else event.t)
     cut_at = _still_running(started, plans, rotated_at, arrivals, last_t)
     return _waits_with_their_runs(
         Workload(
@@ -375,6 +390,50 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             unclassed=tuple(unclassed),
         )
     )
+
+
+@attrs.define
+class _Met:
+    """When a replay that agrees with the recording meets the events read so far.
+
+    Signals aside: a finish at its attempt's end, a start with what it
+    answered (the origin of its duration), anything else at its time.
+    ``before``: the last of them; ``settled``: the last but those traced
+    once their commit ended that queue runs only then, which a finish's own
+    reading of its end (its ``ended``) may come before (see ``read_at``).
+    """
+
+    before: float = -math.inf
+    settled: float = -math.inf
+
+    def meet(self, kind: str, t: float) -> None:
+        """An event of ``kind`` met at ``t``."""
+        self.before = max(self.before, t)
+        if kind not in _QUEUED_AT_COMMIT:
+            self.settled = max(self.settled, t)
+
+
+def _add_recorded(
+    plan: RunPlan | None,
+    began: tuple[float, float, float] | None,
+    event: TraceEvent,
+    *,
+    where: str,
+    said: Signals,
+    end: float,
+    ends: _PlainEnds,
+    before: float,
+) -> bool:
+    """Give ``plan`` the attempt ``event`` (a finish) ended at ``end``, begun as ``began`` says.
+
+    Nothing if the run or its start is not in the recording. Whether the
+    attempt failed with a class the trace does not say (see :func:`_unclassed`).
+    """
+    if began is None or plan is None:
+        return False
+    plan.attempts.append(_recorded(where, end, event.fields, said, began))
+    ends.add(event.t, event.fields["run_id"], said, before)
+    return _unclassed(event.fields, said)
 
 
 class _PlainEnds:
@@ -501,6 +560,11 @@ def _carried(
         plans.setdefault(run["id"], RunPlan(len(plans)))
         arrivals.append(Arrival(0.0, "submit", {"run": run}))
 
+
+#: Events traced as their commit ends, whose runs are queued only then (a
+#: fleet member's submit, not even then: at a poll): a finish read while
+#: one was being committed decided without them, though traced after them.
+_QUEUED_AT_COMMIT: Final = frozenset({"submit", "skip", "fleet_submit", "poll"})
 
 #: A finish's fields that say nothing of how its attempt failed or what it spent.
 _PLAIN: Final = frozenset({"run_id", "outcome", "exit_code", "requeued"})
