@@ -214,6 +214,17 @@ class _BufferLines:
         """Nothing: the sink is the caller's to close."""
 
 
+def _read_before(read: float, elapsed: float) -> float | None:
+    """A reading ``read`` seconds into the file, as a line written ``elapsed`` in says it.
+
+    None unless it comes before the line's time and after the file's
+    opening, to the microsecond: read and traced at once, or read before a
+    file opened since (a rotation), the line's own time stands for it.
+    """
+    read = round(read, 6)
+    return read if 0 < read < round(elapsed, 6) else None
+
+
 def format_time(when: dt.datetime) -> str:
     """ISO-8601 in UTC with microseconds and a ``Z``, as headers carry it."""
     return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -247,6 +258,9 @@ class TraceWriter:
         self._max_bytes = max_bytes
         self._config: Mapping[str, Any] = config
         self._clock = clock
+        #: A reading of the trace's clock: a moment a later line names (a
+        #: finish's ``ended``). The clock itself, called at no extra cost.
+        self.now: Callable[[], float] = clock
         self._wall = wall
         # Runs queued or running as the events written so far tell, in
         # submission order: id -> [run object, running?, account].
@@ -374,10 +388,9 @@ class TraceWriter:
         retry again. ``session``: the attempt's agent reported a session (its
         conversation sticks to the account it ran on). ``ended``: when the
         supervisor read the attempt's end, a reading of the trace's clock
-        (:meth:`now`); written (``"ended"``, in the line's time) when it
+        (:attr:`now`); written (``"ended"``, in the line's time) when it
         came before the line's own time, in this file.
         """
-        read = None if ended is None else self._read_before(ended)
         if (
             type(run_id) is str
             and type(outcome) is str
@@ -391,8 +404,8 @@ class TraceWriter:
                 + (',"worked":true' if worked and failure is not None else "")
                 + (',"session":true' if session else "")
                 + (',"requeued":true' if requeued else "")
-                + ("" if spend is None else ',"spend":' + _ENCODER.encode(spend))
-                + ("" if read is None else ',"ended":' + float.__repr__(read)),
+                + ("" if spend is None else ',"spend":' + _ENCODER.encode(spend)),
+                ended,
             )
         ):
             if self._sink is None and not self.failed:
@@ -409,44 +422,33 @@ class TraceWriter:
             fields["requeued"] = True
         if spend is not None:
             fields["spend"] = spend
-        if read is not None:
-            fields["ended"] = read
+        if ended is not None and self._file is not None and self._size < self._max_bytes:
+            read = _read_before(ended - self._origin, self._clock() - self._origin)
+            if read is not None:
+                fields["ended"] = read
         self.record("finish", fields)
 
-    def now(self) -> float:
-        """A reading of the trace's clock: a moment a later line names (a finish's ``ended``)."""
-        return self._clock()
-
-    def _read_before(self, reading: float) -> float | None:
-        """``reading`` (of :meth:`now`) in the time of the line about to be written, if before it.
-
-        None if it is not before that line's time (to the microsecond: the
-        end was read and traced at once), or not after the file's opening
-        (the line begins a file opened since, the first or one a rotation is
-        due to open, or a rotation came in between): the line's own time
-        then stands for it.
-        """
-        if self._file is None or self._size >= self._max_bytes:
-            return None
-        read = round(reading - self._origin, 6)
-        if 0 < read < round(self._clock() - self._origin, 6):
-            return read
-        return None
-
-    def _shortcut(self, head: str, rest: str) -> bool:
+    def _shortcut(self, head: str, rest: str, ended: float | None = None) -> bool:
         """Write ``{"t":…,"seq":…,`` ``head`` ``rest`` ``}``, the line's time with one conversion.
 
         False if that does not apply (nothing written: record's path then,
         for the first line, a time outside the shortcut's range, a stopped
         trace, a rotation due); True once written, or once the write failed
-        (``failed`` then says so).
+        (``failed`` then says so). ``ended``: a finish's reading of
+        :attr:`now`, written last as ``"ended"`` if before the line's time.
         """
         if self.failed or self._file is None or self._size >= self._max_bytes:
             return False
-        elapsed = self._clock() - self._origin
+        now = self._clock()
+        elapsed = now - self._origin
         # An int clock's round() is an int: "5", not "5.0" (record's path).
         if not (_TIME_LOW <= elapsed < _TIME_HIGH and type(elapsed) is float):
             return False
+        # A reading at this very moment (a simulator's clock) says nothing more.
+        if ended is not None and ended != now:
+            read = _read_before(ended - self._origin, elapsed)
+            if read is not None:
+                rest += ',"ended":' + float.__repr__(read)
         # float.__repr__(round(elapsed, 6)) with one conversion to decimal
         # digits instead of two (see _TIME_LOW).
         t = f"{elapsed:.6f}".rstrip("0")
