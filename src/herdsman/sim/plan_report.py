@@ -267,6 +267,17 @@ def check_plot(path: Path) -> None:
         )
     if not path.parent.is_dir():
         raise PlotError(f"--plot {path}: no such directory {path.parent}")
+    from matplotlib.backend_bases import FigureCanvasBase  # noqa: PLC0415 - optional
+
+    # matplotlib picks the format by the extension (a name without one is a
+    # PNG); one it cannot write would only fail once every simulation is done.
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = path.suffix.removeprefix(".").lower()
+    if suffix and suffix not in formats:
+        raise PlotError(
+            f"--plot {path}: cannot draw a .{suffix} file; name a .png"
+            f" (or one of .{', .'.join(sorted(formats))})"
+        )
 
 
 def plot_waits(result: PlanResult, path: Path) -> None:
