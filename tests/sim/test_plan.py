@@ -184,8 +184,10 @@ def test_without_matplotlib_plot_names_the_extra_before_simulating(
         (["--replications", "0"], "--replications: expected a whole number from 1 to 10000"),
         (["--workers", "-2"], "--workers: expected a whole number from 1 to 1024, got '-2'"),
         (["--slo", "p95_wait<=fast"], "--slo: p95_wait<=fast: expected a wait such as"),
-        (["--slo", "p95_wait<="], "--slo: p95_wait<=: no threshold after <=; write one, e.g. p95_wait<=10m\n"),
-        (["--slo", "utilisation>"], "--slo: utilisation>: no threshold after >; write one, e.g. utilisation>80%\n"),
+        (["--slo", "p95_wait<="], "--slo: p95_wait<=: no threshold after <=; write one, e.g."
+                                  " p95_wait<=10m\n"),
+        (["--slo", "utilisation>"], "--slo: utilisation>: no threshold after >; write one, e.g."
+                                    " utilisation>80%\n"),
         (["--vary", "providers.claude.concurrency=0"], "--vary providers.claude.concurrency=0:"),
         (["--plot", "/no/such/dir/w.png"], "--plot /no/such/dir/w.png: no such directory"),
     ],

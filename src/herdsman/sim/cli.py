@@ -24,6 +24,7 @@ from herdsman.sim.plan_cli import add_plan_command
 from herdsman.sim.plan_report import PlotError
 from herdsman.sim.slo import SloError
 from herdsman.sim.sweep import SweepError
+from herdsman.sim.what_if import SetError, header_config
 from herdsman.trace import TraceFormatError
 
 __all__ = ["add_sim_commands"]
@@ -33,7 +34,7 @@ def _replay(args: argparse.Namespace) -> int:
     from herdsman.sim.chrome import chrome_trace  # noqa: PLC0415 - pyfakefs is heavy
     from herdsman.sim.decisions import timeline_of  # noqa: PLC0415
     from herdsman.sim.result import recording_ends, summary  # noqa: PLC0415
-    from herdsman.sim.workload import config_from_trace, read_workload  # noqa: PLC0415
+    from herdsman.sim.workload import read_workload  # noqa: PLC0415
     from herdsman.trace import read_trace_text  # noqa: PLC0415
 
     if args.engine == "fast" and args.seed is not None:
@@ -71,7 +72,7 @@ def _replay(args: argparse.Namespace) -> int:
         loaded = load_config(args.config, args.overrides)
     else:
         name = f"{args.trace}:1"
-        loaded = config_from_trace(workload.header.config, name, args.overrides)
+        loaded = header_config(workload.header.config, name, args.overrides)
     if what_if:
         # A what-if keeps its configuration: the recorded reloads would
         # quietly put the recorded one back.
@@ -118,7 +119,6 @@ def _replay_fleet(args: argparse.Namespace) -> int:
     """``sim replay M1 M2 ... --out-dir DIR``: a fleet's members' traces together."""
     from herdsman.sim.bounds import Stuck  # noqa: PLC0415
     from herdsman.sim.fleet_replay import fleet_replay, fleet_summary, read_member  # noqa: PLC0415
-    from herdsman.sim.workload import config_from_trace  # noqa: PLC0415
 
     refused = None
     if args.engine == "fast":
@@ -154,8 +154,7 @@ def _replay_fleet(args: argparse.Namespace) -> int:
         configs = [load_config(args.config, args.overrides) for _ in members]
     else:
         configs = [
-            config_from_trace(m.workload.header.config, f"{m.name}:1", args.overrides)
-            for m in members
+            header_config(m.workload.header.config, f"{m.name}:1", args.overrides) for m in members
         ]
     try:
         result = fleet_replay(
@@ -235,6 +234,7 @@ def _guarded(handler: Any) -> Any:
             CostError,
             PlotError,
             ScenarioError,
+            SetError,
         ) as error:
             print(f"herdsman: {error}", file=sys.stderr)
             return 2

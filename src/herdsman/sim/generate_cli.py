@@ -27,7 +27,7 @@ from herdsman.sim.model import (
 )
 from herdsman.sim.spend import FAILURE_CLASSES
 from herdsman.sim.spend_model import parse_prices, parse_tokens
-from herdsman.sim.workload import config_from_trace
+from herdsman.sim.what_if import header_config
 from herdsman.trace import format_time, read_trace
 
 __all__ = ["add_generate_command", "model_from_args"]
@@ -44,7 +44,7 @@ def _configuration(args: argparse.Namespace, model_traces: list[str]) -> LoadedC
             " configuration is then taken)"
         )
     header, _ = read_trace(Path(model_traces[0]))
-    return config_from_trace(header.config, f"{model_traces[0]}:1", args.overrides)
+    return header_config(header.config, f"{model_traces[0]}:1", args.overrides)
 
 
 def _start(text: str) -> str:
