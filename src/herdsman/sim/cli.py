@@ -198,7 +198,7 @@ def _replay_command(args: argparse.Namespace) -> str:
 
 def _diff(args: argparse.Namespace) -> int:
     from herdsman.sim.decisions import read_decisions  # noqa: PLC0415
-    from herdsman.sim.diff import first_divergence, report  # noqa: PLC0415
+    from herdsman.sim.diff import first_divergence, report, workload_note  # noqa: PLC0415
 
     a, b = read_decisions(args.a), read_decisions(args.b)
     divergence = first_divergence(a, b)
@@ -207,6 +207,12 @@ def _diff(args: argparse.Namespace) -> int:
 
         print(json.dumps(diff_json(divergence, a, b, (str(args.a), str(args.b))), indent=2))
         return 0 if divergence is None else 1
+    # dict.fromkeys: one note for a workload given as both A and B, in order.
+    notes = list(
+        dict.fromkeys(
+            workload_note(path, timeline) for path, timeline in ((args.a, a), (args.b, b))
+        )
+    )
     if divergence is None:
         compared = min(len(a.decisions), len(b.decisions))
         line = f"the traces agree on all {compared} decisions"
@@ -216,9 +222,9 @@ def _diff(args: argparse.Namespace) -> int:
                     f"; {name} was rotated (the recording goes on in another file),"
                     " so the other trace's later decisions are not compared"
                 )
-        print(line)
+        print("\n".join([line, *(note for note in notes if note)]))
         return 0
-    print(report(divergence, a, b, (str(args.a), str(args.b))))
+    print("\n".join([report(divergence, a, b, (str(args.a), str(args.b))), *filter(None, notes)]))
     return 1
 
 
