@@ -221,6 +221,24 @@ def test_a_plot_in_a_format_matplotlib_cannot_write_is_refused_before_simulating
     assert not (tmp_path / "waits.txt").exists()
 
 
+def test_a_key_priced_twice_is_refused_before_reading_the_workload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["sim", "plan", str(tmp_path / "never-read.jsonl")]
+    argv += ["--vary", "providers.claude.concurrency=1,2", "--slo", "p95_wait<=1m"]
+    argv += [
+        "--cost",
+        "providers.claude.concurrency=40",
+        "--cost",
+        "providers.claude.concurrency=10",
+    ]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "herdsman: --cost providers.claude.concurrency: priced twice, at 40 and 10;"
+        " give each key one price\n"
+    )
+
+
 def test_several_slo_flags_are_one_slo_every_clause_of_which_must_hold(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

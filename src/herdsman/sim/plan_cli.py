@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from herdsman.sim.cost import parse_cost
+from herdsman.sim.cost import parse_costs
 from herdsman.sim.model import ModelError
 from herdsman.sim.plan import AUTO_CAP, AUTO_FIRST, Replications, plan, read_input
 from herdsman.sim.plan_report import check_plot, plan_json, plan_table, plot_waits
@@ -57,7 +57,7 @@ def _plan(args: argparse.Namespace) -> int:
     # Several --slo flags are one SLO: every clause of each must hold.
     slo = parse_slo(",".join(args.slo))
     replications = _replications(args.replications)
-    prices = [parse_cost(text) for text in args.cost]
+    prices = parse_costs(args.cost)
     workers = _whole("--workers", args.workers, 1, 1024) if args.workers else os.cpu_count() or 1
     if args.plot is not None:
         check_plot(args.plot)
