@@ -368,7 +368,10 @@ def _draw(axes: Axes, result: PlanResult, metric: str) -> None:
             label=label,
             linewidth=2 if marked else 1,
             alpha=1.0 if marked else 0.5,
-            zorder=3 if marked else 2,
+            # Over the axes' frame (2.5), unclipped: a series at zero (a p50
+            # of 0.0s) sits on the x axis and would be hidden under it.
+            zorder=3.5 if marked else 3,
+            clip_on=False,
         )
         if not marked:
             continue
