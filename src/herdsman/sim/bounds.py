@@ -112,9 +112,9 @@ class InThread:
         and this returns once it has (at most :data:`FREEZE_GRACE` later):
         a step under way ends on the fake filesystem it began on, and the
         thread does nothing more. The verdict is then the caller's to give.
-        Either way, this returns once the run's jobs in trio's worker
-        threads are over (at most :data:`FREEZE_GRACE` more): a run given
-        up on (stuck, or frozen) does not wait for them itself.
+        Either way, this returns only once the run's jobs in trio's worker
+        threads are over too (within :data:`FREEZE_GRACE` in all): a run
+        given up on (stuck, or frozen) does not wait for them itself.
         """
         if self.done.wait(wall_limit):
             self.worker_jobs.wait_ended(time.monotonic() + FREEZE_GRACE)
