@@ -184,6 +184,10 @@ def test_without_matplotlib_plot_names_the_extra_before_simulating(
         (["--replications", "0"], "--replications: expected a whole number from 1 to 10000"),
         (["--workers", "-2"], "--workers: expected a whole number from 1 to 1024, got '-2'"),
         (["--slo", "p95_wait<=fast"], "--slo: p95_wait<=fast: expected a wait such as"),
+        (["--slo", "p95_wait<="], "--slo: p95_wait<=: no threshold after <=; write one, e.g."
+                                  " p95_wait<=10m\n"),
+        (["--slo", "utilisation>"], "--slo: utilisation>: no threshold after >; write one, e.g."
+                                    " utilisation>80%\n"),
         (["--vary", "providers.claude.concurrency=0"], "--vary providers.claude.concurrency=0:"),
         (["--plot", "/no/such/dir/w.png"], "--plot /no/such/dir/w.png: no such directory"),
     ],
@@ -200,6 +204,54 @@ def test_a_bad_flag_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.startswith(f"herdsman: {message}"), err
     assert len(err.splitlines()) == 1
+
+
+def test_a_plot_in_a_format_matplotlib_cannot_write_is_refused_before_simulating(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["sim", "plan", str(tmp_path / "never-read.jsonl")]
+    argv += ["--vary", "supervisor.max_concurrency=1", "--slo", "p95_wait<=1m"]
+    assert main([*argv, "--plot", str(tmp_path / "waits.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"herdsman: --plot {tmp_path / 'waits.txt'}: cannot draw a .txt file; name a .png (or one"
+    ), err
+    assert ".svg" in err
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "waits.txt").exists()
+
+
+def test_a_key_priced_twice_is_refused_before_reading_the_workload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["sim", "plan", str(tmp_path / "never-read.jsonl")]
+    argv += ["--vary", "providers.claude.concurrency=1,2", "--slo", "p95_wait<=1m"]
+    argv += [
+        "--cost",
+        "providers.claude.concurrency=40",
+        "--cost",
+        "providers.claude.concurrency=10",
+    ]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "herdsman: --cost providers.claude.concurrency: priced twice, at 40 and 10;"
+        " give each key one price\n"
+    )
+
+
+def test_several_slo_flags_are_one_slo_every_clause_of_which_must_hold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = generated(tmp_path)
+    capsys.readouterr()
+    argv = ["sim", "plan", str(workload), "--vary", "providers.claude.concurrency=1..2"]
+    argv += ["--replications", "2", "--workers", "1"]
+    assert main([*argv, "--slo", "p95_wait<=10h"]) == 0
+    capsys.readouterr()
+    # Neither flag is dropped: the unmeetable first clause still decides.
+    assert main([*argv, "--slo", "p99_wait<=0", "--slo", "p95_wait<=10h"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "no configuration meets p99_wait<=0,p95_wait<=10h"
 
 
 class Terminal(io.StringIO):

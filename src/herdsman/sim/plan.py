@@ -144,7 +144,26 @@ def read_input(path: Path) -> PlanInput:
     seed = generator.get("seed")
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ModelError(f"{path}:1: generator.seed: expected a whole number, got {seed!r}")
-    return PlanInput(path, workload, model, seed, load_samples(model), text)
+    return PlanInput(path, workload, model, seed, _samples(path, model), text)
+
+
+def _samples(path: Path, model: Model) -> Samples:
+    """The recorded traces ``model`` resamples, read again; an error says why they are read."""
+    try:
+        return load_samples(model)
+    except TraceFormatError as error:
+        named = [t for t in (model.arrivals.trace, model.durations.trace) if t is not None]
+        relative = [t for t in named if not Path(t).is_absolute()]
+        where = (
+            f"; {' and '.join(dict.fromkeys(relative))} is read from the folder sim plan runs"
+            f" in ({Path.cwd()}): run sim plan in the folder sim generate ran in"
+            if relative
+            else ""
+        )
+        raise TraceFormatError(
+            f"{path}:1: its model resamples {' and '.join(dict.fromkeys(named))}, read again"
+            f" to draw each replication: {error}{where}"
+        ) from None
 
 
 def replication_seed(seed: int, replication: int) -> int:
