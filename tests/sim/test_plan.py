@@ -12,7 +12,7 @@ import pytest
 from sim_workloads import CONFIG, busy_trace, herdsman
 
 from herdsman.cli import main
-from herdsman.config import LoadedConfig
+from herdsman.config import LoadedConfig, load_config_text
 from herdsman.sim.metrics import Metrics
 from herdsman.sim.model import ModelError
 from herdsman.sim.plan import plan, read_input, replication, trio_engine
@@ -277,3 +277,26 @@ def test_a_progress_bar_counts_simulations_on_a_terminal(
     monkeypatch.setattr(sys, "stderr", piped)
     assert main(argv) == 0
     assert "simulating" not in piped.getvalue()
+
+
+def test_a_recorded_shutdown_is_left_out_of_a_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A drain stops starts; a plan asks how a configuration serves every run, so it serves them."""
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=40)
+    lines = trace.read_text().splitlines()
+    last = json.loads(lines[-1])
+    drain = {"t": last["t"], "seq": last["seq"] + 1, "event": "shutdown", "forced": False}
+    trace.write_text("\n".join([*lines, json.dumps(drain)]) + "\n")
+    source = read_input(trace)
+    # Replayed as recorded, the drain leaves the one slot's queue unstarted...
+    one_slot = CONFIG.replace("concurrency = 3", "concurrency = 1")
+    loaded = load_config_text(one_slot, Path("/sim/supervisor.toml"), environ={})
+    assert trio_engine(source.workload, loaded).unstarted > 0
+    # ... but planned, every run is served and waits for its slot.
+    args = ["sim", "plan", str(trace), "--vary", "providers.claude.concurrency=1"]
+    args += ["--vary", "providers.codex.concurrency=1", "--replications", "1", "--json"]
+    assert main([*args, "--slo", "p95_wait<=0"]) in (0, 1)
+    (configuration,) = json.loads(capsys.readouterr().out)["configurations"]
+    assert configuration["metrics"]["unstarted"]["mean"] == 0
+    assert configuration["metrics"]["p99_wait"]["mean"] > 0

@@ -368,8 +368,7 @@ class _Worker:
         with young_collections_rarer():
             if self._built is None or self._built[0] != replication_number:
                 drawn = self._replication(replication_number)
-                # A plan changes the configuration: a recorded reload would put the old one back.
-                self._built = (replication_number, _without_reloads(drawn))
+                self._built = (replication_number, _as_planned(drawn))
             workload = self._built[1]
             return [self.job.engine(workload, self._config(c)) for c in configs]
 
@@ -587,7 +586,16 @@ def _label(setting: Setting) -> str:
     return " ".join(f"{key}={value}" for key, value in setting)
 
 
-def _without_reloads(workload: Workload) -> Workload:
+#: Recorded arrivals a plan leaves out. A plan changes the configuration: a
+#: recorded reload would put the old one back. A plan asks how a
+#: configuration serves the runs: a recorded shutdown would stop starts and
+#: leave the runs queued then unstarted, with no wait, so a smaller
+#: configuration would look better than it is.
+_NOT_PLANNED = frozenset({"reload", "shutdown"})
+
+
+def _as_planned(workload: Workload) -> Workload:
+    """The workload without the arrivals a plan leaves out (:data:`_NOT_PLANNED`)."""
     return attrs.evolve(
-        workload, arrivals=tuple(a for a in workload.arrivals if a.kind != "reload")
+        workload, arrivals=tuple(a for a in workload.arrivals if a.kind not in _NOT_PLANNED)
     )
