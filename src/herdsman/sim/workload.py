@@ -11,6 +11,7 @@ usage limit — comes from the recorded start/finish pair, or from
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -51,6 +52,7 @@ __all__ = [
     "RunPlan",
     "Workload",
     "config_from_trace",
+    "late_wake",
     "read_workload",
     "read_workload_text",
     "workload_from_events",
@@ -210,6 +212,10 @@ class Workload:
     #: refused login says one), with its time: the replay retries none of
     #: them, whatever the policy (see ``summary``).
     unclassed: tuple[tuple[str, float], ...] = ()
+    #: When the recorded dispatcher decided the starts whose line says so
+    #: (``decided``), in order: a replay's timer due shortly before one of
+    #: them, with nothing else between, fires then (see :func:`late_wake`).
+    wakes: tuple[float, ...] = ()
 
     @property
     def predates_retries(self) -> bool:
@@ -308,6 +314,7 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
     lost: list[str] = []  # runs the recorded supervisor found lost as it started
     last_t = 0.0
     unclassed: list[tuple[str, float]] = []  # see Workload.unclassed
+    wakes: list[float | None] = []  # see Workload.wakes
     _carried(header, arrivals, plans, started)
     for event in events:
         kind, fields, last_t = event.event, event.fields, event.t
@@ -323,6 +330,7 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             arrivals.append(Arrival(event.t, kind, {"run": run}))
         elif kind == "start":
             run_id = fields["run_id"]
+            wakes.append(fields.get("decided"))  # None: not said
             # A retried run's next start may answer the end of its backoff.
             started[run_id] = _answered(
                 cause,
@@ -330,6 +338,7 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
                 event.t,
                 ends.ahead_of(signals, run_id),
                 earliest=freed,
+                decided=wakes[-1],
             )
             last_start = event.t
             met.meet(kind, started[run_id][0])
@@ -388,8 +397,29 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             tuple(lost),
             cut_at,
             unclassed=tuple(unclassed),
+            # Sorted: starts are traced in commit order, not decision order.
+            wakes=tuple(sorted(wake for wake in wakes if wake is not None)),
         )
     )
+
+
+def late_wake(wakes: Sequence[float], due: float, before: float) -> float:
+    """When a replay's timer due at ``due`` fires: at the first of ``wakes`` from then on
+    if it comes by ``before`` (the next event) and within ``START_LATENCY``, else ``due``.
+
+    The recorded supervisor's timer (the end of a retry's backoff, an
+    account's rest) fired late under load, and its dispatcher decided then,
+    with whatever else had become startable meanwhile; a start's
+    ``decided`` says when. A replay's timer is on time: it would decide
+    with less. Nothing else happens between, so firing it then changes
+    nothing but the decision's moment.
+    """
+    at = bisect.bisect_left(wakes, due)
+    if at < len(wakes):
+        wake = wakes[at]
+        if wake <= before and wake - due <= START_LATENCY:
+            return wake
+    return due
 
 
 @attrs.define
@@ -666,6 +696,7 @@ def _answered(
     backoff: float | None = None,
     *,
     earliest: float = math.inf,
+    decided: float | None = None,
 ) -> tuple[float, float, float]:
     """A start at ``t``: the origin of its duration, and the window of moments it answers.
 
@@ -697,14 +728,21 @@ def _answered(
     to start a run it took on its submit, and trace other runs' submits
     meanwhile; an engine starts it at its submit, and must still end it
     where the recording did.
+
+    ``decided``: when the recorded dispatcher decided it, if its line says
+    (before ``t``): the window and the origin are taken from that moment;
+    it still reaches ``t``.
     """
+    by = t
+    if decided is not None:
+        t = decided
     if backoff is not None:
         after = min(max(floor, t - START_LATENCY), backoff - BACKOFF_SLACK)
-        return t, after, max(t, backoff + BACKOFF_SLACK)
+        return t, after, max(by, backoff + BACKOFF_SLACK)
     # Longer after the last event than a start takes, it answered something
     # untraced (an account's rest ending): time it from itself.
     origin = cause if t - cause <= START_LATENCY else t
-    return origin, max(floor, min(t - START_LATENCY, round(earliest - TICK, 6))), t
+    return origin, max(floor, min(t - START_LATENCY, round(earliest - TICK, 6))), by
 
 
 #: The exit code a synthetic attempt ends with: its process ran (so its
