@@ -154,3 +154,36 @@ def test_a_start_without_decided_is_decided_on_time_as_before(tmp_path: Path, en
         read_decisions(trace), timeline_of(read_trace_text(text, "replayed")[1])
     )
     assert divergence is not None
+
+
+# Two slots: a runs, y waits behind it on its conversation, x is submitted
+# at 1.0 with a slot free. The submitting task resumed only at 1.03; a's
+# end, read at 1.01 meanwhile, decided the starts its slot and the free one
+# allowed, in queue order: y, then x. A replay that starts x at its submit
+# starts it before a's end, and y after.
+LATE_SUBMIT = [
+    {"t": 0.0, "event": "submit", "run": {"id": "a", "provider": "p", "conversation": "c"}},
+    start(0.0001, "a"),
+    {"t": 0.1, "event": "submit", "run": {"id": "y", "provider": "p", "conversation": "c"}},
+    {"t": 1.0, "event": "submit", "run": {"id": "x", "provider": "p", "conversation": "x"}},
+    {**finish(1.011, "a"), "ended": 1.01},
+    start(1.0111, "y", decided=1.01),
+    start(1.0112, "x", decided=1.01),
+    finish(2.0, "x"),
+    finish(2.5, "y"),
+    {"t": 3.0, "event": "shutdown"},
+]
+
+
+@pytest.mark.parametrize("engine", ["trio", "fast"])
+def test_a_start_decided_late_after_its_submit_is_decided_when_it_was(
+    tmp_path: Path, engine: str
+) -> None:
+    trace = recording(tmp_path / "late-submit.jsonl", LATE_SUBMIT)
+    workload = read_workload(trace)
+    loaded = config_from_trace(workload.header.config, str(trace))
+    text = (fast_replay if engine == "fast" else replay)(workload, loaded).trace
+    recorded = read_decisions(trace)
+    again = timeline_of(read_trace_text(text, "replayed")[1])
+    divergence = first_divergence(recorded, again)
+    assert divergence is None, report(divergence, recorded, again, ("recorded", "replayed"))

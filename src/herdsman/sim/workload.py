@@ -314,7 +314,8 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
     lost: list[str] = []  # runs the recorded supervisor found lost as it started
     last_t = 0.0
     unclassed: list[tuple[str, float]] = []  # see Workload.unclassed
-    wakes: list[float | None] = []  # see Workload.wakes
+    wakes: list[float] = []  # see Workload.wakes
+    first: dict[str, float | None] = {}  # when each run's first start was decided, if said
     _carried(header, arrivals, plans, started)
     for event in events:
         kind, fields, last_t = event.event, event.fields, event.t
@@ -330,7 +331,6 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             arrivals.append(Arrival(event.t, kind, {"run": run}))
         elif kind == "start":
             run_id = fields["run_id"]
-            wakes.append(fields.get("decided"))  # None: not said
             # A retried run's next start may answer the end of its backoff.
             started[run_id] = _answered(
                 cause,
@@ -338,7 +338,7 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
                 event.t,
                 ends.ahead_of(signals, run_id),
                 earliest=freed,
-                decided=wakes[-1],
+                decided=_decided(run_id, fields.get("decided"), wakes, first),
             )
             last_start = event.t
             met.meet(kind, started[run_id][0])
@@ -391,16 +391,54 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
         Workload(
             header,
             header_time(header),
-            tuple(arrivals),
+            _held_to_decision(arrivals, first) if wakes else tuple(arrivals),
             plans,
             rotated_at,
             tuple(lost),
             cut_at,
             unclassed=tuple(unclassed),
             # Sorted: starts are traced in commit order, not decision order.
-            wakes=tuple(sorted(wake for wake in wakes if wake is not None)),
+            wakes=tuple(sorted(wakes)),
         )
     )
+
+
+def _decided(
+    run_id: str, decided: float | None, wakes: list[float], first: dict[str, float | None]
+) -> float | None:
+    """A start's ``decided`` (None: not said), in ``wakes``; ``first``: a run's first's."""
+    first.setdefault(run_id, decided)
+    if decided is not None:
+        wakes.append(decided)
+    return decided
+
+
+def _held_to_decision(
+    arrivals: Sequence[Arrival], decided: Mapping[str, float | None]
+) -> tuple[Arrival, ...]:
+    """``arrivals`` with each submit whose run's first start was decided late delivered then.
+
+    A submit is traced as its commit ends; the submitting task decides its
+    run's start when it resumes, under load tens of milliseconds later,
+    unless a finish read meanwhile decided it first (with the starts that
+    finish allowed, in queue order). A replay would decide at the submit,
+    before that finish. Delivered at its start's ``decided`` (at most
+    ``START_LATENCY`` later, and only if no other arrival comes between, so
+    that runs keep their order), the run is queued when the recorded
+    dispatcher took it. Ends due at that moment go first, as recorded.
+    """
+    held = list(arrivals)
+    for n, arrival in enumerate(held):
+        if arrival.kind != "submit":
+            continue
+        at = decided.get(arrival.fields["run"]["id"])
+        if (
+            at is not None
+            and arrival.t < at <= arrival.t + START_LATENCY
+            and (n + 1 == len(held) or held[n + 1].t >= at)
+        ):
+            held[n] = Arrival(at, arrival.kind, arrival.fields)
+    return tuple(held)
 
 
 def late_wake(wakes: Sequence[float], due: float, before: float) -> float:
