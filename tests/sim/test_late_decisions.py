@@ -141,19 +141,32 @@ def test_a_start_decided_by_a_late_timer_is_decided_when_it_was(
     assert (2.5, "first") in ends
 
 
+# The same backoffs, the timer as late, and other's end read in between,
+# 10 ms after second's backoff ended (its finish traced 1 ms later): that
+# end decided the starts, both runs' backoffs over, first ahead.
+FINISH_BETWEEN = [
+    *LATE_TIMER[:10],
+    {**finish(round(SECOND_ENDS + 0.011, 6), "other"), "ended": round(SECOND_ENDS + 0.01, 6)},
+    start(round(SECOND_ENDS + 0.0111, 6), "first", decided=round(SECOND_ENDS + 0.01, 6)),
+    start(round(SECOND_ENDS + 0.0112, 6), "second", decided=round(SECOND_ENDS + 0.01, 6)),
+    finish(2.5, "first"),
+    finish(3.0, "second"),
+    {"t": 3.1, "event": "shutdown"},
+]
+
+
 @pytest.mark.parametrize("engine", ["trio", "fast"])
-def test_a_start_without_decided_is_decided_on_time_as_before(tmp_path: Path, engine: str) -> None:
-    # A trace written before starts said when they were decided: the timer
-    # fires on time and second goes first, the divergence this field fixes.
-    events = [{k: v for k, v in e.items() if k != "decided"} for e in LATE_TIMER]
-    trace = recording(tmp_path / "old.jsonl", events)
+def test_starts_decided_by_a_finish_read_before_a_late_timer_are_decided_as_recorded(
+    tmp_path: Path, engine: str
+) -> None:
+    trace = recording(tmp_path / "finish-between.jsonl", FINISH_BETWEEN)
     workload = read_workload(trace)
     loaded = config_from_trace(workload.header.config, str(trace))
     text = (fast_replay if engine == "fast" else replay)(workload, loaded).trace
-    divergence = first_divergence(
-        read_decisions(trace), timeline_of(read_trace_text(text, "replayed")[1])
-    )
-    assert divergence is not None
+    recorded = read_decisions(trace)
+    again = timeline_of(read_trace_text(text, "replayed")[1])
+    divergence = first_divergence(recorded, again)
+    assert divergence is None, report(divergence, recorded, again, ("recorded", "replayed"))
 
 
 # Two slots: a runs, y waits behind it on its conversation, x is submitted
@@ -187,3 +200,24 @@ def test_a_start_decided_late_after_its_submit_is_decided_when_it_was(
     again = timeline_of(read_trace_text(text, "replayed")[1])
     divergence = first_divergence(recorded, again)
     assert divergence is None, report(divergence, recorded, again, ("recorded", "replayed"))
+
+
+@pytest.mark.parametrize(
+    "events", [LATE_TIMER, FINISH_BETWEEN, LATE_SUBMIT], ids=["timer", "between", "submit"]
+)
+@pytest.mark.parametrize("engine", ["trio", "fast"])
+def test_a_start_without_decided_is_decided_on_time_as_before(
+    tmp_path: Path, engine: str, events: list[dict[str, Any]]
+) -> None:
+    # A trace written before starts said when they were decided: the timer
+    # fires on time, the submitted run goes in at its submit; each diverges
+    # as the field's tests above say it would without it.
+    old = [{k: v for k, v in e.items() if k != "decided"} for e in events]
+    trace = recording(tmp_path / "old.jsonl", old)
+    workload = read_workload(trace)
+    loaded = config_from_trace(workload.header.config, str(trace))
+    text = (fast_replay if engine == "fast" else replay)(workload, loaded).trace
+    divergence = first_divergence(
+        read_decisions(trace), timeline_of(read_trace_text(text, "replayed")[1])
+    )
+    assert divergence is not None
