@@ -99,6 +99,27 @@ def recording(path: Path, events: list[dict[str, Any]]) -> Path:
     return path
 
 
+def replayed(trace: Path, engine: str) -> str:
+    """The trace ``engine`` writes replaying ``trace`` under its own configuration."""
+    workload = read_workload(trace)
+    loaded = config_from_trace(workload.header.config, str(trace))
+    return (fast_replay if engine == "fast" else replay)(workload, loaded).trace
+
+
+def divergence(trace: Path, text: str) -> str | None:
+    """Where ``text`` (a replay of ``trace``) first decides otherwise, as ``sim diff`` says it."""
+    recorded = read_decisions(trace)
+    again = timeline_of(read_trace_text(text, "replayed")[1])
+    found = first_divergence(recorded, again)
+    return None if found is None else report(found, recorded, again, ("recorded", "replayed"))
+
+
+def finishes(text: str) -> list[tuple[float, str]]:
+    """Each finish's time and run in a trace held in memory, in order."""
+    events = [json.loads(line) for line in text.splitlines()[1:]]
+    return [(e["t"], e["run_id"]) for e in events if e["event"] == "finish"]
+
+
 # "first" was submitted before "second", so it heads the queue once both
 # may start. second's backoff ends at 1.48525, first's 5 ms later; the
 # dispatcher's timer, due at second's, fired 30 ms late, at 1.51525: both
@@ -128,17 +149,10 @@ def test_a_start_decided_by_a_late_timer_is_decided_when_it_was(
     tmp_path: Path, engine: str
 ) -> None:
     trace = recording(tmp_path / "late-timer.jsonl", LATE_TIMER)
-    workload = read_workload(trace)
-    loaded = config_from_trace(workload.header.config, str(trace))
-    text = (fast_replay if engine == "fast" else replay)(workload, loaded).trace
-    recorded = read_decisions(trace)
-    again = timeline_of(read_trace_text(text, "replayed")[1])
-    divergence = first_divergence(recorded, again)
-    assert divergence is None, report(divergence, recorded, again, ("recorded", "replayed"))
+    text = replayed(trace, engine)
+    assert divergence(trace, text) is None, divergence(trace, text)
     # Decided at 1.51525, first ends where it ended (its start answered that moment).
-    events = map(json.loads, text.splitlines()[1:])
-    ends = [(e["t"], e["run_id"]) for e in events if e["event"] == "finish"]
-    assert (2.5, "first") in ends
+    assert (2.5, "first") in finishes(text)
 
 
 # The same backoffs, the timer as late, and other's end read in between,
@@ -160,13 +174,8 @@ def test_starts_decided_by_a_finish_read_before_a_late_timer_are_decided_as_reco
     tmp_path: Path, engine: str
 ) -> None:
     trace = recording(tmp_path / "finish-between.jsonl", FINISH_BETWEEN)
-    workload = read_workload(trace)
-    loaded = config_from_trace(workload.header.config, str(trace))
-    text = (fast_replay if engine == "fast" else replay)(workload, loaded).trace
-    recorded = read_decisions(trace)
-    again = timeline_of(read_trace_text(text, "replayed")[1])
-    divergence = first_divergence(recorded, again)
-    assert divergence is None, report(divergence, recorded, again, ("recorded", "replayed"))
+    text = replayed(trace, engine)
+    assert divergence(trace, text) is None, divergence(trace, text)
 
 
 # Two slots: a runs, y waits behind it on its conversation, x is submitted
@@ -193,13 +202,10 @@ def test_a_start_decided_late_after_its_submit_is_decided_when_it_was(
     tmp_path: Path, engine: str
 ) -> None:
     trace = recording(tmp_path / "late-submit.jsonl", LATE_SUBMIT)
-    workload = read_workload(trace)
-    loaded = config_from_trace(workload.header.config, str(trace))
-    text = (fast_replay if engine == "fast" else replay)(workload, loaded).trace
-    recorded = read_decisions(trace)
-    again = timeline_of(read_trace_text(text, "replayed")[1])
-    divergence = first_divergence(recorded, again)
-    assert divergence is None, report(divergence, recorded, again, ("recorded", "replayed"))
+    text = replayed(trace, engine)
+    assert divergence(trace, text) is None, divergence(trace, text)
+    # Each ends as recorded: x's start answered a's end, as recorded.
+    assert finishes(text) == [(1.01, "a"), (2.0, "x"), (2.5, "y")]
 
 
 @pytest.mark.parametrize(
@@ -214,10 +220,4 @@ def test_a_start_without_decided_is_decided_on_time_as_before(
     # as the field's tests above say it would without it.
     old = [{k: v for k, v in e.items() if k != "decided"} for e in events]
     trace = recording(tmp_path / "old.jsonl", old)
-    workload = read_workload(trace)
-    loaded = config_from_trace(workload.header.config, str(trace))
-    text = (fast_replay if engine == "fast" else replay)(workload, loaded).trace
-    divergence = first_divergence(
-        read_decisions(trace), timeline_of(read_trace_text(text, "replayed")[1])
-    )
-    assert divergence is not None
+    assert divergence(trace, replayed(trace, engine)) is not None
