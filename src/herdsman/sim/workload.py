@@ -315,7 +315,7 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
     last_t = 0.0
     unclassed: list[tuple[str, float]] = []  # see Workload.unclassed
     wakes: list[float] = []  # see Workload.wakes
-    first: dict[str, float | None] = {}  # when each run's first start was decided, if said
+    first: dict[str, float] = {}  # when each run's first start was decided, if said
     _carried(header, arrivals, plans, started)
     for event in events:
         kind, fields, last_t = event.event, event.fields, event.t
@@ -338,7 +338,11 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
                 event.t,
                 ends.ahead_of(signals, run_id),
                 earliest=freed,
-                decided=_decided(run_id, fields.get("decided"), wakes, first),
+                decided=(
+                    _decided(run_id, fields["decided"], wakes, first, plans)
+                    if "decided" in fields
+                    else None
+                ),
             )
             last_start = event.t
             met.meet(kind, started[run_id][0])
@@ -404,17 +408,22 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
 
 
 def _decided(
-    run_id: str, decided: float | None, wakes: list[float], first: dict[str, float | None]
-) -> float | None:
-    """A start's ``decided`` (None: not said), in ``wakes``; ``first``: a run's first's."""
-    first.setdefault(run_id, decided)
-    if decided is not None:
-        wakes.append(decided)
+    run_id: str,
+    decided: float,
+    wakes: list[float],
+    first: dict[str, float],
+    plans: Mapping[str, RunPlan],
+) -> float:
+    """A start's ``decided``, noted in ``wakes``, and in ``first`` if its run's first start."""
+    wakes.append(decided)
+    plan = plans.get(run_id)
+    if plan is None or not plan.attempts:
+        first.setdefault(run_id, decided)
     return decided
 
 
 def _held_to_decision(
-    arrivals: Sequence[Arrival], decided: Mapping[str, float | None]
+    arrivals: Sequence[Arrival], decided: Mapping[str, float]
 ) -> tuple[Arrival, ...]:
     """``arrivals`` with each submit whose run's first start was decided late delivered then.
 
