@@ -95,3 +95,32 @@ def test_each_attempt_of_a_retried_run_finishes_with_the_lines_spend() -> None:
             spend = finish["spend"]
             assert spend["tokens"]["total"] == sum(wrote["tokens"].values())
             assert spend["cost_usd"] == wrote["cost_usd"]
+
+
+def test_a_run_moved_off_a_refused_account_spends_again_where_it_does_its_work() -> None:
+    model = Model(
+        span=3600.0,
+        arrivals=Arrivals("poisson", rate=10.0),
+        durations=Durations("lognormal", mean=240.0, sigma=0.9),
+        providers=(("claude", 1.0),),
+        tokens=(("claude", TokenModel(PerKind(input=20_000, output=6_000), 0.5)),),
+        failures=(("authentication_failed", 0.1),),
+    )
+    text = generate(model, config_json(), 3, Samples())
+    workload = read_workload_text(text, "w")
+    trace = fast_replay(workload, config_from_trace(workload.header.config, "w")).trace
+    refused = sorted({r["run_id"] for r in events(trace, "needs_login")})
+    submitted = lines(text)
+    moved = 0
+    for run_id in refused:
+        ends = [f for f in events(trace, "finish") if f["run_id"] == run_id]
+        tokens = sum(submitted[run_id]["spend"]["tokens"].values())
+        assert ends[0]["requeued"] is True
+        assert ends[0]["spend"]["tokens"]["total"] == tokens  # it ran, and burned them
+        if len(ends) > 1:  # the other account took it (else it waits for a login)
+            moved += 1
+            last = ends[-1]
+            assert last["outcome"] == "succeeded"
+            assert "spend" in last
+            assert last["spend"]["tokens"]["total"] == tokens
+    assert moved
