@@ -131,8 +131,8 @@ class RunPlan:
     """A run's recorded attempts, in order; ``index`` is its arrival order.
 
     ``synthetic``: the attempts came from the submit line, not a recording.
-    ``usage``: for a synthetic run whose first attempt hit a usage limit,
-    what the attempt that does its work says (the limited one spends nothing).
+    ``usage``: for a synthetic run with a spend, what each attempt after the
+    first spends (the line's spend; a usage-limited first attempt spends nothing).
     """
 
     index: int
@@ -248,8 +248,9 @@ class Executions:
         if plan is not None and count < len(plan.attempts):
             return plan.attempts[count]
         if plan is not None and plan.synthetic and plan.attempts:
-            # A synthetic run tried again (after a usage limit) does its work
-            # this time, in the time the workload gave it, spending what it gave.
+            # A synthetic run tried again (a retry, or after a usage limit or
+            # a refused login) does its work this time, in the time the
+            # workload gave it, spending what it gave.
             return Attempt(plan.attempts[-1].duration, "succeeded", 0, usage=plan.usage)
         self._defaulted.add(run_id)
         return Attempt(DEFAULT_DURATION, "succeeded", 0)
@@ -724,11 +725,18 @@ def _described(fields: Mapping[str, Any]) -> bool:
 
 
 def _add_synthetic(plan: RunPlan, where: str, fields: Mapping[str, Any]) -> None:
-    """Give ``plan`` the attempt its submit line describes."""
+    """Give ``plan`` the attempt its submit line describes, and what any later attempt spends."""
     attempt = _synthetic(where, fields)
-    if attempt.outcome == "usage_limited" and attempt.usage is not None:
-        # Its work is done by the attempt after the limit: that one spends.
-        plan.usage, attempt = attempt.usage, attrs.evolve(attempt, usage=None)
+    spent = attempt.usage
+    if spent is not None and "spend" in fields:
+        # An attempt after this one (a retry, a run moved off a limited or
+        # refused account) does the run's work again in the same duration, so
+        # it spends the line's spend again, as a recorded retry's finish says
+        # its own: a failed attempt's tokens were burned all the same.
+        plan.usage = RunUsage(tokens=spent.tokens, cost_usd=spent.cost_usd)
+        if attempt.outcome == "usage_limited":
+            # Refused at the limit, it did no work: the attempt after it spends.
+            attempt = attrs.evolve(attempt, usage=None)
     plan.attempts.append(attempt)
     plan.synthetic = True
 
