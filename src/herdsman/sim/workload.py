@@ -21,6 +21,7 @@ import tomlkit
 
 from herdsman.config import ConfigError, LoadedConfig, load_config_text
 from herdsman.core.runs import DEFAULT_WORKSPACE, RunRequest
+from herdsman.runtime.runner.api_failure import ApiFailure
 from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.sim.recorded_end import SIGNALS as _SIGNALS
 from herdsman.sim.recorded_end import (
@@ -132,7 +133,8 @@ class RunPlan:
 
     ``synthetic``: the attempts came from the submit line, not a recording.
     ``usage``: for a synthetic run with a spend, what each attempt after the
-    first spends (the line's spend; a usage-limited first attempt spends nothing).
+    first spends (the line's spend; a first attempt refused at a usage limit
+    or at its login spends nothing).
     """
 
     index: int
@@ -730,13 +732,17 @@ def _add_synthetic(plan: RunPlan, where: str, fields: Mapping[str, Any]) -> None
     spent = attempt.usage
     if spent is not None and "spend" in fields:
         # An attempt after this one (a retry, a run moved off a limited or
-        # refused account) does the run's work again in the same duration, so
-        # it spends the line's spend again, as a recorded retry's finish says
-        # its own: a failed attempt's tokens were burned all the same.
+        # refused account) does the run's work in the same duration, so it
+        # spends the line's spend, as a recorded retry's finish says its own:
+        # a failed attempt that did its work burned its tokens all the same.
         plan.usage = RunUsage(tokens=spent.tokens, cost_usd=spent.cost_usd)
         if attempt.outcome == "usage_limited":
             # Refused at the limit, it did no work: the attempt after it spends.
             attempt = attrs.evolve(attempt, usage=None)
+        elif spent.failure is ApiFailure.AUTHENTICATION:
+            # Its login refused, it did no work either; its stream still
+            # names the failure, which is how the supervisor knows it.
+            attempt = attrs.evolve(attempt, usage=RunUsage(failure=spent.failure))
     plan.attempts.append(attempt)
     plan.synthetic = True
 
