@@ -153,6 +153,9 @@ def test_a_start_decided_by_a_late_timer_is_decided_when_it_was(
     assert divergence(trace, text) is None, divergence(trace, text)
     # Decided at 1.51525, first ends where it ended (its start answered that moment).
     assert (2.5, "first") in finishes(text)
+    # The replay decides at the moment it traces: its own trace never says
+    # decided (a simulated trace stays byte for byte as before the field).
+    assert '"decided"' not in text
 
 
 # The same backoffs, the timer as late, and other's end read in between,
