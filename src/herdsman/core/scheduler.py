@@ -531,20 +531,9 @@ class Scheduler:
         entry.state = None
         self._running -= 1
         provider = entry.run.provider
-        running = self._running_by_provider[provider] = self._running_by_provider[provider] - 1
-        startable = self.startable
-        if provider not in startable:
-            heap = self._ready.get(provider)
-            if heap:  # its slot is free: its ready runs may start
-                top = heap[0][1]
-                # _index inlined for the common case, a live top on no lane (a
-                # full provider's every finish, one provider without lanes
-                # above all); else _index drops what went stale first.
-                if top.state is _QUEUED and not top.locks:
-                    if running < self._limits.provider_caps.get(provider, 0):
-                        startable[provider] = heap
-                else:
-                    self._index(provider)
+        self._running_by_provider[provider] -= 1
+        if provider not in self.startable and self._ready.get(provider):
+            self._index(provider)  # its slot is free: its ready runs may start
         for lane, exclusive in entry.locks:
             if exclusive:
                 lane.x_holders -= 1
