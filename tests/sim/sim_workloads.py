@@ -23,7 +23,8 @@ def within(seconds: float, work: Callable[[], T]) -> T:
 
     A simulator run given up on goes on in its thread, under pyfakefs's
     process-wide patch: give ``work`` a wall limit of its own below
-    ``seconds``, so the simulator freezes it first and ends the patch itself.
+    ``seconds`` by more than ``FREEZE_GRACE`` (the wait for a frozen run to
+    park), so the simulator freezes it first and ends the patch itself.
     """
     out: list[T] = []
     thread = threading.Thread(target=lambda: out.append(work()), daemon=True)

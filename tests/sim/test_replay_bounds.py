@@ -147,3 +147,28 @@ def test_a_fuzz_case_replays_under_the_given_wall_limit(
     argv = ["sim", "replay", str(case), "--out", str(tmp_path / "out"), "--wall-limit", "0.5"]
     assert _within(120, lambda: main(argv)) == 1
     assert ": wall time: no verdict after 0.5s of wall time" in capsys.readouterr().err
+
+
+def test_a_step_under_way_at_the_wall_limit_ends_on_the_fake_filesystem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # pyfakefs's patch is process-wide: had the replay left the fake
+    # filesystem while this step was under way, the step would end on the
+    # real one and leave the marker here.
+    marker = tmp_path / "written-after-the-limit"
+    case = tmp_path / "case.jsonl"
+    write_case(case, Verdict(draw_scenario(0), (), (), 0.0, 0.0))
+    honest = Supervisor.submit_each
+
+    async def blocking(self: Supervisor, items: Any) -> Any:
+        time.sleep(2)  # past the wall limit, inside one task step
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("a write the run began on the fake filesystem\n")
+        return await honest(self, items)
+
+    monkeypatch.setattr(Supervisor, "submit_each", blocking)
+    argv = ["sim", "replay", str(case), "--out", str(tmp_path / "out"), "--wall-limit", "0.5"]
+    assert _within(120, lambda: main(argv)) == 1
+    assert ": wall time: no verdict after 0.5s of wall time" in capsys.readouterr().err
+    time.sleep(2.5)  # long enough for the step to have ended, wherever it did
+    assert not marker.exists()

@@ -3,7 +3,7 @@
 What an account spends (:class:`AccountSpec`'s ``budget`` in ``runs``,
 ``run_minutes``, ``tokens`` or ``usd``), counted from its starts and the runs
 that ended in the window, plus what other fleet members ran on it
-(:data:`Elsewhere`, an :class:`AccountUse`).
+(each an :class:`AccountUse`).
 :class:`~herdsman.core.accounts.AccountBook` keeps one
 ``AccountState`` per configured account and picks among them; docs/accounts.md
 has the model. No clock, no I/O: every call takes ``now``.
@@ -26,7 +26,6 @@ __all__ = [
     "AccountUse",
     "BudgetUnit",
     "Charge",
-    "Elsewhere",
     "FleetUsage",
     "amount_text",
     "leaves_window",
@@ -79,7 +78,7 @@ class AccountUse(NamedTuple):
 
     What re-counts a quota window: the ledger's ``account_usage`` after a
     restart, and another fleet member's runs at every poll
-    (:data:`Elsewhere`). ``finished_at`` is None while it runs; a run that
+    (each an :class:`AccountUse`). ``finished_at`` is None while it runs; a run that
     spent no run-minutes (lost) ends when it started. ``tokens`` and
     ``usd``: what it spent, as :class:`Charge` counts it (None: not stated,
     or still running). A tuple: a poll hands over thousands.
@@ -91,10 +90,6 @@ class AccountUse(NamedTuple):
     finished_at: float | None
     tokens: int | None = None
     usd: float | None = None
-
-
-#: A run another fleet member charged to an account, as a poll hands it over.
-Elsewhere = AccountUse
 
 
 class _Ended:
@@ -506,7 +501,7 @@ class FleetUsage:
 
     __slots__ = ("ended", "running", "starts")
 
-    def __init__(self, uses: Iterable[Elsewhere]) -> None:
+    def __init__(self, uses: Iterable[AccountUse]) -> None:
         starts: list[float] = []
         ended: list[tuple[float, float, Charge]] = []
         self.running: list[float] = []  # start times of runs still running

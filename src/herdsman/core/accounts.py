@@ -47,9 +47,9 @@ from herdsman.core.account_usage import (
     NO_CHARGE,
     AccountSpec,
     AccountState,
+    AccountUse,
     BudgetUnit,
     Charge,
-    Elsewhere,
     FleetUsage,
     amount_text,
     spent_with_estimate,
@@ -64,10 +64,10 @@ __all__ = [
     "AccountGate",
     "AccountSpec",
     "AccountStatus",
+    "AccountUse",
     "Blocked",
     "BudgetUnit",
     "Charge",
-    "Elsewhere",
     "Pick",
     "amount_text",
     "conversation_of",
@@ -499,7 +499,7 @@ class AccountBook:
 
     # -- the rest of a fleet ----------------------------------------------
 
-    def set_elsewhere(self, uses: Iterable[Elsewhere]) -> None:
+    def set_elsewhere(self, uses: Iterable[AccountUse]) -> None:
         """Count ``uses``, the runs other fleet members charged to accounts, from now on.
 
         A snapshot: it replaces the previous one whole, for every account, so
@@ -507,7 +507,7 @@ class AccountBook:
         It must not hold this book's own runs (they are counted as they
         start and end). Accounts it does not name have no usage elsewhere.
         """
-        found: dict[tuple[str, str | None], list[Elsewhere]] = {}
+        found: dict[tuple[str, str | None], list[AccountUse]] = {}
         for use in uses:
             found.setdefault(use[:2], []).append(use)
         for provider, account, _ in self._every_account():

@@ -67,8 +67,8 @@ from herdsman.core.accounts import (
     AccountBook,
     AccountGate,
     AccountSpec,
+    AccountUse,
     Charge,
-    Elsewhere,
     Pick,
     sticky_key,
 )
@@ -771,7 +771,7 @@ class Lifecycle:
     def sync_accounts(
         self,
         rests: Iterable[tuple[str, str | None, float, str]],
-        elsewhere: Iterable[Elsewhere],
+        elsewhere: Iterable[AccountUse],
         now: float,
     ) -> list[tuple[str, str | None, float | None]]:
         """The fleet's word on the accounts (a poll): exactly its rests, and others' usage.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import NoReturn, TypeVar
 
@@ -50,6 +51,10 @@ STEPS_AT_ONE_INSTANT = 100_000
 #: How long (simulated) a supervisor told to stop, or killed, may take to stop
 #: (and one started, to recover), and an event may hold the driver.
 STOP_GRACE = 600.0
+#: How long (wall-clock seconds) a frozen run is waited for to park: a task
+#: step under way when the wall limit came (a slow one, a blocking call)
+#: finishes first, and must finish on the fake filesystem it began on.
+FREEZE_GRACE = 30.0
 
 
 class Stuck(Exception):
@@ -72,10 +77,14 @@ class InThread:
         self.freeze = False
         self._tokens: list[trio.lowlevel.TrioToken] = []
         self._on_freeze: list[Callable[[], None]] = []
+        #: Set once the thread sleeps for ever (:meth:`abandon`).
+        self._parked = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def start(self, run: Callable[[], None], name: str) -> None:
         """Run ``run`` (which calls ``trio.run``, and :meth:`give` at its end) in its thread."""
-        threading.Thread(target=run, name=name, daemon=True).start()
+        self._thread = threading.Thread(target=run, name=name, daemon=True)
+        self._thread.start()
 
     def entered(self) -> None:
         """Inside ``trio.run``: how to wake the run to freeze it."""
@@ -88,9 +97,10 @@ class InThread:
     def wait(self, wall_limit: float | None) -> bool:
         """Whether the verdict came within ``wall_limit`` seconds; if not, the run is frozen.
 
-        Its thread stops before its next look, woken for that if it sleeps:
-        it does nothing more, not even on the real filesystem once a fake
-        one is gone.
+        Its thread stops before its next look, woken for that if it sleeps,
+        and this returns once it has (at most :data:`FREEZE_GRACE` later):
+        a step under way ends on the fake filesystem it began on, and the
+        thread does nothing more. The verdict is then the caller's to give.
         """
         if self.done.wait(wall_limit):
             return True
@@ -100,6 +110,14 @@ class InThread:
         if self._tokens:
             with contextlib.suppress(trio.RunFinishedError):
                 self._tokens[0].run_sync_soon(lambda: None)
+        # Returned only once the thread is parked (or ended): the caller
+        # leaves the fake filesystem next, and pyfakefs's patch is
+        # process-wide, so a step still under way would end on the real one.
+        thread = self._thread
+        deadline = time.monotonic() + FREEZE_GRACE
+        while thread is not None and thread.is_alive() and not self._parked.wait(0.01):
+            if time.monotonic() > deadline:
+                break  # a step that never ends: nothing more can be done for it
         return False
 
     def give(self, take: Callable[[], None]) -> bool:
@@ -113,7 +131,9 @@ class InThread:
 
     def abandon(self, take: Callable[[], None]) -> NoReturn:
         """Give the verdict and stop this thread where it is, for ever (it does nothing more)."""
-        self.give(take)
+        if not self.freeze:  # frozen, the caller gives the verdict: the wall limit's
+            self.give(take)
+        self._parked.set()
         while True:
             threading.Event().wait()
 

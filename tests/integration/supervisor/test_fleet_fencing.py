@@ -189,7 +189,10 @@ def test_members_killed_at_random_moments_never_let_runs_overlap_or_the_cap_be_p
     assert set(found) <= set(ids)
     check_lives(found, conversation_of)
     for each in live:
-        assert each.stop(signal.SIGTERM) == 0, each.output()
+        code = each.stop(signal.SIGTERM)
+        # A live member whose 3 s lease ran out on a loaded machine stopped
+        # itself (exit 4, docs/fleet.md): the safe way, and the checks above hold.
+        assert code == 0 or (code == 4 and "has expired" in each.output()), each.output()
     assert not any(agents_of(each) for each in closing)
 
 

@@ -61,11 +61,13 @@ def check_caps_in_force(events: list[TraceEvent], provider: str, first_cap: int)
 async def test_raising_and_lowering_concurrency_mid_load_follows_the_cap_in_force(
     start: Start, tmp_path: Path
 ) -> None:
-    path = write_config(tmp_path, concurrency=1, delay=0.4)
+    # Runs long enough to outlast two reloads on a loaded machine: the
+    # checks below count the runs still running after each.
+    path = write_config(tmp_path, concurrency=1, delay=3)
     running = await start(path)
     runs = [
         (await running.client.post("/v1/runs", json={"provider": "demo", "prompt": "x"})).json()
-        for _ in range(12)
+        for _ in range(8)
     ]
     await trio.sleep(0.2)
     edit(path, "concurrency = 1", "concurrency = 4")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from herdsman.core.accounts import AccountBook, AccountSpec, BudgetUnit, Elsewhere
+from herdsman.core.accounts import AccountBook, AccountSpec, AccountUse, BudgetUnit
 
 HOUR = 3600.0
 T0 = 1_800_000_000.0  # a unix time; nothing here reads a real clock
@@ -24,7 +24,7 @@ def test_runs_other_members_started_count_toward_a_runs_budget() -> None:
     book = book_of(AccountSpec("a", window=HOUR, budget=3))
     book.start("mine", "claude", "a", T0)
     book.set_elsewhere(
-        [Elsewhere("claude", "a", T0 - 10, T0 - 5), Elsewhere("claude", "a", T0 - 1, None)]
+        [AccountUse("claude", "a", T0 - 10, T0 - 5), AccountUse("claude", "a", T0 - 1, None)]
     )
     assert used(book, "a", T0) == 3
     assert not book.available("claude", T0)
@@ -38,7 +38,7 @@ def test_runs_other_members_started_count_toward_a_runs_budget() -> None:
 
 def test_each_snapshot_replaces_the_last_one_whole() -> None:
     book = book_of(AccountSpec("a", window=HOUR, budget=5))
-    runs = [Elsewhere("claude", "a", T0 - 10, None)]
+    runs = [AccountUse("claude", "a", T0 - 10, None)]
     book.set_elsewhere(runs)
     book.set_elsewhere(runs)  # the next poll sees the same run: still one
     assert used(book, "a", T0) == 1
@@ -50,9 +50,9 @@ def test_run_minutes_elsewhere_count_what_ended_and_what_runs_so_far() -> None:
     book = book_of(AccountSpec("a", window=HOUR, budget=30, unit="run_minutes"))
     book.set_elsewhere(
         [
-            Elsewhere("claude", "a", T0 - 1200, T0 - 600),  # 10 minutes, ended
-            Elsewhere("claude", "a", T0 - 300, None),  # 5 minutes so far
-            Elsewhere("claude", "a", T0 - 30, T0 - 30),  # lost: a start, no minutes
+            AccountUse("claude", "a", T0 - 1200, T0 - 600),  # 10 minutes, ended
+            AccountUse("claude", "a", T0 - 300, None),  # 5 minutes so far
+            AccountUse("claude", "a", T0 - 30, T0 - 30),  # lost: a start, no minutes
         ]
     )
     assert used(book, "a", T0) == 15
@@ -64,7 +64,7 @@ def test_run_minutes_elsewhere_count_what_ended_and_what_runs_so_far() -> None:
 
 def test_without_a_window_nothing_elsewhere_is_counted() -> None:
     book = book_of(AccountSpec("a"))
-    book.set_elsewhere([Elsewhere("claude", "a", T0, None)])
+    book.set_elsewhere([AccountUse("claude", "a", T0, None)])
     assert used(book, "a", T0) == 0
 
 
@@ -72,7 +72,7 @@ def test_the_status_shows_runs_running_elsewhere() -> None:
     book = book_of(AccountSpec("a", window=HOUR), AccountSpec("b", window=HOUR))
     book.start("mine", "claude", "a", T0)
     book.set_elsewhere(
-        [Elsewhere("claude", "a", T0 - 5, None), Elsewhere("claude", "b", T0 - 9, T0 - 2)]
+        [AccountUse("claude", "a", T0 - 5, None), AccountUse("claude", "b", T0 - 9, T0 - 2)]
     )
     rows = {s.account: (s.running, s.running_elsewhere, s.usage) for s in book.statuses(T0)}
     assert rows == {"a": (1, 1, 2.0), "b": (0, 0, 1.0)}
@@ -137,7 +137,7 @@ def test_mine_plus_elsewhere_counts_as_one_book_that_saw_every_run(
             else:
                 book.restore_usage("claude", account, T0 + start, end)
         if not mine:
-            elsewhere.append(Elsewhere("claude", account, T0 + start, end))
+            elsewhere.append(AccountUse("claude", account, T0 + start, end))
     split.set_elsewhere(elsewhere)
     now = T0 + max((start for start, *_ in uses), default=0) + later
     assert [s.usage for s in split.statuses(now)] == [s.usage for s in whole.statuses(now)]

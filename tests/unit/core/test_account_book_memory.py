@@ -25,8 +25,8 @@ from herdsman.core.accounts import (
     AccountGate,
     AccountSpec,
     AccountStatus,
+    AccountUse,
     Charge,
-    Elsewhere,
 )
 
 HOUR = 3600.0
@@ -162,7 +162,7 @@ class RememberingBook(RuleBasedStateMachine):
     def elsewhere(self, uses: list[tuple[str, str, float, float | None]]) -> None:
         now = self.now
         snapshot = [
-            Elsewhere(p, a, now + start, None if end is None else now + max(start, end), 1, 1.0)
+            AccountUse(p, a, now + start, None if end is None else now + max(start, end), 1, 1.0)
             for p, a, start, end in uses
         ]
         self.apply(lambda book: book.set_elsewhere(snapshot))

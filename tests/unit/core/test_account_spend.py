@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from herdsman.core.accounts import AccountBook, AccountSpec, Charge, Elsewhere, amount_text
+from herdsman.core.accounts import AccountBook, AccountSpec, AccountUse, Charge, amount_text
 
 HOUR = 3600.0
 T0 = 1_800_000_000.0  # a unix time; nothing here reads a real clock
@@ -53,8 +53,8 @@ def test_a_dollar_budget_counts_other_members_and_an_earlier_process_alike() -> 
     book.restore_usage("claude", "a", T0 - 100, T0 - 50, Charge(usd=1.0))
     book.set_elsewhere(
         [
-            Elsewhere("claude", "a", T0 - 40, T0 - 20, None, 0.5),
-            Elsewhere("claude", "a", T0 - 10, None),  # running elsewhere
+            AccountUse("claude", "a", T0 - 40, T0 - 20, None, 0.5),
+            AccountUse("claude", "a", T0 - 10, None),  # running elsewhere
         ]
     )
     # 1.50 ended, and one running at their mean of 0.75.

@@ -19,9 +19,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from herdsman.core.account_usage import (
     AccountSpec,
     AccountState,
+    AccountUse,
     BudgetUnit,
     Charge,
-    Elsewhere,
     FleetUsage,
     spent_with_estimate,
 )
@@ -56,7 +56,7 @@ def recount(
     *,
     uses: list[Use],
     running: list[float],
-    elsewhere: list[Elsewhere] | None,
+    elsewhere: list[AccountUse] | None,
 ) -> float:
     """The usage at ``now``, from every use counted and the starts of the runs ``running``."""
     if window is None:
@@ -99,7 +99,7 @@ class KeptUsage(RuleBasedStateMachine):
         # Runs counted in the window: started (still running) and ended ones.
         self.counted: list[Use] = []
         self.running: dict[str, Use] = {}
-        self.elsewhere: list[Elsewhere] | None = None
+        self.elsewhere: list[AccountUse] | None = None
         self.next_id = 0
 
     @initialize(window=st.sampled_from((None, 600.0, 3600.0)), unit=st.sampled_from(UNITS))
@@ -173,7 +173,7 @@ class KeptUsage(RuleBasedStateMachine):
     ) -> None:
         now = self.now
         snapshot = [
-            Elsewhere("p", "a", now + s, None if e is None else now + max(s, e), t, u)
+            AccountUse("p", "a", now + s, None if e is None else now + max(s, e), t, u)
             for s, e, t, u in uses
         ]
         self.elsewhere = None if gone else snapshot

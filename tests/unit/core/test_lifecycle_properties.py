@@ -61,7 +61,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from herdsman.core import Limits, RunRequest, busy_keys, exclusion_keys
-from herdsman.core.accounts import DEFAULT_REST, MAX_REST, AccountSpec, Elsewhere, sticky_key
+from herdsman.core.accounts import DEFAULT_REST, MAX_REST, AccountSpec, AccountUse, sticky_key
 from herdsman.core.lifecycle import Admission, Lifecycle, Settings, Settlement, Withdrawal
 from herdsman.core.outcome import AccountSignals, Outcome, RunOutcome, RunStatus, UsageLimit
 from herdsman.core.retry import Failure, RetryPolicy
@@ -980,7 +980,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             (p, n, now - ago, None if took is None else now - ago + took)
             for p, n, ago, took in uses
         ]
-        changed = self.life.sync_accounts(iter(limits), (Elsewhere(*use) for use in others), now)
+        changed = self.life.sync_accounts(iter(limits), (AccountUse(*use) for use in others), now)
         assert changed == model.sync_accounts(limits, others, now)
         self.take()
 
