@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from herdsman.core import RunRequest
-from herdsman.core.accounts import AccountBook, AccountSpec, Charge, Elsewhere
+from herdsman.core.accounts import AccountBook, AccountSpec, AccountUse, Charge
 
 T0 = 1_800_000_000.0  # a unix time; nothing here reads a real clock
 PROVIDERS = ("p", "q")
@@ -136,7 +136,7 @@ class ClosedSignalMachine(RuleBasedStateMachine):
     def elsewhere(self, uses: list[tuple[str, str, float, bool]]) -> None:
         """A fleet poll: other members' runs on the accounts, a snapshot replacing the last."""
         self.book.set_elsewhere(
-            Elsewhere(provider, account, self.now + ago, None if running else self.now, 1)
+            AccountUse(provider, account, self.now + ago, None if running else self.now, 1)
             for provider, account, ago, running in uses
         )
 
