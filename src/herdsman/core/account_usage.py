@@ -195,6 +195,9 @@ class AccountState:
     """
 
     __slots__ = (
+        "_can",
+        "_can_from",
+        "_can_until",
         "_oldest",
         "_used",
         "_used_at",
@@ -233,18 +236,33 @@ class AccountState:
         self._used_at = _FORGOTTEN
         self._used_last = math.inf
         self._oldest = math.inf
+        # can_take(): its last answer, which holds for ``_can_from <= now <
+        # _can_until``; every change below forgets it (``_can_from`` forgotten).
+        self._can = False
+        self._can_from = _FORGOTTEN
+        self._can_until = math.inf
 
-    # -- changes (each forgets the usage remembered) -------------------------
+    # -- changes (each forgets what is remembered that it may change) ----------
 
     def configure(self, spec: AccountSpec) -> None:
         """New limits (a reload): its window, budget and unit may change what counts."""
         self.spec = spec
-        self._used_at = _FORGOTTEN
+        self._used_at = self._can_from = _FORGOTTEN
 
     def set_elsewhere(self, elsewhere: FleetUsage | None) -> None:
         """Other fleet members' runs on the account, as the last poll saw them."""
         self.elsewhere = elsewhere
-        self._used_at = _FORGOTTEN
+        self._used_at = self._can_from = _FORGOTTEN
+
+    def rest(self, until: float | None, message: str | None) -> None:
+        """Rest the account until ``until`` (a usage limit), or end its rest (None)."""
+        self.exhausted_until, self.message = until, message
+        self._can_from = _FORGOTTEN
+
+    def need_login(self, message: str | None) -> None:
+        """A run met ``message``: the account needs a login; None: it is logged in again."""
+        self.needs_login = message
+        self._can_from = _FORGOTTEN
 
     def begin(self, run_id: str, now: float) -> None:
         """``run_id`` started on the account at ``now``.
@@ -256,6 +274,7 @@ class AccountState:
         """
         self.running[run_id] = now
         self.runs_started += 1
+        self._can_from = _FORGOTTEN
         spec = self.spec
         window = spec.window
         if window is None:
@@ -285,6 +304,7 @@ class AccountState:
         usage as it was, and what is remembered holds.
         """
         start = self.running.pop(run_id)
+        self._can_from = _FORGOTTEN
         if not spawned:
             self.runs_started -= 1
             if start in self.starts:
@@ -301,7 +321,7 @@ class AccountState:
         """What a run that ended at ``end`` spent, known after its end was counted."""
         if self.spec.window is not None:
             self.ended.add(end, 0.0, charge)
-            self._used_at = _FORGOTTEN
+            self._used_at = self._can_from = _FORGOTTEN
 
     def record(self, start: float, end: float | None, charge: Charge = NO_CHARGE) -> None:
         """Count a run's usage (``end`` None: the run is still running)."""
@@ -310,7 +330,7 @@ class AccountState:
         insort(self.starts, start)
         if end is not None:
             self.ended.add(end, max(0.0, end - start), charge)
-        self._used_at = _FORGOTTEN
+        self._used_at = self._can_from = _FORGOTTEN
 
     # -- usage -----------------------------------------------------------------
 
@@ -408,20 +428,43 @@ class AccountState:
     def can_take(self, now: float) -> bool:
         """Whether the account can take a run now: :meth:`why_not` is None, without its words.
 
-        Asked for every account before every start, on the usage remembered
-        (:meth:`used`); the property tests hold it to :meth:`why_not`.
+        Asked for every account before every start and whenever runs wait, so
+        the answer is remembered over the span of time it holds: until the
+        rest ends, or until the oldest use counted leaves the window (the
+        usage can change only then), for ever when only an event can change
+        it (a login, a run's end), and at that very moment only while the
+        minutes of running runs grow. Every event that may change it goes
+        through a method here that forgets it; the property tests hold it to
+        :meth:`why_not` after every step.
         """
+        if self._can_from <= now < self._can_until:
+            return self._can
+        can, until = self._can_take(now)
+        self._can, self._can_from, self._can_until = can, now, until
+        return can
+
+    def _can_take(self, now: float) -> tuple[bool, float]:
+        """:meth:`can_take` worked out: the answer, and the first moment time may change it."""
         until = self.exhausted_until
         if until is not None:
             if until > now:
-                return False
+                return False, until
             self.exhausted_until = self.message = None
         if self.needs_login is not None:
-            return False
+            return False, math.inf
         spec = self.spec
         if spec.concurrency is not None and len(self.running) >= spec.concurrency:
-            return False
-        return spec.budget is None or self.used(now) < spec.budget
+            return False, math.inf
+        budget = spec.budget
+        if budget is None:
+            return True, math.inf
+        can = self.used(now) < budget
+        if self._used_last != math.inf:  # the minutes of running runs grow
+            return can, math.nextafter(now, math.inf)
+        window = spec.window
+        if window is None or self._oldest == math.inf:
+            return can, math.inf
+        return can, leaves_window(self._oldest, window)
 
     def why_not(self, now: float) -> str | None:
         """Why the account cannot take a run now, or None if it can (for status views)."""
