@@ -274,7 +274,8 @@ class AccountState:
         """
         self.running[run_id] = now
         self.runs_started += 1
-        self._can_from = _FORGOTTEN
+        if self._can:  # a start only uses the account up: a "no" still holds
+            self._can_from = _FORGOTTEN
         spec = self.spec
         window = spec.window
         if window is None:
@@ -301,10 +302,12 @@ class AccountState:
         """``run_id`` ended at ``now``; never spawned, its start is taken back.
 
         A ``runs`` budget counts starts only: a run that did spawn leaves its
-        usage as it was, and what is remembered holds.
+        usage as it was, and what is remembered holds (a "yes" still holds,
+        with one run fewer running).
         """
         start = self.running.pop(run_id)
-        self._can_from = _FORGOTTEN
+        if not self._can:  # a run fewer may free it
+            self._can_from = _FORGOTTEN
         if not spawned:
             self.runs_started -= 1
             if start in self.starts:
@@ -315,7 +318,7 @@ class AccountState:
                 return
         elif self.spec.unit == "runs":
             return
-        self._used_at = _FORGOTTEN
+        self._used_at = self._can_from = _FORGOTTEN
 
     def charge(self, end: float, charge: Charge) -> None:
         """What a run that ended at ``end`` spent, known after its end was counted."""
@@ -439,32 +442,30 @@ class AccountState:
         """
         if self._can_from <= now < self._can_until:
             return self._can
-        can, until = self._can_take(now)
+        can, until = False, math.inf
+        rest = self.exhausted_until
+        if rest is not None and rest > now:
+            until = rest
+        else:
+            if rest is not None:
+                self.exhausted_until = self.message = None
+            spec = self.spec
+            budget = spec.budget
+            # Else only an event (a login, a run's end) changes the answer.
+            if self.needs_login is None and (
+                spec.concurrency is None or len(self.running) < spec.concurrency
+            ):
+                if budget is None:
+                    can = True
+                else:
+                    can = self.used(now) < budget
+                    window = spec.window
+                    if self._used_last != math.inf:  # the minutes of running runs grow
+                        until = math.nextafter(now, math.inf)
+                    elif window is not None and self._oldest != math.inf:
+                        until = leaves_window(self._oldest, window)
         self._can, self._can_from, self._can_until = can, now, until
         return can
-
-    def _can_take(self, now: float) -> tuple[bool, float]:
-        """:meth:`can_take` worked out: the answer, and the first moment time may change it."""
-        until = self.exhausted_until
-        if until is not None:
-            if until > now:
-                return False, until
-            self.exhausted_until = self.message = None
-        if self.needs_login is not None:
-            return False, math.inf
-        spec = self.spec
-        if spec.concurrency is not None and len(self.running) >= spec.concurrency:
-            return False, math.inf
-        budget = spec.budget
-        if budget is None:
-            return True, math.inf
-        can = self.used(now) < budget
-        if self._used_last != math.inf:  # the minutes of running runs grow
-            return can, math.nextafter(now, math.inf)
-        window = spec.window
-        if window is None or self._oldest == math.inf:
-            return can, math.inf
-        return can, leaves_window(self._oldest, window)
 
     def why_not(self, now: float) -> str | None:
         """Why the account cannot take a run now, or None if it can (for status views)."""
