@@ -197,7 +197,9 @@ class AccountState:
     __slots__ = (
         "_can",
         "_can_from",
+        "_can_oldest",
         "_can_until",
+        "_can_window",
         "_oldest",
         "_used",
         "_used_at",
@@ -237,10 +239,14 @@ class AccountState:
         self._used_last = math.inf
         self._oldest = math.inf
         # can_take(): its last answer, which holds for ``_can_from <= now <
-        # _can_until``; every change below forgets it (``_can_from`` forgotten).
+        # _can_until`` while ``now - _can_window < _can_oldest`` (a usage it
+        # was worked out on holds, as used() tests it; a window of math.inf:
+        # no usage counted in it); every change below forgets it.
         self._can = False
         self._can_from = _FORGOTTEN
         self._can_until = math.inf
+        self._can_window = math.inf
+        self._can_oldest = math.inf
 
     # -- changes (each forgets what is remembered that it may change) ----------
 
@@ -440,9 +446,9 @@ class AccountState:
         through a method here that forgets it; the property tests hold it to
         :meth:`why_not` after every step.
         """
-        if self._can_from <= now < self._can_until:
+        if self._can_from <= now < self._can_until and now - self._can_window < self._can_oldest:
             return self._can
-        can, until = False, math.inf
+        can, until, window = False, math.inf, math.inf
         rest = self.exhausted_until
         if rest is not None and rest > now:
             until = rest
@@ -459,12 +465,13 @@ class AccountState:
                     can = True
                 else:
                     can = self.used(now) < budget
-                    window = spec.window
                     if self._used_last != math.inf:  # the minutes of running runs grow
                         until = math.nextafter(now, math.inf)
-                    elif window is not None and self._oldest != math.inf:
-                        until = leaves_window(self._oldest, window)
-        self._can, self._can_from, self._can_until = can, now, until
+                    elif spec.window is not None:
+                        # As long as nothing it counts leaves the window.
+                        window = spec.window
+                        self._can_oldest = self._oldest
+        self._can, self._can_from, self._can_until, self._can_window = can, now, until, window
         return can
 
     def why_not(self, now: float) -> str | None:

@@ -149,7 +149,7 @@ class CanTakeMemoMachine(RuleBasedStateMachine):
     def reload(self, spec: AccountSpec) -> None:
         self.account.configure(spec)
 
-    @rule(seconds=st.sampled_from((0.5, 59.0, 600.0, 3600.0)))
+    @rule(seconds=st.sampled_from((0.5, 59.0, 90.0, 600.0, 3600.0)))
     def tick(self, seconds: float) -> None:
         self.now += seconds
 
