@@ -195,11 +195,6 @@ class AccountState:
     """
 
     __slots__ = (
-        "_can",
-        "_can_from",
-        "_can_oldest",
-        "_can_until",
-        "_can_window",
         "_oldest",
         "_used",
         "_used_at",
@@ -238,37 +233,18 @@ class AccountState:
         self._used_at = _FORGOTTEN
         self._used_last = math.inf
         self._oldest = math.inf
-        # can_take(): its last answer, which holds for ``_can_from <= now <
-        # _can_until`` while ``now - _can_window < _can_oldest`` (a usage it
-        # was worked out on holds, as used() tests it; a window of math.inf:
-        # no usage counted in it); every change below forgets it.
-        self._can = False
-        self._can_from = _FORGOTTEN
-        self._can_until = math.inf
-        self._can_window = math.inf
-        self._can_oldest = math.inf
 
-    # -- changes (each forgets what is remembered that it may change) ----------
+    # -- changes (each forgets the usage remembered) -------------------------
 
     def configure(self, spec: AccountSpec) -> None:
         """New limits (a reload): its window, budget and unit may change what counts."""
         self.spec = spec
-        self._used_at = self._can_from = _FORGOTTEN
+        self._used_at = _FORGOTTEN
 
     def set_elsewhere(self, elsewhere: FleetUsage | None) -> None:
         """Other fleet members' runs on the account, as the last poll saw them."""
         self.elsewhere = elsewhere
-        self._used_at = self._can_from = _FORGOTTEN
-
-    def rest(self, until: float | None, message: str | None) -> None:
-        """Rest the account until ``until`` (a usage limit), or end its rest (None)."""
-        self.exhausted_until, self.message = until, message
-        self._can_from = _FORGOTTEN
-
-    def need_login(self, message: str | None) -> None:
-        """A run met ``message``: the account needs a login; None: it is logged in again."""
-        self.needs_login = message
-        self._can_from = _FORGOTTEN
+        self._used_at = _FORGOTTEN
 
     def begin(self, run_id: str, now: float) -> None:
         """``run_id`` started on the account at ``now``.
@@ -280,8 +256,6 @@ class AccountState:
         """
         self.running[run_id] = now
         self.runs_started += 1
-        if self._can:  # a start only uses the account up: a "no" still holds
-            self._can_from = _FORGOTTEN
         spec = self.spec
         window = spec.window
         if window is None:
@@ -308,12 +282,9 @@ class AccountState:
         """``run_id`` ended at ``now``; never spawned, its start is taken back.
 
         A ``runs`` budget counts starts only: a run that did spawn leaves its
-        usage as it was, and what is remembered holds (a "yes" still holds,
-        with one run fewer running).
+        usage as it was, and what is remembered holds.
         """
         start = self.running.pop(run_id)
-        if not self._can:  # a run fewer may free it
-            self._can_from = _FORGOTTEN
         if not spawned:
             self.runs_started -= 1
             if start in self.starts:
@@ -324,13 +295,13 @@ class AccountState:
                 return
         elif self.spec.unit == "runs":
             return
-        self._used_at = self._can_from = _FORGOTTEN
+        self._used_at = _FORGOTTEN
 
     def charge(self, end: float, charge: Charge) -> None:
         """What a run that ended at ``end`` spent, known after its end was counted."""
         if self.spec.window is not None:
             self.ended.add(end, 0.0, charge)
-            self._used_at = self._can_from = _FORGOTTEN
+            self._used_at = _FORGOTTEN
 
     def record(self, start: float, end: float | None, charge: Charge = NO_CHARGE) -> None:
         """Count a run's usage (``end`` None: the run is still running)."""
@@ -339,7 +310,7 @@ class AccountState:
         insort(self.starts, start)
         if end is not None:
             self.ended.add(end, max(0.0, end - start), charge)
-        self._used_at = self._can_from = _FORGOTTEN
+        self._used_at = _FORGOTTEN
 
     # -- usage -----------------------------------------------------------------
 
@@ -437,42 +408,20 @@ class AccountState:
     def can_take(self, now: float) -> bool:
         """Whether the account can take a run now: :meth:`why_not` is None, without its words.
 
-        Asked for every account before every start and whenever runs wait, so
-        the answer is remembered over the span of time it holds: until the
-        rest ends, or until the oldest use counted leaves the window (the
-        usage can change only then), for ever when only an event can change
-        it (a login, a run's end), and at that very moment only while the
-        minutes of running runs grow. Every event that may change it goes
-        through a method here that forgets it; the property tests hold it to
-        :meth:`why_not` after every step.
+        Asked for every account before every start, on the usage remembered
+        (:meth:`used`); the property tests hold it to :meth:`why_not`.
         """
-        if self._can_from <= now < self._can_until and now - self._can_window < self._can_oldest:
-            return self._can
-        can, until, window = False, math.inf, math.inf
-        rest = self.exhausted_until
-        if rest is not None and rest > now:
-            until = rest
-        else:
-            if rest is not None:
-                self.exhausted_until = self.message = None
-            spec = self.spec
-            budget = spec.budget
-            # Else only an event (a login, a run's end) changes the answer.
-            if self.needs_login is None and (
-                spec.concurrency is None or len(self.running) < spec.concurrency
-            ):
-                if budget is None:
-                    can = True
-                else:
-                    can = self.used(now) < budget
-                    if self._used_last != math.inf:  # the minutes of running runs grow
-                        until = math.nextafter(now, math.inf)
-                    elif spec.window is not None:
-                        # As long as nothing it counts leaves the window.
-                        window = spec.window
-                        self._can_oldest = self._oldest
-        self._can, self._can_from, self._can_until, self._can_window = can, now, until, window
-        return can
+        until = self.exhausted_until
+        if until is not None:
+            if until > now:
+                return False
+            self.exhausted_until = self.message = None
+        if self.needs_login is not None:
+            return False
+        spec = self.spec
+        if spec.concurrency is not None and len(self.running) >= spec.concurrency:
+            return False
+        return spec.budget is None or self.used(now) < spec.budget
 
     def why_not(self, now: float) -> str | None:
         """Why the account cannot take a run now, or None if it can (for status views)."""

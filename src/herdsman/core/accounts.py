@@ -442,7 +442,8 @@ class AccountBook:
         held = self._find(provider, account)
         if held is not None:
             self.may_free_in_time = True
-            held.rest(until, message)
+            held.exhausted_until = until
+            held.message = message
             self.closed.pop(provider, None)
 
     def wake(self, provider: str, account: str | None) -> bool:
@@ -453,9 +454,8 @@ class AccountBook:
         held = self._find(provider, account)
         if held is None:
             return False
-        held.rest(None, None)
-        held.need_login(None)
-        held.near_until = None
+        held.exhausted_until = held.message = None
+        held.needs_login = held.near_until = None
         self.closed.pop(provider, None)
         return True
 
@@ -484,7 +484,7 @@ class AccountBook:
         """A run on ``account`` failed to authenticate: it takes no run until :meth:`logged_in`."""
         held = self._find(provider, account)
         if held is not None:
-            held.need_login(message)
+            held.needs_login = message
             self.closed.pop(provider, None)
 
     def logged_in(self) -> list[tuple[str, str | None]]:
@@ -492,7 +492,7 @@ class AccountBook:
         cleared = []
         for provider, account, _ in self._every_account():
             if account.needs_login is not None:
-                account.need_login(None)
+                account.needs_login = None
                 cleared.append((provider, account.spec.name))
                 self.closed.pop(provider, None)
         return cleared
@@ -534,13 +534,13 @@ class AccountBook:
             if rest is not None:
                 if (account.exhausted_until, account.message) != rest:
                     self.may_free_in_time = True
-                    account.rest(*rest)
+                    account.exhausted_until, account.message = rest
                     changes.append((provider, account.spec.name, rest[0]))
                     self.closed.pop(provider, None)
             elif account.exhausted_until is not None:
                 if account.exhausted_until > now:
                     changes.append((provider, account.spec.name, None))
-                account.rest(None, None)
+                account.exhausted_until = account.message = None
                 self.closed.pop(provider, None)
         return changes
 

@@ -6,8 +6,8 @@ gate do), so after every step of random starts, ends, rests, wake-ups,
 logins, warnings, charges, fleet usage, restored usage, reloads and time,
 every provider the signal names closed at ``now`` must have no account that
 can take a run, worked out afresh from each account's own state
-(``AccountBook.statuses``, which never reads the signal), and a pick (each
-account's remembered answer, ``AccountState.can_take``) must agree with it. Time also jumps to
+(``AccountBook.statuses``, which never reads the signal), and a pick must
+agree with it. Time also jumps to
 just before and to the very moment a closed provider's ``until``, where the
 signal must still hold, then stop holding.
 """
@@ -165,7 +165,7 @@ class ClosedSignalMachine(RuleBasedStateMachine):
 
     @invariant()
     def a_pick_agrees_with_a_fresh_look(self) -> None:
-        """Each account's remembered answer, asked through the book, after every step."""
+        """Whether the book picks an account agrees with a fresh look, after every step."""
         for provider in PROVIDERS:
             picked = self.book.pick(provider, None, self.now)
             assert (picked is not None) == open_afresh(self.book, provider, self.now), (
