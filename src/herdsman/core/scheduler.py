@@ -491,7 +491,11 @@ class Scheduler:
         provider.queued += 1
         self.queued_count += 1
         if ready:
-            self._push_ready(entry)
+            # _push_ready inlined: every submit of a run on a free lane comes here.
+            heapq.heappush(provider.ready, (entry.seq, entry))
+            entry.in_heap = True
+            if provider.name not in self.startable:
+                self._index(provider)
 
     def take_startable(self, gate: StartGate | None = None) -> list[RunRequest]:
         """Mark as running, and return in start order, every run that may start now.
