@@ -39,7 +39,9 @@ Picking the next start compares the heads of the indexed heaps only, and a
 driver (the lifecycle's dispatch, its wakeups) reads the index instead of
 asking every provider's slots and gate at every event: a provider whose
 runs all wait on a lane or a slot is not even looked at. O(P) at most in
-configured providers, never in queued runs.
+configured providers, never in queued runs. One method (``_index``) decides
+whether a provider is in it, and drops its heap's stale tops on the way;
+each provider's slots, counts and heap are one object its runs point at.
 
 A started run can be *held* (:meth:`Scheduler.hold`): a fleet member whose
 claim of it was refused keeps it on its lanes, as a holder, so FIFO per lane
