@@ -12,7 +12,7 @@ import pytest
 from sim_workloads import CONFIG, busy_trace, herdsman
 
 from herdsman.cli import main
-from herdsman.config import LoadedConfig
+from herdsman.config import LoadedConfig, load_config_text
 from herdsman.sim.metrics import Metrics
 from herdsman.sim.model import ModelError
 from herdsman.sim.plan import plan, read_input, replication, trio_engine
@@ -184,6 +184,10 @@ def test_without_matplotlib_plot_names_the_extra_before_simulating(
         (["--replications", "0"], "--replications: expected a whole number from 1 to 10000"),
         (["--workers", "-2"], "--workers: expected a whole number from 1 to 1024, got '-2'"),
         (["--slo", "p95_wait<=fast"], "--slo: p95_wait<=fast: expected a wait such as"),
+        (["--slo", "p95_wait<="], "--slo: p95_wait<=: no threshold after <=; write one, e.g."
+                                  " p95_wait<=10m\n"),
+        (["--slo", "utilisation>"], "--slo: utilisation>: no threshold after >; write one, e.g."
+                                    " utilisation>80%\n"),
         (["--vary", "providers.claude.concurrency=0"], "--vary providers.claude.concurrency=0:"),
         (["--plot", "/no/such/dir/w.png"], "--plot /no/such/dir/w.png: no such directory"),
     ],
@@ -200,6 +204,54 @@ def test_a_bad_flag_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.startswith(f"herdsman: {message}"), err
     assert len(err.splitlines()) == 1
+
+
+def test_a_plot_in_a_format_matplotlib_cannot_write_is_refused_before_simulating(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["sim", "plan", str(tmp_path / "never-read.jsonl")]
+    argv += ["--vary", "supervisor.max_concurrency=1", "--slo", "p95_wait<=1m"]
+    assert main([*argv, "--plot", str(tmp_path / "waits.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"herdsman: --plot {tmp_path / 'waits.txt'}: cannot draw a .txt file; name a .png (or one"
+    ), err
+    assert ".svg" in err
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "waits.txt").exists()
+
+
+def test_a_key_priced_twice_is_refused_before_reading_the_workload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["sim", "plan", str(tmp_path / "never-read.jsonl")]
+    argv += ["--vary", "providers.claude.concurrency=1,2", "--slo", "p95_wait<=1m"]
+    argv += [
+        "--cost",
+        "providers.claude.concurrency=40",
+        "--cost",
+        "providers.claude.concurrency=10",
+    ]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "herdsman: --cost providers.claude.concurrency: priced twice, at 40 and 10;"
+        " give each key one price\n"
+    )
+
+
+def test_several_slo_flags_are_one_slo_every_clause_of_which_must_hold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = generated(tmp_path)
+    capsys.readouterr()
+    argv = ["sim", "plan", str(workload), "--vary", "providers.claude.concurrency=1..2"]
+    argv += ["--replications", "2", "--workers", "1"]
+    assert main([*argv, "--slo", "p95_wait<=10h"]) == 0
+    capsys.readouterr()
+    # Neither flag is dropped: the unmeetable first clause still decides.
+    assert main([*argv, "--slo", "p99_wait<=0", "--slo", "p95_wait<=10h"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "no configuration meets p99_wait<=0,p95_wait<=10h"
 
 
 class Terminal(io.StringIO):
@@ -225,3 +277,26 @@ def test_a_progress_bar_counts_simulations_on_a_terminal(
     monkeypatch.setattr(sys, "stderr", piped)
     assert main(argv) == 0
     assert "simulating" not in piped.getvalue()
+
+
+def test_a_recorded_shutdown_is_left_out_of_a_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A drain stops starts; a plan asks how a configuration serves every run, so it serves them."""
+    trace = busy_trace(tmp_path / "busy.jsonl", runs=40)
+    lines = trace.read_text().splitlines()
+    last = json.loads(lines[-1])
+    drain = {"t": last["t"], "seq": last["seq"] + 1, "event": "shutdown", "forced": False}
+    trace.write_text("\n".join([*lines, json.dumps(drain)]) + "\n")
+    source = read_input(trace)
+    # Replayed as recorded, the drain leaves the one slot's queue unstarted...
+    one_slot = CONFIG.replace("concurrency = 3", "concurrency = 1")
+    loaded = load_config_text(one_slot, Path("/sim/supervisor.toml"), environ={})
+    assert trio_engine(source.workload, loaded).unstarted > 0
+    # ... but planned, every run is served and waits for its slot.
+    args = ["sim", "plan", str(trace), "--vary", "providers.claude.concurrency=1"]
+    args += ["--vary", "providers.codex.concurrency=1", "--replications", "1", "--json"]
+    assert main([*args, "--slo", "p95_wait<=0"]) in (0, 1)
+    (configuration,) = json.loads(capsys.readouterr().out)["configurations"]
+    assert configuration["metrics"]["unstarted"]["mean"] == 0
+    assert configuration["metrics"]["p99_wait"]["mean"] > 0

@@ -172,3 +172,58 @@ def test_a_step_under_way_at_the_wall_limit_ends_on_the_fake_filesystem(
     assert ": wall time: no verdict after 0.5s of wall time" in capsys.readouterr().err
     time.sleep(2.5)  # long enough for the step to have ended, wherever it did
     assert not marker.exists()
+
+
+def _worker_writing_after(delay: float, marker: Path, wrote: threading.Event) -> None:
+    # In one of trio's worker threads: ends on its own, past the wall limit.
+    time.sleep(delay)
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("a write the run began on the fake filesystem\n")
+    finally:
+        wrote.set()
+
+
+def test_a_worker_thread_at_work_at_the_wall_limit_ends_on_the_fake_filesystem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The fuzzer's run parks at its next task step, but a trio.to_thread
+    # call under way goes on in a worker thread of its own: had the replay
+    # left the fake filesystem before that thread ended, it would write here.
+    marker = tmp_path / "written-by-a-worker-thread"
+    wrote = threading.Event()
+    case = tmp_path / "case.jsonl"
+    write_case(case, Verdict(draw_scenario(0), (), (), 0.0, 0.0))
+    honest = Supervisor.submit_each
+
+    async def in_a_worker(self: Supervisor, items: Any) -> Any:
+        await trio.to_thread.run_sync(_worker_writing_after, 2.0, marker, wrote)
+        return await honest(self, items)
+
+    monkeypatch.setattr(Supervisor, "submit_each", in_a_worker)
+    argv = ["sim", "replay", str(case), "--out", str(tmp_path / "out"), "--wall-limit", "0.5"]
+    assert _within(120, lambda: main(argv)) == 1
+    assert ": wall time: no verdict after 0.5s of wall time" in capsys.readouterr().err
+    assert wrote.wait(60)  # the worker's write is over, wherever it went
+    assert not marker.exists()
+
+
+def test_a_worker_thread_at_work_when_a_replay_is_stuck_ends_on_the_fake_filesystem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A replay whose run waits on a worker thread stalls (every task waits,
+    # no timer helps) and cannot wind down (the call ignores the cancel):
+    # it is left asleep at once, well before the worker ends.
+    marker = tmp_path / "written-by-a-worker-thread"
+    wrote = threading.Event()
+
+    async def in_a_worker(self: Driver, spec: ProcessSpec, **options: Any) -> ProcessOutcome:
+        await trio.to_thread.run_sync(_worker_writing_after, 2.0, marker, wrote)
+        raise AssertionError("the replay was to be left asleep by now")
+
+    monkeypatch.setattr(Driver, "execute", in_a_worker)
+    code, err, _ = _replay(tmp_path, capsys)
+    assert code == 1
+    assert err[-1].startswith("herdsman: the replay stopped making progress: stall:"), err
+    assert wrote.wait(60)
+    assert not marker.exists()

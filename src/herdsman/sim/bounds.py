@@ -24,7 +24,7 @@ from typing import NoReturn, TypeVar
 import trio
 import trio.testing
 
-from herdsman.sim.trio_internals import mock_time, route_clock
+from herdsman.sim.trio_internals import WorkerJobs, mock_time, route_clock
 
 __all__ = [
     "STEPS_AT_ONE_INSTANT",
@@ -51,9 +51,11 @@ STEPS_AT_ONE_INSTANT = 100_000
 #: How long (simulated) a supervisor told to stop, or killed, may take to stop
 #: (and one started, to recover), and an event may hold the driver.
 STOP_GRACE = 600.0
-#: How long (wall-clock seconds) a frozen run is waited for to park: a task
-#: step under way when the wall limit came (a slow one, a blocking call)
-#: finishes first, and must finish on the fake filesystem it began on.
+#: How long (wall-clock seconds) a frozen run is waited for to park, and a
+#: run given up on for its jobs in trio's worker threads to end: a task step
+#: under way when the wall limit came (a slow one, a blocking call), or a
+#: ``trio.to_thread`` call, finishes first, and must finish on the fake
+#: filesystem it began on.
 FREEZE_GRACE = 30.0
 
 
@@ -67,6 +69,8 @@ class InThread:
     ``freeze`` (set when the wall limit is met) tells the run to stop before
     it does anything more: the fuzzer looks at every task step, the replay's
     clock at every round. A frozen or stuck run's thread sleeps for ever.
+    The jobs it handed to trio's worker threads are counted: :meth:`wait`
+    returns once they are over too.
     """
 
     def __init__(self) -> None:
@@ -80,10 +84,17 @@ class InThread:
         #: Set once the thread sleeps for ever (:meth:`abandon`).
         self._parked = threading.Event()
         self._thread: threading.Thread | None = None
+        #: What the run's thread has under way in trio's worker threads.
+        self.worker_jobs = WorkerJobs()
 
     def start(self, run: Callable[[], None], name: str) -> None:
         """Run ``run`` (which calls ``trio.run``, and :meth:`give` at its end) in its thread."""
-        self._thread = threading.Thread(target=run, name=name, daemon=True)
+
+        def counted() -> None:
+            self.worker_jobs.count_here()
+            run()
+
+        self._thread = threading.Thread(target=counted, name=name, daemon=True)
         self._thread.start()
 
     def entered(self) -> None:
@@ -101,8 +112,12 @@ class InThread:
         and this returns once it has (at most :data:`FREEZE_GRACE` later):
         a step under way ends on the fake filesystem it began on, and the
         thread does nothing more. The verdict is then the caller's to give.
+        Either way, this returns only once the run's jobs in trio's worker
+        threads are over too (within :data:`FREEZE_GRACE` in all): a run
+        given up on (stuck, or frozen) does not wait for them itself.
         """
         if self.done.wait(wall_limit):
+            self.worker_jobs.wait_ended(time.monotonic() + FREEZE_GRACE)
             return True
         self.freeze = True
         for hook in self._on_freeze:
@@ -118,6 +133,9 @@ class InThread:
         while thread is not None and thread.is_alive() and not self._parked.wait(0.01):
             if time.monotonic() > deadline:
                 break  # a step that never ends: nothing more can be done for it
+        # A job in a worker thread goes on whatever its run does, and the
+        # patch is just as much its filesystem: it ends first, too.
+        self.worker_jobs.wait_ended(deadline)
         return False
 
     def give(self, take: Callable[[], None]) -> bool:

@@ -24,6 +24,7 @@ from herdsman.sim.plan_cli import add_plan_command
 from herdsman.sim.plan_report import PlotError
 from herdsman.sim.slo import SloError
 from herdsman.sim.sweep import SweepError
+from herdsman.sim.what_if import SetError, header_config
 from herdsman.trace import TraceFormatError
 
 __all__ = ["add_sim_commands"]
@@ -33,7 +34,7 @@ def _replay(args: argparse.Namespace) -> int:
     from herdsman.sim.chrome import chrome_trace  # noqa: PLC0415 - pyfakefs is heavy
     from herdsman.sim.decisions import timeline_of  # noqa: PLC0415
     from herdsman.sim.result import recording_ends, summary  # noqa: PLC0415
-    from herdsman.sim.workload import config_from_trace, read_workload  # noqa: PLC0415
+    from herdsman.sim.workload import read_workload  # noqa: PLC0415
     from herdsman.trace import read_trace_text  # noqa: PLC0415
 
     if args.engine == "fast" and args.seed is not None:
@@ -71,7 +72,7 @@ def _replay(args: argparse.Namespace) -> int:
         loaded = load_config(args.config, args.overrides)
     else:
         name = f"{args.trace}:1"
-        loaded = config_from_trace(workload.header.config, name, args.overrides)
+        loaded = header_config(workload.header.config, name, args.overrides)
     if what_if:
         # A what-if keeps its configuration: the recorded reloads would
         # quietly put the recorded one back.
@@ -118,7 +119,6 @@ def _replay_fleet(args: argparse.Namespace) -> int:
     """``sim replay M1 M2 ... --out-dir DIR``: a fleet's members' traces together."""
     from herdsman.sim.bounds import Stuck  # noqa: PLC0415
     from herdsman.sim.fleet_replay import fleet_replay, fleet_summary, read_member  # noqa: PLC0415
-    from herdsman.sim.workload import config_from_trace  # noqa: PLC0415
 
     refused = None
     if args.engine == "fast":
@@ -154,8 +154,7 @@ def _replay_fleet(args: argparse.Namespace) -> int:
         configs = [load_config(args.config, args.overrides) for _ in members]
     else:
         configs = [
-            config_from_trace(m.workload.header.config, f"{m.name}:1", args.overrides)
-            for m in members
+            header_config(m.workload.header.config, f"{m.name}:1", args.overrides) for m in members
         ]
     try:
         result = fleet_replay(
@@ -199,7 +198,7 @@ def _replay_command(args: argparse.Namespace) -> str:
 
 def _diff(args: argparse.Namespace) -> int:
     from herdsman.sim.decisions import read_decisions  # noqa: PLC0415
-    from herdsman.sim.diff import first_divergence, report  # noqa: PLC0415
+    from herdsman.sim.diff import first_divergence, report, workload_note  # noqa: PLC0415
 
     a, b = read_decisions(args.a), read_decisions(args.b)
     divergence = first_divergence(a, b)
@@ -208,6 +207,12 @@ def _diff(args: argparse.Namespace) -> int:
 
         print(json.dumps(diff_json(divergence, a, b, (str(args.a), str(args.b))), indent=2))
         return 0 if divergence is None else 1
+    # dict.fromkeys: one note for a workload given as both A and B, in order.
+    notes = list(
+        dict.fromkeys(
+            workload_note(path, timeline) for path, timeline in ((args.a, a), (args.b, b))
+        )
+    )
     if divergence is None:
         compared = min(len(a.decisions), len(b.decisions))
         line = f"the traces agree on all {compared} decisions"
@@ -217,9 +222,9 @@ def _diff(args: argparse.Namespace) -> int:
                     f"; {name} was rotated (the recording goes on in another file),"
                     " so the other trace's later decisions are not compared"
                 )
-        print(line)
+        print("\n".join([line, *(note for note in notes if note)]))
         return 0
-    print(report(divergence, a, b, (str(args.a), str(args.b))))
+    print("\n".join([report(divergence, a, b, (str(args.a), str(args.b))), *filter(None, notes)]))
     return 1
 
 
@@ -235,6 +240,7 @@ def _guarded(handler: Any) -> Any:
             CostError,
             PlotError,
             ScenarioError,
+            SetError,
         ) as error:
             print(f"herdsman: {error}", file=sys.stderr)
             return 2

@@ -25,7 +25,7 @@ import attrs
 from herdsman.config.keypath import KeyPath
 from herdsman.sim.sweep import SweepError, split_key_flag
 
-__all__ = ["CostError", "Price", "configuration_cost", "parse_cost"]
+__all__ = ["CostError", "Price", "configuration_cost", "parse_cost", "parse_costs"]
 
 
 class CostError(ValueError):
@@ -60,6 +60,21 @@ def parse_cost(text: str) -> Price:
     if not math.isfinite(price) or price < 0:
         raise CostError(f"{where}: expected a price >= 0 such as 40 or 12.5, got {spec!r}")
     return Price(key, path, price)
+
+
+def parse_costs(texts: Sequence[str]) -> list[Price]:
+    """Parse every ``--cost``; a key priced twice is refused, not summed nor overridden."""
+    prices: dict[str, Price] = {}
+    for text in texts:
+        price = parse_cost(text)
+        earlier = prices.get(price.key)
+        if earlier is not None:
+            raise CostError(
+                f"--cost {price.key}: priced twice, at {earlier.price:g} and {price.price:g};"
+                " give each key one price"
+            )
+        prices[price.key] = price
+    return list(prices.values())
 
 
 def configuration_cost(config: Mapping[str, Any], prices: Sequence[Price], name: str) -> float:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import attrs
 
 from herdsman.sim.decisions import Decision, Timeline, pairs
 from herdsman.sim.workload import START_LATENCY
+from herdsman.trace import read_trace
 
-__all__ = ["Divergence", "diff_json", "first_divergence", "report"]
+__all__ = ["Divergence", "diff_json", "first_divergence", "report", "workload_note"]
 
 #: How many decisions before the divergence the report shows.
 CONTEXT = 5
@@ -74,6 +76,26 @@ def report(divergence: Divergence, a: Timeline, b: Timeline, names: tuple[str, s
         lines.append(f"the {len(divergence.before)} decision(s) before it, as both traces agree:")
         lines += [f"  {_at(decision)}" for decision in divergence.before]
     return "\n".join(lines)
+
+
+def workload_note(path: Path, timeline: Timeline) -> str | None:
+    """What to compare instead, when ``path`` is a workload rather than a trace of decisions.
+
+    A workload (``sim generate``'s, or a sample such as ``sim/team-day.jsonl``)
+    says how long each run takes, on its submits, and decides nothing: diffed
+    against its own replay it "diverges" at decision 0, and two workloads
+    "agree" on none. Neither answer is the one meant.
+    """
+    if timeline.decisions:
+        return None
+    _, events = read_trace(path)
+    if not any(event.event == "submit" and "duration" in event.fields for event in events):
+        return None
+    return (
+        f"{path} is a workload, not a replay: its submits give each run's duration and"
+        f" outcome, and it holds no decisions; replay it (herdsman sim replay {path}"
+        " --out OUT) and compare OUT with another replay of it"
+    )
 
 
 def _at(decision: Decision | None) -> str:

@@ -27,8 +27,8 @@ from herdsman.sim.model import (
 )
 from herdsman.sim.spend import FAILURE_CLASSES
 from herdsman.sim.spend_model import parse_prices, parse_tokens
-from herdsman.sim.workload import config_from_trace
-from herdsman.trace import format_time, read_trace
+from herdsman.sim.what_if import header_config
+from herdsman.trace import TraceFormatError, format_time, read_trace
 
 __all__ = ["add_generate_command", "model_from_args"]
 
@@ -44,7 +44,7 @@ def _configuration(args: argparse.Namespace, model_traces: list[str]) -> LoadedC
             " configuration is then taken)"
         )
     header, _ = read_trace(Path(model_traces[0]))
-    return config_from_trace(header.config, f"{model_traces[0]}:1", args.overrides)
+    return header_config(header.config, f"{model_traces[0]}:1", args.overrides)
 
 
 def _start(text: str) -> str:
@@ -80,6 +80,15 @@ def model_from_args(args: argparse.Namespace) -> tuple[Model, dict[str, Any]]:
     )
     think = parse_seconds("--think", args.think, positive=False)
     traces = [t for t in (arrivals.trace, durations.trace) if t is not None]
+    for flag, spec, trace in (
+        ("--arrivals", args.arrivals, arrivals.trace),
+        ("--durations", args.durations, durations.trace),
+    ):
+        if trace is not None:
+            try:  # the header is read at once, the events later: this names the flag
+                read_trace(Path(trace))
+            except TraceFormatError as error:
+                raise ModelError(f"{flag} {spec}: {error}") from None
     loaded = _configuration(args, traces)
     known = list(loaded.config.providers)
     if not known:

@@ -144,7 +144,26 @@ def read_input(path: Path) -> PlanInput:
     seed = generator.get("seed")
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ModelError(f"{path}:1: generator.seed: expected a whole number, got {seed!r}")
-    return PlanInput(path, workload, model, seed, load_samples(model), text)
+    return PlanInput(path, workload, model, seed, _samples(path, model), text)
+
+
+def _samples(path: Path, model: Model) -> Samples:
+    """The recorded traces ``model`` resamples, read again; an error says why they are read."""
+    try:
+        return load_samples(model)
+    except TraceFormatError as error:
+        named = [t for t in (model.arrivals.trace, model.durations.trace) if t is not None]
+        relative = [t for t in named if not Path(t).is_absolute()]
+        where = (
+            f"; {' and '.join(dict.fromkeys(relative))} is read from the folder sim plan runs"
+            f" in ({Path.cwd()}): run sim plan in the folder sim generate ran in"
+            if relative
+            else ""
+        )
+        raise TraceFormatError(
+            f"{path}:1: its model resamples {' and '.join(dict.fromkeys(named))}, read again"
+            f" to draw each replication: {error}{where}"
+        ) from None
 
 
 def replication_seed(seed: int, replication: int) -> int:
@@ -349,8 +368,7 @@ class _Worker:
         with young_collections_rarer():
             if self._built is None or self._built[0] != replication_number:
                 drawn = self._replication(replication_number)
-                # A plan changes the configuration: a recorded reload would put the old one back.
-                self._built = (replication_number, _without_reloads(drawn))
+                self._built = (replication_number, _as_planned(drawn))
             workload = self._built[1]
             return [self.job.engine(workload, self._config(c)) for c in configs]
 
@@ -568,7 +586,16 @@ def _label(setting: Setting) -> str:
     return " ".join(f"{key}={value}" for key, value in setting)
 
 
-def _without_reloads(workload: Workload) -> Workload:
+#: Recorded arrivals a plan leaves out. A plan changes the configuration: a
+#: recorded reload would put the old one back. A plan asks how a
+#: configuration serves the runs: a recorded shutdown would stop starts and
+#: leave the runs queued then unstarted, with no wait, so a smaller
+#: configuration would look better than it is.
+_NOT_PLANNED = frozenset({"reload", "shutdown"})
+
+
+def _as_planned(workload: Workload) -> Workload:
+    """The workload without the arrivals a plan leaves out (:data:`_NOT_PLANNED`)."""
     return attrs.evolve(
-        workload, arrivals=tuple(a for a in workload.arrivals if a.kind != "reload")
+        workload, arrivals=tuple(a for a in workload.arrivals if a.kind not in _NOT_PLANNED)
     )

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from herdsman.sim.cost import parse_cost
+from herdsman.sim.cost import parse_costs
 from herdsman.sim.model import ModelError
 from herdsman.sim.plan import AUTO_CAP, AUTO_FIRST, Replications, plan, read_input
 from herdsman.sim.plan_report import check_plot, plan_json, plan_table, plot_waits
@@ -54,9 +54,10 @@ def _replications(text: str) -> Replications:
 def _plan(args: argparse.Namespace) -> int:
     # Every flag is checked before the first simulation: a sweep can be long.
     varies = [parse_vary(text) for text in args.vary]
-    slo = parse_slo(args.slo)
+    # Several --slo flags are one SLO: every clause of each must hold.
+    slo = parse_slo(",".join(args.slo))
     replications = _replications(args.replications)
-    prices = [parse_cost(text) for text in args.cost]
+    prices = parse_costs(args.cost)
     workers = _whole("--workers", args.workers, 1, 1024) if args.workers else os.cpu_count() or 1
     if args.plot is not None:
         check_plot(args.plot)
@@ -133,10 +134,11 @@ def add_plan_command(actions: Any, guarded: Any) -> None:
     )
     parser.add_argument(
         "--slo",
+        action="append",
         required=True,
         metavar="EXPR",
         help="what a configuration must meet, e.g. 'p95_wait<=60s' or"
-        " 'p95_wait<=5m,utilisation>=50%%'",
+        " 'p95_wait<=5m,utilisation>=50%%' (repeatable: every clause must hold)",
     )
     parser.add_argument(
         "--replications",

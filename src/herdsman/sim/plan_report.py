@@ -267,6 +267,17 @@ def check_plot(path: Path) -> None:
         )
     if not path.parent.is_dir():
         raise PlotError(f"--plot {path}: no such directory {path.parent}")
+    from matplotlib.backend_bases import FigureCanvasBase  # noqa: PLC0415 - optional
+
+    # matplotlib picks the format by the extension (a name without one is a
+    # PNG); one it cannot write would only fail once every simulation is done.
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = path.suffix.removeprefix(".").lower()
+    if suffix and suffix not in formats:
+        raise PlotError(
+            f"--plot {path}: cannot draw a .{suffix} file; name a .png"
+            f" (or one of .{', .'.join(sorted(formats))})"
+        )
 
 
 def plot_waits(result: PlanResult, path: Path) -> None:
@@ -357,7 +368,10 @@ def _draw(axes: Axes, result: PlanResult, metric: str) -> None:
             label=label,
             linewidth=2 if marked else 1,
             alpha=1.0 if marked else 0.5,
-            zorder=3 if marked else 2,
+            # Over the axes' frame (2.5), unclipped: a series at zero (a p50
+            # of 0.0s) sits on the x axis and would be hidden under it.
+            zorder=3.5 if marked else 3,
+            clip_on=False,
         )
         if not marked:
             continue

@@ -35,7 +35,9 @@ __all__ = ["Clause", "Slo", "SloError", "Verdict", "parse_slo"]
 #: What an interval says of a clause, or of a whole SLO.
 Verdict = Literal["meets", "misses", "undecided"]
 
-_CLAUSE = re.compile(r"\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(\S+?)\s*")
+# The value may be empty, so that "p95_wait<=" is told its threshold is
+# missing rather than read as "<" and a threshold of "=".
+_CLAUSE = re.compile(r"\s*([a-z0-9_]+)\s*(<=|>=|<|>)\s*(\S*?)\s*")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
 _COMPARE: Mapping[str, Callable[[float, float], bool]] = {
     "<=": lambda a, b: a <= b,
@@ -111,6 +113,11 @@ def parse_slo(text: str) -> Slo:
         if metric not in METRICS:
             raise SloError(f"--slo: unknown metric {metric!r}; expected one of {', '.join(METRICS)}"
                            + _spend_hint(metric))  # fmt: skip
+        if not value:
+            raise SloError(
+                f"--slo: {part.strip()}: no threshold after {op}; write one, e.g."
+                f" {metric}{op}{_example(metric)}"
+            )
         clauses.append(Clause(metric, op, _value(metric, value, part.strip()), part.strip()))
     return Slo(tuple(clauses), text)
 
@@ -155,6 +162,19 @@ def _value(metric: str, text: str, clause: str) -> float:
 
 
 _TOKEN_UNITS = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
+
+
+def _example(metric: str) -> str:
+    """A threshold in ``metric``'s own unit, for a message."""
+    if metric.endswith("_wait"):
+        return "10m"
+    if metric == "utilisation":
+        return "80%"
+    if metric.startswith("tokens_"):
+        return "500k"
+    if metric.startswith("spend_"):
+        return "$50"
+    return "2"
 
 
 def _spend_hint(metric: str) -> str:

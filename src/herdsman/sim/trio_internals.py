@@ -19,6 +19,13 @@ each gathered here with why the public API does not do:
   nurseries and ``trio.testing.assert_no_checkpoints`` answer, at a
   fraction of their cost (docs/simulator.md gives each saving: together
   they make the replay's driver cost less than a bare trio loop).
+* :class:`WorkerJobs` counts the jobs one thread (a simulated run's) hands
+  to trio's worker threads and that are still under way, so that the
+  simulator leaves its fake filesystem only once they are over: trio
+  keeps one cache of worker threads for the process, tells no one when a
+  job ends but the run that started it (asleep, if it was given up on),
+  and ``trio.to_thread.run_sync`` reaches the cache through a private
+  name, so only the cache itself sees every job start.
 
 trio is pinned to one minor version (pyproject.toml), and each name has a
 canary in ``tests/unit/platform/test_trio_canary.py`` that checks, with
@@ -31,16 +38,22 @@ code (``herdsman.runtime``) uses trio's public API only; nothing outside
 from __future__ import annotations
 
 import functools
+import threading
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from operator import attrgetter
+from typing import Any, TypeVar
 
+import outcome
 import trio
 import trio._core._run as _trio_run
+import trio._core._thread_cache as _trio_thread_cache
 import trio.testing
 from trio._core._instrumentation import Instruments
 
 __all__ = [
+    "WorkerJobs",
     "any_woken",
     "checkpoints",
     "mock_time",
@@ -189,3 +202,95 @@ def plain_instruments() -> None:
     """
     runner = _trio_run.GLOBAL_RUN_CONTEXT.runner
     runner.instruments = _PlainInstruments(runner.instruments.data)  # type: ignore[assignment]
+
+
+R = TypeVar("R")
+
+
+class WorkerJobs:
+    """The jobs one thread handed to trio's worker threads that have not ended yet.
+
+    ``trio.to_thread.run_sync`` and ``trio.lowlevel.start_thread_soon``
+    alike hand their job to trio's one cache of worker threads; once
+    :meth:`count_here` was called in a thread, each job that thread hands
+    over is counted until its function returns (before its result is
+    handed back to the run, which may be asleep for ever). Jobs handed
+    over by any other thread are not counted.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._running = 0
+
+    @property
+    def running(self) -> int:
+        """Jobs whose function has not returned yet."""
+        with self._changed:
+            return self._running
+
+    def count_here(self) -> None:
+        """From now on, count the jobs the calling thread hands to trio's worker threads."""
+        _counting_cache()
+        _COUNTED.jobs = self
+
+    def wait_ended(self, deadline: float) -> bool:
+        """Whether every counted job ended by ``deadline`` (``time.monotonic()``)."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: self._running == 0, max(0.0, deadline - time.monotonic())
+            )
+
+    def _started(self, function: Callable[[], R]) -> Callable[[], R]:
+        with self._changed:
+            self._running += 1
+
+        def counted() -> R:
+            try:
+                return function()
+            finally:
+                with self._changed:
+                    self._running -= 1
+                    self._changed.notify_all()
+
+        return counted
+
+
+class _Counted(threading.local):
+    jobs: WorkerJobs | None = None
+
+
+_COUNTED = _Counted()
+
+
+class _CountingCache(_trio_thread_cache.ThreadCache):
+    """trio's thread cache, the same idle workers, counting the jobs of counted threads."""
+
+    __slots__ = ()
+
+    def start_thread_soon(
+        self,
+        fn: Callable[[], R],
+        deliver: Callable[[outcome.Outcome[R]], object],
+        name: str | None = None,
+    ) -> None:
+        jobs = _COUNTED.jobs
+        super().start_thread_soon(fn if jobs is None else jobs._started(fn), deliver, name)
+
+
+_CACHE_LOCK = threading.Lock()
+
+
+def _counting_cache() -> None:
+    """Put the counting cache in place of trio's (once a process), keeping its idle workers.
+
+    ``trio.lowlevel.start_thread_soon``, which ``trio.to_thread.run_sync``
+    calls too, reads the module's ``THREAD_CACHE`` at every call; the
+    workers already started go back to the idle set they share with it.
+    """
+    with _CACHE_LOCK:
+        cache: Any = _trio_thread_cache.THREAD_CACHE
+        if isinstance(cache, _CountingCache):
+            return
+        counting = _CountingCache()
+        counting._idle_workers = cache._idle_workers
+        _trio_thread_cache.THREAD_CACHE = counting

@@ -476,3 +476,53 @@ def test_an_account_without_the_keys_shows_as_before(herd: Herd, watched: Watche
     gate = page.locator('tr[data-account="gate/"]')
     expect(gate.locator("td").nth(4)).to_have_text("available")
     expect(page.locator("#accounts .badge")).to_have_count(0)
+
+
+def test_a_tab_pressed_before_the_hashchange_event_goes_on_from_the_views_heading(
+    herd: Herd, watched: Watched
+) -> None:
+    page = watched.page
+    # A browser delivers hashchange as a task of its own after the click, and
+    # may handle a key pressed meanwhile first (input before other tasks):
+    # the Tab's stop was then the heading, with no visible focus, as a test
+    # on a loaded machine once found. The page is made to see that order
+    # each time: the event is held back until the next key is up.
+    page.evaluate(
+        """() => {
+          const held = [];
+          window.addEventListener("hashchange", (event) => {
+            if (!event.isTrusted) return;
+            event.stopImmediatePropagation();
+            const { oldURL, newURL } = event;
+            held.push(new HashChangeEvent("hashchange", { oldURL, newURL }));
+          }, true);
+          document.addEventListener("keyup", () => {
+            for (const late of held.splice(0)) window.dispatchEvent(late);
+          });
+        }"""
+    )
+    for view in VIEWS[1:]:
+        page.locator(f'nav a[href="#{view}"]').click()
+        page.keyboard.press("Tab")
+        stop = focused(page)
+        # The Tab went on from the view's heading, into the view, and kept the focus.
+        assert stop["tag"] != "h2", f"the view's heading took the focus back from the Tab: {stop}"
+        assert stop["outline"], f"no visible focus on {stop}"
+        inside = f"document.getElementById('view-{view}').contains(document.activeElement)"
+        assert page.evaluate(inside), f"the Tab left the {view} view: {stop}"
+
+
+def test_back_and_forward_open_the_views_the_links_opened(herd: Herd, watched: Watched) -> None:
+    page = watched.page
+    # The links open their views in the click, setting the hash as a link
+    # would: each is a history entry, and back and forward open its view.
+    for view in ("runs", "accounts"):
+        page.locator(f'nav a[href="#{view}"]').click()
+        expect(page.locator(f"#view-{view}")).to_be_visible()
+    page.go_back()
+    expect(page.locator("#view-runs")).to_be_visible()
+    expect(page.locator("#view-accounts")).to_be_hidden()
+    expect(page.locator("#view-runs h2")).to_be_focused()
+    page.go_forward()
+    expect(page.locator("#view-accounts")).to_be_visible()
+    expect(page.locator("#view-accounts h2")).to_be_focused()

@@ -8,8 +8,9 @@ simulator relies on"): the module-level ``_r`` random generator and the
 deadline heap (``next_deadline``), a ``MockClock``'s ``_virtual_base``
 (``mock_time``), the runner's own ``wait_all_tasks_blocked`` (``settler``),
 its queue of runnable tasks (``runnable``), its set of tasks (``tasks``), a
-task's next send (``any_woken``), its checkpoint counts (``checkpoints``)
-and the runner's instruments (``plain_instruments``). Each has a test here;
+task's next send (``any_woken``), its checkpoint counts (``checkpoints``),
+the runner's instruments (``plain_instruments``) and the process's cache
+of worker threads (``WorkerJobs``). Each has a test here;
 when an upgrade moves one, this fails first, with the reason, instead of
 the simulator silently losing its reproducibility.
 """
@@ -18,10 +19,13 @@ from __future__ import annotations
 
 import math
 import random
+import threading
+import time
 from importlib.metadata import version
 
 import trio
 import trio._core._run as trio_run
+import trio._core._thread_cache as trio_thread_cache
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,6 +33,7 @@ from trio._core._instrumentation import Instruments
 from trio.testing import MockClock
 
 from herdsman.sim.trio_internals import (
+    WorkerJobs,
     any_woken,
     checkpoints,
     mock_time,
@@ -434,3 +439,39 @@ def test_the_replays_plain_instruments_are_what_trios_own_hold(
     (seen, held), (seen_by_trio, held_by_trio) = run(plain=True), run(plain=False)
     assert held == held_by_trio
     assert sorted(seen) == sorted(seen_by_trio)  # each hook as often (rounds may interleave)
+
+
+def test_worker_jobs_counts_every_job_its_thread_hands_to_trios_worker_threads() -> None:
+    # The simulator leaves its fake filesystem once a run's jobs in worker
+    # threads are over (trio_internals.WorkerJobs): it puts a cache of its
+    # own in the place of trio's private THREAD_CACHE, which both
+    # trio.to_thread.run_sync and trio.lowlevel.start_thread_soon must read
+    # at every call. A job from another thread is not counted.
+    jobs = WorkerJobs()
+    release = threading.Event()
+    seen: list[int] = []
+
+    def blocked() -> None:
+        release.wait()
+
+    async def main() -> None:
+        jobs.count_here()
+        assert type(trio_thread_cache.THREAD_CACHE) is not trio_thread_cache.ThreadCache
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, blocked)
+            trio.lowlevel.start_thread_soon(blocked, lambda _: None)
+            await trio.testing.wait_all_tasks_blocked()
+            seen.append(jobs.running)
+            elsewhere = threading.Thread(
+                target=lambda: trio.lowlevel.start_thread_soon(blocked, lambda _: None)
+            )
+            elsewhere.start()
+            elsewhere.join()
+            seen.append(jobs.running)
+            assert not jobs.wait_ended(time.monotonic() + 0.01)
+            release.set()
+        assert jobs.wait_ended(time.monotonic() + 60)
+        seen.append(jobs.running)
+
+    trio.run(main)
+    assert seen == [2, 2, 0]

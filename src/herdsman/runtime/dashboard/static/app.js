@@ -419,7 +419,9 @@
   }
 
   // -- routing -----------------------------------------------------------------
+  let routed = null;  // the hash the view shown was opened for
   function route(moved) {
+    routed = location.hash;
     const hash = location.hash.slice(1) || "overview";
     const [view, ...rest] = hash.split("/");
     const known = ["overview", "runs", "accounts", "timeline", "worktrees", "config", "log"];
@@ -492,7 +494,20 @@
   $("hours").addEventListener("change", loadTimeline);
   $("lanes").addEventListener("change", renderTimeline);
   $("worktrees-refresh").addEventListener("click", loadWorktrees);
-  window.addEventListener("hashchange", () => route(true));
+  // A link within the page opens its view in the click itself: the hashchange
+  // event comes later, as a task of its own, which the browser may run after a
+  // key pressed meanwhile, and the view's heading would take the focus back from
+  // that Tab. The hash is set as the link would set it (a history entry).
+  document.addEventListener("click", (event) => {
+    const link = event.target.closest('a[href^="#"]');
+    if (!link || event.defaultPrevented || event.button !== 0) return;
+    if (event.ctrlKey || event.metaKey || event.shiftKey || event.altKey) return;
+    event.preventDefault();
+    location.hash = link.getAttribute("href");  // a timeline bar is an SVG link: no .hash
+    if (location.hash !== routed) route(true);
+  });
+  // Back, forward, or a hash typed: the event is all there is.
+  window.addEventListener("hashchange", () => { if (location.hash !== routed) route(true); });
   window.addEventListener("resize", () => {
     if (!$("view-timeline").hidden) renderTimeline();
     for (const box of document.querySelectorAll(".scroll")) scrollable(box);
