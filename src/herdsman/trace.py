@@ -214,6 +214,17 @@ class _BufferLines:
         """Nothing: the sink is the caller's to close."""
 
 
+def _read_before(read: float, elapsed: float) -> float | None:
+    """A reading ``read`` seconds into the file, as a line written ``elapsed`` in says it.
+
+    None unless it comes before the line's time and after the file's
+    opening, to the microsecond: read and traced at once, or read before a
+    file opened since (a rotation), the line's own time stands for it.
+    """
+    read = round(read, 6)
+    return read if 0 < read < round(elapsed, 6) else None
+
+
 def format_time(when: dt.datetime) -> str:
     """ISO-8601 in UTC with microseconds and a ``Z``, as headers carry it."""
     return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -247,6 +258,9 @@ class TraceWriter:
         self._max_bytes = max_bytes
         self._config: Mapping[str, Any] = config
         self._clock = clock
+        #: A reading of the trace's clock: a moment a later line names (a
+        #: finish's ``ended``). The clock itself, called at no extra cost.
+        self.now: Callable[[], float] = clock
         self._wall = wall
         # Runs queued or running as the events written so far tell, in
         # submission order: id -> [run object, running?, account].
@@ -362,6 +376,7 @@ class TraceWriter:
         failure: str | None = None,
         worked: bool = False,
         session: bool = False,
+        ended: float | None = None,
     ) -> None:
         """A finish event: its run, outcome and exit code, ``"requeued": true`` if so.
 
@@ -371,7 +386,10 @@ class TraceWriter:
         attempt's retry class, and ``worked`` (written only with it) that
         its agent may have done work: what a replay needs to decide its
         retry again. ``session``: the attempt's agent reported a session (its
-        conversation sticks to the account it ran on).
+        conversation sticks to the account it ran on). ``ended``: when the
+        supervisor read the attempt's end, a reading of the trace's clock
+        (:attr:`now`); written (``"ended"``, in the line's time) when it
+        came before the line's own time, in this file.
         """
         if (
             type(run_id) is str
@@ -387,6 +405,7 @@ class TraceWriter:
                 + (',"session":true' if session else "")
                 + (',"requeued":true' if requeued else "")
                 + ("" if spend is None else ',"spend":' + _ENCODER.encode(spend)),
+                ended,
             )
         ):
             if self._sink is None and not self.failed:
@@ -403,22 +422,33 @@ class TraceWriter:
             fields["requeued"] = True
         if spend is not None:
             fields["spend"] = spend
+        if ended is not None and self._file is not None and self._size < self._max_bytes:
+            read = _read_before(ended - self._origin, self._clock() - self._origin)
+            if read is not None:
+                fields["ended"] = read
         self.record("finish", fields)
 
-    def _shortcut(self, head: str, rest: str) -> bool:
+    def _shortcut(self, head: str, rest: str, ended: float | None = None) -> bool:
         """Write ``{"t":…,"seq":…,`` ``head`` ``rest`` ``}``, the line's time with one conversion.
 
         False if that does not apply (nothing written: record's path then,
         for the first line, a time outside the shortcut's range, a stopped
         trace, a rotation due); True once written, or once the write failed
-        (``failed`` then says so).
+        (``failed`` then says so). ``ended``: a finish's reading of
+        :attr:`now`, written last as ``"ended"`` if before the line's time.
         """
         if self.failed or self._file is None or self._size >= self._max_bytes:
             return False
-        elapsed = self._clock() - self._origin
+        now = self._clock()
+        elapsed = now - self._origin
         # An int clock's round() is an int: "5", not "5.0" (record's path).
         if not (_TIME_LOW <= elapsed < _TIME_HIGH and type(elapsed) is float):
             return False
+        # A reading at this very moment (a simulator's clock) says nothing more.
+        if ended is not None and ended != now:
+            read = _read_before(ended - self._origin, elapsed)
+            if read is not None:
+                rest += ',"ended":' + float.__repr__(read)
         # float.__repr__(round(elapsed, 6)) with one conversion to decimal
         # digits instead of two (see _TIME_LOW).
         t = f"{elapsed:.6f}".rstrip("0")

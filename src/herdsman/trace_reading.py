@@ -199,8 +199,19 @@ def _events(path: Path, lines: Iterator[tuple[int, str]]) -> Iterator[TraceEvent
         if run is not None:
             _check_run(where, run)
         _check_fields(where, kind, obj)
+        if kind == "finish" and "ended" in obj:
+            _check_ended(where, obj["ended"], t)
         last_t = float(t)
         yield TraceEvent(float(t), seq, kind, obj, number)
+
+
+def _check_ended(where: str, ended: Any, t: float) -> None:
+    """A finish's ``ended``: when its end was read, in the trace's time, no later than the line."""
+    if not _seconds(ended) or ended > t:
+        raise TraceFormatError(
+            f"{where}: ended: expected seconds >= 0, no later than the line's t ({t}),"
+            f" got {ended!r}"
+        )
 
 
 def _seconds(value: Any) -> bool:

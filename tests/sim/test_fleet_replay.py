@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sim_workloads import herdsman
@@ -238,3 +239,37 @@ def test_a_member_whose_trace_just_ends_is_killed_there_and_said_so(tmp_path: Pa
         expected = read_decisions(path)
         got = timeline_of(read_trace_text(text, path.name)[1])
         assert first_divergence(expected, got) is None, path.name
+
+
+def test_a_finish_traced_behind_a_poll_ends_when_its_end_was_read(tmp_path: Path) -> None:
+    # m0 as a member under load would have traced it: f07's end read at
+    # 13.96, as the poll that took f13 (queued before it) was being
+    # committed, and its finish traced 50 ms after that poll, with it the
+    # start of f13, which the poll allowed. Ended at its line's time, f07
+    # would end after the poll: the replay would start f13 first, 50 ms
+    # before the recorded finish (the fleet test's failure at load 13).
+    lines = [json.loads(line) for line in (SIM / "fleet-m0.jsonl").read_text().splitlines()]
+    header, events = lines[0], lines[1:]
+    [f07] = [e for e in events if e["event"] == "finish" and e["run_id"] == "f07"]
+    [f13] = [e for e in events if e["event"] == "start" and e["run_id"] == "f13"]
+    events.remove(f07)
+    events.insert(events.index(f13), {**f07, "t": 14.0102, "ended": 13.96})
+    f13["t"] = 14.010281
+    paths = shipped()
+    paths[0] = tmp_path / "fleet-m0.jsonl"
+    paths[0].write_text(
+        "".join(json.dumps(line) + "\n" for line in [header, *renumbered(events)]),
+        encoding="utf-8",
+    )
+    result = replayed(paths)
+    assert result.notes == ()
+    for path, text in zip(paths, result.traces, strict=True):
+        expected = read_decisions(path)
+        got = timeline_of(read_trace_text(text, path.name)[1])
+        divergence = first_divergence(expected, got)
+        assert divergence is None, report(divergence, expected, got, (path.name, "replay"))
+
+
+def renumbered(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``events`` with their ``seq`` counting their lines again."""
+    return [{**event, "seq": n} for n, event in enumerate(events)]

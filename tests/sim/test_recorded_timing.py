@@ -22,10 +22,13 @@ import pytest
 from sim_workloads import config_json
 
 from herdsman.config import LoadedConfig
+from herdsman.sim.decisions import read_decisions, timeline_of
+from herdsman.sim.diff import first_divergence, report
 from herdsman.sim.engine import fast_replay
 from herdsman.sim.replay import replay
 from herdsman.sim.result import ReplayResult
-from herdsman.sim.workload import Workload, config_from_trace, read_workload
+from herdsman.sim.workload import RecordedAttempt, Workload, config_from_trace, read_workload
+from herdsman.trace import read_trace_text
 
 SIM = Path(__file__).parents[2] / "sim"
 
@@ -58,6 +61,25 @@ exec = ["y"]
 concurrency = 1
 """
 
+# The fidelity test's two providers: p with two slots, y with two accounts
+# of one slot each.
+BATCHES = """\
+[supervisor]
+state_dir = "/s"
+[providers.p]
+exec = ["x"]
+concurrency = 2
+[providers.y]
+exec = ["y"]
+concurrency = 2
+[[providers.y.accounts]]
+name = "a"
+concurrency = 1
+[[providers.y.accounts]]
+name = "b"
+concurrency = 1
+"""
+
 
 @pytest.fixture(autouse=True)
 def _quiet() -> None:
@@ -75,9 +97,12 @@ def start(t: float, run_id: str, account: str | None = None) -> dict[str, Any]:
     return {"t": t, "event": "start", "run_id": run_id, "account": account}
 
 
-def finish(t: float, run_id: str) -> dict[str, Any]:
-    """A recorded finish of a run that succeeded."""
-    return {"t": t, "event": "finish", "run_id": run_id, "outcome": "succeeded", "exit_code": 0}
+def finish(t: float, run_id: str, ended: float | None = None) -> dict[str, Any]:
+    """A recorded finish of a run that succeeded; ``ended``: when its end was read."""
+    event = {"t": t, "event": "finish", "run_id": run_id, "outcome": "succeeded", "exit_code": 0}
+    if ended is not None:
+        event["ended"] = ended
+    return event
 
 
 def recording(path: Path, config: str, events: list[dict[str, Any]]) -> Path:
@@ -107,11 +132,16 @@ def finishes(events: list[dict[str, Any]]) -> list[tuple[float, str]]:
     return [(e["t"], e["run_id"]) for e in events if e["event"] == "finish"]
 
 
-def replayed(trace: Path, engine: str) -> list[dict[str, Any]]:
-    """The events of ``trace`` replayed by ``engine`` under its own configuration."""
+def replayed_text(trace: Path, engine: str) -> str:
+    """The trace ``engine`` writes replaying ``trace`` under its own configuration."""
     workload = read_workload(trace)
     loaded = config_from_trace(workload.header.config, "h")
-    return events_of(ENGINES[engine](workload, loaded).trace)
+    return ENGINES[engine](workload, loaded).trace
+
+
+def replayed(trace: Path, engine: str) -> list[dict[str, Any]]:
+    """The events of ``trace`` replayed by ``engine`` under its own configuration."""
+    return events_of(replayed_text(trace, engine))
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -230,3 +260,130 @@ def test_the_recorded_demo_replays_with_its_recorded_finish_times() -> None:
     recorded = events_of((SIM / "demo-recorded.jsonl").read_text(encoding="utf-8"))
     golden = events_of((SIM / "demo-recorded.golden.jsonl").read_text(encoding="utf-8"))
     assert finishes(golden) == finishes(recorded)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_runs_started_long_after_their_submit_behind_another_batch_end_as_recorded(
+    tmp_path: Path, engine: str
+) -> None:
+    # Under load the first batch's starts were traced 0.86 s after their
+    # submits, the second batch's submits between. The replay starts x0 and
+    # x1 at their submits: timed from the second batch's submit, x0 would end
+    # at 0.66 s, before that submit, and x0-again would start before y0 (on
+    # no account, where the recording started y0 on a): the fidelity test's
+    # failure under load, in its own event order.
+    events = [
+        submit(0.1388, "x0", "p", "x0"),
+        submit(0.1389, "x1", "p", "x1"),
+        submit(0.139, "x0-again", "p", "x0"),
+        submit(0.9539, "y0", "y", "y0"),
+        submit(0.954, "y1", "y", "y1"),
+        start(0.9982, "x0"),
+        start(0.9983, "x1"),
+        start(1.2142, "y0", "a"),
+        start(1.2145, "y1", "b"),
+        finish(1.4776, "x0"),
+        start(1.4778, "x0-again"),
+        finish(1.489, "x1"),
+        finish(1.6807, "y1"),
+        finish(1.7252, "y0"),
+        finish(1.9122, "x0-again"),
+    ]
+    trace = recording(tmp_path / "late-batch.jsonl", BATCHES, events)
+    out = replayed(trace, engine)
+    assert starts(out) == [
+        ("x0", None),
+        ("x1", None),
+        ("y0", "a"),
+        ("y1", "b"),
+        ("x0-again", None),
+    ]
+    assert finishes(out) == [(e["t"], e["run_id"]) for e in events if e["event"] == "finish"]
+
+
+# The fidelity test's order of events as a real supervisor traced it under
+# load (load 12 to 14), every finish given when its end was read: the first
+# two demo runs ended about 1.24 s in, while the second batch's submits were
+# being committed; their finishes were queued behind those submits and
+# traced 0.25 s later, and the starts their slots allowed, decided as they
+# were read, with them; the second batch's starts, decided once its submits
+# were committed, after those. Every other end was read 2 ms before its line.
+LATE_FINISHES = [
+    submit(0.504784, "x0", "p", "x0"),
+    submit(0.50488, "x1", "p", "x1"),
+    submit(0.504895, "x0-again", "p", "x0"),
+    submit(0.504917, "x2", "p", "x2"),
+    submit(0.504929, "x1-again", "p", "x1"),
+    submit(0.504941, "x3", "p", "x3"),
+    submit(0.504953, "x3-again", "p", "x3"),
+    submit(0.504974, "x2-again", "p", "x2"),
+    start(0.543468, "x0"),
+    start(0.543718, "x1"),
+    submit(1.241604, "y0", "y", "y0"),
+    submit(1.241694, "y1", "y", "y1"),
+    submit(1.241708, "y0-again", "y", "y0"),
+    submit(1.241718, "y2", "y", "y2"),
+    submit(1.241727, "y1-again", "y", "y1"),
+    submit(1.241743, "y2-again", "y", "y2"),
+    finish(1.496693, "x0", ended=1.2409),
+    start(1.496854, "x0-again"),
+    finish(1.496924, "x1", ended=1.2411),
+    start(1.496937, "x2"),
+    start(1.547975, "y0", "a"),
+    start(1.548151, "y1", "b"),
+    finish(2.174569, "x2", ended=2.172569),
+    start(2.174653, "x1-again"),
+    finish(2.174722, "y1", ended=2.172722),
+    start(2.174834, "y2", "b"),
+    finish(2.23797, "y0", ended=2.23597),
+    start(2.238047, "y0-again", "a"),
+    finish(2.727633, "x0-again", ended=2.725633),
+    start(2.727694, "x3"),
+    finish(2.791554, "y2", ended=2.789554),
+    start(2.791604, "y1-again", "b"),
+    finish(2.835556, "y0-again", ended=2.833556),
+    start(2.83567, "y2-again", "a"),
+    finish(2.835725, "x1-again", ended=2.833725),
+    start(2.835741, "x2-again"),
+    finish(3.307474, "x3", ended=3.305474),
+    start(3.307548, "x3-again"),
+    finish(3.416213, "y1-again", ended=3.414213),
+    finish(3.463561, "x2-again", ended=3.461561),
+    finish(3.463627, "y2-again", ended=3.461627),
+    finish(3.831835, "x3-again", ended=3.829835),
+    {"t": 5.058739, "event": "shutdown"},
+]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_finishes_traced_late_behind_a_batch_of_submits_end_when_their_end_was_read(
+    tmp_path: Path, engine: str
+) -> None:
+    # Ended at their lines' time, x0 and x1 would end after the second
+    # batch's submits: the replay would start y0 and y1 first, where the
+    # recording started x0-again and x2 (diverging at decision 2, the
+    # kept trace's failure under load).
+    trace = recording(tmp_path / "late-finishes.jsonl", BATCHES, LATE_FINISHES)
+    text = replayed_text(trace, engine)
+    recorded = read_decisions(trace)
+    again = timeline_of(read_trace_text(text, "replayed")[1])
+    divergence = first_divergence(recorded, again)
+    assert divergence is None, report(divergence, recorded, again, ("recorded", "replayed"))
+    # Each attempt ends when its end was read, as the recorded supervisor decided.
+    assert finishes(events_of(text)) == [
+        (e["ended"], e["run_id"]) for e in LATE_FINISHES if e["event"] == "finish"
+    ]
+
+
+def test_a_finish_without_ended_still_ends_at_its_line(tmp_path: Path) -> None:
+    # A trace written before finishes said when their end was read: each
+    # attempt ends at its finish's time, as before.
+    events = [{key: value for key, value in e.items() if key != "ended"} for e in LATE_FINISHES]
+    trace = recording(tmp_path / "old.jsonl", BATCHES, events)
+    ends = [
+        (attempt.ends_at, run_id)
+        for run_id, plan in read_workload(trace).plans.items()
+        for attempt in plan.attempts
+        if isinstance(attempt, RecordedAttempt)
+    ]
+    assert sorted(ends) == sorted(finishes(events))

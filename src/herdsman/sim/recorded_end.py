@@ -17,6 +17,7 @@ conversation keeps again.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -43,6 +44,7 @@ __all__ = [
     "after_finish",
     "ended_at",
     "note",
+    "read_at",
     "recorded_end",
 ]
 
@@ -136,20 +138,30 @@ def note(signals: Signals, kind: str, fields: Mapping[str, Any]) -> None:
 
 
 def after_finish(
-    signals: dict[str, Signals], run_id: str, t: float, started_at: float, before: float
+    signals: dict[str, Signals],
+    run_id: str,
+    t: float,
+    started_at: float,
+    before: float,
+    *,
+    read: float | None = None,
+    settled: float = -math.inf,
 ) -> tuple[Signals, float]:
     """What was said of the attempt of ``run_id`` whose finish was traced at ``t``, and when
-    a replay ends it (:func:`ended_at`); taken out of ``signals``.
+    a replay ends it (:func:`read_at`, else :func:`ended_at`); taken out of ``signals``.
 
     ``started_at``: the trace header's time (unix seconds); ``before``: when
     a replay that agrees meets the last event traced before the finish that
     is not one of its own signals (a start that answered a retried
-    attempt's end comes with that end, before the finish was traced). A
+    attempt's end comes with that end, before the finish was traced).
+    ``read``: the finish's ``ended``, if it has one; ``settled``: as
+    ``before``, submits, skips and a fleet's polls left out (see
+    :func:`read_at`). A
     retried attempt leaves the end of its backoff behind, for its run's
     next start.
     """
     said = signals.pop(run_id, _NO_SIGNALS)
-    end = ended_at(t, said, started_at, before)
+    end = ended_at(t, said, started_at, before) if read is None else read_at(t, read, settled)
     if said.retried is not None and said.delay is not None:
         signals[run_id] = Signals(backoff_until=end + said.delay)
     return said, end
@@ -180,6 +192,27 @@ def ended_at(t: float, said: Signals, started_at: float, before: float) -> float
         return t
     read = round(said.due - said.delay - started_at, 6)
     return min(t, max(read, round(before + TICK, 6)))
+
+
+def read_at(t: float, read: float, settled: float) -> float:
+    """When a replay ends the attempt whose finish, traced at ``t``, says it was read at ``read``.
+
+    The supervisor reads the time as an attempt's process ends, queues the
+    finish in the ledger at once (with the starts the freed slot allows,
+    decided then), and traces it once committed: tens or hundreds of
+    milliseconds later under load, the commits queued ahead of it first.
+    The finish's ``ended`` is that reading, and the replay ends the
+    attempt there, as the recorded supervisor decided from it. That may
+    come before a submit (or a fleet member's poll) traced ahead of the
+    finish: its line is written as its commit ends, and its runs are
+    queued only then, so a finish read while that commit was under way
+    decided without them, as the replay does when it ends the attempt
+    before the submit arrives. Never before ``settled``, when the replay
+    meets the last event traced ahead of the finish that is none of those
+    (the ledger's order kept: a cancel, say, may have taken its run out of
+    the queue before the reading); never after ``t``.
+    """
+    return min(t, max(read, round(settled + TICK, 6)))
 
 
 #: Nothing was said.

@@ -23,7 +23,14 @@ from herdsman.config import ConfigError, LoadedConfig, load_config_text
 from herdsman.core.runs import DEFAULT_WORKSPACE, RunRequest
 from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.sim.recorded_end import SIGNALS as _SIGNALS
-from herdsman.sim.recorded_end import Reported, Signals, after_finish, note, recorded_end
+from herdsman.sim.recorded_end import (
+    TICK,
+    Reported,
+    Signals,
+    after_finish,
+    note,
+    recorded_end,
+)
 from herdsman.sim.spend import read_failure, usage_of
 from herdsman.trace import (
     OUTCOMES,
@@ -289,24 +296,25 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
     started: dict[str, tuple[float, float, float]] = {}
     # What the events just before a run's finish said of its attempt.
     signals: dict[str, Signals] = {}
-    # The time of the last event a start can be a response to, and of the
-    # last start before that event (see _answered).
-    cause, floor, last_start = 0.0, -math.inf, -math.inf
-    # When a replay that agrees meets the events so far, signals aside (a
-    # finish at its attempt's end, a start with what it answered), and the
+    # The time of the last event a start can be a response to, of the last
+    # start before that event, and of the last event that may have let a
+    # queued run start: not a submit, which lets only its own run start
+    # (see _answered).
+    cause, floor, last_start, freed = 0.0, -math.inf, -math.inf, 0.0
+    # When a replay that agrees meets the events so far (see _Met), and the
     # header's time: see after_finish.
-    before, started_at, ends = -math.inf, header_time(header), _PlainEnds(plans)
+    met, started_at, ends = _Met(), header_time(header), _PlainEnds(plans)
     rotated_at = None
     lost: list[str] = []  # runs the recorded supervisor found lost as it started
     last_t = 0.0
     unclassed: list[tuple[str, float]] = []  # see Workload.unclassed
     _carried(header, arrivals, plans, started)
     for event in events:
-        kind, fields = event.event, event.fields
+        kind, fields, last_t = event.event, event.fields, event.t
         where = f"{path}:{event.line}"
-        last_t = event.t
         if kind not in ("start", "removal_wait"):  # a wait for a removal starts nothing
             cause, floor = event.t, last_start
+            freed = freed if kind in ("submit", "skip") else event.t
         if kind in ("submit", "skip"):
             run = fields["run"]
             submitted = plans.setdefault(run["id"], RunPlan(len(plans)))
@@ -316,22 +324,44 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
         elif kind == "start":
             run_id = fields["run_id"]
             # A retried run's next start may answer the end of its backoff.
-            started[run_id] = _answered(cause, floor, event.t, ends.ahead_of(signals, run_id))
-            last_start, before = event.t, max(before, started[run_id][0])
+            started[run_id] = _answered(
+                cause,
+                floor,
+                event.t,
+                ends.ahead_of(signals, run_id),
+                earliest=freed,
+            )
+            last_start = event.t
+            met.meet(kind, started[run_id][0])
         elif kind in _SIGNALS:
             note(signals.setdefault(fields["run_id"], Signals()), kind, fields)
         elif kind == "finish":
             run_id = fields["run_id"]
-            began = started.pop(run_id, None)
-            recorded = plans.get(run_id)
-            # A retried attempt ends a little before its finish was traced
-            # (ended_at): what its end lets start answers that moment.
-            said, cause = after_finish(signals, run_id, event.t, started_at, before)
-            if began is not None and recorded is not None:
-                recorded.attempts.append(_recorded(where, cause, fields, said, began))
-                ends.add(event.t, run_id, said, before)
-                if _unclassed(fields, said):
-                    unclassed.append((run_id, event.t))
+            # An attempt ends when the supervisor read its end (its ended,
+            # or a retry's), a little before its finish was traced: what its
+            # end lets start answers that moment, though a start traced
+            # ahead of the finish may have been committed after it.
+            said, cause = after_finish(
+                signals,
+                run_id,
+                event.t,
+                started_at,
+                met.before,
+                read=fields.get("ended"),
+                settled=met.settled,
+            )
+            floor, freed = min(floor, round(cause - TICK, 6)), cause
+            if _add_recorded(
+                plans.get(run_id),
+                started.pop(run_id, None),
+                event,
+                where=where,
+                said=said,
+                end=cause,
+                ends=ends,
+                before=met.before,
+            ):
+                unclassed.append((run_id, event.t))
         elif kind == "reload":
             # Checked now, so a bad one is an error naming its line, not a
             # failure half way through the replay.
@@ -346,7 +376,7 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             # without recording them (a lease expiry later on is a fleet's).
             lost.append(fields["run_id"])
         if kind not in _SIGNALS and kind != "start":
-            before = max(before, cause if kind == "finish" else event.t)
+            met.meet(kind, cause if kind == "finish" else event.t)
     cut_at = _still_running(started, plans, rotated_at, arrivals, last_t)
     return _waits_with_their_runs(
         Workload(
@@ -360,6 +390,50 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             unclassed=tuple(unclassed),
         )
     )
+
+
+@attrs.define
+class _Met:
+    """When a replay that agrees with the recording meets the events read so far.
+
+    Signals aside: a finish at its attempt's end, a start with what it
+    answered (the origin of its duration), anything else at its time.
+    ``before``: the last of them; ``settled``: the last but those traced
+    once their commit ended that queue runs only then, which a finish's own
+    reading of its end (its ``ended``) may come before (see ``read_at``).
+    """
+
+    before: float = -math.inf
+    settled: float = -math.inf
+
+    def meet(self, kind: str, t: float) -> None:
+        """An event of ``kind`` met at ``t``."""
+        self.before = max(self.before, t)
+        if kind not in _QUEUED_AT_COMMIT:
+            self.settled = max(self.settled, t)
+
+
+def _add_recorded(
+    plan: RunPlan | None,
+    began: tuple[float, float, float] | None,
+    event: TraceEvent,
+    *,
+    where: str,
+    said: Signals,
+    end: float,
+    ends: _PlainEnds,
+    before: float,
+) -> bool:
+    """Give ``plan`` the attempt ``event`` (a finish) ended at ``end``, begun as ``began`` says.
+
+    Nothing if the run or its start is not in the recording. Whether the
+    attempt failed with a class the trace does not say (see :func:`_unclassed`).
+    """
+    if began is None or plan is None:
+        return False
+    plan.attempts.append(_recorded(where, end, event.fields, said, began))
+    ends.add(event.t, event.fields["run_id"], said, before)
+    return _unclassed(event.fields, said)
 
 
 class _PlainEnds:
@@ -487,6 +561,11 @@ def _carried(
         arrivals.append(Arrival(0.0, "submit", {"run": run}))
 
 
+#: Events traced as their commit ends, whose runs are queued only then (a
+#: fleet member's submit, not even then: at a poll): a finish read while
+#: one was being committed decided without them, though traced after them.
+_QUEUED_AT_COMMIT: Final = frozenset({"submit", "skip", "fleet_submit", "poll"})
+
 #: A finish's fields that say nothing of how its attempt failed or what it spent.
 _PLAIN: Final = frozenset({"run_id", "outcome", "exit_code", "requeued"})
 
@@ -581,7 +660,12 @@ BACKOFF_SLACK = 1e-5
 
 
 def _answered(
-    cause: float, floor: float, t: float, backoff: float | None = None
+    cause: float,
+    floor: float,
+    t: float,
+    backoff: float | None = None,
+    *,
+    earliest: float = math.inf,
 ) -> tuple[float, float, float]:
     """A start at ``t``: the origin of its duration, and the window of moments it answers.
 
@@ -606,7 +690,13 @@ def _answered(
     last start decided before this one's (a decision takes every run that
     may start then, and the trace keeps the ledger's order: the starts of
     one decision are traced together, after ``floor``), and at most
-    ``START_LATENCY`` before it (see :class:`RecordedAttempt`).
+    ``START_LATENCY`` before it (see :class:`RecordedAttempt`) — or just
+    after ``earliest``, however long before: the last event other than a
+    submit, which lets only its own run start (no run starts before its
+    submit). Under load the recorded supervisor can take longer than that
+    to start a run it took on its submit, and trace other runs' submits
+    meanwhile; an engine starts it at its submit, and must still end it
+    where the recording did.
     """
     if backoff is not None:
         after = min(max(floor, t - START_LATENCY), backoff - BACKOFF_SLACK)
@@ -614,7 +704,7 @@ def _answered(
     # Longer after the last event than a start takes, it answered something
     # untraced (an account's rest ending): time it from itself.
     origin = cause if t - cause <= START_LATENCY else t
-    return origin, max(floor, t - START_LATENCY), t
+    return origin, max(floor, min(t - START_LATENCY, round(earliest - TICK, 6))), t
 
 
 #: The exit code a synthetic attempt ends with: its process ran (so its

@@ -225,9 +225,15 @@ async def test_a_second_shutdown_request_cancels_running_runs(start: Start, tmp_
     trace_dir = running.config.trace.dir
     (trace_file,) = trace_dir.glob("trace-*.jsonl")
     _header, events = read_trace(trace_file)
-    finishes = [e.fields for e in events if e.event == "finish"]
+    # Its fields but the moment its end was read ("ended", before the line).
+    finishes = [{**e.fields, "ended": None} for e in events if e.event == "finish"]
     assert finishes == [
-        {"run_id": busy["id"], "outcome": "cancelled", "exit_code": finishes[0]["exit_code"]}
+        {
+            "run_id": busy["id"],
+            "outcome": "cancelled",
+            "exit_code": finishes[0]["exit_code"],
+            "ended": None,
+        }
     ]
 
 

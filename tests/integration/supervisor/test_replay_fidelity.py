@@ -14,6 +14,7 @@ from herdsman.sim.decisions import Timeline, read_decisions
 from herdsman.sim.diff import first_divergence
 from herdsman.sim.replay import replay
 from herdsman.sim.workload import config_from_trace, read_workload
+from herdsman.trace import read_trace
 
 
 async def test_a_recorded_run_replays_with_the_same_starts_and_accounts(
@@ -49,6 +50,11 @@ async def test_a_recorded_run_replays_with_the_same_starts_and_accounts(
         await running.stopped.wait()
 
     [recorded] = (tmp_path / "state" / "traces").glob("*.jsonl")
+    # Each finish says when its end was read: before its line, written once
+    # the ledger's thread had committed it (the reader holds it to that).
+    ends = [e.fields for e in read_trace(recorded)[1] if e.event == "finish"]
+    assert len(ends) == len(ids)
+    assert any("ended" in fields for fields in ends)
     workload = read_workload(recorded)
     logging.getLogger("herdsman").setLevel(logging.ERROR)
     result = await trio.to_thread.run_sync(

@@ -96,6 +96,8 @@ events = st.one_of(
         st.none() | st.sampled_from(list(Failure)),
         st.booleans(),
         st.booleans(),
+        # How long before the line its end was read (None: not said).
+        st.none() | st.sampled_from([0.0, 4e-7, 0.000001, 0.25, 3.0, 2e9]),
     ),
 )
 steps = st.sampled_from([0.0, 0.0, 0.00005, 1.5, 2.0000005, 1e9])
@@ -107,7 +109,7 @@ def _by_values(writer: TraceWriter, event: tuple[Any, ...]) -> None:
             writer.submit(run.id, trace_run_text(run, with_prompt=with_prompt))
         case ("start", run_id, account):
             writer.start(run_id, account)
-        case ("finish", run_id, outcome, exit_code, requeued, spend, failure, worked, session):
+        case ("finish", run_id, outcome, exit_code, requeued, spend, failure, worked, session, ago):
             writer.finish(
                 run_id,
                 outcome,
@@ -117,6 +119,7 @@ def _by_values(writer: TraceWriter, event: tuple[Any, ...]) -> None:
                 failure=failure,
                 worked=worked,
                 session=session,
+                ended=None if ago is None else writer.now() - ago,
             )
 
 
@@ -126,7 +129,7 @@ def _by_record(writer: TraceWriter, event: tuple[Any, ...]) -> None:
             writer.record("submit", {"run": trace_run(run, with_prompt=with_prompt)})
         case ("start", run_id, account):
             writer.record("start", {"run_id": run_id, "account": account})
-        case ("finish", run_id, outcome, exit_code, requeued, spend, failure, worked, session):
+        case ("finish", run_id, outcome, exit_code, requeued, spend, failure, worked, session, ago):
             fields = {"run_id": run_id, "outcome": outcome, "exit_code": exit_code}
             if failure is not None:
                 fields["failure"] = failure.value
@@ -138,6 +141,13 @@ def _by_record(writer: TraceWriter, event: tuple[Any, ...]) -> None:
                 fields["requeued"] = True
             if spend is not None:
                 fields["spend"] = spend
+            if ago is not None:
+                # The end read before the line, after the file began: said in
+                # the line's time. (The writer's clock reads the same here.)
+                line_t = round(writer.now() - writer._origin, 6)
+                read = round(writer.now() - ago - writer._origin, 6)
+                if 0 < read < line_t:
+                    fields["ended"] = read
             writer.record("finish", fields)
 
 

@@ -104,6 +104,38 @@ def test_rotation_starts_a_new_self_contained_file(tmp_path: Path) -> None:
     assert carries[-1] == {"running": [], "queued": [r0, r1], "rests": []}
 
 
+def test_a_finish_says_when_its_end_was_read_if_before_its_line(tmp_path: Path) -> None:
+    clock = FakeClock()
+    w = writer(tmp_path, clock)
+    w.event("submit", run={"id": "r0", "provider": "demo"})
+    w.start("r0", None)
+    clock.now += 1
+    read = w.now()
+    clock.now += 0.25  # its commit took that long
+    w.finish("r0", "succeeded", 0, requeued=False, ended=read)
+    w.event("submit", run={"id": "r1", "provider": "demo"})
+    w.start("r1", None)
+    w.finish("r1", "succeeded", 0, requeued=False, ended=w.now())  # read and traced at once
+    w.event("submit", run={"id": "r2", "provider": "demo"})
+    w.start("r2", None)
+    read = w.now()
+    clock.now += 1
+    w.rotate()  # its line goes to a file begun after it was read
+    clock.now += 1
+    w.finish("r2", "succeeded", 0, requeued=False, ended=read)
+    w.close()
+    files = sorted(tmp_path.glob("trace-*.jsonl"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    finishes = [
+        (e.t, e.fields) for path in files for e in read_trace(path)[1] if e.event == "finish"
+    ]
+    plain = {"outcome": "succeeded", "exit_code": 0}
+    assert finishes == [
+        (1.25, {"run_id": "r0", **plain, "ended": 1.0}),
+        (1.25, {"run_id": "r1", **plain}),
+        (1.0, {"run_id": "r2", **plain}),
+    ]
+
+
 def test_a_sink_is_one_file_never_rotated(tmp_path: Path) -> None:
     clock = FakeClock()
     sink = io.StringIO()
@@ -197,6 +229,22 @@ HEADER = json.dumps(
         (
             [HEADER, '{"t":0,"seq":0,"event":"fleet_cancel","run_id":7}'],
             ":2: run_id: expected a string, got 7",
+        ),
+        (
+            [
+                HEADER,
+                '{"t":1.5,"seq":0,"event":"finish","run_id":"r","outcome":"failed",'
+                '"exit_code":1,"ended":1.75}',
+            ],
+            r":2: ended: expected seconds >= 0, no later than the line's t \(1.5\), got 1.75",
+        ),
+        (
+            [
+                HEADER,
+                '{"t":1.5,"seq":0,"event":"finish","run_id":"r","outcome":"failed",'
+                '"exit_code":1,"ended":"1.25"}',
+            ],
+            ":2: ended: expected seconds >= 0",
         ),
     ],
 )

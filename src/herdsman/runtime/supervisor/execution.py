@@ -186,7 +186,9 @@ class Execution(Service):
     ) -> None:
         end = self._finish_fields(ended, record.id)
         session_id = end.session_id
-        now = self._wall()
+        # The same moment on the trace's clock too: its finish line says it
+        # (a replay ends the attempt then, though its commit traces it late).
+        now, read = self._wall(), None if self._trace is None else self._trace.now()
         conversation = record.conversation
         # The lifecycle decides: the status, a usage limit's rest and re-queue
         # (once, recorded in the same transaction, so the run is never lost
@@ -260,6 +262,7 @@ class Execution(Service):
                 requeue=requeued,
                 spent=spent[0] if requeued and spent else None,
                 ending=outcome,
+                ended=read,
             )
 
         starts: QueuedStarts | None = None
@@ -404,10 +407,12 @@ class Execution(Service):
         requeue: bool,
         spent: Spend | None = None,
         ending: RunOutcome | None = None,
+        ended: float | None = None,
     ) -> None:
         """Trace and count a finish just recorded; deliver its completion callback.
 
         ``spent``: what a re-queued attempt spent (its run's record no longer says).
+        ``ended``: when the attempt's end was read, on the trace's clock.
         ``ending``: how the attempt ended, as the lifecycle settled it: a
         failure's retry class, whether the agent did work and whether it
         reported a session are traced (a replay reads them back:
@@ -431,6 +436,7 @@ class Execution(Service):
                 failure=failure,
                 worked=worked,
                 session=session,
+                ended=ended,
             )
         elif self._trace is not None:
             # The usual finish: its agent's stream said nothing of a spend.
@@ -442,6 +448,7 @@ class Execution(Service):
                 failure=failure,
                 worked=worked,
                 session=session,
+                ended=ended,
             )
         if self._counts_runs:
             if not requeue:  # a re-queued run has not finished
@@ -463,6 +470,7 @@ class Execution(Service):
         failure: Failure | None,
         worked: bool,
         session: bool,
+        ended: float | None,
     ) -> None:
         """Trace a finish with what its attempt spent, and count the spend."""
         if self._trace is not None:
@@ -476,6 +484,7 @@ class Execution(Service):
                 failure=failure,
                 worked=worked,
                 session=session,
+                ended=ended,
             )
         if self._counts_runs:
             self.metrics.count_spend(final.provider, final.account, spend)
