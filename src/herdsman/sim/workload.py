@@ -21,6 +21,7 @@ import tomlkit
 
 from herdsman.config import ConfigError, LoadedConfig, load_config_text
 from herdsman.core.runs import DEFAULT_WORKSPACE, RunRequest
+from herdsman.runtime.runner.api_failure import ApiFailure
 from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.sim.recorded_end import SIGNALS as _SIGNALS
 from herdsman.sim.recorded_end import (
@@ -131,8 +132,9 @@ class RunPlan:
     """A run's recorded attempts, in order; ``index`` is its arrival order.
 
     ``synthetic``: the attempts came from the submit line, not a recording.
-    ``usage``: for a synthetic run whose first attempt hit a usage limit,
-    what the attempt that does its work says (the limited one spends nothing).
+    ``usage``: for a synthetic run with a spend, what each attempt after the
+    first spends (the line's spend; a first attempt refused at a usage limit
+    or at its login spends nothing).
     """
 
     index: int
@@ -248,8 +250,9 @@ class Executions:
         if plan is not None and count < len(plan.attempts):
             return plan.attempts[count]
         if plan is not None and plan.synthetic and plan.attempts:
-            # A synthetic run tried again (after a usage limit) does its work
-            # this time, in the time the workload gave it, spending what it gave.
+            # A synthetic run tried again (a retry, or after a usage limit or
+            # a refused login) does its work this time, in the time the
+            # workload gave it, spending what it gave.
             return Attempt(plan.attempts[-1].duration, "succeeded", 0, usage=plan.usage)
         self._defaulted.add(run_id)
         return Attempt(DEFAULT_DURATION, "succeeded", 0)
@@ -724,11 +727,22 @@ def _described(fields: Mapping[str, Any]) -> bool:
 
 
 def _add_synthetic(plan: RunPlan, where: str, fields: Mapping[str, Any]) -> None:
-    """Give ``plan`` the attempt its submit line describes."""
+    """Give ``plan`` the attempt its submit line describes, and what any later attempt spends."""
     attempt = _synthetic(where, fields)
-    if attempt.outcome == "usage_limited" and attempt.usage is not None:
-        # Its work is done by the attempt after the limit: that one spends.
-        plan.usage, attempt = attempt.usage, attrs.evolve(attempt, usage=None)
+    spent = attempt.usage
+    if spent is not None and "spend" in fields:
+        # An attempt after this one (a retry, a run moved off a limited or
+        # refused account) does the run's work in the same duration, so it
+        # spends the line's spend, as a recorded retry's finish says its own:
+        # a failed attempt that did its work burned its tokens all the same.
+        plan.usage = RunUsage(tokens=spent.tokens, cost_usd=spent.cost_usd)
+        if attempt.outcome == "usage_limited":
+            # Refused at the limit, it did no work: the attempt after it spends.
+            attempt = attrs.evolve(attempt, usage=None)
+        elif spent.failure is ApiFailure.AUTHENTICATION:
+            # Its login refused, it did no work either; its stream still
+            # names the failure, which is how the supervisor knows it.
+            attempt = attrs.evolve(attempt, usage=RunUsage(failure=spent.failure))
     plan.attempts.append(attempt)
     plan.synthetic = True
 
