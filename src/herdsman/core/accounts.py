@@ -166,10 +166,16 @@ class AccountBook:
         # Accounts given runs ahead of their start: run id -> account name.
         self._pins: dict[str, str | None] = {}
         self._plain_picks: dict[str | None, Pick] = {}
-        # Providers none of whose accounts can take a run: (since, until), as
-        # blocked_until found at ``since``. Every change to one of a provider's
-        # accounts pops its entry; time alone changes nothing before ``until``.
-        self._blocked: dict[str, tuple[float, float]] = {}
+        #: The account-side signal (read-only): providers none of whose
+        #: accounts can take a run, each with ``(since, until)`` as
+        #: :meth:`blocked_until` found at ``since`` (``until`` is ``math.inf``
+        #: when only an event can free one). Every change to one of a
+        #: provider's accounts (a start, an end, a rest, a reload...) removes
+        #: its entry, and time alone changes nothing before ``until``, so
+        #: while ``since <= now < until`` the provider can start nothing: a
+        #: dispatcher skips it without asking. An attribute, not a method: it
+        #: is read at every dispatch.
+        self.closed: dict[str, tuple[float, float]] = {}
         #: Whether time alone may ever make an account available again (see
         #: :meth:`next_change`): some account has a budget over a window, or
         #: some account has rested. False means :meth:`next_change` is None for
@@ -203,14 +209,14 @@ class AccountBook:
             account.configure(spec)
             accounts.append(account)
         self._accounts[provider] = accounts
-        self._blocked.pop(provider, None)
+        self.closed.pop(provider, None)
         for name, account in old.items():
             if account.running:
                 self._retired[(provider, name)] = account
 
     def remove_provider(self, provider: str) -> None:
         """Forget a provider; its running runs keep their accounts until they end."""
-        self._blocked.pop(provider, None)
+        self.closed.pop(provider, None)
         for account in self._accounts.pop(provider, ()):
             if account.running:
                 self._retired[(provider, account.spec.name)] = account
@@ -239,7 +245,7 @@ class AccountBook:
         moment: only a change to one of the provider's accounts (a start, an
         end, a rest, a reload...) can free one sooner, and each forgets it.
         """
-        known = self._blocked.get(provider)
+        known = self.closed.get(provider)
         if known is not None and known[0] <= now < known[1]:
             return known[1]
         accounts = self._accounts.get(provider, ())
@@ -260,7 +266,7 @@ class AccountBook:
             free_at = account.free_at(now)
             if free_at is not None and free_at < until:
                 until = free_at
-        self._blocked[provider] = (now, until)
+        self.closed[provider] = (now, until)
         return until
 
     def pick(self, provider: str, conversation: str | None, now: float) -> Pick | None:
@@ -369,7 +375,7 @@ class AccountBook:
         """:meth:`start` on an account already found."""
         held.begin(run_id, now)
         self._holders[run_id] = (provider, held)
-        self._blocked.pop(provider, None)
+        self.closed.pop(provider, None)
 
     def finish(
         self, run_id: str, now: float, *, spawned: bool = True, charge: Charge = NO_CHARGE
@@ -386,7 +392,7 @@ class AccountBook:
             return  # a run that started before accounts were known to the book
         provider, account = holder
         account.end(run_id, now, spawned, charge)
-        self._blocked.pop(provider, None)
+        self.closed.pop(provider, None)
         if not account.running and self._retired.get((provider, account.spec.name)) is account:
             del self._retired[(provider, account.spec.name)]
 
@@ -438,7 +444,7 @@ class AccountBook:
             self.may_free_in_time = True
             held.exhausted_until = until
             held.message = message
-            self._blocked.pop(provider, None)
+            self.closed.pop(provider, None)
 
     def wake(self, provider: str, account: str | None) -> bool:
         """End ``account``'s rest now (an operator knows better); False if unknown.
@@ -450,7 +456,7 @@ class AccountBook:
             return False
         held.exhausted_until = held.message = None
         held.needs_login = held.near_until = None
-        self._blocked.pop(provider, None)
+        self.closed.pop(provider, None)
         return True
 
     def charge(self, provider: str, account: str | None, end: float, charge: Charge) -> None:
@@ -462,7 +468,7 @@ class AccountBook:
         held = self._find(provider, account)
         if held is not None:
             held.charge(end, charge)
-            self._blocked.pop(provider, None)
+            self.closed.pop(provider, None)
 
     def warn(self, provider: str, account: str | None, until: float) -> None:
         """The provider warned that ``account`` is near its limit: prefer others until ``until``.
@@ -472,14 +478,14 @@ class AccountBook:
         held = self._find(provider, account)
         if held is not None:
             held.near_until = until
-            self._blocked.pop(provider, None)
+            self.closed.pop(provider, None)
 
     def need_login(self, provider: str, account: str | None, message: str) -> None:
         """A run on ``account`` failed to authenticate: it takes no run until :meth:`logged_in`."""
         held = self._find(provider, account)
         if held is not None:
             held.needs_login = message
-            self._blocked.pop(provider, None)
+            self.closed.pop(provider, None)
 
     def logged_in(self) -> list[tuple[str, str | None]]:
         """Every account that needed a login may take runs again (a reload); which did."""
@@ -488,7 +494,7 @@ class AccountBook:
             if account.needs_login is not None:
                 account.needs_login = None
                 cleared.append((provider, account.spec.name))
-                self._blocked.pop(provider, None)
+                self.closed.pop(provider, None)
         return cleared
 
     # -- the rest of a fleet ----------------------------------------------
@@ -506,7 +512,7 @@ class AccountBook:
             found.setdefault(use[:2], []).append(use)
         for provider, account, _ in self._every_account():
             account.set_elsewhere(FleetUsage(found.get((provider, account.spec.name), ())))
-            self._blocked.pop(provider, None)
+            self.closed.pop(provider, None)
 
     def sync_rests(
         self, limits: Iterable[tuple[str, str | None, float, str]], now: float
@@ -530,12 +536,12 @@ class AccountBook:
                     self.may_free_in_time = True
                     account.exhausted_until, account.message = rest
                     changes.append((provider, account.spec.name, rest[0]))
-                    self._blocked.pop(provider, None)
+                    self.closed.pop(provider, None)
             elif account.exhausted_until is not None:
                 if account.exhausted_until > now:
                     changes.append((provider, account.spec.name, None))
                 account.exhausted_until = account.message = None
-                self._blocked.pop(provider, None)
+                self.closed.pop(provider, None)
         return changes
 
     def _every_account(self) -> list[tuple[str, AccountState, bool]]:
@@ -563,7 +569,7 @@ class AccountBook:
         held = self._find(provider, account)
         if held is not None:
             held.record(started_at, finished_at, charge)
-            self._blocked.pop(provider, None)
+            self.closed.pop(provider, None)
 
     def remember(self, provider: str, conversation: str, account: str | None) -> None:
         """The account ``conversation`` used last (its session lives there)."""
@@ -651,7 +657,12 @@ class AccountGate:
 
     def can_start(self, provider: str) -> bool:
         """Whether some account of ``provider`` can take a run now."""
-        return self._book.blocked_until(provider, self._now) is None
+        now = self._now
+        # A provider the book knows closed at ``now`` needs no blocked_until call.
+        known = self._book.closed.get(provider)
+        if known is not None and known[0] <= now < known[1]:
+            return False
+        return self._book.blocked_until(provider, now) is None
 
     def started(self, run: RunRequest) -> None:
         """Give ``run`` its account."""

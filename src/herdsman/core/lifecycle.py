@@ -370,8 +370,13 @@ class Lifecycle:
         startable = self.scheduler.startable
         if not (book.may_free_in_time and startable):
             return soonest  # nothing may start, or time alone frees no account
+        closed = book.closed
         for provider in startable:  # a minimum: the order does not matter
-            at = book.blocked_until(provider, now)  # None: available now
+            known = closed.get(provider)
+            if known is not None and known[0] <= now < known[1]:
+                at: float | None = known[1]  # closed until then, the book says
+            else:
+                at = book.blocked_until(provider, now)  # None: available now
             if at is not None and at != math.inf and (soonest is None or at < soonest):
                 soonest = at
         return soonest
@@ -466,8 +471,19 @@ class Lifecycle:
         scheduler = self.scheduler
         if self._backoff and self.admitting:
             self._end_backoffs(now)
-        if not (self.admitting and scheduler.startable):
+        startable = scheduler.startable
+        if not (self.admitting and startable):
             return _NO_STARTS  # every queued run waits on a lane or a slot
+        closed = self.book.closed
+        if closed:
+            # Every ready provider's accounts closed at ``now`` (the book's
+            # account-side signal): no gate to make, no provider to ask.
+            for provider in startable:
+                known = closed.get(provider)
+                if known is None or not known[0] <= now < known[1]:
+                    break
+            else:
+                return _NO_STARTS
         accounts = AccountGate(self.book, now)
         scheduler.take_startable(accounts if gate is None else gate(accounts))
         return accounts.picks

@@ -39,7 +39,9 @@ Picking the next start compares the heads of the indexed heaps only, and a
 driver (the lifecycle's dispatch, its wakeups) reads the index instead of
 asking every provider's slots and gate at every event: a provider whose
 runs all wait on a lane or a slot is not even looked at. O(P) at most in
-configured providers, never in queued runs.
+configured providers, never in queued runs. One method (``_index``) decides
+whether a provider is in it, and drops its heap's stale tops on the way;
+each provider's slots, counts and heap are one object its runs point at.
 
 A started run can be *held* (:meth:`Scheduler.hold`): a fleet member whose
 claim of it was refused keeps it on its lanes, as a holder, so FIFO per lane
@@ -177,6 +179,26 @@ class _Lane:
         self.ix_holders = 0
 
 
+class _Provider:
+    """One provider: its slots, its counts, and its heap of ready runs.
+
+    Everything the hot paths ask of a provider, in one object its runs
+    point at, so a start or a finish reads attributes instead of looking
+    the provider's name up in a dict per count.
+    """
+
+    __slots__ = ("cap", "name", "queued", "ready", "running")
+
+    def __init__(self, name: str, cap: int) -> None:
+        self.name = name
+        self.cap = cap  # its slots under the limits in force
+        self.queued = 0
+        self.running = 0  # held runs are not
+        # Runs free to start on their lanes, by submission sequence; cancelled
+        # and no longer ready runs linger until they reach the top.
+        self.ready: list[tuple[int, _Entry]] = []
+
+
 def _front(queue: deque[_Entry]) -> _Entry | None:
     """The first live waiter of ``queue``, dropping tombstones before it."""
     while queue:
@@ -188,12 +210,19 @@ def _front(queue: deque[_Entry]) -> _Entry | None:
 
 
 class _Entry:
-    __slots__ = ("in_heap", "locks", "run", "seq", "state")
+    __slots__ = ("in_heap", "locks", "provider", "run", "seq", "state")
 
-    def __init__(self, run: RunRequest, seq: int, locks: tuple[tuple[_Lane, bool], ...]) -> None:
+    def __init__(
+        self,
+        run: RunRequest,
+        seq: int,
+        locks: tuple[tuple[_Lane, bool], ...],
+        provider: _Provider,
+    ) -> None:
         self.run = run
         self.seq = seq
         self.locks = locks  # (lane, exclusive)
+        self.provider = provider  # run.provider's slots and ready heap
         self.state: RunState | None = _QUEUED  # None once cancelled or finished
         self.in_heap = False
 
@@ -253,6 +282,29 @@ def _ready_on(lane: _Lane, entry: _Entry, exclusive: bool) -> bool:
     return first_x is None or first_x.seq > entry.seq
 
 
+def _is_ready(entry: _Entry) -> bool:
+    """Whether every lane of ``entry`` lets it start (slots aside)."""
+    # _ready_on inlined for exclusive locks, the hottest path by far (every
+    # conversation and agent lane); a plain loop, as all() over a
+    # generator costs about twice as much here.
+    for lane, exclusive in entry.locks:
+        if lane.x_holders:
+            return False
+        if exclusive:
+            queue = lane.x_queue
+            if lane.ix_holders or (
+                not (queue and queue[0] is entry) and _front(queue) is not entry
+            ):
+                return False
+            if lane.ix_queue:
+                first_ix = _front(lane.ix_queue)
+                if first_ix is not None and first_ix.seq < entry.seq:
+                    return False
+        elif not _ready_on(lane, entry, exclusive):
+            return False
+    return True
+
+
 class Scheduler:
     """Decides which queued runs may start, honouring lanes and caps.
 
@@ -271,9 +323,8 @@ class Scheduler:
         # put in its place by ``_insert``.
         self._entries: dict[str, _Entry] = {}
         self._lanes: dict[str, _Lane] = {}
-        self._ready: dict[str, list[tuple[int, _Entry]]] = {}
-        self._queued_by_provider: dict[str, int] = {}
-        self._running_by_provider: dict[str, int] = {}
+        # Every provider a run was ever submitted for, in that order.
+        self._providers: dict[str, _Provider] = {}
         self._running = 0
         #: How many runs wait to start (read-only: kept by the events below).
         #: An attribute, not a property: the supervisor asks before every
@@ -284,13 +335,13 @@ class Scheduler:
         # Queued runs on no lane at all (no key), so a snapshot lists them
         # without a walk of every queued run.
         self._lone: dict[str, _Entry] = {}
-        #: The ready index (read-only): each provider whose ready heap is not
-        #: empty and whose running runs are below its cap, with that heap.
-        #: The global cap aside; a heap may still hold cancelled runs, dropped
-        #: when :meth:`take_startable` looks. A provider absent here can start
-        #: nothing until an event (a finish, a cancel, a higher cap) puts it
-        #: back. An attribute, not a method: every dispatch reads it.
-        self.startable: dict[str, list[tuple[int, _Entry]]] = {}
+        #: The ready index (read-only), by provider name: each provider whose
+        #: ready heap's top may start (its lanes allow it) and whose running
+        #: runs are below its cap. The global cap aside. A provider absent
+        #: here can start nothing until an event (a finish, a cancel, a
+        #: higher cap) puts it back. An attribute, not a method: every
+        #: dispatch reads it. Only :meth:`_index` changes it.
+        self.startable: dict[str, _Provider] = {}
 
     # -- queries -----------------------------------------------------------
 
@@ -331,11 +382,13 @@ class Scheduler:
 
     def queued_for(self, provider: str) -> int:
         """Queued runs of ``provider``. O(1)."""
-        return self._queued_by_provider.get(provider, 0)
+        known = self._providers.get(provider)
+        return 0 if known is None else known.queued
 
     def running_for(self, provider: str) -> int:
         """Running runs of ``provider``. O(1)."""
-        return self._running_by_provider.get(provider, 0)
+        known = self._providers.get(provider)
+        return 0 if known is None else known.running
 
     def has_free_slot(self, provider: str) -> bool:
         """Whether ``provider`` and the global cap both have a slot free now. O(1).
@@ -344,11 +397,10 @@ class Scheduler:
         if this holds, so a caller may skip :meth:`take_startable` when it
         does not and nothing else changed.
         """
-        limits = self._limits
-        cap = limits.global_cap
-        return self._running_by_provider.get(provider, 0) < limits.provider_caps.get(
-            provider, 0
-        ) and (cap is None or self._running < cap)
+        cap = self._limits.global_cap
+        return self.running_for(provider) < self._limits.provider_caps.get(provider, 0) and (
+            cap is None or self._running < cap
+        )
 
     def is_busy(self, run: RunRequest) -> bool:
         """Whether a queued or running run already shares one of ``run``'s keys.
@@ -386,11 +438,12 @@ class Scheduler:
         for entry in self._held.values():
             provider = entry.run.provider
             held_by_provider[provider] = held_by_provider.get(provider, 0) + 1
+        providers = sorted(self._providers.items())
         return SchedulerSnapshot(
             queued=self.queued_count,
             running=self._running,
-            queued_by_provider={p: n for p, n in self._queued_by_provider.items() if n},
-            running_by_provider={p: n for p, n in self._running_by_provider.items() if n},
+            queued_by_provider={name: known.queued for name, known in providers if known.queued},
+            running_by_provider={name: known.running for name, known in providers if known.running},
             queued_by_lane=dict(sorted(by_lane.items())),
             held=len(self._held),
             held_by_provider=dict(sorted(held_by_provider.items())),
@@ -424,7 +477,10 @@ class Scheduler:
             locks: tuple[tuple[_Lane, bool], ...] = ()  # a lane of its own: no key at all
         else:
             locks = self._locks_for(run)
-        entry = _Entry(run, self._next_seq, locks)
+        provider = self._providers.get(run.provider)
+        if provider is None:
+            provider = self._provider(run.provider)
+        entry = _Entry(run, self._next_seq, locks, provider)
         self._next_seq += 1
         self._entries[run.id] = entry
         if not locks:
@@ -434,26 +490,14 @@ class Scheduler:
             self._enqueue(lane, entry, exclusive)
             if ready and not _ready_on(lane, entry, exclusive):
                 ready = False
-        provider = run.provider
-        queued = self._queued_by_provider
-        queued[provider] = queued.get(provider, 0) + 1
+        provider.queued += 1
         self.queued_count += 1
         if ready:
             # _push_ready inlined: every submit of a run on a free lane comes here.
-            heap = self._ready.get(provider)
-            if heap is None:
-                heap = self._ready[provider] = []
-            heapq.heappush(heap, (entry.seq, entry))
+            heapq.heappush(provider.ready, (entry.seq, entry))
             entry.in_heap = True
-            startable = self.startable
-            if provider not in startable:
-                if heap[0][1] is entry:  # the common case: nothing stale above it
-                    if self._running_by_provider.get(provider, 0) < self._limits.provider_caps.get(
-                        provider, 0
-                    ):
-                        startable[provider] = heap
-                else:
-                    self._index(provider)
+            if provider.name not in self.startable:
+                self._index(provider)
 
     def take_startable(self, gate: StartGate | None = None) -> list[RunRequest]:
         """Mark as running, and return in start order, every run that may start now.
@@ -467,26 +511,21 @@ class Scheduler:
         if not startable:
             return []
         started: list[RunRequest] = []
-        caps = self._limits.provider_caps
         global_cap = self._limits.global_cap
-        running_by_provider = self._running_by_provider
-        queued_by_provider = self._queued_by_provider
-        queued = _QUEUED
         # An indexed heap's top may start as far as its lanes and its
         # provider's slots go: only the gate is left to ask. (A plain loop: a
         # comprehension is a call of its own.)
-        candidates: list[tuple[str, list[tuple[int, _Entry]]]] = []
-        for provider, heap in startable.items():
-            if gate is None or gate.can_start(provider):
-                candidates.append((provider, heap))
+        candidates: list[_Provider] = []
+        for provider in startable.values():
+            if gate is None or gate.can_start(provider.name):
+                candidates.append(provider)
         while candidates and (global_cap is None or self._running < global_cap):
             best = candidates[0]
             if len(candidates) > 1:
                 for candidate in candidates:
-                    if candidate[1][0][0] < best[1][0][0]:
+                    if candidate.ready[0][0] < best.ready[0][0]:
                         best = candidate
-            provider, heap = best
-            entry = heapq.heappop(heap)[1]
+            entry = heapq.heappop(best.ready)[1]
             entry.in_heap = False
             # Start it: a tombstone in every queue from now on.
             entry.state = _RUNNING
@@ -494,15 +533,15 @@ class Scheduler:
                 del self._lone[entry.run.id]
             for lane, exclusive in entry.locks:
                 if exclusive:
-                    # _drop_stale just checked that ``entry`` heads this lane.
+                    # _index checked that ``entry`` heads this lane.
                     lane.x_queue.popleft()
                     lane.live -= 1
                     lane.x_holders += 1
                 else:
                     lane.ix_holders += 1
-            queued_by_provider[provider] -= 1
+            best.queued -= 1
+            best.running += 1
             self.queued_count -= 1
-            running = running_by_provider[provider] = running_by_provider.get(provider, 0) + 1
             self._running += 1
             run = entry.run
             started.append(run)
@@ -511,14 +550,9 @@ class Scheduler:
             # Only this heap's top can have gone stale: no other ready run
             # conflicts with the run just started on any lane (one of the two
             # would be waiting behind the other), so their readiness holds.
-            if heap:
-                top = heap[0][1]
-                if top.state is not queued or (top.locks and not self._is_ready(top)):
-                    self._drop_stale(heap)
-            if not heap or running >= caps.get(provider, 0):
-                candidates.remove(best)
-                del startable[provider]  # nothing ready, or no slot: out of the index
-            elif gate is not None and not gate.can_start(provider):
+            if not self._index(best):
+                candidates.remove(best)  # nothing ready, or no slot: out of the index
+            elif gate is not None and not gate.can_start(best.name):
                 candidates.remove(best)  # still indexed: its gate may open by itself
         return started
 
@@ -530,9 +564,9 @@ class Scheduler:
         del self._entries[run_id]
         entry.state = None
         self._running -= 1
-        provider = entry.run.provider
-        self._running_by_provider[provider] -= 1
-        if provider not in self.startable and self._ready.get(provider):
+        provider = entry.provider
+        provider.running -= 1
+        if provider.ready and provider.name not in self.startable:
             self._index(provider)  # its slot is free: its ready runs may start
         for lane, exclusive in entry.locks:
             if exclusive:
@@ -556,9 +590,9 @@ class Scheduler:
             raise SchedulerError(f"run {run_id!r} is not running")
         entry.state = RunState.HELD
         self._running -= 1
-        self._running_by_provider[entry.run.provider] -= 1
+        entry.provider.running -= 1
         self._held[run_id] = entry
-        self._index(entry.run.provider)
+        self._index(entry.provider)
 
     def requeue(self, run_id: str) -> None:
         """Put a running or held run back in the queue, in its original place.
@@ -571,16 +605,16 @@ class Scheduler:
         entry = self._entries.get(run_id)
         if entry is None:
             raise SchedulerError(f"run {run_id!r} is not running")
-        provider = entry.run.provider
+        provider = entry.provider
         if entry.state is RunState.RUNNING:
             self._running -= 1
-            self._running_by_provider[provider] -= 1
+            provider.running -= 1
         elif entry.state is RunState.HELD:
             del self._held[run_id]
         else:
             raise SchedulerError(f"run {run_id!r} is not running")
         entry.state = RunState.QUEUED
-        self._queued_by_provider[provider] = self._queued_by_provider.get(provider, 0) + 1
+        provider.queued += 1
         self.queued_count += 1
         if not entry.locks:
             self._lone[run_id] = entry
@@ -613,7 +647,10 @@ class Scheduler:
         O(length of its lanes) — a rare event, never a scheduling decision.
         """
         locks = self._locks_for(run)
-        entry = _Entry(run, seq, locks)
+        provider = self._providers.get(run.provider)
+        if provider is None:
+            provider = self._provider(run.provider)
+        entry = _Entry(run, seq, locks, provider)
         entry.state = RunState.RUNNING
         entries = list(self._entries.items())
         place = next((i for i, (_, e) in enumerate(entries) if e.seq > seq), len(entries))
@@ -626,9 +663,8 @@ class Scheduler:
                     _hold_back_intentions(lane, seq)
             else:
                 lane.ix_holders += 1
-        provider = run.provider
         self._running += 1
-        self._running_by_provider[provider] = self._running_by_provider.get(provider, 0) + 1
+        provider.running += 1
         self.requeue(run.id)
 
     def cancel(self, run_id: str) -> CancelOutcome:
@@ -644,12 +680,12 @@ class Scheduler:
             del self._held[run_id]
             entry.state = RunState.RUNNING
             self._running += 1
-            self._running_by_provider[entry.run.provider] += 1
+            entry.provider.running += 1
             self.finish(run_id)
             return CancelOutcome.REMOVED
         del self._entries[run_id]
         entry.state = None
-        self._queued_by_provider[entry.run.provider] -= 1
+        entry.provider.queued -= 1
         self.queued_count -= 1
         if not entry.locks:
             del self._lone[run_id]
@@ -664,7 +700,9 @@ class Scheduler:
     def set_limits(self, limits: Limits) -> None:
         """Replace the caps. Running runs are never stopped by a lower cap."""
         self._limits = limits
-        for provider in self._ready:
+        caps = limits.provider_caps
+        for provider in self._providers.values():
+            provider.cap = caps.get(provider.name, 0)
             self._index(provider)
 
     def set_agent_exclusive(self, agent_exclusive: bool) -> None:
@@ -679,7 +717,8 @@ class Scheduler:
             return
         self._agent_exclusive = agent_exclusive
         self._lanes = {}
-        self._ready = {}
+        for provider in self._providers.values():
+            provider.ready = []
         self.startable.clear()
         self._lone = {}
         # Holders first (running and held runs): a run placed by seq
@@ -735,81 +774,48 @@ class Scheduler:
                 return  # free on this lane from the start: nothing to release later
             lane.ix_pending.append(entry)
 
-    def _is_ready(self, entry: _Entry) -> bool:
-        # _ready_on inlined for exclusive locks, the hottest path by far (every
-        # conversation and agent lane); a plain loop, as all() over a
-        # generator costs about twice as much here.
-        for lane, exclusive in entry.locks:
-            if lane.x_holders:
-                return False
-            if exclusive:
-                queue = lane.x_queue
-                if lane.ix_holders or (
-                    not (queue and queue[0] is entry) and _front(queue) is not entry
-                ):
-                    return False
-                if lane.ix_queue:
-                    first_ix = _front(lane.ix_queue)
-                    if first_ix is not None and first_ix.seq < entry.seq:
-                        return False
-            elif not _ready_on(lane, entry, exclusive):
-                return False
-        return True
-
     def _offer(self, entry: _Entry) -> None:
         """Put a queued run in its provider's ready heap if it may start."""
-        if not entry.in_heap and self._is_ready(entry):
+        if not entry.in_heap and _is_ready(entry):
             self._push_ready(entry)
 
     def _push_ready(self, entry: _Entry) -> None:
-        """Add a run known to be ready to its provider's heap."""
-        heap = self._ready.get(entry.run.provider)
-        if heap is None:
-            heap = self._ready[entry.run.provider] = []
-        heapq.heappush(heap, (entry.seq, entry))
+        """Add a run known to be ready to its provider's heap, and index the provider."""
+        provider = entry.provider
+        heapq.heappush(provider.ready, (entry.seq, entry))
         entry.in_heap = True
-        if entry.run.provider not in self.startable:
-            self._index(entry.run.provider)
+        if provider.name not in self.startable:
+            self._index(provider)
 
-    def _index(self, provider: str) -> None:
+    def _index(self, provider: _Provider) -> bool:
         """Put ``provider`` in the ready index, or take it out, as its heap and slots now say.
 
         Its heap's cancelled or no longer ready tops are dropped first, so an
         indexed heap's top is always a run that may start (lanes and slots).
+        The one place that decides both; returns whether it is indexed.
         """
-        heap = self._ready.get(provider)
-        if heap and self._running_by_provider.get(provider, 0) < self._limits.provider_caps.get(
-            provider, 0
-        ):
-            top = heap[0][1]
-            if top.state is not _QUEUED or (top.locks and not self._is_ready(top)):
-                self._drop_stale(heap)
-            if heap:
-                self.startable[provider] = heap
-                return
-        self.startable.pop(provider, None)
+        if provider.running < provider.cap:
+            heap = provider.ready
+            while heap:
+                top = heap[0][1]
+                if top.state is _QUEUED and (not top.locks or _is_ready(top)):
+                    self.startable[provider.name] = provider
+                    return True
+                heapq.heappop(heap)
+                top.in_heap = False
+        self.startable.pop(provider.name, None)
+        return False
 
     def _reindex(self) -> None:
         """After an event that may leave a ready run behind an earlier one (a re-queue, a
-        cancel): drop every indexed heap's stale top, and providers left with none. O(P)."""
-        emptied = []
-        for provider, heap in self.startable.items():
-            top = heap[0][1]
-            if top.state is not _QUEUED or (top.locks and not self._is_ready(top)):
-                self._drop_stale(heap)
-                if not heap:
-                    emptied.append(provider)
-        for provider in emptied:
-            del self.startable[provider]
+        cancel): index every indexed provider again, dropping stale tops. O(P)."""
+        for provider in list(self.startable.values()):
+            self._index(provider)
 
-    def _drop_stale(self, heap: list[tuple[int, _Entry]]) -> None:
-        """Pop heap tops that were cancelled or are no longer ready."""
-        while heap:
-            entry = heap[0][1]
-            if entry.state is _QUEUED and self._is_ready(entry):
-                return
-            heapq.heappop(heap)
-            entry.in_heap = False
+    def _provider(self, name: str) -> _Provider:
+        """The slots and ready heap of a provider seen for the first time."""
+        provider = self._providers[name] = _Provider(name, self._limits.provider_caps.get(name, 0))
+        return provider
 
     def _lane_changed(self, lane: _Lane) -> None:
         """A holder left or a waiter was withdrawn: offer whoever it may have freed."""

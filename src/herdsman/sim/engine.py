@@ -325,9 +325,11 @@ class FastEngine:
         life = self._life
         scheduler = life.scheduler
         position, inf, wakes = 0, math.inf, self._workload.wakes
+        # The next arrival's time, worked out as it becomes the next, not
+        # again at every run's end and timer before it.
+        arrival_at = arrivals[0].t if count else inf
         while True:
             end_at = ends[0][0] if ends else inf
-            arrival_at = arrivals[position].t if position < count else inf
             timer = self._timer
             if timer is not None and timer <= end_at and timer <= arrival_at:
                 # The supervisor's own timers due by a moment act before it;
@@ -358,6 +360,7 @@ class FastEngine:
             else:
                 arrival = arrivals[position]
                 position += 1
+                arrival_at = arrivals[position].t if position < count else inf
                 self._now = arrival.t
                 if self._measuring:
                     # The trace's clock now, as the arrival has it worked out.

@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.sim.workload import (
     DEFAULT_DURATION,
     RecordedAttempt,
@@ -268,6 +269,7 @@ def _merged(members: Sequence[Member], offsets: Sequence[float]) -> Workload:
     firsts: dict[str, float] = {}
     attempts: dict[str, list[Any]] = {}
     synthetic: set[str] = set()
+    usage: dict[str, RunUsage] = {}  # what a synthetic run's later attempts spend
     for member, offset in zip(members, offsets, strict=True):
         for event in member.events:
             run = event.fields.get("run") if event.event in ("fleet_submit", "submit") else None
@@ -278,6 +280,8 @@ def _merged(members: Sequence[Member], offsets: Sequence[float]) -> Workload:
             bucket = attempts.setdefault(run_id, [])
             if plan.synthetic:
                 synthetic.add(run_id)
+            if plan.usage is not None:
+                usage[run_id] = plan.usage
             for attempt in plan.attempts:
                 bucket.append(
                     attrs.evolve(
@@ -293,7 +297,7 @@ def _merged(members: Sequence[Member], offsets: Sequence[float]) -> Workload:
         bucket.sort(key=lambda a: a.ends_at if isinstance(a, RecordedAttempt) else math.inf)
     order = sorted(attempts, key=lambda run_id: (firsts.get(run_id, math.inf), run_id))
     plans = {
-        run_id: RunPlan(index, attempts[run_id], run_id in synthetic)
+        run_id: RunPlan(index, attempts[run_id], run_id in synthetic, usage.get(run_id))
         for index, run_id in enumerate(order)
     }
     first = members[0].workload

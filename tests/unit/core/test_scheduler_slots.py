@@ -46,3 +46,20 @@ def test_a_free_slot_is_exactly_when_a_new_lone_run_starts_at_once(
             scheduler.finish(running.pop(arg % len(running)))
             running += [run.id for run in scheduler.take_startable()]
     assert not scheduler.has_free_slot("gemini")  # an unconfigured provider has no slots
+
+
+def test_a_finish_under_a_lowered_cap_leaves_the_provider_out_of_the_ready_index() -> None:
+    # Three run, then a reload lowers the cap to one: a finish leaves two
+    # running, still over the cap, so the queued run stays queued.
+    scheduler = Scheduler(Limits({"claude": 3}))
+    for number in range(4):
+        scheduler.submit(RunRequest(f"r{number}", "claude"))
+    assert [run.id for run in scheduler.take_startable()] == ["r0", "r1", "r2"]
+    scheduler.set_limits(Limits({"claude": 1}))
+    scheduler.finish("r0")
+    assert "claude" not in scheduler.startable
+    assert scheduler.take_startable() == []
+    scheduler.finish("r1")
+    scheduler.finish("r2")
+    assert "claude" in scheduler.startable
+    assert [run.id for run in scheduler.take_startable()] == ["r3"]
