@@ -345,8 +345,13 @@ class TraceWriter:
             return
         self.record("submit", {"run": json.loads(run)})
 
-    def start(self, run_id: str, account: str | None) -> None:
-        """A start event: ``record("start", {"run_id": run_id, "account": account})``."""
+    def start(self, run_id: str, account: str | None, decided: float | None = None) -> None:
+        """A start event: ``record("start", {"run_id": run_id, "account": account})``.
+
+        ``decided``: when the dispatcher decided it, a reading of the
+        trace's clock (:attr:`now`); written (``"decided"``, in the line's
+        time) when it came before the line's own time, in this file.
+        """
         if (
             type(run_id) is str
             and (account is None or type(account) is str)
@@ -358,12 +363,16 @@ class TraceWriter:
                     if account is None
                     else ',"account":' + _encode_string(account)
                 ),
+                decided,
+                ',"decided":',
             )
         ):
             if self._sink is None and not self.failed:
                 self._follow("start", {"run_id": run_id, "account": account})
             return
-        self.record("start", {"run_id": run_id, "account": account})
+        fields: dict[str, Any] = {"run_id": run_id, "account": account}
+        self._read_field(fields, "decided", decided)
+        self.record("start", fields)
 
     def finish(
         self,
@@ -422,20 +431,27 @@ class TraceWriter:
             fields["requeued"] = True
         if spend is not None:
             fields["spend"] = spend
-        if ended is not None and self._file is not None and self._size < self._max_bytes:
-            read = _read_before(ended - self._origin, self._clock() - self._origin)
-            if read is not None:
-                fields["ended"] = read
+        self._read_field(fields, "ended", ended)
         self.record("finish", fields)
 
-    def _shortcut(self, head: str, rest: str, ended: float | None = None) -> bool:
+    def _read_field(self, fields: dict[str, Any], key: str, reading: float | None) -> None:
+        """Add ``reading`` (of :attr:`now`) to ``fields`` as ``key`` if before the line's time."""
+        if reading is not None and self._file is not None and self._size < self._max_bytes:
+            read = _read_before(reading - self._origin, self._clock() - self._origin)
+            if read is not None:
+                fields[key] = read
+
+    def _shortcut(
+        self, head: str, rest: str, ended: float | None = None, key: str = ',"ended":'
+    ) -> bool:
         """Write ``{"t":…,"seq":…,`` ``head`` ``rest`` ``}``, the line's time with one conversion.
 
         False if that does not apply (nothing written: record's path then,
         for the first line, a time outside the shortcut's range, a stopped
         trace, a rotation due); True once written, or once the write failed
         (``failed`` then says so). ``ended``: a finish's reading of
-        :attr:`now`, written last as ``"ended"`` if before the line's time.
+        :attr:`now` (or a start's, with ``key`` ``,"decided":``), written
+        last as ``key`` if before the line's time.
         """
         if self.failed or self._file is None or self._size >= self._max_bytes:
             return False
@@ -448,7 +464,7 @@ class TraceWriter:
         if ended is not None and ended != now:
             read = _read_before(ended - self._origin, elapsed)
             if read is not None:
-                rest += ',"ended":' + float.__repr__(read)
+                rest += key + float.__repr__(read)
         # float.__repr__(round(elapsed, 6)) with one conversion to decimal
         # digits instead of two (see _TIME_LOW).
         t = f"{elapsed:.6f}".rstrip("0")

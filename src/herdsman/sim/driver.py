@@ -34,6 +34,7 @@ from herdsman.sim.trio_internals import (
 from herdsman.sim.workload import (
     Executions,
     Workload,
+    late_wake,
 )
 
 __all__ = ["ARRIVAL", "END", "Action", "Driven", "Driver", "drive"]
@@ -230,11 +231,13 @@ async def drive(
     queued = runnable()
     me = trio.lowlevel.current_task()
     owed = False  # a wait for blocked tasks skipped (see below)
+    wakes = driver.workload.wakes
     # Each pass starts with every task blocked and no timer due: only the
     # driver can make something happen now.
     await settle()
     while True:
         t = driver.next_time()
+        upcoming = math.inf if t is None else t  # the next event's moment
         if t is None:
             if owed:
                 # Before the supervisor's state is read, as after any event.
@@ -257,7 +260,14 @@ async def drive(
         if to_timer <= t - now:
             # The supervisor's own timer comes first (or at the same
             # instant: it acts before the event). Jumped by the same
-            # arithmetic as MockClock's autojump, so the times are the same.
+            # arithmetic as MockClock's autojump, so the times are the same;
+            # to a later moment a start says the recorded dispatcher decided
+            # at, if nothing else comes first (late_wake).
+            if wakes and not supervisor.finished.is_set():
+                due = now + to_timer
+                late = late_wake(wakes, due, upcoming)
+                if late != due:
+                    to_timer = late - now
             clock.jump(max(0.0, to_timer))
             owed = False
             await settle()

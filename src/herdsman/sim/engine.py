@@ -67,6 +67,7 @@ from herdsman.sim.workload import (
     RunPlan,
     Workload,
     config_from_trace,
+    late_wake,
 )
 from herdsman.trace import TraceWriter
 
@@ -323,8 +324,7 @@ class FastEngine:
         runs = self._runs
         life = self._life
         scheduler = life.scheduler
-        position = 0
-        inf = math.inf
+        position, inf, wakes = 0, math.inf, self._workload.wakes
         # The next arrival's time, worked out as it becomes the next, not
         # again at every run's end and timer before it.
         arrival_at = arrivals[0].t if count else inf
@@ -332,8 +332,11 @@ class FastEngine:
             end_at = ends[0][0] if ends else inf
             timer = self._timer
             if timer is not None and timer <= end_at and timer <= arrival_at:
-                # The supervisor's own timers due by a moment act before it.
+                # The supervisor's own timers due by a moment act before it;
+                # late, as recorded, if a start says its dispatcher decided so.
                 self._timer = None
+                if wakes and life.admitting:  # never the shutdown grace
+                    timer = late_wake(wakes, timer, min(end_at, arrival_at))
                 self._now = max(self._now, timer)
                 if life.admitting:
                     self._dispatch()

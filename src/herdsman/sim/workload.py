@@ -11,6 +11,7 @@ usage limit — comes from the recorded start/finish pair, or from
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -52,6 +53,7 @@ __all__ = [
     "RunPlan",
     "Workload",
     "config_from_trace",
+    "late_wake",
     "read_workload",
     "read_workload_text",
     "workload_from_events",
@@ -212,6 +214,10 @@ class Workload:
     #: refused login says one), with its time: the replay retries none of
     #: them, whatever the policy (see ``summary``).
     unclassed: tuple[tuple[str, float], ...] = ()
+    #: When the recorded dispatcher decided the starts whose line says so
+    #: (``decided``), in order: a replay's timer due shortly before one of
+    #: them, with nothing else between, fires then (see :func:`late_wake`).
+    wakes: tuple[float, ...] = ()
 
     @property
     def predates_retries(self) -> bool:
@@ -311,6 +317,8 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
     lost: list[str] = []  # runs the recorded supervisor found lost as it started
     last_t = 0.0
     unclassed: list[tuple[str, float]] = []  # see Workload.unclassed
+    wakes: list[float] = []  # see Workload.wakes
+    first: dict[str, float] = {}  # when each run's first start was decided, if said
     _carried(header, arrivals, plans, started)
     for event in events:
         kind, fields, last_t = event.event, event.fields, event.t
@@ -333,6 +341,11 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
                 event.t,
                 ends.ahead_of(signals, run_id),
                 earliest=freed,
+                decided=(
+                    _decided(run_id, fields["decided"], wakes, first, plans)
+                    if "decided" in fields
+                    else None
+                ),
             )
             last_start = event.t
             met.meet(kind, started[run_id][0])
@@ -385,14 +398,78 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
         Workload(
             header,
             header_time(header),
-            tuple(arrivals),
+            _held_to_decision(arrivals, first) if wakes else tuple(arrivals),
             plans,
             rotated_at,
             tuple(lost),
             cut_at,
             unclassed=tuple(unclassed),
+            # Sorted: starts are traced in commit order, not decision order.
+            wakes=tuple(sorted(wakes)),
         )
     )
+
+
+def _decided(
+    run_id: str,
+    decided: float,
+    wakes: list[float],
+    first: dict[str, float],
+    plans: Mapping[str, RunPlan],
+) -> float:
+    """A start's ``decided``, noted in ``wakes``, and in ``first`` if its run's first start."""
+    wakes.append(decided)
+    plan = plans.get(run_id)
+    if plan is None or not plan.attempts:
+        first.setdefault(run_id, decided)
+    return decided
+
+
+def _held_to_decision(
+    arrivals: Sequence[Arrival], decided: Mapping[str, float]
+) -> tuple[Arrival, ...]:
+    """``arrivals`` with each submit whose run's first start was decided late delivered then.
+
+    A submit is traced as its commit ends; the submitting task decides its
+    run's start when it resumes, under load tens of milliseconds later,
+    unless a finish read meanwhile decided it first (with the starts that
+    finish allowed, in queue order). A replay would decide at the submit,
+    before that finish. Delivered at its start's ``decided`` (at most
+    ``START_LATENCY`` later, and only if no other arrival comes between, so
+    that runs keep their order), the run is queued when the recorded
+    dispatcher took it. Ends due at that moment go first, as recorded.
+    """
+    held = list(arrivals)
+    for n, arrival in enumerate(held):
+        if arrival.kind != "submit":
+            continue
+        at = decided.get(arrival.fields["run"]["id"])
+        if (
+            at is not None
+            and arrival.t < at <= arrival.t + START_LATENCY
+            and (n + 1 == len(held) or held[n + 1].t >= at)
+        ):
+            held[n] = Arrival(at, arrival.kind, arrival.fields)
+    return tuple(held)
+
+
+def late_wake(wakes: Sequence[float], due: float, before: float) -> float:
+    """When a replay's timer due at ``due`` fires: at the first of ``wakes`` from then on
+    if it comes by ``before`` (the next event) and within ``START_LATENCY``, else ``due``.
+
+    The recorded supervisor's timer (the end of a retry's backoff, an
+    account's rest) fired late under load, and its dispatcher decided then,
+    with whatever else had become startable meanwhile; a start's
+    ``decided`` says when. A replay's timer is on time: it would decide
+    with less. Nothing else happens between, so firing it then changes
+    nothing but the decision's moment.
+    """
+    at = bisect.bisect_left(wakes, due)
+    if at < len(wakes):
+        wake = wakes[at]
+        if wake <= before and wake - due <= START_LATENCY:
+            return wake
+    return due
 
 
 @attrs.define
@@ -669,6 +746,7 @@ def _answered(
     backoff: float | None = None,
     *,
     earliest: float = math.inf,
+    decided: float | None = None,
 ) -> tuple[float, float, float]:
     """A start at ``t``: the origin of its duration, and the window of moments it answers.
 
@@ -700,14 +778,21 @@ def _answered(
     to start a run it took on its submit, and trace other runs' submits
     meanwhile; an engine starts it at its submit, and must still end it
     where the recording did.
+
+    ``decided``: when the recorded dispatcher decided it, if its line says
+    (before ``t``): the window and the origin are taken from that moment;
+    it still reaches ``t``.
     """
+    by = t
+    if decided is not None:
+        t = decided
     if backoff is not None:
         after = min(max(floor, t - START_LATENCY), backoff - BACKOFF_SLACK)
-        return t, after, max(t, backoff + BACKOFF_SLACK)
+        return t, after, max(by, backoff + BACKOFF_SLACK)
     # Longer after the last event than a start takes, it answered something
     # untraced (an account's rest ending): time it from itself.
     origin = cause if t - cause <= START_LATENCY else t
-    return origin, max(floor, min(t - START_LATENCY, round(earliest - TICK, 6))), t
+    return origin, max(floor, min(t - START_LATENCY, round(earliest - TICK, 6))), by
 
 
 #: The exit code a synthetic attempt ends with: its process ran (so its

@@ -55,6 +55,9 @@ async def test_a_recorded_run_replays_with_the_same_starts_and_accounts(
     ends = [e.fields for e in read_trace(recorded)[1] if e.event == "finish"]
     assert len(ends) == len(ids)
     assert any("ended" in fields for fields in ends)
+    # Each start says when it was decided, before the ledger's thread committed it.
+    begun = [e.fields for e in read_trace(recorded)[1] if e.event == "start"]
+    assert any("decided" in fields for fields in begun)
     workload = read_workload(recorded)
     logging.getLogger("herdsman").setLevel(logging.ERROR)
     result = await trio.to_thread.run_sync(

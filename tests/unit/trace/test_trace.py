@@ -136,6 +136,51 @@ def test_a_finish_says_when_its_end_was_read_if_before_its_line(tmp_path: Path) 
     ]
 
 
+def test_a_start_says_when_it_was_decided_if_before_its_line(tmp_path: Path) -> None:
+    clock = FakeClock()
+    w = writer(tmp_path, clock)
+    w.event("submit", run={"id": "r0", "provider": "demo"})
+    clock.now += 1
+    decided = w.now()
+    clock.now += 0.03  # its commit took that long
+    w.start("r0", None, decided)
+    w.event("submit", run={"id": "r1", "provider": "demo"})
+    w.start("r1", "a", w.now())  # decided and traced at once
+    w.event("submit", run={"id": "r2", "provider": "demo"})
+    decided = w.now()
+    clock.now += 1
+    w.rotate()  # its line goes to a file begun after it was decided
+    clock.now += 1
+    w.start("r2", None, decided)
+    w.close()
+    files = sorted(tmp_path.glob("trace-*.jsonl"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    starts = [(e.t, e.fields) for path in files for e in read_trace(path)[1] if e.event == "start"]
+    assert starts == [
+        (1.03, {"run_id": "r0", "account": None, "decided": 1.0}),
+        (1.03, {"run_id": "r1", "account": "a"}),
+        (1.0, {"run_id": "r2", "account": None}),
+    ]
+
+
+def test_a_start_with_decided_takes_the_record_path_alike(tmp_path: Path) -> None:
+    # A run id the shortcut does not take (not a str): written by record.
+    clock = FakeClock()
+    w = writer(tmp_path, clock)
+    w.event("submit", run={"id": "r0", "provider": "demo"})
+    clock.now += 2
+    decided = w.now()
+    clock.now += 0.5
+    w.start(_Id("r0"), None, decided)
+    w.close()
+    (path,) = tmp_path.glob("trace-*.jsonl")
+    (event,) = [e for e in read_trace(path)[1] if e.event == "start"]
+    assert (event.t, event.fields) == (2.5, {"run_id": "r0", "account": None, "decided": 2.0})
+
+
+class _Id(str):
+    """A run id of a subclass of str: the writer's shortcut takes only str itself."""
+
+
 def test_a_sink_is_one_file_never_rotated(tmp_path: Path) -> None:
     clock = FakeClock()
     sink = io.StringIO()
@@ -245,6 +290,22 @@ HEADER = json.dumps(
                 '"exit_code":1,"ended":"1.25"}',
             ],
             ":2: ended: expected seconds >= 0",
+        ),
+        (
+            [
+                HEADER,
+                '{"t":0,"seq":0,"event":"submit","run":{"id":"r","provider":"p"}}',
+                '{"t":1.5,"seq":1,"event":"start","run_id":"r","account":null,"decided":2}',
+            ],
+            r":3: decided: expected seconds >= 0, no later than the line's t \(1.5\), got 2",
+        ),
+        (
+            [
+                HEADER,
+                '{"t":0,"seq":0,"event":"submit","run":{"id":"r","provider":"p"}}',
+                '{"t":1.5,"seq":1,"event":"start","run_id":"r","account":null,"decided":null}',
+            ],
+            ":3: decided: expected seconds >= 0",
         ),
     ],
 )

@@ -124,6 +124,9 @@ class Dispatcher(Service):
         picks = self._life.take_starts(now, gate=None if self._fleet is None else self._fleet.gate)
         if not picks:
             return None
+        # The same moment on the trace's clock: the start lines say it (a
+        # replay decides then, though the commit traces them late).
+        decided = None if self._trace is None else self._trace.now()
         items: list[tuple[str, str | None]] = []
         config = self._shared.config
         for run_id, pick in picks.items():
@@ -137,14 +140,16 @@ class Dispatcher(Service):
         pending: Queued[Any]
         if self._fleet is None:
             pending = self.ledger.enqueue(
-                lambda s: s.mark_running_many(items, now), durable=True, then=self._started
+                lambda s: s.mark_running_many(items, now),
+                durable=True,
+                then=lambda records: self._started(records, decided),
             )
         else:
             fleet, rules = self._fleet, self._fleet.rules(self._shared.config)
             pending = self.ledger.enqueue(
                 lambda _: fleet.store.claim_many(items, now, rules, clock=self._wall),
                 durable=True,
-                then=self._claimed,
+                then=lambda result: self._claimed(result, decided),
             )
         return QueuedStarts(list(picks), now, pending)
 
@@ -182,14 +187,18 @@ class Dispatcher(Service):
             self._shared.fatal = f"the run ledger could not record a start: {exc}"
             self._request_shutdown()
 
-    def _started(self, records: list[RunRecord]) -> None:
+    def _started(self, records: list[RunRecord], decided: float | None = None) -> None:
+        """Trace and spawn the runs whose start just committed, decided at ``decided``.
+
+        ``decided``: a reading of the trace's clock as their start was decided.
+        """
         nursery = self._shared.nursery
         assert nursery is not None
         self.changes.touch()
         trace = self._trace
         for record in records:
             if trace is not None:
-                trace.start(record.id, record.account)
+                trace.start(record.id, record.account, decided)
             if self._counts_runs:
                 wait = (record.started_at or record.submitted_at) - record.submitted_at
                 self.metrics.count_start(record.provider, max(0.0, wait))
@@ -199,7 +208,7 @@ class Dispatcher(Service):
                 self.execution.execute_run, record, pick, config, name=f"run {record.id}"
             )
 
-    def _claimed(self, result: ClaimResult) -> None:
+    def _claimed(self, result: ClaimResult, decided: float | None = None) -> None:
         """Start the runs claimed; a run gone leaves the scheduler, one refused is parked.
 
         A parked run is held by the scheduler until the next poll: its lanes
@@ -207,7 +216,7 @@ class Dispatcher(Service):
         """
         fleet = self._fleet
         assert fleet is not None
-        self._started(result.claimed)
+        self._started(result.claimed, decided)
         now = self._wall()
         parked = False
         for run_id, refused in fleet.refusals(result):
