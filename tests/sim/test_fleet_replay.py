@@ -255,9 +255,61 @@ def test_a_finish_traced_behind_a_poll_ends_when_its_end_was_read(tmp_path: Path
     events.remove(f07)
     events.insert(events.index(f13), {**f07, "t": 14.0102, "ended": 13.96})
     f13["t"] = 14.010281
+    agrees_with_every_member(tmp_path, 0, header, events)
+
+
+def test_a_member_s_start_decided_by_a_late_timer_is_decided_when_it_was(tmp_path: Path) -> None:
+    # m2, given a provider whose two accounts take one run per 2 s: g1
+    # starts on a at 10.21, g2 (conversation c9, whose session it leaves on
+    # b) on b 5 ms later; g3 of c9 then waits for an account. a comes back
+    # at 12.21, b at 12.215; the member's timer, due at a's return, fired
+    # 30 ms late: both were back, and g3 kept to b. On time, the replay's
+    # timer finds only a back and moves g3 there. No other member's event
+    # comes between (they have all shut down by then).
+    lines = [json.loads(line) for line in (SIM / "fleet-m2.jsonl").read_text().splitlines()]
+    header, events = lines[0], lines[1:]
+    providers = header["config"]["providers"]
+    paced = {"env": {}, "window": "2s", "budget": 1, "budget_unit": "runs", "concurrency": None}
+    accounts = [{"name": name, **paced} for name in ("a", "b")]
+    providers["paced"] = {**providers["demo"], "accounts": accounts}
+    shutdown = events.pop()
+    events += [
+        *taken(10.207, "g1", "c8"),
+        {"t": 10.2102, "event": "start", "run_id": "g1", "account": "a"},
+        *taken(10.212, "g2", "c9"),
+        {"t": 10.2152, "event": "start", "run_id": "g2", "account": "b"},
+        succeeded(11.0, "g1"),
+        {**succeeded(11.2, "g2"), "session": True},
+        *taken(11.5, "g3", "c9"),
+        {"t": 12.2403, "event": "start", "run_id": "g3", "account": "b", "decided": 12.24},
+        succeeded(14.0, "g3"),
+        {**shutdown, "t": 16.0},
+    ]
+    agrees_with_every_member(tmp_path, 2, header, events)
+
+
+def taken(t: float, run_id: str, conversation: str) -> list[dict[str, Any]]:
+    """A run submitted to this member at ``t`` and taken by its poll 3 ms later."""
+    run = {"id": run_id, "provider": "paced", "conversation": conversation, "workspace": "default"}
+    return [
+        {"t": t, "event": "fleet_submit", "run": run},
+        {"t": round(t + 0.003, 6), "event": "poll", "runs": [run_id], "left": [], "cancels": []},
+        {"t": round(t + 0.0031, 6), "event": "submit", "run": run},
+    ]
+
+
+def succeeded(t: float, run_id: str) -> dict[str, Any]:
+    return {"t": t, "event": "finish", "run_id": run_id, "outcome": "succeeded", "exit_code": 0}
+
+
+def agrees_with_every_member(
+    tmp_path: Path, member: int, header: dict[str, Any], events: list[dict[str, Any]]
+) -> None:
+    """The shipped fleet, its ``member``'s trace edited to ``events``, replays with every
+    member's decisions as recorded and no note."""
     paths = shipped()
-    paths[0] = tmp_path / "fleet-m0.jsonl"
-    paths[0].write_text(
+    paths[member] = tmp_path / paths[member].name
+    paths[member].write_text(
         "".join(json.dumps(line) + "\n" for line in [header, *renumbered(events)]),
         encoding="utf-8",
     )

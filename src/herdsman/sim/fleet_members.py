@@ -265,6 +265,10 @@ def _merged(members: Sequence[Member], offsets: Sequence[float]) -> Workload:
 
     Times move onto the replay's clock; a run tried on two members (a usage
     limit, then another member) has its attempts in the order they ended.
+    So do the members' ``wakes`` (when their dispatchers decided a start
+    late), in one order: the driver sees only the fleet's next timer, not
+    whose it is, so a timer due shortly before any member's late decision,
+    with no input and no run's end between, fires then (``late_wake``).
     """
     firsts: dict[str, float] = {}
     attempts: dict[str, list[Any]] = {}
@@ -300,8 +304,13 @@ def _merged(members: Sequence[Member], offsets: Sequence[float]) -> Workload:
         run_id: RunPlan(index, attempts[run_id], run_id in synthetic, usage.get(run_id))
         for index, run_id in enumerate(order)
     }
+    wakes = sorted(
+        offset + wake
+        for member, offset in zip(members, offsets, strict=True)
+        for wake in member.workload.wakes
+    )
     first = members[0].workload
-    return Workload(first.header, first.started_at, (), plans)
+    return Workload(first.header, first.started_at, (), plans, wakes=tuple(wakes))
 
 
 # -- the members -----------------------------------------------------------------------
