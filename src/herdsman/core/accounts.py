@@ -657,12 +657,7 @@ class AccountGate:
 
     def can_start(self, provider: str) -> bool:
         """Whether some account of ``provider`` can take a run now."""
-        now = self._now
-        # A provider the book knows closed at ``now`` needs no blocked_until call.
-        known = self._book.closed.get(provider)
-        if known is not None and known[0] <= now < known[1]:
-            return False
-        return self._book.blocked_until(provider, now) is None
+        return self._book.blocked_until(provider, self._now) is None
 
     def started(self, run: RunRequest) -> None:
         """Give ``run`` its account."""

@@ -370,13 +370,9 @@ class Lifecycle:
         startable = self.scheduler.startable
         if not (book.may_free_in_time and startable):
             return soonest  # nothing may start, or time alone frees no account
-        closed = book.closed
         for provider in startable:  # a minimum: the order does not matter
-            known = closed.get(provider)
-            if known is not None and known[0] <= now < known[1]:
-                at: float | None = known[1]  # closed until then, the book says
-            else:
-                at = book.blocked_until(provider, now)  # None: available now
+            # A provider the book knows closed answers from memory (closed).
+            at = book.blocked_until(provider, now)  # None: available now
             if at is not None and at != math.inf and (soonest is None or at < soonest):
                 soonest = at
         return soonest
