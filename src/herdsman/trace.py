@@ -442,14 +442,14 @@ class TraceWriter:
                 fields[key] = read
 
     def _shortcut(
-        self, head: str, rest: str, ended: float | None = None, key: str = ',"ended":'
+        self, head: str, rest: str, reading: float | None = None, key: str = ',"ended":'
     ) -> bool:
         """Write ``{"t":…,"seq":…,`` ``head`` ``rest`` ``}``, the line's time with one conversion.
 
         False if that does not apply (nothing written: record's path then,
         for the first line, a time outside the shortcut's range, a stopped
         trace, a rotation due); True once written, or once the write failed
-        (``failed`` then says so). ``ended``: a finish's reading of
+        (``failed`` then says so). ``reading``: a finish's reading of
         :attr:`now` (or a start's, with ``key`` ``,"decided":``), written
         last as ``key`` if before the line's time.
         """
@@ -461,8 +461,8 @@ class TraceWriter:
         if not (_TIME_LOW <= elapsed < _TIME_HIGH and type(elapsed) is float):
             return False
         # A reading at this very moment (a simulator's clock) says nothing more.
-        if ended is not None and ended != now:
-            read = _read_before(ended - self._origin, elapsed)
+        if reading is not None and reading != now:
+            read = _read_before(reading - self._origin, elapsed)
             if read is not None:
                 rest += key + float.__repr__(read)
         # float.__repr__(round(elapsed, 6)) with one conversion to decimal

@@ -200,20 +200,20 @@ def _events(path: Path, lines: Iterator[tuple[int, str]]) -> Iterator[TraceEvent
             _check_run(where, run)
         _check_fields(where, kind, obj)
         if kind == "finish" and "ended" in obj:
-            _check_ended(where, obj["ended"], t)
+            _check_reading(where, obj["ended"], t, "ended")
         elif kind == "start" and "decided" in obj:
-            _check_ended(where, obj["decided"], t, "decided")
+            _check_reading(where, obj["decided"], t, "decided")
         last_t = float(t)
         yield TraceEvent(float(t), seq, kind, obj, number)
 
 
-def _check_ended(where: str, ended: Any, t: float, key: str = "ended") -> None:
+def _check_reading(where: str, reading: Any, t: float, key: str) -> None:
     """A finish's ``ended`` (when its end was read) or a start's ``decided`` (when the
     dispatcher decided it): in the trace's time, no later than the line."""
-    if not _seconds(ended) or ended > t:
+    if not _seconds(reading) or reading > t:
         raise TraceFormatError(
             f"{where}: {key}: expected seconds >= 0, no later than the line's t ({t}),"
-            f" got {ended!r}"
+            f" got {reading!r}"
         )
 
 
