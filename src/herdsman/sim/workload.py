@@ -12,7 +12,9 @@ usage limit — comes from the recorded start/finish pair, or from
 from __future__ import annotations
 
 import bisect
+import json
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -872,7 +874,37 @@ def config_from_trace(
     ``name`` says where it came from in error messages (a bad one raises
     :class:`TraceFormatError` naming it and the key). ``null`` is "not set",
     except for the limits where it means "none", written ``"0"``.
+
+    Loaded once per process for each distinct configuration (a plan's
+    engine loads its configuration again for every simulation, a few
+    milliseconds of TOML each time), and known by its JSON, in order (the
+    providers' order is the configuration's), with the working folder and
+    ``HOME`` the loading reads (relative paths are taken from the one,
+    ``~`` from the other).
     """
+    try:
+        carried = json.dumps(config, allow_nan=False)
+    except (TypeError, ValueError):  # not a trace's JSON: nothing to know it by
+        return _load(config, name, overrides)
+    key = (carried, name, tuple(overrides), os.getcwd(), os.environ.get("HOME"))
+    loaded = _LOADED.get(key)
+    if loaded is None:
+        loaded = _load(config, name, overrides)
+        if len(_LOADED) >= LOADED_KEPT:
+            del _LOADED[next(iter(_LOADED))]  # the one loaded first
+        _LOADED[key] = loaded
+    # Its own list of warnings, which a caller may add to; the rest is read-only.
+    return attrs.evolve(loaded, warnings=list(loaded.warnings))
+
+
+#: How many distinct configurations :func:`config_from_trace` keeps loaded:
+#: more than a plan's sweep usually has, so that a plan going through them
+#: in turn, replication after replication, finds each still there.
+LOADED_KEPT = 256
+_LOADED: dict[tuple[str, str, tuple[str, ...], str, str | None], LoadedConfig] = {}
+
+
+def _load(config: Mapping[str, Any], name: str, overrides: Sequence[str]) -> LoadedConfig:
     text = tomlkit.dumps(_as_toml(config))
     try:
         return load_config_text(text, Path(name), overrides, environ={})
@@ -897,6 +929,6 @@ def _as_toml(value: Any) -> Any:
             elif item is not None:
                 out[key] = _as_toml(item)
         return out
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):  # alike in JSON, and so to config_from_trace
         return [_as_toml(item) for item in value]
     return value
