@@ -9,7 +9,7 @@ afresh.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ CONFIG: dict[str, Any] = {
 
 
 @pytest.fixture
-def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def loads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The TOML texts config_from_trace loads, with nothing loaded before."""
     texts: list[str] = []
 
@@ -37,9 +37,10 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         texts.append(text)
         return load_config_text(text, path, overrides, **kw)
 
-    monkeypatch.setattr(workload, "_LOADED", {})
+    workload._loaded.cache_clear()
     monkeypatch.setattr(workload, "load_config_text", counting)
-    return texts
+    yield texts
+    workload._loaded.cache_clear()  # nothing loaded through the counting stand-in stays
 
 
 def test_the_same_configuration_is_loaded_once(loads: list[str]) -> None:
@@ -86,13 +87,3 @@ def test_home_is_read_afresh(
     assert config_from_trace(config, "c").config.supervisor.state_dir == tmp_path / "one" / "state"
     monkeypatch.setenv("HOME", str(tmp_path / "two"))
     assert config_from_trace(config, "c").config.supervisor.state_dir == tmp_path / "two" / "state"
-
-
-def test_only_the_latest_configurations_are_kept(
-    loads: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(workload, "LOADED_KEPT", 2)
-    for concurrency in (1, 2, 3, 1):
-        config_from_trace({"providers": {"p": {"exec": ["p"], "concurrency": concurrency}}}, "c")
-    assert len(workload._LOADED) == 2
-    assert len(loads) == 4  # the first was let go for the third

@@ -12,6 +12,7 @@ usage limit — comes from the recorded start/finish pair, or from
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import math
 import os
@@ -895,22 +896,20 @@ def config_from_trace(
         carried = json.dumps(config, allow_nan=False)
     except (TypeError, ValueError):  # not a trace's JSON: nothing to know it by
         return _load(config, name, overrides)
-    key = (carried, name, tuple(overrides), os.getcwd(), os.environ.get("HOME"))
-    loaded = _LOADED.get(key)
-    if loaded is None:
-        loaded = _load(config, name, overrides)
-        if len(_LOADED) >= LOADED_KEPT:
-            del _LOADED[next(iter(_LOADED))]  # the one loaded first
-        _LOADED[key] = loaded
+    loaded = _loaded(carried, name, tuple(overrides), os.getcwd(), os.environ.get("HOME"))
     # Its own list of warnings, which a caller may add to; the rest is read-only.
     return attrs.evolve(loaded, warnings=list(loaded.warnings))
 
 
-#: How many distinct configurations :func:`config_from_trace` keeps loaded:
-#: more than a plan's sweep usually has, so that a plan going through them
-#: in turn, replication after replication, finds each still there.
-LOADED_KEPT = 256
-_LOADED: dict[tuple[str, str, tuple[str, ...], str, str | None], LoadedConfig] = {}
+# More than a plan's sweep usually has, so that a plan going through its
+# configurations in turn, replication after replication, finds each still there.
+@functools.lru_cache(maxsize=256)
+def _loaded(
+    carried: str, name: str, overrides: tuple[str, ...], cwd: str, home: str | None
+) -> LoadedConfig:
+    """The configuration in the JSON ``carried``, loaded (``cwd`` and ``home``
+    are in the cache's key only: the load reads them)."""
+    return _load(json.loads(carried), name, overrides)
 
 
 def _load(config: Mapping[str, Any], name: str, overrides: Sequence[str]) -> LoadedConfig:
