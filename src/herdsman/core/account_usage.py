@@ -423,6 +423,42 @@ class AccountState:
             return False
         return spec.budget is None or self.used(now) < spec.budget
 
+    def blocked_until(self, now: float) -> float | None:
+        """None if the account can take a run now (:meth:`can_take`); else until when it cannot.
+
+        That is :meth:`free_at`, or ``math.inf`` where time alone never frees
+        it. One pass over its state for the book's gate, which asks both of
+        every account of a provider none of whose accounts can take a run:
+        the usage over the window is read once, not once for each question
+        (the property tests hold it to the two).
+        """
+        until = self.exhausted_until
+        if until is not None and until <= now:
+            self.exhausted_until = self.message = until = None
+        if self.needs_login is not None:
+            return math.inf  # only a reload, or an end of its rest, frees it
+        spec = self.spec
+        budget = spec.budget
+        spent = budget is not None and self.used(now) >= budget
+        if (
+            until is None
+            and not spent
+            and (spec.concurrency is None or len(self.running) < spec.concurrency)
+        ):
+            return None
+        window = spec.window
+        if spent and window is not None:
+            # The oldest usage leaving the window is the first chance to drop
+            # below the budget; a spurious wake-up then is harmless.
+            oldest = self.oldest_use()
+            if oldest is None:
+                # Only running runs use it up: their end will tell (another
+                # member's, at the poll that sees it end).
+                return math.inf
+            leaves = leaves_window(oldest, window)
+            return leaves if until is None or leaves > until else until
+        return math.inf if until is None else until
+
     def why_not(self, now: float) -> str | None:
         """Why the account cannot take a run now, or None if it can (for status views)."""
         if self.exhausted_until is not None:

@@ -248,24 +248,24 @@ class AccountBook:
         known = self.closed.get(provider)
         if known is not None and known[0] <= now < known[1]:
             return known[1]
-        accounts = self._accounts.get(provider, ())
+        until = math.inf
         # A plain loop: asked before every start, where any() over a generator costs twice.
-        for account in accounts:
+        for account in self._accounts.get(provider, ()):
             spec = account.spec
             # A free account only a rest can stop (the ambient one, as a rule)
-            # needs no call of can_take.
+            # needs no call.
             if (
                 account.exhausted_until is None
                 and account.needs_login is None
                 and spec.concurrency is None
                 and spec.budget is None
-            ) or account.can_take(now):
+            ):
                 return None
-        until = math.inf
-        for account in accounts:
-            free_at = account.free_at(now)
-            if free_at is not None and free_at < until:
-                until = free_at
+            # One pass per account: whether it can take a run, and if not, until when.
+            at = account.blocked_until(now)
+            if at is None:
+                return None
+            until = min(until, at)
         self.closed[provider] = (now, until)
         return until
 

@@ -90,6 +90,13 @@ class ClosedSignalMachine(RuleBasedStateMachine):
         """What a dispatcher asks: it records the provider closed when it is."""
         until = self.book.blocked_until(provider, self.now)
         assert (until is None) == open_afresh(self.book, provider, self.now)
+        # Until when: the first moment time alone frees an account, worked
+        # out afresh from each account's own state (why_not, free_at).
+        blocked = self.book.blocked(provider, self.now)
+        assert (until is None) == (blocked is None)
+        if blocked is not None:
+            expected = math.inf if blocked.until is None else blocked.until
+            assert until == expected, f"{provider} at {self.now}: until {until}, not {expected}"
 
     @precondition(lambda self: self.running)
     @rule(data=st.data(), spawned=st.booleans(), tokens=st.sampled_from((None, 1, 3)))
