@@ -379,16 +379,23 @@ class AccountState:
         return used
 
     def _oldest_counted(self) -> float:
-        """The oldest start or end counted (here or elsewhere): the first to leave the window."""
+        """The oldest use the unit counts (here or elsewhere), the first to leave the window.
+
+        A ``runs`` budget counts starts, every other unit ends: the other
+        kind leaving the window changes nothing it counts. ``math.inf``:
+        none.
+        """
+        runs = self.spec.unit == "runs"
         oldest = math.inf
         sources: tuple[AccountState | FleetUsage, ...] = (
             (self,) if self.elsewhere is None else (self, self.elsewhere)
         )
         for source in sources:
-            if source.starts:
-                oldest = min(oldest, source.starts[0])
-            if source.ended.entries:
-                oldest = min(oldest, source.ended.entries[0][0])
+            if runs:
+                if source.starts and source.starts[0] < oldest:
+                    oldest = source.starts[0]
+            elif source.ended.entries and source.ended.entries[0][0] < oldest:
+                oldest = source.ended.entries[0][0]
         return oldest
 
     def oldest_use(self) -> float | None:
@@ -396,14 +403,8 @@ class AccountState:
 
         Call after :meth:`usage` at the same time, which drops what left the window.
         """
-        sources: list[AccountState | FleetUsage] = [self]
-        if self.elsewhere is not None:
-            sources.append(self.elsewhere)
-        if self.spec.unit == "runs":
-            times = [source.starts[0] for source in sources if source.starts]
-        else:
-            times = [source.ended.entries[0][0] for source in sources if source.ended.entries]
-        return min(times) if times else None
+        oldest = self._oldest_counted()
+        return None if oldest == math.inf else oldest
 
     def can_take(self, now: float) -> bool:
         """Whether the account can take a run now: :meth:`why_not` is None, without its words.
