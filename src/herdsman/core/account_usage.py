@@ -228,7 +228,8 @@ class AccountState:
         # Other fleet members' usage (None outside a fleet): replaced whole at each poll.
         self.elsewhere: FleetUsage | None = None
         # used(): the usage last worked out, at _used_at; it holds up to _used_last
-        # while the window's horizon stays before _oldest, the oldest use counted.
+        # while the window's horizon stays before _oldest, the oldest use counted
+        # (kept exact while it holds: blocked_until reads it).
         self._used = 0.0
         self._used_at = _FORGOTTEN
         self._used_last = math.inf
@@ -450,9 +451,10 @@ class AccountState:
         window = spec.window
         if spent and window is not None:
             # The oldest usage leaving the window is the first chance to drop
-            # below the budget; a spurious wake-up then is harmless.
-            oldest = self.oldest_use()
-            if oldest is None:
+            # below the budget; a spurious wake-up then is harmless. used()
+            # has just found it: what it keeps holds while that use is in.
+            oldest = self._oldest
+            if oldest == math.inf:
                 # Only running runs use it up: their end will tell (another
                 # member's, at the poll that sees it end).
                 return math.inf
