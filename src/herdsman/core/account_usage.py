@@ -195,6 +195,7 @@ class AccountState:
     """
 
     __slots__ = (
+        "_leaves",
         "_oldest",
         "_used",
         "_used_at",
@@ -228,12 +229,14 @@ class AccountState:
         # Other fleet members' usage (None outside a fleet): replaced whole at each poll.
         self.elsewhere: FleetUsage | None = None
         # used(): the usage last worked out, at _used_at; it holds up to _used_last
-        # while the window's horizon stays before _oldest, the oldest use counted
-        # (kept exact while it holds: blocked_until reads it).
+        # and before _leaves, the moment _oldest, the oldest use counted, leaves
+        # the window (leaves_window). Both kept exact while it holds:
+        # blocked_until reads _leaves.
         self._used = 0.0
         self._used_at = _FORGOTTEN
         self._used_last = math.inf
         self._oldest = math.inf
+        self._leaves = math.inf
 
     # -- changes (each forgets the usage remembered) -------------------------
 
@@ -263,17 +266,15 @@ class AccountState:
             if spec.unit != "runs":  # a runs budget counts nothing without a window
                 self._used_at = _FORGOTTEN
             return
-        if (
-            spec.unit == "runs"
-            and self._used_at <= now <= self._used_last
-            and now - window < self._oldest
-        ):
+        if spec.unit == "runs" and self._used_at <= now <= self._used_last and now < self._leaves:
             # What used() remembered holds (its own test), so nothing has left
             # the window since either: the new start is simply one more.
             self.starts.append(now)
             self._used += 1.0
             self._used_at = now
-            self._oldest = min(self._oldest, now)
+            if now < self._oldest:  # none counted before it (or only later ones)
+                self._oldest = now
+                self._leaves = leaves_window(now, window)
         else:
             self._expire(now)
             self.starts.append(now)
@@ -359,24 +360,26 @@ class AccountState:
 
         What was worked out holds while nothing it counts changed (each change
         forgets it), ``now`` is not before the moment it was worked out, and
-        nothing it counts has left the window since: the window's horizon is
-        still before the oldest use, compared as :func:`_expire` compares.
-        Minutes of running runs grow with time, so with any, it holds only at
-        the very moment it was worked out.
+        nothing it counts has left the window since: ``now`` is before the
+        moment the oldest use leaves it (:func:`leaves_window`, exact for the
+        comparison :func:`_expire` makes). Minutes of running runs grow with
+        time, so with any, it holds only at the very moment it was worked out.
         """
-        window = self.spec.window
-        if self._used_at <= now <= self._used_last and (
-            window is None or now - window < self._oldest
-        ):
+        if self._used_at <= now <= self._used_last and now < self._leaves:
             return self._used
         used = self.usage(now)
+        spec = self.spec
         elsewhere = self.elsewhere
-        growing = self.spec.unit == "run_minutes" and bool(
+        growing = spec.unit == "run_minutes" and bool(
             self.running or (elsewhere is not None and elsewhere.running)
         )
         self._used, self._used_at = used, now
         self._used_last = now if growing else math.inf
-        self._oldest = self._oldest_counted()
+        self._oldest = oldest = self._oldest_counted()
+        window = spec.window
+        self._leaves = (
+            math.inf if window is None or oldest == math.inf else leaves_window(oldest, window)
+        )
         return used
 
     def _oldest_counted(self) -> float:
@@ -452,13 +455,10 @@ class AccountState:
         if spent and window is not None:
             # The oldest usage leaving the window is the first chance to drop
             # below the budget; a spurious wake-up then is harmless. used()
-            # has just found it: what it keeps holds while that use is in.
-            oldest = self._oldest
-            if oldest == math.inf:
-                # Only running runs use it up: their end will tell (another
-                # member's, at the poll that sees it end).
-                return math.inf
-            leaves = leaves_window(oldest, window)
+            # has just found when (math.inf: only running runs use it up,
+            # and their end will tell; another member's, at the poll that
+            # sees it end).
+            leaves = self._leaves
             return leaves if until is None or leaves > until else until
         return math.inf if until is None else until
 

@@ -7,13 +7,16 @@ the usage afresh, never from what :meth:`~AccountState.used` keeps) and
 :meth:`~AccountState.free_at` (``math.inf`` for its None), after every step of
 random starts, ends, rests, logins, restored usage, fleet polls, reloads and
 time, including time set just before and at the moments the answer names.
+What the account keeps between asks holds until the moment its oldest use
+leaves the window (:func:`leaves_window`), which must be exact for the
+comparison the window's expiry makes, whatever the floats.
 """
 
 from __future__ import annotations
 
 import math
 
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -24,6 +27,7 @@ from herdsman.core.account_usage import (
     BudgetUnit,
     Charge,
     FleetUsage,
+    leaves_window,
 )
 
 T0 = 1_800_000_000.0  # a unix time; nothing here reads a real clock
@@ -121,7 +125,7 @@ class BlockedUntil(RuleBasedStateMachine):
         ]
         self.account.set_elsewhere(None if gone else FleetUsage(snapshot))
 
-    @rule(seconds=st.sampled_from((1.0, 60.0, 600.0, 3600.0)))
+    @rule(seconds=st.sampled_from((0.1, 1.0, 60.0, 600.0, 3600.0, 1e-6)))
     def tick(self, seconds: float) -> None:
         self.now += seconds
 
@@ -148,3 +152,19 @@ BlockedUntil.TestCase.settings = settings(
     max_examples=300, stateful_step_count=40, deadline=None, report_multiple_bugs=False
 )
 TestBlockedUntil = BlockedUntil.TestCase
+
+
+@given(
+    at=st.floats(min_value=0.0, max_value=4e9, allow_nan=False),
+    window=st.one_of(
+        st.sampled_from((600.0, 3600.0, 18000.0, 0.1)),
+        st.floats(min_value=1e-3, max_value=1e7, allow_nan=False),
+    ),
+)
+def test_a_use_leaves_the_window_at_the_first_moment_expiry_drops_it(
+    at: float, window: float
+) -> None:
+    """``leaves_window`` is the first float ``now`` at which ``now - window >= at``."""
+    moment = leaves_window(at, window)
+    assert moment - window >= at
+    assert math.nextafter(moment, -math.inf) - window < at
