@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from herdsman.core import RunRequest
-from herdsman.core.accounts import AccountBook, AccountSpec, AccountUse, Charge
+from herdsman.core.accounts import AccountBook, AccountSpec, AccountUse, Charge, conversation_of
 
 T0 = 1_800_000_000.0  # a unix time; nothing here reads a real clock
 PROVIDERS = ("p", "q")
@@ -82,7 +82,10 @@ class ClosedSignalMachine(RuleBasedStateMachine):
         if can:
             run = RunRequest(f"r{self.next_id}", provider, conversation=conversation)
             self.next_id += 1
+            # The gate takes what can_start found for granted; its pick is the book's.
+            picked = self.book.pick(provider, conversation_of(run), self.now)
             gate.started(run)
+            assert gate.picks[run.id] == picked
             self.running[run.id] = provider
 
     @rule(provider=provider_st)
