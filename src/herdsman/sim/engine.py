@@ -407,20 +407,23 @@ class FastEngine:
         now = self._origin + self._now  # _wall(), on every dispatch
         for run_id, pick in life.take_starts(now).items():
             self._start(run_id, pick.account, now)
-        # _rearm(now), inlined: every dispatch sets the timer again.
-        at = life.next_wakeup(now) if life.may_wake_in_time else None
+        # _rearm(now), inlined: every dispatch sets the timer again. The time
+        # is read already, so next_wakeup answers alone (may_wake_in_time
+        # would only ask its first question again).
+        at = life.next_wakeup(now)
         self._timer = None if at is None else self._now + max(0.0, at - now)
 
     def _rearm(self, now: float) -> None:
         """When the supervisor's dispatcher looks at resting accounts again, from ``now``.
 
         (It also looks every minute; those looks find nothing new, since only
-        time frees an account and this is when, so they are left out.) Not
-        even asked while time alone frees no account and ends no backoff.
-        Worked out from the moment it is set, as the dispatcher's deadline is.
+        time frees an account and this is when, so they are left out.) Its
+        one caller, a submit, does not call it while no timer is set and
+        ``may_wake_in_time`` says time alone frees no account and ends no
+        backoff. Worked out from the moment it is set, as the dispatcher's
+        deadline is.
         """
-        life = self._life
-        at = life.next_wakeup(now) if life.may_wake_in_time else None
+        at = self._life.next_wakeup(now)
         self._timer = None if at is None else self._now + max(0.0, at - now)
 
     def _start(self, run_id: str, account: str | None, now: float) -> None:
