@@ -63,6 +63,7 @@ from herdsman.sim.workload import (
     CARRIED_REST,
     Arrival,
     Attempt,
+    Ending,
     Executions,
     RunPlan,
     Workload,
@@ -220,7 +221,7 @@ class FastEngine:
         self._generation = 1
         # What the fake runner reports, one per distinct ending (as the trio
         # replay's fake runner hands one outcome to every run that ends alike).
-        self._outcomes: dict[tuple[str, int | None, float | None], RunOutcome] = {}
+        self._outcomes: dict[Ending, RunOutcome] = {}
         # A set of the kinds, not any() over a generator: a resumption per arrival.
         kinds = {arrival.kind for arrival in workload.arrivals}
         self._ledger = _Ledger() if "reload" in kinds else None
@@ -451,10 +452,10 @@ class FastEngine:
         attempt = self._executions.attempt(run_id, run.plan, run.execution - 1)
         # How the fake runner will report its end: one outcome per distinct
         # ending, as the trio replay's fake runner hands them out.
-        if attempt.own_end:
+        key = attempt.shared_end
+        if key is None:
             outcome = _outcome(attempt)  # its own: what its agent's stream said
         else:
-            key = (attempt.outcome, attempt.exit_code, attempt.resets_at)
             shared = self._outcomes.get(key)
             if shared is None:
                 shared = self._outcomes[key] = _outcome(attempt)
