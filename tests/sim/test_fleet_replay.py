@@ -18,6 +18,7 @@ from sim_workloads import herdsman
 
 from herdsman.sim.decisions import read_decisions, timeline_of
 from herdsman.sim.diff import first_divergence, report
+from herdsman.sim.fleet_members import _inputs
 from herdsman.sim.fleet_replay import FleetReplayResult, fleet_replay, read_member
 from herdsman.sim.workload import config_from_trace
 from herdsman.trace import TraceFormatError, read_trace_text
@@ -288,9 +289,75 @@ def test_a_member_s_start_decided_by_a_late_timer_is_decided_when_it_was(tmp_pat
     agrees_with_every_member(tmp_path, 2, header, events)
 
 
-def taken(t: float, run_id: str, conversation: str) -> list[dict[str, Any]]:
+def test_a_member_s_poll_waits_for_the_decision_on_the_runs_it_took(tmp_path: Path) -> None:
+    # m2, its two slots: h1 of c8 runs, h3 of c8 waits behind it, one slot
+    # free. A poll at 11.003 takes h4; the member's dispatcher, woken by
+    # it, resumed late, and h1's end, read at 11.01 meanwhile, decided
+    # first: both slots free, h3 and h4 start in the queue's order (both
+    # decided 11.01). Delivered at its line, the poll starts h4 at once,
+    # in the one free slot, before h1's end: h4, then h3. No other
+    # member's event comes between (they have all shut down by then).
+    lines = [json.loads(line) for line in (SIM / "fleet-m2.jsonl").read_text().splitlines()]
+    header, events = lines[0], lines[1:]
+    shutdown = events.pop()
+    events += [
+        *taken(10.2, "h1", "c8", "demo"),
+        {"t": 10.2035, "event": "start", "run_id": "h1", "account": None, "decided": 10.2032},
+        *taken(10.5, "h3", "c8", "demo"),
+        *taken(11.0, "h4", "c10", "demo"),
+        {**succeeded(11.02, "h1"), "ended": 11.01},
+        {"t": 11.0202, "event": "start", "run_id": "h3", "account": None, "decided": 11.01},
+        {"t": 11.0204, "event": "start", "run_id": "h4", "account": None, "decided": 11.01},
+        succeeded(12.0, "h3"),
+        succeeded(12.1, "h4"),
+        {**shutdown, "t": 14.0},
+    ]
+    agrees_with_every_member(tmp_path, 2, header, events)
+
+
+def polls_delivered(tmp_path: Path, events: list[dict[str, Any]]) -> list[tuple[float, Any]]:
+    """When a fleet replay delivers m2's polls, its trace edited to ``events`` (its times)."""
+    lines = [json.loads(line) for line in (SIM / "fleet-m2.jsonl").read_text().splitlines()]
+    path = tmp_path / "m2.jsonl"
+    path.write_text(
+        "".join(json.dumps(line) + "\n" for line in [lines[0], *renumbered(events)]),
+        encoding="utf-8",
+    )
+    member = read_member(path)
+    inputs, _, _ = _inputs([member], [0.0])
+    return [(round(i.t, 6), i.fields["runs"]) for i in inputs if i.kind == "poll"]
+
+
+def test_a_poll_is_held_only_when_nothing_else_comes_first_and_it_only_took_runs(
+    tmp_path: Path,
+) -> None:
+    def start(t: float, run_id: str, decided: float | None = None) -> dict[str, Any]:
+        line: dict[str, Any] = {"t": t, "event": "start", "run_id": run_id, "account": None}
+        return line if decided is None else {**line, "decided": decided}
+
+    held = [*taken(11.0, "h4", "c10", "demo"), start(11.0204, "h4", 11.01)]
+    assert polls_delivered(tmp_path, held) == [(11.01, ["h4"])]
+    # Decided at its line (no decided): delivered at the poll's.
+    at_once = [*taken(11.0, "h4", "c10", "demo"), start(11.0204, "h4")]
+    assert polls_delivered(tmp_path, at_once) == [(11.003, ["h4"])]
+    # A submit to the member between: the poll keeps its place before it.
+    other = {**taken(11.005, "h5", "c11", "demo")[0]}
+    crowded = [*taken(11.0, "h4", "c10", "demo"), other, start(11.0204, "h4", 11.01)]
+    assert polls_delivered(tmp_path, crowded) == [(11.003, ["h4"])]
+    # A poll that also saw a run leave: that took effect at its line.
+    leaving = [*taken(11.0, "h4", "c10", "demo"), start(11.0204, "h4", 11.01)]
+    leaving[1] = {**leaving[1], "left": ["h9"]}
+    assert polls_delivered(tmp_path, leaving) == [(11.003, ["h4"])]
+    # Decided more than half a second later: something untraced held it.
+    late = [*taken(11.0, "h4", "c10", "demo"), start(11.6, "h4", 11.59)]
+    assert polls_delivered(tmp_path, late) == [(11.003, ["h4"])]
+
+
+def taken(
+    t: float, run_id: str, conversation: str, provider: str = "paced"
+) -> list[dict[str, Any]]:
     """A run submitted to this member at ``t`` and taken by its poll 3 ms later."""
-    run = {"id": run_id, "provider": "paced", "conversation": conversation, "workspace": "default"}
+    run = {"id": run_id, "provider": provider, "conversation": conversation, "workspace": "default"}
     return [
         {"t": t, "event": "fleet_submit", "run": run},
         {"t": round(t + 0.003, 6), "event": "poll", "runs": [run_id], "left": [], "cancels": []},

@@ -72,7 +72,7 @@ def test_an_old_trace_s_unclassed_failures_are_not_retried_and_the_summary_says_
     assert first_divergence(old, out) is None
     assert len(unclassed) == (2 if retries else 1)
     run_id, at = unclassed[0]
-    first = f"(the first: {run_id}'s at t={at:g})"
+    first = f"(the first: {run_id}'s at t={at:.3f})"
     if retries:
         said = (
             f"; {len(unclassed)} failed attempt(s) {first} name no failure class (a failure"

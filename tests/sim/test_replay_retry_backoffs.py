@@ -274,3 +274,85 @@ def test_a_finish_traced_while_a_late_dispatcher_met_a_backoff_ends_before_it(
         {"t": 4.232382, "event": "shutdown"},
     ]
     replays_alike(recording(tmp_path / "late.jsonl", events), engine)
+
+
+@pytest.mark.parametrize("engine", ["trio", "fast"])
+def test_an_end_read_after_a_backoff_ended_whose_timer_was_late_still_ends_before_it(
+    tmp_path: Path, engine: str
+) -> None:
+    # The trace above as a supervisor that writes ``ended`` and ``decided``
+    # records it: every start says when it was decided, every finish when
+    # its end was read. crashed's backoff ended at 1.611626; its timer had
+    # not fired when retried's end was read, at 1.64, and that end's own
+    # dispatch started crashed (decided 1.64, as the finish's ended). The
+    # replay's timer is due at 1.611626; late_wake takes it to 1.64, no
+    # later than retried's end there, and a timer acts before an end at
+    # the same moment: crashed would start ahead of retried's finish.
+    # Ending retried just before the backoff ends (the heuristic older
+    # traces need) keeps the recorded order, so these traces need it too.
+    ids = {
+        "retried": "run-4a85e7a434f248bd8b8ffc1e2f40824d",
+        "exhausted": "run-fa25cdc0e3794166a023e21edcf755ed",
+        "worked": "run-e424f887465547cdac2a4744b5c40da1",
+        "crashed": "run-d66a33b0ed8340899af9fdc8f59027e9",
+    }
+
+    def decided(event: dict[str, Any], at: float) -> dict[str, Any]:
+        return {**event, "decided": at}
+
+    events = [
+        submit(0.285473, ids["retried"], "retried"),
+        decided(start(0.30835, ids["retried"]), 0.3083),
+        submit(0.317993, ids["exhausted"], "exhausted"),
+        decided(start(0.336817, ids["exhausted"]), 0.3367),
+        submit(0.342749, ids["worked"], "worked"),
+        submit(0.462, ids["crashed"], "crashed"),
+        retry(0.672597, ids["retried"], 1, "overloaded", 0.710046, read=0.66084),
+        finish(
+            0.672688,
+            ids["retried"],
+            "failed",
+            1,
+            failure="overloaded",
+            requeued=True,
+            ended=0.66084,
+        ),
+        decided(start(0.672765, ids["worked"]), 0.66084),
+        retry(0.67285, ids["exhausted"], 1, "rate_limit", 0.993867, read=0.66121),
+        finish(
+            0.672861,
+            ids["exhausted"],
+            "failed",
+            1,
+            failure="rate_limit",
+            requeued=True,
+            ended=0.66121,
+        ),
+        decided(start(0.672867, ids["crashed"]), 0.66121),
+        finish(
+            0.89039, ids["worked"], "failed", 1, failure="overloaded", worked=True, ended=0.8903
+        ),
+        retry(0.977025, ids["crashed"], 1, "crash", 0.650635, read=0.960991),
+        finish(
+            0.977074, ids["crashed"], "failed", 3, failure="crash", requeued=True, ended=0.960991
+        ),
+        decided(start(1.392649, ids["retried"]), 1.3925),
+        finish(1.692545, ids["retried"], "succeeded", 0, ended=1.64),
+        decided(start(1.716427, ids["crashed"]), 1.64),
+        decided(start(1.760464, ids["exhausted"]), 1.7603),
+        finish(1.895045, ids["crashed"], "succeeded", 0, ended=1.8949),
+        retry(1.921796, ids["exhausted"], 2, "rate_limit", 1.935177, read=1.920832),
+        finish(
+            1.92183,
+            ids["exhausted"],
+            "failed",
+            1,
+            failure="rate_limit",
+            requeued=True,
+            ended=1.920832,
+        ),
+        decided(start(3.907688, ids["exhausted"]), 3.9075),
+        finish(4.088416, ids["exhausted"], "failed", 1, failure="rate_limit", ended=4.0883),
+        {"t": 4.232382, "event": "shutdown"},
+    ]
+    replays_alike(recording(tmp_path / "late-read.jsonl", events), engine)

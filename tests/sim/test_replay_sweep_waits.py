@@ -143,7 +143,7 @@ def test_a_wait_crowded_by_another_submit_is_not_held_and_the_replay_says_so() -
     assert_as_recorded(text, slow.trace)  # b2's hold keeps c busy for the skip
     for line in (summary(slow), summary(fast)):
         assert "1 submit(s) that waited for a sweep's removal" in line
-        assert "not held (the first: b, from t=1.2)" in line
+        assert "not held (the first: b, from t=1.200)" in line
 
 
 def test_a_what_if_without_repositories_holds_nothing() -> None:

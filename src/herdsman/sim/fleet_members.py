@@ -17,6 +17,7 @@ import attrs
 from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.sim.workload import (
     DEFAULT_DURATION,
+    START_LATENCY,
     RecordedAttempt,
     RunPlan,
     Workload,
@@ -106,6 +107,7 @@ def _inputs(
     killed: list[tuple[float, str]] = []
     seen: set[str] = set()
     traced_polls = any(e.event == "poll" for m in members for e in m.events)
+    held: dict[int, float] = {}  # a poll's input, by index, and when to deliver it instead
     for index, (member, offset) in enumerate(zip(members, offsets, strict=True)):
         inputs.append(_Input(offset, index, 0, "join", {}))
         if member.events and not any(e.event == "shutdown" for e in member.events):
@@ -124,11 +126,15 @@ def _inputs(
                     )
                 )
         poll_t, poll_line = offset, 0.0  # the start-up poll, as the member joins
+        decisions = _decisions(member)
         for event in member.events:
             kind, fields, t = event.event, event.fields, offset + event.t
             if kind == "poll":
                 poll_t, poll_line = t, event.line
                 if event is not member.startup:  # that one is made as the member joins
+                    decided = _decided_after(event, decisions)
+                    if decided is not None:
+                        held[len(inputs)] = offset + decided
                     inputs.append(_Input(t, index, event.line, "poll", fields))
             elif kind == "fleet_submit":
                 inputs.append(_Input(t, index, event.line, "submit", fields))
@@ -143,7 +149,7 @@ def _inputs(
                 # Just before the poll that took it: the ledger had it by then.
                 run = fields["run"]
                 inputs.append(_Input(poll_t, index, poll_line - 0.5, "inject", {"run": run}))
-    inputs.sort()
+    inputs = _held_to_decision(inputs, held)
     injected.sort()
     first = []
     for item in injected:  # each run once, where it was first polled
@@ -173,6 +179,71 @@ def _inputs(
             )
         )
     return inputs, notes, killed
+
+
+def _decisions(member: Member) -> dict[str, list[tuple[int, float, float | None]]]:
+    """Each run's starts in ``member``'s trace, in order: line, time and ``decided``."""
+    decisions: dict[str, list[tuple[int, float, float | None]]] = {}
+    for event in member.events:
+        if event.event == "start":
+            decided = event.fields.get("decided")
+            decisions.setdefault(event.fields["run_id"], []).append((event.line, event.t, decided))
+    return decisions
+
+
+def _decided_after(
+    poll: TraceEvent, decisions: Mapping[str, Sequence[tuple[int, float, float | None]]]
+) -> float | None:
+    """When the member first decided a start of a run ``poll`` took, if that start's line
+    says so (``decided``) and it came after the poll, within ``START_LATENCY``; else None.
+
+    A start without ``decided`` was decided at its line (or its trace was
+    written before the field existed): it stands for itself. A poll that
+    did more than take runs (runs left, cancels, parked runs put back) is
+    never held: those took effect at its line.
+    """
+    fields = poll.fields
+    if fields["left"] or fields["cancels"] or fields.get("parked") or not fields["runs"]:
+        return None
+    first: tuple[float, bool] | None = None  # (moment, said by its decided)
+    for run_id in fields["runs"]:
+        after = next(
+            (
+                (t if decided is None else decided, decided is not None)
+                for line, t, decided in decisions.get(run_id, ())
+                if line > poll.line
+            ),
+            None,
+        )
+        if after is not None and (first is None or after[0] < first[0]):
+            first = after
+    if first is None or not first[1]:
+        return None
+    at = first[0]
+    return at if poll.t < at <= poll.t + START_LATENCY else None
+
+
+def _held_to_decision(inputs: list[_Input], held: Mapping[int, float]) -> list[_Input]:
+    """``inputs`` in order, each poll in ``held`` delivered at its moment there instead.
+
+    A member traces a poll as it queues the runs the poll took, and wakes
+    its dispatcher; under load that resumes tens of milliseconds later, and
+    a run's end read meanwhile decides first, with the starts its freed slot
+    allows, the polled runs among them, in queue order. Delivered at its
+    line, the poll would start its runs before that end. So a poll whose
+    runs' first start here was decided later (``decided``, within
+    ``START_LATENCY``) is delivered then, if no other input, of any member,
+    comes between (so that inputs keep their order); ends due at that moment
+    go first, as recorded. The lone supervisor's replay holds a submit so
+    (``workload._held_to_decision``).
+    """
+    order = sorted(range(len(inputs)), key=inputs.__getitem__)
+    moved = [inputs[n] for n in order]
+    for at, n in enumerate(order):
+        moment = held.get(n)
+        if moment is not None and (at + 1 == len(moved) or moved[at + 1].t >= moment):
+            moved[at] = attrs.evolve(moved[at], t=moment)
+    return moved
 
 
 def _holders(members: Sequence[Member], texts: Sequence[str]) -> dict[str, set[str]]:

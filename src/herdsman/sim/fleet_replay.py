@@ -15,7 +15,8 @@ holder's trace says it did. What one member learns of the others comes
 through the ledger, at its polls, and a poll is the one place where the
 real fleet's timing decided something: which runs a member found queued
 depended on the others' claims, milliseconds apart. So a member's polls
-happen when its trace says one changed its queue (``poll``), and only
+happen when its trace says one changed its queue (``poll``; or when the
+member decided on the runs it took, if later: ``fleet_members``), and only
 then: at any other moment (its timer, its own submit's poke) the replay's
 ledger answers its poll as a ledger out of reach would, and the member
 tries again at its next one, as it did in the recording, where such a poll

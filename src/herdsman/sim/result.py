@@ -56,8 +56,13 @@ def recording_ends(result: ReplayResult, workload: Workload) -> ReplayResult:
         elsewhere = sum(
             1 for plan in workload.plans.values() if not plan.attempts and not plan.synthetic
         )
+    # A recording cut short ran until its last event even when the replay's
+    # clock stopped sooner (its last run started at an earlier submit, and
+    # never ends): the replay stands for that much of it.
+    span = result.span if workload.cut_at is None else max(result.span, workload.cut_at)
     return attrs.evolve(
         result,
+        span=span,
         shutdown_at=shutdown_at,
         cut_at=workload.cut_at,
         lost_not_replayed=lost,
@@ -69,7 +74,11 @@ def recording_ends(result: ReplayResult, workload: Workload) -> ReplayResult:
 
 
 def summary(result: ReplayResult) -> str:
-    """The line printed on stderr after a replay."""
+    """The line printed on stderr after a replay.
+
+    Moments (``t=``) are trace time to the millisecond, as ``sim diff`` and
+    the replay's bounds print them: ``t=14.957``, ``t=42.894``.
+    """
     rate = result.runs / result.wall_seconds if result.wall_seconds > 0 else math.inf
     line = (
         f"replayed {result.runs} runs"
@@ -79,7 +88,7 @@ def summary(result: ReplayResult) -> str:
     )
     if result.rotated_at is not None:
         line += (
-            f"; the recording was rotated into another file at t={result.rotated_at:g}:"
+            f"; the recording was rotated into another file at t={result.rotated_at:.3f}:"
             " what the replay decided after that is its own"
         )
     if result.elsewhere is not None:
@@ -98,7 +107,7 @@ def summary(result: ReplayResult) -> str:
         run_id, began = result.unheld[0]
         line += (
             f"; {len(result.unheld)} submit(s) that waited for a sweep's removal of their"
-            f" conversation's worktrees are not held (the first: {run_id}, from t={began:g}):"
+            f" conversation's worktrees are not held (the first: {run_id}, from t={began:.3f}):"
             " another submit to the conversation was recorded during the wait, and the"
             " replay holds one run a conversation; each goes in at its recorded submit, so"
             " a skip during its wait may be decided otherwise"
@@ -107,13 +116,13 @@ def summary(result: ReplayResult) -> str:
         line += _unclassed(result)
     if result.cut_at is not None:
         line += (
-            f"; the recording ends at t={result.cut_at:g} with runs still running and no"
+            f"; the recording ends at t={result.cut_at:.3f} with runs still running and no"
             " shutdown (the supervisor was killed, or the file was read while it ran):"
             " those never end in the replay"
         )
     if result.left_queued:
         line += f"; {result.left_queued} run(s) were still queued at the end" + (
-            f" (the recorded shutdown at t={result.shutdown_at:g} stopped new starts)"
+            f" (the recorded shutdown at t={result.shutdown_at:.3f} stopped new starts)"
             if result.shutdown_at is not None
             else " (the recording ended first)"
             if result.cut_at is not None
@@ -134,7 +143,7 @@ def _unclassed(result: ReplayResult) -> str:
     so without guessing why the class is missing unless the trace tells.
     """
     run_id, at = result.unclassed[0]
-    first = f"(the first: {run_id}'s at t={at:g})"
+    first = f"(the first: {run_id}'s at t={at:.3f})"
     count = len(result.unclassed)
     if result.predates_retries:
         return (

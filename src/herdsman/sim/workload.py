@@ -542,6 +542,15 @@ class _PlainEnds:
     supervisor would have traced it had it read that end by then. Never
     before the replay meets the event traced ahead of that finish (then it
     keeps its time, and the replay may start the run first).
+
+    A trace whose finishes say when their end was read (``ended``) and
+    whose starts when they were decided (``decided``) still needs it: such
+    an end read after the backoff ended, before the late timer fired, let
+    its own dispatch start the retried run (``decided`` equal to the
+    finish's ``ended``). The replay's timer, due at the backoff's end and
+    moved to that moment at most (``late_wake``), acts before a run's end
+    due then, and would start the run ahead of the finish. An ``ended``
+    before the backoff's end is never moved (``ends_at`` is already there).
     """
 
     def __init__(self, plans: Mapping[str, RunPlan]) -> None:
