@@ -222,9 +222,7 @@ class FastEngine:
         # What the fake runner reports, one per distinct ending (as the trio
         # replay's fake runner hands one outcome to every run that ends alike).
         self._outcomes: dict[Ending, RunOutcome] = {}
-        # A set of the kinds, not any() over a generator: a resumption per arrival.
-        kinds = {arrival.kind for arrival in workload.arrivals}
-        self._ledger = _Ledger() if "reload" in kinds else None
+        self._ledger = _Ledger() if "reload" in workload.kinds else None
         self._out: io.StringIO | None = None
         self._trace: TraceWriter | None = None
         if trace:

@@ -204,9 +204,19 @@ class Arrival:
     )
 
 
+def _kinds(workload: Workload) -> frozenset[str]:
+    return frozenset(arrival.kind for arrival in workload.arrivals)
+
+
 @attrs.frozen
 class Workload:
-    """A trace's header, arrivals (in order) and run plans."""
+    """A trace's header, arrivals (in order) and run plans.
+
+    ``kinds``: the kinds of its arrivals (membership only), worked out when
+    the workload is made: an engine asks at the start of every simulation
+    (a workload with reloads needs a ledger), and a plan simulates one
+    workload under every configuration of its sweep.
+    """
 
     header: TraceHeader
     started_at: float  # the header's time, unix seconds
@@ -233,6 +243,9 @@ class Workload:
     #: (``decided``), in order: a replay's timer due shortly before one of
     #: them, with nothing else between, fires then (see :func:`late_wake`).
     wakes: tuple[float, ...] = ()
+    kinds: frozenset[str] = attrs.field(
+        init=False, eq=False, repr=False, default=attrs.Factory(_kinds, takes_self=True)
+    )
 
     @property
     def predates_retries(self) -> bool:
