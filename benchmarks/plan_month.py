@@ -86,6 +86,12 @@ VARY = ["providers.claude.concurrency=8,12,16,20", "providers.claude.accounts=1.
 SLO = "p95_wait<=15m"
 REPLICATIONS = "10"
 
+#: The name a plan's workers load each configuration under (``_Worker._config``):
+#: loaded so, a configuration is the one the engine finds already loaded when it
+#: loads it again for each simulation, as in a plan, where only a worker's first
+#: simulation of a configuration loads it (``config_from_trace``).
+WORKERS_NAME = "configuration"
+
 
 def herdsman(*args: str) -> tuple[float, float, str]:
     """Run the CLI; its wall seconds, its CPU seconds (itself and its workers), its stdout."""
@@ -170,7 +176,7 @@ def breakdown(month: Path) -> None:
     varies = [parse_vary(v) for v in VARY]
     header = source.workload.header.config
     configs = [
-        config_from_trace(config_as_json(configure(header, varies, s).config), "c")
+        config_from_trace(config_as_json(configure(header, varies, s).config), WORKERS_NAME)
         for s in settings(varies)
     ]
     costs = []
@@ -215,7 +221,8 @@ def cachegrind_child(month: Path, simulate: bool) -> None:
     header = source.workload.header.config
     chosen = [s for s in settings(varies) if tuple(str(value) for _, value in s) in MEASURED]
     configs = [
-        config_from_trace(config_as_json(configure(header, varies, s).config), "c") for s in chosen
+        config_from_trace(config_as_json(configure(header, varies, s).config), WORKERS_NAME)
+        for s in chosen
     ]
     with young_collections_rarer():
         workload = replication(source, 1, 0)

@@ -12,7 +12,10 @@ usage limit — comes from the recorded start/finish pair, or from
 from __future__ import annotations
 
 import bisect
+import functools
+import json
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -909,7 +912,35 @@ def config_from_trace(
     ``name`` says where it came from in error messages (a bad one raises
     :class:`TraceFormatError` naming it and the key). ``null`` is "not set",
     except for the limits where it means "none", written ``"0"``.
+
+    Loaded once per process for each distinct configuration (a plan's
+    engine loads its configuration again for every simulation, a few
+    milliseconds of TOML each time), and known by its JSON, in order (the
+    providers' order is the configuration's), with the working folder and
+    ``HOME`` the loading reads (relative paths are taken from the one,
+    ``~`` from the other).
     """
+    try:
+        carried = json.dumps(config, allow_nan=False)
+    except (TypeError, ValueError):  # not a trace's JSON: nothing to know it by
+        return _load(config, name, overrides)
+    loaded = _loaded(carried, name, tuple(overrides), os.getcwd(), os.environ.get("HOME"))
+    # Its own list of warnings, which a caller may add to; the rest is read-only.
+    return attrs.evolve(loaded, warnings=list(loaded.warnings))
+
+
+# More than a plan's sweep usually has, so that a plan going through its
+# configurations in turn, replication after replication, finds each still there.
+@functools.lru_cache(maxsize=256)
+def _loaded(
+    carried: str, name: str, overrides: tuple[str, ...], cwd: str, home: str | None
+) -> LoadedConfig:
+    """The configuration in the JSON ``carried``, loaded (``cwd`` and ``home``
+    are in the cache's key only: the load reads them)."""
+    return _load(json.loads(carried), name, overrides)
+
+
+def _load(config: Mapping[str, Any], name: str, overrides: Sequence[str]) -> LoadedConfig:
     text = tomlkit.dumps(_as_toml(config))
     try:
         return load_config_text(text, Path(name), overrides, environ={})
@@ -934,6 +965,6 @@ def _as_toml(value: Any) -> Any:
             elif item is not None:
                 out[key] = _as_toml(item)
         return out
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):  # alike in JSON, and so to config_from_trace
         return [_as_toml(item) for item in value]
     return value
