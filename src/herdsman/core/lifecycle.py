@@ -234,13 +234,6 @@ class _Pending:
         self.charge = charge
 
 
-def _charge_of(signals: AccountSignals | None) -> Charge:
-    """What an attempt spent, as the account book charges it."""
-    if signals is None or (signals.tokens is None and signals.usd is None):
-        return NO_CHARGE
-    return Charge(signals.tokens, signals.usd)
-
-
 _NO_STARTS: Mapping[str, Pick] = MappingProxyType({})
 
 #: A run of an earlier process charged to an account: provider, account,
@@ -562,7 +555,7 @@ class Lifecycle:
             self._stick(run_id)
         spawned = outcome.exit_code is not None
         self.scheduler.finish(run_id)
-        self.book.finish(run_id, now, spawned=spawned, charge=_charge_of(signals))
+        self.book.finish(run_id, now, spawned=spawned, charge=outcome.charge)
         if self._again:
             self._again.discard(run_id)
             self._starts.pop(run_id, None)
@@ -595,7 +588,7 @@ class Lifecycle:
             self._stick(run_id)
         # Its account spent the attempt; its lanes stay held, so no later
         # run of its conversation or agent starts before it.
-        self.book.finish(run_id, now, spawned=outcome.spawned, charge=_charge_of(outcome.account))
+        self.book.finish(run_id, now, spawned=outcome.spawned, charge=outcome.charge)
         self.scheduler.hold(run_id)
         self._backoff[run_id] = now + delay
         self._starts[run_id] = attempt
@@ -636,14 +629,14 @@ class Lifecycle:
             if outcome.session:
                 self._stick(run_id)
             self.scheduler.finish(run_id)
-            book.finish(run_id, now, spawned=spawned, charge=_charge_of(signals))
+            book.finish(run_id, now, spawned=spawned, charge=outcome.charge)
             self._again.discard(run_id)
             self._starts.pop(run_id, None)
             return Settlement(RunStatus(outcome.status), spawned, login=login)
         sticks = None
         if outcome.session and request.conversation is not None:
             sticks = (provider, sticky_key(request.workspace, request.conversation))
-        self._pending[run_id] = _Pending(None, spawned, sticks, _charge_of(signals))
+        self._pending[run_id] = _Pending(None, spawned, sticks, outcome.charge)
         return Settlement(RunStatus.USAGE_LIMITED, spawned, requeue=True, freed=False, login=login)
 
     def _limit_hit(self, run_id: str, outcome: RunOutcome, now: float) -> Settlement | None:
@@ -665,7 +658,7 @@ class Lifecycle:
         sticks = None
         if outcome.session and request.conversation is not None:
             sticks = (provider, sticky_key(request.workspace, request.conversation))
-        self._pending[run_id] = _Pending(rest, outcome.spawned, sticks, _charge_of(outcome.account))
+        self._pending[run_id] = _Pending(rest, outcome.spawned, sticks, outcome.charge)
         return Settlement(final, outcome.spawned, requeue=requeue, rest=rest, freed=False)
 
     def settle(self, run_id: str, now: float, *, requeued: bool) -> None:

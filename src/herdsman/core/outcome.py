@@ -14,6 +14,7 @@ import enum
 
 import attrs
 
+from herdsman.core.account_usage import NO_CHARGE, Charge
 from herdsman.core.retry import Failure
 
 __all__ = ["AccountSignals", "Outcome", "RunOutcome", "RunStatus", "UsageLimit"]
@@ -72,6 +73,13 @@ class AccountSignals:
     needs_login: str | None = None
 
 
+def _charge_of(outcome: RunOutcome) -> Charge:
+    signals = outcome.account
+    if signals is None or (signals.tokens is None and signals.usd is None):
+        return NO_CHARGE
+    return Charge(signals.tokens, signals.usd)
+
+
 @attrs.frozen
 class RunOutcome:
     """How one attempt of a run ended, as the lifecycle settles it.
@@ -87,6 +95,8 @@ class RunOutcome:
     retry. ``account``: what the attempt spent and said of its account (None:
     nothing). An engine makes one per distinct ending and hands it to every
     run that ends alike: it holds nothing of the run itself but ``account``.
+    ``charge``: what ``account`` says the attempt spent, as the account book
+    charges it, worked out when the outcome is made (every finish asks).
     """
 
     status: Outcome
@@ -96,6 +106,9 @@ class RunOutcome:
     account: AccountSignals | None = None
     failure: Failure | None = None
     worked: bool = False
+    charge: Charge = attrs.field(
+        init=False, eq=False, repr=False, default=attrs.Factory(_charge_of, takes_self=True)
+    )
 
     @property
     def spawned(self) -> bool:

@@ -477,9 +477,7 @@ class Scheduler:
             locks: tuple[tuple[_Lane, bool], ...] = ()  # a lane of its own: no key at all
         else:
             locks = self._locks_for(run)
-        provider = self._providers.get(run.provider)
-        if provider is None:
-            provider = self._provider(run.provider)
+        provider = self._providers.get(run.provider) or self._provider(run.provider)
         entry = _Entry(run, self._next_seq, locks, provider)
         self._next_seq += 1
         self._entries[run.id] = entry
@@ -647,9 +645,7 @@ class Scheduler:
         O(length of its lanes) — a rare event, never a scheduling decision.
         """
         locks = self._locks_for(run)
-        provider = self._providers.get(run.provider)
-        if provider is None:
-            provider = self._provider(run.provider)
+        provider = self._providers.get(run.provider) or self._provider(run.provider)
         entry = _Entry(run, seq, locks, provider)
         entry.state = RunState.RUNNING
         entries = list(self._entries.items())

@@ -32,6 +32,7 @@ from herdsman.sim.trio_internals import (
     tasks,
 )
 from herdsman.sim.workload import (
+    Ending,
     Executions,
     Workload,
     late_wake,
@@ -61,7 +62,7 @@ class Driver:
         # One outcome per way an attempt can end on its own: outcomes are
         # frozen, and building one per run cost more than the rest of the
         # fake runner's bookkeeping.
-        self._outcomes: dict[tuple[str, int | None, float | None], ProcessOutcome] = {}
+        self._outcomes: dict[Ending, ProcessOutcome] = {}
         #: Whether the driver is delivering events (it is not once the input is over).
         self.driving = False
         #: The time now: the replay reads its ``MockClock`` through :func:`mock_time`.
@@ -133,9 +134,9 @@ class Driver:
                 cancel._detach()
         if stopped:
             return stopped_end(attempt, stopped[0])
-        if attempt.own_end:
+        key = attempt.shared_end
+        if key is None:
             return fake_end(attempt, None)  # its own: what its agent's stream said
-        key = (attempt.outcome, attempt.exit_code, attempt.resets_at)
         ended = self._outcomes.get(key)
         if ended is None:
             ended = self._outcomes[key] = fake_end(attempt, None)

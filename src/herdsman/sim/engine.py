@@ -63,6 +63,7 @@ from herdsman.sim.workload import (
     CARRIED_REST,
     Arrival,
     Attempt,
+    Ending,
     Executions,
     RunPlan,
     Workload,
@@ -220,10 +221,8 @@ class FastEngine:
         self._generation = 1
         # What the fake runner reports, one per distinct ending (as the trio
         # replay's fake runner hands one outcome to every run that ends alike).
-        self._outcomes: dict[tuple[str, int | None, float | None], RunOutcome] = {}
-        # A set of the kinds, not any() over a generator: a resumption per arrival.
-        kinds = {arrival.kind for arrival in workload.arrivals}
-        self._ledger = _Ledger() if "reload" in kinds else None
+        self._outcomes: dict[Ending, RunOutcome] = {}
+        self._ledger = _Ledger() if "reload" in workload.kinds else None
         self._out: io.StringIO | None = None
         self._trace: TraceWriter | None = None
         if trace:
@@ -245,10 +244,10 @@ class FastEngine:
         self.picks: list[str | None] = []
         self._measuring = metrics
         self._slots = slots_of(config_as_json(config)) if metrics else 0
-        # The trace's clock (``t``, rounded as the trace rounds it) at _rounded_at:
-        # several events share a moment, and a rounding costs more than the
-        # rest of an event's measuring.
-        self._rounded_at = math.nan
+        # Now on the trace's clock (an event's ``t``, rounded as the trace
+        # rounds it), kept with the clock while measuring: the loop sets both
+        # as it moves to a moment, once for every event there (a rounding
+        # costs more than the rest of an event's measuring).
         self._rounded = 0.0
         # What measure() adds up, on the trace's clock: the last event's
         # time, runs submitted, started (in first-start order) and withdrawn
@@ -324,7 +323,7 @@ class FastEngine:
         runs = self._runs
         life = self._life
         scheduler = life.scheduler
-        position, inf, wakes = 0, math.inf, self._workload.wakes
+        position, inf = 0, math.inf
         # The next arrival's time, worked out as it becomes the next, not
         # again at every run's end and timer before it.
         arrival_at = arrivals[0].t if count else inf
@@ -332,16 +331,8 @@ class FastEngine:
             end_at = ends[0][0] if ends else inf
             timer = self._timer
             if timer is not None and timer <= end_at and timer <= arrival_at:
-                # The supervisor's own timers due by a moment act before it;
-                # late, as recorded, if a start says its dispatcher decided so.
-                self._timer = None
-                if wakes and life.admitting:  # never the shutdown grace
-                    timer = late_wake(wakes, timer, min(end_at, arrival_at))
-                self._now = max(self._now, timer)
-                if life.admitting:
-                    self._dispatch()
-                else:
-                    self._force()
+                # The supervisor's own timers due by a moment act before it.
+                self._fire(timer, min(end_at, arrival_at))
             elif end_at <= arrival_at:
                 if end_at == inf:
                     # Nothing left to happen: no input, no run, and no
@@ -349,6 +340,8 @@ class FastEngine:
                     return
                 at, _, _, run_id, execution = heapq.heappop(ends)
                 self._now = at
+                if self._measuring:
+                    self._rounded = round(at, 6)
                 run = runs.get(run_id)
                 if run is not None and run.execution == execution:  # else cancelled before
                     assert run.outcome is not None
@@ -364,7 +357,7 @@ class FastEngine:
                 self._now = arrival.t
                 if self._measuring:
                     # The trace's clock now, as the arrival has it worked out.
-                    self._rounded_at, self._rounded = arrival.t, arrival.trace_t
+                    self._rounded = arrival.trace_t
                 if arrival.kind == "submit" and life.admitting and "account" not in arrival.fields:
                     # The hot path: only the new run can have become startable,
                     # and only if the scheduler's ready index holds its provider
@@ -381,19 +374,28 @@ class FastEngine:
                     self._arrive(arrival)
                     self._dispatch()
 
+    def _fire(self, timer: float, next_event: float) -> None:
+        """The dispatcher's timer, or the shutdown grace's, fires: due at ``timer``, and
+        late (up to ``next_event``), as recorded, if a start says its dispatcher decided so."""
+        self._timer = None
+        life = self._life
+        wakes = self._workload.wakes
+        if wakes and life.admitting:  # never the shutdown grace
+            timer = late_wake(wakes, timer, next_event)
+        self._now = max(self._now, timer)
+        if self._measuring:
+            self._rounded = round(self._now, 6)
+        if life.admitting:
+            self._dispatch()
+        else:
+            self._force()
+
     def _wall(self) -> float:
         return self._origin + self._now
 
-    def _t(self) -> float:
-        """Now on the trace's clock: an event's ``t``, rounded as the trace rounds it."""
-        if self._rounded_at != self._now:
-            self._rounded_at = self._now
-            self._rounded = round(self._now, 6)
-        return self._rounded
-
     def _emit(self, kind: str, **fields: Any) -> None:
         if self._measuring:
-            self._last = self._t()
+            self._last = self._rounded
         if self._trace is not None:
             self._trace.event(kind, **fields)
 
@@ -407,20 +409,23 @@ class FastEngine:
         now = self._origin + self._now  # _wall(), on every dispatch
         for run_id, pick in life.take_starts(now).items():
             self._start(run_id, pick.account, now)
-        # _rearm(now), inlined: every dispatch sets the timer again.
-        at = life.next_wakeup(now) if life.may_wake_in_time else None
+        # _rearm(now), inlined: every dispatch sets the timer again. The time
+        # is read already, so next_wakeup answers alone (may_wake_in_time
+        # would only ask its first question again).
+        at = life.next_wakeup(now)
         self._timer = None if at is None else self._now + max(0.0, at - now)
 
     def _rearm(self, now: float) -> None:
         """When the supervisor's dispatcher looks at resting accounts again, from ``now``.
 
         (It also looks every minute; those looks find nothing new, since only
-        time frees an account and this is when, so they are left out.) Not
-        even asked while time alone frees no account and ends no backoff.
-        Worked out from the moment it is set, as the dispatcher's deadline is.
+        time frees an account and this is when, so they are left out.) Its
+        one caller, a submit, does not call it while no timer is set and
+        ``may_wake_in_time`` says time alone frees no account and ends no
+        backoff. Worked out from the moment it is set, as the dispatcher's
+        deadline is.
         """
-        life = self._life
-        at = life.next_wakeup(now) if life.may_wake_in_time else None
+        at = self._life.next_wakeup(now)
         self._timer = None if at is None else self._now + max(0.0, at - now)
 
     def _start(self, run_id: str, account: str | None, now: float) -> None:
@@ -432,7 +437,7 @@ class FastEngine:
             self.waits.append(self._now - run.submitted)
             self.picks.append(account)
         if self._measuring:
-            self._last = t = self._t()
+            self._last = t = self._rounded
             run.began = t
             # Added up in measure()'s order, so the floats come out the same.
             if run.waited < 0:
@@ -445,10 +450,10 @@ class FastEngine:
         attempt = self._executions.attempt(run_id, run.plan, run.execution - 1)
         # How the fake runner will report its end: one outcome per distinct
         # ending, as the trio replay's fake runner hands them out.
-        if attempt.own_end:
+        key = attempt.shared_end
+        if key is None:
             outcome = _outcome(attempt)  # its own: what its agent's stream said
         else:
-            key = (attempt.outcome, attempt.exit_code, attempt.resets_at)
             shared = self._outcomes.get(key)
             if shared is None:
                 shared = self._outcomes[key] = _outcome(attempt)
@@ -646,7 +651,7 @@ class FastEngine:
 
     def _measure_finish(self, run: _Run, status: str, *, requeued: bool) -> None:
         """Add up a finish event as ``measure`` does: busy time, and a re-queue or an end."""
-        self._last = t = self._t()
+        self._last = t = self._rounded
         self._busy += t - run.began
         if requeued:
             run.since = t  # waiting again, from now
@@ -728,7 +733,7 @@ class FastEngine:
             queued = self._runs[run_id] = _Run(request, plan, index, self._now)
             if self._measuring:
                 self._submitted += 1
-                # The trace's clock, as the loop set it from the arrival (_t()'s).
+                # The trace's clock, as the loop set it from the arrival.
                 self._last = queued.since = self._rounded
         elif admitted is _SKIPPED:
             if self._measuring:

@@ -51,6 +51,7 @@ __all__ = [
     "DEFAULT_DURATION",
     "Arrival",
     "Attempt",
+    "Ending",
     "Executions",
     "RecordedAttempt",
     "RunPlan",
@@ -73,9 +74,30 @@ START_LATENCY = 0.5
 DEFAULT_DURATION = 60.0
 
 
+#: How an attempt ends, as far as an end shared with attempts ending alike goes:
+#: outcome, exit code, and the usage limit's reset.
+Ending = tuple[str, int | None, float | None]
+
+
+def _shared_end(attempt: Attempt) -> Ending | None:
+    if attempt.usage is not None or attempt.limit is not None or attempt.reported is not None:
+        return None
+    return (attempt.outcome, attempt.exit_code, attempt.resets_at)
+
+
 @attrs.frozen
 class Attempt:
-    """How one attempt of a run went: how long it took, and how it ended."""
+    """How one attempt of a run went: how long it took, and how it ended.
+
+    ``shared_end``: the key under which its end is shared with every attempt
+    ending alike, or None if its end is its own. The fake runner shares one
+    outcome between attempts that end with the same outcome, exit code and
+    reset (most of them); one whose stream said more (a spend, a failure
+    class, work done, a message) gets its own. Worked out when the attempt
+    is made, with the workload, as an arrival's derived fields are: both
+    engines ask at every start, and a plan simulates one workload under
+    every configuration of its sweep.
+    """
 
     duration: float
     outcome: str
@@ -92,20 +114,13 @@ class Attempt:
     #: is retried), the runner's reason (a refused login's message), a
     #: session (its conversation sticks to the account); None: none of it.
     reported: Reported | None = None
+    shared_end: Ending | None = attrs.field(
+        init=False, eq=False, repr=False, default=attrs.Factory(_shared_end, takes_self=True)
+    )
 
     def end(self, now: float) -> float:
         """When the attempt ends if it starts at ``now`` (trace time); both engines ask."""
         return now + self.duration
-
-    @property
-    def own_end(self) -> bool:
-        """Whether its end is its own, not one shared by every attempt ending alike.
-
-        The fake runner shares one outcome between attempts that end with the
-        same outcome, exit code and reset (most of them); one whose stream
-        said more (a spend, a failure class, work done, a message) gets its own.
-        """
-        return self.usage is not None or self.limit is not None or self.reported is not None
 
 
 @attrs.frozen
@@ -192,9 +207,19 @@ class Arrival:
     )
 
 
+def _kinds(workload: Workload) -> frozenset[str]:
+    return frozenset(arrival.kind for arrival in workload.arrivals)
+
+
 @attrs.frozen
 class Workload:
-    """A trace's header, arrivals (in order) and run plans."""
+    """A trace's header, arrivals (in order) and run plans.
+
+    ``kinds``: the kinds of its arrivals (membership only), worked out when
+    the workload is made: an engine asks at the start of every simulation
+    (a workload with reloads needs a ledger), and a plan simulates one
+    workload under every configuration of its sweep.
+    """
 
     header: TraceHeader
     started_at: float  # the header's time, unix seconds
@@ -221,6 +246,9 @@ class Workload:
     #: (``decided``), in order: a replay's timer due shortly before one of
     #: them, with nothing else between, fires then (see :func:`late_wake`).
     wakes: tuple[float, ...] = ()
+    kinds: frozenset[str] = attrs.field(
+        init=False, eq=False, repr=False, default=attrs.Factory(_kinds, takes_self=True)
+    )
 
     @property
     def predates_retries(self) -> bool:
