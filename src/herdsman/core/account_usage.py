@@ -195,6 +195,7 @@ class AccountState:
     """
 
     __slots__ = (
+        "_leaves",
         "_oldest",
         "_used",
         "_used_at",
@@ -228,11 +229,14 @@ class AccountState:
         # Other fleet members' usage (None outside a fleet): replaced whole at each poll.
         self.elsewhere: FleetUsage | None = None
         # used(): the usage last worked out, at _used_at; it holds up to _used_last
-        # while the window's horizon stays before _oldest, the oldest use counted.
+        # and before _leaves, the moment _oldest, the oldest use counted, leaves
+        # the window (leaves_window). Both kept exact while it holds:
+        # blocked_until reads _leaves.
         self._used = 0.0
         self._used_at = _FORGOTTEN
         self._used_last = math.inf
         self._oldest = math.inf
+        self._leaves = math.inf
 
     # -- changes (each forgets the usage remembered) -------------------------
 
@@ -262,17 +266,15 @@ class AccountState:
             if spec.unit != "runs":  # a runs budget counts nothing without a window
                 self._used_at = _FORGOTTEN
             return
-        if (
-            spec.unit == "runs"
-            and self._used_at <= now <= self._used_last
-            and now - window < self._oldest
-        ):
+        if spec.unit == "runs" and self._used_at <= now <= self._used_last and now < self._leaves:
             # What used() remembered holds (its own test), so nothing has left
             # the window since either: the new start is simply one more.
             self.starts.append(now)
             self._used += 1.0
             self._used_at = now
-            self._oldest = min(self._oldest, now)
+            if now < self._oldest:  # none counted before it (or only later ones)
+                self._oldest = now
+                self._leaves = leaves_window(now, window)
         else:
             self._expire(now)
             self.starts.append(now)
@@ -358,37 +360,46 @@ class AccountState:
 
         What was worked out holds while nothing it counts changed (each change
         forgets it), ``now`` is not before the moment it was worked out, and
-        nothing it counts has left the window since: the window's horizon is
-        still before the oldest use, compared as :func:`_expire` compares.
-        Minutes of running runs grow with time, so with any, it holds only at
-        the very moment it was worked out.
+        nothing it counts has left the window since: ``now`` is before the
+        moment the oldest use leaves it (:func:`leaves_window`, exact for the
+        comparison :func:`_expire` makes). Minutes of running runs grow with
+        time, so with any, it holds only at the very moment it was worked out.
         """
-        window = self.spec.window
-        if self._used_at <= now <= self._used_last and (
-            window is None or now - window < self._oldest
-        ):
+        if self._used_at <= now <= self._used_last and now < self._leaves:
             return self._used
         used = self.usage(now)
+        spec = self.spec
         elsewhere = self.elsewhere
-        growing = self.spec.unit == "run_minutes" and bool(
+        growing = spec.unit == "run_minutes" and bool(
             self.running or (elsewhere is not None and elsewhere.running)
         )
         self._used, self._used_at = used, now
         self._used_last = now if growing else math.inf
-        self._oldest = self._oldest_counted()
+        self._oldest = oldest = self._oldest_counted()
+        window = spec.window
+        self._leaves = (
+            math.inf if window is None or oldest == math.inf else leaves_window(oldest, window)
+        )
         return used
 
     def _oldest_counted(self) -> float:
-        """The oldest start or end counted (here or elsewhere): the first to leave the window."""
+        """The oldest use the unit counts (here or elsewhere), the first to leave the window.
+
+        A ``runs`` budget counts starts, every other unit ends: the other
+        kind leaving the window changes nothing it counts. ``math.inf``:
+        none.
+        """
+        runs = self.spec.unit == "runs"
         oldest = math.inf
         sources: tuple[AccountState | FleetUsage, ...] = (
             (self,) if self.elsewhere is None else (self, self.elsewhere)
         )
         for source in sources:
-            if source.starts:
-                oldest = min(oldest, source.starts[0])
-            if source.ended.entries:
-                oldest = min(oldest, source.ended.entries[0][0])
+            if runs:
+                if source.starts and source.starts[0] < oldest:
+                    oldest = source.starts[0]
+            elif source.ended.entries and source.ended.entries[0][0] < oldest:
+                oldest = source.ended.entries[0][0]
         return oldest
 
     def oldest_use(self) -> float | None:
@@ -396,14 +407,8 @@ class AccountState:
 
         Call after :meth:`usage` at the same time, which drops what left the window.
         """
-        sources: list[AccountState | FleetUsage] = [self]
-        if self.elsewhere is not None:
-            sources.append(self.elsewhere)
-        if self.spec.unit == "runs":
-            times = [source.starts[0] for source in sources if source.starts]
-        else:
-            times = [source.ended.entries[0][0] for source in sources if source.ended.entries]
-        return min(times) if times else None
+        oldest = self._oldest_counted()
+        return None if oldest == math.inf else oldest
 
     def can_take(self, now: float) -> bool:
         """Whether the account can take a run now: :meth:`why_not` is None, without its words.
@@ -422,6 +427,40 @@ class AccountState:
         if spec.concurrency is not None and len(self.running) >= spec.concurrency:
             return False
         return spec.budget is None or self.used(now) < spec.budget
+
+    def blocked_until(self, now: float) -> float | None:
+        """None if the account can take a run now (:meth:`can_take`); else until when it cannot.
+
+        That is :meth:`free_at`, or ``math.inf`` where time alone never frees
+        it. One pass over its state for the book's gate, which asks both of
+        every account of a provider none of whose accounts can take a run:
+        the usage over the window is read once, not once for each question
+        (the property tests hold it to the two).
+        """
+        until = self.exhausted_until
+        if until is not None and until <= now:
+            self.exhausted_until = self.message = until = None
+        if self.needs_login is not None:
+            return math.inf  # only a reload, or an end of its rest, frees it
+        spec = self.spec
+        budget = spec.budget
+        spent = budget is not None and self.used(now) >= budget
+        if (
+            until is None
+            and not spent
+            and (spec.concurrency is None or len(self.running) < spec.concurrency)
+        ):
+            return None
+        window = spec.window
+        if spent and window is not None:
+            # The oldest usage leaving the window is the first chance to drop
+            # below the budget; a spurious wake-up then is harmless. used()
+            # has just found when (math.inf: only running runs use it up,
+            # and their end will tell; another member's, at the poll that
+            # sees it end).
+            leaves = self._leaves
+            return leaves if until is None or leaves > until else until
+        return math.inf if until is None else until
 
     def why_not(self, now: float) -> str | None:
         """Why the account cannot take a run now, or None if it can (for status views)."""

@@ -248,24 +248,24 @@ class AccountBook:
         known = self.closed.get(provider)
         if known is not None and known[0] <= now < known[1]:
             return known[1]
-        accounts = self._accounts.get(provider, ())
+        until = math.inf
         # A plain loop: asked before every start, where any() over a generator costs twice.
-        for account in accounts:
+        for account in self._accounts.get(provider, ()):
             spec = account.spec
             # A free account only a rest can stop (the ambient one, as a rule)
-            # needs no call of can_take.
+            # needs no call.
             if (
                 account.exhausted_until is None
                 and account.needs_login is None
                 and spec.concurrency is None
                 and spec.budget is None
-            ) or account.can_take(now):
+            ):
                 return None
-        until = math.inf
-        for account in accounts:
-            free_at = account.free_at(now)
-            if free_at is not None and free_at < until:
-                until = free_at
+            # One pass per account: whether it can take a run, and if not, until when.
+            at = account.blocked_until(now)
+            if at is None:
+                return None
+            until = min(until, at)
         self.closed[provider] = (now, until)
         return until
 
@@ -275,9 +275,15 @@ class AccountBook:
         return None if chosen is None else chosen[0]
 
     def _choose(
-        self, provider: str, conversation: str | None, now: float
+        self, provider: str, conversation: str | None, now: float, *, known_open: bool = False
     ) -> tuple[Pick, AccountState] | None:
-        """:meth:`pick`, with the account it picked."""
+        """:meth:`pick`, with the account it picked.
+
+        ``known_open``: :meth:`blocked_until` has just found that an account
+        of the provider can take a run at ``now``, and nothing changed since
+        (the gate's ``can_start``, before each start): a lone account is
+        that one, and is not asked again.
+        """
         accounts = self._accounts.get(provider, ())
         has_last = conversation is not None and (provider, conversation) in self._last
         last = self._last[provider, conversation] if conversation is not None and has_last else None
@@ -287,14 +293,19 @@ class AccountBook:
             # start asks this every time.
             best = accounts[0]
             spec = best.spec
-            # can_take, without its call, for an account only a rest can stop
+            # Not asked again when the gate has just found it can take a run;
+            # can_take without its call for an account only a rest can stop
             # (no cap, no budget: the ambient one, as a rule) that is not resting.
-            if not (
-                best.exhausted_until is None
-                and best.needs_login is None
-                and spec.concurrency is None
-                and spec.budget is None
-            ) and not best.can_take(now):
+            if (
+                not known_open
+                and not (
+                    best.exhausted_until is None
+                    and best.needs_login is None
+                    and spec.concurrency is None
+                    and spec.budget is None
+                )
+                and not best.can_take(now)
+            ):
                 return None
         else:
             # Not near its limit first, then the fewest running runs, then the
@@ -668,8 +679,9 @@ class AccountGate:
             provider,
             None if run.conversation is None else sticky_key(run.workspace, run.conversation),
             now,
+            known_open=True,  # can_start said yes a moment ago, with nothing in between
         )
-        if chosen is None:  # can_start said yes a moment ago, with nothing in between
+        if chosen is None:  # a gate used against its contract, not a decision
             raise AssertionError(f"no account for {run_id} although the gate was open")
         pick, held = chosen
         book._hold(run_id, provider, held, now)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from herdsman.core import RunRequest
-from herdsman.core.accounts import AccountBook, AccountSpec, AccountUse, Charge
+from herdsman.core.accounts import AccountBook, AccountSpec, AccountUse, Charge, conversation_of
 
 T0 = 1_800_000_000.0  # a unix time; nothing here reads a real clock
 PROVIDERS = ("p", "q")
@@ -82,7 +82,10 @@ class ClosedSignalMachine(RuleBasedStateMachine):
         if can:
             run = RunRequest(f"r{self.next_id}", provider, conversation=conversation)
             self.next_id += 1
+            # The gate takes what can_start found for granted; its pick is the book's.
+            picked = self.book.pick(provider, conversation_of(run), self.now)
             gate.started(run)
+            assert gate.picks[run.id] == picked
             self.running[run.id] = provider
 
     @rule(provider=provider_st)
@@ -90,6 +93,13 @@ class ClosedSignalMachine(RuleBasedStateMachine):
         """What a dispatcher asks: it records the provider closed when it is."""
         until = self.book.blocked_until(provider, self.now)
         assert (until is None) == open_afresh(self.book, provider, self.now)
+        # Until when: the first moment time alone frees an account, worked
+        # out afresh from each account's own state (why_not, free_at).
+        blocked = self.book.blocked(provider, self.now)
+        assert (until is None) == (blocked is None)
+        if blocked is not None:
+            expected = math.inf if blocked.until is None else blocked.until
+            assert until == expected, f"{provider} at {self.now}: until {until}, not {expected}"
 
     @precondition(lambda self: self.running)
     @rule(data=st.data(), spawned=st.booleans(), tokens=st.sampled_from((None, 1, 3)))
