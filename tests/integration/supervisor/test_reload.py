@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import trio
 from supervisor_support import Running, Start, git_repository, write_config
 
 from herdsman.config import ConfigError, load_config
+from herdsman.runtime.main import DB_NAME
 from herdsman.trace import TraceEvent, read_trace
 
 
@@ -438,3 +440,41 @@ async def test_a_reloaded_provider_and_account_env_reaches_the_next_run(
     edit(path, 'FROM_ACCOUNT = "A"', 'FROM_ACCOUNT = "B"')
     await reload(running)
     assert await printed() == ["two", "B"]
+
+
+async def test_status_reports_an_applied_reload_with_its_generation(
+    start: Start, tmp_path: Path
+) -> None:
+    # An applied reload is traced after every ledger change already on its
+    # way; under load that commit takes a while. `status` must meanwhile
+    # show the new generation beside this reload's result, never beside the
+    # previous reload's (a watcher's journey saw "fix applied" still
+    # reported as the typo's rejection). A write lock on the ledger holds
+    # that commit here.
+    path = write_config(tmp_path, concurrency=1)
+    running = await start(path)
+    edit(path, "concurrency = 1", "concurency = 1")
+    assert (await reload(running, expect=422))["ok"] is False
+    edit(path, "concurency = 1", "concurrency = 3")
+    locker = sqlite3.connect(running.config.supervisor.state_dir / DB_NAME, isolation_level=None)
+    locker.execute("BEGIN IMMEDIATE")
+    try:
+        async with trio.open_nursery() as nursery:
+            answers: list[dict[str, Any]] = []
+
+            async def reloading() -> None:
+                answers.append(await reload(running))
+
+            nursery.start_soon(reloading)
+            with trio.fail_after(5):
+                while (now := await status(running))["generation"] == 1:
+                    await trio.sleep(0.02)
+            assert answers == []  # its trace event still waits behind the lock
+            assert now["limits"]["providers"] == {"demo": 3}
+            assert (now["last_reload"]["ok"], now["last_reload"]["generation"]) == (True, 2)
+            locker.rollback()
+    finally:
+        locker.close()
+    assert (answers[0]["ok"], answers[0]["generation"]) == (True, 2)
+    kinds = [e.event for e in trace_events(tmp_path) if e.event.startswith("reload")]
+    assert kinds == ["reload_rejected", "reload"]

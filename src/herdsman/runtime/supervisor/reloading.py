@@ -183,6 +183,15 @@ class Reloader:
     async def _report(
         self, loaded: LoadedConfig, changes: list[Change], trigger: str, now: float
     ) -> ReloadResult:
+        result = ReloadResult(True, self.generation, trigger, now, tuple(changes))
+        # Reported with the change itself, before its trace event waits for
+        # the ledger: a status read meanwhile would otherwise show the new
+        # generation and limits beside the previous reload's result.
+        self.last_reload = result
+        self.waiting_for_restart = tuple(change for change in changes if not change.live)
+        self._changes.touch()
+        self._metrics.last_reload_ok.set(1)
+        self._metrics.last_reload_time.set(now)
         if any(change.live for change in changes):
             # The trace event goes in ledger order: starts decided before
             # the change were queued before this, starts decided after it
@@ -190,12 +199,6 @@ class Reloader:
             # decided with (starts are traced when committed).
             as_json = config_as_json(loaded.config)
             await self._emit_in_ledger_order("reload", generation=self.generation, config=as_json)
-        result = ReloadResult(True, self.generation, trigger, now, tuple(changes))
-        self.last_reload = result
-        self.waiting_for_restart = tuple(change for change in changes if not change.live)
-        self._changes.touch()
-        self._metrics.last_reload_ok.set(1)
-        self._metrics.last_reload_time.set(now)
         if not changes:
             log.info("reload (%s): no changes", trigger)
         for change in changes:
