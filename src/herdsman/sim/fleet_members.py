@@ -17,11 +17,11 @@ import attrs
 from herdsman.runtime.runner.run_usage import RunUsage
 from herdsman.sim.workload import (
     DEFAULT_DURATION,
-    START_LATENCY,
     RecordedAttempt,
     RunPlan,
     Workload,
     config_from_trace,
+    held_to,
 )
 from herdsman.trace import TraceEvent, TraceFormatError, read_trace, read_trace_text
 
@@ -195,7 +195,7 @@ def _decided_after(
     poll: TraceEvent, decisions: Mapping[str, Sequence[tuple[int, float, float | None]]]
 ) -> float | None:
     """When the member first decided a start of a run ``poll`` took, if that start's line
-    says so (``decided``) and it came after the poll, within ``START_LATENCY``; else None.
+    says so (``decided``); else None (whether the poll is held then: :func:`held_to`).
 
     A start without ``decided`` was decided at its line (or its trace was
     written before the field existed): it stands for itself. A poll that
@@ -217,10 +217,7 @@ def _decided_after(
         )
         if after is not None and (first is None or after[0] < first[0]):
             first = after
-    if first is None or not first[1]:
-        return None
-    at = first[0]
-    return at if poll.t < at <= poll.t + START_LATENCY else None
+    return None if first is None or not first[1] else first[0]
 
 
 def _held_to_decision(inputs: list[_Input], held: Mapping[int, float]) -> list[_Input]:
@@ -234,15 +231,18 @@ def _held_to_decision(inputs: list[_Input], held: Mapping[int, float]) -> list[_
     runs' first start here was decided later (``decided``, within
     ``START_LATENCY``) is delivered then, if no other input, of any member,
     comes between (so that inputs keep their order); ends due at that moment
-    go first, as recorded. The lone supervisor's replay holds a submit so
-    (``workload._held_to_decision``).
+    go first, as recorded. The lone supervisor's replay holds a submit by
+    the same rule (:func:`~herdsman.sim.workload.held_to`).
     """
     order = sorted(range(len(inputs)), key=inputs.__getitem__)
     moved = [inputs[n] for n in order]
     for at, n in enumerate(order):
-        moment = held.get(n)
-        if moment is not None and (at + 1 == len(moved) or moved[at + 1].t >= moment):
-            moved[at] = attrs.evolve(moved[at], t=moment)
+        decided = held.get(n)
+        if decided is not None:
+            following = moved[at + 1].t if at + 1 < len(moved) else math.inf
+            moment = held_to(moved[at].t, decided, following)
+            if moment != moved[at].t:
+                moved[at] = attrs.evolve(moved[at], t=moment)
     return moved
 
 

@@ -57,6 +57,7 @@ __all__ = [
     "RunPlan",
     "Workload",
     "config_from_trace",
+    "held_to",
     "late_wake",
     "read_workload",
     "read_workload_text",
@@ -475,13 +476,23 @@ def _held_to_decision(
         if arrival.kind != "submit":
             continue
         at = decided.get(arrival.fields["run"]["id"])
-        if (
-            at is not None
-            and arrival.t < at <= arrival.t + START_LATENCY
-            and (n + 1 == len(held) or held[n + 1].t >= at)
-        ):
-            held[n] = Arrival(at, arrival.kind, arrival.fields)
+        if at is not None:
+            following = held[n + 1].t if n + 1 < len(held) else math.inf
+            moment = held_to(arrival.t, at, following)
+            if moment != arrival.t:
+                held[n] = Arrival(moment, arrival.kind, arrival.fields)
     return tuple(held)
+
+
+def held_to(t: float, decided: float, following: float) -> float:
+    """When a replay delivers an input traced at ``t`` whose run's start the recorded
+    supervisor decided at ``decided``: then, if that is at most ``START_LATENCY``
+    later and the next input (at ``following``) does not come between; else at ``t``.
+
+    The one rule of a replay's hold, for a lone supervisor's submits
+    (:func:`_held_to_decision`) and a fleet member's polls alike.
+    """
+    return decided if t < decided <= t + START_LATENCY and following >= decided else t
 
 
 def late_wake(wakes: Sequence[float], due: float, before: float) -> float:
