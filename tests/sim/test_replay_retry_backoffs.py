@@ -356,3 +356,82 @@ def test_an_end_read_after_a_backoff_ended_whose_timer_was_late_still_ends_befor
         {"t": 4.232382, "event": "shutdown"},
     ]
     replays_alike(recording(tmp_path / "late-read.jsonl", events), engine)
+
+
+@pytest.mark.parametrize("engine", ["trio", "fast"])
+def test_a_run_an_end_let_start_with_a_retried_run_starts_behind_it(
+    tmp_path: Path, engine: str
+) -> None:
+    # The trace above, with "waiting" submitted to retried's conversation at
+    # 1.0, queued behind retried's running attempt. Read at 1.64, after
+    # crashed's backoff ended (1.611626) and before its late timer fired,
+    # retried's end freed the conversation and a slot, and its dispatch
+    # started crashed, then waiting (both decided at 1.64). Ended just before
+    # the backoff's end, it would start waiting there, alone, and crashed
+    # only at its timer: the replay reads it when the timer is due, ahead of
+    # it, and one dispatch starts both in queue order.
+    ids = {
+        "retried": "run-4a85e7a434f248bd8b8ffc1e2f40824d",
+        "exhausted": "run-fa25cdc0e3794166a023e21edcf755ed",
+        "worked": "run-e424f887465547cdac2a4744b5c40da1",
+        "crashed": "run-d66a33b0ed8340899af9fdc8f59027e9",
+        "waiting": "run-3f1c0d4e2b8a4c6f9e7d5b3a1c2e4f60",
+    }
+
+    def decided(event: dict[str, Any], at: float) -> dict[str, Any]:
+        return {**event, "decided": at}
+
+    def ended(event: dict[str, Any], at: float) -> dict[str, Any]:
+        return {**event, "ended": at}
+
+    events = [
+        submit(0.285473, ids["retried"], "retried"),
+        decided(start(0.30835, ids["retried"]), 0.3083),
+        submit(0.317993, ids["exhausted"], "exhausted"),
+        decided(start(0.336817, ids["exhausted"]), 0.3367),
+        submit(0.342749, ids["worked"], "worked"),
+        submit(0.462, ids["crashed"], "crashed"),
+        retry(0.672597, ids["retried"], 1, "overloaded", 0.710046, read=0.66084),
+        ended(
+            finish(0.672688, ids["retried"], "failed", 1, failure="overloaded", requeued=True),
+            0.66084,
+        ),
+        decided(start(0.672765, ids["worked"]), 0.66084),
+        retry(0.67285, ids["exhausted"], 1, "rate_limit", 0.993867, read=0.66121),
+        ended(
+            finish(0.672861, ids["exhausted"], "failed", 1, failure="rate_limit", requeued=True),
+            0.66121,
+        ),
+        decided(start(0.672867, ids["crashed"]), 0.66121),
+        ended(
+            finish(0.89039, ids["worked"], "failed", 1, failure="overloaded", worked=True), 0.8903
+        ),
+        retry(0.977025, ids["crashed"], 1, "crash", 0.650635, read=0.960991),
+        ended(
+            finish(0.977074, ids["crashed"], "failed", 3, failure="crash", requeued=True),
+            0.960991,
+        ),
+        submit(1.0, ids["waiting"], "retried"),
+        decided(start(1.392649, ids["retried"]), 1.3925),
+        ended(finish(1.692545, ids["retried"], "succeeded", 0), 1.64),
+        decided(start(1.716427, ids["crashed"]), 1.64),
+        decided(start(1.7165, ids["waiting"]), 1.64),
+        ended(finish(1.80, ids["waiting"], "succeeded", 0), 1.7999),
+        decided(start(1.8001, ids["exhausted"]), 1.7999),
+        ended(finish(1.895045, ids["crashed"], "succeeded", 0), 1.8949),
+        retry(1.921796, ids["exhausted"], 2, "rate_limit", 1.935177, read=1.920832),
+        ended(
+            finish(1.92183, ids["exhausted"], "failed", 1, failure="rate_limit", requeued=True),
+            1.920832,
+        ),
+        decided(start(3.907688, ids["exhausted"]), 3.9075),
+        ended(finish(4.088416, ids["exhausted"], "failed", 1, failure="rate_limit"), 4.0883),
+        {"t": 4.232382, "event": "shutdown"},
+    ]
+    trace = recording(tmp_path / "waiting.jsonl", events)
+    replays_alike(trace, engine)
+    if engine == "trio":  # trio's wake-up order, reshuffled, decides nothing
+        workload = read_workload(trace)
+        loaded = config_from_trace(workload.header.config, str(trace))
+        first = replay(workload, loaded).trace
+        assert all(replay(workload, loaded, seed=seed).trace == first for seed in range(4))

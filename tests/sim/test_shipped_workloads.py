@@ -63,6 +63,23 @@ def test_each_life_of_a_stopped_supervisor_replays_with_its_decisions(name: str)
         assert first_divergence(recorded, timeline_of(read_trace_text(fast.trace, name)[1])) is None
 
 
+def test_the_trio_replay_of_a_restarted_life_says_what_became_of_its_lost_runs() -> None:
+    # A file begun by a restart can hold little else: "replayed 2 runs" alone
+    # would hide the four runs the recording began by finding lost.
+    logging.getLogger("herdsman").setLevel(logging.ERROR)
+    workload = read_workload(SIM / "stop-restarted.jsonl")
+    result = replay(workload, config_from_trace(workload.header.config, "stop-restarted"))
+    replayed = timeline_of(read_trace_text(result.trace, "stop-restarted")[1])
+    assert [d.run_id for d in replayed.decisions if d.kind == "lost"] == list(workload.lost)
+    assert len(workload.lost) == 4
+    assert (
+        "; the recording begins with 4 run(s) found lost at start-up (left running by the"
+        " supervisor before it): the replay puts them in its ledger as running, and its"
+        " recovery records them lost as the recorded one did (they are not among the runs"
+        " replayed)"
+    ) in summary(result)
+
+
 def test_the_stopped_supervisor_s_lives_hold_every_way_it_stops() -> None:
     events = {
         name: [json.loads(line) for line in (SIM / f"{name}.jsonl").read_text().splitlines()[1:]]

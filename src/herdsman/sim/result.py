@@ -31,8 +31,8 @@ class ReplayResult:
     shutdown_at: float | None = None
     #: When the recording ends with runs still running and no shutdown (a kill).
     cut_at: float | None = None
-    #: Runs the recording found lost at its start that this engine cannot replay.
-    lost_not_replayed: int = 0
+    #: Runs the recording found lost at its start (``Workload.lost``).
+    lost_at_start: int = 0
     #: A fleet member's recording: runs submitted in it that it never started.
     elsewhere: int | None = None
     #: Submits that waited for a sweep's removal, not held (``Workload.unheld``).
@@ -46,8 +46,6 @@ class ReplayResult:
 def recording_ends(result: ReplayResult, workload: Workload) -> ReplayResult:
     """``result`` with how its recording ended: what explains runs left over."""
     shutdown_at = next((a.t for a in workload.arrivals if a.kind == "shutdown"), None)
-    # The fast engine has no ledger for recovery to find them in.
-    lost = len(workload.lost) if result.engine == "fast" else 0
     fleet = workload.header.config.get("fleet") or {}
     elsewhere = None
     if fleet.get("enabled"):
@@ -65,7 +63,7 @@ def recording_ends(result: ReplayResult, workload: Workload) -> ReplayResult:
         span=span,
         shutdown_at=shutdown_at,
         cut_at=workload.cut_at,
-        lost_not_replayed=lost,
+        lost_at_start=len(workload.lost),
         elsewhere=elsewhere,
         unheld=workload.unheld,
         unclassed=workload.unclassed,
@@ -98,11 +96,8 @@ def summary(result: ReplayResult) -> str:
             " lanes and fleet-wide caps) is not in it, so the replay, one supervisor alone,"
             " decides for itself from the first of those on"
         )
-    if result.lost_not_replayed:
-        line += (
-            f"; the recording begins with {result.lost_not_replayed} run(s) found lost at"
-            " start-up, which the fast engine does not replay (use --engine trio)"
-        )
+    if result.lost_at_start:
+        line += _lost_at_start(result)
     if result.unheld:
         run_id, began = result.unheld[0]
         line += (
@@ -134,6 +129,24 @@ def summary(result: ReplayResult) -> str:
             f" the default duration of {DEFAULT_DURATION:g} s"
         )
     return line
+
+
+def _lost_at_start(result: ReplayResult) -> str:
+    """What the summary says of the runs the recording found lost as it started.
+
+    Said by both engines: a file that begins with a restart may hold
+    nothing else, and "replayed 0 runs" alone reads as an empty trace.
+    """
+    found = f"; the recording begins with {result.lost_at_start} run(s) found lost at start-up"
+    if result.engine == "fast":
+        # It has no ledger for a recovery to find them in.
+        return found + ", which the fast engine does not replay (use --engine trio)"
+    # What replay._seed_lost sets up: the replay's own recovery decides again.
+    return found + (
+        " (left running by the supervisor before it): the replay puts them in its ledger"
+        " as running, and its recovery records them lost as the recorded one did (they"
+        " are not among the runs replayed)"
+    )
 
 
 def _unclassed(result: ReplayResult) -> str:

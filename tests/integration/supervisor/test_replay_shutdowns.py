@@ -167,7 +167,16 @@ def test_a_killed_supervisor_and_its_restart_replay_file_by_file(tmp_path: Path)
         assert "never end in the replay" in line
         assert "default duration" not in line
     [line] = trio.run(replays_the_same, restarted, tmp_path, ("trio",))
-    assert "lost" not in line
+    # Its recovery records f lost again (replays_the_same compared the
+    # decisions, lost ones included), and the summary says so.
+    assert line.startswith("replayed 1 runs over "), line
+    assert (
+        "; the recording begins with 1 run(s) found lost at start-up (left running by the"
+        " supervisor before it): the replay puts them in its ledger as running, and its"
+        " recovery records them lost as the recorded one did (they are not among the runs"
+        " replayed)"
+    ) in line
+    assert "fast engine" not in line
     # The fast engine has no ledger to recover from: it says so, in one line.
     fast = summary(replayed(restarted, "fast", tmp_path / "fast.jsonl"))
     assert "begins with 1 run(s) found lost at start-up, which the fast engine" in fast
