@@ -716,6 +716,10 @@ class Lifecycle:
             return Withdrawal.STOP
         return Withdrawal.UNKNOWN
 
+    def stop_asked(self, run_id: str) -> bool:
+        """Whether a cancel asked ``run_id`` to stop as it ran, and its end is not settled yet."""
+        return run_id in self._stopping
+
     def lost(self, run_id: str, now: float) -> bool:
         """The run's outcome will never be known (a restart, a lease that ended).
 

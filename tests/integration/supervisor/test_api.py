@@ -451,7 +451,9 @@ async def test_long_polls_end_when_the_supervisor_stops(
         answered.set()
 
     nursery.start_soon(long_poll)
-    await trio.sleep(0.3)
+    with trio.fail_after(10):  # the poll waits in the supervisor before the stop
+        while running.supervisor.long_polls != 1:
+            await trio.sleep(0.01)
     running.supervisor.request_shutdown()
     running.supervisor.request_shutdown()
     with trio.fail_after(15):

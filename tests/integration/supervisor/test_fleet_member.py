@@ -103,6 +103,18 @@ async def wait_parked(running: Running, run_id: str) -> None:
             await trio.sleep(0.02)
 
 
+async def stop_asked(running: Running, run_id: str) -> None:
+    """Wait until a cancel has asked the running ``run_id`` to stop here.
+
+    The cancel is then decided, and waits behind whatever the ledger is
+    doing (a claim held up by the test): a fixed sleep could let it arrive
+    after the claim, and the test would pass by another path.
+    """
+    with trio.fail_after(10):
+        while not running.supervisor.stop_asked(run_id):
+            await trio.sleep(0.01)
+
+
 def fleet_of(running: Running) -> FleetMember:
     fleet = running.supervisor.fleet
     assert isinstance(fleet, FleetMember)
@@ -262,7 +274,7 @@ async def test_a_cancel_arriving_while_a_claim_is_on_its_way_withdraws_the_refus
                 answers.append(await running.client.post("/v1/runs/mine/cancel"))
 
             nursery.start_soon(cancel)
-            await trio.sleep(0.3)  # the cancel now waits behind the claim
+            await stop_asked(running, "mine")  # the cancel now waits behind the claim
             conn.rollback()  # the claim goes on, and is refused: the lane is busy
     [answer] = answers
     assert answer.status_code == 200, answer.text
@@ -836,7 +848,7 @@ async def test_a_cancel_whose_claim_here_finds_the_run_claimed_elsewhere_asks_it
                 answers.append(await running.client.post("/v1/runs/late/cancel"))
 
             nursery.start_soon(cancel)
-            await trio.sleep(0.3)  # the cancel waits behind the claim in the ledger
+            await stop_asked(running, "late")  # the cancel waits behind the claim in the ledger
             conn.rollback()  # the claim goes on: refused as gone, held by "other"
     [answer] = answers
     # Not 409: the run runs on the other member, which is asked to cancel it.
@@ -876,7 +888,7 @@ async def test_a_cancel_whose_refused_claim_meets_a_claim_elsewhere_asks_its_hol
                 await trio.to_thread.run_sync(claim_there)
 
             nursery.start_soon(cancel)
-            await trio.sleep(0.3)  # the cancel waits behind the claim here
+            await stop_asked(running, "late")  # the cancel waits behind the claim here
             nursery.start_soon(claim)  # and the other member's claim behind it
             waiting = fleet_lock_waiters(other._fleet_lock)
             with psycopg.connect(postgres_url) as watch, trio.fail_after(10):

@@ -1021,6 +1021,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert [r.id for r in scheduler.held_runs()] == [r.id for r in model.held]
         for run in model.running:
             assert self.life.book.holding(run.id) == model.holds[run.id][0][1]
+            assert self.life.stop_asked(run.id) == (run.id in model.stopping)
         # Every account's usage in its window, the fleet's in a fleet.
         now = self.now
         statuses = self.life.book.statuses(now)

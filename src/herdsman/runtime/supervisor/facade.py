@@ -381,6 +381,10 @@ class Supervisor:
         """Where the run stands here: queued, running, held (parked), or None (not here)."""
         return self._life.scheduler.state_of(run_id)
 
+    def stop_asked(self, run_id: str) -> bool:
+        """Whether a cancel has asked this running run to stop (its end not yet settled)."""
+        return self._life.stop_asked(run_id)
+
     def parked_runs(self) -> list[str]:
         """Runs held back here because a fleet claim refused them for now, in queue order."""
         return [run.id for run in self._life.scheduler.held_runs()]
