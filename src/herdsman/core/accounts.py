@@ -265,7 +265,10 @@ class AccountBook:
             at = account.blocked_until(now)
             if at is None:
                 return None
-            if at < until:  # min() is a call of its own (1.2% of a month plan's instructions)
+            # Not min(): a call of its own, asked of every closed account at
+            # every dispatch; the comparison saves 1.2% of a month plan's
+            # instructions (plan_month.py --cachegrind).
+            if at < until:  # noqa: PLR1730
                 until = at
         self.closed[provider] = (now, until)
         return until
