@@ -443,13 +443,11 @@ class AccountState:
         if self.needs_login is not None:
             return math.inf  # only a reload, or an end of its rest, frees it
         spec = self.spec
+        if spec.concurrency is not None and len(self.running) >= spec.concurrency:
+            return math.inf  # as free_at says: only an end of one of its runs frees it
         budget = spec.budget
         spent = budget is not None and self.used(now) >= budget
-        if (
-            until is None
-            and not spent
-            and (spec.concurrency is None or len(self.running) < spec.concurrency)
-        ):
+        if until is None and not spent:
             return None
         window = spec.window
         if spent and window is not None:
@@ -492,13 +490,23 @@ class AccountState:
         return 0.0 if budget is None else self.used(now) / budget
 
     def free_at(self, now: float) -> float | None:
-        """When time alone lifts what blocks the account (None: time alone never does)."""
+        """When time alone lifts what blocks the account (None: time alone never does).
+
+        Its own runs filling its ``concurrency``, time alone never does,
+        whatever its rest or budget: only one of them ending does. The moment
+        its rest ends or a use leaves its window would wake a dispatcher for
+        nothing, and would make the book's remembered answer (``closed``)
+        later than one worked out afresh once running runs' minutes spent
+        the budget meanwhile.
+        """
         if self.needs_login is not None:
             return None  # only a reload, or an end of its rest, does
+        spec = self.spec
+        if spec.concurrency is not None and len(self.running) >= spec.concurrency:
+            return None
         times: list[float] = []
         if self.exhausted_until is not None and self.exhausted_until > now:
             times.append(self.exhausted_until)
-        spec = self.spec
         if spec.budget is not None and spec.window is not None and self.used(now) >= spec.budget:
             # The oldest usage leaving the window is the first chance to drop
             # below the budget; a spurious wake-up then is harmless.

@@ -265,7 +265,11 @@ class AccountBook:
             at = account.blocked_until(now)
             if at is None:
                 return None
-            until = min(until, at)
+            # Not min(): a call of its own, asked of every closed account at
+            # every dispatch; the comparison saves 1.2% of a month plan's
+            # instructions (plan_month.py --cachegrind).
+            if at < until:  # noqa: PLR1730
+                until = at
         self.closed[provider] = (now, until)
         return until
 

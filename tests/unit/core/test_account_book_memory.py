@@ -1,4 +1,4 @@
-"""What the account book remembers between asks never changes an answer.
+"""What the account book remembers between asks never changes a decision.
 
 The book keeps each account's usage (``AccountState.used``) and, per provider,
 that none of its accounts can take a run and until when
@@ -7,11 +7,18 @@ accounts. The reference here is a book that remembers nothing: a new one,
 given the same changes from the start, asked once. The book under test is
 asked after every step, so that it has something remembered when the next
 change comes; any change that failed to forget would show as a different
-answer.
+answer. One answer may differ, in one direction: until when a provider can
+take nothing. Remembered, it is the first moment time alone may free an
+account, as worked out when it was asked; a fresh book asked later may name
+a later one (a rest outlasted the oldest use in the window, or running runs'
+minutes spent the budget meanwhile), never an earlier one: the dispatcher
+wakes for nothing at the remembered moment and asks again, and never
+sleeps past a moment an account frees.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import attrs
@@ -220,7 +227,10 @@ class RememberingBook(RuleBasedStateMachine):
             for book in (self.book, fresh):
                 # Asked twice, as a dispatch asks: the second answer is the remembered one.
                 book.blocked_until(provider, now)
-            assert self.book.blocked_until(provider, now) == fresh.blocked_until(provider, now)
+            remembered = self.book.blocked_until(provider, now)
+            afresh = fresh.blocked_until(provider, now)
+            assert (remembered is None) == (afresh is None), (remembered, afresh)
+            assert remembered is None or afresh is None or remembered <= afresh
             assert self.book.available(provider, now) == fresh.available(provider, now)
             assert self.book.next_change(provider, now) == fresh.next_change(provider, now)
             for conversation in CONVERSATIONS:
@@ -280,3 +290,29 @@ def test_blocked_until_is_the_first_moment_an_account_is_free() -> None:
     assert book.blocked_until("p", until - 1) == until  # remembered, and still so
     assert book.blocked_until("p", until) is None
     assert book.available("p", until)
+
+
+def test_a_full_account_whose_running_run_spends_its_minutes_waits_for_an_end() -> None:
+    """Found by the machine above: a full account is closed until an end, remembered or not.
+
+    Its one slot is taken, so it is closed until the run ends (``math.inf``).
+    Minutes later the running run has spent the budget: a book asked afresh
+    then used to name the moment the restored use leaves the window, a
+    wake-up that frees nothing, and later than nothing the remembered
+    answer said.
+    """
+    spec = AccountSpec("a", window=600.0, budget=1, unit="run_minutes", concurrency=1)
+
+    def changes(book: AccountBook) -> None:
+        book.configure("p", [spec])
+        AccountGate(book, T0).started(RunRequest("r0", "p"))
+        book.restore_usage("p", "a", T0 - 30.0, T0 - 10.0, Charge())
+
+    remembering, fresh = AccountBook(), AccountBook()
+    changes(remembering)
+    assert remembering.blocked_until("p", T0) == math.inf
+    changes(fresh)
+    later = T0 + 300.0
+    assert fresh.blocked_until("p", later) == math.inf
+    assert remembering.blocked_until("p", later) == math.inf
+    assert fresh.next_change("p", later) is None

@@ -1059,6 +1059,9 @@ class LifecycleMachine(RuleBasedStateMachine):
             for account in accounts:
                 if account.needs_login is not None:
                     continue  # only a reload or an end of its rest frees it
+                concurrency = account.spec.concurrency
+                if concurrency is not None and len(account.running) >= concurrency:
+                    continue  # only an end of one of its runs frees it
                 frees = []
                 if account.resting_until is not None and account.resting_until > now:
                     frees.append(account.resting_until)
