@@ -32,10 +32,8 @@ from herdsman.sim.trio_internals import (
     tasks,
 )
 from herdsman.sim.workload import (
-    WITH_TIMER,
     Ending,
     Executions,
-    RecordedAttempt,
     Workload,
     late_wake,
 )
@@ -136,8 +134,6 @@ class Driver:
                 cancel._detach()
         if stopped:
             return stopped_end(attempt, stopped[0])
-        if type(attempt) is RecordedAttempt and attempt.with_timer and end == attempt.ends_at:
-            self._with_timer()
         key = attempt.shared_end
         if key is None:
             return fake_end(attempt, None)  # its own: what its agent's stream said
@@ -145,23 +141,6 @@ class Driver:
         if ended is None:
             ended = self._outcomes[key] = fake_end(attempt, None)
         return ended
-
-    def _with_timer(self) -> None:
-        """Read this end when the supervisor's next timer is due, if it is due within
-        WITH_TIMER, ahead of it (``RecordedAttempt.with_timer``).
-
-        A timer due when the driver delivers an end would act first, or, the
-        clock moved first, be woken in the same round as this task, in an
-        order trio draws. So the end is delivered just before, and this task
-        moves the clock there as its process ends: its finish, recorded
-        without a checkpoint with the starts it frees (the replay's inline
-        ledger; the replay tests hold every finish to that), decides before
-        the timer's task runs.
-        """
-        clock = trio.lowlevel.current_clock()
-        due, now = next_deadline(), self.now()
-        if isinstance(clock, trio.testing.MockClock) and now < due <= now + WITH_TIMER:
-            clock.jump(due - now)
 
 
 class Driven(Protocol):

@@ -61,12 +61,10 @@ from herdsman.sim.metrics import Metrics, figures, slots_of
 from herdsman.sim.result import ReplayResult
 from herdsman.sim.workload import (
     CARRIED_REST,
-    WITH_TIMER,
     Arrival,
     Attempt,
     Ending,
     Executions,
-    RecordedAttempt,
     RunPlan,
     Workload,
     config_from_trace,
@@ -212,9 +210,6 @@ class FastEngine:
         # Run ends: (time, arrival order, push count, run id, execution).
         self._ends: list[tuple[float, int, int, str, int]] = []
         self._pushes = 0
-        # The ends read with the dispatcher's timer (RecordedAttempt.with_timer):
-        # (run id, execution).
-        self._with_timer: set[tuple[str, int]] = set()
         self._runs: dict[str, _Run] = {}  # queued or running
         # Runs whose submit waits for a sweep's removal: their busy keys.
         self._held: dict[str, tuple[str, ...]] = {}
@@ -344,12 +339,6 @@ class FastEngine:
                     # account timer (the trio driver stops here too).
                     return
                 at, _, _, run_id, execution = heapq.heappop(ends)
-                if self._with_timer and (run_id, execution) in self._with_timer:
-                    self._with_timer.discard((run_id, execution))
-                    # Read when the timer is due, ahead of it, as the trio
-                    # replay's fake runner reads it (Driver._with_timer).
-                    if timer is not None and at < timer <= at + WITH_TIMER:
-                        at = timer
                 self._now = at
                 if self._measuring:
                     self._rounded = round(at, 6)
@@ -472,10 +461,10 @@ class FastEngine:
         run.outcome = outcome
         run.usage = attempt.usage
         self._pushes += 1
-        end = attempt.end(self._now)
-        if type(attempt) is RecordedAttempt and attempt.with_timer and end == attempt.ends_at:
-            self._with_timer.add((run_id, run.execution))
-        heapq.heappush(self._ends, (end, run.index, self._pushes, run_id, run.execution))
+        heapq.heappush(
+            self._ends,
+            (attempt.end(self._now), run.index, self._pushes, run_id, run.execution),
+        )
 
     # -- a run's end -----------------------------------------------------------
 

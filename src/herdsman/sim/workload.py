@@ -49,7 +49,6 @@ from herdsman.trace import (
 
 __all__ = [
     "DEFAULT_DURATION",
-    "WITH_TIMER",
     "Arrival",
     "Attempt",
     "Ending",
@@ -141,10 +140,6 @@ class RecordedAttempt(Attempt):
     ends_at: float = attrs.field(kw_only=True)
     answers_after: float = attrs.field(kw_only=True)
     answers_by: float = attrs.field(kw_only=True)
-    #: Ended at ``ends_at`` (just before a retry's backoff ends), its end is
-    #: read when the supervisor's next timer is due, if that comes within
-    #: ``WITH_TIMER``, and acts before that timer: see ``_PlainEnds``.
-    with_timer: bool = attrs.field(kw_only=True, default=False)
 
     def end(self, now: float) -> float:
         """When the attempt ends if it starts at ``now`` (trace time)."""
@@ -371,16 +366,17 @@ def _workload(header: TraceHeader, events: Iterable[TraceEvent], path: str) -> W
             arrivals.append(Arrival(event.t, kind, {"run": run}))
         elif kind == "start":
             run_id = fields["run_id"]
-            decided = fields.get("decided")
             # A retried run's next start may answer the end of its backoff.
             started[run_id] = _answered(
                 cause,
                 floor,
                 event.t,
-                ends.ahead_of(signals, run_id, decided),
+                ends.ahead_of(signals, run_id),
                 earliest=freed,
                 decided=(
-                    None if decided is None else _decided(run_id, decided, wakes, first, plans)
+                    _decided(run_id, fields["decided"], wakes, first, plans)
+                    if "decided" in fields
+                    else None
                 ),
             )
             last_start = event.t
@@ -582,42 +578,26 @@ class _PlainEnds:
     moved to that moment at most (``late_wake``), acts before a run's end
     due then, and would start the run ahead of the finish. An ``ended``
     before the backoff's end is never moved (``ends_at`` is already there).
-    Where that dispatch also started a run the end let start, the end is
-    read with the backoff's timer, ahead of it (``_with_timer``).
     """
 
     def __init__(self, plans: Mapping[str, RunPlan]) -> None:
         self._plans = plans
         # (trace time, run, its attempt's index, when the replay meets the event before it)
         self._ends: list[tuple[float, str, int, float]] = []
-        # The last retried start's decided, and the ends moved ahead of its
-        # backoff that were read before it (run, attempt's index).
-        self._decided: float | None = None
-        self._moved: list[tuple[str, int]] = []
 
     def add(self, t: float, run_id: str, said: Signals, before: float) -> None:
         """A finish traced at ``t`` whose attempt was just added to its run's plan."""
         if said.retried is None:  # a retried end has its own moment (ended_at)
             self._ends.append((t, run_id, len(self._plans[run_id].attempts) - 1, before))
 
-    def ahead_of(
-        self, signals: Mapping[str, Signals], run_id: str, decided: float | None
-    ) -> float | None:
+    def ahead_of(self, signals: Mapping[str, Signals], run_id: str) -> float | None:
         """For the start of ``run_id`` just read: when its backoff ended, if it was retried.
 
-        The finishes traced since then end just before it. ``decided``: the
-        start's, if its line says it (see ``_with_timer``).
+        The finishes traced since then end just before it.
         """
         backoff = signals[run_id].backoff_until if run_id in signals else None
         if backoff is None:
-            if decided is not None and decided == self._decided:
-                self._with_timer()
-            self._decided, self._moved = None, []
             return None
-        # A second retried run decided in one dispatch: its backoff may end
-        # before the first's, and a timer then sees one of them alone.
-        first = decided is not None and decided != self._decided
-        self._decided, self._moved = decided, []
         end = round(backoff - BACKOFF_SLACK, 6)
         for traced, other, index, before in reversed(self._ends):
             if traced <= end:
@@ -628,33 +608,11 @@ class _PlainEnds:
                 and before < end - BACKOFF_SLACK
                 and attempt.ends_at > end
             ):
-                if first and decided is not None and attempt.ends_at <= decided:
-                    self._moved.append((other, index))
                 early = attempt.ends_at - end
                 self._plans[other].attempts[index] = attrs.evolve(
-                    attempt,
-                    duration=round(attempt.duration - early, 6),
-                    ends_at=end,
-                    with_timer=False,
+                    attempt, duration=round(attempt.duration - early, 6), ends_at=end
                 )
         return backoff
-
-    def _with_timer(self) -> None:
-        """The start just read, of a run not retried, was decided with the last retried one.
-
-        One reading of the clock serves every start of a dispatch, so the
-        two were decided together, after the ends moved ahead of that run's
-        backoff had been read: the dispatch saw both what those ends freed
-        and the run whose backoff had ended, and started them in queue
-        order. Ended just before the backoff's end, such an end would let
-        this run start first, alone, and the retried one only at its timer.
-        So each is read when the replay's timer for that backoff is due,
-        ahead of it (``RecordedAttempt.with_timer``): one dispatch again.
-        """
-        for other, index in self._moved:
-            attempt = self._plans[other].attempts[index]
-            assert isinstance(attempt, RecordedAttempt)
-            self._plans[other].attempts[index] = attrs.evolve(attempt, with_timer=True)
 
 
 def _unclassed(fields: Mapping[str, Any], said: Signals) -> bool:
@@ -830,12 +788,6 @@ def _still_running(
 #: How far a replay's end of a backoff may lie from the recorded finish plus
 #: its delay: both are traced to the microsecond.
 BACKOFF_SLACK = 1e-5
-
-#: How soon after an end ``with_timer`` the supervisor's next timer may be
-#: due for the end to be read then: the end lies BACKOFF_SLACK before the
-#: backoff's end, and the timer's deadline, worked out from unix seconds,
-#: a little either side of it.
-WITH_TIMER = 2 * BACKOFF_SLACK
 
 
 def _answered(
