@@ -444,7 +444,7 @@ class AccountState:
             return math.inf  # only a reload, or an end of its rest, frees it
         spec = self.spec
         if spec.concurrency is not None and len(self.running) >= spec.concurrency:
-            return math.inf  # as free_at says: only an end of one of its runs frees it
+            return math.inf  # as free_at says: only an end of one of its runs (or a reload)
         budget = spec.budget
         spent = budget is not None and self.used(now) >= budget
         if until is None and not spent:
@@ -493,7 +493,8 @@ class AccountState:
         """When time alone lifts what blocks the account (None: time alone never does).
 
         Its own runs filling its ``concurrency``, time alone never does,
-        whatever its rest or budget: only one of them ending does. The moment
+        whatever its rest or budget: only one of them ending (or a reload)
+        does. The moment
         its rest ends or a use leaves its window would wake a dispatcher for
         nothing, and would make the book's remembered answer (``closed``)
         later than one worked out afresh once running runs' minutes spent

@@ -298,8 +298,8 @@ def test_a_full_account_whose_running_run_spends_its_minutes_waits_for_an_end() 
     Its one slot is taken, so it is closed until the run ends (``math.inf``).
     Minutes later the running run has spent the budget: a book asked afresh
     then used to name the moment the restored use leaves the window, a
-    wake-up that frees nothing, and later than nothing the remembered
-    answer said.
+    wake-up that frees nothing (the slot is still taken), and earlier than
+    the remembered answer, which the machine above forbids.
     """
     spec = AccountSpec("a", window=600.0, budget=1, unit="run_minutes", concurrency=1)
 
