@@ -494,11 +494,10 @@ class AccountState:
 
         Its own runs filling its ``concurrency``, time alone never does,
         whatever its rest or budget: only one of them ending (or a reload)
-        does. The moment
-        its rest ends or a use leaves its window would wake a dispatcher for
-        nothing, and would make the book's remembered answer (``closed``)
-        later than one worked out afresh once running runs' minutes spent
-        the budget meanwhile.
+        does. The moment its rest ends or a use leaves its window would wake
+        a dispatcher for nothing, and would make the book's remembered
+        answer (``closed``) later than one worked out afresh once running
+        runs' minutes spent the budget meanwhile.
         """
         if self.needs_login is not None:
             return None  # only a reload, or an end of its rest, does

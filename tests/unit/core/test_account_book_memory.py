@@ -10,8 +10,10 @@ change comes; any change that failed to forget would show as a different
 answer. One answer may differ, in one direction: until when a provider can
 take nothing. Remembered, it is the first moment time alone may free an
 account, as worked out when it was asked; a fresh book asked later may name
-a later one (a rest outlasted the oldest use in the window, or running runs'
-minutes spent the budget meanwhile), never an earlier one: the dispatcher
+a later one (the oldest use left the window during a rest and a later use
+keeps the budget spent, running runs' minutes spent the budget meanwhile,
+or a cheap ended run leaving raised a spend budget's estimate of its
+running runs), never an earlier one: the dispatcher
 wakes for nothing at the remembered moment and asks again, and never
 sleeps past a moment an account frees.
 """
